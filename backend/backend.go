@@ -1,0 +1,81 @@
+// Package backend owns the storage boundary of shardfs: the small Store
+// interface every object store implements, the file:// and S3 implementations,
+// and a fault-injecting wrapper for tests.
+//
+// Nothing above this package sees a minio-go type: S3 errors are converted
+// here into the sentinels below, so callers test them with errors.Is.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Stores wrap them in *Error so messages name the store.
+var (
+	// ErrNotExist: the object (or the bucket's object) does not exist.
+	ErrNotExist = errors.New("object does not exist")
+	// ErrShortRead: the object is shorter than the requested range.
+	ErrShortRead = errors.New("object shorter than requested range")
+	// ErrAccessDenied: the credentials were rejected.
+	ErrAccessDenied = errors.New("access denied")
+	// ErrNoBucket: the bucket named in the store URL does not exist.
+	ErrNoBucket = errors.New("bucket does not exist")
+	// ErrUnavailable: the store could not be reached or failed (5xx, refused, timeout).
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrBadKey: a key is not a clean relative path.
+	ErrBadKey = errors.New("invalid object key")
+)
+
+// Store is a flat namespace of immutable objects. Keys are slash-separated
+// relative paths without "." or ".." elements. All methods are safe for
+// concurrent use.
+type Store interface {
+	// ReadAt fills p with the bytes of key starting at off. It returns nil
+	// only when all len(p) bytes were read. A missing object is ErrNotExist;
+	// an object that ends before off+len(p) is ErrShortRead.
+	ReadAt(ctx context.Context, key string, p []byte, off int64) error
+	// Put stores data under key, replacing any previous object atomically:
+	// a concurrent or later reader sees the old object or the new one, never a mix.
+	Put(ctx context.Context, key string, data []byte) error
+	// Stat returns the size of key, or ErrNotExist.
+	Stat(ctx context.Context, key string) (int64, error)
+	// List returns every key that starts with prefix, sorted.
+	List(ctx context.Context, prefix string) ([]string, error)
+	// Delete removes key. Deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+	// String names the store for messages. It never contains a secret.
+	String() string
+}
+
+// Error names the store, the operation and the key of a failure.
+type Error struct {
+	Store string
+	Op    string
+	Key   string
+	Err   error
+}
+
+func (e *Error) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("store %s: %s: %v", e.Store, e.Op, e.Err)
+	}
+	return fmt.Sprintf("store %s: %s %s: %v", e.Store, e.Op, e.Key, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// CheckKey reports whether key is a clean relative object key.
+func CheckKey(key string) error {
+	if key == "" || strings.HasPrefix(key, "/") || strings.ContainsRune(key, 0) || strings.Contains(key, "\\") {
+		return fmt.Errorf("%w %q: keys are relative slash-separated paths", ErrBadKey, key)
+	}
+	for _, el := range strings.Split(key, "/") {
+		if el == "" || el == "." || el == ".." {
+			return fmt.Errorf("%w %q: empty, \".\" or \"..\" path element", ErrBadKey, key)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Faulty wraps a Store and injects faults, for tests of degraded paths only.
+// Its zero faults pass every call through. All setters are safe to call
+// while other goroutines use the store.
+type Faulty struct {
+	Store
+
+	mu        sync.Mutex // guards the fields below
+	down      bool
+	delay     time.Duration
+	jitter    time.Duration
+	failNth   int // fail the n-th call from now (1 = the next); 0 = never
+	calls     int
+	shortBody bool
+	flipBits  bool
+	rng       *rand.Rand
+}
+
+// NewFaulty wraps s with no faults enabled.
+func NewFaulty(s Store) *Faulty {
+	return &Faulty{Store: s, rng: rand.New(rand.NewPCG(1, 2))}
+}
+
+// SetDown makes every call fail with ErrUnavailable.
+func (f *Faulty) SetDown(down bool) { f.mu.Lock(); f.down = down; f.mu.Unlock() }
+
+// SetDelay adds delay ± jitter (uniform) before every call. The wait honours ctx.
+func (f *Faulty) SetDelay(delay, jitter time.Duration) {
+	f.mu.Lock()
+	f.delay, f.jitter = delay, jitter
+	f.mu.Unlock()
+}
+
+// FailNth makes the n-th call from now fail once with ErrUnavailable.
+func (f *Faulty) FailNth(n int) { f.mu.Lock(); f.failNth, f.calls = n, 0; f.mu.Unlock() }
+
+// SetShortBody makes ReadAt return one byte fewer than asked, as a cut
+// connection would, with no error: the layer above must catch it.
+func (f *Faulty) SetShortBody(on bool) { f.mu.Lock(); f.shortBody = on; f.mu.Unlock() }
+
+// SetFlipBits makes ReadAt flip one bit of every result, silently.
+func (f *Faulty) SetFlipBits(on bool) { f.mu.Lock(); f.flipBits = on; f.mu.Unlock() }
+
+func (f *Faulty) String() string { return f.Store.String() }
+
+// before applies down, n-th-call and delay faults.
+func (f *Faulty) before(ctx context.Context, op string) error {
+	f.mu.Lock()
+	f.calls++
+	fail := f.down || (f.failNth > 0 && f.calls == f.failNth)
+	d := f.delay
+	if f.jitter > 0 {
+		d += time.Duration(f.rng.Int64N(int64(2*f.jitter))) - f.jitter
+	}
+	f.mu.Unlock()
+	if fail {
+		return &Error{Store: f.String(), Op: op, Err: fmt.Errorf("%w: injected fault", ErrUnavailable)}
+	}
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (f *Faulty) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	if err := f.before(ctx, "read"); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	short, flip := f.shortBody, f.flipBits
+	f.mu.Unlock()
+	if short && len(p) > 0 {
+		// Read one byte less and leave the last byte zeroed: a silent truncation.
+		if err := f.Store.ReadAt(ctx, key, p[:len(p)-1], off); err != nil {
+			return err
+		}
+		p[len(p)-1] = 0
+		return nil
+	}
+	if err := f.Store.ReadAt(ctx, key, p, off); err != nil {
+		return err
+	}
+	if flip && len(p) > 0 {
+		f.mu.Lock()
+		i := f.rng.IntN(len(p))
+		f.mu.Unlock()
+		p[i] ^= 0x10
+	}
+	return nil
+}
+
+func (f *Faulty) Put(ctx context.Context, key string, data []byte) error {
+	if err := f.before(ctx, "write"); err != nil {
+		return err
+	}
+	return f.Store.Put(ctx, key, data)
+}
+
+func (f *Faulty) Stat(ctx context.Context, key string) (int64, error) {
+	if err := f.before(ctx, "stat"); err != nil {
+		return 0, err
+	}
+	return f.Store.Stat(ctx, key)
+}
+
+func (f *Faulty) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := f.before(ctx, "list"); err != nil {
+		return nil, err
+	}
+	return f.Store.List(ctx, prefix)
+}
+
+func (f *Faulty) Delete(ctx context.Context, key string) error {
+	if err := f.before(ctx, "delete"); err != nil {
+		return err
+	}
+	return f.Store.Delete(ctx, key)
+}

@@ -1,0 +1,180 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// tmpPrefix marks in-progress writes; List never returns them.
+const tmpPrefix = ".shardfs-tmp-"
+
+// Local is a Store in a local directory (file:// URLs). Each key is a file
+// below the root; writes go to a temporary file that is fsynced and renamed.
+type Local struct {
+	root string
+	name string
+}
+
+var _ Store = (*Local)(nil)
+
+// NewLocal returns a store rooted at dir, creating the directory if needed.
+func NewLocal(dir string) (*Local, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, &Error{Store: "file://" + abs, Op: "create directory", Err: err}
+	}
+	return &Local{root: abs, name: "file://" + abs}, nil
+}
+
+func (l *Local) String() string { return l.name }
+
+func (l *Local) path(key string) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", &Error{Store: l.name, Op: "check key", Err: err}
+	}
+	return filepath.Join(l.root, filepath.FromSlash(key)), nil
+}
+
+func (l *Local) wrap(op, key string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		err = ErrNotExist
+	}
+	return &Error{Store: l.name, Op: op, Key: key, Err: err}
+}
+
+func (l *Local) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	name, err := l.path(key)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return l.wrap("read", key, err)
+	}
+	defer f.Close()
+	n, err := f.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == io.EOF || err == nil {
+		err = fmt.Errorf("%w: got %d of %d bytes at offset %d", ErrShortRead, n, len(p), off)
+	}
+	return l.wrap("read", key, err)
+}
+
+func (l *Local) Put(ctx context.Context, key string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	name, err := l.path(key)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return l.wrap("write", key, err)
+	}
+	tmp, err := os.CreateTemp(dir, tmpPrefix+"*")
+	if err != nil {
+		return l.wrap("write", key, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return l.wrap("write", key, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return l.wrap("fsync", key, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return l.wrap("write", key, err)
+	}
+	if err := os.Rename(tmp.Name(), name); err != nil {
+		return l.wrap("rename", key, err)
+	}
+	ok = true
+	// The rename is durable only once the directory entry is synced.
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func (l *Local) Stat(ctx context.Context, key string) (int64, error) {
+	name, err := l.path(key)
+	if err != nil {
+		return 0, err
+	}
+	fi, err := os.Stat(name)
+	if err != nil {
+		return 0, l.wrap("stat", key, err)
+	}
+	if fi.IsDir() {
+		return 0, l.wrap("stat", key, ErrNotExist)
+	}
+	return fi.Size(), nil
+}
+
+func (l *Local) List(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	err := filepath.WalkDir(l.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(l.root, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			// Skip subtrees that cannot hold a key with this prefix.
+			if rel != "." && !strings.HasPrefix(rel+"/", prefix) && !strings.HasPrefix(prefix, rel+"/") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if strings.HasPrefix(d.Name(), tmpPrefix) || !strings.HasPrefix(rel, prefix) {
+			return nil
+		}
+		keys = append(keys, rel)
+		return nil
+	})
+	if err != nil {
+		return nil, l.wrap("list", prefix, err)
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+func (l *Local) Delete(ctx context.Context, key string) error {
+	name, err := l.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return l.wrap("delete", key, err)
+	}
+	return nil
+}

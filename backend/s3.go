@@ -1,0 +1,219 @@
+package backend
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Credentials for an S3 endpoint. They are never printed: String redacts them.
+type Credentials struct {
+	AccessKeyID     string `json:"access_key_id"`
+	SecretAccessKey string `json:"secret_access_key"`
+	SessionToken    string `json:"session_token,omitempty"`
+}
+
+func (c Credentials) String() string { return "Credentials{redacted}" }
+
+// GoString keeps %#v from printing secrets too.
+func (c Credentials) GoString() string { return c.String() }
+
+// S3Config configures an S3 store.
+type S3Config struct {
+	Endpoint string // host:port
+	Secure   bool
+	Bucket   string
+	Prefix   string // without leading or trailing slash
+	// Credentials, when nil, come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+	// AWS_SESSION_TOKEN, then the AWS shared credentials file.
+	Credentials *Credentials
+	// MaxRetries per request. Erasure coding absorbs failures, so the
+	// default is 1 (no retry), not minio-go's 10.
+	MaxRetries int
+	// Region, if the endpoint needs one.
+	Region string
+}
+
+// S3 is a Store on an S3-compatible bucket, through minio-go.
+type S3 struct {
+	client *minio.Client
+	bucket string
+	prefix string // "" or "dir/"
+	name   string
+}
+
+var _ Store = (*S3)(nil)
+
+// NewS3 returns a store for cfg. It does no I/O.
+func NewS3(cfg S3Config) (*S3, error) {
+	name := redactedS3Name(cfg)
+	var creds *credentials.Credentials
+	if cfg.Credentials != nil {
+		c := cfg.Credentials
+		creds = credentials.NewStaticV4(c.AccessKeyID, c.SecretAccessKey, c.SessionToken)
+	} else {
+		creds = credentials.NewChainCredentials([]credentials.Provider{
+			&credentials.EnvAWS{},
+			&credentials.FileAWSCredentials{},
+		})
+	}
+	tr, err := minio.DefaultTransport(cfg.Secure)
+	if err != nil {
+		return nil, err
+	}
+	tr.MaxIdleConnsPerHost = 256
+	tr.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	retries := cfg.MaxRetries
+	if retries <= 0 {
+		retries = 1
+	}
+	client, err := minio.New(cfg.Endpoint, &minio.Options{
+		Creds:        creds,
+		Secure:       cfg.Secure,
+		Transport:    tr,
+		Region:       cfg.Region,
+		BucketLookup: minio.BucketLookupPath,
+		MaxRetries:   retries,
+	})
+	if err != nil {
+		return nil, &Error{Store: name, Op: "configure", Err: err}
+	}
+	prefix := strings.Trim(cfg.Prefix, "/")
+	if prefix != "" {
+		prefix += "/"
+	}
+	return &S3{client: client, bucket: cfg.Bucket, prefix: prefix, name: name}, nil
+}
+
+func redactedS3Name(cfg S3Config) string {
+	scheme := "http"
+	if cfg.Secure {
+		scheme = "https"
+	}
+	p := cfg.Bucket
+	if cfg.Prefix != "" {
+		p += "/" + strings.Trim(cfg.Prefix, "/")
+	}
+	return fmt.Sprintf("%s://%s/%s", scheme, cfg.Endpoint, p)
+}
+
+func (s *S3) String() string { return s.name }
+
+// convert maps a minio-go error to this package's sentinels.
+func (s *S3) convert(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Store: s.name, Op: op, Key: key, Err: err}
+	}
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) {
+		switch resp.Code {
+		case "NoSuchKey", "NotFound":
+			err = ErrNotExist
+		case "NoSuchBucket":
+			err = fmt.Errorf("%w %q: create it (mc mb) or fix the store URL", ErrNoBucket, s.bucket)
+		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
+			err = fmt.Errorf("%w (%s): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the credentials in the config file", ErrAccessDenied, resp.Code)
+		case "InvalidRange":
+			err = ErrShortRead
+		default:
+			if resp.StatusCode == http.StatusNotFound {
+				err = ErrNotExist
+			} else if resp.StatusCode == http.StatusForbidden {
+				err = fmt.Errorf("%w: check the credentials", ErrAccessDenied)
+			} else {
+				err = fmt.Errorf("%w: %s (HTTP %d): %s", ErrUnavailable, resp.Code, resp.StatusCode, resp.Message)
+			}
+		}
+		return &Error{Store: s.name, Op: op, Key: key, Err: err}
+	}
+	var uerr *url.Error
+	var nerr net.Error
+	if errors.As(err, &uerr) || errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF) {
+		err = fmt.Errorf("%w: %v: check that the endpoint is up and reachable", ErrUnavailable, err)
+	}
+	return &Error{Store: s.name, Op: op, Key: key, Err: err}
+}
+
+func (s *S3) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	if err := CheckKey(key); err != nil {
+		return &Error{Store: s.name, Op: "read", Err: err}
+	}
+	if len(p) == 0 {
+		size, err := s.Stat(ctx, key)
+		if err == nil && off > size {
+			err = &Error{Store: s.name, Op: "read", Key: key, Err: ErrShortRead}
+		}
+		return err
+	}
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetRange(off, off+int64(len(p))-1); err != nil {
+		return &Error{Store: s.name, Op: "read", Key: key, Err: err}
+	}
+	obj, err := s.client.GetObject(ctx, s.bucket, s.prefix+key, opts)
+	if err != nil {
+		return s.convert("read", key, err)
+	}
+	defer obj.Close()
+	n, err := io.ReadFull(obj, p)
+	if err == nil {
+		return nil
+	}
+	if n > 0 && errors.Is(err, io.ErrUnexpectedEOF) {
+		return &Error{Store: s.name, Op: "read", Key: key,
+			Err: fmt.Errorf("%w: got %d of %d bytes at offset %d", ErrShortRead, n, len(p), off)}
+	}
+	return s.convert("read", key, err)
+}
+
+func (s *S3) Put(ctx context.Context, key string, data []byte) error {
+	if err := CheckKey(key); err != nil {
+		return &Error{Store: s.name, Op: "write", Err: err}
+	}
+	_, err := s.client.PutObject(ctx, s.bucket, s.prefix+key, bytes.NewReader(data), int64(len(data)),
+		minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: len(data) < 512<<20})
+	return s.convert("write", key, err)
+}
+
+func (s *S3) Stat(ctx context.Context, key string) (int64, error) {
+	if err := CheckKey(key); err != nil {
+		return 0, &Error{Store: s.name, Op: "stat", Err: err}
+	}
+	info, err := s.client.StatObject(ctx, s.bucket, s.prefix+key, minio.StatObjectOptions{})
+	if err != nil {
+		return 0, s.convert("stat", key, err)
+	}
+	return info.Size, nil
+}
+
+func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix + prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return nil, s.convert("list", prefix, obj.Err)
+		}
+		keys = append(keys, strings.TrimPrefix(obj.Key, s.prefix))
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+func (s *S3) Delete(ctx context.Context, key string) error {
+	if err := CheckKey(key); err != nil {
+		return &Error{Store: s.name, Op: "delete", Err: err}
+	}
+	return s.convert("delete", key, s.client.RemoveObject(ctx, s.bucket, s.prefix+key, minio.RemoveObjectOptions{}))
+}

@@ -1,0 +1,152 @@
+// Package storetest is the conformance suite every backend.Store must pass.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+// Run runs the suite against the empty store that newStore returns.
+func Run(t *testing.T, newStore func(t *testing.T) backend.Store) {
+	ctx := context.Background()
+	t.Run("PutReadStat", func(t *testing.T) {
+		s := newStore(t)
+		data := bytes.Repeat([]byte("0123456789abcdef"), 4096+7)
+		if err := s.Put(ctx, "ds/a/frag", data); err != nil {
+			t.Fatal(err)
+		}
+		size, err := s.Stat(ctx, "ds/a/frag")
+		if err != nil || size != int64(len(data)) {
+			t.Fatalf("Stat = %d, %v; want %d", size, err, len(data))
+		}
+		for _, r := range [][2]int{{0, len(data)}, {1, 1}, {100, 5000}, {len(data) - 3, 3}, {len(data), 0}} {
+			p := make([]byte, r[1])
+			if err := s.ReadAt(ctx, "ds/a/frag", p, int64(r[0])); err != nil {
+				t.Fatalf("ReadAt(%d,%d): %v", r[0], r[1], err)
+			}
+			if !bytes.Equal(p, data[r[0]:r[0]+r[1]]) {
+				t.Fatalf("ReadAt(%d,%d): wrong bytes", r[0], r[1])
+			}
+		}
+	})
+	t.Run("EmptyObject", func(t *testing.T) {
+		s := newStore(t)
+		if err := s.Put(ctx, "empty", nil); err != nil {
+			t.Fatal(err)
+		}
+		if size, err := s.Stat(ctx, "empty"); err != nil || size != 0 {
+			t.Fatalf("Stat = %d, %v", size, err)
+		}
+	})
+	t.Run("NotExist", func(t *testing.T) {
+		s := newStore(t)
+		if _, err := s.Stat(ctx, "nope"); !errors.Is(err, backend.ErrNotExist) {
+			t.Fatalf("Stat missing: %v, want ErrNotExist", err)
+		}
+		if err := s.ReadAt(ctx, "nope", make([]byte, 4), 0); !errors.Is(err, backend.ErrNotExist) {
+			t.Fatalf("ReadAt missing: %v, want ErrNotExist", err)
+		}
+		if err := s.Delete(ctx, "nope"); err != nil {
+			t.Fatalf("Delete missing: %v, want nil", err)
+		}
+	})
+	t.Run("ShortRead", func(t *testing.T) {
+		s := newStore(t)
+		if err := s.Put(ctx, "k", []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		for _, off := range []int64{3, 5, 100} {
+			err := s.ReadAt(ctx, "k", make([]byte, 4), off)
+			if !errors.Is(err, backend.ErrShortRead) {
+				t.Fatalf("ReadAt past end at %d: %v, want ErrShortRead", off, err)
+			}
+		}
+	})
+	t.Run("OverwriteAndDelete", func(t *testing.T) {
+		s := newStore(t)
+		for i := 0; i < 3; i++ {
+			if err := s.Put(ctx, "k", []byte(fmt.Sprint("version", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := make([]byte, 8)
+		if err := s.ReadAt(ctx, "k", p, 0); err != nil || string(p) != "version2" {
+			t.Fatalf("after overwrite: %q, %v", p, err)
+		}
+		if err := s.Delete(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Stat(ctx, "k"); !errors.Is(err, backend.ErrNotExist) {
+			t.Fatalf("after delete: %v", err)
+		}
+	})
+	t.Run("List", func(t *testing.T) {
+		s := newStore(t)
+		keys := []string{"a/1", "a/2", "a/sub/3", "ab/4", "b/5"}
+		for _, k := range keys {
+			if err := s.Put(ctx, k, []byte(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for prefix, want := range map[string][]string{
+			"a/": {"a/1", "a/2", "a/sub/3"}, "a": {"a/1", "a/2", "a/sub/3", "ab/4"}, "": keys, "c/": nil,
+		} {
+			got, err := s.List(ctx, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("List(%q) = %v, want %v", prefix, got, want)
+			}
+		}
+	})
+	t.Run("BadKeys", func(t *testing.T) {
+		s := newStore(t)
+		for _, k := range []string{"", "/abs", "../up", "a/../b", "a//b", "nul\x00"} {
+			if err := s.Put(ctx, k, []byte("x")); !errors.Is(err, backend.ErrBadKey) {
+				t.Errorf("Put(%q) = %v, want ErrBadKey", k, err)
+			}
+		}
+	})
+	t.Run("Concurrent", func(t *testing.T) {
+		s := newStore(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for i := 0; i < 16; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				key := fmt.Sprintf("c/%d", i)
+				want := bytes.Repeat([]byte{byte(i)}, 10000+i)
+				if err := s.Put(ctx, key, want); err != nil {
+					errs <- err
+					return
+				}
+				got := make([]byte, len(want))
+				if err := s.ReadAt(ctx, key, got, 0); err != nil {
+					errs <- err
+				} else if !bytes.Equal(got, want) {
+					errs <- fmt.Errorf("%s: wrong bytes", key)
+				}
+			}(i)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+	t.Run("ErrorNamesStore", func(t *testing.T) {
+		s := newStore(t)
+		_, err := s.Stat(ctx, "missing")
+		if err == nil || !bytes.Contains([]byte(err.Error()), []byte(s.String())) {
+			t.Fatalf("error %v does not name store %s", err, s)
+		}
+	})
+}

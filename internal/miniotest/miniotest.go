@@ -1,0 +1,144 @@
+// Package miniotest starts real MinIO server processes on 127.0.0.1 for
+// tests, one process per store so a test can kill, stop or restart one.
+//
+// When the minio binary is missing the test is skipped, except under CI=true,
+// where a missing tool is a failure.
+package miniotest
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Root credentials of every test server. They are test-only values.
+const (
+	AccessKey = "shardfs-test-access"
+	SecretKey = "shardfs-test-secret-0123456789"
+)
+
+// Server is one running MinIO process.
+type Server struct {
+	Addr    string // host:port
+	DataDir string
+	bin     string
+	cmd     *exec.Cmd
+	t       testing.TB
+}
+
+// Binary finds the minio binary: $MINIO_BIN, PATH, then $(go env GOPATH)/bin.
+func Binary() (string, error) {
+	if b := os.Getenv("MINIO_BIN"); b != "" {
+		return b, nil
+	}
+	if b, err := exec.LookPath("minio"); err == nil {
+		return b, nil
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		home, _ := os.UserHomeDir()
+		gopath = filepath.Join(home, "go")
+	}
+	b := filepath.Join(gopath, "bin", "minio")
+	if _, err := os.Stat(b); err == nil {
+		return b, nil
+	}
+	return "", fmt.Errorf("minio binary not found: run go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c or set MINIO_BIN")
+}
+
+// RequireBinary returns the minio binary, skipping the test when it is
+// missing, or failing it under CI=true.
+func RequireBinary(t testing.TB) string {
+	t.Helper()
+	b, err := Binary()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true: %v", err)
+		}
+		t.Skip(err)
+	}
+	return b
+}
+
+// Start launches a MinIO server with a fresh data directory and creates the
+// named buckets in it. The process is killed in t.Cleanup.
+func Start(t testing.TB, buckets ...string) *Server {
+	t.Helper()
+	s := &Server{bin: RequireBinary(t), DataDir: t.TempDir(), t: t}
+	for _, b := range buckets {
+		// MinIO's single-drive mode serves each top-level directory as a bucket.
+		if err := os.MkdirAll(filepath.Join(s.DataDir, b), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Addr = freeAddr(t)
+	s.Restart()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Restart starts the process again on the same address and data directory.
+func (s *Server) Restart() {
+	s.t.Helper()
+	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.Addr, "--console-address", freeAddr(s.t), s.DataDir)
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start minio: %v", err)
+	}
+	s.cmd = cmd
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + s.Addr + "/minio/health/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.Kill()
+	s.t.Fatalf("minio on %s did not become ready in 60s", s.Addr)
+}
+
+// Kill stops the process with SIGKILL and waits for it. It is idempotent.
+func (s *Server) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process must run to die promptly
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Signal sends sig (SIGSTOP, SIGCONT) to the process.
+func (s *Server) Signal(sig syscall.Signal) error {
+	if s.cmd == nil {
+		return fmt.Errorf("minio on %s is not running", s.Addr)
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+// URL is the store URL of bucket (and optional prefix) on this server.
+func (s *Server) URL(bucketAndPrefix string) string {
+	return "http://" + s.Addr + "/" + bucketAndPrefix
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
