@@ -2,7 +2,10 @@ module github.com/shardfs/shardfs
 
 go 1.26.8
 
-require github.com/minio/minio-go/v7 v7.4.1
+require (
+	github.com/klauspost/reedsolomon v1.14.2
+	github.com/minio/minio-go/v7 v7.4.1
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

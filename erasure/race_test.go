@@ -1,0 +1,5 @@
+//go:build race
+
+package erasure
+
+func init() { raceEnabled = true }

@@ -1,0 +1,271 @@
+package erasure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+// ErrTooFewShards: more than m fragments of a range are lost; nothing is returned.
+var ErrTooFewShards = errors.New("too few intact fragments to decode")
+
+// ErrChecksum: a fragment's bytes do not match the checksum written at ingest.
+var ErrChecksum = errors.New("checksum mismatch")
+
+// FragmentError is the failure of one fragment read.
+type FragmentError struct {
+	Shard, Frag, Store int
+	StoreName          string
+	Err                error
+}
+
+func (e *FragmentError) Error() string {
+	return fmt.Sprintf("shard %d fragment %d on store %d (%s): %v", e.Shard, e.Frag, e.Store, e.StoreName, e.Err)
+}
+
+func (e *FragmentError) Unwrap() error { return e.Err }
+
+// TooFewError reports an unrecoverable range: it lists every failed fragment.
+type TooFewError struct {
+	Shard  int
+	Failed []*FragmentError
+}
+
+func (e *TooFewError) Error() string {
+	var names []string
+	for _, f := range e.Failed {
+		names = append(names, fmt.Sprintf("%d (%s): %v", f.Store, f.StoreName, f.Err))
+	}
+	return fmt.Sprintf("shard %d: %v: %d fragments lost, stores %s", e.Shard, ErrTooFewShards, len(e.Failed), strings.Join(names, "; "))
+}
+
+func (e *TooFewError) Unwrap() error { return ErrTooFewShards }
+
+// Stores returns the indexes of the failed stores.
+func (e *TooFewError) Stores() []int {
+	var s []int
+	for _, f := range e.Failed {
+		s = append(s, f.Store)
+	}
+	return s
+}
+
+// Metrics receives read events. Implementations must be safe for concurrent use.
+type Metrics interface {
+	// BackendRead reports one ranged GET on store.
+	BackendRead(store int, bytes int, d time.Duration, err error)
+	// ChecksumFailure reports a fragment range that failed its checksum.
+	ChecksumFailure(store int)
+	// DegradedRead reports a range decoded from survivors.
+	DegradedRead()
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) BackendRead(int, int, time.Duration, error) {}
+func (nopMetrics) ChecksumFailure(int)                        {}
+func (nopMetrics) DegradedRead()                              {}
+
+// KeyFunc names the object of fragment frag of shard.
+type KeyFunc func(shard, frag int) string
+
+// Reader reads verified byte ranges of shards from the stores.
+type Reader struct {
+	codec   *Codec
+	stores  []backend.Store
+	key     KeyFunc
+	metrics Metrics
+	log     *slog.Logger
+}
+
+// ReaderOptions are optional parts of a Reader; zero values are fine.
+type ReaderOptions struct {
+	Metrics Metrics
+	Logger  *slog.Logger
+}
+
+// NewReader returns a reader over stores, which must number k+m, in placement order.
+func NewReader(c *Codec, stores []backend.Store, key KeyFunc, opts ReaderOptions) (*Reader, error) {
+	if len(stores) != c.Total() {
+		return nil, fmt.Errorf("%d stores given, the dataset needs k+m = %d", len(stores), c.Total())
+	}
+	r := &Reader{codec: c, stores: stores, key: key, metrics: opts.Metrics, log: opts.Logger}
+	if r.metrics == nil {
+		r.metrics = nopMetrics{}
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	return r, nil
+}
+
+// Codec returns the reader's codec.
+func (r *Reader) Codec() *Codec { return r.codec }
+
+// fetch reads and verifies fragment frag's bytes [a,b), with a block-aligned.
+func (r *Reader) fetch(ctx context.Context, sh *Shard, frag int, a, b int64) ([]byte, *FragmentError) {
+	store := r.codec.Placement(sh.ID, frag)
+	fail := func(err error) *FragmentError {
+		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
+	}
+	p := make([]byte, b-a)
+	start := time.Now()
+	err := r.stores[store].ReadAt(ctx, r.key(sh.ID, frag), p, a)
+	r.metrics.BackendRead(store, len(p), time.Since(start), err)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if blk, ok := r.codec.verify(sh, frag, a, p); !ok {
+		r.metrics.ChecksumFailure(store)
+		return nil, fail(fmt.Errorf("%w in block %d", ErrChecksum, blk))
+	}
+	return p, nil
+}
+
+// ReadRange returns bytes [off, off+n) of the shard's data, every byte
+// verified against its block checksum, decoding from parity where needed.
+func (r *Reader) ReadRange(ctx context.Context, sh *Shard, off, n int64) ([]byte, error) {
+	out := make([]byte, n)
+	if err := r.ReadRangeInto(ctx, sh, out, off); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReadRangeInto fills p with the shard's bytes at off. See ReadRange.
+func (r *Reader) ReadRangeInto(ctx context.Context, sh *Shard, p []byte, off int64) error {
+	F, k := sh.FragSize, int64(r.codec.Data)
+	if off < 0 || off+int64(len(p)) > F*k {
+		return fmt.Errorf("shard %d: range [%d,%d) outside its %d bytes", sh.ID, off, off+int64(len(p)), F*k)
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	type part struct {
+		frag int
+		a, b int64 // fragment-local, unaligned
+		dst  []byte
+	}
+	var parts []part
+	for pos := off; pos < off+int64(len(p)); {
+		frag := int(pos / F)
+		a := pos - int64(frag)*F
+		b := min(F, a+off+int64(len(p))-pos)
+		parts = append(parts, part{frag, a, b, p[pos-off : pos-off+(b-a)]})
+		pos += b - a
+	}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, pt := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.readFragmentRange(ctx, sh, pt.frag, pt.a, pt.b, pt.dst)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// readFragmentRange fills dst with data fragment frag's bytes [a,b).
+func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, b int64, dst []byte) error {
+	bs := int64(r.codec.BlockSize)
+	A, B := a/bs*bs, min(sh.FragSize, (b+bs-1)/bs*bs)
+	data, ferr := r.fetch(ctx, sh, frag, A, B)
+	if ferr == nil {
+		copy(dst, data[a-A:b-A])
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	frags, err := r.decodeRange(ctx, sh, A, B, map[int]*FragmentError{frag: ferr}, false)
+	if err != nil {
+		return err
+	}
+	copy(dst, frags[frag][a-A:b-A])
+	return nil
+}
+
+// decodeRange reads block-aligned range [A,B) from k intact fragments, never
+// reading those in failed, and decodes the missing data (and, if all, parity) fragments.
+func (r *Reader) decodeRange(ctx context.Context, sh *Shard, A, B int64, failed map[int]*FragmentError, all bool) ([][]byte, error) {
+	k, total := r.codec.Data, r.codec.Total()
+	frags := make([][]byte, total)
+	var (
+		mu   sync.Mutex // guards frags, failed, got
+		got  int
+		next int
+	)
+	// Candidates in order: data fragments first (their bytes need no decoding), then parity.
+	var cands []int
+	for f := 0; f < total; f++ {
+		if failed[f] == nil {
+			cands = append(cands, f)
+		}
+	}
+	// Start k fetches; replace each failure with the next candidate.
+	results := make(chan struct{}, total)
+	var fetch func(f int)
+	fetch = func(f int) {
+		data, ferr := r.fetch(ctx, sh, f, A, B)
+		mu.Lock()
+		if ferr != nil {
+			failed[f] = ferr
+		} else {
+			frags[f] = data
+			got++
+		}
+		mu.Unlock()
+		results <- struct{}{}
+	}
+	running := 0
+	mu.Lock()
+	for running < k && next < len(cands) {
+		go fetch(cands[next])
+		next++
+		running++
+	}
+	mu.Unlock()
+	for running > 0 {
+		<-results
+		running--
+		mu.Lock()
+		if got+running < k && next < len(cands) {
+			go fetch(cands[next])
+			next++
+			running++
+		}
+		mu.Unlock()
+	}
+	if got < k {
+		return nil, r.tooFew(sh, failed)
+	}
+	r.metrics.DegradedRead()
+	var err error
+	if all {
+		err = r.codec.Reconstruct(frags)
+	} else {
+		err = r.codec.reconstruct(frags)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: decode: %w", sh.ID, err)
+	}
+	return frags, nil
+}
+
+func (r *Reader) tooFew(sh *Shard, failed map[int]*FragmentError) error {
+	e := &TooFewError{Shard: sh.ID}
+	for _, f := range failed {
+		e.Failed = append(e.Failed, f)
+	}
+	sort.Slice(e.Failed, func(i, j int) bool { return e.Failed[i].Frag < e.Failed[j].Frag })
+	return e
+}
