@@ -19,8 +19,10 @@ func benchData(n int) []byte {
 	return b
 }
 
-func BenchmarkEncode_4x2_64MiB(b *testing.B)  { benchEncode(b, Params{4, 2, DefaultBlockSize}, 64<<20) }
-func BenchmarkEncode_10x4_64MiB(b *testing.B) { benchEncode(b, Params{10, 4, DefaultBlockSize}, 64<<20) }
+func BenchmarkEncode_4x2_64MiB(b *testing.B) { benchEncode(b, Params{4, 2, DefaultBlockSize}, 64<<20) }
+func BenchmarkEncode_10x4_64MiB(b *testing.B) {
+	benchEncode(b, Params{10, 4, DefaultBlockSize}, 64<<20)
+}
 
 func benchEncode(b *testing.B, p Params, size int) {
 	c, err := NewCodec(p)
