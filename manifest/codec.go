@@ -1,0 +1,364 @@
+package manifest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"slices"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// On-store layout:
+//
+//	header (40 bytes, little-endian):
+//	  magic "SHFSMANI" | version u32 | flags u32 | body length u64 |
+//	  payload length u64 | payload CRC32C u32 | header CRC32C u32 (of the 36 bytes before it)
+//	payload: the zstd-compressed body (varints and length-prefixed strings).
+const (
+	magic      = "SHFSMANI"
+	headerSize = 40
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Encode serializes m. Call Finish first.
+func Encode(m *Manifest) ([]byte, error) {
+	var payload bytes.Buffer
+	zw, err := zstd.NewWriter(&payload, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		return nil, err
+	}
+	cw := &countWriter{w: zw}
+	bw := bufio.NewWriterSize(cw, 1<<20)
+	e := encoder{w: bw}
+	e.uvarint(Version)
+	e.str(m.Name)
+	e.str(m.IngestID)
+	e.uvarint(uint64(m.CreatedUnix))
+	e.uvarint(m.Seed)
+	e.uvarint(uint64(m.Data))
+	e.uvarint(uint64(m.Parity))
+	e.uvarint(uint64(m.BlockSize))
+	e.uvarint(uint64(m.ShardSize))
+	e.strs(m.Stores)
+	e.strs(m.LabelFields)
+	e.uvarint(uint64(len(m.Strata)))
+	for _, st := range m.Strata {
+		e.str(st.Name)
+		e.strs(st.Labels)
+	}
+	e.uvarint(uint64(len(m.Shards)))
+	for _, sh := range m.Shards {
+		e.uvarint(uint64(len(sh.Sums)))
+		for _, v := range sh.Sums {
+			e.u32(v)
+		}
+	}
+	s := &m.Samples
+	e.uvarint(uint64(s.Len()))
+	e.uvarint(uint64(len(s.keys)))
+	var prev []byte
+	var prevShard uint32
+	for i := 0; i < s.Len(); i++ {
+		key := s.KeyBytes(i)
+		shared := commonPrefix(prev, key)
+		e.uvarint(uint64(shared))
+		e.bytes(key[shared:])
+		prev = key
+		e.uvarint(uint64(s.Stratum[i]))
+		e.uvarint(uint64(s.Shard[i] - prevShard))
+		prevShard = s.Shard[i]
+		e.uvarint(uint64(s.Size[i]))
+		e.u32(s.Sum[i])
+	}
+	if err := errors.Join(bw.Flush(), zw.Close()); err != nil {
+		return nil, err
+	}
+	out := make([]byte, headerSize, headerSize+payload.Len())
+	copy(out, magic)
+	binary.LittleEndian.PutUint32(out[8:], Version)
+	binary.LittleEndian.PutUint64(out[16:], uint64(cw.n))
+	binary.LittleEndian.PutUint64(out[24:], uint64(payload.Len()))
+	binary.LittleEndian.PutUint32(out[32:], crc32.Checksum(payload.Bytes(), castagnoli))
+	binary.LittleEndian.PutUint32(out[36:], crc32.Checksum(out[:36], castagnoli))
+	return append(out, payload.Bytes()...), nil
+}
+
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+type encoder struct {
+	w   *bufio.Writer
+	buf [binary.MaxVarintLen64]byte
+}
+
+func (e *encoder) uvarint(v uint64) { e.w.Write(binary.AppendUvarint(e.buf[:0], v)) }
+func (e *encoder) u32(v uint32)     { e.w.Write(binary.LittleEndian.AppendUint32(e.buf[:0], v)) }
+func (e *encoder) bytes(b []byte)   { e.uvarint(uint64(len(b))); e.w.Write(b) }
+func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.w.WriteString(s) }
+func (e *encoder) strs(ss []string) {
+	e.uvarint(uint64(len(ss)))
+	for _, s := range ss {
+		e.str(s)
+	}
+}
+
+// Decode parses and validates a manifest. Every failure wraps ErrCorrupt
+// and says what is wrong; corrupt input never panics and never makes it
+// allocate more than a small multiple of the stated, checksummed body size.
+func Decode(b []byte) (*Manifest, error) {
+	if len(b) < headerSize {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header (truncated?)", ErrCorrupt, len(b), headerSize)
+	}
+	if string(b[:8]) != magic {
+		return nil, fmt.Errorf("%w: bad magic: not a shardfs manifest", ErrCorrupt)
+	}
+	if crc32.Checksum(b[:36], castagnoli) != binary.LittleEndian.Uint32(b[36:]) {
+		return nil, fmt.Errorf("%w: header checksum mismatch", ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != Version {
+		return nil, fmt.Errorf("%w: format version %d, this shardfs reads version %d: upgrade shardfs", ErrCorrupt, v, Version)
+	}
+	bodyLen := binary.LittleEndian.Uint64(b[16:])
+	payloadLen := binary.LittleEndian.Uint64(b[24:])
+	if payloadLen != uint64(len(b)-headerSize) {
+		return nil, fmt.Errorf("%w: payload is %d bytes, header says %d (truncated?)", ErrCorrupt, len(b)-headerSize, payloadLen)
+	}
+	payload := b[headerSize:]
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[32:]) {
+		return nil, fmt.Errorf("%w: payload checksum mismatch", ErrCorrupt)
+	}
+	zr, err := zstd.NewReader(bytes.NewReader(payload), zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(1<<34))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	defer zr.Close()
+	return decodeBody(io.LimitReader(zr, int64(bodyLen)), int64(bodyLen))
+}
+
+// decodeBody parses a body of bodyLen bytes from r.
+func decodeBody(r io.Reader, bodyLen int64) (*Manifest, error) {
+	d := &decoder{r: bufio.NewReaderSize(r, 1<<20), left: bodyLen}
+	m := &Manifest{}
+	if v := d.uvarint(); d.err == nil && v != Version {
+		return nil, fmt.Errorf("%w: body version %d", ErrCorrupt, v)
+	}
+	m.Version = Version
+	m.Name = d.str()
+	m.IngestID = d.str()
+	m.CreatedUnix = int64(d.uvarint())
+	m.Seed = d.uvarint()
+	m.Data = d.small("data fragments", 256)
+	m.Parity = d.small("parity fragments", 256)
+	m.BlockSize = d.small("block size", 1<<20)
+	m.ShardSize = int64(d.small("shard size", MaxShardSize))
+	m.Stores = d.strs()
+	m.LabelFields = d.strs()
+	n := d.count(2)
+	m.Strata = make([]Stratum, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		m.Strata = append(m.Strata, Stratum{Name: d.str(), Labels: d.strs()})
+	}
+	n = d.count(1)
+	m.Shards = make([]Shard, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		ns := d.count(4)
+		sums := make([]uint32, 0, ns)
+		for j := 0; j < ns && d.err == nil; j++ {
+			sums = append(sums, d.u32())
+		}
+		m.Shards = append(m.Shards, Shard{Sums: sums})
+	}
+	n = d.count(8) // a sample takes at least 8 bytes
+	s := &m.Samples
+	s.keyEnd = make([]uint64, 0, n)
+	s.Stratum = make([]uint32, 0, n)
+	s.Shard = make([]uint32, 0, n)
+	s.Size = make([]uint32, 0, n)
+	s.Sum = make([]uint32, 0, n)
+	// Keys are front-coded, so their total may exceed the body; the
+	// preallocation is still capped by the body size against corrupt totals.
+	s.keys = make([]byte, 0, min(d.uvarint(), uint64(4*d.left+1<<20)))
+	var shard uint64
+	prevStart := 0
+	for i := 0; i < n && d.err == nil; i++ {
+		shared := int(d.uvarint())
+		if prevLen := len(s.keys) - prevStart; shared > prevLen {
+			d.fail("sample %d shares %d key bytes with a %d-byte key", i, shared, prevLen)
+			break
+		}
+		start := len(s.keys)
+		s.keys = append(s.keys, s.keys[prevStart:prevStart+shared]...)
+		s.keys = d.appendBytes(s.keys)
+		prevStart = start
+		s.keyEnd = append(s.keyEnd, uint64(len(s.keys)))
+		st := d.uvarint()
+		shard += d.uvarint()
+		size := d.uvarint()
+		if st >= uint64(len(m.Strata)) || shard >= uint64(len(m.Shards)) || size > MaxShardSize {
+			d.fail("sample %d: stratum %d, shard %d or size %d out of range", i, st, shard, size)
+			break
+		}
+		s.Stratum = append(s.Stratum, uint32(st))
+		s.Shard = append(s.Shard, uint32(shard))
+		s.Size = append(s.Size, uint32(size))
+		s.Sum = append(s.Sum, d.u32())
+	}
+	if d.err == nil && d.left != 0 {
+		d.fail("%d trailing bytes", d.left)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if err := m.Finish(); err != nil {
+		return nil, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// decoder reads the body with a sticky error and a byte budget that bounds
+// every count, so corrupt lengths cannot cause huge allocations.
+type decoder struct {
+	r    *bufio.Reader
+	left int64
+	err  error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(d)
+	if err != nil {
+		d.fail("truncated body: %v", err)
+	}
+	return v
+}
+
+// ReadByte lets binary.ReadUvarint consume from the budget.
+func (d *decoder) ReadByte() (byte, error) {
+	if d.left <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	c, err := d.r.ReadByte()
+	if err == nil {
+		d.left--
+	} else if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return c, err
+}
+
+func (d *decoder) u32() uint32 {
+	var v uint32
+	for i := 0; i < 4; i++ {
+		c, err := d.ReadByte()
+		if err != nil {
+			d.fail("truncated body")
+			return 0
+		}
+		v |= uint32(c) << (8 * i)
+	}
+	return v
+}
+
+func (d *decoder) read(p []byte) {
+	if d.err != nil {
+		return
+	}
+	if int64(len(p)) > d.left {
+		d.fail("truncated body")
+		return
+	}
+	if _, err := io.ReadFull(d.r, p); err != nil {
+		d.fail("truncated body: %v", err)
+		return
+	}
+	d.left -= int64(len(p))
+}
+
+// count reads an element count, each element taking at least minBytes.
+func (d *decoder) count(minBytes int64) int {
+	v := d.uvarint()
+	if d.err == nil && v > uint64(d.left/minBytes) {
+		d.fail("count %d exceeds the remaining %d bytes", v, d.left)
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) small(what string, max uint64) int {
+	v := d.uvarint()
+	if d.err == nil && v > max {
+		d.fail("%s %d exceeds %d", what, v, max)
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) appendBytes(dst []byte) []byte {
+	n := d.count(1)
+	if d.err != nil {
+		return dst
+	}
+	start := len(dst)
+	dst = slices.Grow(dst, n)[:start+n]
+	d.read(dst[start:])
+	return dst
+}
+
+func (d *decoder) str() string { return string(d.appendBytes(nil)) }
+
+func (d *decoder) strs() []string {
+	n := d.count(1)
+	out := make([]string, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		out = append(out, d.str())
+	}
+	return out
+}
+
+// rawBody returns the decompressed body of an encoded manifest, for tests and tools.
+func rawBody(b []byte) ([]byte, error) {
+	if len(b) < headerSize {
+		return nil, ErrCorrupt
+	}
+	zr, err := zstd.NewReader(bytes.NewReader(b[headerSize:]))
+	if err != nil {
+		return nil, err
+	}
+	defer zr.Close()
+	return io.ReadAll(zr)
+}

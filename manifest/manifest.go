@@ -1,0 +1,311 @@
+// Package manifest owns the durable description of a dataset: erasure
+// parameters, stores, strata, shards with their block checksums, and per
+// sample its key, stratum, shard, offset, size and checksum. It encodes to a
+// compact, versioned, checksummed binary object, which ingest writes to every
+// store after all fragments: that write is the commit point.
+//
+// Samples are kept in columns, not as a slice of structs, so 10M samples fit
+// in about 30 bytes each plus their keys. Sample i is the i-th sample in
+// (shard, offset) order; samples are packed back to back in their shard, so
+// offsets are not stored but recomputed on decode.
+package manifest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strings"
+	"unicode/utf8"
+)
+
+// Version is the format version this package writes.
+const Version = 1
+
+// MaxShardSize bounds a shard (and so a sample), so offsets fit in 32 bits.
+const MaxShardSize = 1<<31 - 1
+
+// ErrCorrupt: the bytes are not a valid manifest.
+var ErrCorrupt = errors.New("manifest is corrupt")
+
+// Stratum is one class of samples: one label, or a tuple of labels.
+type Stratum struct {
+	Name   string   // directory-safe display name (labels joined with "+")
+	Labels []string // one per Manifest.LabelFields
+	Count  int
+}
+
+// Shard is one stored shard.
+type Shard struct {
+	Size        int64    // payload bytes
+	FirstSample int      // index of its first sample; its samples are consecutive
+	NumSamples  int      // number of samples
+	Sums        []uint32 // block checksums, fragment-major (see erasure.Shard)
+}
+
+// Manifest is a dataset's durable description.
+type Manifest struct {
+	Version     int
+	Name        string
+	IngestID    string // names the object prefix of this ingest's fragments
+	CreatedUnix int64
+	Seed        uint64 // seed of the stratified placement of samples into shards
+
+	Data, Parity, BlockSize int
+	ShardSize               int64    // target shard size used at ingest
+	Stores                  []string // store names at ingest, for messages only
+	LabelFields             []string
+
+	Strata  []Stratum
+	Shards  []Shard
+	Samples Samples
+}
+
+// Samples is the columnar sample table.
+type Samples struct {
+	keys    []byte   // all keys, back to back
+	keyEnd  []uint64 // keyEnd[i] is the end of key i in keys
+	Stratum []uint32
+	Shard   []uint32
+	Offset  []uint32 // within the shard
+	Size    []uint32
+	Sum     []uint32 // CRC32C of the sample bytes
+}
+
+// Len is the number of samples.
+func (s *Samples) Len() int { return len(s.keyEnd) }
+
+// Key returns sample i's key.
+func (s *Samples) Key(i int) string {
+	start := uint64(0)
+	if i > 0 {
+		start = s.keyEnd[i-1]
+	}
+	return string(s.keys[start:s.keyEnd[i]])
+}
+
+// KeyBytes returns sample i's key without copying. Do not modify it.
+func (s *Samples) KeyBytes(i int) []byte {
+	start := uint64(0)
+	if i > 0 {
+		start = s.keyEnd[i-1]
+	}
+	return s.keys[start:s.keyEnd[i]]
+}
+
+// Append adds a sample. Offsets are assigned by Finish.
+func (s *Samples) Append(key string, stratum, shard, size, sum uint32) {
+	s.keys = append(s.keys, key...)
+	s.keyEnd = append(s.keyEnd, uint64(len(s.keys)))
+	s.Stratum = append(s.Stratum, stratum)
+	s.Shard = append(s.Shard, shard)
+	s.Size = append(s.Size, size)
+	s.Sum = append(s.Sum, sum)
+}
+
+// Finish recomputes derived fields: sample offsets, shard first/num samples,
+// shard sizes and stratum counts. Samples must be in shard order.
+func (m *Manifest) Finish() error {
+	s := &m.Samples
+	s.Offset = make([]uint32, s.Len())
+	for i := range m.Shards {
+		m.Shards[i].FirstSample, m.Shards[i].NumSamples, m.Shards[i].Size = 0, 0, 0
+	}
+	for i := range m.Strata {
+		m.Strata[i].Count = 0
+	}
+	for i := 0; i < s.Len(); i++ {
+		sh, st := int(s.Shard[i]), int(s.Stratum[i])
+		if sh >= len(m.Shards) || st >= len(m.Strata) {
+			return fmt.Errorf("%w: sample %d names shard %d / stratum %d that do not exist", ErrCorrupt, i, sh, st)
+		}
+		if i > 0 && s.Shard[i] < s.Shard[i-1] {
+			return fmt.Errorf("%w: sample %d is out of shard order", ErrCorrupt, i)
+		}
+		shard := &m.Shards[sh]
+		if shard.NumSamples == 0 {
+			shard.FirstSample = i
+		}
+		if shard.Size+int64(s.Size[i]) > MaxShardSize {
+			return fmt.Errorf("%w: shard %d exceeds %d bytes", ErrCorrupt, sh, int64(MaxShardSize))
+		}
+		s.Offset[i] = uint32(shard.Size)
+		shard.Size += int64(s.Size[i])
+		shard.NumSamples++
+		m.Strata[st].Count++
+	}
+	return nil
+}
+
+// FragSize is the fragment size of shard i.
+func (m *Manifest) FragSize(i int) int64 {
+	return (m.Shards[i].Size + int64(m.Data) - 1) / int64(m.Data)
+}
+
+// Blocks is the number of checksum blocks per fragment of shard i.
+func (m *Manifest) Blocks(i int) int {
+	return int((m.FragSize(i) + int64(m.BlockSize) - 1) / int64(m.BlockSize))
+}
+
+// TotalBytes is the sum of all sample sizes.
+func (m *Manifest) TotalBytes() int64 {
+	var n int64
+	for _, sh := range m.Shards {
+		n += sh.Size
+	}
+	return n
+}
+
+// CheckKey reports whether key is acceptable as a sample key: a relative,
+// slash-separated, valid UTF-8 path with no empty, "." or ".." element and no NUL.
+func CheckKey(key string) error {
+	if err := checkKey([]byte(key)); err != nil {
+		return fmt.Errorf("key %q %s", key, err)
+	}
+	return nil
+}
+
+var (
+	errKeyEmpty    = errors.New("is empty")
+	errKeyUTF8     = errors.New("is not valid UTF-8")
+	errKeyNUL      = errors.New("contains NUL")
+	errKeyAbsolute = errors.New("is an absolute path")
+	errKeyElement  = errors.New(`has an empty, "." or ".." path element, or a backslash`)
+)
+
+// checkKey is CheckKey without allocation, for validating millions of keys.
+func checkKey(key []byte) error {
+	switch {
+	case len(key) == 0:
+		return errKeyEmpty
+	case key[0] == '/':
+		return errKeyAbsolute
+	case bytes.IndexByte(key, 0) >= 0:
+		return errKeyNUL
+	case bytes.IndexByte(key, '\\') >= 0:
+		return errKeyElement
+	case !utf8.Valid(key):
+		return errKeyUTF8
+	}
+	for rest := key; ; {
+		el := rest
+		i := bytes.IndexByte(rest, '/')
+		if i >= 0 {
+			el = rest[:i]
+		}
+		if len(el) == 0 || string(el) == "." || string(el) == ".." {
+			return errKeyElement
+		}
+		if i < 0 {
+			return nil
+		}
+		rest = rest[i+1:]
+	}
+}
+
+// DuplicateKey returns a key that occurs twice, or "" when keys are unique.
+// It radix-sorts 64-bit hashes instead of building a map of 10M strings, and
+// compares keys only for the rare equal hashes.
+func (s *Samples) DuplicateKey() string {
+	seed := maphash.MakeSeed()
+	hs := make([]uint64, s.Len())
+	for i := range hs {
+		hs[i] = maphash.Bytes(seed, s.KeyBytes(i))
+	}
+	radixSort(hs)
+	var collide map[uint64]bool
+	for i := 1; i < len(hs); i++ {
+		if hs[i] == hs[i-1] {
+			if collide == nil {
+				collide = map[uint64]bool{}
+			}
+			collide[hs[i]] = true
+		}
+	}
+	if collide == nil {
+		return ""
+	}
+	seen := map[string]bool{}
+	for i := 0; i < s.Len(); i++ {
+		if collide[maphash.Bytes(seed, s.KeyBytes(i))] {
+			if seen[s.Key(i)] {
+				return s.Key(i)
+			}
+			seen[s.Key(i)] = true
+		}
+	}
+	return ""
+}
+
+// radixSort sorts a in place, 16 bits per pass.
+func radixSort(a []uint64) {
+	buf := make([]uint64, len(a))
+	var count [1 << 16]int
+	for shift := 0; shift < 64; shift += 16 {
+		clear(count[:])
+		for _, v := range a {
+			count[(v>>shift)&0xffff]++
+		}
+		sum := 0
+		for i, c := range count {
+			count[i] = sum
+			sum += c
+		}
+		for _, v := range a {
+			d := (v >> shift) & 0xffff
+			buf[count[d]] = v
+			count[d]++
+		}
+		a, buf = buf, a
+	}
+}
+
+// Validate checks everything a reader relies on: parameters, keys (clean and
+// unique), stratum names, shard checksum tables and sample bounds.
+func (m *Manifest) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if m.Data < 1 || m.Parity < 0 || m.Data+m.Parity > 256 {
+		return bad("erasure parameters k=%d m=%d", m.Data, m.Parity)
+	}
+	if m.BlockSize < 1 || m.BlockSize > 1<<20 {
+		return bad("block size %d", m.BlockSize)
+	}
+	if len(m.Stores) != m.Data+m.Parity {
+		return bad("%d stores recorded, k+m = %d", len(m.Stores), m.Data+m.Parity)
+	}
+	seen := make(map[string]bool, len(m.Strata))
+	for i, st := range m.Strata {
+		if err := checkName(st.Name); err != nil || seen[st.Name] {
+			return bad("stratum %d name %q: invalid or duplicate", i, st.Name)
+		}
+		if len(st.Labels) != len(m.LabelFields) {
+			return bad("stratum %q has %d labels, %d label fields", st.Name, len(st.Labels), len(m.LabelFields))
+		}
+		seen[st.Name] = true
+	}
+	for i := range m.Shards {
+		if want := (m.Data + m.Parity) * m.Blocks(i); len(m.Shards[i].Sums) != want {
+			return bad("shard %d has %d checksums, want %d", i, len(m.Shards[i].Sums), want)
+		}
+	}
+	s := &m.Samples
+	for i := 0; i < s.Len(); i++ {
+		if err := checkKey(s.KeyBytes(i)); err != nil {
+			return bad("sample %d: key %q %v", i, s.Key(i), err)
+		}
+	}
+	if k := s.DuplicateKey(); k != "" {
+		return bad("duplicate key %q", k)
+	}
+	return nil
+}
+
+// checkName accepts names usable as one directory element.
+func checkName(n string) error {
+	if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") || !utf8.ValidString(n) {
+		return fmt.Errorf("invalid name %q", n)
+	}
+	return nil
+}
