@@ -1,0 +1,330 @@
+package ingest
+
+import (
+	"cmp"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/erasure"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// ErrExists: the dataset name is taken and --force was not given.
+var ErrExists = errors.New("dataset already exists")
+
+// Options configure Run.
+type Options struct {
+	Name                    string
+	Stores                  []backend.Store
+	Data, Parity, BlockSize int
+	ShardSize               int64  // target shard size; default 64 MiB
+	Seed                    uint64 // seed of the stratified placement
+	Force                   bool   // replace an existing dataset
+	// ShardsInFlight bounds memory: each holds about 2.5 shard sizes. Default 2.
+	ShardsInFlight int
+	Logger         *slog.Logger
+	// Progress, if set, receives sample bytes as shards are uploaded.
+	Progress func(bytes int64)
+}
+
+// Result summarizes a committed ingest.
+type Result struct {
+	Manifest      *manifest.Manifest
+	Samples       int
+	Bytes         int64 // sample bytes
+	StoredBytes   int64 // fragment bytes written
+	Elapsed       time.Duration
+	OrphansPurged int
+}
+
+// DefaultShardSize is the target shard size.
+const DefaultShardSize = 64 << 20
+
+// Run ingests src into opts.Stores as dataset opts.Name and commits it.
+func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
+	start := time.Now()
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.ShardSize <= 0 {
+		opts.ShardSize = DefaultShardSize
+	}
+	if opts.ShardSize > manifest.MaxShardSize {
+		return nil, fmt.Errorf("--shard-size %d: at most %d bytes", opts.ShardSize, int64(manifest.MaxShardSize))
+	}
+	if opts.BlockSize == 0 {
+		opts.BlockSize = erasure.DefaultBlockSize
+	}
+	if opts.ShardsInFlight <= 0 {
+		opts.ShardsInFlight = 2
+	}
+	params := erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}
+	if err := params.Validate(); err != nil {
+		return nil, err
+	}
+	if len(opts.Stores) != params.Total() {
+		return nil, fmt.Errorf("%d stores given for --data %d --parity %d: pass exactly k+m = %d store URLs",
+			len(opts.Stores), opts.Data, opts.Parity, params.Total())
+	}
+	if err := dataset.CheckName(opts.Name); err != nil {
+		return nil, err
+	}
+	codec, err := erasure.NewCodec(params)
+	if err != nil {
+		return nil, err
+	}
+	if err := pingAll(ctx, opts.Stores); err != nil {
+		return nil, err
+	}
+	if _, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil && !opts.Force {
+		return nil, fmt.Errorf("%w: %s is already committed on these stores: pass --force to replace it", ErrExists, opts.Name)
+	} else if err != nil && !errors.Is(err, dataset.ErrNotFound) && !opts.Force {
+		return nil, fmt.Errorf("%w: %s has manifest copies that cannot be read (%v): pass --force to replace it", ErrExists, opts.Name, err)
+	}
+
+	m := &manifest.Manifest{
+		Version: manifest.Version, Name: opts.Name, IngestID: newIngestID(), CreatedUnix: time.Now().Unix(),
+		Seed: opts.Seed, Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize, ShardSize: opts.ShardSize,
+		LabelFields: src.LabelFields,
+	}
+	for _, s := range opts.Stores {
+		m.Stores = append(m.Stores, s.String())
+	}
+	var strata []uint32
+	m.Strata, strata = src.strata()
+	order := stratifiedOrder(strata, len(m.Strata), opts.Seed)
+	shards := cutShards(src.Items, order, opts.ShardSize)
+	m.Shards = make([]manifest.Shard, len(shards))
+	for si, shard := range shards {
+		for _, it := range shard {
+			m.Samples.Append(src.Items[it].Key, strata[it], uint32(si), uint32(src.Items[it].Size), 0)
+		}
+	}
+	if err := m.Finish(); err != nil {
+		return nil, err
+	}
+	log.Info("ingest plan", "dataset", opts.Name, "samples", m.Samples.Len(), "strata", len(m.Strata),
+		"shards", len(shards), "bytes", m.TotalBytes(), "k", opts.Data, "m", opts.Parity, "ingest_id", m.IngestID)
+
+	res := &Result{Manifest: m, Samples: m.Samples.Len(), Bytes: m.TotalBytes()}
+	var mu sync.Mutex // guards res.StoredBytes
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(opts.ShardsInFlight)
+	for si := range shards {
+		g.Go(func() error {
+			data, err := readShard(gctx, src, m, si)
+			if err != nil {
+				return err
+			}
+			frags, sums, err := codec.Encode(data)
+			if err != nil {
+				return err
+			}
+			m.Shards[si].Sums = sums
+			up, uctx := errgroup.WithContext(gctx)
+			for f, frag := range frags {
+				up.Go(func() error {
+					store := opts.Stores[params.Placement(si, f)]
+					if err := store.Put(uctx, dataset.FragmentKey(opts.Name, m.IngestID, si, f), frag); err != nil {
+						return fmt.Errorf("upload shard %d fragment %d: %w", si, f, err)
+					}
+					return nil
+				})
+			}
+			if err := up.Wait(); err != nil {
+				return err
+			}
+			mu.Lock()
+			res.StoredBytes += int64(len(frags)) * int64(len(frags[0]))
+			mu.Unlock()
+			if opts.Progress != nil {
+				opts.Progress(m.Shards[si].Size)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command; the partial upload is removed then)", opts.Name, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	enc, err := manifest.Encode(m)
+	if err != nil {
+		return nil, err
+	}
+	// The commit: the manifest goes to every store, after all fragments.
+	commit, cctx := errgroup.WithContext(ctx)
+	for _, s := range opts.Stores {
+		commit.Go(func() error { return s.Put(cctx, dataset.ManifestKey(opts.Name), enc) })
+	}
+	if err := commit.Wait(); err != nil {
+		return nil, fmt.Errorf("commit %s: some manifest copies were not written: %w (the dataset is readable; run shardfs repair to restore the missing copies)", opts.Name, err)
+	}
+	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, m.IngestID, log)
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+func pingAll(ctx context.Context, stores []backend.Store) error {
+	errs := make([]error, len(stores))
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			if err := backend.Ping(pctx, s); err != nil {
+				errs[i] = fmt.Errorf("store %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func newIngestID() string {
+	var b [4]byte
+	crand.Read(b[:])
+	return fmt.Sprintf("%s-%s", time.Now().UTC().Format("20060102T150405Z"), hex.EncodeToString(b[:]))
+}
+
+// stratifiedOrder returns item indexes in an order where every contiguous
+// stretch mirrors the global stratum mix: item j of stratum c (in a seeded
+// permutation of c) is placed at position (j+u_c)/n_c, with u_c in [0,1) a
+// seeded offset, like systematic sampling of each stratum.
+func stratifiedOrder(strata []uint32, nStrata int, seed uint64) []int {
+	rng := rand.New(rand.NewPCG(seed, 0x5348415244))
+	members := make([][]int, nStrata)
+	for i, s := range strata {
+		members[s] = append(members[s], i)
+	}
+	type pos struct {
+		at   float64
+		item int
+	}
+	all := make([]pos, 0, len(strata))
+	for _, mem := range members {
+		rng.Shuffle(len(mem), func(i, j int) { mem[i], mem[j] = mem[j], mem[i] })
+		u := rng.Float64()
+		for j, it := range mem {
+			all = append(all, pos{(float64(j) + u) / float64(len(mem)), it})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b pos) int { return cmp.Compare(a.at, b.at) })
+	out := make([]int, len(all))
+	for i, p := range all {
+		out[i] = p.item
+	}
+	return out
+}
+
+// cutShards cuts the ordered items into shards of about shardSize bytes.
+// A sample larger than shardSize gets a shard of its own.
+func cutShards(items []Item, order []int, shardSize int64) [][]int {
+	var shards [][]int
+	var cur []int
+	var size int64
+	for _, it := range order {
+		if len(cur) > 0 && size+items[it].Size > shardSize {
+			shards = append(shards, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, it)
+		size += items[it].Size
+	}
+	if len(cur) > 0 {
+		shards = append(shards, cur)
+	}
+	return shards
+}
+
+// readShard reads the samples of shard si back to back and records their checksums.
+func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int) ([]byte, error) {
+	sh := &m.Shards[si]
+	data := make([]byte, sh.Size)
+	keyIndex := src.keyIndex()
+	for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		it := src.Items[keyIndex[m.Samples.Key(j)]]
+		off, size := int64(m.Samples.Offset[j]), int64(m.Samples.Size[j])
+		if err := readFile(it.Path, data[off:off+size]); err != nil {
+			return nil, err
+		}
+		m.Samples.Sum[j] = erasure.Checksum(data[off : off+size])
+	}
+	return data, nil
+}
+
+func readFile(name string, p []byte) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return fmt.Errorf("read sample: %w", err)
+	}
+	defer f.Close()
+	if _, err := io.ReadFull(f, p); err != nil {
+		return fmt.Errorf("read sample %s: %w (did it change during ingest?)", name, err)
+	}
+	var one [1]byte
+	if n, _ := f.Read(one[:]); n > 0 {
+		return fmt.Errorf("read sample %s: file grew during ingest", name)
+	}
+	return nil
+}
+
+// keyIndex maps keys to item indexes, built once.
+func (s *Source) keyIndex() map[string]int {
+	s.indexOnce.Do(func() {
+		s.index = make(map[string]int, len(s.Items))
+		for i, it := range s.Items {
+			s.index[it.Key] = i
+		}
+	})
+	return s.index
+}
+
+// purgeOrphans deletes fragments of other ingests of name: leftovers of
+// interrupted runs, or of the dataset this ingest replaced.
+func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string, log *slog.Logger) int {
+	n := 0
+	for _, s := range stores {
+		keys, err := s.List(ctx, dataset.DataPrefix(name))
+		if err != nil {
+			log.Warn("could not list old fragments", "store", s.String(), "err", err)
+			continue
+		}
+		for _, k := range keys {
+			if strings.HasPrefix(k, dataset.DataPrefix(name)+keep+"/") {
+				continue
+			}
+			if err := s.Delete(ctx, k); err != nil {
+				log.Warn("could not delete old fragment", "store", s.String(), "key", k, "err", err)
+				continue
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		log.Info("removed fragments of interrupted or replaced ingests", "objects", n)
+	}
+	return n
+}

@@ -1,0 +1,75 @@
+// Package synth writes deterministic, imbalanced, labelled datasets as
+// ImageFolder trees, for the demo, tests and benchmarks.
+package synth
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+)
+
+// Spec describes a dataset: Counts[i] samples in class i, each of a size
+// drawn uniformly from [MinSize, MaxSize].
+type Spec struct {
+	Counts           []int
+	MinSize, MaxSize int
+	Seed             uint64
+}
+
+// Demo is the demo dataset: 10 classes from 400 down to 8 samples, about 50 MB.
+var Demo = Spec{Counts: []int{400, 260, 170, 110, 70, 45, 30, 20, 12, 8}, MinSize: 20_000, MaxSize: 70_000, Seed: 1}
+
+// Imbalanced returns a spec of n samples in nClasses classes whose sizes fall geometrically by ratio.
+func Imbalanced(n, nClasses int, ratio float64, minSize, maxSize int, seed uint64) Spec {
+	w, sum := make([]float64, nClasses), 0.0
+	for i := range w {
+		w[i] = 1
+		for j := 0; j < i; j++ {
+			w[i] *= ratio
+		}
+		sum += w[i]
+	}
+	s := Spec{MinSize: minSize, MaxSize: maxSize, Seed: seed}
+	left := n
+	for i := range w {
+		c := max(1, int(float64(n)*w[i]/sum))
+		if i == nClasses-1 || c > left-(nClasses-1-i) {
+			c = max(1, left-(nClasses-1-i))
+		}
+		s.Counts = append(s.Counts, c)
+		left -= c
+	}
+	return s
+}
+
+// ClassName is the directory name of class i.
+func ClassName(i int) string { return fmt.Sprintf("class%02d", i) }
+
+// Write creates dir/<class>/<sample> files and returns the total bytes.
+func Write(dir string, s Spec) (int64, error) {
+	rng := rand.New(rand.NewPCG(s.Seed, 42))
+	var total int64
+	for c, n := range s.Counts {
+		cdir := filepath.Join(dir, ClassName(c))
+		if err := os.MkdirAll(cdir, 0o755); err != nil {
+			return 0, err
+		}
+		for i := 0; i < n; i++ {
+			size := s.MinSize + rng.IntN(s.MaxSize-s.MinSize+1)
+			b := make([]byte, size)
+			for j := 0; j+8 <= len(b); j += 8 {
+				v := rng.Uint64()
+				for k := 0; k < 8; k++ {
+					b[j+k] = byte(v >> (8 * k))
+				}
+			}
+			name := filepath.Join(cdir, fmt.Sprintf("%s_%05d.bin", ClassName(c), i))
+			if err := os.WriteFile(name, b, 0o644); err != nil {
+				return 0, err
+			}
+			total += int64(size)
+		}
+	}
+	return total, nil
+}
