@@ -70,7 +70,7 @@ func RequireBinary(t testing.TB) string {
 // named buckets in it. The process is killed in t.Cleanup.
 func Start(t testing.TB, buckets ...string) *Server {
 	t.Helper()
-	s := &Server{bin: RequireBinary(t), DataDir: t.TempDir(), t: t}
+	s := &Server{bin: RequireBinary(t), DataDir: filepath.Join(t.TempDir(), "data"), t: t}
 	for _, b := range buckets {
 		// MinIO's single-drive mode serves each top-level directory as a bucket.
 		if err := os.MkdirAll(filepath.Join(s.DataDir, b), 0o755); err != nil {
@@ -83,13 +83,21 @@ func Start(t testing.TB, buckets ...string) *Server {
 	return s
 }
 
-// Restart starts the process again on the same address and data directory.
+// Restart starts the process again on the same address and data directory,
+// killing the running one first, if any.
 func (s *Server) Restart() {
 	s.t.Helper()
+	s.Kill()
 	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.Addr, "--console-address", freeAddr(s.t), s.DataDir)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// MinIO logs go to a file: on stderr they would drown the test output.
+	logf, err := os.OpenFile(s.DataDir+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start minio: %v", err)
 	}

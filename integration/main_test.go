@@ -1,0 +1,105 @@
+// Package integration holds end-to-end tests that run the shardfs binary
+// against real MinIO server processes, one per store.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/miniotest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "shardfs-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "shardfs")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/shardfs")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build shardfs:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cluster is k+m MinIO processes, one bucket each.
+type cluster struct {
+	servers []*miniotest.Server
+	urls    []string
+}
+
+func startCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := &cluster{}
+	for i := 0; i < n; i++ {
+		s := miniotest.Start(t, "shardfs")
+		c.servers = append(c.servers, s)
+		c.urls = append(c.urls, s.URL("shardfs/ds"))
+	}
+	return c
+}
+
+// store opens store i with the test credentials, as a test-side client.
+func (c *cluster) store(t *testing.T, i int) backend.Store {
+	t.Helper()
+	s, err := backend.Open(c.urls[i], backend.OpenOptions{Credentials: &backend.Credentials{
+		AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// result of one shardfs run.
+type result struct {
+	stdout, stderr string
+	code           int
+	elapsed        time.Duration
+}
+
+// run executes shardfs with the test credentials in its environment (never in argv).
+func run(t *testing.T, timeout time.Duration, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
+	cmd.Env = append(cmd.Env, env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
+	if ctx.Err() != nil {
+		t.Fatalf("shardfs %s: timed out after %v\n%s%s", strings.Join(args, " "), timeout, r.stdout, r.stderr)
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r result) String() string { return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr) }
+
+// execShardfs prepares a shardfs command with the test credentials, for tests that signal it.
+func execShardfs(args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
+	return cmd
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite: the README's second command, and what .ci/run runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+source scripts/deps.sh
+
+echo "== gofmt, go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
+go vet ./...
+
+echo "== go test -race (all packages, including the MinIO integration tests)"
+go test -race -timeout 20m ./...
+
+echo "== full erasure decode matrix (4,2) (6,3) (10,4), without -race"
+go test -timeout 10m -run 'TestDecodeMatrix' -count=1 ./erasure/
+
+echo "== fuzz the manifest decoders"
+go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 15s ./manifest/
+go test -run '^$' -fuzz '^FuzzDecodeBody$' -fuzztime 15s ./manifest/
+
+echo "== all tests passed"
