@@ -95,7 +95,9 @@ func run(t *testing.T, timeout time.Duration, env []string, args ...string) resu
 	return r
 }
 
-func (r result) String() string { return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr) }
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
 
 // execShardfs prepares a shardfs command with the test credentials, for tests that signal it.
 func execShardfs(args ...string) *exec.Cmd {

@@ -1,0 +1,58 @@
+// Package layout owns the order of a training run and the byte layout of
+// every virtual file. It is pure: no I/O, no goroutines, no clocks, no map
+// iteration in any result. Same inputs, same output, on any machine.
+//
+// # The global order
+//
+// For an epoch e the order is a sequence G of batches of exactly B samples.
+// G depends on (samples' strata, seed, e, B, α, tail, epoch size, window),
+// never on the world size W. Rank r of W takes global batches r, r+W, r+2W,
+// ...: its t-th batch is G[t·W+r]. Every rank gets the same number of
+// batches T:
+//
+//	tail=drop: G holds M = ⌊L/B⌋ batches (L = epoch size, default N) and
+//	           T = ⌊M/W⌋. The last M−T·W batches and the L−M·B leftover
+//	           samples are dropped: fewer than W·B samples, each at most once.
+//	tail=pad:  G holds M = ⌈L/B⌉ batches and T = ⌈M/W⌉. Slots past the L
+//	           samples are filled by recycling, and batches past M come from
+//	           the next cycle of G (the same construction with a new seed).
+//	           Every sample appears at least once.
+//
+// Contract for changing W (resuming with another world size): the
+// step-interleaved concatenation of all ranks' batches is exactly the first
+// T·W batches of G, and G is the same for every W. With tail=drop, a run
+// that changes W mid-epoch can continue at global batch index t·W_old.
+//
+// # Stratification
+//
+// Targets are π_c ∝ n_c^α: α=1 mirrors the data, α=0 balances the strata,
+// values between are temperature sampling. The M·B slots of G are first
+// apportioned to strata by largest remainder (exact integer arithmetic for
+// α=1), giving n'_c ∈ {⌊M·B·π_c⌋, ⌈M·B·π_c⌉}. Each batch then gets
+// q_c = ⌊n'_c/M⌋ samples of stratum c, and the r_c = n'_c mod M extra ones
+// are dealt round-robin over the batches, strata in a seeded order, from a
+// seeded starting batch. No batch gets two extras of one stratum, so every
+// batch holds ⌊B·π_c⌋ or ⌈B·π_c⌉ samples of each stratum c, for every α, and
+// the epoch totals are exactly n'_c. The batches are then put in a seeded
+// random order and each batch is shuffled, so neither composition nor
+// position repeats from one epoch to the next.
+//
+// Within stratum c, samples are drawn from seeded permutations of its
+// members: the first n_c draws are a permutation of all of them; when α<1
+// needs more (minority strata recycled), the next permutation follows.
+//
+// # Window (locality) mode
+//
+// With Window=S>0 the shards are put in a seeded order and taken S at a
+// time. Each window's samples, plus those the previous window left over,
+// form a pool that is arranged into ⌊pool/B⌋ batches exactly as above, using
+// the pool's own stratum mix as the target. Since ingest places samples into
+// shards by a stratified shuffle, each pool mirrors the dataset, and every
+// batch then reads from only S shards, fetched whole. The stratification
+// bound holds relative to each pool's mix; α is not applied in window mode.
+//
+// # Virtual files
+//
+// A rank-epoch is shown as batch-NNNNNN.tar files, their concatenation
+// epoch.tar and index.csv; see FileMap.
+package layout

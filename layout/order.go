@@ -1,0 +1,471 @@
+package layout
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+)
+
+// Tail says what happens to the samples that do not fill a last step.
+type Tail int
+
+const (
+	// Drop leaves out the tail: every sample at most once per epoch.
+	Drop Tail = iota
+	// Pad fills the tail by recycling: every sample at least once per epoch.
+	Pad
+)
+
+func (t Tail) String() string {
+	if t == Pad {
+		return "pad"
+	}
+	return "drop"
+}
+
+// ParseTail parses "drop" or "pad".
+func ParseTail(s string) (Tail, error) {
+	switch s {
+	case "drop":
+		return Drop, nil
+	case "pad":
+		return Pad, nil
+	}
+	return Drop, fmt.Errorf("tail policy %q: use drop or pad", s)
+}
+
+// Params are the order parameters of one rank-epoch.
+type Params struct {
+	Seed      uint64
+	Epoch     int
+	World     int // W
+	Rank      int // r, 0 <= r < W
+	Batch     int // B
+	Alpha     float64
+	Tail      Tail
+	EpochSize int // samples per epoch before the tail policy; 0 means N
+	Window    int // shards per window; 0 means a global shuffle
+}
+
+// Validate explains what is wrong with p.
+func (p Params) Validate() error {
+	switch {
+	case p.World < 1:
+		return fmt.Errorf("world size %d: must be at least 1", p.World)
+	case p.Rank < 0 || p.Rank >= p.World:
+		return fmt.Errorf("rank %d: must be in 0..%d for world size %d", p.Rank, p.World-1, p.World)
+	case p.Batch < 1:
+		return fmt.Errorf("batch size %d: must be at least 1", p.Batch)
+	case p.Alpha < 0 || math.IsNaN(p.Alpha) || math.IsInf(p.Alpha, 0):
+		return fmt.Errorf("alpha %v: must be a finite number >= 0 (1 = proportional, 0 = balanced)", p.Alpha)
+	case p.EpochSize < 0:
+		return fmt.Errorf("epoch size %d: must be >= 0", p.EpochSize)
+	case p.Window < 0:
+		return fmt.Errorf("window %d: must be >= 0 (0 = global shuffle)", p.Window)
+	case p.Window > 0 && p.Alpha != 1:
+		return errors.New("window mode keeps each window's own class mix: use alpha 1 with a window")
+	case p.Window > 0 && p.EpochSize != 0:
+		return errors.New("window mode reads every sample once per epoch: leave the epoch size at 0")
+	case p.Epoch < 0:
+		return fmt.Errorf("epoch %d: must be >= 0", p.Epoch)
+	}
+	return nil
+}
+
+// Input is the part of a manifest the order depends on. Build it once with
+// NewInput and share it: it is read-only.
+type Input struct {
+	Stratum   []uint32 // per sample
+	NumStrata int
+	Shard     []uint32 // per sample (window mode)
+	NumShards int
+
+	members      [][]int32 // sample indexes per stratum, ascending
+	shardMembers [][]int32 // sample indexes per shard, ascending
+}
+
+// NewInput indexes the samples' strata and shards.
+func NewInput(stratum []uint32, numStrata int, shard []uint32, numShards int) (*Input, error) {
+	if shard != nil && len(shard) != len(stratum) {
+		return nil, fmt.Errorf("%d shard entries for %d samples", len(shard), len(stratum))
+	}
+	if len(stratum) > math.MaxInt32 {
+		return nil, fmt.Errorf("%d samples: at most %d", len(stratum), math.MaxInt32)
+	}
+	in := &Input{Stratum: stratum, NumStrata: numStrata, Shard: shard, NumShards: numShards}
+	var err error
+	if in.members, err = group(stratum, numStrata, "stratum"); err != nil {
+		return nil, err
+	}
+	if shard != nil {
+		if in.shardMembers, err = group(shard, numShards, "shard"); err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// group lists the indexes with each value, by counting sort.
+func group(of []uint32, n int, what string) ([][]int32, error) {
+	counts := make([]int, n)
+	for i, v := range of {
+		if int(v) >= n {
+			return nil, fmt.Errorf("sample %d: %s %d of %d", i, what, v, n)
+		}
+		counts[v]++
+	}
+	flat := make([]int32, len(of))
+	out := make([][]int32, n)
+	pos := 0
+	for c, k := range counts {
+		out[c] = flat[pos : pos : pos+k]
+		pos += k
+	}
+	for i, v := range of {
+		out[v] = append(out[v], int32(i))
+	}
+	return out, nil
+}
+
+// N is the number of samples.
+func (in *Input) N() int { return len(in.Stratum) }
+
+// Count is the number of samples in stratum c.
+func (in *Input) Count(c int) int { return len(in.members[c]) }
+
+// RankOrder is one rank's sequence of batches for one epoch.
+type RankOrder struct {
+	Params
+	Batches int     // T, equal on every rank
+	Samples []int32 // T·B sample indexes, batch after batch
+}
+
+// Batch returns the sample indexes of batch b.
+func (o *RankOrder) BatchSamples(b int) []int32 {
+	return o.Samples[b*o.Params.Batch : (b+1)*o.Params.Batch]
+}
+
+// Order computes rank p.Rank's batches for epoch p.Epoch.
+func Order(in *Input, p Params) (*RankOrder, error) {
+	e, err := newEpoch(in, p)
+	if err != nil {
+		return nil, err
+	}
+	o := &RankOrder{Params: p, Batches: e.steps}
+	o.Samples = make([]int32, 0, e.steps*p.Batch)
+	for t := 0; t < e.steps; t++ {
+		o.Samples = e.batch(t*p.World+p.Rank, o.Samples)
+	}
+	return o, nil
+}
+
+// GlobalBatches returns the first n batches of G, flattened, for tests and
+// tools. n may exceed M: batches past M come from the next cycle.
+func GlobalBatches(in *Input, p Params, n int) ([]int32, error) {
+	p.World, p.Rank = 1, 0
+	e, err := newEpoch(in, p)
+	if err != nil {
+		return nil, err
+	}
+	var out []int32
+	for g := 0; g < n; g++ {
+		out = e.batch(g, out)
+	}
+	return out, nil
+}
+
+// Steps returns the number of batches per rank, T, without computing the order.
+func Steps(in *Input, p Params) (int, error) {
+	e, err := newEpoch(in, p)
+	if err != nil {
+		return 0, err
+	}
+	return e.steps, nil
+}
+
+// epoch builds batches of G on demand; cycles of G are built lazily.
+type epoch struct {
+	in     *Input
+	p      Params
+	m      int // batches per cycle of G
+	steps  int // T
+	cycles []cycle
+}
+
+// cycle is one arrangement of M batches.
+type cycle interface {
+	batch(j int, dst []int32) []int32
+}
+
+func newEpoch(in *Input, p Params) (*epoch, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if in.N() == 0 {
+		return nil, errors.New("the dataset has no samples")
+	}
+	if p.Window > 0 && in.shardMembers == nil {
+		return nil, errors.New("window mode needs the samples' shards")
+	}
+	l := p.EpochSize
+	if l == 0 {
+		l = in.N()
+	}
+	e := &epoch{in: in, p: p}
+	if p.Tail == Drop {
+		e.m = l / p.Batch
+		e.steps = e.m / p.World
+	} else {
+		e.m = (l + p.Batch - 1) / p.Batch
+		e.steps = (e.m + p.World - 1) / p.World
+	}
+	// In window mode each window's leftovers carry over to the next, so the
+	// windows together also yield ⌊N/B⌋ (drop) or ⌈N/B⌉ (pad) batches.
+	return e, nil
+}
+
+func (e *epoch) batch(g int, dst []int32) []int32 {
+	if e.m == 0 {
+		return dst
+	}
+	c, j := g/e.m, g%e.m
+	for len(e.cycles) <= c {
+		if e.p.Window > 0 {
+			e.cycles = append(e.cycles, newWindowCycle(e.in, e.p, len(e.cycles), e.m))
+		} else {
+			e.cycles = append(e.cycles, newGlobalCycle(e.in, e.p, len(e.cycles), e.m))
+		}
+	}
+	return e.cycles[c].batch(j, dst)
+}
+
+// seedOf mixes a tuple into one 64-bit seed (splitmix64 steps).
+func seedOf(parts ...uint64) uint64 {
+	h := uint64(0x9E3779B97F4A7C15)
+	for _, p := range parts {
+		h ^= p
+		h += 0x9E3779B97F4A7C15
+		h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9
+		h = (h ^ (h >> 27)) * 0x94D049BB133111EB
+		h ^= h >> 31
+	}
+	return h
+}
+
+func rngOf(parts ...uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seedOf(parts...), 0x73686172646673))
+}
+
+// Domain tags keep the seeds of different decisions independent.
+const (
+	tagStrataOrder = iota + 1
+	tagOffset
+	tagBatchOrder
+	tagDraws
+	tagShuffle
+	tagShardOrder
+	tagWindow
+)
+
+// arrangement deals n'_c samples of each stratum over M batches: q_c each,
+// plus the r_c extras round-robin. draw(c, k) is stratum c's k-th sample.
+type arrangement struct {
+	m      int
+	active []int // strata with n'_c > 0, in index order
+	q, r   []int
+	start  []int   // first batch of stratum c's extras
+	sigma  []int32 // G position j -> arranged batch
+	draw   func(c, k int) int32
+	seed   uint64 // shuffles within batches
+}
+
+func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, draw func(c, k int) int32) *arrangement {
+	a := &arrangement{m: m, q: make([]int, len(counts)), r: make([]int, len(counts)), start: make([]int, len(counts)), draw: draw, seed: seed}
+	for c, n := range counts {
+		if n > 0 {
+			a.active = append(a.active, c)
+			a.q[c], a.r[c] = n/m, n%m
+		}
+	}
+	order := slices.Clone(a.active)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	pos := rng.IntN(m)
+	for _, c := range order {
+		a.start[c] = pos
+		pos = (pos + a.r[c]) % m
+	}
+	a.sigma = make([]int32, m)
+	for i := range a.sigma {
+		a.sigma[i] = int32(i)
+	}
+	rng.Shuffle(m, func(i, j int) { a.sigma[i], a.sigma[j] = a.sigma[j], a.sigma[i] })
+	return a
+}
+
+// hasExtra reports whether arranged batch b holds an extra of stratum c.
+func (a *arrangement) hasExtra(b, c int) bool {
+	return (b-a.start[c]+a.m)%a.m < a.r[c]
+}
+
+// extrasBefore counts stratum c's extras in arranged batches 0..b-1.
+func (a *arrangement) extrasBefore(b, c int) int {
+	s, r := a.start[c], a.r[c]
+	n := overlap(s, min(s+r, a.m), b)
+	if s+r > a.m {
+		n += overlap(0, s+r-a.m, b)
+	}
+	return n
+}
+
+// overlap is the size of [lo,hi) ∩ [0,b).
+func overlap(lo, hi, b int) int { return max(0, min(hi, b)-lo) }
+
+func (a *arrangement) batch(j int, dst []int32) []int32 {
+	b := int(a.sigma[j])
+	start := len(dst)
+	for _, c := range a.active {
+		x := a.q[c]
+		if a.hasExtra(b, c) {
+			x++
+		}
+		k0 := b*a.q[c] + a.extrasBefore(b, c)
+		for k := k0; k < k0+x; k++ {
+			dst = append(dst, a.draw(c, k))
+		}
+	}
+	out := dst[start:]
+	rng := rngOf(a.seed, tagShuffle, uint64(j))
+	rng.Shuffle(len(out), func(i, k int) { out[i], out[k] = out[k], out[i] })
+	return dst
+}
+
+// globalCycle draws from seeded permutations of each whole stratum.
+type globalCycle struct {
+	*arrangement
+	in    *Input
+	seed  uint64
+	perms [][][]int32 // [stratum][draw cycle] permutation, built on demand
+}
+
+func newGlobalCycle(in *Input, p Params, cyc, m int) *globalCycle {
+	seed := seedOf(p.Seed, uint64(p.Epoch), uint64(cyc))
+	counts := apportionTargets(in, p.Alpha, m*p.Batch)
+	g := &globalCycle{in: in, seed: seed, perms: make([][][]int32, in.NumStrata)}
+	g.arrangement = newArrangement(counts, m, rngOf(seed, tagStrataOrder), seed, g.draw)
+	return g
+}
+
+func (g *globalCycle) draw(c, k int) int32 {
+	mem := g.in.members[c]
+	dc, pos := k/len(mem), k%len(mem)
+	for len(g.perms[c]) <= dc {
+		perm := slices.Clone(mem)
+		rng := rngOf(g.seed, tagDraws, uint64(c), uint64(len(g.perms[c])))
+		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+		g.perms[c] = append(g.perms[c], perm)
+	}
+	return g.perms[c][dc][pos]
+}
+
+// Targets returns π_c ∝ n_c^α.
+func Targets(in *Input, alpha float64) []float64 {
+	w := make([]float64, in.NumStrata)
+	sum := 0.0
+	for c := range w {
+		if n := in.Count(c); n > 0 {
+			w[c] = float64(math.Pow(float64(n), alpha))
+			sum += w[c]
+		}
+	}
+	for c := range w {
+		w[c] = float64(w[c] / sum)
+	}
+	return w
+}
+
+// apportionTargets splits total slots over strata by π_c ∝ n_c^α, largest
+// remainder first (ties to the lower stratum). α=1 and α=0 use exact
+// integer arithmetic.
+func apportionTargets(in *Input, alpha float64, total int) []int {
+	counts := make([]int, in.NumStrata)
+	for c := range counts {
+		counts[c] = in.Count(c)
+	}
+	switch alpha {
+	case 1:
+		return apportionInt(total, counts)
+	case 0:
+		for c := range counts {
+			counts[c] = min(counts[c], 1)
+		}
+		return apportionInt(total, counts)
+	}
+	return apportionFloat(total, Targets(in, alpha))
+}
+
+// apportionInt splits total over integer weights w (sum > 0) exactly:
+// share_c = ⌊total·w_c/W⌋ plus one for the largest remainders.
+func apportionInt(total int, w []int) []int {
+	sum := 0
+	for _, x := range w {
+		sum += x
+	}
+	out := make([]int, len(w))
+	rem := make([]uint64, len(w))
+	given := 0
+	for c, x := range w {
+		hi, lo := bits.Mul64(uint64(total), uint64(x))
+		q, r := bits.Div64(hi, lo, uint64(sum))
+		out[c], rem[c] = int(q), r
+		given += int(q)
+	}
+	giveLargest(out, total-given, func(a, b int) int {
+		if rem[a] != rem[b] {
+			if rem[a] > rem[b] {
+				return -1
+			}
+			return 1
+		}
+		return a - b
+	}, func(c int) bool { return w[c] > 0 })
+	return out
+}
+
+func apportionFloat(total int, pi []float64) []int {
+	out := make([]int, len(pi))
+	rem := make([]float64, len(pi))
+	given := 0
+	for c, p := range pi {
+		q := float64(float64(total) * p)
+		out[c] = int(math.Floor(q))
+		rem[c] = q - math.Floor(q)
+		given += out[c]
+	}
+	giveLargest(out, total-given, func(a, b int) int {
+		if rem[a] != rem[b] {
+			if rem[a] > rem[b] {
+				return -1
+			}
+			return 1
+		}
+		return a - b
+	}, func(c int) bool { return pi[c] > 0 })
+	return out
+}
+
+// giveLargest adds one to the first n eligible entries in cmp order.
+func giveLargest(out []int, n int, cmp func(a, b int) int, eligible func(c int) bool) {
+	var idx []int
+	for c := range out {
+		if eligible(c) {
+			idx = append(idx, c)
+		}
+	}
+	slices.SortFunc(idx, cmp)
+	for i := 0; i < n; i++ {
+		out[idx[i%len(idx)]]++
+	}
+}
