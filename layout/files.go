@@ -1,0 +1,351 @@
+package layout
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Catalog is what the file map needs to know about samples.
+type Catalog interface {
+	Key(i int) string
+	Size(i int) int64
+	Stratum(i int) int
+	StratumName(c int) string
+}
+
+// Tar member geometry: each sample is a ustar header, its bytes padded to
+// 512, then a header and a one-block body for <name>.cls.
+const (
+	block      = 512
+	trailerLen = 2 * block // the end-of-archive marker
+)
+
+func padded(n int64) int64 { return (n + block - 1) / block * block }
+
+func memberLen(size int64) int64 { return block + padded(size) + 2*block }
+
+// Members is the member table of one rank-epoch: the samples of its batches,
+// in order, with their offsets in epoch.tar and their rows in index.csv.
+type Members struct {
+	order  *RankOrder
+	cat    Catalog
+	off    []int64  // off[i]: start of member i in epoch.tar; off[n] = end of members
+	dup    []uint16 // occurrence of member i's tar name before it in this rank-epoch
+	rowOff []int64  // rowOff[i]: start of row i in index.csv (after the header); rowOff[n] = size
+}
+
+// NewMembers computes the member table of a rank-epoch.
+func NewMembers(o *RankOrder, cat Catalog) *Members {
+	n := len(o.Samples)
+	m := &Members{order: o, cat: cat, off: make([]int64, n+1), dup: make([]uint16, n), rowOff: make([]int64, n+1)}
+	seen := make(map[uint64]uint16, n)
+	var row bytes.Buffer
+	m.rowOff[0] = int64(len(csvHeader))
+	for i, s := range o.Samples {
+		size := cat.Size(int(s))
+		m.off[i+1] = m.off[i] + memberLen(size)
+		stem, _ := TarName(cat.Key(int(s)))
+		h := fnv.New64a()
+		h.Write([]byte(stem))
+		k := h.Sum64()
+		m.dup[i] = seen[k]
+		seen[k]++
+		row.Reset()
+		m.writeRow(&row, i)
+		m.rowOff[i+1] = m.rowOff[i] + int64(row.Len())
+	}
+	return m
+}
+
+// Len is the number of members.
+func (m *Members) Len() int { return len(m.order.Samples) }
+
+// Order is the rank-epoch's order.
+func (m *Members) Order() *RankOrder { return m.order }
+
+// Sample is the sample index of member i.
+func (m *Members) Sample(i int) int { return int(m.order.Samples[i]) }
+
+// Name returns member i's tar name stem (no extension) and extension.
+func (m *Members) Name(i int) (stem, ext string) {
+	stem, ext = TarName(m.cat.Key(m.Sample(i)))
+	if m.dup[i] > 0 {
+		stem += "~" + strconv.Itoa(int(m.dup[i]))
+	}
+	return stem, ext
+}
+
+// Kind is what a virtual file is.
+type Kind int
+
+const (
+	BatchTar Kind = iota
+	EpochTar
+	IndexCSV
+)
+
+// FileMap is the byte layout of one virtual file.
+type FileMap struct {
+	m           *Members
+	kind        Kind
+	first, last int   // members [first, last)
+	base        int64 // epoch.tar offset of member first
+	size        int64
+}
+
+// Batch returns the map of batch-b.tar.
+func (m *Members) Batch(b int) *FileMap {
+	B := m.order.Params.Batch
+	f := &FileMap{m: m, kind: BatchTar, first: b * B, last: (b + 1) * B}
+	f.base = m.off[f.first]
+	f.size = m.off[f.last] - f.base + trailerLen
+	return f
+}
+
+// Epoch returns the map of epoch.tar: every batch's members, one end marker.
+func (m *Members) Epoch() *FileMap {
+	return &FileMap{m: m, kind: EpochTar, first: 0, last: m.Len(), size: m.off[m.Len()] + trailerLen}
+}
+
+// Index returns the map of index.csv.
+func (m *Members) Index() *FileMap {
+	return &FileMap{m: m, kind: IndexCSV, first: 0, last: m.Len(), size: m.rowOff[m.Len()]}
+}
+
+// Size is the file's exact size.
+func (f *FileMap) Size() int64 { return f.size }
+
+// Kind is the file's kind.
+func (f *FileMap) Kind() Kind { return f.kind }
+
+// Members is the member table behind the file.
+func (f *FileMap) Members() *Members { return f.m }
+
+// Range is the members [first, last) the file holds.
+func (f *FileMap) Range() (first, last int) { return f.first, f.last }
+
+// Piece says what an extent holds.
+type Piece uint8
+
+const (
+	PieceSample    Piece = iota // sample bytes, to fetch
+	PieceHeader                 // the sample's tar header
+	PieceClsHeader              // the .cls member's tar header
+	PieceCls                    // the .cls body: the stratum index
+	PieceZero                   // padding and the end marker
+	PieceRow                    // index.csv rows (Member is the first row; -1 for the header)
+)
+
+// Extent is one contiguous run of a file's bytes.
+type Extent struct {
+	Piece   Piece
+	Member  int32 // member index in the rank-epoch (-1 for the trailer / CSV header)
+	Off     int64 // offset within the piece (sample bytes, header, row...)
+	Len     int64
+	FileOff int64 // offset of this extent in the file
+}
+
+// Extents appends the extents covering [off, off+n) of the file to dst. It
+// does not allocate when dst has room. Reads past the end are clipped.
+func (f *FileMap) Extents(dst []Extent, off, n int64) []Extent {
+	end := min(off+n, f.size)
+	if off < 0 || off >= end {
+		return dst
+	}
+	if f.kind == IndexCSV {
+		return f.csvExtents(dst, off, end)
+	}
+	membersEnd := f.m.off[f.last] - f.base
+	// First member whose end is past off.
+	i := f.first + sort.Search(f.last-f.first, func(k int) bool { return f.m.off[f.first+k+1]-f.base > off })
+	for pos := off; pos < end; {
+		for i < f.last && f.m.off[i+1]-f.base <= pos {
+			i++
+		}
+		if pos >= membersEnd {
+			dst = append(dst, Extent{Piece: PieceZero, Member: -1, Off: pos - membersEnd, Len: end - pos, FileOff: pos})
+			break
+		}
+		start := f.m.off[i] - f.base
+		size := f.m.cat.Size(f.m.Sample(i))
+		rel := pos - start
+		var piece Piece
+		var pStart, pLen int64
+		switch p := padded(size); {
+		case rel < block:
+			piece, pStart, pLen = PieceHeader, 0, block
+		case rel < block+size:
+			piece, pStart, pLen = PieceSample, block, size
+		case rel < block+p:
+			piece, pStart, pLen = PieceZero, block+size, p-size
+		case rel < 2*block+p:
+			piece, pStart, pLen = PieceClsHeader, block+p, block
+		default:
+			cls := digits(f.m.cat.Stratum(f.m.Sample(i)))
+			if rel < 2*block+p+cls {
+				piece, pStart, pLen = PieceCls, 2*block+p, cls
+			} else {
+				piece, pStart, pLen = PieceZero, 2*block+p+cls, block-cls
+			}
+		}
+		l := min(pLen-(rel-pStart), end-pos)
+		dst = append(dst, Extent{Piece: piece, Member: int32(i), Off: rel - pStart, Len: l, FileOff: pos})
+		pos += l
+	}
+	return dst
+}
+
+// digits is len(strconv.Itoa(v)) for v >= 0, without allocating.
+func digits(v int) int64 {
+	n := int64(1)
+	for v >= 10 {
+		v /= 10
+		n++
+	}
+	return n
+}
+
+const csvHeader = "position,batch,key,stratum,size\n"
+
+func (f *FileMap) csvExtents(dst []Extent, off, end int64) []Extent {
+	if off < int64(len(csvHeader)) {
+		l := min(int64(len(csvHeader)), end) - off
+		dst = append(dst, Extent{Piece: PieceRow, Member: -1, Off: off, Len: l, FileOff: off})
+		off += l
+	}
+	if off >= end {
+		return dst
+	}
+	i := sort.Search(f.m.Len(), func(k int) bool { return f.m.rowOff[k+1] > off })
+	// One extent for the run of rows; Member is the first row, Off is within it.
+	return append(dst, Extent{Piece: PieceRow, Member: int32(i), Off: off - f.m.rowOff[i], Len: end - off, FileOff: off})
+}
+
+// Render fills p (len(p) == e.Len) with the synthesized bytes of e. It must
+// not be called for PieceSample, whose bytes come from the stores.
+func (f *FileMap) Render(e Extent, p []byte) {
+	switch e.Piece {
+	case PieceZero:
+		clear(p)
+	case PieceHeader, PieceClsHeader:
+		h := f.m.header(int(e.Member), e.Piece == PieceClsHeader)
+		copy(p, h[e.Off:])
+	case PieceCls:
+		copy(p, strconv.Itoa(f.m.cat.Stratum(f.m.Sample(int(e.Member))))[e.Off:])
+	case PieceRow:
+		if e.Member < 0 {
+			copy(p, csvHeader[e.Off:])
+			return
+		}
+		var buf bytes.Buffer
+		skip := e.Off
+		for i := int(e.Member); len(p) > 0 && i < f.m.Len(); i++ {
+			buf.Reset()
+			f.m.writeRow(&buf, i)
+			n := copy(p, buf.Bytes()[skip:])
+			p, skip = p[n:], 0
+		}
+	default:
+		panic(fmt.Sprintf("layout: Render of piece %d", e.Piece))
+	}
+}
+
+// tarEpoch is the modification time of every member: fixed, so bytes are deterministic.
+var tarEpoch = time.Unix(0, 0)
+
+// header renders member i's (or its .cls member's) 512-byte ustar header.
+func (m *Members) header(i int, cls bool) []byte {
+	stem, ext := m.Name(i)
+	h := &tar.Header{Typeflag: tar.TypeReg, Mode: 0o644, ModTime: tarEpoch, Format: tar.FormatUSTAR}
+	if cls {
+		h.Name = stem + ".cls"
+		h.Size = int64(len(strconv.Itoa(m.cat.Stratum(m.Sample(i)))))
+	} else {
+		h.Name = stem + "." + ext
+		h.Size = m.cat.Size(m.Sample(i))
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(h); err != nil || buf.Len() != block {
+		// TarName keeps names short and ASCII, so this cannot happen.
+		panic(fmt.Sprintf("layout: tar header for %q: %v (%d bytes)", h.Name, err, buf.Len()))
+	}
+	return buf.Bytes()
+}
+
+func (m *Members) writeRow(w *bytes.Buffer, i int) {
+	s := m.Sample(i)
+	cw := csv.NewWriter(w)
+	cw.Write([]string{
+		strconv.Itoa(i), strconv.Itoa(i / m.order.Params.Batch), m.cat.Key(s),
+		m.cat.StratumName(m.cat.Stratum(s)), strconv.FormatInt(m.cat.Size(s), 10),
+	})
+	cw.Flush()
+}
+
+// Name limits: every member name fits the 100-byte ustar name field, with
+// room for a "~N" repeat suffix and the ".cls" sibling.
+const (
+	maxExt  = 16
+	maxStem = 100 - 1 - maxExt - 6
+)
+
+// TarName maps a sample key to its tar member name, WebDataset-style:
+//
+//   - the extension is what follows the last '.' of the key's base name
+//     ("bin" if there is none), with characters other than [A-Za-z0-9]
+//     replaced by '_' and at most 16 of them;
+//   - the stem is the rest of the key; characters other than
+//     [A-Za-z0-9_-/] become '_' — in particular '.' does, because WebDataset
+//     splits a member name at the first '.' of its base name;
+//   - a stem longer than 77 bytes is cut to 68 and gets '_' and 8 hex digits
+//     of a hash of the whole key, so long keys stay distinct;
+//   - in a rank-epoch, the n-th repeat of a stem (a recycled sample, or two
+//     keys that sanitize alike) gets the suffix "~n"; '~' never occurs otherwise.
+func TarName(key string) (stem, ext string) {
+	base := key
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		base = key[i+1:]
+	}
+	stemPart := key
+	ext = "bin"
+	if i := strings.LastIndexByte(base, '.'); i > 0 && i < len(base)-1 {
+		ext = base[i+1:]
+		stemPart = key[:len(key)-len(base)+i]
+	}
+	ext = sanitize(ext, false)
+	if len(ext) > maxExt {
+		ext = ext[:maxExt]
+	}
+	stem = sanitize(stemPart, true)
+	if len(stem) > maxStem {
+		h := fnv.New32a()
+		h.Write([]byte(key))
+		stem = fmt.Sprintf("%s_%08x", stem[:maxStem-9], h.Sum32())
+	}
+	return stem, ext
+}
+
+func sanitize(s string, path bool) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+			b.WriteByte(c)
+		case path && (c == '_' || c == '-' || c == '/'):
+			b.WriteByte(c)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
