@@ -282,7 +282,10 @@ type arrangement struct {
 	seed   uint64 // shuffles within batches
 }
 
-func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, draw func(c, k int) int32) *arrangement {
+// newArrangement deals counts over m batches. With inOrder the batches stay
+// in dealing order (window mode: batch j covers the j-th stretch of every
+// stratum's draws, so it reads a narrow region of the shards).
+func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, draw func(c, k int) int32) *arrangement {
 	a := &arrangement{m: m, q: make([]int, len(counts)), r: make([]int, len(counts)), start: make([]int, len(counts)), draw: draw, seed: seed}
 	for c, n := range counts {
 		if n > 0 {
@@ -301,7 +304,9 @@ func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, draw func(
 	for i := range a.sigma {
 		a.sigma[i] = int32(i)
 	}
-	rng.Shuffle(m, func(i, j int) { a.sigma[i], a.sigma[j] = a.sigma[j], a.sigma[i] })
+	if !inOrder {
+		rng.Shuffle(m, func(i, j int) { a.sigma[i], a.sigma[j] = a.sigma[j], a.sigma[i] })
+	}
 	return a
 }
 
@@ -354,7 +359,7 @@ func newGlobalCycle(in *Input, p Params, cyc, m int) *globalCycle {
 	seed := seedOf(p.Seed, uint64(p.Epoch), uint64(cyc))
 	counts := apportionTargets(in, p.Alpha, m*p.Batch)
 	g := &globalCycle{in: in, seed: seed, perms: make([][][]int32, in.NumStrata)}
-	g.arrangement = newArrangement(counts, m, rngOf(seed, tagStrataOrder), seed, g.draw)
+	g.arrangement = newArrangement(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.draw)
 	return g
 }
 

@@ -33,9 +33,9 @@ func newWindowCycle(in *Input, p Params, cyc, m int) *windowCycle {
 		size := 0
 		rng := rngOf(seed, uint64(w))
 		for c := range pool {
-			f := fresh[c]
-			rng.Shuffle(len(f), func(i, j int) { f[i], f[j] = f[j], f[i] })
-			pool[c] = append(pool[c], f...)
+			// Draws stay in (shard, offset) order, so consecutive batches
+			// read consecutive stretches of the window's shards.
+			pool[c] = append(pool[c], fresh[c]...)
 			avail[c] = len(pool[c])
 			size += avail[c]
 		}
@@ -57,7 +57,7 @@ func newWindowCycle(in *Input, p Params, cyc, m int) *windowCycle {
 		} else {
 			counts = apportionInt(mw*p.Batch, avail)
 		}
-		arr := newArrangement(counts, mw, rng, seedOf(seed, uint64(w), tagShuffle), func(c, k int) int32 {
+		arr := newArrangement(counts, mw, rng, seedOf(seed, uint64(w), tagShuffle), true, func(c, k int) int32 {
 			return pool[c][k%len(pool[c])]
 		})
 		for j := 0; j < mw; j++ {

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"text/tabwriter"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// orderFlags are the order parameters shared by plan and mount.
+type orderFlags struct {
+	rank, world, batch, epochs, window, epochSize int
+	seed                                          uint64
+	alpha                                         float64
+	tail                                          string
+}
+
+func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault int) {
+	fs.IntVar(&f.rank, "rank", rankDefault, "this node's rank (-1: every rank)")
+	fs.IntVar(&f.world, "world-size", 1, "number of ranks W; every rank gets the same number of batches")
+	fs.IntVar(&f.batch, "batch-size", 256, "samples per batch B")
+	fs.Uint64Var(&f.seed, "seed", 0, "order seed: same seed, same global order on every node")
+	fs.IntVar(&f.epochs, "epochs", 1, "number of epochs to show")
+	fs.Float64Var(&f.alpha, "alpha", 1, "class weighting: π_c ∝ n_c^alpha; 1 mirrors the data, 0 balances the classes")
+	fs.IntVar(&f.window, "window", 0, "shards per locality window; 0 shuffles globally (one small GET per sample), S>0 reads whole shards S at a time")
+	fs.StringVar(&f.tail, "tail", "drop", "last partial step: drop (each sample at most once) or pad (each at least once)")
+	fs.IntVar(&f.epochSize, "epoch-size", 0, "samples per epoch before the tail policy (0: the dataset size)")
+}
+
+func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
+	tail, err := layout.ParseTail(f.tail)
+	if err != nil {
+		return layout.Params{}, err
+	}
+	p := layout.Params{Seed: f.seed, Epoch: epoch, World: f.world, Rank: rank, Batch: f.batch,
+		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window}
+	if f.epochs < 1 {
+		return p, fmt.Errorf("--epochs %d: must be at least 1", f.epochs)
+	}
+	return p, p.Validate()
+}
+
+// ranks lists the ranks to show.
+func (f *orderFlags) ranks() []int {
+	if f.rank >= 0 {
+		return []int{f.rank}
+	}
+	r := make([]int, f.world)
+	for i := range r {
+		r[i] = i
+	}
+	return r
+}
+
+func newPlanCmd(g *globals) *cobra.Command {
+	of := &orderFlags{}
+	var emit string
+	var epoch, synthetic, lookahead, compareWindow int
+	cmd := &cobra.Command{
+		Use:   "plan --stores URL,... [order flags] NAME",
+		Short: "Show the epoch order: batches, class mix per batch, ranged reads",
+		Long: `Plan computes the order the mount will serve, without reading any data.
+Per epoch and rank it prints the batches and samples, the mean and max
+total-variation (TV) distance of each batch's class mix from the target,
+the same for a plain uniform shuffle (what DistributedSampler gives), and the
+ranged GETs a reader needs per epoch when it fetches --lookahead batches at a
+time, merging nearby ranges on a fragment: for the global order and for a
+shard window, so the locality trade-off is visible.
+
+--emit index --epoch E --rank R writes exactly the index.csv the mount shows.
+--synthetic N plans a synthetic imbalanced dataset of N samples instead.`,
+		Example: `  shardfs plan --stores $STORES --world-size 8 --batch-size 256 imagenet-train
+  shardfs plan --stores $STORES --emit index --epoch 0 --rank 3 --world-size 8 imagenet-train > index.csv
+  shardfs plan --synthetic 1000000 --world-size 8`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var m *manifest.Manifest
+			switch {
+			case synthetic > 0:
+				m = syntheticManifest(synthetic)
+			case len(args) == 1:
+				stores, err := g.openStores()
+				if err != nil {
+					return err
+				}
+				if m, err = dataset.LoadManifest(cmd.Context(), stores, args[0], g.logger()); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("name a dataset, or pass --synthetic N")
+			}
+			if emit != "" {
+				if emit != "index" {
+					return fmt.Errorf("--emit %q: only index is supported", emit)
+				}
+				return emitIndex(cmd.OutOrStdout(), m, of, epoch)
+			}
+			return printPlan(cmd.Context(), cmd.OutOrStdout(), m, of, lookahead, compareWindow)
+		},
+	}
+	of.register(cmd.Flags(), 0)
+	cmd.Flags().StringVar(&emit, "emit", "", "write one file of the mount instead of the report: index")
+	cmd.Flags().IntVar(&epoch, "epoch", 0, "epoch for --emit")
+	cmd.Flags().IntVar(&synthetic, "synthetic", 0, "plan a synthetic dataset of N samples (100 classes, 64 MiB shards of ~100 kB samples)")
+	cmd.Flags().IntVar(&lookahead, "lookahead", 8, "batches a reader fetches at once, for the ranged-GET count")
+	cmd.Flags().IntVar(&compareWindow, "compare-window", 8, "window to compare with when --window is 0 (and the reverse)")
+	return cmd
+}
+
+// mergeGap: a reader fetches a gap this small rather than pay for another GET.
+const mergeGap = 64 << 10
+
+func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) error {
+	in, err := dataset.LayoutInput(m)
+	if err != nil {
+		return err
+	}
+	p, err := of.params(epoch, max(of.rank, 0))
+	if err != nil {
+		return err
+	}
+	o, err := layout.Order(in, p)
+	if err != nil {
+		return err
+	}
+	f := layout.NewMembers(o, dataset.Catalog{M: m}).Index()
+	buf := make([]byte, f.Size())
+	for _, e := range f.Extents(nil, 0, f.Size()) {
+		f.Render(e, buf[e.FileOff:e.FileOff+e.Len])
+	}
+	_, err = out.Write(buf)
+	return err
+}
+
+func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *orderFlags, lookahead, compareWindow int) error {
+	in, err := dataset.LayoutInput(m)
+	if err != nil {
+		return err
+	}
+	cat := dataset.Catalog{M: m}
+	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
+	fmt.Fprintf(out, "order: W=%d B=%d seed=%d alpha=%v tail=%s window=%d\n\n", of.world, of.batch, of.seed, of.alpha, of.tail, of.window)
+	pi := layout.Targets(in, of.alpha)
+	other := *of
+	if of.window == 0 {
+		other.window, other.alpha, other.epochSize = compareWindow, 1, 0
+	} else {
+		other.window = 0
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(out, "GETs: ranged reads per rank-epoch when fetching %d batches at a time and merging ranges\non a fragment less than %s apart; read: bytes those GETs fetch.\n\n", lookahead, humanize.IBytes(mergeGap))
+	fmt.Fprintf(tw, "epoch\trank\tbatches\tsamples\tTV mean\tTV max\tuniform TV mean\tuniform TV max\tGETs (window=%d)\tread\tGETs (window=%d)\tread\t\n", of.window, other.window)
+	var first layout.BatchStats
+	for e := 0; e < of.epochs; e++ {
+		for _, r := range of.ranks() {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			p, err := of.params(e, r)
+			if err != nil {
+				return err
+			}
+			o, err := layout.Order(in, p)
+			if err != nil {
+				return err
+			}
+			st := layout.Stats(o, in, pi)
+			if e == 0 && r == of.ranks()[0] {
+				first = st
+			}
+			uni := layout.Stats(layout.UniformOrder(in, p), in, layout.Targets(in, 1))
+			gets, bytes := layout.ReadPlan(o, cat, lookahead, mergeGap)
+			op, err := other.params(e, r)
+			if err != nil {
+				return err
+			}
+			oo, err := layout.Order(in, op)
+			if err != nil {
+				return err
+			}
+			ogets, obytes := layout.ReadPlan(oo, cat, lookahead, mergeGap)
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%d\t%s\t%d\t%s\t\n", e, r, o.Batches, len(o.Samples),
+				st.MeanTV, st.MaxTV, uni.MeanTV, uni.MaxTV, gets, humanize.IBytes(uint64(bytes)), ogets, humanize.IBytes(uint64(obytes)))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d (target π ∝ n^%v):\n", of.ranks()[0], of.alpha)
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "stratum\tsamples\tdata share\ttarget\tserved\t\n")
+	limit := len(m.Strata)
+	if limit > 20 {
+		limit = 20
+	}
+	for c := 0; c < limit; c++ {
+		fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.4f\t%.4f\t\n", m.Strata[c].Name, m.Strata[c].Count,
+			float64(m.Strata[c].Count)/float64(m.Samples.Len()), pi[c], first.Share[c])
+	}
+	tw.Flush()
+	if limit < len(m.Strata) {
+		fmt.Fprintf(out, "(%d more strata)\n", len(m.Strata)-limit)
+	}
+	return nil
+}
+
+// syntheticManifest builds an imbalanced in-memory manifest of n samples in
+// 100 strata (class sizes falling geometrically), 50-150 kB samples, placed
+// into 64 MiB shards by stratified round-robin as ingest does.
+func syntheticManifest(n int) *manifest.Manifest {
+	rng := rand.New(rand.NewPCG(1, 2))
+	m := &manifest.Manifest{Name: fmt.Sprintf("synthetic-%d", n), Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 64 << 20,
+		LabelFields: []string{"label"}}
+	const nStrata = 100
+	for c := 0; c < nStrata; c++ {
+		name := fmt.Sprintf("class%03d", c)
+		m.Strata = append(m.Strata, manifest.Stratum{Name: name, Labels: []string{name}})
+	}
+	var shard uint32
+	var size int64
+	for i := 0; i < n; i++ {
+		st := uint32(min(nStrata-1, int(-14.0*logf(1-rng.Float64()))))
+		sz := uint32(50_000 + rng.IntN(100_000))
+		if size+int64(sz) > m.ShardSize {
+			shard, size = shard+1, 0
+		}
+		size += int64(sz)
+		m.Samples.Append(fmt.Sprintf("class%03d/%09d.jpg", st, i), st, shard, sz, 0)
+	}
+	m.Shards = make([]manifest.Shard, shard+1)
+	if err := m.Finish(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	return m
+}
+
+func logf(x float64) float64 { return math.Log(x) }

@@ -1,0 +1,29 @@
+package dataset
+
+import (
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// Catalog adapts a manifest to layout.Catalog and layout.Geometry.
+type Catalog struct{ M *manifest.Manifest }
+
+var (
+	_ layout.Catalog  = Catalog{}
+	_ layout.Geometry = Catalog{}
+)
+
+func (c Catalog) Key(i int) string         { return c.M.Samples.Key(i) }
+func (c Catalog) Size(i int) int64         { return int64(c.M.Samples.Size[i]) }
+func (c Catalog) Stratum(i int) int        { return int(c.M.Samples.Stratum[i]) }
+func (c Catalog) StratumName(s int) string { return c.M.Strata[s].Name }
+func (c Catalog) FragSize(shard int) int64 { return c.M.FragSize(shard) }
+func (c Catalog) Locate(i int) (shard int, off, size int64) {
+	s := &c.M.Samples
+	return int(s.Shard[i]), int64(s.Offset[i]), int64(s.Size[i])
+}
+
+// LayoutInput indexes a manifest for layout.Order.
+func LayoutInput(m *manifest.Manifest) (*layout.Input, error) {
+	return layout.NewInput(m.Samples.Stratum, len(m.Strata), m.Samples.Shard, len(m.Shards))
+}

@@ -1,0 +1,106 @@
+package layout
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// BatchStats summarizes how far batch compositions are from the targets.
+type BatchStats struct {
+	Batches      int
+	MeanTV       float64   // mean total-variation distance of a batch's mix from π
+	MaxTV        float64   // worst batch
+	MaxDeviation float64   // worst |count − B·π_c| over batches and strata
+	Share        []float64 // each stratum's share of the served samples
+}
+
+// Stats measures the batches of o against targets pi.
+func Stats(o *RankOrder, in *Input, pi []float64) BatchStats {
+	st := BatchStats{Batches: o.Batches, Share: make([]float64, in.NumStrata)}
+	counts := make([]int, in.NumStrata)
+	B := o.Params.Batch
+	for b := 0; b < o.Batches; b++ {
+		clear(counts)
+		for _, s := range o.BatchSamples(b) {
+			counts[in.Stratum[s]]++
+			st.Share[in.Stratum[s]]++
+		}
+		tv := 0.0
+		for c, x := range counts {
+			tv += math.Abs(float64(x)/float64(B) - pi[c])
+			st.MaxDeviation = max(st.MaxDeviation, math.Abs(float64(x)-float64(B)*pi[c]))
+		}
+		st.MeanTV += tv / 2
+		st.MaxTV = max(st.MaxTV, tv/2)
+	}
+	if o.Batches > 0 {
+		st.MeanTV /= float64(o.Batches)
+	}
+	for c := range st.Share {
+		st.Share[c] /= float64(max(1, len(o.Samples)))
+	}
+	return st
+}
+
+// UniformOrder is the baseline a plain DistributedSampler gives: one seeded
+// permutation of all samples, dealt to ranks in contiguous batches, drop tail.
+func UniformOrder(in *Input, p Params) *RankOrder {
+	perm := make([]int32, in.N())
+	for i := range perm {
+		perm[i] = int32(i)
+	}
+	rngOf(p.Seed, uint64(p.Epoch), 0x756e69).Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	steps := in.N() / p.Batch / p.World
+	o := &RankOrder{Params: p, Batches: steps}
+	for t := 0; t < steps; t++ {
+		g := t*p.World + p.Rank
+		o.Samples = append(o.Samples, perm[g*p.Batch:(g+1)*p.Batch]...)
+	}
+	return o
+}
+
+// Geometry locates sample bytes in a shard's data fragments.
+type Geometry interface {
+	Locate(sample int) (shard int, off, size int64)
+	FragSize(shard int) int64
+}
+
+// ReadPlan counts the ranged GETs a reader of o needs when it fetches
+// lookahead batches at a time and merges, per (shard, fragment), ranges whose
+// gap is at most gap bytes. It returns the GETs and the bytes they read.
+func ReadPlan(o *RankOrder, g Geometry, lookahead int, gap int64) (gets int, bytes int64) {
+	type rng struct {
+		shard, frag int
+		a, b        int64
+	}
+	var rs []rng
+	B := o.Params.Batch
+	for first := 0; first < o.Batches; first += lookahead {
+		rs = rs[:0]
+		for _, s := range o.Samples[first*B : min(o.Batches, first+lookahead)*B] {
+			shard, off, size := g.Locate(int(s))
+			f := g.FragSize(shard)
+			for pos := off; pos < off+size; {
+				frag := int(pos / f)
+				end := min(off+size, int64(frag+1)*f)
+				rs = append(rs, rng{shard, frag, pos - int64(frag)*f, end - int64(frag)*f})
+				pos = end
+			}
+		}
+		slices.SortFunc(rs, func(x, y rng) int {
+			return cmp.Or(cmp.Compare(x.shard, y.shard), cmp.Compare(x.frag, y.frag), cmp.Compare(x.a, y.a))
+		})
+		for i := 0; i < len(rs); {
+			cur := rs[i]
+			j := i + 1
+			for ; j < len(rs) && rs[j].shard == cur.shard && rs[j].frag == cur.frag && rs[j].a-cur.b <= gap; j++ {
+				cur.b = max(cur.b, rs[j].b)
+			}
+			gets++
+			bytes += cur.b - cur.a
+			i = j
+		}
+	}
+	return gets, bytes
+}
