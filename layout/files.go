@@ -349,3 +349,7 @@ func sanitize(s string, path bool) string {
 	}
 	return b.String()
 }
+
+// Offset is where member i starts in epoch.tar; Offset(Len()) is where the members end.
+// The difference of two offsets is the bytes a reader consumes between them.
+func (m *Members) Offset(i int) int64 { return m.off[i] }

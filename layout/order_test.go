@@ -78,7 +78,10 @@ func allRanks(t testing.TB, in *Input, p Params) []*RankOrder {
 }
 
 func cases(t *testing.T) int {
-	if testing.Short() || raceEnabled {
+	if raceEnabled {
+		return 4
+	}
+	if testing.Short() {
 		return 25
 	}
 	return 150

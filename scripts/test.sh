@@ -16,8 +16,12 @@ go test -race -timeout 20m ./...
 echo "== full erasure decode matrix (4,2) (6,3) (10,4), without -race"
 go test -timeout 10m -run 'TestDecodeMatrix' -count=1 ./erasure/
 
-echo "== fuzz the manifest decoders"
+echo "== layout property tests, full set, without -race (layout is pure: no goroutines)"
+go test -timeout 10m -count=1 ./layout/
+
+echo "== fuzz the manifest decoders and the file-map offset math"
 go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 15s ./manifest/
 go test -run '^$' -fuzz '^FuzzDecodeBody$' -fuzztime 15s ./manifest/
+go test -run '^$' -fuzz '^FuzzExtents$' -fuzztime 15s ./layout/
 
 echo "== all tests passed"

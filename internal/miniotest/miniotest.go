@@ -6,15 +6,18 @@
 package miniotest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardfs/shardfs/backend"
 )
 
 // Root credentials of every test server. They are test-only values.
@@ -102,14 +105,20 @@ func (s *Server) Restart() {
 		s.t.Fatalf("start minio: %v", err)
 	}
 	s.cmd = cmd
+	// /minio/health/ready answers 200 before the object layer is up, so
+	// wait until a real S3 request is answered.
+	probe, err := backend.Open("http://"+s.Addr+"/shardfs-probe", backend.OpenOptions{
+		Credentials: &backend.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + s.Addr + "/minio/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := backend.Ping(ctx, probe)
+		cancel()
+		if err == nil || errors.Is(err, backend.ErrNoBucket) {
+			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -1,0 +1,193 @@
+// Package metrics owns the live counters of a mount: one set of atomics
+// that the read path updates, exported both as Prometheus metrics and as the
+// JSON snapshot behind .shardfs/stats.json, so the two always agree.
+package metrics
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Store health states.
+const (
+	StoreHealthy int32 = iota
+	StoreDown
+)
+
+// Metrics holds every counter. The zero value is not usable; call New.
+type Metrics struct {
+	BytesServed      atomic.Int64
+	Reads            atomic.Int64
+	CacheHits        atomic.Int64
+	CacheMisses      atomic.Int64
+	Stalls           atomic.Int64 // reads that waited on the backend
+	StallNanos       atomic.Int64
+	DegradedReads    atomic.Int64
+	ChecksumFailures atomic.Int64
+	HedgedReads      atomic.Int64
+	PrefetchBytes    atomic.Int64 // bytes fetched ahead of readers
+	PrefetchLead     atomic.Int64 // bytes ready or in flight ahead of the slowest reader
+	leadSeconds      atomic.Uint64
+	CacheBytes       atomic.Int64
+
+	stores []*StoreCounters
+	names  []string
+	start  time.Time
+}
+
+// StoreCounters are one store's counters.
+type StoreCounters struct {
+	Bytes, Requests, Errors atomic.Int64
+	Nanos                   atomic.Int64
+	State                   atomic.Int32
+}
+
+// New returns counters for stores named names (never secrets).
+func New(names []string) *Metrics {
+	m := &Metrics{names: names, start: time.Now()}
+	for range names {
+		m.stores = append(m.stores, &StoreCounters{})
+	}
+	return m
+}
+
+// Store returns store i's counters.
+func (m *Metrics) Store(i int) *StoreCounters { return m.stores[i] }
+
+// SetLeadSeconds records how many seconds of reading the prefetch lead covers.
+func (m *Metrics) SetLeadSeconds(s float64) { m.leadSeconds.Store(math.Float64bits(s)) }
+
+// LeadSeconds is the last SetLeadSeconds value.
+func (m *Metrics) LeadSeconds() float64 { return math.Float64frombits(m.leadSeconds.Load()) }
+
+// BackendRead implements erasure.Metrics.
+func (m *Metrics) BackendRead(store int, bytes int, d time.Duration, err error) {
+	s := m.stores[store]
+	s.Requests.Add(1)
+	s.Nanos.Add(int64(d))
+	if err != nil {
+		s.Errors.Add(1)
+		return
+	}
+	s.Bytes.Add(int64(bytes))
+}
+
+// ChecksumFailure implements erasure.Metrics.
+func (m *Metrics) ChecksumFailure(store int) { m.ChecksumFailures.Add(1) }
+
+// DegradedRead implements erasure.Metrics.
+func (m *Metrics) DegradedRead() { m.DegradedReads.Add(1) }
+
+// HedgedRead counts a read raced against a parity decode.
+func (m *Metrics) HedgedRead() { m.HedgedReads.Add(1) }
+
+// Stall records a read that waited d on the backend.
+func (m *Metrics) Stall(d time.Duration) {
+	m.Stalls.Add(1)
+	m.StallNanos.Add(int64(d))
+}
+
+// Snapshot is the JSON form of the counters.
+type Snapshot struct {
+	UptimeSeconds     float64         `json:"uptime_seconds"`
+	BytesServed       int64           `json:"bytes_served"`
+	Reads             int64           `json:"reads"`
+	CacheHits         int64           `json:"cache_hits"`
+	CacheMisses       int64           `json:"cache_misses"`
+	CacheBytes        int64           `json:"cache_bytes"`
+	Stalls            int64           `json:"stalls"`
+	StallSeconds      float64         `json:"stall_seconds"`
+	DegradedReads     int64           `json:"degraded_reads"`
+	ChecksumFailures  int64           `json:"checksum_failures"`
+	HedgedReads       int64           `json:"hedged_reads"`
+	PrefetchBytes     int64           `json:"prefetch_bytes"`
+	PrefetchLeadBytes int64           `json:"prefetch_lead_bytes"`
+	PrefetchLeadSecs  float64         `json:"prefetch_lead_seconds"`
+	Stores            []StoreSnapshot `json:"stores"`
+}
+
+// StoreSnapshot is one store's counters.
+type StoreSnapshot struct {
+	Name         string  `json:"name"`
+	State        string  `json:"state"`
+	Bytes        int64   `json:"bytes"`
+	Requests     int64   `json:"requests"`
+	Errors       int64   `json:"errors"`
+	MeanLatencyS float64 `json:"mean_latency_seconds"`
+}
+
+func stateName(s int32) string {
+	if s == StoreDown {
+		return "down"
+	}
+	return "healthy"
+}
+
+// Snapshot reads every counter.
+func (m *Metrics) Snapshot() Snapshot {
+	s := Snapshot{
+		UptimeSeconds: time.Since(m.start).Seconds(), BytesServed: m.BytesServed.Load(), Reads: m.Reads.Load(),
+		CacheHits: m.CacheHits.Load(), CacheMisses: m.CacheMisses.Load(), CacheBytes: m.CacheBytes.Load(),
+		Stalls: m.Stalls.Load(), StallSeconds: float64(m.StallNanos.Load()) / 1e9,
+		DegradedReads: m.DegradedReads.Load(), ChecksumFailures: m.ChecksumFailures.Load(), HedgedReads: m.HedgedReads.Load(),
+		PrefetchBytes: m.PrefetchBytes.Load(), PrefetchLeadBytes: m.PrefetchLead.Load(), PrefetchLeadSecs: m.LeadSeconds(),
+	}
+	for i, st := range m.stores {
+		ss := StoreSnapshot{Name: m.names[i], State: stateName(st.State.Load()), Bytes: st.Bytes.Load(),
+			Requests: st.Requests.Load(), Errors: st.Errors.Load()}
+		if ss.Requests > 0 {
+			ss.MeanLatencyS = float64(st.Nanos.Load()) / 1e9 / float64(ss.Requests)
+		}
+		s.Stores = append(s.Stores, ss)
+	}
+	return s
+}
+
+// Register exports the counters to reg under the shardfs_ prefix.
+func (m *Metrics) Register(reg prometheus.Registerer) error {
+	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_" + name, Help: help}, func() float64 { return float64(v.Load()) })
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardfs_" + name, Help: help}, f)
+	}
+	cs := []prometheus.Collector{
+		counter("bytes_served_total", "Bytes returned to readers.", &m.BytesServed),
+		counter("reads_total", "Read calls served.", &m.Reads),
+		counter("cache_hits_total", "Chunk lookups served from the cache.", &m.CacheHits),
+		counter("cache_misses_total", "Chunk lookups that needed the backend.", &m.CacheMisses),
+		counter("stalls_total", "Reads that waited on the backend.", &m.Stalls),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_stall_seconds_total", Help: "Time reads waited on the backend."},
+			func() float64 { return float64(m.StallNanos.Load()) / 1e9 }),
+		counter("degraded_reads_total", "Ranges decoded from parity.", &m.DegradedReads),
+		counter("checksum_failures_total", "Fragment ranges that failed their checksum.", &m.ChecksumFailures),
+		counter("hedged_reads_total", "Reads raced against a parity decode.", &m.HedgedReads),
+		counter("prefetch_bytes_total", "Bytes fetched ahead of readers.", &m.PrefetchBytes),
+		gauge("prefetch_lead_bytes", "Bytes ready or in flight ahead of the slowest reader.", func() float64 { return float64(m.PrefetchLead.Load()) }),
+		gauge("prefetch_lead_seconds", "Seconds of reading the prefetch lead covers.", m.LeadSeconds),
+		gauge("cache_bytes", "Bytes held in the cache.", func() float64 { return float64(m.CacheBytes.Load()) }),
+	}
+	for i, name := range m.names {
+		st := m.stores[i]
+		labels := prometheus.Labels{"store": name}
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_backend_bytes_total", Help: "Bytes read from a store.", ConstLabels: labels},
+				func() float64 { return float64(st.Bytes.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_backend_requests_total", Help: "Ranged GETs sent to a store.", ConstLabels: labels},
+				func() float64 { return float64(st.Requests.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_backend_errors_total", Help: "Failed GETs on a store.", ConstLabels: labels},
+				func() float64 { return float64(st.Errors.Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardfs_store_down", Help: "1 when the store is marked down.", ConstLabels: labels},
+				func() float64 { return float64(st.State.Load()) }),
+		)
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,555 @@
+// Package prefetch owns the read path of the mount below the file system:
+// it turns a virtual file's extents into verified bytes through the cache,
+// and, because it knows the exact order of every open rank-epoch, it fetches
+// ahead of the readers — exactly the chunks they will read next, coalesced
+// into large ranged GETs — within a memory budget.
+//
+// Each open rank-epoch is a stream. Every open file handle on it has a
+// position (a member index); the stream keeps lead bytes fetched or in
+// flight past the lowest position, so several DataLoader workers reading
+// batch b, b+1, ... at once are all covered. The lead is
+// rate × (latency + margin), both measured, clamped to [MinLead, Budget].
+// Demand misses have their own GET slots, so prefetch never starves the
+// bytes a reader is waiting for.
+package prefetch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
+)
+
+// Fetcher reads verified byte ranges of shards.
+type Fetcher interface {
+	ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error)
+}
+
+// Config tunes the reader. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	ChunkSize   int64         // cache granularity within a sample
+	Budget      int64         // bytes in flight or ready ahead of readers
+	MinLead     int64         // lead kept even before rates are measured
+	Margin      time.Duration // added to the measured latency
+	PrefetchGET int           // concurrent prefetch GETs
+	DemandGET   int           // concurrent demand GETs
+	MaxGET      int64         // largest coalesced GET
+	MergeGap    int64         // merge ranges on a shard this close
+	ReadTimeout time.Duration // bound on one backend read
+	Disabled    bool          // no prefetch: every miss is a demand read
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{ChunkSize: 1 << 20, Budget: 512 << 20, MinLead: 32 << 20, Margin: 500 * time.Millisecond,
+		PrefetchGET: 16, DemandGET: 16, MaxGET: 8 << 20, MergeGap: 64 << 10, ReadTimeout: 30 * time.Second}
+}
+
+func (c *Config) fill() {
+	d := DefaultConfig()
+	for _, f := range []struct{ v, def *int64 }{{&c.ChunkSize, &d.ChunkSize}, {&c.Budget, &d.Budget}, {&c.MinLead, &d.MinLead}, {&c.MaxGET, &d.MaxGET}, {&c.MergeGap, &d.MergeGap}} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	if c.Margin <= 0 {
+		c.Margin = d.Margin
+	}
+	if c.PrefetchGET <= 0 {
+		c.PrefetchGET = d.PrefetchGET
+	}
+	if c.DemandGET <= 0 {
+		c.DemandGET = d.DemandGET
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = d.ReadTimeout
+	}
+	c.MinLead = min(c.MinLead, c.Budget)
+}
+
+// Reader serves virtual files. It is safe for concurrent use.
+type Reader struct {
+	fetch Fetcher
+	geo   layout.Geometry
+	cache *cache.Cache
+	m     *metrics.Metrics
+	cfg   Config
+	log   *slog.Logger
+
+	demand   chan struct{}       // demand GET slots
+	prefGets chan struct{}       // prefetch GET slots
+	inflight *semaphore.Weighted // prefetch bytes in flight
+
+	ctx    context.Context // background work; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex // guards streams and the estimates below
+	streams map[*layout.Members]*stream
+	rate    float64 // bytes/s served, EWMA
+	latency float64 // seconds per GET, EWMA
+}
+
+// New returns a reader. Close stops its background work.
+func New(fetch Fetcher, geo layout.Geometry, c *cache.Cache, m *metrics.Metrics, cfg Config, log *slog.Logger) *Reader {
+	cfg.fill()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Reader{fetch: fetch, geo: geo, cache: c, m: m, cfg: cfg, log: log,
+		demand: make(chan struct{}, cfg.DemandGET), prefGets: make(chan struct{}, cfg.PrefetchGET),
+		inflight: semaphore.NewWeighted(cfg.Budget), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
+	r.wg.Add(1)
+	go r.measure()
+	return r
+}
+
+// Close stops prefetching and waits for background work.
+func (r *Reader) Close() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// measure updates the consumption-rate estimate once a second.
+func (r *Reader) measure() {
+	defer r.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last, lastT := r.m.BytesServed.Load(), time.Now()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case now := <-t.C:
+			served := r.m.BytesServed.Load()
+			inst := float64(served-last) / now.Sub(lastT).Seconds()
+			last, lastT = served, now
+			r.mu.Lock()
+			r.rate = 0.5*r.rate + 0.5*inst
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *Reader) observeLatency(d time.Duration) {
+	r.mu.Lock()
+	if r.latency == 0 {
+		r.latency = d.Seconds()
+	} else {
+		r.latency = 0.8*r.latency + 0.2*d.Seconds()
+	}
+	r.mu.Unlock()
+}
+
+// lead is the bytes to keep ahead of the slowest reader.
+func (r *Reader) lead() int64 {
+	r.mu.Lock()
+	rate, lat := r.rate, r.latency
+	r.mu.Unlock()
+	want := rate * (lat + r.cfg.Margin.Seconds())
+	if math.IsNaN(want) {
+		want = 0
+	}
+	return min(r.cfg.Budget, max(r.cfg.MinLead, int64(want)))
+}
+
+// chunkRange is where chunk c of sample s lives: shard, offset in the shard, length.
+func (r *Reader) chunkRange(k cache.Key) (shard int, off, n int64) {
+	shard, soff, size := r.geo.Locate(int(k.Sample))
+	start := int64(k.Chunk) * r.cfg.ChunkSize
+	return shard, soff + start, min(r.cfg.ChunkSize, size-start)
+}
+
+// fetchChunk is a demand read of one chunk.
+func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
+	return func(context.Context) ([]byte, error) {
+		// The fetch may serve other waiters: it is bounded by its own
+		// timeout, not by the first caller's request.
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ReadTimeout)
+		defer cancel()
+		select {
+		case r.demand <- struct{}{}:
+			defer func() { <-r.demand }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		shard, off, n := r.chunkRange(k)
+		start := time.Now()
+		b, err := r.fetch.ReadRange(ctx, shard, off, n)
+		r.observeLatency(time.Since(start))
+		return b, err
+	}
+}
+
+// readSample copies sample s's bytes [off, off+len(p)) into p through the
+// cache. It returns the time spent waiting on the backend, if any.
+func (r *Reader) readSample(ctx context.Context, s int, p []byte, off int64) (time.Duration, error) {
+	var waited time.Duration
+	for len(p) > 0 {
+		k := cache.Key{Sample: int32(s), Chunk: int32(off / r.cfg.ChunkSize)}
+		start := time.Now()
+		v, res, err := r.cache.Get(ctx, k, r.fetchChunk(k))
+		if err != nil && res == cache.Waited && ctx.Err() == nil {
+			// The prefetch this read waited on failed (a timeout, a store that
+			// went down): try once more on demand, with the demand path's own
+			// degraded reads.
+			v, res, err = r.cache.Get(ctx, k, r.fetchChunk(k))
+		}
+		if res == cache.Hit {
+			r.m.CacheHits.Add(1)
+		} else {
+			r.m.CacheMisses.Add(1)
+			waited += time.Since(start)
+		}
+		if err != nil {
+			return waited, err
+		}
+		rel := off - int64(k.Chunk)*r.cfg.ChunkSize
+		if rel >= int64(len(v)) {
+			return waited, fmt.Errorf("sample %d chunk %d: %d bytes, need offset %d", s, k.Chunk, len(v), rel)
+		}
+		n := copy(p, v[rel:])
+		p, off = p[n:], off+int64(n)
+	}
+	return waited, nil
+}
+
+// ReadSample serves the samples/ view: sample s's bytes at off. No prefetch.
+func (r *Reader) ReadSample(ctx context.Context, s int, p []byte, off int64) (int, error) {
+	_, _, size := r.geo.Locate(s)
+	if off >= size {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), size-off)]
+	waited, err := r.readSample(ctx, s, p, off)
+	r.account(len(p), waited)
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (r *Reader) account(n int, waited time.Duration) {
+	r.m.Reads.Add(1)
+	r.m.BytesServed.Add(int64(n))
+	if waited > 0 {
+		r.m.Stall(waited)
+	}
+}
+
+var extentPool = sync.Pool{New: func() any { s := make([]layout.Extent, 0, 256); return &s }}
+
+// Handle is one open virtual file of a rank-epoch.
+type Handle struct {
+	r  *Reader
+	f  *layout.FileMap
+	st *stream
+}
+
+// Open returns a handle on f that drives prefetch for f's rank-epoch.
+func (r *Reader) Open(f *layout.FileMap) *Handle {
+	h := &Handle{r: r, f: f}
+	if f.Kind() == layout.IndexCSV {
+		return h // no sample bytes: nothing to prefetch
+	}
+	r.mu.Lock()
+	st := r.streams[f.Members()]
+	if st == nil {
+		st = newStream(r, f.Members())
+		r.streams[f.Members()] = st
+	}
+	r.mu.Unlock()
+	h.st = st
+	first, _ := f.Range()
+	st.open(h, first)
+	return h
+}
+
+// Close releases the handle.
+func (h *Handle) Close() {
+	if h.st != nil {
+		h.st.close(h)
+	}
+}
+
+// ReadAt fills p with the file's bytes at off. It returns fewer bytes only at
+// the end of the file, with io.EOF.
+func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	size := h.f.Size()
+	if off >= size {
+		return 0, io.EOF
+	}
+	short := int64(len(p)) > size-off
+	p = p[:min(int64(len(p)), size-off)]
+	ep := extentPool.Get().(*[]layout.Extent)
+	exts := h.f.Extents((*ep)[:0], off, int64(len(p)))
+	defer func() { *ep = exts[:0]; extentPool.Put(ep) }()
+	var waited time.Duration
+	var lastMember int32 = -1
+	for _, e := range exts {
+		dst := p[e.FileOff-off : e.FileOff-off+e.Len]
+		if e.Member >= 0 {
+			lastMember = e.Member
+		}
+		if e.Piece != layout.PieceSample {
+			h.f.Render(e, dst)
+			continue
+		}
+		s := h.f.Members().Sample(int(e.Member))
+		w, err := h.r.readSample(ctx, s, dst, e.Off)
+		waited += w
+		if err != nil {
+			h.r.account(0, waited)
+			return 0, err
+		}
+		if h.st != nil && e.Off+e.Len >= h.r.sampleSize(s) {
+			h.r.done(s)
+		}
+	}
+	h.r.account(len(p), waited)
+	if h.st != nil && lastMember >= 0 {
+		h.st.advance(h, int(lastMember))
+	}
+	if short {
+		return len(p), io.EOF
+	}
+	return len(p), nil
+}
+
+func (r *Reader) sampleSize(s int) int64 {
+	_, _, size := r.geo.Locate(s)
+	return size
+}
+
+// done tells the cache sample s was read to its end: the order needs it no more.
+func (r *Reader) done(s int) {
+	size := r.sampleSize(s)
+	for c := int64(0); c*r.cfg.ChunkSize < max(size, 1); c++ {
+		r.cache.Done(cache.Key{Sample: int32(s), Chunk: int32(c)})
+	}
+}
+
+// stream prefetches one rank-epoch.
+type stream struct {
+	r *Reader
+	m *layout.Members
+
+	mu        sync.Mutex // guards the fields below
+	handles   map[*Handle]int
+	scheduled int // members before this index have been scheduled or passed
+	running   bool
+	wake      chan struct{}
+}
+
+func newStream(r *Reader, m *layout.Members) *stream {
+	return &stream{r: r, m: m, handles: map[*Handle]int{}, wake: make(chan struct{}, 1)}
+}
+
+func (s *stream) open(h *Handle, pos int) {
+	s.mu.Lock()
+	s.handles[h] = pos
+	start := !s.running && !s.r.cfg.Disabled
+	s.running = s.running || start
+	s.mu.Unlock()
+	if start {
+		s.r.wg.Add(1)
+		go s.pump()
+	}
+	s.poke()
+}
+
+func (s *stream) close(h *Handle) {
+	s.mu.Lock()
+	delete(s.handles, h)
+	s.mu.Unlock()
+}
+
+func (s *stream) advance(h *Handle, member int) {
+	s.mu.Lock()
+	if pos, ok := s.handles[h]; ok && member > pos {
+		s.handles[h] = member
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *stream) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// low is the lowest position of an open handle, or -1 when none is open.
+func (s *stream) low() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	low := -1
+	for _, pos := range s.handles {
+		if low < 0 || pos < low {
+			low = pos
+		}
+	}
+	return low
+}
+
+// pump schedules fetches ahead of the readers until the reader closes.
+func (s *stream) pump() {
+	defer s.r.wg.Done()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.r.ctx.Done():
+			return
+		case <-s.wake:
+		case <-tick.C:
+		}
+		low := s.low()
+		if low < 0 {
+			continue
+		}
+		s.mu.Lock()
+		if s.scheduled < low {
+			s.scheduled = low
+		}
+		next := s.scheduled
+		s.mu.Unlock()
+		lead := s.r.lead()
+		base := s.m.Offset(low)
+		for next < s.m.Len() && s.m.Offset(next)-base < lead {
+			// Schedule a group of members of about MaxGET bytes at a time.
+			end := next
+			for end < s.m.Len() && s.m.Offset(end)-s.m.Offset(next) < s.r.cfg.MaxGET*4 && s.m.Offset(end)-base < lead {
+				end++
+			}
+			if !s.schedule(next, end) {
+				break
+			}
+			next = end
+			s.mu.Lock()
+			s.scheduled = next
+			s.mu.Unlock()
+		}
+		ahead := s.m.Offset(next) - base
+		s.r.m.PrefetchLead.Store(ahead)
+		if rate := s.r.currentRate(); rate > 0 {
+			s.r.m.SetLeadSeconds(float64(ahead) / rate)
+		}
+	}
+}
+
+func (r *Reader) currentRate() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rate
+}
+
+// span is a coalesced ranged read of one shard and the chunks it fills.
+type span struct {
+	shard    int
+	off, end int64
+	keys     []cache.Key
+}
+
+// schedule claims the chunks of members [from, to) not yet cached and issues
+// coalesced GETs for them. It returns false when the reader is closing.
+func (s *stream) schedule(from, to int) bool {
+	r := s.r
+	var keys []cache.Key
+	for i := from; i < to; i++ {
+		smp := s.m.Sample(i)
+		size := r.sampleSize(smp)
+		for c := int64(0); c*r.cfg.ChunkSize < size; c++ {
+			keys = append(keys, cache.Key{Sample: int32(smp), Chunk: int32(c)})
+		}
+	}
+	claimed := r.cache.Claim(keys)
+	type loc struct {
+		k        cache.Key
+		shard    int
+		off, end int64
+	}
+	locs := make([]loc, len(claimed))
+	for i, k := range claimed {
+		shard, off, n := r.chunkRange(k)
+		locs[i] = loc{k, shard, off, off + n}
+	}
+	slices.SortFunc(locs, func(a, b loc) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.off, b.off)) })
+	var spans []span
+	for _, l := range locs {
+		if n := len(spans); n > 0 {
+			last := &spans[n-1]
+			if last.shard == l.shard && l.off-last.end <= r.cfg.MergeGap && l.end-last.off <= r.cfg.MaxGET {
+				last.end = max(last.end, l.end)
+				last.keys = append(last.keys, l.k)
+				continue
+			}
+		}
+		spans = append(spans, span{shard: l.shard, off: l.off, end: l.end, keys: []cache.Key{l.k}})
+	}
+	for i, sp := range spans {
+		if err := r.inflight.Acquire(r.ctx, sp.end-sp.off); err != nil {
+			for _, rest := range spans[i:] {
+				for _, k := range rest.keys {
+					r.cache.Fail(k, err)
+				}
+			}
+			return false
+		}
+		select {
+		case r.prefGets <- struct{}{}:
+		case <-r.ctx.Done():
+			r.inflight.Release(sp.end - sp.off)
+			for _, rest := range spans[i:] {
+				for _, k := range rest.keys {
+					r.cache.Fail(k, r.ctx.Err())
+				}
+			}
+			return false
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer func() { <-r.prefGets; r.inflight.Release(sp.end - sp.off) }()
+			r.fetchSpan(sp)
+		}()
+	}
+	return true
+}
+
+func (r *Reader) fetchSpan(sp span) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ReadTimeout)
+	defer cancel()
+	start := time.Now()
+	b, err := r.fetch.ReadRange(ctx, sp.shard, sp.off, sp.end-sp.off)
+	r.observeLatency(time.Since(start))
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			r.log.Debug("prefetch failed; readers will retry on demand", "shard", sp.shard, "err", err)
+		}
+		for _, k := range sp.keys {
+			r.cache.Fail(k, err)
+		}
+		return
+	}
+	r.m.PrefetchBytes.Add(int64(len(b)))
+	for _, k := range sp.keys {
+		_, off, n := r.chunkRange(k)
+		// Copy out so a cached chunk does not pin the whole span.
+		r.cache.Fill(k, slices.Clone(b[off-sp.off:off-sp.off+n]))
+	}
+}
