@@ -27,3 +27,9 @@ func (c Catalog) Locate(i int) (shard int, off, size int64) {
 func LayoutInput(m *manifest.Manifest) (*layout.Input, error) {
 	return layout.NewInput(m.Samples.Stratum, len(m.Strata), m.Samples.Shard, len(m.Shards))
 }
+
+// KeyBytes returns sample i's key without copying.
+func (c Catalog) KeyBytes(i int) []byte { return c.M.Samples.KeyBytes(i) }
+
+// NumStrata is the number of strata.
+func (c Catalog) NumStrata() int { return len(c.M.Strata) }

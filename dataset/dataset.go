@@ -175,3 +175,8 @@ func (d *Dataset) ReadSample(ctx context.Context, i int) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// ReadRange returns the verified bytes [off, off+n) of shard's data.
+func (d *Dataset) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	return d.Reader.ReadRange(ctx, d.Shard(shard), off, n)
+}

@@ -119,6 +119,17 @@ func (m *Members) Index() *FileMap {
 	return &FileMap{m: m, kind: IndexCSV, first: 0, last: m.Len(), size: m.rowOff[m.Len()]}
 }
 
+// Name is the file's name in its rank directory.
+func (f *FileMap) Name() string {
+	switch f.kind {
+	case EpochTar:
+		return "epoch.tar"
+	case IndexCSV:
+		return "index.csv"
+	}
+	return fmt.Sprintf("batch-%06d.tar", f.first/f.m.order.Params.Batch)
+}
+
 // Size is the file's exact size.
 func (f *FileMap) Size() int64 { return f.size }
 

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/fs"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
+	"github.com/shardfs/shardfs/prefetch"
+)
+
+type mountFlags struct {
+	order       orderFlags
+	cacheSize   string
+	metricsAddr string
+	allowOther  bool
+	readAheadKB int
+	noPrefetch  bool
+	readTimeout time.Duration
+}
+
+func newMountCmd(g *globals) *cobra.Command {
+	f := &mountFlags{}
+	cmd := &cobra.Command{
+		Use:   "mount --stores URL,... [order flags] NAME MOUNTPOINT",
+		Short: "Mount a dataset as directories of stratified epoch and batch files",
+		Long: `Mount serves dataset NAME at MOUNTPOINT, read-only, in the foreground:
+
+  samples/<class>/<key>                          the dataset as-is (ImageFolder)
+  epochs/<EEEE>/rank-<RRR>/batch-<BBBBBB>.tar    one batch, WebDataset tar: <key>.<ext> + <key>.cls
+  epochs/<EEEE>/rank-<RRR>/epoch.tar             the rank's whole epoch as one tar
+  epochs/<EEEE>/rank-<RRR>/index.csv             position,batch,key,stratum,size
+  .shardfs/info.json, .shardfs/stats.json
+
+Every node computes the same global order from --seed with no coordination;
+each rank sees its share. Without --rank every rank 0..W-1 is shown. The
+daemon prefetches exactly what the order says comes next. Every byte is
+verified against checksums written at ingest; up to m stores may fail.
+
+Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
+		Example: `  shardfs mount --stores $STORES --rank 3 --world-size 8 --batch-size 256 --seed 17 imagenet-train /mnt/data`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stores, err := g.openStores()
+			if err != nil {
+				return err
+			}
+			log := g.logger()
+			mt, err := mountDataset(cmd.Context(), log, stores, args[0], args[1], f)
+			if err != nil {
+				return err
+			}
+			log.Info("mounted; stop with Ctrl-C or umount", "dataset", args[0], "mountpoint", args[1])
+			return mt.serve(cmd.Context())
+		},
+	}
+	f.order.register(cmd.Flags(), -1)
+	fl := cmd.Flags()
+	fl.StringVar(&f.cacheSize, "cache-size", "2GiB", "memory for verified chunks; half of it may hold prefetched data")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
+	fl.BoolVar(&f.allowOther, "allow-other", false, "let other users read the mount (turns on default_permissions too)")
+	fl.IntVar(&f.readAheadKB, "read-ahead-kb", 4096, "kernel read-ahead for the mount, in KiB (0: leave the default)")
+	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
+	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
+	return cmd
+}
+
+type mounted struct {
+	server  *fuse.Server
+	reader  *prefetch.Reader
+	metrics *metrics.Metrics
+	http    *http.Server
+	dir     string
+	log     *slog.Logger
+	ds      *dataset.Dataset
+	input   *layout.Input
+	params  layout.Params
+	ranks   []int
+	epochs  int
+}
+
+func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store, name, dir string, f *mountFlags) (*mounted, error) {
+	cacheSize, err := humanize.ParseBytes(f.cacheSize)
+	if err != nil || cacheSize < 16<<20 {
+		return nil, fmt.Errorf("--cache-size %q: use a size of at least 16MiB, e.g. 2GiB", f.cacheSize)
+	}
+	if err := fs.CheckMountpoint(dir); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, s := range stores {
+		names = append(names, s.String())
+	}
+	met := metrics.New(names)
+	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, Metrics: met})
+	if err != nil {
+		return nil, err
+	}
+	in, err := dataset.LayoutInput(ds.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	params, err := f.order.params(0, 0)
+	if err != nil {
+		return nil, err
+	}
+	ranks := f.order.ranks()
+	for _, r := range ranks {
+		if r >= f.order.world {
+			return nil, fmt.Errorf("--rank %d: must be below --world-size %d", r, f.order.world)
+		}
+	}
+	if _, err := layout.Steps(in, params); err != nil {
+		return nil, err
+	}
+	c := cache.New(int64(cacheSize), func(n int64) { met.CacheBytes.Store(n) })
+	cfg := prefetch.DefaultConfig()
+	cfg.Budget = int64(cacheSize) / 2
+	cfg.Disabled = f.noPrefetch
+	cfg.ReadTimeout = f.readTimeout
+	cat := dataset.Catalog{M: ds.Manifest}
+	reader := prefetch.New(ds, cat, c, met, cfg, log)
+	mt := &mounted{reader: reader, metrics: met, dir: dir, log: log, ds: ds, input: in, params: params, ranks: ranks, epochs: f.order.epochs}
+	info, err := mt.info(f, int64(cacheSize))
+	if err != nil {
+		reader.Close()
+		return nil, err
+	}
+	root := fs.NewRoot(fs.Options{
+		Catalog: cat, Input: in, Reader: reader, Order: params, Epochs: f.order.epochs, Ranks: ranks,
+		Info: info, Stats: mt.statsJSON, Created: time.Unix(ds.Manifest.CreatedUnix, 0), Logger: log,
+	})
+	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: name, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, Logger: log})
+	if err != nil {
+		reader.Close()
+		return nil, err
+	}
+	if f.metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		if err := met.Register(reg); err != nil {
+			mt.close()
+			return nil, err
+		}
+		l, err := net.Listen("tcp", f.metricsAddr)
+		if err != nil {
+			mt.close()
+			return nil, fmt.Errorf("--metrics-addr %s: %w", f.metricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mt.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go mt.http.Serve(l)
+		log.Info("metrics", "url", "http://"+l.Addr().String()+"/metrics")
+	}
+	return mt, nil
+}
+
+// serve runs until ctx is cancelled (SIGINT, SIGTERM) or the mount is unmounted.
+func (mt *mounted) serve(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		mt.server.Wait()
+		close(done)
+	}()
+	select {
+	case <-ctx.Done():
+		mt.log.Info("unmounting", "mountpoint", mt.dir)
+		mt.close()
+	case <-done:
+		mt.log.Info("unmounted externally", "mountpoint", mt.dir)
+		mt.shutdown()
+	}
+	return nil
+}
+
+// close unmounts and stops background work.
+func (mt *mounted) close() {
+	if err := mt.server.Unmount(); err != nil {
+		mt.log.Warn("unmount", "err", err)
+	}
+	mt.server.Wait()
+	mt.shutdown()
+}
+
+func (mt *mounted) shutdown() {
+	if mt.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		mt.http.Shutdown(ctx)
+		cancel()
+	}
+	mt.reader.Close()
+}
+
+func (mt *mounted) statsJSON() []byte {
+	b, _ := json.MarshalIndent(mt.metrics.Snapshot(), "", "  ")
+	return append(b, '\n')
+}
+
+func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
+	m := mt.ds.Manifest
+	type stratum struct {
+		Name   string   `json:"name"`
+		Labels []string `json:"labels"`
+		Count  int      `json:"count"`
+	}
+	var strata []stratum
+	for _, s := range m.Strata {
+		strata = append(strata, stratum{s.Name, s.Labels, s.Count})
+	}
+	steps, err := layout.Steps(mt.input, mt.params)
+	if err != nil {
+		return nil, err
+	}
+	v := map[string]any{
+		"dataset": map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
+			"samples": m.Samples.Len(), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata},
+		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.metrics.Snapshot().Stores},
+		"order": map[string]any{"seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
+			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "tail": f.order.tail,
+			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
+		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch},
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	return append(b, '\n'), err
+}
+
+func newStatsCmd() *cobra.Command {
+	var count int
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "stats MOUNTPOINT",
+		Short: "Print a mount's live counters once a second",
+		Long: `Stats reads MOUNTPOINT/.shardfs/stats.json once a second and prints a
+compact line: throughput, cache hit ratio, prefetch lead, stalls, degraded
+reads, checksum failures and hedged reads, then each store's state.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runStats(cmd.Context(), cmd.OutOrStdout(), args[0], count, interval)
+		},
+	}
+	cmd.Flags().IntVar(&count, "count", 0, "stop after this many lines (0: until Ctrl-C)")
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "time between lines")
+	return cmd
+}
+
+func readStats(mountpoint string) (metrics.Snapshot, error) {
+	var s metrics.Snapshot
+	b, err := readFile(mountpoint + "/.shardfs/stats.json")
+	if err != nil {
+		return s, fmt.Errorf("%s is not a shardfs mount? %w", mountpoint, err)
+	}
+	return s, json.Unmarshal(b, &s)
+}
+
+func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, mountpoint string, count int, interval time.Duration) error {
+	prev, err := readStats(mountpoint)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%8s %10s %6s %10s %8s %8s %9s %8s %6s %6s  stores\n",
+		"uptime", "MB/s", "hit%", "lead MB", "lead s", "stalls", "stall s", "degraded", "csum", "hedged")
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for i := 0; count == 0 || i < count; i++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s, err := readStats(mountpoint)
+		if err != nil {
+			return err
+		}
+		dt := s.UptimeSeconds - prev.UptimeSeconds
+		hits, misses := s.CacheHits-prev.CacheHits, s.CacheMisses-prev.CacheMisses
+		hit := 0.0
+		if hits+misses > 0 {
+			hit = 100 * float64(hits) / float64(hits+misses)
+		}
+		stores := ""
+		for i, st := range s.Stores {
+			mark := "+"
+			if st.State != "healthy" {
+				mark = "DOWN"
+			}
+			stores += fmt.Sprintf(" %d:%s", i, mark)
+		}
+		fmt.Fprintf(out, "%7.0fs %10.1f %6.1f %10.1f %8.2f %8d %9.2f %8d %6d %6d %s\n",
+			s.UptimeSeconds, float64(s.BytesServed-prev.BytesServed)/1e6/max(dt, 1e-9), hit,
+			float64(s.PrefetchLeadBytes)/1e6, s.PrefetchLeadSecs, s.Stalls, s.StallSeconds,
+			s.DegradedReads, s.ChecksumFailures, s.HedgedReads, stores)
+		prev = s
+	}
+	return nil
+}
+
+func readFile(name string) ([]byte, error) { return os.ReadFile(name) }

@@ -1,0 +1,17 @@
+// Package fs owns the mounted tree: the go-fuse nodes of every view, their
+// inode numbers and attributes, and the translation of a kernel read into a
+// ReadAt on the prefetching reader. It is the only package that knows FUSE.
+//
+//	.shardfs/info.json                      dataset, EC and order parameters
+//	.shardfs/stats.json                     live counters (read anew on every open)
+//	samples/<stratum>/<key>                 the dataset as-is, ImageFolder style
+//	epochs/<EEEE>/rank-<RRR>/batch-<BBBBBB>.tar
+//	epochs/<EEEE>/rank-<RRR>/epoch.tar
+//	epochs/<EEEE>/rank-<RRR>/index.csv
+//
+// Directories are built lazily on lookup, so mounting a 10M-sample dataset
+// costs nothing until a directory is listed, and listing epochs fetches no
+// data. Inode numbers are hashes of paths, stable across mounts. Files are
+// immutable: the kernel may keep their pages (FOPEN_KEEP_CACHE) and their
+// attributes for an hour; the mount is read-only, so every write is EROFS.
+package fs
