@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -33,6 +34,9 @@ type mountFlags struct {
 	readAheadKB int
 	noPrefetch  bool
 	readTimeout time.Duration
+	// injectLatency wraps every store in the fault-injecting wrapper with
+	// this delay ("20ms" or "20ms±10ms"), for stall measurements only.
+	injectLatency string
 }
 
 func newMountCmd(g *globals) *cobra.Command {
@@ -78,6 +82,8 @@ Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
 	fl.IntVar(&f.readAheadKB, "read-ahead-kb", 4096, "kernel read-ahead for the mount, in KiB (0: leave the default)")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
+	fl.StringVar(&f.injectLatency, "inject-latency", "", "testing only: delay every store request, e.g. 20ms±10ms")
+	fl.MarkHidden("inject-latency")
 	return cmd
 }
 
@@ -102,6 +108,18 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	}
 	if err := fs.CheckMountpoint(dir); err != nil {
 		return nil, err
+	}
+	if f.injectLatency != "" {
+		d, j, err := parseLatency(f.injectLatency)
+		if err != nil {
+			return nil, err
+		}
+		for i, s := range stores {
+			fs := backend.NewFaulty(s)
+			fs.SetDelay(d, j)
+			stores[i] = fs
+		}
+		log.Warn("injecting store latency (testing only)", "delay", d, "jitter", j)
 	}
 	var names []string
 	for _, s := range stores {
@@ -308,6 +326,20 @@ func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, 
 		prev = s
 	}
 	return nil
+}
+
+// parseLatency parses "20ms" or "20ms±10ms" (also "20ms+-10ms").
+func parseLatency(s string) (d, jitter time.Duration, err error) {
+	base, jit, ok := strings.Cut(strings.ReplaceAll(s, "+-", "±"), "±")
+	if d, err = time.ParseDuration(base); err != nil {
+		return 0, 0, fmt.Errorf("--inject-latency %q: %v", s, err)
+	}
+	if ok {
+		if jitter, err = time.ParseDuration(jit); err != nil || jitter > d {
+			return 0, 0, fmt.Errorf("--inject-latency %q: jitter must be a duration no larger than the delay", s)
+		}
+	}
+	return d, jitter, nil
 }
 
 func readFile(name string) ([]byte, error) { return os.ReadFile(name) }
