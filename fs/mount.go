@@ -88,8 +88,8 @@ func Mount(dir string, root gofs.InodeEmbedder, o MountOptions) (*fuse.Server, e
 			// the default 1 MiB pipe and falls back on every read: pure overhead.
 			DisableSplice: true,
 			Logger:        log.New(slogWriter{o.Logger}, "", 0),
-			Options:           []string{"ro"},
-			Debug:             o.Debug,
+			Options:       []string{"ro"},
+			Debug:         o.Debug,
 		},
 	}
 	if o.AllowOther {

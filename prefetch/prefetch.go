@@ -54,7 +54,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{ChunkSize: 1 << 20, Budget: 512 << 20, MinLead: 32 << 20, Margin: 500 * time.Millisecond,
-		PrefetchGET: 16, DemandGET: 16, MaxGET: 8 << 20, MergeGap: 64 << 10, ReadTimeout: 30 * time.Second}
+		PrefetchGET: 64, DemandGET: 32, MaxGET: 8 << 20, MergeGap: 64 << 10, ReadTimeout: 30 * time.Second}
 }
 
 func (c *Config) fill() {
@@ -432,8 +432,11 @@ func (s *stream) pump() {
 		base := s.m.Offset(low)
 		for next < s.m.Len() && s.m.Offset(next)-base < lead {
 			// Schedule a group of members of about MaxGET bytes at a time.
+			// Small groups near the reader get its next bytes first; further
+			// ahead, larger groups coalesce better.
+			group := min(s.r.cfg.MaxGET*4, max(1<<20, s.m.Offset(next)-base))
 			end := next
-			for end < s.m.Len() && s.m.Offset(end)-s.m.Offset(next) < s.r.cfg.MaxGET*4 && s.m.Offset(end)-base < lead {
+			for end < s.m.Len() && s.m.Offset(end)-s.m.Offset(next) < group && s.m.Offset(end)-base < lead {
 				end++
 			}
 			if !s.schedule(next, end) {
@@ -465,67 +468,73 @@ type span struct {
 	keys     []cache.Key
 }
 
-// schedule claims the chunks of members [from, to) not yet cached and issues
-// coalesced GETs for them. It returns false when the reader is closing.
+// schedule issues coalesced GETs for the chunks of members [from, to) that
+// are neither cached nor in flight, earliest member first. Each span's chunks
+// are claimed only when its GET is issued, so a reader never waits on a
+// claim that is still queued behind other prefetches: it fetches on demand.
+// It returns false when the reader is closing.
 func (s *stream) schedule(from, to int) bool {
 	r := s.r
-	var keys []cache.Key
+	type loc struct {
+		k        cache.Key
+		member   int
+		shard    int
+		off, end int64
+	}
+	var locs []loc
 	for i := from; i < to; i++ {
 		smp := s.m.Sample(i)
 		size := r.sampleSize(smp)
 		for c := int64(0); c*r.cfg.ChunkSize < size; c++ {
-			keys = append(keys, cache.Key{Sample: int32(smp), Chunk: int32(c)})
+			k := cache.Key{Sample: int32(smp), Chunk: int32(c)}
+			if r.cache.Contains(k) {
+				continue
+			}
+			shard, off, n := r.chunkRange(k)
+			locs = append(locs, loc{k, i, shard, off, off + n})
 		}
 	}
-	claimed := r.cache.Claim(keys)
-	type loc struct {
-		k        cache.Key
-		shard    int
-		off, end int64
-	}
-	locs := make([]loc, len(claimed))
-	for i, k := range claimed {
-		shard, off, n := r.chunkRange(k)
-		locs[i] = loc{k, shard, off, off + n}
-	}
 	slices.SortFunc(locs, func(a, b loc) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.off, b.off)) })
-	var spans []span
+	type pending struct {
+		span
+		first int // earliest member the span serves
+	}
+	var spans []pending
 	for _, l := range locs {
 		if n := len(spans); n > 0 {
 			last := &spans[n-1]
 			if last.shard == l.shard && l.off-last.end <= r.cfg.MergeGap && l.end-last.off <= r.cfg.MaxGET {
 				last.end = max(last.end, l.end)
 				last.keys = append(last.keys, l.k)
+				last.first = min(last.first, l.member)
 				continue
 			}
 		}
-		spans = append(spans, span{shard: l.shard, off: l.off, end: l.end, keys: []cache.Key{l.k}})
+		spans = append(spans, pending{span{shard: l.shard, off: l.off, end: l.end, keys: []cache.Key{l.k}}, l.member})
 	}
-	for i, sp := range spans {
-		if err := r.inflight.Acquire(r.ctx, sp.end-sp.off); err != nil {
-			for _, rest := range spans[i:] {
-				for _, k := range rest.keys {
-					r.cache.Fail(k, err)
-				}
-			}
+	slices.SortStableFunc(spans, func(a, b pending) int { return cmp.Compare(a.first, b.first) })
+	for _, sp := range spans {
+		size := sp.end - sp.off
+		if err := r.inflight.Acquire(r.ctx, size); err != nil {
 			return false
 		}
 		select {
 		case r.prefGets <- struct{}{}:
 		case <-r.ctx.Done():
-			r.inflight.Release(sp.end - sp.off)
-			for _, rest := range spans[i:] {
-				for _, k := range rest.keys {
-					r.cache.Fail(k, r.ctx.Err())
-				}
-			}
+			r.inflight.Release(size)
 			return false
+		}
+		sp.keys = r.cache.Claim(sp.keys)
+		if len(sp.keys) == 0 { // all fetched on demand meanwhile
+			<-r.prefGets
+			r.inflight.Release(size)
+			continue
 		}
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			defer func() { <-r.prefGets; r.inflight.Release(sp.end - sp.off) }()
-			r.fetchSpan(sp)
+			defer func() { <-r.prefGets; r.inflight.Release(size) }()
+			r.fetchSpan(sp.span)
 		}()
 	}
 	return true
