@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -84,5 +85,9 @@ func redactURL(raw string) string {
 // credentials are accepted, with one cheap list call.
 func Ping(ctx context.Context, s Store) error {
 	_, err := s.List(ctx, ".shardfs-ping/")
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Store: e.Store, Op: "check access", Err: e.Err}
+	}
 	return err
 }

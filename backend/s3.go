@@ -15,6 +15,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 )
 
 // Credentials for an S3 endpoint. They are never printed: String redacts them.
@@ -58,6 +59,9 @@ var _ Store = (*S3)(nil)
 // NewS3 returns a store for cfg. It does no I/O.
 func NewS3(cfg S3Config) (*S3, error) {
 	name := redactedS3Name(cfg)
+	if err := s3utils.CheckValidBucketName(cfg.Bucket); err != nil {
+		return nil, fmt.Errorf("store %s: bucket name %q: %v: S3 bucket names are 3-63 lowercase letters, digits, '.' and '-'", name, cfg.Bucket, err)
+	}
 	var creds *credentials.Credentials
 	if cfg.Credentials != nil {
 		c := cfg.Credentials

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 
@@ -113,7 +114,7 @@ func LoadManifest(ctx context.Context, stores []backend.Store, name string, log 
 	var best *manifest.Manifest
 	var errs []error
 	missing := 0
-	for i, r := range results {
+	for _, r := range results {
 		switch {
 		case r.err == nil:
 			if best == nil || r.m.CreatedUnix > best.CreatedUnix {
@@ -124,10 +125,14 @@ func LoadManifest(ctx context.Context, stores []backend.Store, name string, log 
 			errs = append(errs, r.err)
 		default:
 			errs = append(errs, r.err)
-			log.Warn("manifest copy unusable; using another store's copy", "store", i, "name", stores[i].String(), "err", r.err)
 		}
 	}
 	if best != nil {
+		for i, r := range results {
+			if r.err != nil && !errors.Is(r.err, backend.ErrNotExist) {
+				log.Warn("manifest copy unusable; using another store's copy", "store", i, "name", stores[i].String(), "err", r.err)
+			}
+		}
 		return best, nil
 	}
 	if missing == len(stores) {
@@ -176,7 +181,40 @@ func (d *Dataset) ReadSample(ctx context.Context, i int) ([]byte, error) {
 	return b, nil
 }
 
-// ReadRange returns the verified bytes [off, off+n) of shard's data.
+// ReadRange returns the verified bytes [off, off+n) of shard's data. A range
+// made of whole samples (the common case: samples are packed back to back)
+// is read exactly and verified by the samples' own checksums; any other
+// range, or any failure, goes through the block-verified, degraded-capable path.
 func (d *Dataset) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
-	return d.Reader.ReadRange(ctx, d.Shard(shard), off, n)
+	first, last, whole := d.wholeSamples(shard, off, n)
+	if !whole {
+		return d.Reader.ReadRange(ctx, d.Shard(shard), off, n)
+	}
+	s := &d.Manifest.Samples
+	return d.Reader.ReadExact(ctx, d.Shard(shard), off, n, func(b []byte) bool {
+		for i := first; i < last; i++ {
+			o := int64(s.Offset[i]) - off
+			if erasure.Checksum(b[o:o+int64(s.Size[i])]) != s.Sum[i] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// wholeSamples reports whether [off, off+n) of shard is exactly samples [first, last).
+func (d *Dataset) wholeSamples(shard int, off, n int64) (first, last int, ok bool) {
+	sh := &d.Manifest.Shards[shard]
+	s := &d.Manifest.Samples
+	lo, hi := sh.FirstSample, sh.FirstSample+sh.NumSamples
+	first = lo + sort.Search(hi-lo, func(i int) bool { return int64(s.Offset[lo+i]) >= off })
+	if first == hi || int64(s.Offset[first]) != off {
+		return 0, 0, false
+	}
+	end := off + n
+	last = first + sort.Search(hi-first, func(i int) bool { return int64(s.Offset[first+i]) >= end })
+	if last < hi {
+		return first, last, int64(s.Offset[last]) == end
+	}
+	return first, last, sh.Size == end
 }

@@ -297,3 +297,34 @@ func TestParamsValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestReadExact(t *testing.T) {
+	p := Params{4, 2, 64}
+	data := make([]byte, 4*640+3)
+	for i := range data {
+		data[i] = byte(i*13 + 1)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		damage  []int
+		verdict bool // what the caller's verify says about healthy bytes
+	}{
+		{"healthy", nil, true},
+		{"verify rejects", nil, false},
+		{"corrupt fragment", []int{0}, true},
+		{"two lost", []int{0, 1}, true},
+	} {
+		r, sh, dirs := testShard(t, p, 1, data)
+		for _, f := range tc.damage {
+			apply(t, bitFlip, p, dirs, 1, f, rand.New(rand.NewPCG(3, 3)))
+		}
+		for _, rg := range [][2]int64{{0, 100}, {600, 100}, {0, int64(len(data))}, {1000, 1}} {
+			want := data[rg[0] : rg[0]+rg[1]]
+			got, err := r.ReadExact(ctx, sh, rg[0], rg[1], func(b []byte) bool { return tc.verdict && bytes.Equal(b, want) })
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s %v: err %v, equal %v", tc.name, rg, err, bytes.Equal(got, want))
+			}
+		}
+	}
+}
