@@ -53,7 +53,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{ChunkSize: 1 << 20, Budget: 512 << 20, MinLead: 32 << 20, Margin: 500 * time.Millisecond,
+	return Config{ChunkSize: 1 << 20, Budget: 512 << 20, MinLead: 64 << 20, Margin: 2 * time.Second,
 		PrefetchGET: 64, DemandGET: 32, MaxGET: 8 << 20, MergeGap: 64 << 10, ReadTimeout: 30 * time.Second}
 }
 
