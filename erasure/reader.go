@@ -66,6 +66,10 @@ type Metrics interface {
 	ChecksumFailure(store int)
 	// DegradedRead reports a range decoded from survivors.
 	DegradedRead()
+	// HedgedRead reports a slow read raced against a parity decode.
+	HedgedRead()
+	// StoreState reports a store marked down (true) or healthy again (false).
+	StoreState(store int, down bool)
 }
 
 type nopMetrics struct{}
@@ -73,6 +77,8 @@ type nopMetrics struct{}
 func (nopMetrics) BackendRead(int, int, time.Duration, error) {}
 func (nopMetrics) ChecksumFailure(int)                        {}
 func (nopMetrics) DegradedRead()                              {}
+func (nopMetrics) HedgedRead()                                {}
+func (nopMetrics) StoreState(int, bool)                       {}
 
 // KeyFunc names the object of fragment frag of shard.
 type KeyFunc func(shard, frag int) string
@@ -84,13 +90,19 @@ type Reader struct {
 	key     KeyFunc
 	metrics Metrics
 	log     *slog.Logger
+	health  *health
 }
 
 // ReaderOptions are optional parts of a Reader; zero values are fine.
 type ReaderOptions struct {
 	Metrics Metrics
 	Logger  *slog.Logger
+	Health  HealthOptions
 }
+
+// ErrStoreDown: the store is marked down after repeated failures and is
+// being read around until its backoff ends.
+var ErrStoreDown = errors.New("store marked down after repeated failures")
 
 // NewReader returns a reader over stores, which must number k+m, in placement order.
 func NewReader(c *Codec, stores []backend.Store, key KeyFunc, opts ReaderOptions) (*Reader, error) {
@@ -104,8 +116,19 @@ func NewReader(c *Codec, stores []backend.Store, key KeyFunc, opts ReaderOptions
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
+	r.health = newHealth(len(stores), opts.Health, func(store int, down bool) {
+		r.metrics.StoreState(store, down)
+		if down {
+			r.log.Warn("store marked down; reading around it", "store", store, "name", stores[store].String())
+		} else {
+			r.log.Info("store healthy again", "store", store, "name", stores[store].String())
+		}
+	})
 	return r, nil
 }
+
+// StoreDown reports whether store is currently marked down.
+func (r *Reader) StoreDown(store int) bool { return r.health.skip(store) }
 
 // Codec returns the reader's codec.
 func (r *Reader) Codec() *Codec { return r.codec }
@@ -116,13 +139,21 @@ func (r *Reader) fetch(ctx context.Context, sh *Shard, frag int, a, b int64) ([]
 	fail := func(err error) *FragmentError {
 		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
 	}
+	if r.health.skip(store) {
+		return nil, fail(ErrStoreDown)
+	}
 	p := make([]byte, b-a)
 	start := time.Now()
 	err := r.stores[store].ReadAt(ctx, r.key(sh.ID, frag), p, a)
-	r.metrics.BackendRead(store, len(p), time.Since(start), err)
+	d := time.Since(start)
+	r.metrics.BackendRead(store, len(p), d, err)
 	if err != nil {
+		if storeFault(ctx, err) {
+			r.health.fail(store)
+		}
 		return nil, fail(err)
 	}
+	r.health.ok(store, d)
 	if blk, ok := r.codec.verify(sh, frag, a, p); !ok {
 		r.metrics.ChecksumFailure(store)
 		return nil, fail(fmt.Errorf("%w in block %d", ErrChecksum, blk))
@@ -175,24 +206,85 @@ func (r *Reader) ReadRangeInto(ctx context.Context, sh *Shard, p []byte, off int
 	return errors.Join(errs...)
 }
 
-// readFragmentRange fills dst with data fragment frag's bytes [a,b).
+// readFragmentRange fills dst with data fragment frag's bytes [a,b). When
+// the read outlives its store's hedge deadline, a decode from the other
+// fragments is started too, and the first good answer wins.
 func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, b int64, dst []byte) error {
 	bs := int64(r.codec.BlockSize)
 	A, B := a/bs*bs, min(sh.FragSize, (b+bs-1)/bs*bs)
-	data, ferr := r.fetch(ctx, sh, frag, A, B)
-	if ferr == nil {
-		copy(dst, data[a-A:b-A])
-		return nil
+	store := r.codec.Placement(sh.ID, frag)
+	degraded := func(ctx context.Context, ferr *FragmentError) ([]byte, error) {
+		frags, err := r.decodeRange(ctx, sh, A, B, map[int]*FragmentError{frag: ferr}, false)
+		if err != nil {
+			return nil, err
+		}
+		return frags[frag], nil
+	}
+	type result struct {
+		data   []byte
+		ferr   *FragmentError
+		err    error
+		hedged bool
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan result, 2)
+	go func() {
+		data, ferr := r.fetch(pctx, sh, frag, A, B)
+		results <- result{data: data, ferr: ferr}
+	}()
+	var timer <-chan time.Time
+	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
+		t := time.NewTimer(r.health.deadline(store, int(B-A)))
+		defer t.Stop()
+		timer = t.C
+	}
+	pending, hedging := 1, false
+	var lastErr error
+	for pending > 0 {
+		select {
+		case <-timer:
+			timer = nil
+			hedging = true
+			pending++
+			r.metrics.HedgedRead()
+			go func() {
+				data, err := degraded(pctx, &FragmentError{Shard: sh.ID, Frag: frag, Store: store,
+					StoreName: r.stores[store].String(), Err: errors.New("slower than its hedge deadline")})
+				results <- result{data: data, err: err, hedged: true}
+			}()
+		case res := <-results:
+			pending--
+			switch {
+			case res.data != nil:
+				if hedging && res.hedged {
+					r.health.fail(store) // the primary lost the race: a strike
+				}
+				copy(dst, res.data[a-A:b-A])
+				return nil
+			case res.ferr != nil && !hedging:
+				// The primary failed before its deadline: decode now.
+				timer = nil
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				data, err := degraded(ctx, res.ferr)
+				if err != nil {
+					return err
+				}
+				copy(dst, data[a-A:b-A])
+				return nil
+			case res.ferr != nil:
+				lastErr = res.ferr
+			default:
+				lastErr = res.err
+			}
+		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	frags, err := r.decodeRange(ctx, sh, A, B, map[int]*FragmentError{frag: ferr}, false)
-	if err != nil {
-		return err
-	}
-	copy(dst, frags[frag][a-A:b-A])
-	return nil
+	return lastErr
 }
 
 // decodeRange reads block-aligned range [A,B) from k intact fragments, never
@@ -285,6 +377,22 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
+	// Past the slowest store's hedge deadline, stop waiting and take the
+	// block path, which hedges per fragment.
+	var deadline time.Duration
+	for pos := off; pos < off+n; pos = (pos/F + 1) * F {
+		store := r.codec.Placement(sh.ID, int(pos/F))
+		if r.health.skip(store) {
+			return r.ReadRange(ctx, sh, off, n)
+		}
+		deadline = max(deadline, r.health.deadline(store, int(n)))
+	}
+	ectx := ctx
+	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
+		var cancel context.CancelFunc
+		ectx, cancel = context.WithTimeout(ctx, deadline)
+		defer cancel()
+	}
 	for pos := off; pos < off+n; {
 		frag := int(pos / F)
 		a := pos - int64(frag)*F
@@ -295,8 +403,14 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 			defer wg.Done()
 			store := r.codec.Placement(sh.ID, frag)
 			start := time.Now()
-			err := r.stores[store].ReadAt(ctx, r.key(sh.ID, frag), dst, a)
-			r.metrics.BackendRead(store, len(dst), time.Since(start), err)
+			err := r.stores[store].ReadAt(ectx, r.key(sh.ID, frag), dst, a)
+			d := time.Since(start)
+			r.metrics.BackendRead(store, len(dst), d, err)
+			if err == nil {
+				r.health.ok(store, d)
+			} else if storeFault(ctx, err) {
+				r.health.fail(store)
+			}
 			if err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)
@@ -309,6 +423,9 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 	if firstErr == nil && verify(out) {
 		return out, nil
 	}
+	if ectx.Err() != nil && ctx.Err() == nil {
+		r.metrics.HedgedRead()
+	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -318,4 +435,15 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 		r.log.Debug("exact read failed its checksum; reading verified blocks", "shard", sh.ID, "off", off, "len", n)
 	}
 	return r.ReadRange(ctx, sh, off, n)
+}
+
+// storeFault reports whether err says the store itself is sick (unreachable,
+// failing, too slow, refusing our credentials), as opposed to one object being
+// missing or damaged, or the caller giving up.
+func storeFault(ctx context.Context, err error) bool {
+	if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrAccessDenied) ||
+		errors.Is(err, backend.ErrNoBucket) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -84,6 +84,15 @@ func (m *Metrics) DegradedRead() { m.DegradedReads.Add(1) }
 // HedgedRead counts a read raced against a parity decode.
 func (m *Metrics) HedgedRead() { m.HedgedReads.Add(1) }
 
+// StoreState implements erasure.Metrics.
+func (m *Metrics) StoreState(store int, down bool) {
+	if down {
+		m.stores[store].State.Store(StoreDown)
+	} else {
+		m.stores[store].State.Store(StoreHealthy)
+	}
+}
+
 // Stall records a read that waited d on the backend.
 func (m *Metrics) Stall(d time.Duration) {
 	m.Stalls.Add(1)

@@ -1,0 +1,116 @@
+package erasure
+
+import (
+	"bytes"
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+type countMetrics struct {
+	nopMetrics
+	hedged, degraded atomic.Int64
+	down             [16]atomic.Bool
+}
+
+func (m *countMetrics) HedgedRead()                 { m.hedged.Add(1) }
+func (m *countMetrics) DegradedRead()               { m.degraded.Add(1) }
+func (m *countMetrics) StoreState(s int, down bool) { m.down[s].Store(down) }
+
+// faultyShard is testShard with every store wrapped in a Faulty.
+func faultyShard(t *testing.T, p Params, data []byte, opts HealthOptions) (*Reader, *Shard, []*backend.Faulty, *countMetrics) {
+	t.Helper()
+	r, sh, _ := testShard(t, p, 0, data)
+	var faulty []*backend.Faulty
+	var stores []backend.Store
+	for _, s := range r.stores {
+		f := backend.NewFaulty(s)
+		faulty = append(faulty, f)
+		stores = append(stores, f)
+	}
+	m := &countMetrics{}
+	r2, err := NewReader(r.codec, stores, fragKey, ReaderOptions{Metrics: m, Health: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r2, sh, faulty, m
+}
+
+// TestHedgeAroundHungStore: the store holding the data fragment hangs for a
+// minute; the read must finish well inside its 30 s context by decoding from
+// parity, and count a hedge.
+func TestHedgeAroundHungStore(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("hedge me "), 1000)
+	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{HedgeFloor: 20 * time.Millisecond})
+	faulty[p.Placement(0, 0)].SetDelay(time.Minute, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, exact := range []bool{false, true} {
+		var got []byte
+		var err error
+		if exact {
+			got, err = r.ReadExact(ctx, sh, 10, 500, func(b []byte) bool { return bytes.Equal(b, data[10:510]) })
+		} else {
+			got, err = r.ReadRange(ctx, sh, 10, 500)
+		}
+		if err != nil || !bytes.Equal(got, data[10:510]) {
+			t.Fatalf("exact=%v: read around a hung store: %v", exact, err)
+		}
+	}
+	if m.hedged.Load() == 0 || m.degraded.Load() == 0 {
+		t.Fatalf("hedged %d, degraded %d: want both > 0", m.hedged.Load(), m.degraded.Load())
+	}
+}
+
+// TestStoreMarkedDownAndBack: a store that keeps failing is marked down and
+// skipped; once it recovers, a probe after the backoff brings it back.
+func TestStoreMarkedDownAndBack(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("health "), 2000)
+	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{MinBackoff: 50 * time.Millisecond})
+	store := p.Placement(0, 0)
+	faulty[store].SetDown(true)
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		got, err := r.ReadRange(ctx, sh, 0, 1000)
+		if err != nil || !bytes.Equal(got, data[:1000]) {
+			t.Fatalf("read %d with store down: %v", i, err)
+		}
+	}
+	if !r.StoreDown(store) || !m.down[store].Load() {
+		t.Fatal("a store failing every read was not marked down")
+	}
+	faulty[store].SetDown(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for r.StoreDown(store) || m.down[store].Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("store did not come back after recovering")
+		}
+		time.Sleep(20 * time.Millisecond)
+		if _, err := r.ReadRange(ctx, sh, 0, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestMissingObjectsAreNotStoreFaults: missing or corrupt objects do not
+// mark a store down; only unavailability does.
+func TestMissingObjectsAreNotStoreFaults(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("x"), 4096)
+	r, sh, faulty, _ := faultyShard(t, p, data, HealthOptions{})
+	store := p.Placement(0, 0)
+	faulty[store].SetFlipBits(true)
+	for i := 0; i < 10; i++ {
+		if got, err := r.ReadRange(context.Background(), sh, 0, 100); err != nil || !bytes.Equal(got, data[:100]) {
+			t.Fatalf("read %d: %v", i, err)
+		}
+	}
+	if r.StoreDown(store) {
+		t.Fatal("checksum failures marked the store down")
+	}
+}
