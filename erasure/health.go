@@ -22,7 +22,7 @@ type health struct {
 type HealthOptions struct {
 	Strikes      int           // consecutive failures that mark a store down (3)
 	MinBackoff   time.Duration // first down period (1s)
-	MaxBackoff   time.Duration // longest down period (30s)
+	MaxBackoff   time.Duration // longest down period (10s)
 	HedgeFloor   time.Duration // smallest hedge deadline (150ms)
 	HedgeFactor  float64       // deadline = factor × recent p95 latency (3)
 	HedgeRate    float64       // plus bytes / this many bytes per second (100 MB/s)
@@ -37,7 +37,7 @@ func (o *HealthOptions) fill() {
 		o.MinBackoff = time.Second
 	}
 	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = 30 * time.Second
+		o.MaxBackoff = 10 * time.Second
 	}
 	if o.HedgeFloor <= 0 {
 		o.HedgeFloor = 150 * time.Millisecond

@@ -134,12 +134,17 @@ func (r *Reader) StoreDown(store int) bool { return r.health.skip(store) }
 func (r *Reader) Codec() *Codec { return r.codec }
 
 // fetch reads and verifies fragment frag's bytes [a,b), with a block-aligned.
+// A store marked down is not asked, unless force is set.
 func (r *Reader) fetch(ctx context.Context, sh *Shard, frag int, a, b int64) ([]byte, *FragmentError) {
+	return r.fetchForce(ctx, sh, frag, a, b, false)
+}
+
+func (r *Reader) fetchForce(ctx context.Context, sh *Shard, frag int, a, b int64, force bool) ([]byte, *FragmentError) {
 	store := r.codec.Placement(sh.ID, frag)
 	fail := func(err error) *FragmentError {
 		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
 	}
-	if r.health.skip(store) {
+	if !force && r.health.skip(store) {
 		return nil, fail(ErrStoreDown)
 	}
 	p := make([]byte, b-a)
@@ -297,18 +302,32 @@ func (r *Reader) decodeRange(ctx context.Context, sh *Shard, A, B int64, failed 
 		got  int
 		next int
 	)
-	// Candidates in order: data fragments first (their bytes need no decoding), then parity.
+	// Candidates: fragments on healthy stores, data before parity (data
+	// needs no decoding); then, as a last resort, those on stores marked
+	// down or that failed before, forced: a store that came back is found
+	// at once, and a range is never refused while k fragments may exist.
 	var cands []int
+	forced := map[int]bool{}
 	for f := 0; f < total; f++ {
-		if failed[f] == nil {
+		if failed[f] == nil && !r.health.skip(r.codec.Placement(sh.ID, f)) {
 			cands = append(cands, f)
+		}
+	}
+	for f := 0; f < total; f++ {
+		if failed[f] == nil && r.health.skip(r.codec.Placement(sh.ID, f)) {
+			cands = append(cands, f)
+			forced[f] = true
+		} else if ferr := failed[f]; ferr != nil && errors.Is(ferr.Err, ErrStoreDown) {
+			delete(failed, f)
+			cands = append(cands, f)
+			forced[f] = true
 		}
 	}
 	// Start k fetches; replace each failure with the next candidate.
 	results := make(chan struct{}, total)
 	var fetch func(f int)
 	fetch = func(f int) {
-		data, ferr := r.fetch(ctx, sh, f, A, B)
+		data, ferr := r.fetchForce(ctx, sh, f, A, B, forced[f])
 		mu.Lock()
 		if ferr != nil {
 			failed[f] = ferr

@@ -50,6 +50,18 @@ func requireTorch(t *testing.T) {
 // waits for the tree. The mount is always taken down in t.Cleanup.
 func mountShardfs(t *testing.T, args ...string) string {
 	t.Helper()
+	return mountShardfsEnv(t, nil, args...).dir
+}
+
+// mountProc is a running mount daemon.
+type mountProc struct {
+	dir, log string
+	cmd      *exec.Cmd
+}
+
+// mountShardfsEnv is mountShardfs with extra environment, returning the process.
+func mountShardfsEnv(t *testing.T, env []string, args ...string) *mountProc {
+	t.Helper()
 	requireTool(t, "fusermount3")
 	dir := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -60,6 +72,7 @@ func mountShardfs(t *testing.T, args ...string) string {
 		t.Fatal(err)
 	}
 	cmd := execShardfs(append(append([]string{"mount"}, args...), dir)...)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -84,7 +97,7 @@ func mountShardfs(t *testing.T, args ...string) string {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := os.Stat(filepath.Join(dir, ".shardfs", "info.json")); err == nil {
-			return dir
+			return &mountProc{dir: dir, log: dir + ".log", cmd: cmd}
 		}
 		select {
 		case err := <-exited:
@@ -94,7 +107,7 @@ func mountShardfs(t *testing.T, args ...string) string {
 		}
 	}
 	t.Fatal("mount did not come up in 60s")
-	return ""
+	return nil
 }
 
 func isMounted(dir string) bool {

@@ -125,10 +125,21 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	for _, s := range stores {
 		names = append(names, s.String())
 	}
+	failing := checkStores(ctx, stores)
 	met := metrics.New(names)
 	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, Metrics: met})
 	if err != nil {
+		if len(failing) > 0 {
+			return nil, fmt.Errorf("%w\nstores failing their access check:\n  %s", err, strings.Join(failing, "\n  "))
+		}
 		return nil, err
+	}
+	if len(failing) > ds.Manifest.Parity {
+		return nil, fmt.Errorf("%d stores fail their access check, more than m=%d can be read around:\n  %s",
+			len(failing), ds.Manifest.Parity, strings.Join(failing, "\n  "))
+	}
+	for _, f := range failing {
+		log.Warn("store failing; mounting degraded, reads decode around it", "store", f)
 	}
 	in, err := dataset.LayoutInput(ds.Manifest)
 	if err != nil {
@@ -187,6 +198,30 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		log.Info("metrics", "url", "http://"+l.Addr().String()+"/metrics")
 	}
 	return mt, nil
+}
+
+// checkStores pings every store in parallel and describes the failing ones.
+func checkStores(ctx context.Context, stores []backend.Store) []string {
+	errs := make([]error, len(stores))
+	done := make(chan int, len(stores))
+	for i, s := range stores {
+		go func() {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			errs[i] = backend.Ping(pctx, s)
+			done <- i
+		}()
+	}
+	for range stores {
+		<-done
+	}
+	var out []string
+	for i, err := range errs {
+		if err != nil {
+			out = append(out, fmt.Sprintf("store %d: %v", i, err))
+		}
+	}
+	return out
 }
 
 // serve runs until ctx is cancelled (SIGINT, SIGTERM) or the mount is unmounted.
