@@ -249,3 +249,31 @@ func benchExtents(b *testing.B, m *Members) {
 		dst = f.Extents(dst[:0], off, 1<<20)
 	}
 }
+
+// FuzzTarName: any key maps to a short ASCII ustar name WebDataset splits
+// at the extension, deterministically.
+func FuzzTarName(f *testing.F) {
+	for _, k := range []string{"cat/a.jpg", "a.b.c", "ü/..", strings.Repeat("x/", 100), "\x00", "~1"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		stem, ext := TarName(key)
+		if s2, e2 := TarName(key); s2 != stem || e2 != ext {
+			t.Fatal("not deterministic")
+		}
+		name := stem + "." + ext
+		if len(stem) > maxStem || len(ext) > maxExt || len(name) > 100 || ext == "" {
+			t.Fatalf("%q -> %q: too long or no extension", key, name)
+		}
+		for i := 0; i < len(name); i++ {
+			c := name[i]
+			if !(c == '_' || c == '-' || c == '/' || c == '.' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+				t.Fatalf("%q -> %q: byte %q", key, name, c)
+			}
+		}
+		base := stem[strings.LastIndexByte(stem, '/')+1:]
+		if strings.Contains(base, ".") || strings.Contains(ext, ".") || strings.Contains(stem, "~") {
+			t.Fatalf("%q -> %q: WebDataset would split it differently", key, name)
+		}
+	})
+}

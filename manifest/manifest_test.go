@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // synthetic builds a finished manifest of n samples in nStrata strata.
@@ -238,4 +240,24 @@ func TestDecodeChild(t *testing.T) {
 			fmt.Printf("%s\n", line)
 		}
 	}
+}
+
+// FuzzCheckKey: accepted keys are clean relative paths; nothing panics.
+func FuzzCheckKey(f *testing.F) {
+	for _, k := range []string{"a/b.jpg", "../x", "/abs", "a//b", "a/./b", "nul\x00", "\xff"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		if CheckKey(key) != nil {
+			return
+		}
+		if key == "" || strings.HasPrefix(key, "/") || strings.ContainsRune(key, 0) || !utf8.ValidString(key) {
+			t.Fatalf("accepted %q", key)
+		}
+		for _, el := range strings.Split(key, "/") {
+			if el == "" || el == "." || el == ".." {
+				t.Fatalf("accepted %q with element %q", key, el)
+			}
+		}
+	})
 }

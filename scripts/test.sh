@@ -19,9 +19,9 @@ go test -timeout 10m -run 'TestDecodeMatrix' -count=1 ./erasure/
 echo "== layout property tests, full set, without -race (layout is pure: no goroutines)"
 go test -timeout 10m -count=1 ./layout/
 
-echo "== fuzz the manifest decoders and the file-map offset math"
-go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 15s ./manifest/
-go test -run '^$' -fuzz '^FuzzDecodeBody$' -fuzztime 15s ./manifest/
-go test -run '^$' -fuzz '^FuzzExtents$' -fuzztime 15s ./layout/
+echo "== fuzz: manifest decoders, key checks, tar names, file-map offset math (30s each)"
+for target in manifest:FuzzDecode manifest:FuzzDecodeBody manifest:FuzzCheckKey layout:FuzzTarName layout:FuzzExtents; do
+	go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 30s "./${target%%:*}/"
+done
 
 echo "== all tests passed"
