@@ -262,7 +262,9 @@ func (d *decoder) uvarint() uint64 {
 	}
 	v, err := binary.ReadUvarint(d)
 	if err != nil {
+		// ReadUvarint returns a partial value with its error: never use it.
 		d.fail("truncated body: %v", err)
+		return 0
 	}
 	return v
 }
@@ -312,7 +314,10 @@ func (d *decoder) read(p []byte) {
 // count reads an element count, each element taking at least minBytes.
 func (d *decoder) count(minBytes int64) int {
 	v := d.uvarint()
-	if d.err == nil && v > uint64(d.left/minBytes) {
+	if d.err != nil {
+		return 0
+	}
+	if v > uint64(d.left/minBytes) {
 		d.fail("count %d exceeds the remaining %d bytes", v, d.left)
 		return 0
 	}
@@ -321,7 +326,10 @@ func (d *decoder) count(minBytes int64) int {
 
 func (d *decoder) small(what string, max uint64) int {
 	v := d.uvarint()
-	if d.err == nil && v > max {
+	if d.err != nil {
+		return 0
+	}
+	if v > max {
 		d.fail("%s %d exceeds %d", what, v, max)
 		return 0
 	}

@@ -19,7 +19,7 @@ import (
 // DS is an ingested test dataset.
 type DS struct {
 	*dataset.Dataset
-	Src    string             // source tree: Src/<key> holds each sample's bytes
+	Src    string            // source tree: Src/<key> holds each sample's bytes
 	Faulty []*backend.Faulty // the stores as the dataset reads them
 }
 
