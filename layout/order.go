@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -427,15 +428,7 @@ func apportionInt(total int, w []int) []int {
 		out[c], rem[c] = int(q), r
 		given += int(q)
 	}
-	giveLargest(out, total-given, func(a, b int) int {
-		if rem[a] != rem[b] {
-			if rem[a] > rem[b] {
-				return -1
-			}
-			return 1
-		}
-		return a - b
-	}, func(c int) bool { return w[c] > 0 })
+	giveLargest(out, total-given, largestRemainderFirst(rem), func(c int) bool { return w[c] > 0 })
 	return out
 }
 
@@ -449,16 +442,13 @@ func apportionFloat(total int, pi []float64) []int {
 		rem[c] = q - math.Floor(q)
 		given += out[c]
 	}
-	giveLargest(out, total-given, func(a, b int) int {
-		if rem[a] != rem[b] {
-			if rem[a] > rem[b] {
-				return -1
-			}
-			return 1
-		}
-		return a - b
-	}, func(c int) bool { return pi[c] > 0 })
+	giveLargest(out, total-given, largestRemainderFirst(rem), func(c int) bool { return pi[c] > 0 })
 	return out
+}
+
+// largestRemainderFirst orders strata by remainder, largest first, ties to the lower index.
+func largestRemainderFirst[T cmp.Ordered](rem []T) func(a, b int) int {
+	return func(a, b int) int { return cmp.Or(cmp.Compare(rem[b], rem[a]), cmp.Compare(a, b)) }
 }
 
 // giveLargest adds one to the first n eligible entries in cmp order.

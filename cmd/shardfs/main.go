@@ -79,7 +79,7 @@ Start with:  shardfs demo`,
 	pf.StringVar(&g.stores, "stores", "", "comma-separated store URLs, k+m of them, in order (or SHARDFS_STORES, or \"stores\" in the config file)")
 	pf.StringVar(&g.configPath, "config", "", "config file (default $SHARDFS_CONFIG or ~/.config/shardfs/config.json)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newIngestCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g))
+	root.AddCommand(newIngestCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newCeilingCmd(g))
 	return root
 }
 

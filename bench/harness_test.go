@@ -1,0 +1,214 @@
+//go:build benchharness
+
+// Package bench is the benchmark harness behind scripts/bench.sh: it runs
+// shardfs, a minimal in-memory FUSE file, tmpfs, rclone mount and s3fs side
+// by side on one machine against local MinIO, and writes BENCHMARKS.md and
+// PNG charts. Every figure is a median of repetitions in the same run,
+// reported with its min and max, and compared as a ratio.
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/internal/miniotest"
+	"github.com/shardfs/shardfs/internal/synth"
+)
+
+var (
+	binary string
+	reps   = envInt("SHARDFS_BENCH_REPS", 3)
+	outDir = envStr("SHARDFS_BENCH_OUT", "../docs/bench")
+)
+
+func envInt(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envStr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// stat is a median with its range over repetitions.
+type stat struct{ med, lo, hi float64 }
+
+func summarize(xs []float64) stat {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return stat{med: s[len(s)/2], lo: s[0], hi: s[len(s)-1]}
+}
+
+func (s stat) String() string { return fmt.Sprintf("%.0f (%.0f–%.0f)", s.med, s.lo, s.hi) }
+func (s stat) pct() string {
+	return fmt.Sprintf("%.2f%% (%.2f–%.2f)", 100*s.med, 100*s.lo, 100*s.hi)
+}
+
+// repeat runs f reps times and summarizes its results.
+func repeat(f func() float64) stat {
+	var xs []float64
+	for i := 0; i < reps; i++ {
+		xs = append(xs, f())
+	}
+	return summarize(xs)
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+// daemon is a background mount process.
+type daemon struct {
+	dir string
+	cmd *exec.Cmd
+}
+
+// startMount starts a FUSE daemon (name args...) serving dir and waits until ready(dir).
+func startMount(t *testing.T, dir string, ready func() bool, env []string, name string, args ...string) *daemon {
+	t.Helper()
+	os.MkdirAll(dir, 0o755)
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey), env...)
+	logf, _ := os.Create(dir + ".log")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{dir: dir, cmd: cmd}
+	deadline := time.Now().Add(60 * time.Second)
+	for !ready() {
+		if time.Now().After(deadline) {
+			d.stop()
+			log, _ := os.ReadFile(dir + ".log")
+			t.Fatalf("%s did not come up:\n%s", name, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return d
+}
+
+func (d *daemon) stop() {
+	exec.Command("fusermount3", "-u", d.dir).Run()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { d.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		exec.Command("fusermount3", "-uz", d.dir).Run()
+		d.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// peakRSS is the daemon's VmHWM in bytes.
+func (d *daemon) peakRSS() int64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") {
+			kb, _ := strconv.ParseInt(strings.Fields(l)[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func exists(p string) func() bool {
+	return func() bool { _, err := os.Stat(p); return err == nil }
+}
+
+// report accumulates BENCHMARKS.md.
+type report struct {
+	b      strings.Builder
+	charts []chart
+}
+
+func (r *report) printf(format string, args ...any) { fmt.Fprintf(&r.b, format, args...) }
+
+func TestBenchmarks(t *testing.T) {
+	for _, tool := range []string{"fio", "fusermount3", "rclone", "s3fs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is missing: run scripts/bench.sh, which installs it", tool)
+		}
+	}
+	dir, _ := os.MkdirTemp("", "shardfs-bench-bin")
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "shardfs")
+	run(t, "go", "build", "-o", binary, "../cmd/shardfs")
+	os.MkdirAll(outDir, 0o755)
+
+	// The workload: 10,000 samples of 50-150 kB in 10 imbalanced strata.
+	work := t.TempDir()
+	src := filepath.Join(work, "src")
+	total, err := synth.Write(src, synth.Imbalanced(10_000, 10, 0.75, 50_000, 150_000, 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &report{}
+	r.printf("# shardfs benchmarks\n\nMeasured by `scripts/bench.sh` on %s. Every figure is the median of %d repetitions in the same run, with min–max in parentheses; compare ratios, not absolute numbers, across machines.\n\n",
+		machine(), reps)
+	r.printf("Workload: %d samples of 50–150 kB in 10 imbalanced classes (%.0f MB), read whole for one epoch by 8 reader threads unless stated.\n\n", 10_000, float64(total)/1e6)
+
+	loader(t, r, work, src, total)
+	stalls(t, r, work, src)
+	degraded(t, r, work, src)
+
+	for _, c := range r.charts {
+		if err := c.save(filepath.Join(outDir, c.file)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	md := filepath.Join(outDir, "..", "..", "BENCHMARKS.md")
+	if err := os.WriteFile(md, []byte(r.b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", md)
+}
+
+func machine() string {
+	out, _ := exec.Command("nproc").Output()
+	return fmt.Sprintf("%s, %s cores, loopback only", time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(string(out)))
+}
+
+// fioBW runs fio and returns the read bandwidth in MB/s.
+func fioBW(t *testing.T, args ...string) float64 {
+	out := run(t, "fio", append(args, "--output-format=json", "--readonly")...)
+	var res struct {
+		Jobs []struct {
+			Read struct {
+				BW int64 `json:"bw_bytes"`
+			} `json:"read"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &res); err != nil {
+		t.Fatalf("fio output: %v\n%s", err, out)
+	}
+	var bw int64
+	for _, j := range res.Jobs {
+		bw += j.Read.BW
+	}
+	return float64(bw) / 1e6
+}
