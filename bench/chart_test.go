@@ -13,9 +13,9 @@ import (
 // chart is a grouped bar chart of medians.
 type chart struct {
 	title, ylabel, file string
-	series             []string
-	labels             []string
-	values             [][]float64 // [series][label]
+	series              []string
+	labels              []string
+	values              [][]float64 // [series][label]
 }
 
 func (c *chart) add(label string, vals ...stat) {
