@@ -7,6 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"regexp"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -146,7 +149,8 @@ func TestMountMinIO(t *testing.T) {
 	c := startCluster(t, 6)
 	const n, world, batch = 1536, 4, 32 // n = 12 steps x W x B: the ranks cover the dataset exactly
 	src := ingestSynthetic(t, c.urls, n, "train", 4, 2)
-	mnt := mountShardfs(t, "--stores="+strings.Join(c.urls, ","), "--world-size=4", "--batch-size=32", "--epochs=2", "--seed=7", "train")
+	mp := mountShardfsEnv(t, nil, "--stores="+strings.Join(c.urls, ","), "--world-size=4", "--batch-size=32", "--epochs=2", "--seed=7", "--metrics-addr=127.0.0.1:0", "train")
+	mnt := mp.dir
 
 	t.Run("tarfile", func(t *testing.T) {
 		out, err := exec.Command("python3", "testdata/check_tars.py", mnt, src, "0000").Output()
@@ -304,6 +308,28 @@ func TestMountMinIO(t *testing.T) {
 		}
 		if s.BytesServed == 0 || len(s.Stores) != 6 {
 			t.Fatalf("stats: %+v", s)
+		}
+		// Prometheus serves the same counters.
+		m := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/metrics)`).FindStringSubmatch(string(mustRead(t, mp.log)))
+		if m == nil {
+			t.Fatalf("no metrics URL in the log:\n%s", mustRead(t, mp.log))
+		}
+		resp, err := http.Get(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		served := regexp.MustCompile(`(?m)^shardfs_bytes_served_total (\S+)$`).FindSubmatch(body)
+		if served == nil || !bytes.Contains(body, []byte(`shardfs_backend_requests_total{store="`+c.urls[0])) {
+			t.Fatalf("metrics lack bytes served or per-store requests:\n%s", body)
+		}
+		var again struct {
+			BytesServed int64 `json:"bytes_served"`
+		}
+		json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "stats.json")), &again)
+		if v, _ := strconv.ParseFloat(string(served[1]), 64); int64(v) != again.BytesServed {
+			t.Fatalf("metrics say %s bytes served, stats.json %d", served[1], again.BytesServed)
 		}
 		info := string(mustRead(t, filepath.Join(mnt, ".shardfs", "info.json")))
 		if !strings.Contains(info, `"world_size": 4`) || strings.Contains(info, "shardfs-test-secret") {
