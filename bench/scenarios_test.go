@@ -20,7 +20,7 @@ import (
 func storesOn(s *miniotest.Server) string {
 	var u []string
 	for i := 0; i < 6; i++ {
-		u = append(u, s.URL(fmt.Sprintf("s%d/ds", i)))
+		u = append(u, s.URL(fmt.Sprintf("store%d/ds", i)))
 	}
 	return "--stores=" + strings.Join(u, ",")
 }
@@ -82,7 +82,7 @@ func tarBatches(rankDir string, n int) [][]string {
 }
 
 func loader(t *testing.T, r *report, work, src string, total int64) {
-	buckets := []string{"s0", "s1", "s2", "s3", "s4", "s5", "peer"}
+	buckets := []string{"store0", "store1", "store2", "store3", "store4", "store5", "peer"}
 	srv := miniotest.Start(t, buckets...)
 	stores := storesOn(srv)
 
@@ -251,7 +251,7 @@ func secs(f func()) float64 {
 // store latency injected, prefetch on and off. Stall fraction = time the
 // daemon's reads waited on the backend / wall time.
 func stalls(t *testing.T, r *report, work, src string) {
-	srv := miniotest.Start(t, "s0", "s1", "s2", "s3", "s4", "s5")
+	srv := miniotest.Start(t, "store0", "store1", "store2", "store3", "store4", "store5")
 	stores := storesOn(srv)
 	run(t, binary, "ingest", stores, "--data=4", "--parity=2", src, "ds")
 	const compute = 100 * time.Millisecond
@@ -310,9 +310,9 @@ func degraded(t *testing.T, r *report, work, src string) {
 	var servers []*miniotest.Server
 	var urls []string
 	for i := 0; i < 6; i++ {
-		s := miniotest.Start(t, "ds")
+		s := miniotest.Start(t, "bucket")
 		servers = append(servers, s)
-		urls = append(urls, s.URL("ds/ds"))
+		urls = append(urls, s.URL("bucket/ds"))
 	}
 	stores := "--stores=" + strings.Join(urls, ",")
 	run(t, binary, "ingest", stores, "--data=4", "--parity=2", src, "ds")

@@ -178,6 +178,12 @@ func (r *Reader) ReadRange(ctx context.Context, sh *Shard, off, n int64) ([]byte
 
 // ReadRangeInto fills p with the shard's bytes at off. See ReadRange.
 func (r *Reader) ReadRangeInto(ctx context.Context, sh *Shard, p []byte, off int64) error {
+	return r.readRangeInto(ctx, sh, p, off, nil)
+}
+
+// readRangeInto is ReadRangeInto; data fragments on stores in slow are not
+// asked again but decoded straight away: they just missed a deadline.
+func (r *Reader) readRangeInto(ctx context.Context, sh *Shard, p []byte, off int64, slow map[int]bool) error {
 	F, k := sh.FragSize, int64(r.codec.Data)
 	if off < 0 || off+int64(len(p)) > F*k {
 		return fmt.Errorf("shard %d: range [%d,%d) outside its %d bytes", sh.ID, off, off+int64(len(p)), F*k)
@@ -204,7 +210,7 @@ func (r *Reader) ReadRangeInto(ctx context.Context, sh *Shard, p []byte, off int
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = r.readFragmentRange(ctx, sh, pt.frag, pt.a, pt.b, pt.dst)
+			errs[i] = r.readFragmentRange(ctx, sh, pt.frag, pt.a, pt.b, pt.dst, slow[r.codec.Placement(sh.ID, pt.frag)])
 		}()
 	}
 	wg.Wait()
@@ -214,7 +220,7 @@ func (r *Reader) ReadRangeInto(ctx context.Context, sh *Shard, p []byte, off int
 // readFragmentRange fills dst with data fragment frag's bytes [a,b). When
 // the read outlives its store's hedge deadline, a decode from the other
 // fragments is started too, and the first good answer wins.
-func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, b int64, dst []byte) error {
+func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, b int64, dst []byte, slow bool) error {
 	bs := int64(r.codec.BlockSize)
 	A, B := a/bs*bs, min(sh.FragSize, (b+bs-1)/bs*bs)
 	store := r.codec.Placement(sh.ID, frag)
@@ -224,6 +230,14 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 			return nil, err
 		}
 		return frags[frag], nil
+	}
+	if slow && r.codec.Parity > 0 {
+		data, err := degraded(ctx, &FragmentError{Shard: sh.ID, Frag: frag, Store: store,
+			StoreName: r.stores[store].String(), Err: errors.New("missed its hedge deadline")})
+		if err == nil {
+			copy(dst, data[a-A:b-A])
+		}
+		return err
 	}
 	type result struct {
 		data   []byte
@@ -394,8 +408,9 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 	}
 	out := make([]byte, n)
 	var wg sync.WaitGroup
-	var mu sync.Mutex
+	var mu sync.Mutex // guards firstErr and slow
 	var firstErr error
+	slow := map[int]bool{}
 	// Past the slowest store's hedge deadline, stop waiting and take the
 	// block path, which hedges per fragment.
 	var deadline time.Duration
@@ -433,6 +448,9 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 			if err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)
+				if ectx.Err() != nil && ctx.Err() == nil {
+					slow[store] = true
+				}
 				mu.Unlock()
 			}
 		}()
@@ -453,7 +471,11 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 		// checksums find which; the failure is counted there.
 		r.log.Debug("exact read failed its checksum; reading verified blocks", "shard", sh.ID, "off", off, "len", n)
 	}
-	return r.ReadRange(ctx, sh, off, n)
+	out = make([]byte, n)
+	if err := r.readRangeInto(ctx, sh, out, off, slow); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // storeFault reports whether err says the store itself is sick (unreachable,

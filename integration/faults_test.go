@@ -25,8 +25,9 @@ import (
 type epochRead struct {
 	bytes   int64
 	elapsed time.Duration
-	lat     []time.Duration // per batch file
+	lat     []time.Duration // per 1 MiB read() call
 	samples int
+	batches int
 }
 
 // readEpochVerified reads every batch tar of rank-000 in epoch e and checks
@@ -50,13 +51,13 @@ func readEpochVerified(t *testing.T, mnt, src string, e int, before func(b int))
 		if before != nil {
 			before(b)
 		}
-		t0 := time.Now()
-		data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("batch-%06d.tar", b)))
-		res.lat = append(res.lat, time.Since(t0))
+		data, lat, err := readTimed(filepath.Join(dir, fmt.Sprintf("batch-%06d.tar", b)))
+		res.lat = append(res.lat, lat...)
 		if err != nil {
 			return res, err
 		}
 		res.bytes += int64(len(data))
+		res.batches++
 		tr := tar.NewReader(bytes.NewReader(data))
 		for {
 			hdr, err := tr.Next()
@@ -80,6 +81,30 @@ func readEpochVerified(t *testing.T, mnt, src string, e int, before func(b int))
 	}
 	res.elapsed = time.Since(start)
 	return res, nil
+}
+
+// readTimed reads a file with 1 MiB read() calls and times each call.
+func readTimed(name string) ([]byte, []time.Duration, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	var data []byte
+	var lat []time.Duration
+	buf := make([]byte, 1<<20)
+	for {
+		t0 := time.Now()
+		n, err := f.Read(buf)
+		lat = append(lat, time.Since(t0))
+		data = append(data, buf[:n]...)
+		if err == io.EOF {
+			return data, lat, nil
+		}
+		if err != nil {
+			return data, lat, err
+		}
+	}
 }
 
 func p99(d []time.Duration) time.Duration {
@@ -129,7 +154,7 @@ func TestFaultsMinIO(t *testing.T) {
 	if err != nil {
 		t.Fatalf("healthy epoch: %v", err)
 	}
-	half := len(healthy.lat) / 2
+	half := healthy.batches / 2
 	degraded, err := readEpochVerified(t, mnt, src, 1, func(b int) {
 		if b == half {
 			c.servers[1].Kill()
@@ -139,28 +164,52 @@ func TestFaultsMinIO(t *testing.T) {
 	if err != nil {
 		t.Fatalf("epoch with 2 stores killed mid-way: %v", err)
 	}
+	if states := storeStates(t, mnt); states[1] != "down" || states[4] != "down" {
+		t.Fatalf("after killing stores 1 and 4 mid-epoch, the mount reports %v", states)
+	}
 	hRate := float64(healthy.bytes) / healthy.elapsed.Seconds()
 	dRate := float64(degraded.bytes) / degraded.elapsed.Seconds()
 	report = append(report, fmt.Sprintf("2 stores SIGKILLed mid-epoch: %d samples, 0 wrong; throughput %.0f MB/s vs healthy %.0f MB/s: ratio %.2f",
 		degraded.samples, dRate/1e6, hRate/1e6, dRate/hRate))
 
 	// 2. A third store: past m, reads fail with EIO, never hang; then recover.
+	// Epoch 2 is larger than the cache: reading it must reach a read() that
+	// needs the backend, and that read must fail with EIO, not hang or lie.
 	c.servers[2].Kill()
-	t0 := time.Now()
 	errc := make(chan error, 1)
+	var eioAfter time.Duration
 	go func() {
-		_, err := os.ReadFile(filepath.Join(mnt, "epochs", "0002", "rank-000", "batch-000000.tar"))
-		errc <- err
+		for b := 0; ; b++ {
+			f, err := os.Open(filepath.Join(mnt, "epochs", "0002", "rank-000", fmt.Sprintf("batch-%06d.tar", b)))
+			if err != nil {
+				errc <- fmt.Errorf("ran out of batches without an error: %w", err)
+				return
+			}
+			buf := make([]byte, 1<<20)
+			for {
+				t0 := time.Now()
+				_, err := f.Read(buf)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					eioAfter = time.Since(t0)
+					f.Close()
+					errc <- err
+					return
+				}
+			}
+			f.Close()
+		}
 	}()
 	select {
 	case err = <-errc:
 	case <-time.After(90 * time.Second):
-		t.Fatal("read with 3 of 6 stores down hung for 90s")
+		t.Fatal("reads with 3 of 6 stores down hung for 90s")
 	}
 	if !errorsIsErrno(err, syscall.EIO) {
-		t.Fatalf("read with 3 stores down: %v, want EIO", err)
+		t.Fatalf("read with 3 stores down: %v, want EIO\nlog:\n%s", err, mustRead(t, mp.log))
 	}
-	eioAfter := time.Since(t0)
 	log := string(mustRead(t, mp.log))
 	if !strings.Contains(log, c.servers[2].Addr) {
 		t.Fatalf("the EIO log does not name the failed store %s:\n%s", c.servers[2].Addr, log)
@@ -169,7 +218,7 @@ func TestFaultsMinIO(t *testing.T) {
 		c.servers[i].Restart()
 	}
 	var recovered time.Duration
-	t0 = time.Now()
+	t0 := time.Now()
 	for {
 		_, err := os.ReadFile(filepath.Join(mnt, "epochs", "0002", "rank-000", "batch-000001.tar"))
 		if err == nil {
@@ -212,8 +261,8 @@ func TestFaultsMinIO(t *testing.T) {
 		}
 		readEpochVerified(t, mnt, src, e, nil) // reads probe the store
 	}
-	report = append(report, fmt.Sprintf("1 store SIGSTOPped: %d samples, 0 wrong; p99 batch read %v (healthy p99 %v), %.0f MB/s vs %.0f; healthy again %v after SIGCONT",
-		hung.samples, p99(hung.lat).Round(time.Millisecond), p99(base.lat).Round(time.Millisecond),
+	report = append(report, fmt.Sprintf("1 store SIGSTOPped: %d samples, 0 wrong; p99 of 1 MiB read() calls %v vs hedge floor 150ms + healthy p99 %v = %v; %.0f MB/s vs %.0f healthy; healthy again %v after SIGCONT",
+		hung.samples, p99(hung.lat).Round(time.Millisecond), p99(base.lat).Round(time.Millisecond), (150*time.Millisecond+p99(base.lat)).Round(time.Millisecond),
 		float64(hung.bytes)/hung.elapsed.Seconds()/1e6, float64(base.bytes)/base.elapsed.Seconds()/1e6, back.Round(time.Millisecond)))
 
 	// 4. Corruption through the S3 API on two stores: fragments replaced by

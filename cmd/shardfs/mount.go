@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -158,9 +160,13 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if _, err := layout.Steps(in, params); err != nil {
 		return nil, err
 	}
+	// The cache holds verified chunks (prefetched ones included); GETs in
+	// flight get a quarter of it on top. A soft limit keeps the Go heap's
+	// garbage from doubling that: RSS stays near --cache-size + ~200 MiB.
+	debug.SetMemoryLimit(int64(cacheSize) + int64(cacheSize)/4 + 192<<20)
 	c := cache.New(int64(cacheSize), func(n int64) { met.CacheBytes.Store(n) })
 	cfg := prefetch.DefaultConfig()
-	cfg.Budget = int64(cacheSize) / 2
+	cfg.Budget = int64(cacheSize) / 4
 	cfg.Disabled = f.noPrefetch
 	cfg.ReadTimeout = f.readTimeout
 	cat := dataset.Catalog{M: ds.Manifest}
@@ -193,6 +199,9 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		// Profiles for diagnosing a slow mount; the address is loopback by default.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mt.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go mt.http.Serve(l)
 		log.Info("metrics", "url", "http://"+l.Addr().String()+"/metrics")
