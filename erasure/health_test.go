@@ -114,3 +114,21 @@ func TestMissingObjectsAreNotStoreFaults(t *testing.T) {
 		t.Fatal("checksum failures marked the store down")
 	}
 }
+
+// TestSlowIsNotLost: with one store down and one corrupting, a third that is
+// merely slower than the hedge deadline still holds the k-th fragment: the
+// read must wait for it rather than fail.
+func TestSlowIsNotLost(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("slow but intact "), 800)
+	r, sh, faulty, _ := faultyShard(t, p, data, HealthOptions{HedgeFloor: 5 * time.Millisecond})
+	faulty[p.Placement(0, 0)].SetDown(true)
+	faulty[p.Placement(0, 1)].SetFlipBits(true)
+	faulty[p.Placement(0, 2)].SetDelay(100*time.Millisecond, 0)
+	for _, rg := range [][2]int64{{0, 3000}, {3200, 3000}, {6400, 2000}} {
+		got, err := r.ReadExact(context.Background(), sh, rg[0], rg[1], func(b []byte) bool { return bytes.Equal(b, data[rg[0]:rg[0]+rg[1]]) })
+		if err != nil || !bytes.Equal(got, data[rg[0]:rg[0]+rg[1]]) {
+			t.Fatalf("range %v: %v", rg, err)
+		}
+	}
+}

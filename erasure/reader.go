@@ -104,6 +104,10 @@ type ReaderOptions struct {
 // being read around until its backoff ends.
 var ErrStoreDown = errors.New("store marked down after repeated failures")
 
+// errSlow: a read passed its hedge deadline. The fragment is not lost: a
+// decode tries the others first and asks it again only as a last resort.
+var errSlow = errors.New("slower than its hedge deadline")
+
 // NewReader returns a reader over stores, which must number k+m, in placement order.
 func NewReader(c *Codec, stores []backend.Store, key KeyFunc, opts ReaderOptions) (*Reader, error) {
 	if len(stores) != c.Total() {
@@ -233,7 +237,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	}
 	if slow && r.codec.Parity > 0 {
 		data, err := degraded(ctx, &FragmentError{Shard: sh.ID, Frag: frag, Store: store,
-			StoreName: r.stores[store].String(), Err: errors.New("missed its hedge deadline")})
+			StoreName: r.stores[store].String(), Err: errSlow})
 		if err == nil {
 			copy(dst, data[a-A:b-A])
 		}
@@ -269,7 +273,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 			r.metrics.HedgedRead()
 			go func() {
 				data, err := degraded(pctx, &FragmentError{Shard: sh.ID, Frag: frag, Store: store,
-					StoreName: r.stores[store].String(), Err: errors.New("slower than its hedge deadline")})
+					StoreName: r.stores[store].String(), Err: errSlow})
 				results <- result{data: data, err: err, hedged: true}
 			}()
 		case res := <-results:
@@ -331,7 +335,7 @@ func (r *Reader) decodeRange(ctx context.Context, sh *Shard, A, B int64, failed 
 		if failed[f] == nil && r.health.skip(r.codec.Placement(sh.ID, f)) {
 			cands = append(cands, f)
 			forced[f] = true
-		} else if ferr := failed[f]; ferr != nil && errors.Is(ferr.Err, ErrStoreDown) {
+		} else if ferr := failed[f]; ferr != nil && (errors.Is(ferr.Err, ErrStoreDown) || errors.Is(ferr.Err, errSlow)) {
 			delete(failed, f)
 			cands = append(cands, f)
 			forced[f] = true

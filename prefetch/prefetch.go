@@ -40,7 +40,8 @@ type Fetcher interface {
 // Config tunes the reader. Zero fields take the defaults of DefaultConfig.
 type Config struct {
 	ChunkSize   int64         // cache granularity within a sample
-	Budget      int64         // bytes in flight or ready ahead of readers
+	Budget      int64         // most bytes ready or in flight ahead of the slowest reader (the lead's cap)
+	InFlight    int64         // most bytes of prefetch GETs in flight at once (outside the cache)
 	MinLead     int64         // lead kept even before rates are measured
 	Margin      time.Duration // added to the measured latency
 	PrefetchGET int           // concurrent prefetch GETs
@@ -53,13 +54,13 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{ChunkSize: 1 << 20, Budget: 512 << 20, MinLead: 64 << 20, Margin: 2 * time.Second,
+	return Config{ChunkSize: 1 << 20, Budget: 512 << 20, InFlight: 64 << 20, MinLead: 64 << 20, Margin: 2 * time.Second,
 		PrefetchGET: 64, DemandGET: 32, MaxGET: 8 << 20, MergeGap: 64 << 10, ReadTimeout: 30 * time.Second}
 }
 
 func (c *Config) fill() {
 	d := DefaultConfig()
-	for _, f := range []struct{ v, def *int64 }{{&c.ChunkSize, &d.ChunkSize}, {&c.Budget, &d.Budget}, {&c.MinLead, &d.MinLead}, {&c.MaxGET, &d.MaxGET}, {&c.MergeGap, &d.MergeGap}} {
+	for _, f := range []struct{ v, def *int64 }{{&c.ChunkSize, &d.ChunkSize}, {&c.Budget, &d.Budget}, {&c.InFlight, &d.InFlight}, {&c.MinLead, &d.MinLead}, {&c.MaxGET, &d.MaxGET}, {&c.MergeGap, &d.MergeGap}} {
 		if *f.v <= 0 {
 			*f.v = *f.def
 		}
@@ -111,7 +112,7 @@ func New(fetch Fetcher, geo layout.Geometry, c *cache.Cache, m *metrics.Metrics,
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reader{fetch: fetch, geo: geo, cache: c, m: m, cfg: cfg, log: log,
 		demand: make(chan struct{}, cfg.DemandGET), prefGets: make(chan struct{}, cfg.PrefetchGET),
-		inflight: semaphore.NewWeighted(cfg.Budget), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
+		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
 	r.wg.Add(1)
 	go r.measure()
 	return r

@@ -160,13 +160,15 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if _, err := layout.Steps(in, params); err != nil {
 		return nil, err
 	}
-	// The cache holds verified chunks (prefetched ones included); GETs in
-	// flight get a quarter of it on top. A soft limit keeps the Go heap's
-	// garbage from doubling that: RSS stays near --cache-size + ~200 MiB.
-	debug.SetMemoryLimit(int64(cacheSize) + int64(cacheSize)/4 + 192<<20)
-	c := cache.New(int64(cacheSize), func(n int64) { met.CacheBytes.Store(n) })
+	// The cache holds verified chunks, prefetched ones included, and the lead
+	// may fill half of it; GETs in flight add at most InFlight on top. A soft
+	// limit keeps the Go heap's garbage from doubling that, so RSS stays near
+	// --cache-size + InFlight + the daemon's own ~100 MiB.
 	cfg := prefetch.DefaultConfig()
-	cfg.Budget = int64(cacheSize) / 4
+	cfg.Budget = int64(cacheSize) / 2
+	cfg.InFlight = min(cfg.InFlight, int64(cacheSize)/4)
+	debug.SetMemoryLimit(int64(cacheSize) + cfg.InFlight + 128<<20)
+	c := cache.New(int64(cacheSize), func(n int64) { met.CacheBytes.Store(n) })
 	cfg.Disabled = f.noPrefetch
 	cfg.ReadTimeout = f.readTimeout
 	cat := dataset.Catalog{M: ds.Manifest}
@@ -323,7 +325,7 @@ reads, checksum failures and hedged reads, then each store's state.`,
 
 func readStats(mountpoint string) (metrics.Snapshot, error) {
 	var s metrics.Snapshot
-	b, err := readFile(mountpoint + "/.shardfs/stats.json")
+	b, err := os.ReadFile(mountpoint + "/.shardfs/stats.json")
 	if err != nil {
 		return s, fmt.Errorf("%s is not a shardfs mount? %w", mountpoint, err)
 	}
@@ -385,5 +387,3 @@ func parseLatency(s string) (d, jitter time.Duration, err error) {
 	}
 	return d, jitter, nil
 }
-
-func readFile(name string) ([]byte, error) { return os.ReadFile(name) }
