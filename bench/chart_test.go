@@ -13,7 +13,6 @@ import (
 // chart is a grouped bar chart of medians.
 type chart struct {
 	title, ylabel, file string
-	log                 bool // log-scale y axis, for values spanning decades
 	series              []string
 	labels              []string
 	values              [][]float64 // [series][label]
@@ -48,10 +47,6 @@ func (c *chart) save(path string) error {
 		}
 	}
 	p.Legend.Top = true
-	if c.log {
-		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	}
 	p.NominalX(c.labels...)
 	p.X.Tick.Label.Rotation = 0.4
 	p.X.Tick.Label.XAlign = -0.9

@@ -188,7 +188,7 @@ func loader(t *testing.T, r *report, work, src string, total int64) {
 	}
 	r.printf("## Loader throughput (samples/s, 8 reader threads)\n\n| reader | cold | warm | cold / best peer cold | warm / tmpfs |\n|---|---|---|---|---|\n")
 	var ch chart
-	ch.title, ch.ylabel, ch.file, ch.log = "Loader throughput, 8 threads (log scale)", "samples/s", "loader.png", true
+	ch.title, ch.ylabel, ch.file = "Loader throughput, 8 threads", "samples/s", "loader.png"
 	for _, rw := range rows {
 		r.printf("| %s | %s | %s | %.2f× | %.2f× |\n", rw.name, rw.cold, rw.warm, rw.cold.med/best, rw.warm.med/tmpfs.med)
 		ch.add(rw.name, rw.cold, rw.warm)
