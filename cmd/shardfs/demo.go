@@ -221,7 +221,11 @@ func demoReadEpoch(out io.Writer, rankDir, src, label string) error {
 		return fmt.Errorf("read %s epoch.tar: %w", label, err)
 	}
 	elapsed := time.Since(start)
-	rows, err := csv.NewReader(mustOpen(filepath.Join(rankDir, "index.csv"))).ReadAll()
+	index, err := os.ReadFile(filepath.Join(rankDir, "index.csv"))
+	if err != nil {
+		return fmt.Errorf("read %s index.csv: %w", label, err)
+	}
+	rows, err := csv.NewReader(bytes.NewReader(index)).ReadAll()
 	if err != nil {
 		return err
 	}
@@ -245,16 +249,6 @@ func demoReadEpoch(out io.Writer, rankDir, src, label string) error {
 	fmt.Fprintf(out, "== read %s: epoch.tar %s in %v (%.0f MB/s); %d samples byte-identical to the source\n",
 		label, humanize.IBytes(uint64(len(data))), elapsed.Round(time.Millisecond), float64(len(data))/1e6/elapsed.Seconds(), n)
 	return nil
-}
-
-func mustOpen(name string) io.Reader {
-	f, err := os.Open(name)
-	if err != nil {
-		return strings.NewReader("")
-	}
-	defer f.Close()
-	b, _ := io.ReadAll(f)
-	return bytes.NewReader(b)
 }
 
 // damageDemo removes store1's objects and flips one byte in each fragment on store4.
