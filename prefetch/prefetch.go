@@ -394,6 +394,17 @@ func (s *stream) poke() {
 	}
 }
 
+// stopIfIdle marks the pump stopped if no handle is open, atomically with open.
+func (s *stream) stopIfIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.handles) > 0 {
+		return false
+	}
+	s.running = false
+	return true
+}
+
 // low is the lowest position of an open handle, or -1 when none is open.
 func (s *stream) low() int {
 	s.mu.Lock()
@@ -412,6 +423,7 @@ func (s *stream) pump() {
 	defer s.r.wg.Done()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	idle := 0
 	for {
 		select {
 		case <-s.r.ctx.Done():
@@ -421,8 +433,13 @@ func (s *stream) pump() {
 		}
 		low := s.low()
 		if low < 0 {
+			// No reader for 5 s: stop; the next open starts a new pump.
+			if idle++; idle >= 50 && s.stopIfIdle() {
+				return
+			}
 			continue
 		}
+		idle = 0
 		s.mu.Lock()
 		if s.scheduled < low {
 			s.scheduled = low

@@ -1,0 +1,55 @@
+package prefetch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/internal/testds"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
+)
+
+func (s *stream) isRunning() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+
+// TestPumpStopsWhenIdle: a rank-epoch nobody reads stops costing a goroutine,
+// and reading it again starts prefetching again.
+func TestPumpStopsWhenIdle(t *testing.T) {
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 2000, Seed: 1}, met)
+	in, _ := dataset.LayoutInput(ds.Manifest)
+	cat := dataset.Catalog{M: ds.Manifest}
+	o, err := layout.Order(in, layout.Params{World: 1, Batch: 5, Alpha: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := layout.NewMembers(o, cat)
+	r := New(ds, cat, cache.New(1<<20, nil), met, DefaultConfig(), nil)
+	defer r.Close()
+	h := r.Open(m.Epoch())
+	buf := make([]byte, 4096)
+	if _, err := h.ReadAt(context.Background(), buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	st := h.st
+	h.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for st.isRunning() {
+		if time.Now().After(deadline) {
+			t.Fatal("pump still running 20s after the last handle closed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h = r.Open(m.Batch(1))
+	defer h.Close()
+	if !st.isRunning() {
+		t.Fatal("opening the rank-epoch again did not restart its pump")
+	}
+}
