@@ -50,8 +50,6 @@ func (f *Faulty) SetShortBody(on bool) { f.mu.Lock(); f.shortBody = on; f.mu.Unl
 // SetFlipBits makes ReadAt flip one bit of every result, silently.
 func (f *Faulty) SetFlipBits(on bool) { f.mu.Lock(); f.flipBits = on; f.mu.Unlock() }
 
-func (f *Faulty) String() string { return f.Store.String() }
-
 // before applies down, n-th-call and delay faults.
 func (f *Faulty) before(ctx context.Context, op string) error {
 	f.mu.Lock()

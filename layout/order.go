@@ -144,7 +144,7 @@ type RankOrder struct {
 	Samples []int32 // T·B sample indexes, batch after batch
 }
 
-// Batch returns the sample indexes of batch b.
+// BatchSamples returns the sample indexes of batch b.
 func (o *RankOrder) BatchSamples(b int) []int32 {
 	return o.Samples[b*o.Params.Batch : (b+1)*o.Params.Batch]
 }
