@@ -27,9 +27,11 @@ var (
 	ErrUnavailable = errors.New("store unavailable")
 	// ErrBadKey: a key is not a clean relative path.
 	ErrBadKey = errors.New("invalid object key")
+	// ErrExists: Create found the key already present.
+	ErrExists = errors.New("object already exists")
 )
 
-// Store is a flat namespace of immutable objects. Keys are slash-separated
+// Store is a flat namespace of objects. Keys are slash-separated
 // relative paths without "." or ".." elements. All methods are safe for
 // concurrent use.
 type Store interface {
@@ -40,6 +42,11 @@ type Store interface {
 	// Put stores data under key, replacing any previous object atomically:
 	// a concurrent or later reader sees the old object or the new one, never a mix.
 	Put(ctx context.Context, key string, data []byte) error
+	// Create stores data under key only if no object has that key: of two
+	// concurrent Creates of one key, exactly one succeeds and the other gets
+	// ErrExists. This is S3's conditional PUT (If-None-Match: *); shardfs uses
+	// it to arbitrate ingests without trusting clocks or check-then-write.
+	Create(ctx context.Context, key string, data []byte) error
 	// Stat returns the size of key, or ErrNotExist.
 	Stat(ctx context.Context, key string) (int64, error)
 	// List returns every key that starts with prefix, sorted.

@@ -109,6 +109,13 @@ func (f *Faulty) Put(ctx context.Context, key string, data []byte) error {
 	return f.Store.Put(ctx, key, data)
 }
 
+func (f *Faulty) Create(ctx context.Context, key string, data []byte) error {
+	if err := f.before(ctx, "create"); err != nil {
+		return err
+	}
+	return f.Store.Create(ctx, key, data)
+}
+
 func (f *Faulty) Stat(ctx context.Context, key string) (int64, error) {
 	if err := f.before(ctx, "stat"); err != nil {
 		return 0, err

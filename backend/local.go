@@ -76,6 +76,17 @@ func (l *Local) ReadAt(ctx context.Context, key string, p []byte, off int64) err
 }
 
 func (l *Local) Put(ctx context.Context, key string, data []byte) error {
+	return l.write(ctx, key, data, false)
+}
+
+// Create links a complete temporary file to its name: link(2) fails when
+// the name exists, so of two Creates exactly one wins, and a reader never
+// sees a partial object.
+func (l *Local) Create(ctx context.Context, key string, data []byte) error {
+	return l.write(ctx, key, data, true)
+}
+
+func (l *Local) write(ctx context.Context, key string, data []byte, exclusive bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -107,7 +118,17 @@ func (l *Local) Put(ctx context.Context, key string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return l.wrap("write", key, err)
 	}
-	if err := os.Rename(tmp.Name(), name); err != nil {
+	if exclusive {
+		err := os.Link(tmp.Name(), name)
+		os.Remove(tmp.Name())
+		if errors.Is(err, fs.ErrExist) {
+			ok = true
+			return &Error{Store: l.name, Op: "create", Key: key, Err: ErrExists}
+		}
+		if err != nil {
+			return l.wrap("create", key, err)
+		}
+	} else if err := os.Rename(tmp.Name(), name); err != nil {
 		return l.wrap("rename", key, err)
 	}
 	ok = true

@@ -28,6 +28,11 @@ type OpenOptions struct {
 func Open(raw string, opts OpenOptions) (Store, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
+		// url.Error repeats the whole URL, secret included: keep only its cause.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
 		return nil, fmt.Errorf("store URL %q: %v: use file:///dir, s3://bucket/prefix or http://host:port/bucket/prefix", redactURL(raw), err)
 	}
 	if u.User != nil {
@@ -36,10 +41,10 @@ func Open(raw string, opts OpenOptions) (Store, error) {
 	switch u.Scheme {
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
-			return nil, fmt.Errorf("store URL %s: file URLs need an absolute path, as in file:///data/store0", raw)
+			return nil, fmt.Errorf("store URL %s: file URLs need an absolute path, as in file:///data/store0", redactURL(raw))
 		}
 		if u.Path == "" {
-			return nil, fmt.Errorf("store URL %s: missing directory, as in file:///data/store0", raw)
+			return nil, fmt.Errorf("store URL %s: missing directory, as in file:///data/store0", redactURL(raw))
 		}
 		return NewLocal(u.Path)
 	case "s3":
@@ -71,11 +76,25 @@ func Open(raw string, opts OpenOptions) (Store, error) {
 	}
 }
 
-// redactURL drops any userinfo so a mistyped URL with a secret is not echoed.
+// redactURL drops anything that may be userinfo, so a mistyped URL with a
+// secret is never echoed: everything between the scheme (if any) and the
+// last '@' before the path goes, whatever the URL's other mistakes.
 func redactURL(raw string) string {
-	if i := strings.Index(raw, "@"); i >= 0 {
-		if j := strings.Index(raw, "://"); j >= 0 && j < i {
-			return raw[:j+3] + "REDACTED@" + raw[i+1:]
+	start := 0
+	if j := strings.Index(raw, "://"); j >= 0 {
+		start = j + 3
+	}
+	end := len(raw)
+	if k := strings.IndexAny(raw[start:], "/?#"); k >= 0 {
+		end = start + k
+	}
+	if i := strings.LastIndex(raw[start:end], "@"); i >= 0 {
+		return raw[:start] + "REDACTED@" + raw[start+i+1:]
+	}
+	if start == 0 {
+		// No scheme: "key:secret@host" parses as a scheme; a colon anywhere may hide a secret.
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return "REDACTED@" + raw[i+1:]
 		}
 	}
 	return raw

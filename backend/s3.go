@@ -133,6 +133,8 @@ func (s *S3) convert(op, key string, err error) error {
 			err = fmt.Errorf("%w (%s): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the credentials in the config file", ErrAccessDenied, resp.Code)
 		case "InvalidRange":
 			err = ErrShortRead
+		case "PreconditionFailed":
+			err = ErrExists
 		default:
 			if resp.StatusCode == http.StatusNotFound {
 				err = ErrNotExist
@@ -190,6 +192,16 @@ func (s *S3) Put(ctx context.Context, key string, data []byte) error {
 	_, err := s.client.PutObject(ctx, s.bucket, s.prefix+key, bytes.NewReader(data), int64(len(data)),
 		minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: len(data) < 512<<20})
 	return s.convert("write", key, err)
+}
+
+func (s *S3) Create(ctx context.Context, key string, data []byte) error {
+	if err := CheckKey(key); err != nil {
+		return &Error{Store: s.name, Op: "create", Err: err}
+	}
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true}
+	opts.SetMatchETagExcept("*") // If-None-Match: *
+	_, err := s.client.PutObject(ctx, s.bucket, s.prefix+key, bytes.NewReader(data), int64(len(data)), opts)
+	return s.convert("create", key, err)
 }
 
 func (s *S3) Stat(ctx context.Context, key string) (int64, error) {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
 )
@@ -18,6 +20,9 @@ type Damage struct {
 	Shard, Frag, Store int
 	StoreName          string
 	Err                error
+	// BadBlocks lists the corrupt blocks when the rest of the fragment is
+	// good; nil means the whole fragment is lost.
+	BadBlocks []int
 }
 
 // Report is the result of Verify.
@@ -25,46 +30,71 @@ type Report struct {
 	Shards, Fragments int
 	Bytes             int64 // fragment bytes read
 	Damaged           []Damage
-	Unrecoverable     []int    // shards with more than m damaged fragments
+	Unrecoverable     []int    // shards with a block stripe that lost more than m blocks
 	BadSamples        []string // samples whose decoded bytes fail their own checksum
 	BadManifests      []int    // stores whose manifest copy is missing, corrupt or stale
+	NoIdentity        []int    // stores without this dataset's identity (new or replaced stores)
+	Foreign           []int    // stores that hold another dataset or ingest of this name
+	// Unreachable lists stores that did not answer: their fragments were not
+	// checked, so the report cannot say the dataset is intact or not.
+	Unreachable []int
+	Unchecked   int // fragments not checked because their store did not answer
 }
 
-// Intact reports whether nothing is wrong.
+// Intact reports whether everything was checked and nothing is wrong.
 func (r *Report) Intact() bool {
-	return len(r.Damaged) == 0 && len(r.BadSamples) == 0 && len(r.BadManifests) == 0
+	return len(r.Damaged) == 0 && len(r.BadSamples) == 0 && len(r.BadManifests) == 0 &&
+		len(r.NoIdentity) == 0 && len(r.Foreign) == 0 && r.Complete()
 }
 
-// Recoverable reports whether repair can fix everything.
+// Complete reports whether every store answered, so the report is a verdict.
+func (r *Report) Complete() bool { return len(r.Unreachable) == 0 }
+
+// Recoverable reports whether repair can fix everything found.
 func (r *Report) Recoverable() bool { return len(r.Unrecoverable) == 0 && len(r.BadSamples) == 0 }
 
-// Verify reads every fragment of every shard, checks every block checksum,
-// then decodes every shard and checks every sample checksum. progress, if
-// not nil, receives fragment bytes as they are checked.
+// unavailable reports whether err means the store did not answer, as
+// opposed to answering that an object is missing or wrong.
+func unavailable(err error) bool {
+	return errors.Is(err, backend.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, backend.ErrAccessDenied) || errors.Is(err, backend.ErrNoBucket)
+}
+
+// Verify reads every fragment of every shard, also from stores the read path
+// has marked down, checks every block checksum, then decodes every shard and
+// checks every sample checksum. A store that does not answer is asked once,
+// not once per fragment: its fragments are reported as unchecked. progress,
+// if not nil, receives fragment bytes as they are checked.
 func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Report, error) {
 	m := d.Manifest
 	rep := &Report{Shards: len(m.Shards), Fragments: len(m.Shards) * (m.Data + m.Parity)}
+	unreachable := make([]atomic.Bool, len(d.Stores))
 	var mu sync.Mutex // guards rep
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(2) // each shard in flight holds up to one shard of data
 	for i := range m.Shards {
 		g.Go(func() error {
 			sh := d.Shard(i)
-			damaged := d.checkShard(gctx, sh)
+			damaged, unchecked := d.checkShard(gctx, sh, unreachable)
+			if err := gctx.Err(); err != nil {
+				return err
+			}
 			fragBytes := sh.FragSize * int64(m.Data+m.Parity)
 			if progress != nil {
 				progress(fragBytes)
 			}
 			var badSamples []string
-			unrecoverable := len(damaged) > m.Parity
+			unrecoverable := d.stripeLoss(sh, damaged) > m.Parity
 			if !unrecoverable {
 				data, err := d.Reader.ReadRange(gctx, sh, 0, m.Shards[i].Size)
-				if err != nil {
-					if gctx.Err() != nil {
-						return gctx.Err()
-					}
+				switch {
+				case gctx.Err() != nil:
+					return gctx.Err()
+				case err != nil && unchecked > 0:
+					// Not readable now, but the stores that did not answer may hold what is missing.
+				case err != nil:
 					unrecoverable = true
-				} else {
+				default:
 					first := m.Shards[i].FirstSample
 					for j := first; j < first+m.Shards[i].NumSamples; j++ {
 						off, size := m.Samples.Offset[j], m.Samples.Size[j]
@@ -79,6 +109,7 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 			rep.Bytes += fragBytes
 			rep.Damaged = append(rep.Damaged, damaged...)
 			rep.BadSamples = append(rep.BadSamples, badSamples...)
+			rep.Unchecked += unchecked
 			if unrecoverable {
 				rep.Unrecoverable = append(rep.Unrecoverable, i)
 			}
@@ -93,54 +124,128 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 		return a.Shard < b.Shard || a.Shard == b.Shard && a.Frag < b.Frag
 	})
 	sort.Ints(rep.Unrecoverable)
-	for i, s := range d.Stores {
-		cp, err := readManifest(ctx, s, d.Name)
-		if err != nil || cp.IngestID != m.IngestID {
+	copies := readCopies(ctx, d.Stores, d.Name)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for i := range d.Stores {
+		c := copies[i]
+		switch {
+		case unreachable[i].Load() || c.err != nil && unavailable(c.err):
+			rep.Unreachable = append(rep.Unreachable, i)
+			continue
+		case d.Places[i].State == Foreign:
+			rep.Foreign = append(rep.Foreign, i)
+			continue
+		}
+		if c.err != nil || c.m.IngestID != m.IngestID {
 			rep.BadManifests = append(rep.BadManifests, i)
+		}
+		if c.id == nil || c.id.IngestID != m.IngestID || c.id.Position != i {
+			rep.NoIdentity = append(rep.NoIdentity, i)
 		}
 	}
 	return rep, nil
 }
 
-// checkShard checks all fragments of a shard in parallel.
-func (d *Dataset) checkShard(ctx context.Context, sh *erasure.Shard) []Damage {
+// stripeLoss is the most blocks any one block stripe of sh lost.
+func (d *Dataset) stripeLoss(sh *erasure.Shard, damaged []Damage) int {
+	nblk := d.Reader.Codec().Blocks(sh.FragSize)
+	if nblk == 0 {
+		return len(damaged)
+	}
+	lost := make([]int, nblk)
+	for _, dm := range damaged {
+		if dm.BadBlocks == nil {
+			for b := range lost {
+				lost[b]++
+			}
+			continue
+		}
+		for _, b := range dm.BadBlocks {
+			if b < nblk {
+				lost[b]++
+			}
+		}
+	}
+	worst := 0
+	for _, n := range lost {
+		worst = max(worst, n)
+	}
+	return worst
+}
+
+// checkShard checks all fragments of a shard in parallel. Fragments on
+// stores that did not answer (now, or earlier in this run) are counted as
+// unchecked, not damaged.
+func (d *Dataset) checkShard(ctx context.Context, sh *erasure.Shard, unreachable []atomic.Bool) (damaged []Damage, unchecked int) {
 	n := d.Manifest.Data + d.Manifest.Parity
 	errs := make([]*erasure.FragmentError, n)
+	skipped := make([]bool, n)
 	var wg sync.WaitGroup
 	for f := 0; f < n; f++ {
+		store := d.Reader.Codec().Placement(sh.ID, f)
+		if unreachable[store].Load() {
+			skipped[f] = true
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs[f] = d.Reader.CheckFragment(ctx, sh, f)
+			if errs[f] != nil && ctx.Err() == nil && unavailable(errs[f].Err) {
+				unreachable[store].Store(true)
+				skipped[f] = true
+			}
 		}()
 	}
 	wg.Wait()
-	var out []Damage
-	for _, e := range errs {
-		if e != nil {
-			out = append(out, Damage{Shard: e.Shard, Frag: e.Frag, Store: e.Store, StoreName: e.StoreName, Err: e.Err})
+	for f, e := range errs {
+		switch {
+		case skipped[f]:
+			unchecked++
+		case e != nil:
+			damaged = append(damaged, Damage{Shard: e.Shard, Frag: e.Frag, Store: e.Store, StoreName: e.StoreName, Err: e.Err, BadBlocks: e.BadBlocks})
 		}
 	}
-	return out
+	return damaged, unchecked
 }
 
-// ErrUnrecoverable: some shard lost more than m fragments; repair writes nothing.
+// ErrUnrecoverable: some shard lost more than m blocks of one stripe; repair writes nothing.
 var ErrUnrecoverable = errors.New("dataset is unrecoverable")
 
+// ErrForeignStore: repair would have to write into a store that holds
+// another dataset or ingest of this name.
+var ErrForeignStore = errors.New("store holds another dataset of this name")
+
+// ErrIncomplete: some store did not answer, so repair cannot know what to write.
+var ErrIncomplete = errors.New("some stores did not answer")
+
 // Repair rebuilds every damaged fragment in rep from the survivors, writes it
-// back and rewrites bad manifest copies. When any shard is unrecoverable it
-// writes nothing at all. It returns the number of fragments written.
-func (d *Dataset) Repair(ctx context.Context, rep *Report, progress func(bytes int64)) (int, error) {
+// back, and rewrites bad manifest copies and missing identities. It proves
+// every write safe first: when any shard is unrecoverable, a store did not
+// answer, or a store holds another dataset of this name (unless force), it
+// writes nothing at all. It returns the number of objects written.
+func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress func(bytes int64)) (int, error) {
 	if !rep.Recoverable() {
-		return 0, fmt.Errorf("%w: shards %v have more than m=%d damaged fragments; nothing was written",
+		return 0, fmt.Errorf("%w: shards %v lost more than m=%d blocks of one stripe; nothing was written",
 			ErrUnrecoverable, rep.Unrecoverable, d.Manifest.Parity)
+	}
+	if !rep.Complete() {
+		return 0, fmt.Errorf("%w: stores %v were not checked; nothing was written: repair when every store answers", ErrIncomplete, rep.Unreachable)
+	}
+	if len(rep.Foreign) > 0 && !force {
+		var names []string
+		for _, i := range rep.Foreign {
+			names = append(names, fmt.Sprintf("store %d (%s) holds %s", i, d.Stores[i], d.Places[i].Detail))
+		}
+		return 0, fmt.Errorf("%w %s: %v; nothing was written: fix --stores, or pass --force to overwrite those stores with this dataset", ErrForeignStore, d.Name, names)
 	}
 	byShard := map[int][]int{}
 	for _, dm := range rep.Damaged {
 		byShard[dm.Shard] = append(byShard[dm.Shard], dm.Frag)
 	}
-	var mu sync.Mutex
-	written := 0
+	var written atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(2)
 	for shard, frags := range byShard {
@@ -155,9 +260,7 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, progress func(bytes i
 				if err := d.Stores[store].Put(gctx, FragmentKey(d.Name, d.Manifest.IngestID, shard, f), b); err != nil {
 					return fmt.Errorf("write rebuilt shard %d fragment %d: %w", shard, f, err)
 				}
-				mu.Lock()
-				written++
-				mu.Unlock()
+				written.Add(1)
 				if progress != nil {
 					progress(int64(len(b)))
 				}
@@ -166,19 +269,33 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, progress func(bytes i
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return written, err
+		return int(written.Load()), err
 	}
-	if len(rep.BadManifests) > 0 {
-		b, err := manifest.Encode(d.Manifest)
-		if err != nil {
-			return written, err
-		}
-		for _, i := range rep.BadManifests {
-			if err := d.Stores[i].Put(ctx, ManifestKey(d.Name), b); err != nil {
-				return written, fmt.Errorf("rewrite manifest copy: %w", err)
+	enc, err := manifest.Encode(d.Manifest)
+	if err != nil {
+		return int(written.Load()), err
+	}
+	manifests := map[int]bool{}
+	for _, i := range append(rep.BadManifests, rep.Foreign...) {
+		manifests[i] = true
+	}
+	identities := map[int]bool{}
+	for _, i := range append(rep.NoIdentity, rep.Foreign...) {
+		identities[i] = true
+	}
+	for i := range d.Stores {
+		if manifests[i] {
+			if err := d.Stores[i].Put(ctx, ManifestKey(d.Name), enc); err != nil {
+				return int(written.Load()), fmt.Errorf("rewrite manifest copy: %w", err)
 			}
-			written++
+			written.Add(1)
+		}
+		if identities[i] {
+			if err := WriteIdentity(ctx, d.Stores[i], d.Manifest, i); err != nil {
+				return int(written.Load()), fmt.Errorf("write identity of store %d: %w", i, err)
+			}
+			written.Add(1)
 		}
 	}
-	return written, nil
+	return int(written.Load()), nil
 }

@@ -5,10 +5,20 @@
 // Object layout in every store:
 //
 //	NAME/manifest                          the commit point, one copy per store
+//	NAME/identity                          this store's place: dataset, ingest id, position
+//	NAME/lock                              held by the one ingest of NAME that may commit
 //	NAME/data/INGEST-ID/SSSSSSSS.FF        fragment FF of shard SSSSSSSS
 //
-// Fragments of an ingest that never committed have no manifest naming their
-// INGEST-ID; they are invisible and are removed by the next ingest of NAME.
+// Names are flat (letters, digits, '-', '_', '.'), so NAME/ is a namespace
+// no other dataset's name can fall inside. Fragments of an ingest that never
+// committed have no manifest naming their INGEST-ID; they are invisible and
+// are removed by the next ingest of NAME that holds the lock.
+//
+// The manifest is chosen by agreement, not by age: the ingest id held by the
+// most intact copies wins, and only if at least Quorum stores hold it. Each
+// store's identity then proves it sits at the position the manifest gives
+// it, so a permuted, duplicated or foreign store is recognised before
+// anything is read from it as ours, and never written into.
 package dataset
 
 import (
@@ -19,6 +29,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/erasure"
@@ -39,13 +50,35 @@ func FragmentKey(name, ingestID string, shard, frag int) string {
 	return fmt.Sprintf("%s/data/%s/%08d.%02d", name, ingestID, shard, frag)
 }
 
-// CheckName accepts a dataset name: a clean relative key of its own.
+// IdentityKey is the object key of a store's identity for dataset name.
+func IdentityKey(name string) string { return name + "/identity" }
+
+// LockKey is the object key of the ingest lock of dataset name.
+func LockKey(name string) string { return name + "/lock" }
+
+// MaxNameLen bounds a dataset name.
+const MaxNameLen = 128
+
+// CheckName accepts a dataset name: 1 to 128 letters, digits, '-', '_' and
+// '.', starting with a letter or digit. A name never holds '/', so no
+// dataset's objects can fall inside another's namespace.
 func CheckName(name string) error {
-	if err := backend.CheckKey(name); err != nil || strings.Contains(name, "/data/") || strings.HasSuffix(name, "/manifest") {
-		return fmt.Errorf("dataset name %q: use letters, digits, '-', '_', '.' and '/' between path elements", name)
+	ok := name != "" && len(name) <= MaxNameLen
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		ok = alnum || i > 0 && (c == '-' || c == '_' || c == '.')
+	}
+	if !ok {
+		return fmt.Errorf("dataset name %q: use 1 to %d letters, digits, '-', '_' and '.', starting with a letter or digit (no '/', spaces or control characters)", name, MaxNameLen)
 	}
 	return nil
 }
+
+// Quorum is how many stores must hold a manifest copy of one ingest for it
+// to count as committed: a majority of the k+m stores, but never more than
+// k, so that losing m stores never hides a committed dataset.
+func Quorum(k, m int) int { return min(k, (k+m)/2+1) }
 
 // Dataset is an opened, committed dataset.
 type Dataset struct {
@@ -53,6 +86,13 @@ type Dataset struct {
 	Manifest *manifest.Manifest
 	Stores   []backend.Store
 	Reader   *erasure.Reader
+	// Places says, per store, what its identity proves; see Place.
+	Places []Place
+	log    *slog.Logger
+
+	replacedMu  sync.Mutex // guards replacedAt, replacedErr
+	replacedAt  time.Time
+	replacedErr error
 }
 
 // Options for Open.
@@ -73,7 +113,11 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	m, err := LoadManifest(ctx, stores, name, log)
+	if err := backend.CheckDistinct(stores); err != nil {
+		return nil, err
+	}
+	copies := readCopies(ctx, stores, name)
+	m, err := chooseManifest(copies, stores, name, log)
 	if err != nil {
 		return nil, err
 	}
@@ -81,64 +125,135 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 		return nil, fmt.Errorf("dataset %s needs k+m = %d stores (k=%d, m=%d), %d given: pass the same --stores as at ingest, in the same order",
 			name, m.Data+m.Parity, m.Data, m.Parity, len(stores))
 	}
+	places, err := checkPlaces(copies, stores, m)
+	if err != nil {
+		return nil, err
+	}
+	var exclude []int
+	for i, p := range places {
+		if p.State == Foreign {
+			exclude = append(exclude, i)
+			log.Warn("store holds another dataset or ingest of this name; reading around it", "store", i, "name", stores[i].String(), "holds", p.Detail)
+		}
+	}
 	codec, err := erasure.NewCodec(erasure.Params{Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize})
 	if err != nil {
 		return nil, err
 	}
 	r, err := erasure.NewReader(codec, stores, func(shard, frag int) string {
 		return FragmentKey(name, m.IngestID, shard, frag)
-	}, erasure.ReaderOptions{Metrics: opts.Metrics, Logger: log})
+	}, erasure.ReaderOptions{Metrics: opts.Metrics, Logger: log, Exclude: exclude})
 	if err != nil {
 		return nil, err
 	}
-	return &Dataset{Name: name, Manifest: m, Stores: stores, Reader: r}, nil
+	return &Dataset{Name: name, Manifest: m, Stores: stores, Reader: r, Places: places, log: log}, nil
 }
 
-// LoadManifest reads every store's copy of the manifest and returns the newest intact one.
+// LoadManifest reads every store's copy of the manifest and returns the one
+// that enough stores agree on (see the package comment).
 func LoadManifest(ctx context.Context, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
-	type copyResult struct {
-		m   *manifest.Manifest
-		err error
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	results := make([]copyResult, len(stores))
+	return chooseManifest(readCopies(ctx, stores, name), stores, name, log)
+}
+
+// storeCopy is what one store holds of a dataset: its manifest copy and identity.
+type storeCopy struct {
+	m     *manifest.Manifest
+	err   error
+	id    *Identity
+	idErr error
+}
+
+// readCopies reads every store's manifest copy and identity in parallel.
+func readCopies(ctx context.Context, stores []backend.Store, name string) []storeCopy {
+	out := make([]storeCopy, len(stores))
 	var wg sync.WaitGroup
 	for i, s := range stores {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m, err := readManifest(ctx, s, name)
-			results[i] = copyResult{m, err}
+			c := &out[i]
+			c.m, c.err = readManifest(ctx, s, name)
+			if c.err == nil || errors.Is(c.err, backend.ErrNotExist) || errors.Is(c.err, manifest.ErrCorrupt) {
+				c.id, c.idErr = readIdentity(ctx, s, name)
+			} else {
+				c.idErr = c.err // the store failed: do not wait on it twice
+			}
 		}()
 	}
 	wg.Wait()
-	var best *manifest.Manifest
+	return out
+}
+
+// chooseManifest picks the ingest held by the most intact copies, if at
+// least Quorum stores hold it; other intact copies are reported as foreign.
+func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
+	held := map[string][]int{}
+	var ids []string
 	var errs []error
 	missing := 0
-	for _, r := range results {
+	for i, c := range copies {
 		switch {
-		case r.err == nil:
-			if best == nil || r.m.CreatedUnix > best.CreatedUnix {
-				best = r.m
+		case c.err == nil:
+			if held[c.m.IngestID] == nil {
+				ids = append(ids, c.m.IngestID)
 			}
-		case errors.Is(r.err, backend.ErrNotExist):
+			held[c.m.IngestID] = append(held[c.m.IngestID], i)
+		case errors.Is(c.err, backend.ErrNotExist):
 			missing++
-			errs = append(errs, r.err)
 		default:
-			errs = append(errs, r.err)
+			errs = append(errs, fmt.Errorf("store %d: %w", i, c.err))
 		}
 	}
-	if best != nil {
-		for i, r := range results {
-			if r.err != nil && !errors.Is(r.err, backend.ErrNotExist) {
-				log.Warn("manifest copy unusable; using another store's copy", "store", i, "name", stores[i].String(), "err", r.err)
-			}
+	if len(ids) == 0 {
+		if missing == len(stores) {
+			return nil, fmt.Errorf("%w: no store holds %s: check the name and --stores (ingest first with shardfs ingest)", ErrNotFound, ManifestKey(name))
 		}
-		return best, nil
+		if len(errs) == 0 {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, ManifestKey(name))
+		}
+		return nil, fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
 	}
-	if missing == len(stores) {
-		return nil, fmt.Errorf("%w: no store holds %s: check the name and --stores (ingest first with shardfs ingest)", ErrNotFound, ManifestKey(name))
+	sort.SliceStable(ids, func(a, b int) bool { return len(held[ids[a]]) > len(held[ids[b]]) })
+	best := ids[0]
+	m := copies[held[best][0]].m
+	describe := func() string {
+		var parts []string
+		for _, id := range ids {
+			parts = append(parts, fmt.Sprintf("ingest %s on stores %v", id, held[id]))
+		}
+		return strings.Join(parts, "; ")
 	}
-	return nil, fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
+	if len(ids) > 1 && len(held[ids[1]]) == len(held[best]) {
+		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest has the most copies: %s: pass the stores of one dataset, or re-ingest with --force", name, describe())
+	}
+	if q := Quorum(m.Data, m.Parity); len(held[best]) < q {
+		if len(ids) == 1 && missing+len(held[best]) == len(stores) && len(errs) == 0 {
+			// Copies of an ingest whose commit never reached a quorum: not a dataset.
+			return nil, fmt.Errorf("%w: only %d of %d stores hold %s of ingest %s, fewer than the %d a commit needs: the ingest did not commit; rerun it",
+				ErrNotFound, len(held[best]), len(stores), ManifestKey(name), best, q)
+		}
+		return nil, fmt.Errorf("dataset %s: only %d stores hold a manifest of ingest %s, fewer than the %d needed to trust it (%s): bring the other stores back or check --stores%s",
+			name, len(held[best]), best, q, describe(), joinErrs(errs))
+	}
+	for _, id := range ids[1:] {
+		for _, i := range held[id] {
+			log.Warn("store holds a manifest of another ingest of this name; the agreeing stores win", "store", i, "name", stores[i].String(), "its_ingest", id, "chosen_ingest", best)
+		}
+	}
+	for _, e := range errs {
+		log.Warn("manifest copy unusable; using the agreeing stores' copy", "err", e)
+	}
+	return m, nil
+}
+
+func joinErrs(errs []error) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	return "; failing: " + errors.Join(errs...).Error()
 }
 
 func readManifest(ctx context.Context, s backend.Store, name string) (*manifest.Manifest, error) {
@@ -149,9 +264,14 @@ func readManifest(ctx context.Context, s backend.Store, name string) (*manifest.
 	if size > 16<<30 {
 		return nil, fmt.Errorf("store %s: manifest of %d bytes is implausible", s, size)
 	}
+	// Chunked, so each request is bounded by the store's per-request timeout
+	// however large the manifest is.
 	b := make([]byte, size)
-	if err := s.ReadAt(ctx, ManifestKey(name), b, 0); err != nil {
-		return nil, err
+	const chunk = 8 << 20
+	for off := int64(0); off < size; off += chunk {
+		if err := s.ReadAt(ctx, ManifestKey(name), b[off:min(size, off+chunk)], off); err != nil {
+			return nil, err
+		}
 	}
 	m, err := manifest.Decode(b)
 	if err != nil {
@@ -186,6 +306,40 @@ func (d *Dataset) ReadSample(ctx context.Context, i int) ([]byte, error) {
 // is read exactly and verified by the samples' own checksums; any other
 // range, or any failure, goes through the block-verified, degraded-capable path.
 func (d *Dataset) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	b, err := d.readRange(ctx, shard, off, n)
+	if err != nil && errors.Is(err, backend.ErrNotExist) {
+		if rerr := d.replaced(ctx); rerr != nil {
+			return nil, fmt.Errorf("%w (%v)", rerr, err)
+		}
+	}
+	return b, err
+}
+
+// ErrReplaced: the stores now hold another ingest of the dataset than the one opened.
+var ErrReplaced = errors.New("dataset was replaced on the stores")
+
+// replaced checks, at most every few seconds, whether the stores now agree
+// on another ingest of this dataset (an ingest --force since it was opened),
+// which is why its fragments are gone.
+func (d *Dataset) replaced(ctx context.Context) error {
+	d.replacedMu.Lock()
+	defer d.replacedMu.Unlock()
+	if d.replacedErr != nil || time.Since(d.replacedAt) < 5*time.Second {
+		return d.replacedErr
+	}
+	d.replacedAt = time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := LoadManifest(cctx, d.Stores, d.Name, nil)
+	if err == nil && m.IngestID != d.Manifest.IngestID {
+		d.replacedErr = fmt.Errorf("%w: dataset %s was replaced (ingest %s was opened; the stores now hold ingest %s): restart the mount to read the new one",
+			ErrReplaced, d.Name, d.Manifest.IngestID, m.IngestID)
+		d.log.Error(d.replacedErr.Error())
+	}
+	return d.replacedErr
+}
+
+func (d *Dataset) readRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
 	first, last, whole := d.wholeSamples(shard, off, n)
 	if !whole {
 		return d.Reader.ReadRange(ctx, d.Shard(shard), off, n)

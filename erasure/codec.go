@@ -112,21 +112,33 @@ func (c *Codec) Encode(data []byte) (frags [][]byte, sums []uint32, err error) {
 	return frags, sums, nil
 }
 
-// verify checks p, which holds fragment frag's bytes [off, off+len(p)) with
-// off block-aligned, against the shard's checksums. It returns the first bad block.
-func (c *Codec) verify(sh *Shard, frag int, off int64, p []byte) (badBlock int, ok bool) {
+// badBlocks checks p, which holds fragment frag's bytes [off, off+len(p))
+// with off block-aligned, against the shard's checksums. It returns which
+// blocks failed (nil when none did), the first bad block's index in the
+// fragment, and how many failed.
+func (c *Codec) badBlocks(sh *Shard, frag int, off int64, p []byte) (bad []bool, first, n int) {
 	nb := c.Blocks(sh.FragSize)
-	if len(sh.Sums) != c.Total()*nb {
-		return -1, false
-	}
-	first := int(off / int64(c.BlockSize))
-	for i := 0; i*c.BlockSize < len(p); i++ {
+	base := int(off / int64(c.BlockSize))
+	count := (len(p) + c.BlockSize - 1) / c.BlockSize
+	first = -1
+	for i := 0; i < count; i++ {
 		blk := p[i*c.BlockSize : min(len(p), (i+1)*c.BlockSize)]
-		if first+i >= nb || Checksum(blk) != sh.Sums[frag*nb+first+i] {
-			return first + i, false
+		if len(sh.Sums) != c.Total()*nb || base+i >= nb || Checksum(blk) != sh.Sums[frag*nb+base+i] {
+			if bad == nil {
+				bad = make([]bool, count)
+				first = base + i
+			}
+			bad[i] = true
+			n++
 		}
 	}
-	return 0, true
+	return bad, first, n
+}
+
+// verify checks p like badBlocks and returns the first bad block.
+func (c *Codec) verify(sh *Shard, frag int, off int64, p []byte) (badBlock int, ok bool) {
+	_, first, n := c.badBlocks(sh, frag, off, p)
+	return first, n == 0
 }
 
 // reconstruct fills the nil data entries of frags (all non-nil have equal length).

@@ -160,21 +160,39 @@ func TestDecodeMatrix(t *testing.T) {
 							for _, f := range set {
 								apply(t, d, p, dirs, sh.ID, f, rng)
 							}
-							// Effective damage: zero-filling an all-zero padding fragment,
-							// or swapping two equal ones, changes nothing.
-							effective, neededHit := 0, false
+							// Effective damage, per block stripe: zero-filling an
+							// all-zero padding fragment, or swapping two equal ones,
+							// changes nothing; and a stripe is lost only when more than
+							// m of its blocks are.
+							F := int(sh.FragSize)
+							nblk := max(1, (F+block-1)/block)
+							stripe := make([]int, nblk)      // damaged blocks per stripe
+							stripeData := make([]bool, nblk) // a data fragment holding bytes is among them
 							for f := range paths {
 								now, err := os.ReadFile(paths[f])
-								if err != nil || !bytes.Equal(now, orig[f]) {
-									effective++
-									neededHit = neededHit || f < needed
+								for b := 0; b < nblk; b++ {
+									lo, hi := b*block, min(F, (b+1)*block)
+									if err != nil || len(now) != len(orig[f]) || !bytes.Equal(now[lo:hi], orig[f][lo:hi]) {
+										stripe[b]++
+										stripeData[b] = stripeData[b] || f < needed
+									}
 								}
+							}
+							// worst is the most damaged stripe any block of [off, off+n) lies in.
+							worst := func(off, n int) int {
+								w := 0
+								for pos := off; pos < off+n; {
+									local := pos % F
+									w = max(w, stripe[local/block])
+									pos += min(block-local%block, F-local) // to the next block or fragment start
+								}
+								return w
 							}
 							check := func(off, n int) {
 								got, err := r.ReadRange(ctx, sh, int64(off), int64(n))
-								if effective > p.Parity {
+								if worst(off, n) > p.Parity {
 									if err == nil && !bytes.Equal(got, data[off:off+n]) {
-										t.Fatalf("%v of %v: wrong bytes returned with %d lost", d, set, effective)
+										t.Fatalf("%v of %v: wrong bytes returned with %d lost in a stripe", d, set, worst(off, n))
 									}
 									return
 								}
@@ -194,13 +212,16 @@ func TestDecodeMatrix(t *testing.T) {
 								}
 								check(off, n)
 							}
-							if effective > p.Parity && neededHit {
-								// A data fragment holding bytes is damaged and too few
-								// survive: the whole-shard read must fail, and say why.
-								_, err := r.ReadRange(ctx, sh, 0, int64(size))
-								var tf *TooFewError
-								if !errors.As(err, &tf) {
-									t.Fatalf("%v of %v: whole-shard read with %d lost: %v, want TooFewError", d, set, effective, err)
+							for b := range stripe {
+								if stripe[b] > p.Parity && stripeData[b] {
+									// A stripe lost more than m blocks, one of them
+									// holding bytes: the whole-shard read must fail, and say why.
+									_, err := r.ReadRange(ctx, sh, 0, int64(size))
+									var tf *TooFewError
+									if !errors.As(err, &tf) {
+										t.Fatalf("%v of %v: whole-shard read with %d lost in stripe %d: %v, want TooFewError", d, set, stripe[b], b, err)
+									}
+									break
 								}
 							}
 							for _, f := range set {

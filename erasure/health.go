@@ -1,21 +1,33 @@
 package erasure
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/shardfs/shardfs/backend"
 )
 
 // health tracks each store's recent latency and failures. A store that fails
-// (or loses a hedge race) several times in a row is marked down for a
-// backoff period and read around without paying a timeout; when the period
-// ends, the next read probes it, and one success brings it back.
+// several times in a row is marked down for a backoff period and read around
+// without paying a timeout; when the period ends, the next read probes it,
+// and one success brings it back.
+//
+// Slowness is not failure: a read that loses a hedge race only makes the
+// store a suspect, and one small probe request (at most one per store at a
+// time) decides. A store that cannot answer the probe within SuspectTimeout
+// is down; one that answers was merely busy.
 type health struct {
-	mu     sync.Mutex // guards stores
-	stores []storeHealth
-	now    func() time.Time
-	opts   HealthOptions
-	report func(store int, down bool)
+	mu      sync.Mutex // guards stores and probing
+	stores  []storeHealth
+	probing []bool
+	now     func() time.Time
+	opts    HealthOptions
+	report  func(store int, down bool)
+	// excluded stores are never read; set once, before use.
+	excluded []bool
 }
 
 // HealthOptions tune health tracking and hedging. Zero fields take defaults.
@@ -27,6 +39,11 @@ type HealthOptions struct {
 	HedgeFactor  float64       // deadline = factor × recent p95 latency (3)
 	HedgeRate    float64       // plus bytes / this many bytes per second (100 MB/s)
 	DisableHedge bool
+	// SuspectTimeout bounds the probe of a store that lost a hedge race (2s).
+	SuspectTimeout time.Duration
+	// ProbeTimeout bounds a last-resort read from a store marked down (1s),
+	// so reads fail fast while more than m stores stay down.
+	ProbeTimeout time.Duration
 }
 
 func (o *HealthOptions) fill() {
@@ -48,6 +65,12 @@ func (o *HealthOptions) fill() {
 	if o.HedgeRate <= 0 {
 		o.HedgeRate = 100e6
 	}
+	if o.SuspectTimeout <= 0 {
+		o.SuspectTimeout = 2 * time.Second
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = time.Second
+	}
 }
 
 type storeHealth struct {
@@ -61,7 +84,8 @@ type storeHealth struct {
 
 func newHealth(n int, opts HealthOptions, report func(int, bool)) *health {
 	opts.fill()
-	return &health{stores: make([]storeHealth, n), now: time.Now, opts: opts, report: report}
+	return &health{stores: make([]storeHealth, n), probing: make([]bool, n), excluded: make([]bool, n),
+		now: time.Now, opts: opts, report: report}
 }
 
 // skip reports whether store is down and its backoff has not ended.
@@ -87,11 +111,14 @@ func (h *health) ok(store int, d time.Duration) {
 	}
 }
 
-// fail records a failure or a lost hedge race.
-func (h *health) fail(store int) {
+// fail records a failure: the store did not answer or refused.
+func (h *health) fail(store int) { h.strike(store, 1) }
+
+// strike adds n strikes.
+func (h *health) strike(store, n int) {
 	h.mu.Lock()
 	s := &h.stores[store]
-	s.strikes++
+	s.strikes += n
 	mark := false
 	if s.strikes >= h.opts.Strikes && (!s.down || !h.now().Before(s.downUntil)) {
 		if s.backoff == 0 {
@@ -123,4 +150,46 @@ func (h *health) deadline(store int, n int) time.Duration {
 		d = max(d, time.Duration(h.opts.HedgeFactor*float64(p95)))
 	}
 	return d + time.Duration(float64(n)/h.opts.HedgeRate*float64(time.Second))
+}
+
+// suspect probes a store that was slower than its hedge deadline, unless a
+// probe of it is already running. No answer within SuspectTimeout marks it
+// down at once; an answer of any kind (even "no such object") clears it.
+func (h *health) suspect(store int, probe func(ctx context.Context) error) {
+	h.mu.Lock()
+	if h.probing[store] {
+		h.mu.Unlock()
+		return
+	}
+	h.probing[store] = true
+	h.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), h.opts.SuspectTimeout)
+		start := time.Now()
+		err := probe(ctx)
+		cancel()
+		if err != nil && (errors.Is(err, context.DeadlineExceeded) || storeFault(err)) {
+			h.strike(store, h.opts.Strikes)
+		} else if err == nil || errors.Is(err, backend.ErrNotExist) {
+			h.ok(store, time.Since(start))
+		}
+		h.mu.Lock()
+		h.probing[store] = false
+		h.mu.Unlock()
+	}()
+}
+
+// probeTimeout bounds a last-resort read of n bytes from a store marked down.
+func (h *health) probeTimeout(n int) time.Duration {
+	return h.opts.ProbeTimeout + time.Duration(float64(n)/h.opts.HedgeRate*float64(time.Second))
+}
+
+// maxDeadline is the longest hedge deadline of any store for n bytes: how
+// long a decode waits on what is in flight before asking one more fragment.
+func (h *health) maxDeadline(n int) time.Duration {
+	var d time.Duration
+	for i := range h.stores {
+		d = max(d, h.deadline(i, n))
+	}
+	return d
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,6 +26,9 @@ type FragmentError struct {
 	Shard, Frag, Store int
 	StoreName          string
 	Err                error
+	// BadBlocks, from CheckFragment, lists the fragment's blocks that failed
+	// their checksums when the others are good; nil means the whole fragment.
+	BadBlocks []int
 }
 
 func (e *FragmentError) Error() string {
@@ -47,7 +51,15 @@ func (e *TooFewError) Error() string {
 	return fmt.Sprintf("shard %d: %v: %d fragments lost, stores %s", e.Shard, ErrTooFewShards, len(e.Failed), strings.Join(names, "; "))
 }
 
-func (e *TooFewError) Unwrap() error { return ErrTooFewShards }
+// Unwrap lets errors.Is see both ErrTooFewShards and each fragment's cause,
+// such as backend.ErrNotExist when the objects are gone.
+func (e *TooFewError) Unwrap() []error {
+	errs := []error{ErrTooFewShards}
+	for _, f := range e.Failed {
+		errs = append(errs, f)
+	}
+	return errs
+}
 
 // Stores returns the indexes of the failed stores.
 func (e *TooFewError) Stores() []int {
@@ -98,11 +110,17 @@ type ReaderOptions struct {
 	Metrics Metrics
 	Logger  *slog.Logger
 	Health  HealthOptions
+	// Exclude lists stores that are never read, such as a store that holds
+	// another dataset of the same name: reads decode around them.
+	Exclude []int
 }
 
 // ErrStoreDown: the store is marked down after repeated failures and is
 // being read around until its backoff ends.
 var ErrStoreDown = errors.New("store marked down after repeated failures")
+
+// ErrExcluded: the store is not this dataset's (see ReaderOptions.Exclude).
+var ErrExcluded = errors.New("store excluded: it holds another dataset or ingest")
 
 // errSlow: a read passed its hedge deadline. The fragment is not lost: a
 // decode tries the others first and asks it again only as a last resort.
@@ -128,6 +146,11 @@ func NewReader(c *Codec, stores []backend.Store, key KeyFunc, opts ReaderOptions
 			r.log.Info("store healthy again", "store", store, "name", stores[store].String())
 		}
 	})
+	for _, i := range opts.Exclude {
+		if i >= 0 && i < len(stores) {
+			r.health.excluded[i] = true
+		}
+	}
 	return r, nil
 }
 
@@ -137,37 +160,56 @@ func (r *Reader) StoreDown(store int) bool { return r.health.skip(store) }
 // Codec returns the reader's codec.
 func (r *Reader) Codec() *Codec { return r.codec }
 
-// fetch reads and verifies fragment frag's bytes [a,b), with a block-aligned.
-// A store marked down is not asked, unless force is set.
-func (r *Reader) fetch(ctx context.Context, sh *Shard, frag int, a, b int64) ([]byte, *FragmentError) {
-	return r.fetchForce(ctx, sh, frag, a, b, false)
+// fragRead is fragment bytes [A,B) as read: the bytes, and which of their
+// blocks failed their checksums; or why nothing usable came back.
+type fragRead struct {
+	data []byte
+	bad  []bool // per block of [A,B); nil when every block verified
+	err  *FragmentError
 }
 
-func (r *Reader) fetchForce(ctx context.Context, sh *Shard, frag int, a, b int64, force bool) ([]byte, *FragmentError) {
+// usable reports whether block blk of the range can be trusted.
+func (fr *fragRead) usable(blk int) bool { return fr.data != nil && (fr.bad == nil || !fr.bad[blk]) }
+
+// whole reports whether every block verified.
+func (fr *fragRead) whole() bool { return fr.data != nil && fr.bad == nil }
+
+// readFrag reads fragment frag's bytes [A,B), A block-aligned, and checks
+// every block. A store marked down is not asked unless force is set; an
+// excluded store never is.
+func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, force bool) fragRead {
 	store := r.codec.Placement(sh.ID, frag)
 	fail := func(err error) *FragmentError {
 		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
 	}
-	if !force && r.health.skip(store) {
-		return nil, fail(ErrStoreDown)
+	if r.health.excluded[store] {
+		return fragRead{err: fail(ErrExcluded)}
 	}
-	p := make([]byte, b-a)
+	if !force && r.health.skip(store) {
+		return fragRead{err: fail(ErrStoreDown)}
+	}
+	p := make([]byte, B-A)
 	start := time.Now()
-	err := r.stores[store].ReadAt(ctx, r.key(sh.ID, frag), p, a)
+	err := r.stores[store].ReadAt(ctx, r.key(sh.ID, frag), p, A)
 	d := time.Since(start)
 	r.metrics.BackendRead(store, len(p), d, err)
 	if err != nil {
-		if storeFault(ctx, err) {
+		if storeFault(err) {
 			r.health.fail(store)
 		}
-		return nil, fail(err)
+		return fragRead{err: fail(err)}
 	}
 	r.health.ok(store, d)
-	if blk, ok := r.codec.verify(sh, frag, a, p); !ok {
-		r.metrics.ChecksumFailure(store)
-		return nil, fail(fmt.Errorf("%w in block %d", ErrChecksum, blk))
+	bad, first, n := r.codec.badBlocks(sh, frag, A, p)
+	if n == 0 {
+		return fragRead{data: p}
 	}
-	return p, nil
+	r.metrics.ChecksumFailure(store)
+	fr := fragRead{err: fail(fmt.Errorf("%w in block %d (%d of %d blocks bad)", ErrChecksum, first, n, len(bad)))}
+	if n < len(bad) {
+		fr.data, fr.bad = p, bad // the good blocks still count, stripe by stripe
+	}
+	return fr
 }
 
 // ReadRange returns bytes [off, off+n) of the shard's data, every byte
@@ -223,39 +265,36 @@ func (r *Reader) readRangeInto(ctx context.Context, sh *Shard, p []byte, off int
 
 // readFragmentRange fills dst with data fragment frag's bytes [a,b). When
 // the read outlives its store's hedge deadline, a decode from the other
-// fragments is started too, and the first good answer wins.
+// fragments is started too, and the first good answer wins. Losing the race
+// is not a failure of the store: slowness is not loss. The store is probed
+// instead, and only a probe that gets no answer marks it down.
 func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, b int64, dst []byte, slow bool) error {
 	bs := int64(r.codec.BlockSize)
 	A, B := a/bs*bs, min(sh.FragSize, (b+bs-1)/bs*bs)
 	store := r.codec.Placement(sh.ID, frag)
-	degraded := func(ctx context.Context, ferr *FragmentError) ([]byte, error) {
-		frags, err := r.decodeRange(ctx, sh, A, B, map[int]*FragmentError{frag: ferr}, false)
-		if err != nil {
-			return nil, err
-		}
-		return frags[frag], nil
-	}
-	if slow && r.codec.Parity > 0 {
-		data, err := degraded(ctx, &FragmentError{Shard: sh.ID, Frag: frag, Store: store,
-			StoreName: r.stores[store].String(), Err: errSlow})
+	slowRead := fragRead{err: &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: errSlow}}
+	decode := func(ctx context.Context, known fragRead) error {
+		frags, err := r.decodeRange(ctx, sh, A, B, map[int]fragRead{frag: known}, false)
 		if err == nil {
-			copy(dst, data[a-A:b-A])
+			copy(dst, frags[frag][a-A:b-A])
 		}
 		return err
 	}
+	if r.codec.Parity > 0 && (slow || r.health.excluded[store] || r.health.skip(store)) {
+		if slow {
+			return decode(ctx, slowRead)
+		}
+		return decode(ctx, r.readFrag(ctx, sh, frag, A, B, false))
+	}
 	type result struct {
-		data   []byte
-		ferr   *FragmentError
+		fr     fragRead
 		err    error
 		hedged bool
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan result, 2)
-	go func() {
-		data, ferr := r.fetch(pctx, sh, frag, A, B)
-		results <- result{data: data, ferr: ferr}
-	}()
+	go func() { results <- result{fr: r.readFrag(pctx, sh, frag, A, B, false)} }()
 	var timer <-chan time.Time
 	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
 		t := time.NewTimer(r.health.deadline(store, int(B-A)))
@@ -271,36 +310,41 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 			hedging = true
 			pending++
 			r.metrics.HedgedRead()
+			r.health.suspect(store, func(ctx context.Context) error {
+				_, err := r.stores[store].Stat(ctx, r.key(sh.ID, frag))
+				return err
+			})
 			go func() {
-				data, err := degraded(pctx, &FragmentError{Shard: sh.ID, Frag: frag, Store: store,
-					StoreName: r.stores[store].String(), Err: errSlow})
-				results <- result{data: data, err: err, hedged: true}
+				frags, err := r.decodeRange(pctx, sh, A, B, map[int]fragRead{frag: slowRead}, false)
+				res := result{err: err, hedged: true}
+				if err == nil {
+					res.fr.data = frags[frag]
+				}
+				results <- res
 			}()
 		case res := <-results:
 			pending--
 			switch {
-			case res.data != nil:
-				if hedging && res.hedged {
-					r.health.fail(store) // the primary lost the race: a strike
-				}
-				copy(dst, res.data[a-A:b-A])
+			case res.fr.whole() || res.hedged && res.err == nil:
+				copy(dst, res.fr.data[a-A:b-A])
 				return nil
-			case res.ferr != nil && !hedging:
-				// The primary failed before its deadline: decode now.
+			case !res.hedged && !hedging:
+				// The primary failed, or came back with bad blocks, before
+				// its deadline: decode now, using whatever blocks it got.
 				timer = nil
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				data, err := degraded(ctx, res.ferr)
-				if err != nil {
-					return err
-				}
-				copy(dst, data[a-A:b-A])
-				return nil
-			case res.ferr != nil:
-				lastErr = res.ferr
+				return decode(ctx, res.fr)
+			case !res.hedged:
+				lastErr = res.fr.err
 			default:
 				lastErr = res.err
+				if r.health.skip(store) {
+					// The decode failed and the primary's store is proven
+					// down: its read will not come back either.
+					return lastErr
+				}
 			}
 		}
 	}
@@ -310,85 +354,220 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	return lastErr
 }
 
-// decodeRange reads block-aligned range [A,B) from k intact fragments, never
-// reading those in failed, and decodes the missing data (and, if all, parity) fragments.
-func (r *Reader) decodeRange(ctx context.Context, sh *Shard, A, B int64, failed map[int]*FragmentError, all bool) ([][]byte, error) {
+// decodeRange returns fragments' bytes [A,B) (block-aligned), decoded
+// stripe by stripe: each block stripe needs k fragments whose block there
+// verified, so blocks lost in different fragments at different stripes do
+// not add up. known holds reads already made (a failed or partly bad primary;
+// errSlow for one that is merely late). It returns the data fragments, or
+// every fragment when all is set; readAll reads every fragment first (repair
+// uses the good blocks of damaged fragments too).
+//
+// Candidates are asked data first, then parity, then stores marked down,
+// which are probed with a short timeout rather than waited for. A fetch that
+// outlives the hedge deadline is not cancelled: another candidate is asked
+// beside it, so no single hung store can hold a decode.
+func (r *Reader) decodeRange(ctx context.Context, sh *Shard, A, B int64, known map[int]fragRead, all bool) ([][]byte, error) {
+	return r.decode(ctx, sh, A, B, known, all, false)
+}
+
+func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[int]fragRead, all, readAll bool) ([][]byte, error) {
 	k, total := r.codec.Data, r.codec.Total()
-	frags := make([][]byte, total)
-	var (
-		mu   sync.Mutex // guards frags, failed, got
-		got  int
-		next int
+	bs := int64(r.codec.BlockSize)
+	L := int(B - A)
+	nblk := int((B - A + bs - 1) / bs)
+	const (
+		untried = iota
+		pending
+		done
 	)
-	// Candidates: fragments on healthy stores, data before parity (data
-	// needs no decoding); then, as a last resort, those on stores marked
-	// down or that failed before, forced: a store that came back is found
-	// at once, and a range is never refused while k fragments may exist.
-	var cands []int
-	forced := map[int]bool{}
+	state := make([]int, total)
+	reads := make([]fragRead, total)
+	forced := make([]bool, total)
+	var cands, lastResort []int
 	for f := 0; f < total; f++ {
-		if failed[f] == nil && !r.health.skip(r.codec.Placement(sh.ID, f)) {
-			cands = append(cands, f)
-		}
-	}
-	for f := 0; f < total; f++ {
-		if failed[f] == nil && r.health.skip(r.codec.Placement(sh.ID, f)) {
-			cands = append(cands, f)
+		store := r.codec.Placement(sh.ID, f)
+		fr, isKnown := known[f]
+		switch {
+		case r.health.excluded[store]:
+			state[f], reads[f] = done, r.readFrag(ctx, sh, f, A, B, false) // fails at once, naming why
+		case isKnown && fr.err != nil && errors.Is(fr.err.Err, errSlow):
+			lastResort = append(lastResort, f)
+			reads[f] = fr
+		case isKnown:
+			state[f], reads[f] = done, fr
+		case r.health.skip(store):
+			lastResort = append(lastResort, f)
 			forced[f] = true
-		} else if ferr := failed[f]; ferr != nil && (errors.Is(ferr.Err, ErrStoreDown) || errors.Is(ferr.Err, errSlow)) {
-			delete(failed, f)
+		default:
 			cands = append(cands, f)
-			forced[f] = true
 		}
 	}
-	// Start k fetches; replace each failure with the next candidate.
-	results := make(chan struct{}, total)
-	var fetch func(f int)
-	fetch = func(f int) {
-		data, ferr := r.fetchForce(ctx, sh, f, A, B, forced[f])
-		mu.Lock()
-		if ferr != nil {
-			failed[f] = ferr
-		} else {
-			frags[f] = data
-			got++
-		}
-		mu.Unlock()
-		results <- struct{}{}
+	cands = append(cands, lastResort...)
+	type result struct {
+		f  int
+		fr fragRead
 	}
-	running := 0
-	mu.Lock()
-	for running < k && next < len(cands) {
-		go fetch(cands[next])
+	results := make(chan result, total)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inFlight, next := 0, 0
+	launch := func() bool {
+		if next >= len(cands) {
+			return false
+		}
+		f := cands[next]
 		next++
-		running++
+		state[f] = pending
+		inFlight++
+		go func() {
+			c := pctx
+			if forced[f] {
+				var cancel context.CancelFunc
+				c, cancel = context.WithTimeout(pctx, r.health.probeTimeout(L))
+				defer cancel()
+			}
+			results <- result{f, r.readFrag(c, sh, f, A, B, forced[f])}
+		}()
+		return true
 	}
-	mu.Unlock()
-	for running > 0 {
-		<-results
-		running--
-		mu.Lock()
-		if got+running < k && next < len(cands) {
-			go fetch(cands[next])
-			next++
-			running++
+	usable := func(blk int) int {
+		n := 0
+		for f := 0; f < total; f++ {
+			if state[f] == done && reads[f].usable(blk) {
+				n++
+			}
 		}
-		mu.Unlock()
+		return n
 	}
-	if got < k {
+	shortfall := func() int {
+		worst := total
+		for b := 0; b < nblk && worst > 0; b++ {
+			worst = min(worst, usable(b))
+		}
+		return k - worst
+	}
+	hedge := r.health.maxDeadline(L)
+	timer := time.NewTimer(hedge)
+	defer timer.Stop()
+wait:
+	for {
+		if readAll {
+			for launch() {
+			}
+		} else {
+			for inFlight < shortfall() && launch() {
+			}
+		}
+		if inFlight == 0 || !readAll && shortfall() <= 0 {
+			break
+		}
+		select {
+		case res := <-results:
+			inFlight--
+			state[res.f], reads[res.f] = done, res.fr
+		case <-timer.C:
+			// What is in flight is late: ask one more fragment beside it.
+			// With none left to ask, probe the late stores: once every
+			// fetch in flight is on a store proven down, waiting longer
+			// cannot help, so fail now instead of at the caller's deadline.
+			if !launch() {
+				allDown := true
+				for f := 0; f < total; f++ {
+					if state[f] != pending {
+						continue
+					}
+					store, frag := r.codec.Placement(sh.ID, f), f
+					r.health.suspect(store, func(ctx context.Context) error {
+						_, err := r.stores[store].Stat(ctx, r.key(sh.ID, frag))
+						return err
+					})
+					allDown = allDown && r.health.skip(store)
+				}
+				if allDown {
+					inFlight = 0
+					break wait
+				}
+			}
+			timer.Reset(hedge)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if shortfall() > 0 {
+		failed := map[int]*FragmentError{}
+		for f := 0; f < total; f++ {
+			switch {
+			case reads[f].err != nil:
+				failed[f] = reads[f].err
+			case state[f] != done:
+				store := r.codec.Placement(sh.ID, f)
+				failed[f] = &FragmentError{Shard: sh.ID, Frag: f, Store: store, StoreName: r.stores[store].String(), Err: errSlow}
+			}
+		}
 		return nil, r.tooFew(sh, failed)
 	}
-	r.metrics.DegradedRead()
-	var err error
+	want := k
 	if all {
-		err = r.codec.Reconstruct(frags)
-	} else {
-		err = r.codec.reconstruct(frags)
+		want = total
 	}
-	if err != nil {
-		return nil, fmt.Errorf("shard %d: decode: %w", sh.ID, err)
+	out := make([][]byte, total)
+	for f := 0; f < want; f++ {
+		if reads[f].whole() {
+			out[f] = reads[f].data
+		} else {
+			out[f] = make([]byte, L)
+		}
 	}
-	return frags, nil
+	decoded := false
+	set := make([]bool, total)
+	setOf := func(b int) {
+		for f := range set {
+			set[f] = state[f] == done && reads[f].usable(b)
+		}
+	}
+	for b0 := 0; b0 < nblk; {
+		setOf(b0)
+		first := slices.Clone(set)
+		b1 := b0 + 1
+		for ; b1 < nblk; b1++ {
+			setOf(b1)
+			if !slices.Equal(set, first) {
+				break
+			}
+		}
+		lo, hi := b0*int(bs), min(L, b1*int(bs))
+		shards := make([][]byte, total)
+		missing := false
+		for f := 0; f < total; f++ {
+			switch {
+			case first[f]:
+				shards[f] = reads[f].data[lo:hi]
+				if out[f] != nil && !reads[f].whole() {
+					copy(out[f][lo:hi], reads[f].data[lo:hi])
+				}
+			case out[f] != nil:
+				shards[f] = out[f][lo:hi][:0] // reconstructed in place
+				missing = true
+			}
+		}
+		if missing {
+			var err error
+			if all {
+				err = r.codec.Reconstruct(shards)
+			} else {
+				err = r.codec.reconstruct(shards)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("shard %d: decode: %w", sh.ID, err)
+			}
+			decoded = true
+		}
+		b0 = b1
+	}
+	if decoded {
+		r.metrics.DegradedRead()
+	}
+	return out, nil
 }
 
 func (r *Reader) tooFew(sh *Shard, failed map[int]*FragmentError) error {
@@ -420,7 +599,7 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 	var deadline time.Duration
 	for pos := off; pos < off+n; pos = (pos/F + 1) * F {
 		store := r.codec.Placement(sh.ID, int(pos/F))
-		if r.health.skip(store) {
+		if r.health.skip(store) || r.health.excluded[store] {
 			return r.ReadRange(ctx, sh, off, n)
 		}
 		deadline = max(deadline, r.health.deadline(store, int(n)))
@@ -446,7 +625,7 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 			r.metrics.BackendRead(store, len(dst), d, err)
 			if err == nil {
 				r.health.ok(store, d)
-			} else if storeFault(ctx, err) {
+			} else if storeFault(err) {
 				r.health.fail(store)
 			}
 			if err != nil {
@@ -466,6 +645,13 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 	}
 	if ectx.Err() != nil && ctx.Err() == nil {
 		r.metrics.HedgedRead()
+		for store := range slow {
+			frag := (store - sh.ID%r.codec.Total() + r.codec.Total()) % r.codec.Total()
+			r.health.suspect(store, func(ctx context.Context) error {
+				_, err := r.stores[store].Stat(ctx, r.key(sh.ID, frag))
+				return err
+			})
+		}
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -483,12 +669,10 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 }
 
 // storeFault reports whether err says the store itself is sick (unreachable,
-// failing, too slow, refusing our credentials), as opposed to one object being
-// missing or damaged, or the caller giving up.
-func storeFault(ctx context.Context, err error) bool {
-	if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
+// failing, not answering within its request timeout, refusing our
+// credentials), as opposed to one object being missing or damaged, or the
+// caller giving up or running out of time.
+func storeFault(err error) bool {
 	return errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrAccessDenied) ||
-		errors.Is(err, backend.ErrNoBucket) || errors.Is(err, context.DeadlineExceeded)
+		errors.Is(err, backend.ErrNoBucket)
 }

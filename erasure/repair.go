@@ -2,18 +2,24 @@ package erasure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
 // checkChunk bounds the memory of CheckFragment: it reads this much at a time.
 const checkChunk = 8 << 20
 
-// CheckFragment reads all of fragment frag and checks its size and every
-// block checksum. It returns nil when the fragment is intact.
+// CheckFragment reads all of fragment frag, also from a store marked down,
+// and checks its size and every block checksum. It returns nil when the
+// fragment is intact. When only some blocks are bad, BadBlocks lists them:
+// the rest still count for recovery, stripe by stripe.
 func (r *Reader) CheckFragment(ctx context.Context, sh *Shard, frag int) *FragmentError {
 	store := r.codec.Placement(sh.ID, frag)
 	fail := func(err error) *FragmentError {
 		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
+	}
+	if r.health.excluded[store] {
+		return fail(ErrExcluded)
 	}
 	size, err := r.stores[store].Stat(ctx, r.key(sh.ID, frag))
 	if err != nil {
@@ -26,25 +32,38 @@ func (r *Reader) CheckFragment(ctx context.Context, sh *Shard, frag int) *Fragme
 	if chunk == 0 {
 		chunk = int64(r.codec.BlockSize)
 	}
+	var bad []int
+	var first *FragmentError
 	for a := int64(0); a < sh.FragSize; a += chunk {
-		if _, ferr := r.fetch(ctx, sh, frag, a, min(sh.FragSize, a+chunk)); ferr != nil {
-			return ferr
+		fr := r.readFrag(ctx, sh, frag, a, min(sh.FragSize, a+chunk), true)
+		if fr.err == nil {
+			continue
 		}
+		if fr.data == nil && !errors.Is(fr.err, ErrChecksum) {
+			return fr.err // unreadable: the whole fragment counts as lost
+		}
+		if first == nil {
+			first = fr.err
+		}
+		base := int(a / int64(r.codec.BlockSize))
+		for i := 0; i*r.codec.BlockSize < int(min(sh.FragSize, a+chunk)-a); i++ {
+			if fr.data == nil || fr.bad[i] {
+				bad = append(bad, base+i)
+			}
+		}
+	}
+	if first != nil {
+		first.BadBlocks = bad
+		return first
 	}
 	return nil
 }
 
-// Rebuild decodes the whole of the given fragments from the others. It reads
-// every other fragment in full and verifies each rebuilt fragment against
-// its checksums before returning it. bad lists the fragments known to be
-// damaged, which it does not read.
+// Rebuild decodes the whole of the given fragments from all the others,
+// stripe by stripe: the good blocks of damaged fragments count too. It
+// verifies each rebuilt fragment against its checksums before returning it.
 func (r *Reader) Rebuild(ctx context.Context, sh *Shard, bad []int) (map[int][]byte, error) {
-	failed := map[int]*FragmentError{}
-	for _, f := range bad {
-		failed[f] = &FragmentError{Shard: sh.ID, Frag: f, Store: r.codec.Placement(sh.ID, f),
-			StoreName: r.stores[r.codec.Placement(sh.ID, f)].String(), Err: fmt.Errorf("damaged")}
-	}
-	frags, err := r.decodeRange(ctx, sh, 0, sh.FragSize, failed, true)
+	frags, err := r.decode(ctx, sh, 0, sh.FragSize, nil, true, true)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,13 +52,22 @@ type tree struct {
 	samplesOnce sync.Once
 	byStratum   [][]int32 // per stratum, sample indexes sorted by path below the stratum dir
 
-	errMu     sync.Mutex // guards loggedErr
-	loggedErr map[string]bool
+	errMu  sync.Mutex // guards causes
+	causes map[string]*causeLog
 }
+
+// causeLog rate-limits the log of one cause of failed reads.
+type causeLog struct {
+	last       time.Time
+	suppressed int
+}
+
+// errLogEvery is how often one cause of failed reads is logged again.
+const errLogEvery = 30 * time.Second
 
 // NewRoot returns the root node of the tree.
 func NewRoot(o Options) gofs.InodeEmbedder {
-	t := &tree{Options: o, log: o.Logger, loggedErr: map[string]bool{}}
+	t := &tree{Options: o, log: o.Logger, causes: map[string]*causeLog{}}
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
@@ -87,8 +97,9 @@ func (t *tree) setAttr(a *fuse.Attr, mode uint32, size int64) {
 }
 
 // toErrno is the one place errors become errno: missing things are ENOENT,
-// a cancelled request EINTR; anything else is logged (once per message) with
-// its cause and becomes EIO. No byte is ever served on error.
+// a cancelled request EINTR; anything else becomes EIO, logged with its
+// cause once per cause and then at most every 30 s with a count, so a
+// failing store is one line, not one per read. No byte is served on error.
 func (t *tree) toErrno(err error) syscall.Errno {
 	switch {
 	case err == nil:
@@ -98,17 +109,46 @@ func (t *tree) toErrno(err error) syscall.Errno {
 	case errors.Is(err, syscall.ENOENT):
 		return syscall.ENOENT
 	}
-	msg := err.Error()
+	key := rootCause(err).Error()
+	now := time.Now()
 	t.errMu.Lock()
-	first := !t.loggedErr[msg]
-	if len(t.loggedErr) < 10000 {
-		t.loggedErr[msg] = true
+	c := t.causes[key]
+	if c == nil {
+		if len(t.causes) >= 1000 {
+			clear(t.causes) // bounded: a new flood starts a new count
+		}
+		c = &causeLog{}
+		t.causes[key] = c
+	}
+	logIt := c.last.IsZero() || now.Sub(c.last) >= errLogEvery
+	suppressed := c.suppressed
+	if logIt {
+		c.last, c.suppressed = now, 0
+	} else {
+		c.suppressed++
 	}
 	t.errMu.Unlock()
-	if first {
-		t.log.Error("read failed; returning EIO", "err", err)
+	if logIt {
+		t.log.Error("read failed; returning EIO", "err", err, "same_cause_since_last_line", suppressed)
 	}
 	return syscall.EIO
+}
+
+// rootCause unwraps err to the error that says why, without the file and
+// offset its wrappers add.
+func rootCause(err error) error {
+	for {
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			next := u.Unwrap()
+			if next == nil {
+				return err
+			}
+			err = next
+		default:
+			return err // a leaf, or a join of several causes (such as TooFewError)
+		}
+	}
 }
 
 // dir is the base of every directory node: read-only directory attributes.
@@ -214,9 +254,26 @@ func (d *epochsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 	return gofs.NewListDirStream(es), 0
 }
 
+// parseNumbered parses name as prefix + a number formatted with at least
+// width digits + suffix, accepting only the exact spelling the listing uses.
+func parseNumbered(name, prefix string, width int, suffix string) (int, bool) {
+	digits, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return 0, false
+	}
+	if digits, ok = strings.CutSuffix(digits, suffix); !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 0 || fmt.Sprintf("%0*d", width, n) != digits {
+		return 0, false
+	}
+	return n, true
+}
+
 func (d *epochsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	var e int
-	if _, err := fmt.Sscanf(name, "%04d", &e); err != nil || fmt.Sprintf("%04d", e) != name || e < 0 || e >= d.t.Epochs {
+	e, ok := parseNumbered(name, "", 4, "")
+	if !ok || e >= d.t.Epochs {
 		return nil, syscall.ENOENT
 	}
 	d.t.setAttr(&out.Attr, dirMode, 0)
@@ -244,8 +301,8 @@ func (d *epochDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) 
 }
 
 func (d *epochDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	var r int
-	if _, err := fmt.Sscanf(name, "rank-%03d", &r); err != nil || fmt.Sprintf("rank-%03d", r) != name || !slices.Contains(d.t.Ranks, r) {
+	r, ok := parseNumbered(name, "rank-", 3, "")
+	if !ok || !slices.Contains(d.t.Ranks, r) {
 		return nil, syscall.ENOENT
 	}
 	p := d.t.Order
@@ -310,8 +367,8 @@ func (d *rankDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	case "index.csv":
 		fm = m.Index()
 	default:
-		var b int
-		if _, err := fmt.Sscanf(name, "batch-%06d.tar", &b); err != nil || fmt.Sprintf("batch-%06d.tar", b) != name || b < 0 || b >= m.Order().Batches {
+		b, ok := parseNumbered(name, "batch-", 6, ".tar")
+		if !ok || b >= m.Order().Batches {
 			return nil, syscall.ENOENT
 		}
 		fm = m.Batch(b)

@@ -37,20 +37,37 @@ func (w slogWriter) Write(p []byte) (int, error) {
 
 // CheckMountpoint refuses what would surprise a user: a missing, non-directory,
 // non-empty or already mounted mountpoint, and a machine without /dev/fuse.
-func CheckMountpoint(dir string) error {
+// A dead shardfs mount left by a daemon that was killed is provably stale
+// (the kernel says its daemon is gone): it is cleared with a lazy unmount,
+// and the log says so.
+func CheckMountpoint(dir string, log *slog.Logger) error {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return fmt.Errorf("/dev/fuse is missing: load the fuse module (modprobe fuse) or run the container with --device /dev/fuse")
 	}
 	fi, err := os.Stat(dir)
-	if err != nil {
+	if err != nil && !errors.Is(err, syscall.ENOTCONN) {
 		return fmt.Errorf("mountpoint %s: %w: create it with mkdir -p %s", dir, err, dir)
 	}
-	if !fi.IsDir() {
+	if err == nil && !fi.IsDir() {
 		return fmt.Errorf("mountpoint %s is not a directory", dir)
 	}
-	parent, err := os.Stat(filepath.Dir(filepath.Clean(dir)))
-	if err == nil && parent.Sys().(*syscall.Stat_t).Dev != fi.Sys().(*syscall.Stat_t).Dev {
-		return fmt.Errorf("mountpoint %s is busy: something is already mounted there (umount %s first)", dir, dir)
+	if fstype, mounted := mountType(dir); mounted {
+		_, rerr := os.ReadDir(dir)
+		dead := errors.Is(rerr, syscall.ENOTCONN) || errors.Is(rerr, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOTCONN)
+		switch {
+		case dead && fstype == "fuse.shardfs":
+			if uerr := syscall.Unmount(dir, syscall.MNT_DETACH); uerr != nil {
+				return fmt.Errorf("mountpoint %s holds a stale shardfs mount (its daemon died) that could not be cleared: %v: run fusermount3 -uz %s", dir, uerr, dir)
+			}
+			if log != nil {
+				log.Warn("cleared a stale shardfs mount left by a daemon that died", "mountpoint", dir)
+			}
+			return CheckMountpoint(dir, log)
+		case dead:
+			return fmt.Errorf("mountpoint %s holds a dead %s mount whose daemon is gone: clear it with fusermount3 -uz %s (or umount -l %s)", dir, fstype, dir, dir)
+		default:
+			return fmt.Errorf("mountpoint %s is busy: a live %s file system is mounted there: unmount it first (umount %s)", dir, fstype, dir)
+		}
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -62,10 +79,56 @@ func CheckMountpoint(dir string) error {
 	return nil
 }
 
+// mountType reports whether something is mounted exactly at dir, and its
+// file system type, from /proc/self/mountinfo.
+func mountType(dir string) (fstype string, mounted bool) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", false
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if !ok || len(f) < 5 {
+			continue
+		}
+		if unescapeMount(f[4]) == abs {
+			if pf := strings.Fields(post); len(pf) > 0 {
+				fstype = pf[0]
+			}
+			mounted = true // the last line wins: it is the top of the stack
+		}
+	}
+	return fstype, mounted
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 // Mount mounts root at dir and returns the running server; Unmount or an
 // external umount stops it, and Wait returns then.
 func Mount(dir string, root gofs.InodeEmbedder, o MountOptions) (*fuse.Server, error) {
-	if err := CheckMountpoint(dir); err != nil {
+	if err := CheckMountpoint(dir, o.Logger); err != nil {
 		return nil, err
 	}
 	hour := time.Hour

@@ -40,6 +40,8 @@ type Options struct {
 	Logger         *slog.Logger
 	// Progress, if set, receives sample bytes as shards are uploaded.
 	Progress func(bytes int64)
+	// Lock tunes the ingest lock (heartbeat and staleness).
+	Lock dataset.LockOptions
 }
 
 // Result summarizes a committed ingest.
@@ -50,6 +52,10 @@ type Result struct {
 	StoredBytes   int64 // fragment bytes written
 	Elapsed       time.Duration
 	OrphansPurged int
+	// Copies is how many stores hold the committed manifest; CopyErrors
+	// says why the others do not (run shardfs repair to restore them).
+	Copies     int
+	CopyErrors []error
 }
 
 // DefaultShardSize is the target shard size.
@@ -85,6 +91,9 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err := dataset.CheckName(opts.Name); err != nil {
 		return nil, err
 	}
+	if err := backend.CheckDistinct(opts.Stores); err != nil {
+		return nil, err
+	}
 	codec, err := erasure.NewCodec(params)
 	if err != nil {
 		return nil, err
@@ -92,14 +101,21 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err := pingAll(ctx, opts.Stores); err != nil {
 		return nil, err
 	}
+	ingestID := newIngestID()
+	opts.Lock.Logger = log
+	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
+	if err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", opts.Name, err)
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
 	if _, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil && !opts.Force {
 		return nil, fmt.Errorf("%w: %s is already committed on these stores: pass --force to replace it", ErrExists, opts.Name)
 	} else if err != nil && !errors.Is(err, dataset.ErrNotFound) && !opts.Force {
-		return nil, fmt.Errorf("%w: %s has manifest copies that cannot be read (%v): pass --force to replace it", ErrExists, opts.Name, err)
+		return nil, fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): pass --force to replace it", ErrExists, opts.Name, err)
 	}
 
 	m := &manifest.Manifest{
-		Version: manifest.Version, Name: opts.Name, IngestID: newIngestID(), CreatedUnix: time.Now().Unix(),
+		Version: manifest.Version, Name: opts.Name, IngestID: ingestID, CreatedUnix: time.Now().Unix(),
 		Seed: opts.Seed, Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize, ShardSize: opts.ShardSize,
 		LabelFields: src.LabelFields,
 	}
@@ -160,26 +176,82 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 		})
 	}
 	if err := g.Wait(); err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
+			err = cause
+		}
 		return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command; the partial upload is removed then)", opts.Name, err)
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	enc, err := manifest.Encode(m)
-	if err != nil {
+	if err := commit(ctx, opts, m, lock, res, log); err != nil {
 		return nil, err
-	}
-	// The commit: the manifest goes to every store, after all fragments.
-	commit, cctx := errgroup.WithContext(ctx)
-	for _, s := range opts.Stores {
-		commit.Go(func() error { return s.Put(cctx, dataset.ManifestKey(opts.Name), enc) })
-	}
-	if err := commit.Wait(); err != nil {
-		return nil, fmt.Errorf("commit %s: some manifest copies were not written: %w (the dataset is readable; run shardfs repair to restore the missing copies)", opts.Name, err)
 	}
 	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, m.IngestID, log)
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// commit writes the manifest to every store, after all fragments, and then
+// each store's identity. A store that fails does not stop the others: every
+// copy that can be written is, and the count decides. With at least
+// dataset.Quorum copies the ingest is committed (repair restores the rest);
+// with fewer it is not, and the copies written are taken back.
+func commit(ctx context.Context, opts Options, m *manifest.Manifest, lock *dataset.Lock, res *Result, log *slog.Logger) error {
+	enc, err := manifest.Encode(m)
+	if err != nil {
+		return err
+	}
+	// Only the lock holder commits: check it right before writing.
+	if err := lock.Refresh(ctx); err != nil {
+		return fmt.Errorf("ingest %s not committed: %w", opts.Name, err)
+	}
+	errs := make([]error, len(opts.Stores))
+	var wg sync.WaitGroup
+	for i, s := range opts.Stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Put(ctx, dataset.ManifestKey(opts.Name), enc); err != nil {
+				errs[i] = fmt.Errorf("store %d: manifest: %w", i, err)
+				return
+			}
+			if err := dataset.WriteIdentity(ctx, s, m, i); err != nil {
+				log.Warn("could not write the store's identity; run shardfs repair to write it", "store", i, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+	var written []int
+	for i, err := range errs {
+		if err == nil {
+			written = append(written, i)
+		} else {
+			res.CopyErrors = append(res.CopyErrors, err)
+		}
+	}
+	res.Copies = len(written)
+	q := dataset.Quorum(m.Data, m.Parity)
+	if len(written) >= q {
+		if len(res.CopyErrors) > 0 {
+			log.Warn("committed, but some stores lack a manifest copy: run shardfs repair to write them",
+				"dataset", opts.Name, "copies", len(written), "stores", len(opts.Stores), "err", errors.Join(res.CopyErrors...))
+		}
+		return nil
+	}
+	// Not committed: take back the copies written, so no store shows a
+	// dataset the others do not hold.
+	uctx := context.WithoutCancel(ctx)
+	for _, i := range written {
+		opts.Stores[i].Delete(uctx, dataset.ManifestKey(opts.Name))
+		opts.Stores[i].Delete(uctx, dataset.IdentityKey(opts.Name))
+	}
+	what := "no dataset " + opts.Name + " is visible"
+	if opts.Force {
+		what = "the dataset it replaces may lack manifest copies on those stores; rerun the ingest to finish replacing it"
+	}
+	return fmt.Errorf("ingest %s not committed: the manifest reached %d of %d stores, and a commit needs %d (%v); the copies written were taken back and %s",
+		opts.Name, len(written), len(opts.Stores), q, errors.Join(res.CopyErrors...), what)
 }
 
 func pingAll(ctx context.Context, stores []backend.Store) error {
@@ -303,7 +375,10 @@ func (s *Source) keyIndex() map[string]int {
 }
 
 // purgeOrphans deletes fragments of other ingests of name: leftovers of
-// interrupted runs, or of the dataset this ingest replaced.
+// interrupted runs, or of the dataset this ingest replaced. It runs only
+// under the ingest lock, right after this ingest committed, so every other
+// ingest id is provably dead: none can be running (it would need the lock),
+// and none is committed (the stores agree on this one).
 func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string, log *slog.Logger) int {
 	n := 0
 	for _, s := range stores {

@@ -9,6 +9,7 @@ package ingest
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -83,8 +84,8 @@ func Scan(src string, labelFields []string) (*Source, error) {
 		}
 		seen[it.Key] = it.Path
 		for i, l := range it.Labels {
-			if l == "" || l == "." || l == ".." || strings.ContainsAny(l, "/\x00") {
-				return nil, fmt.Errorf("source %s: sample %q has label %s=%q: labels must be non-empty and contain no '/' or NUL", src, it.Key, s.LabelFields[i], l)
+			if err := checkLabel(l); err != nil {
+				return nil, fmt.Errorf("source %s: sample %q has label %s=%q: %v", src, it.Key, s.LabelFields[i], l, err)
 			}
 		}
 		if it.Size > manifest.MaxShardSize {
@@ -94,20 +95,60 @@ func Scan(src string, labelFields []string) (*Source, error) {
 	return s, nil
 }
 
+// checkLabel accepts a label that can name a directory and a stratum:
+// non-empty, not "." or "..", without '/', NUL or other control characters.
+func checkLabel(l string) error {
+	if l == "" || l == "." || l == ".." || strings.ContainsRune(l, '/') {
+		return errors.New(`labels must be non-empty, not "." or "..", and contain no '/'`)
+	}
+	for _, r := range l {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("labels may not contain control characters such as newlines (found %q)", r)
+		}
+	}
+	return nil
+}
+
+// scanTree walks root/<class>/<file...>. Symlinked class directories (and
+// symlinked directories below them) are followed, as torchvision's
+// ImageFolder does; a directory reached twice is refused as a loop.
 func scanTree(root string) (*Source, error) {
 	s := &Source{Root: root, LabelFields: []string{"label"}}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	visited := map[string]bool{}
+	if real, err := filepath.EvalSymlinks(root); err == nil {
+		visited[real] = true
+	}
+	err := walkTree(s, root, root, "", visited)
+	return s, err
+}
+
+// walkTree adds the files below dir, whose key prefix is prefix ("" at the root).
+func walkTree(s *Source, root, dir, prefix string, visited map[string]bool) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("source %s: %w", root, err)
 		}
 		if d.IsDir() {
 			return nil
 		}
-		rel, _ := filepath.Rel(root, p)
-		key := filepath.ToSlash(rel)
+		rel, _ := filepath.Rel(dir, p)
+		key := path.Join(prefix, filepath.ToSlash(rel))
+		if d.Type()&fs.ModeSymlink != 0 {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				real, err := filepath.EvalSymlinks(p)
+				if err != nil {
+					return fmt.Errorf("source %s: %w", root, err)
+				}
+				if visited[real] {
+					return fmt.Errorf("source %s: symlinked directory %s leads to %s, which is already part of the source (a loop or a duplicate)", root, key, real)
+				}
+				visited[real] = true
+				return walkTree(s, root, p+"/", key, visited)
+			}
+		}
 		label, _, nested := strings.Cut(key, "/")
 		if !nested {
-			return fmt.Errorf("source %s: file %s is not inside a class directory: expected %s/<class>/<file>", root, rel, root)
+			return fmt.Errorf("source %s: file %s is not inside a class directory: expected %s/<class>/<file>", root, key, root)
 		}
 		fi, err := os.Stat(p) // follows symlinks
 		if err != nil {
@@ -119,7 +160,6 @@ func scanTree(root string) (*Source, error) {
 		s.Items = append(s.Items, Item{Path: p, Key: key, Labels: []string{label}, Size: fi.Size()})
 		return nil
 	})
-	return s, err
 }
 
 func scanCSV(name string, labelFields []string) (*Source, error) {
@@ -205,7 +245,9 @@ func scanJSONL(name string, labelFields []string) (*Source, error) {
 			continue
 		}
 		var obj map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.UseNumber()
+		if err := dec.Decode(&obj); err != nil {
 			return nil, fmt.Errorf("listing %s line %d: %w", name, line, err)
 		}
 		p, ok := obj["path"].(string)
@@ -218,7 +260,11 @@ func scanJSONL(name string, labelFields []string) (*Source, error) {
 			if !ok {
 				return nil, fmt.Errorf("listing %s line %d: no label field %q", name, line, lf)
 			}
-			labels = append(labels, fmt.Sprint(v))
+			l, err := jsonLabel(v)
+			if err != nil {
+				return nil, fmt.Errorf("listing %s line %d: label field %q: %v", name, line, lf, err)
+			}
+			labels = append(labels, l)
 		}
 		it, err := listedItem(s.Root, p, labels)
 		if err != nil {
@@ -230,6 +276,23 @@ func scanJSONL(name string, labelFields []string) (*Source, error) {
 		return nil, fmt.Errorf("listing %s: %w", name, err)
 	}
 	return s, nil
+}
+
+// jsonLabel accepts a string, number or boolean label; null, lists and
+// objects have no single name to become a class.
+func jsonLabel(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case json.Number:
+		return v.String(), nil
+	case bool:
+		return fmt.Sprint(v), nil
+	case nil:
+		return "", errors.New("is null: every sample needs a label (a string or a number)")
+	default:
+		return "", fmt.Errorf("is a %T (%v): a label must be a string or a number", v, v)
+	}
 }
 
 // listedItem checks a listed path before touching the file system with it.

@@ -51,6 +51,15 @@
 // batch then reads from only S shards, fetched whole. The stratification
 // bound holds relative to each pool's mix; α is not applied in window mode.
 //
+// # Order versions
+//
+// OrderVersion names this construction. Nodes of one job must compute the
+// same order, so any change to which sample lands in which batch, for any
+// inputs, is a new version: TestGoldenOrder pins a hash of the order for
+// fixed inputs, and fails until the version is bumped and the new hash
+// recorded. The mount shows the version in info.json and refuses a job that
+// pins another one (--order-version).
+//
 // # Virtual files
 //
 // A rank-epoch is shown as batch-NNNNNN.tar files, their concatenation

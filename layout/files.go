@@ -37,15 +37,15 @@ type Members struct {
 	order  *RankOrder
 	cat    Catalog
 	off    []int64  // off[i]: start of member i in epoch.tar; off[n] = end of members
-	dup    []uint16 // occurrence of member i's tar name before it in this rank-epoch
+	dup    []uint32 // occurrence of member i's tar name before it in this rank-epoch
 	rowOff []int64  // rowOff[i]: start of row i in index.csv (after the header); rowOff[n] = size
 }
 
 // NewMembers computes the member table of a rank-epoch.
 func NewMembers(o *RankOrder, cat Catalog) *Members {
 	n := len(o.Samples)
-	m := &Members{order: o, cat: cat, off: make([]int64, n+1), dup: make([]uint16, n), rowOff: make([]int64, n+1)}
-	seen := make(map[uint64]uint16, n)
+	m := &Members{order: o, cat: cat, off: make([]int64, n+1), dup: make([]uint32, n), rowOff: make([]int64, n+1)}
+	seen := make(map[uint64]uint32, n)
 	var row bytes.Buffer
 	m.rowOff[0] = int64(len(csvHeader))
 	for i, s := range o.Samples {
@@ -77,7 +77,7 @@ func (m *Members) Sample(i int) int { return int(m.order.Samples[i]) }
 func (m *Members) Name(i int) (stem, ext string) {
 	stem, ext = TarName(m.cat.Key(m.Sample(i)))
 	if m.dup[i] > 0 {
-		stem += "~" + strconv.Itoa(int(m.dup[i]))
+		stem += "~" + strconv.FormatUint(uint64(m.dup[i]), 10)
 	}
 	return stem, ext
 }
@@ -302,21 +302,22 @@ func (m *Members) writeRow(w *bytes.Buffer, i int) {
 }
 
 // Name limits: every member name fits the 100-byte ustar name field, with
-// room for a "~N" repeat suffix and the ".cls" sibling.
+// room for a "~N" repeat suffix (N up to 10 digits) and the ".cls" sibling.
 const (
 	maxExt  = 16
-	maxStem = 100 - 1 - maxExt - 6
+	maxStem = 100 - 1 - maxExt - 11
 )
 
 // TarName maps a sample key to its tar member name, WebDataset-style:
 //
 //   - the extension is what follows the last '.' of the key's base name
 //     ("bin" if there is none), with characters other than [A-Za-z0-9]
-//     replaced by '_' and at most 16 of them;
+//     replaced by '_' and at most 16 of them; "cls" is the label member's,
+//     so a payload with that extension gets "cls_" instead;
 //   - the stem is the rest of the key; characters other than
 //     [A-Za-z0-9_-/] become '_' — in particular '.' does, because WebDataset
 //     splits a member name at the first '.' of its base name;
-//   - a stem longer than 77 bytes is cut to 68 and gets '_' and 8 hex digits
+//   - a stem longer than 72 bytes is cut to 63 and gets '_' and 8 hex digits
 //     of a hash of the whole key, so long keys stay distinct;
 //   - in a rank-epoch, the n-th repeat of a stem (a recycled sample, or two
 //     keys that sanitize alike) gets the suffix "~n"; '~' never occurs otherwise.
@@ -334,6 +335,9 @@ func TarName(key string) (stem, ext string) {
 	ext = sanitize(ext, false)
 	if len(ext) > maxExt {
 		ext = ext[:maxExt]
+	}
+	if ext == "cls" {
+		ext = "cls_" // the label member is <stem>.cls: no payload may share its name
 	}
 	stem = sanitize(stemPart, true)
 	if len(stem) > maxStem {

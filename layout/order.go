@@ -10,6 +10,10 @@ import (
 	"slices"
 )
 
+// OrderVersion is the version of the order construction (see the package
+// documentation). Bump it with every change to the order.
+const OrderVersion = 1
+
 // Tail says what happens to the samples that do not fill a last step.
 type Tail int
 

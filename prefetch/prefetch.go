@@ -197,6 +197,7 @@ func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
 
 // readSample copies sample s's bytes [off, off+len(p)) into p through the
 // cache. It returns the time spent waiting on the backend, if any.
+// Callers bound ctx by ReadTimeout (see boundRead).
 func (r *Reader) readSample(ctx context.Context, s int, p []byte, off int64) (time.Duration, error) {
 	var waited time.Duration
 	for len(p) > 0 {
@@ -216,6 +217,9 @@ func (r *Reader) readSample(ctx context.Context, s int, p []byte, off int64) (ti
 			waited += time.Since(start)
 		}
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("no verified bytes within the %v read timeout: %w", r.cfg.ReadTimeout, err)
+			}
 			return waited, err
 		}
 		rel := off - int64(k.Chunk)*r.cfg.ChunkSize
@@ -228,8 +232,16 @@ func (r *Reader) readSample(ctx context.Context, s int, p []byte, off int64) (ti
 	return waited, nil
 }
 
+// boundRead bounds one read() by ReadTimeout from its start, however many
+// fetches it waits on: a read that would wait longer fails instead.
+func (r *Reader) boundRead(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.cfg.ReadTimeout)
+}
+
 // ReadSample serves the samples/ view: sample s's bytes at off. No prefetch.
 func (r *Reader) ReadSample(ctx context.Context, s int, p []byte, off int64) (int, error) {
+	ctx, cancel := r.boundRead(ctx)
+	defer cancel()
 	_, _, size := r.geo.Locate(s)
 	if off >= size {
 		return 0, io.EOF
@@ -289,6 +301,8 @@ func (h *Handle) Close() {
 // ReadAt fills p with the file's bytes at off. It returns fewer bytes only at
 // the end of the file, with io.EOF.
 func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	ctx, cancel := h.r.boundRead(ctx)
+	defer cancel()
 	size := h.f.Size()
 	if off >= size {
 		return 0, io.EOF

@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/layout"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -84,7 +85,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		return err
 	}
-	mf := &mountFlags{cacheSize: "256MiB", readAheadKB: 4096, readTimeout: 10 * time.Second,
+	mf := &mountFlags{cacheSize: "256MiB", readAheadKB: 4096, readTimeout: 10 * time.Second, orderVersion: layout.OrderVersion,
 		order: orderFlags{rank: -1, world: 2, batch: 32, epochs: 2, alpha: 1, tail: "drop"}}
 	mt, err := mountDataset(ctx, log, stores, "demo", mnt, mf)
 	if err != nil {
@@ -124,7 +125,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 		fmt.Fprintf(out, "   %v\n", err)
 	}
 	fmt.Fprintln(out, "== repair, then verify")
-	if err := runRepair(ctx, log, io.Discard, stores, "demo"); err != nil {
+	if err := runRepair(ctx, log, io.Discard, stores, "demo", false); err != nil {
 		return err
 	}
 	if _, err := runVerify(ctx, log, out, stores, "demo"); err != nil {

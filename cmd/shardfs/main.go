@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -48,9 +49,10 @@ func main() {
 
 // globals are the flags every subcommand shares.
 type globals struct {
-	stores     string
-	configPath string
-	logLevel   string
+	stores         string
+	configPath     string
+	logLevel       string
+	requestTimeout time.Duration
 }
 
 func newRoot() *cobra.Command {
@@ -79,6 +81,8 @@ Start with:  shardfs demo`,
 	pf.StringVar(&g.stores, "stores", "", "comma-separated store URLs, k+m of them, in order (or SHARDFS_STORES, or \"stores\" in the config file)")
 	pf.StringVar(&g.configPath, "config", "", "config file (default $SHARDFS_CONFIG or ~/.config/shardfs/config.json)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	pf.DurationVar(&g.requestTimeout, "request-timeout", backend.DefaultRequestTimeout,
+		"bound on one store request (plus 1s per MB moved): a store that hangs costs at most this, once")
 	root.AddCommand(newIngestCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newCeilingCmd(g))
 	return root
 }
@@ -147,6 +151,9 @@ func (g *globals) openStores() ([]backend.Store, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("no stores: pass --stores URL,URL,... (k+m of them), set SHARDFS_STORES, or list \"stores\" in the config file")
 	}
+	if g.requestTimeout <= 0 {
+		return nil, fmt.Errorf("--request-timeout %v: must be positive, e.g. 10s", g.requestTimeout)
+	}
 	stores := make([]backend.Store, 0, len(urls))
 	for i, u := range urls {
 		u = strings.TrimSpace(u)
@@ -162,7 +169,10 @@ func (g *globals) openStores() ([]backend.Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store %d: %w", i, err)
 		}
-		stores = append(stores, s)
+		stores = append(stores, backend.WithTimeout(s, g.requestTimeout))
+	}
+	if err := backend.CheckDistinct(stores); err != nil {
+		return nil, err
 	}
 	return stores, nil
 }

@@ -36,6 +36,8 @@ type mountFlags struct {
 	readAheadKB int
 	noPrefetch  bool
 	readTimeout time.Duration
+	// orderVersion pins the order a job expects; see layout.OrderVersion.
+	orderVersion int
 	// injectLatency wraps every store in the fault-injecting wrapper with
 	// this delay ("20ms" or "20ms±10ms"), for stall measurements only.
 	injectLatency string
@@ -84,6 +86,7 @@ Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
 	fl.IntVar(&f.readAheadKB, "read-ahead-kb", 4096, "kernel read-ahead for the mount, in KiB (0: leave the default)")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
+	fl.IntVar(&f.orderVersion, "order-version", layout.OrderVersion, "refuse to mount unless this shardfs computes this order version (pin it in job specs so nodes never disagree)")
 	fl.StringVar(&f.injectLatency, "inject-latency", "", "testing only: delay every store request, e.g. 20ms±10ms")
 	fl.MarkHidden("inject-latency")
 	return cmd
@@ -108,7 +111,13 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if err != nil || cacheSize < 16<<20 {
 		return nil, fmt.Errorf("--cache-size %q: use a size of at least 16MiB, e.g. 2GiB", f.cacheSize)
 	}
-	if err := fs.CheckMountpoint(dir); err != nil {
+	if f.readTimeout <= 0 {
+		return nil, fmt.Errorf("--read-timeout %v: must be positive, e.g. 10s: a read that waits longer returns EIO", f.readTimeout)
+	}
+	if f.orderVersion != layout.OrderVersion {
+		return nil, fmt.Errorf("--order-version %d: this shardfs computes order version %d: run the same shardfs release on every node of a job, or omit the flag to take this one's order", f.orderVersion, layout.OrderVersion)
+	}
+	if err := fs.CheckMountpoint(dir, log); err != nil {
 		return nil, err
 	}
 	if f.injectLatency != "" {
@@ -157,7 +166,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 			return nil, fmt.Errorf("--rank %d: must be below --world-size %d", r, f.order.world)
 		}
 	}
-	if _, err := layout.Steps(in, params); err != nil {
+	if _, err := f.order.checkSteps(in); err != nil {
 		return nil, err
 	}
 	// The cache holds verified chunks, prefetched ones included, and the lead
@@ -295,7 +304,7 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 		"dataset": map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
 			"samples": m.Samples.Len(), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata},
 		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.metrics.Snapshot().Stores},
-		"order": map[string]any{"seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
+		"order": map[string]any{"version": layout.OrderVersion, "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
 			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch},

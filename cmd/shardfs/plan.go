@@ -48,7 +48,31 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 	if f.epochs < 1 {
 		return p, fmt.Errorf("--epochs %d: must be at least 1", f.epochs)
 	}
+	if f.rank < -1 || f.rank >= f.world {
+		return p, fmt.Errorf("--rank %d: use a rank in 0..%d for --world-size %d, or -1 for every rank", f.rank, f.world-1, f.world)
+	}
 	return p, p.Validate()
+}
+
+// checkSteps refuses an order in which a rank gets no batch at all.
+func (f *orderFlags) checkSteps(in *layout.Input) (int, error) {
+	p, err := f.params(0, 0)
+	if err != nil {
+		return 0, err
+	}
+	steps, err := layout.Steps(in, p)
+	if err != nil {
+		return 0, err
+	}
+	if steps == 0 {
+		n := f.epochSize
+		if n == 0 {
+			n = in.N()
+		}
+		return 0, fmt.Errorf("--batch-size %d is larger than a rank's share of an epoch (%d samples over --world-size %d is %d per rank), so every epoch would be empty: lower --batch-size or --world-size, or pass --tail pad",
+			f.batch, n, f.world, n/f.world)
+	}
+	return steps, nil
 }
 
 // ranks lists the ranks to show.
@@ -126,6 +150,9 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 	if err != nil {
 		return err
 	}
+	if _, err := of.checkSteps(in); err != nil {
+		return err
+	}
 	p, err := of.params(epoch, max(of.rank, 0))
 	if err != nil {
 		return err
@@ -146,6 +173,9 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *orderFlags, lookahead, compareWindow int) error {
 	in, err := dataset.LayoutInput(m)
 	if err != nil {
+		return err
+	}
+	if _, err := of.checkSteps(in); err != nil {
 		return err
 	}
 	cat := dataset.Catalog{M: m}

@@ -1,0 +1,305 @@
+package dataset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+// ErrLocked: another ingest of the same name holds the lock.
+var ErrLocked = errors.New("another ingest of this dataset is running")
+
+// ErrLockLost: this ingest's lock was taken over; it must not commit.
+var ErrLockLost = errors.New("ingest lock lost")
+
+// LockInfo is the content of NAME/lock: who holds it, refreshed by heartbeats.
+type LockInfo struct {
+	IngestID  string `json:"ingest_id"`
+	Host      string `json:"host"`
+	PID       int    `json:"pid"`
+	PIDStart  string `json:"pid_start"` // the process's start time, so a reused PID is not mistaken for it
+	Started   int64  `json:"started_unix"`
+	Heartbeat int64  `json:"heartbeat_unix"`
+}
+
+// LockOptions tune Lock. Zero fields take defaults.
+type LockOptions struct {
+	// Heartbeat is how often the holder refreshes the lock (15s).
+	Heartbeat time.Duration
+	// Stale is how old a heartbeat must be before another ingest may take
+	// the lock over (2m). A holder on this host that provably died (its
+	// process is gone) is taken over at once.
+	Stale  time.Duration
+	Logger *slog.Logger
+}
+
+func (o *LockOptions) fill() {
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 15 * time.Second
+	}
+	if o.Stale <= 0 {
+		o.Stale = 2 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Lock is an ingest's hold on NAME/lock on a majority of the stores. It is
+// taken with conditional creates (If-None-Match: *), so of two ingests at
+// most one holds a majority; it is refreshed by a heartbeat, and an ingest
+// that loses it is cancelled before it can commit.
+type Lock struct {
+	name   string
+	stores []backend.Store
+	info   LockInfo
+	opts   LockOptions
+
+	mu     sync.Mutex // guards held, lost
+	held   []bool
+	lost   error
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func majority(n int) int { return n/2 + 1 }
+
+// AcquireLock takes the ingest lock of name for ingestID on a majority of
+// stores. The returned context is cancelled if the lock is lost; Release
+// gives it back.
+func AcquireLock(ctx context.Context, stores []backend.Store, name, ingestID string, opts LockOptions) (*Lock, context.Context, error) {
+	opts.fill()
+	host, _ := os.Hostname()
+	now := time.Now().Unix()
+	l := &Lock{name: name, stores: stores, opts: opts, held: make([]bool, len(stores)), done: make(chan struct{}),
+		info: LockInfo{IngestID: ingestID, Host: host, PID: os.Getpid(), PIDStart: processStart(os.Getpid()), Started: now, Heartbeat: now}}
+	body, _ := json.Marshal(l.info)
+	others := make([]*LockInfo, len(stores))
+	errs := make([]error, len(stores))
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			others[i], errs[i] = l.createOrTakeOver(ctx, s, body)
+			l.held[i] = errs[i] == nil
+		}()
+	}
+	wg.Wait()
+	got := 0
+	for _, h := range l.held {
+		if h {
+			got++
+		}
+	}
+	if got < majority(len(stores)) {
+		l.releaseHeld(context.WithoutCancel(ctx))
+		for i, o := range others {
+			if o != nil {
+				return nil, nil, fmt.Errorf("%w: %s holds the lock of %s on store %d and others (%s): wait for it to finish; if it died on another host, its lock expires %v after its last heartbeat",
+					ErrLocked, o.describe(), name, i, stores[i], opts.Stale)
+			}
+		}
+		return nil, nil, fmt.Errorf("could not take the ingest lock of %s on a majority of the stores (%d of %d): %w", name, got, len(stores), errors.Join(errs...))
+	}
+	lctx, cancel := context.WithCancelCause(ctx)
+	l.cancel = func() { cancel(ErrLockLost) }
+	go l.heartbeat(lctx, cancel)
+	return l, lctx, nil
+}
+
+func (o *LockInfo) describe() string {
+	age := time.Since(time.Unix(o.Heartbeat, 0)).Round(time.Second)
+	return fmt.Sprintf("another ingest (id %s, host %s, pid %d, started %s, last heartbeat %v ago)",
+		o.IngestID, o.Host, o.PID, time.Unix(o.Started, 0).UTC().Format(time.RFC3339), age)
+}
+
+// createOrTakeOver creates the lock on s, or takes over a lock whose holder
+// is provably dead. It returns the other holder when the lock is taken.
+func (l *Lock) createOrTakeOver(ctx context.Context, s backend.Store, body []byte) (*LockInfo, error) {
+	err := s.Create(ctx, LockKey(l.name), body)
+	if !errors.Is(err, backend.ErrExists) {
+		return nil, err
+	}
+	other, rerr := readLock(ctx, s, l.name)
+	if rerr != nil && !errors.Is(rerr, backend.ErrNotExist) {
+		return nil, rerr
+	}
+	if other != nil && !l.dead(other) {
+		return other, ErrLocked
+	}
+	if other != nil {
+		l.opts.Logger.Warn("taking over the ingest lock of a dead ingest", "store", s.String(), "dead", other.describe())
+	}
+	if err := s.Delete(ctx, LockKey(l.name)); err != nil {
+		return other, err
+	}
+	if err := s.Create(ctx, LockKey(l.name), body); err != nil {
+		if errors.Is(err, backend.ErrExists) {
+			other, _ = readLock(ctx, s, l.name)
+			return other, ErrLocked
+		}
+		return nil, err
+	}
+	return nil, nil
+}
+
+// dead reports whether the holder of o can no longer be running: its process
+// on this host is gone, or its heartbeat is older than Stale.
+func (l *Lock) dead(o *LockInfo) bool {
+	if o.Host == l.info.Host && o.PID > 0 {
+		if o.PID == l.info.PID && o.PIDStart == l.info.PIDStart {
+			return false
+		}
+		if err := syscall.Kill(o.PID, 0); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		if o.PIDStart != "" && processStart(o.PID) != o.PIDStart {
+			return true // the PID was reused by another process
+		}
+	}
+	return time.Since(time.Unix(o.Heartbeat, 0)) > l.opts.Stale
+}
+
+// processStart is the start time of a process in clock ticks since boot
+// (field 22 of /proc/PID/stat), or "" when unknown.
+func processStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		if f := strings.Fields(s[i+1:]); len(f) > 19 {
+			return f[19]
+		}
+	}
+	return ""
+}
+
+func readLock(ctx context.Context, s backend.Store, name string) (*LockInfo, error) {
+	size, err := s.Stat(ctx, LockKey(name))
+	if err != nil {
+		return nil, err
+	}
+	if size > 4<<10 {
+		return nil, fmt.Errorf("store %s: %s of %d bytes is not a lock", s, LockKey(name), size)
+	}
+	b := make([]byte, size)
+	if err := s.ReadAt(ctx, LockKey(name), b, 0); err != nil {
+		return nil, err
+	}
+	var o LockInfo
+	if err := json.Unmarshal(b, &o); err != nil {
+		// An unreadable lock proves nothing about a live holder; treat it as old.
+		return &LockInfo{IngestID: "unreadable"}, nil
+	}
+	return &o, nil
+}
+
+// heartbeat refreshes the lock until ctx ends; losing the majority cancels ctx.
+func (l *Lock) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) {
+	defer close(l.done)
+	t := time.NewTicker(l.opts.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := l.Refresh(ctx); err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}
+}
+
+// Refresh checks that this ingest still holds the lock on a majority of the
+// stores and renews its heartbeat there. Call it right before committing.
+func (l *Lock) Refresh(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost != nil {
+		return l.lost
+	}
+	l.info.Heartbeat = time.Now().Unix()
+	body, _ := json.Marshal(l.info)
+	var wg sync.WaitGroup
+	var thief *LockInfo
+	var tmu sync.Mutex
+	for i, s := range l.stores {
+		if !l.held[i] {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := readLock(ctx, s, l.name)
+			if err != nil || o.IngestID != l.info.IngestID {
+				l.held[i] = false
+				if o != nil {
+					tmu.Lock()
+					thief = o
+					tmu.Unlock()
+				}
+				return
+			}
+			if err := s.Put(ctx, LockKey(l.name), body); err != nil {
+				l.held[i] = false
+			}
+		}()
+	}
+	wg.Wait()
+	got := 0
+	for _, h := range l.held {
+		if h {
+			got++
+		}
+	}
+	if got < majority(len(l.stores)) {
+		who := "the stores did not answer"
+		if thief != nil {
+			who = thief.describe() + " took it over"
+		}
+		l.lost = fmt.Errorf("%w: this ingest of %s holds it on %d of %d stores (%s): it will not commit", ErrLockLost, l.name, got, len(l.stores), who)
+		return l.lost
+	}
+	return nil
+}
+
+// Release stops the heartbeat and deletes the lock where this ingest holds it.
+func (l *Lock) Release(ctx context.Context) {
+	l.cancel()
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.releaseHeld(ctx)
+}
+
+func (l *Lock) releaseHeld(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i, s := range l.stores {
+		if !l.held[i] {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if o, err := readLock(ctx, s, l.name); err == nil && o.IngestID == l.info.IngestID {
+				s.Delete(ctx, LockKey(l.name))
+			}
+			l.held[i] = false
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,204 @@
+package dataset_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/ingest"
+	"github.com/shardfs/shardfs/internal/synth"
+)
+
+// ingestLocal ingests a small synthetic dataset RS(4,2) into six local stores
+// with 4 KiB checksum blocks, and returns the stores, their directories and the source.
+func ingestLocal(t *testing.T, wrap func(i int, s backend.Store) backend.Store) ([]backend.Store, []string, string, error) {
+	t.Helper()
+	base := t.TempDir()
+	src := filepath.Join(base, "src")
+	if _, err := synth.Write(src, synth.Spec{Counts: []int{60, 30, 10}, MinSize: 1000, MaxSize: 9000, Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	var stores []backend.Store
+	var dirs []string
+	for i := 0; i < 6; i++ {
+		d := filepath.Join(base, fmt.Sprint("s", i))
+		s, err := backend.NewLocal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st backend.Store = s
+		if wrap != nil {
+			st = wrap(i, s)
+		}
+		stores, dirs = append(stores, st), append(dirs, d)
+	}
+	source, err := ingest.Scan(src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ingest.Run(context.Background(), source, ingest.Options{Name: "ds", Stores: stores, Data: 4, Parity: 2, ShardSize: 200_000, BlockSize: 4096})
+	return stores, dirs, src, err
+}
+
+// fragmentFile is the file of fragment frag of shard 0 in store dir.
+func fragmentFile(t *testing.T, dir string, frag int) string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(dir, "ds", "data", "*", fmt.Sprintf("00000000.%02d", frag)))
+	if len(m) != 1 {
+		t.Fatalf("fragment %d of shard 0 in %s: found %v", frag, dir, m)
+	}
+	return m[0]
+}
+
+func flipByte(t *testing.T, name string, off int64) {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off] ^= 0x40
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 9 item 11: three fragments each with one bad block, in different
+// block stripes, leave every stripe with at most one bad block (m=2). Reads,
+// verify and repair must work stripe by stripe, not fragment by fragment.
+func TestRecoveryPerBlockStripe(t *testing.T) {
+	ctx := context.Background()
+	stores, dirs, src, err := ingestLocal(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Shard 0: fragment f lives on store f. Block b of a fragment starts at b*4096.
+	flipByte(t, fragmentFile(t, dirs[0], 0), 0*4096+10)
+	flipByte(t, fragmentFile(t, dirs[2], 2), 1*4096+10)
+	flipByte(t, fragmentFile(t, dirs[5], 5), 2*4096+10)
+	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ds.Manifest
+	if m.FragSize(0) < 3*4096 {
+		t.Fatalf("fragments of %d bytes: the test needs at least 3 blocks", m.FragSize(0))
+	}
+	var want []byte
+	for i := m.Shards[0].FirstSample; i < m.Shards[0].FirstSample+m.Shards[0].NumSamples; i++ {
+		b, _ := os.ReadFile(filepath.Join(src, m.Samples.Key(i)))
+		want = append(want, b...)
+	}
+	got, err := ds.Reader.ReadRange(ctx, ds.Shard(0), 0, m.Shards[0].Size)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read of shard 0 with one bad block per stripe: err %v, bytes equal %v", err, bytes.Equal(got, want))
+	}
+	rep, err := ds.Verify(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Recoverable() || len(rep.Damaged) != 3 {
+		t.Fatalf("verify: %d damaged, unrecoverable shards %v; want 3 damaged fragments, all recoverable", len(rep.Damaged), rep.Unrecoverable)
+	}
+	n, err := ds.Repair(ctx, rep, false, nil)
+	if err != nil || n != 3 {
+		t.Fatalf("repair wrote %d objects, err %v; want 3", n, err)
+	}
+	rep, err = ds.Verify(ctx, nil)
+	if err != nil || !rep.Intact() {
+		t.Fatalf("verify after repair: %+v, %v", rep, err)
+	}
+}
+
+// Issue 9 item 10: verify reads stores the read path has marked down: being
+// marked down is not damage.
+func TestVerifyReadsStoresMarkedDown(t *testing.T) {
+	ctx := context.Background()
+	var faulty *backend.Faulty
+	stores, _, _, err := ingestLocal(t, func(i int, s backend.Store) backend.Store {
+		if i == 1 {
+			faulty = backend.NewFaulty(s)
+			return faulty
+		}
+		return s
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	faulty.SetDown(true)
+	for i := 0; i < 20 && !ds.Reader.StoreDown(1); i++ {
+		for sh := range ds.Manifest.Shards {
+			ds.Reader.ReadRange(ctx, ds.Shard(sh), 0, ds.Manifest.Shards[sh].Size)
+		}
+	}
+	if !ds.Reader.StoreDown(1) {
+		t.Fatal("store 1 failing every request was never marked down")
+	}
+	faulty.SetDown(false)
+	rep, err := ds.Verify(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Intact() {
+		t.Fatalf("verify of an intact dataset after store 1 was marked down: %d damaged, first %v", len(rep.Damaged), rep.Damaged[0])
+	}
+}
+
+// failManifest fails every write of the manifest, as a store that breaks at the commit.
+type failManifest struct{ backend.Store }
+
+func (f failManifest) Put(ctx context.Context, key string, data []byte) error {
+	if strings.HasSuffix(key, "/manifest") {
+		return &backend.Error{Store: f.String(), Op: "write", Key: key, Err: fmt.Errorf("%w: injected", backend.ErrUnavailable)}
+	}
+	return f.Store.Put(ctx, key, data)
+}
+
+// Issue 9 item 3: a store failing at the commit does not cancel the other
+// copies; the count of copies decides, and the result says what holds.
+func TestCommitWritesEveryCopy(t *testing.T) {
+	ctx := context.Background()
+	t.Run("one store fails", func(t *testing.T) {
+		stores, _, _, err := ingestLocal(t, func(i int, s backend.Store) backend.Store {
+			if i == 4 {
+				return failManifest{s}
+			}
+			return s
+		})
+		if err != nil {
+			t.Fatalf("5 of 6 manifest copies written must commit: %v", err)
+		}
+		for i, s := range stores {
+			if _, err := s.Stat(ctx, "ds/manifest"); (err == nil) != (i != 4) {
+				t.Errorf("store %d: manifest copy present = %v", i, err == nil)
+			}
+		}
+		if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{}); err != nil {
+			t.Fatalf("open the committed dataset: %v", err)
+		}
+	})
+	t.Run("three stores fail", func(t *testing.T) {
+		stores, _, _, err := ingestLocal(t, func(i int, s backend.Store) backend.Store {
+			if i >= 3 {
+				return failManifest{s}
+			}
+			return s
+		})
+		if err == nil || !strings.Contains(err.Error(), "not committed") || strings.Contains(err.Error(), "is readable") {
+			t.Fatalf("3 of 6 copies: want 'not committed', got %v", err)
+		}
+		if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{}); !errors.Is(err, dataset.ErrNotFound) {
+			t.Fatalf("an ingest that did not commit must leave no dataset: %v", err)
+		}
+	})
+}

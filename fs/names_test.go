@@ -1,0 +1,90 @@
+package fs_test
+
+import (
+	"os"
+	"strings"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/fs"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/internal/testds"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
+	"github.com/shardfs/shardfs/prefetch"
+)
+
+// Issue 9 item 14: every epoch, rank and batch number that is listed opens,
+// however many digits it has.
+func TestWideNumbersOpen(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: /dev/fuse is missing")
+		}
+		t.Skip("no /dev/fuse")
+	}
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{6, 3, 2}, MinSize: 100, MaxSize: 300, Seed: 2}, met)
+	in, err := dataset.LayoutInput(ds.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := dataset.Catalog{M: ds.Manifest}
+	mountWith := func(epochs int, ranks []int, p layout.Params) string {
+		r := prefetch.New(ds, cat, cache.New(32<<20, nil), met, prefetch.DefaultConfig(), nil)
+		root := fs.NewRoot(fs.Options{Catalog: cat, Input: in, Reader: r, Epochs: epochs, Ranks: ranks, Order: p,
+			Info: []byte("{}\n"), Stats: func() []byte { return []byte("{}\n") }, Created: time.Unix(1700000000, 0)})
+		dir := filepath.Join(t.TempDir(), "mnt")
+		os.Mkdir(dir, 0o755)
+		server, err := fs.Mount(dir, root, fs.MountOptions{Name: "test"})
+		if err != nil {
+			r.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := server.Unmount(); err != nil {
+				t.Errorf("unmount: %v", err)
+			}
+			server.Wait()
+			r.Close()
+		})
+		return dir
+	}
+	dir := mountWith(10001, []int{0, 1000}, layout.Params{Seed: 1, World: 1001, Batch: 1, Alpha: 1, Tail: layout.Pad, EpochSize: 2002})
+	for _, p := range []string{"epochs/10000", "epochs/10000/rank-1000", "epochs/0000/rank-1000"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	// Batch size 1 with pad over an epoch of 1,000,002 samples gives batches past 999999.
+	dir = mountWith(4, []int{0}, layout.Params{Seed: 1, World: 1, Batch: 1, Alpha: 1, Tail: layout.Pad, EpochSize: 1_000_002})
+	entries, err := os.ReadDir(filepath.Join(dir, "epochs/0003/rank-000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// os.ReadDir sorts by name, so count the batches and find the last one by name.
+	last, batches := "batch-1000001.tar", 0
+	found := false
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "batch-") {
+			batches++
+		}
+		found = found || e.Name() == last
+	}
+	if batches != 1_000_002 || !found {
+		t.Fatalf("%d batches listed, %s listed: %v; want 1000002 batches up to %s", batches, last, found, last)
+	}
+	for _, name := range []string{last, "batch-1000000.tar", "batch-000000.tar"} {
+		if _, err := os.Stat(filepath.Join(dir, "epochs/0003/rank-000", name)); err != nil {
+			t.Errorf("batch %s: %v", name, err)
+		}
+	}
+	for _, bad := range []string{"epochs/4", "epochs/00000", "epochs/0000/rank-0", "epochs/0003/rank-000/batch-1000002.tar", "epochs/0003/rank-000/batch-0000000.tar"} {
+		if _, err := os.Stat(filepath.Join(dir, bad)); !os.IsNotExist(err) {
+			t.Errorf("%s: want ENOENT, got %v", bad, err)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package layout_test
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"testing"
+
+	"github.com/shardfs/shardfs/layout"
+)
+
+// goldenOrders pins the order of OrderVersion for fixed inputs. A change to
+// the order must bump layout.OrderVersion and add its hash here: nodes on
+// different shardfs versions must never silently compute different orders.
+var goldenOrders = map[int]string{
+	1: "746164cc62cf27be75fad3476c935ffbe5903e0d6351a67d6d625876f90df44b",
+}
+
+// TestGoldenOrder hashes the orders of several modes (global, balanced with
+// pad, window, epoch size) over a fixed imbalanced input.
+func TestGoldenOrder(t *testing.T) {
+	const n, strata, perShard = 5000, 7, 97
+	stratum := make([]uint32, n)
+	shard := make([]uint32, n)
+	for i := range stratum {
+		// Imbalanced: stratum c takes about half of what c-1 does.
+		c := uint32(0)
+		for x := uint32(i*2654435761%1024) + 1; x < 512 && c < strata-1; x *= 2 {
+			c++
+		}
+		stratum[i] = c
+		shard[i] = uint32(i / perShard)
+	}
+	in, err := layout.NewInput(stratum, strata, shard, (n+perShard-1)/perShard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	for _, p := range []layout.Params{
+		{Seed: 17, World: 4, Batch: 32, Alpha: 1},
+		{Seed: 17, World: 3, Batch: 50, Alpha: 0, Tail: layout.Pad},
+		{Seed: 5, World: 2, Batch: 64, Alpha: 0.5, EpochSize: 3000},
+		{Seed: 9, World: 4, Batch: 16, Alpha: 1, Window: 3},
+	} {
+		for e := 0; e < 3; e++ {
+			for r := 0; r < p.World; r++ {
+				p.Epoch, p.Rank = e, r
+				o, err := layout.Order(in, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				binary.Write(h, binary.LittleEndian, int64(o.Batches))
+				binary.Write(h, binary.LittleEndian, o.Samples)
+			}
+		}
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	want, ok := goldenOrders[layout.OrderVersion]
+	if !ok || got != want {
+		t.Fatalf("order version %d hashes to %s, pinned %q: the order changed. If on purpose, bump layout.OrderVersion and pin the new hash under it; never change a pinned hash",
+			layout.OrderVersion, got, want)
+	}
+}
