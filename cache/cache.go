@@ -35,9 +35,10 @@ const (
 )
 
 type flight struct {
-	done chan struct{}
-	val  []byte
-	err  error
+	done    chan struct{}
+	val     []byte
+	err     error
+	waiters int // callers waiting on it; guarded by Cache.mu
 }
 
 // Cache is safe for concurrent use.
@@ -89,6 +90,7 @@ func (c *Cache) Get(ctx context.Context, k Key, fetch func(ctx context.Context) 
 		return v, Hit, nil
 	}
 	if f := c.flights[k]; f != nil {
+		f.waiters++
 		c.mu.Unlock()
 		select {
 		case <-f.done:

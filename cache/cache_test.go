@@ -4,11 +4,34 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
+
+// waitersOf is how many callers wait on k's fetch (-1: none in flight).
+func (c *Cache) waitersOf(k Key) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.flights[k]; f != nil {
+		return f.waiters
+	}
+	return -1
+}
+
+// waitUntil synchronises on a condition, not on time; the bound only catches a hang.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		runtime.Gosched()
+	}
+}
 
 func TestBoundedAndDeadFirst(t *testing.T) {
 	c := New(1000, nil)
@@ -55,7 +78,8 @@ func TestSingleFlight(t *testing.T) {
 			results[i] = res
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Release the fetch only once the other 15 callers wait on it.
+	waitUntil(t, func() bool { return c.waitersOf(Key{1, 0}) == 15 })
 	close(release)
 	wg.Wait()
 	if calls.Load() != 1 {
@@ -87,7 +111,7 @@ func TestClaimFillFail(t *testing.T) {
 		}
 		got <- v
 	}()
-	time.Sleep(20 * time.Millisecond)
+	waitUntil(t, func() bool { return c.waitersOf(Key{2, 0}) == 1 })
 	c.Fill(Key{2, 0}, []byte("two"))
 	if v := <-got; !bytes.Equal(v, []byte("two")) {
 		t.Fatalf("waiter got %q", v)

@@ -15,7 +15,10 @@
 // are removed by the next ingest of NAME that holds the lock.
 //
 // The manifest is chosen by agreement, not by age: the ingest id held by the
-// most intact copies wins, and only if at least Quorum stores hold it. Each
+// most intact copies wins. When copies of another ingest are present too, the
+// winner must also be held by at least Quorum stores. (Copies of a single
+// ingest are safe to trust in any number: every fragment is uploaded before
+// the first manifest copy is written.) Each
 // store's identity then proves it sits at the position the manifest gives
 // it, so a permuted, duplicated or foreign store is recognised before
 // anything is read from it as ours, and never written into.
@@ -187,8 +190,9 @@ func readCopies(ctx context.Context, stores []backend.Store, name string) []stor
 	return out
 }
 
-// chooseManifest picks the ingest held by the most intact copies, if at
-// least Quorum stores hold it; other intact copies are reported as foreign.
+// chooseManifest picks the ingest held by the most intact copies; if copies
+// of other ingests exist, it must be held by at least Quorum stores. Other
+// ingests' copies are reported as foreign.
 func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
 	held := map[string][]int{}
 	var ids []string
@@ -229,14 +233,9 @@ func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log
 	if len(ids) > 1 && len(held[ids[1]]) == len(held[best]) {
 		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest has the most copies: %s: pass the stores of one dataset, or re-ingest with --force", name, describe())
 	}
-	if q := Quorum(m.Data, m.Parity); len(held[best]) < q {
-		if len(ids) == 1 && missing+len(held[best]) == len(stores) && len(errs) == 0 {
-			// Copies of an ingest whose commit never reached a quorum: not a dataset.
-			return nil, fmt.Errorf("%w: only %d of %d stores hold %s of ingest %s, fewer than the %d a commit needs: the ingest did not commit; rerun it",
-				ErrNotFound, len(held[best]), len(stores), ManifestKey(name), best, q)
-		}
-		return nil, fmt.Errorf("dataset %s: only %d stores hold a manifest of ingest %s, fewer than the %d needed to trust it (%s): bring the other stores back or check --stores%s",
-			name, len(held[best]), best, q, describe(), joinErrs(errs))
+	if q := Quorum(m.Data, m.Parity); len(ids) > 1 && len(held[best]) < q {
+		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest is held by the %d stores needed to trust it over the others (%s): bring the other stores back, pass the stores of one dataset, or re-ingest with --force%s",
+			name, q, describe(), joinErrs(errs))
 	}
 	for _, id := range ids[1:] {
 		for _, i := range held[id] {

@@ -156,7 +156,7 @@ func TestIngestBadInput(t *testing.T) {
 			t.Fatalf("want failure naming store %s: %v", c.servers[2].Addr, r)
 		}
 		c.servers[2].Restart()
-		if r := run(t, 2*time.Minute, nil, "verify", stores, "down"); r.code != 2 || !strings.Contains(r.stderr, "not found") {
+		if r := run(t, 2*time.Minute, nil, "verify", stores, "down"); r.code != 3 || !strings.Contains(r.stderr, "not found") {
 			t.Fatalf("a failed ingest must leave no dataset: %v", r)
 		}
 		if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "down"); r.code != 0 {
@@ -199,7 +199,7 @@ func TestKillDuringIngest(t *testing.T) {
 		switch {
 		case r.code == 0:
 			committed++
-		case r.code == 2 && strings.Contains(r.stderr, "not found"):
+		case r.code == 3 && strings.Contains(r.stderr, "not found"):
 			invisible++
 		default:
 			t.Fatalf("killed after %v: dataset is neither invisible nor intact: %v", after, r)

@@ -241,13 +241,18 @@ func TestFaultsMinIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hedgedBefore := readMountStats(t, mnt).HedgedReads
 	if err := c.servers[0].Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	hung, err := readEpochVerified(t, mnt, src, 4, nil)
+	hedgedWhileStopped := readMountStats(t, mnt).HedgedReads - hedgedBefore
 	c.servers[0].Signal(syscall.SIGCONT)
 	if err != nil {
 		t.Fatalf("epoch with a hung store: %v", err)
+	}
+	if hedgedWhileStopped == 0 && storeStates(t, mnt)[0] == "healthy" {
+		t.Errorf("an epoch read with store 0 SIGSTOPped counted no hedged read and left it healthy: the hung store was neither hedged nor marked down")
 	}
 	var back time.Duration
 	t0 = time.Now()

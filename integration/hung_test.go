@@ -93,7 +93,8 @@ func burnCPU(n int) (stop func()) {
 			}
 		}()
 	}
-	return func() { close(done); wg.Wait() }
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
 // Issue 9 item 7: with exactly m stores black-holed (connections accepted,

@@ -80,8 +80,11 @@ func mountShardfsEnv(t *testing.T, env []string, args ...string) *mountProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed when the daemon ends; waitErr is then its status.
+	// A closed channel can be received from any number of times.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -103,9 +106,9 @@ func mountShardfsEnv(t *testing.T, env []string, args ...string) *mountProc {
 			return &mountProc{dir: dir, log: dir + ".log", cmd: cmd}
 		}
 		select {
-		case err := <-exited:
+		case <-exited:
 			log, _ := os.ReadFile(dir + ".log")
-			t.Fatalf("shardfs mount exited: %v\n%s", err, log)
+			t.Fatalf("shardfs mount exited: %v\n%s", waitErr, log)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

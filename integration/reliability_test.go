@@ -378,8 +378,9 @@ func TestStaleMountCleared(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	defer func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -398,8 +399,8 @@ func TestStaleMountCleared(t *testing.T) {
 			return
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("remount over a dead shardfs mount failed: %v\n%s", err, logb.String())
+		case <-exited:
+			t.Fatalf("remount over a dead shardfs mount failed: %v\n%s", waitErr, logb.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

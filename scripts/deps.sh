@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs what the tests need on a fresh Debian machine: MinIO (built with
-# go install, reused when already in the Go bin directory), fio, fuse3 and
-# python3-torch. Under CI=true anything missing afterwards is a failure.
+# Installs what the tests need on a fresh Debian machine: MinIO and toxiproxy
+# (built with go install, reused when already in the Go bin directory), fio,
+# fuse3, python3-torch, python3-torchvision and python3-pil. Under CI=true
+# anything missing afterwards is a failure.
 set -euo pipefail
 
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+TOXIPROXY_VERSION=v2.5.0
 gobin="$(go env GOBIN)"
 [ -n "$gobin" ] || gobin="$(go env GOPATH)/bin"
 
@@ -12,11 +14,21 @@ if [ ! -x "$gobin/minio" ]; then
 	echo "deps: building MinIO $MINIO_VERSION (about 4 minutes on 2 cores)"
 	go install "github.com/minio/minio@$MINIO_VERSION"
 fi
+# go install names toxiproxy's server binary "server"; keep it under a clear name.
+if [ ! -x "$gobin/toxiproxy-server" ]; then
+	if [ ! -x "$gobin/server" ] || ! "$gobin/server" -version 2>&1 | grep -q toxiproxy; then
+		echo "deps: building toxiproxy $TOXIPROXY_VERSION"
+		go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
+	fi
+	cp "$gobin/server" "$gobin/toxiproxy-server"
+fi
 
 need_apt=()
 command -v fio >/dev/null || need_apt+=(fio)
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need_apt+=(python3-torch)
+/usr/bin/python3 -c 'import torchvision' 2>/dev/null || need_apt+=(python3-torchvision)
+/usr/bin/python3 -c 'import PIL' 2>/dev/null || need_apt+=(python3-pil)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: apt-get install ${need_apt[*]}"
@@ -29,9 +41,12 @@ fi
 
 missing=()
 [ -x "$gobin/minio" ] || missing+=(minio)
+[ -x "$gobin/toxiproxy-server" ] || missing+=(toxiproxy)
 command -v fio >/dev/null || missing+=(fio)
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
+/usr/bin/python3 -c 'import torchvision' 2>/dev/null || missing+=(python3-torchvision)
+/usr/bin/python3 -c 'import PIL' 2>/dev/null || missing+=(python3-pil)
 if [ ${#missing[@]} -gt 0 ]; then
 	if [ "${CI:-}" = true ]; then
 		echo "deps: CI=true and still missing: ${missing[*]}" >&2
@@ -40,3 +55,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 	echo "deps: missing ${missing[*]}: the tests that need them will be skipped" >&2
 fi
 export MINIO_BIN="$gobin/minio"
+export TOXIPROXY_BIN="$gobin/toxiproxy-server"

@@ -86,6 +86,44 @@ func Run(t *testing.T, newStore func(t *testing.T) backend.Store) {
 			t.Fatalf("after delete: %v", err)
 		}
 	})
+	t.Run("CreateOnlyIfAbsent", func(t *testing.T) {
+		s := newStore(t)
+		if err := s.Create(ctx, "ds/lock", []byte("first")); err != nil {
+			t.Fatalf("Create of a new key: %v", err)
+		}
+		if err := s.Create(ctx, "ds/lock", []byte("second")); !errors.Is(err, backend.ErrExists) {
+			t.Fatalf("Create of an existing key: %v, want ErrExists", err)
+		}
+		p := make([]byte, 5)
+		if err := s.ReadAt(ctx, "ds/lock", p, 0); err != nil || string(p) != "first" {
+			t.Fatalf("after a refused Create the object is %q, %v; want the first", p, err)
+		}
+		// Of many concurrent Creates of one key, exactly one wins.
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		wins := 0
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := s.Create(ctx, "ds/race", []byte(fmt.Sprint(i)))
+				if err == nil {
+					mu.Lock()
+					wins++
+					mu.Unlock()
+				} else if !errors.Is(err, backend.ErrExists) {
+					t.Errorf("concurrent Create: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if wins != 1 {
+			t.Fatalf("%d of 8 concurrent Creates won, want exactly 1", wins)
+		}
+		if keys, _ := s.List(ctx, "ds/"); len(keys) != 2 {
+			t.Fatalf("List after Creates: %v, want ds/lock and ds/race only (no temporary files)", keys)
+		}
+	})
 	t.Run("List", func(t *testing.T) {
 		s := newStore(t)
 		keys := []string{"a/1", "a/2", "a/sub/3", "ab/4", "b/5"}

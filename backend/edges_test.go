@@ -1,0 +1,94 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+func openAll(t *testing.T, urls ...string) []backend.Store {
+	t.Helper()
+	var out []backend.Store
+	for _, u := range urls {
+		s, err := backend.Open(u, backend.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestCheckDistinct(t *testing.T) {
+	d := t.TempDir()
+	for _, tc := range []struct {
+		urls []string
+		want string // "" = accepted
+	}{
+		{[]string{"file://" + d + "/a", "file://" + d + "/b", "file://" + d + "/ab"}, ""},
+		{[]string{"file://" + d + "/a", "file://" + d + "/a/"}, "same place"},
+		{[]string{"file://" + d + "/a", "file://" + d + "/./a"}, "same place"},
+		{[]string{"file://" + d + "/a", "file://" + d + "/a/b"}, "inside"},
+		{[]string{"http://127.0.0.1:9000/bkt/x", "http://127.0.0.1:9000/bkt/x"}, "same place"},
+		{[]string{"http://127.0.0.1:9000/bkt/x", "http://127.0.0.1:9000/bkt/x/y"}, "inside"},
+		{[]string{"http://127.0.0.1:9000/bkt", "http://127.0.0.1:9000/bkt/y"}, "inside"},
+		{[]string{"http://127.0.0.1:9000/bkt/x", "http://127.0.0.1:9001/bkt/x", "http://127.0.0.1:9000/ckt/x", "http://127.0.0.1:9000/bkt/xy"}, ""},
+	} {
+		err := backend.CheckDistinct(openAll(t, tc.urls...))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%v: %v, want %q", tc.urls, err, tc.want)
+		}
+	}
+}
+
+func TestOpenNeverEchoesSecrets(t *testing.T) {
+	const secret = "wJalrXUtnFEMI-K7MDENG"
+	for _, u := range []string{
+		"http://AKIA:" + secret + "@127.0.0.1:notaport/b",
+		"http://AKIA:" + secret + "@[::1/b",
+		"AKIA:" + secret + "@host/b",
+		"s3://AKIA:" + secret + "@bucket/p",
+		"file://AKIA:" + secret + "@host/dir",
+		"ftp://AKIA:" + secret + "@host/b",
+		"http://AKIA:" + secret + "@127.0.0.1:9000/b\x7f",
+	} {
+		_, err := backend.Open(u, backend.OpenOptions{})
+		if err == nil {
+			t.Errorf("%q accepted", u)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error for a URL with credentials prints the secret: %v", err)
+		}
+	}
+}
+
+// hung answers nothing until its context ends, as a black-holed store.
+type hung struct{ backend.Store }
+
+func (hung) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func TestTimeoutBoundsEveryRequest(t *testing.T) {
+	s := backend.WithTimeout(hung{openAll(t, "file://"+t.TempDir())[0]}, 50*time.Millisecond)
+	start := time.Now()
+	err := s.ReadAt(context.Background(), "k", make([]byte, 10), 0)
+	if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "request timeout") {
+		t.Fatalf("hung read: %v, want ErrUnavailable naming the request timeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("hung read returned after %v", d)
+	}
+	// The caller's own cancellation is passed through, not turned into unavailability.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.ReadAt(ctx, "k", make([]byte, 10), 0); !errors.Is(err, context.Canceled) || errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("cancelled read: %v, want context.Canceled", err)
+	}
+}

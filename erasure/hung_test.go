@@ -1,0 +1,60 @@
+package erasure
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// Issue 9 item 7: two of six stores (m=2) hang before either is known to be
+// down. A read whose data fragment is on one of them hedges into a decode
+// whose first candidates include the other: the decode must ask another
+// fragment beside the late one rather than wait for it, so no read fails.
+func TestTwoHungStoresNeverFailARead(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := make([]byte, 4*256*8)
+	rng := rand.New(rand.NewPCG(7, 9))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	r, sh, faulty, _ := faultyShard(t, p, data, HealthOptions{HedgeFloor: 20 * time.Millisecond})
+	// Shard 0: fragment f is on store f. The primary (fragment 1) hangs, and
+	// so does fragment 4, the fourth candidate of the decode.
+	faulty[1].SetDelay(time.Hour, 0)
+	faulty[4].SetDelay(time.Hour, 0)
+	F := sh.FragSize
+	for i, rg := range [][2]int64{{F + 10, 300}, {F, F}, {F + 600, 900}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		got, err := r.ReadRange(ctx, sh, rg[0], rg[1])
+		cancel()
+		if err != nil || !bytes.Equal(got, data[rg[0]:rg[0]+rg[1]]) {
+			t.Fatalf("read %d %v with 2 of 6 stores hung (m=2): %v", i, rg, err)
+		}
+	}
+}
+
+// Issue 9 item 7: a store that is only slower than its hedge deadline (as a
+// healthy store is on a loaded machine) is hedged around but never marked
+// down: slowness is not loss.
+func TestSlowStoreIsNotMarkedDown(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("busy but healthy"), 512)
+	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{HedgeFloor: 5 * time.Millisecond})
+	faulty[2].SetDelay(40*time.Millisecond, 0)
+	F := sh.FragSize
+	for i := 0; i < 20; i++ {
+		off := 2*F + int64(i*50)
+		got, err := r.ReadRange(context.Background(), sh, off, 100)
+		if err != nil || !bytes.Equal(got, data[off:off+100]) {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if r.StoreDown(2) {
+			t.Fatalf("after %d hedged reads the slow but healthy store 2 is marked down", i+1)
+		}
+	}
+	if m.hedged.Load() == 0 {
+		t.Fatal("no read was hedged around the slow store")
+	}
+}
