@@ -124,7 +124,13 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 		return a.Shard < b.Shard || a.Shard == b.Shard && a.Frag < b.Frag
 	})
 	sort.Ints(rep.Unrecoverable)
-	copies := readCopies(ctx, d.Stores, d.Name)
+	var silent []int
+	for i := range unreachable {
+		if unreachable[i].Load() {
+			silent = append(silent, i)
+		}
+	}
+	copies := readCopies(ctx, d.Stores, d.Name, silent...)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -169,11 +170,17 @@ type storeCopy struct {
 	idErr error
 }
 
-// readCopies reads every store's manifest copy and identity in parallel.
-func readCopies(ctx context.Context, stores []backend.Store, name string) []storeCopy {
+// readCopies reads every store's manifest copy and identity in parallel,
+// except those of stores skip names (their copy reads as unavailable).
+func readCopies(ctx context.Context, stores []backend.Store, name string, skip ...int) []storeCopy {
 	out := make([]storeCopy, len(stores))
 	var wg sync.WaitGroup
 	for i, s := range stores {
+		if slices.Contains(skip, i) {
+			out[i].err = &backend.Error{Store: s.String(), Op: "read manifest", Err: fmt.Errorf("%w: did not answer earlier", backend.ErrUnavailable)}
+			out[i].idErr = out[i].err
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -11,9 +11,11 @@ import (
 )
 
 // health tracks each store's recent latency and failures. A store that fails
-// several times in a row is marked down for a backoff period and read around
-// without paying a timeout; when the period ends, the next read probes it,
-// and one success brings it back.
+// several times in a row is marked down and read around without paying a
+// timeout. It stays down until something it answers proves it back: when
+// its backoff period ends, one small probe (at most one at a time) asks it,
+// and a last-resort read that succeeds counts too. No read ever waits on a
+// store marked down beyond ProbeTimeout.
 //
 // Slowness is not failure: a read that loses a hedge race only makes the
 // store a suspect, and one small probe request (at most one per store at a
@@ -26,6 +28,9 @@ type health struct {
 	now     func() time.Time
 	opts    HealthOptions
 	report  func(store int, down bool)
+	// probe asks store one small question; an answer of any kind, even "no
+	// such object", proves it is up. nil: a store is back when its backoff ends.
+	probe func(ctx context.Context, store int) error
 	// excluded stores are never read; set once, before use.
 	excluded []bool
 }
@@ -88,12 +93,27 @@ func newHealth(n int, opts HealthOptions, report func(int, bool)) *health {
 		now: time.Now, opts: opts, report: report}
 }
 
-// skip reports whether store is down and its backoff has not ended.
+// skip reports whether store is down. Past its backoff, it starts a probe
+// that can bring the store back, and still says down until then.
 func (h *health) skip(store int) bool {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	s := &h.stores[store]
-	return s.down && h.now().Before(s.downUntil)
+	switch {
+	case !s.down:
+		h.mu.Unlock()
+		return false
+	case h.probe == nil:
+		down := h.now().Before(s.downUntil)
+		h.mu.Unlock()
+		return down
+	case h.now().Before(s.downUntil) || h.probing[store]:
+		h.mu.Unlock()
+		return true
+	}
+	h.probing[store] = true
+	h.mu.Unlock()
+	go h.runProbe(store, h.opts.ProbeTimeout)
+	return true
 }
 
 // ok records a success: the store is healthy again.
@@ -154,29 +174,33 @@ func (h *health) deadline(store int, n int) time.Duration {
 
 // suspect probes a store that was slower than its hedge deadline, unless a
 // probe of it is already running. No answer within SuspectTimeout marks it
-// down at once; an answer of any kind (even "no such object") clears it.
-func (h *health) suspect(store int, probe func(ctx context.Context) error) {
+// down at once; an answer of any kind clears it: slowness is not loss.
+func (h *health) suspect(store int) {
 	h.mu.Lock()
-	if h.probing[store] {
+	if h.probe == nil || h.probing[store] {
 		h.mu.Unlock()
 		return
 	}
 	h.probing[store] = true
 	h.mu.Unlock()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), h.opts.SuspectTimeout)
-		start := time.Now()
-		err := probe(ctx)
-		cancel()
-		if err != nil && (errors.Is(err, context.DeadlineExceeded) || storeFault(err)) {
-			h.strike(store, h.opts.Strikes)
-		} else if err == nil || errors.Is(err, backend.ErrNotExist) {
-			h.ok(store, time.Since(start))
-		}
-		h.mu.Lock()
-		h.probing[store] = false
-		h.mu.Unlock()
-	}()
+	go h.runProbe(store, h.opts.SuspectTimeout)
+}
+
+// runProbe asks the store once; probing[store] is set by the caller.
+func (h *health) runProbe(store int, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	start := time.Now()
+	err := h.probe(ctx, store)
+	cancel()
+	switch {
+	case err == nil || errors.Is(err, backend.ErrNotExist) || errors.Is(err, backend.ErrShortRead):
+		h.ok(store, time.Since(start))
+	case errors.Is(err, context.DeadlineExceeded) || storeFault(err):
+		h.strike(store, h.opts.Strikes)
+	}
+	h.mu.Lock()
+	h.probing[store] = false
+	h.mu.Unlock()
 }
 
 // probeTimeout bounds a last-resort read of n bytes from a store marked down.

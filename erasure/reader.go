@@ -146,6 +146,11 @@ func NewReader(c *Codec, stores []backend.Store, key KeyFunc, opts ReaderOptions
 			r.log.Info("store healthy again", "store", store, "name", stores[store].String())
 		}
 	})
+	// A probe reads one byte of the store's fragment of shard 0; the store
+	// need not hold it: any answer proves the store is up.
+	r.health.probe = func(ctx context.Context, store int) error {
+		return stores[store].ReadAt(ctx, key(0, store), make([]byte, 1), 0)
+	}
 	for _, i := range opts.Exclude {
 		if i >= 0 && i < len(stores) {
 			r.health.excluded[i] = true
@@ -310,10 +315,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 			hedging = true
 			pending++
 			r.metrics.HedgedRead()
-			r.health.suspect(store, func(ctx context.Context) error {
-				_, err := r.stores[store].Stat(ctx, r.key(sh.ID, frag))
-				return err
-			})
+			r.health.suspect(store)
 			go func() {
 				frags, err := r.decodeRange(pctx, sh, A, B, map[int]fragRead{frag: slowRead}, false)
 				res := result{err: err, hedged: true}
@@ -476,11 +478,8 @@ wait:
 					if state[f] != pending {
 						continue
 					}
-					store, frag := r.codec.Placement(sh.ID, f), f
-					r.health.suspect(store, func(ctx context.Context) error {
-						_, err := r.stores[store].Stat(ctx, r.key(sh.ID, frag))
-						return err
-					})
+					store := r.codec.Placement(sh.ID, f)
+					r.health.suspect(store)
 					allDown = allDown && r.health.skip(store)
 				}
 				if allDown {
@@ -646,11 +645,7 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 	if ectx.Err() != nil && ctx.Err() == nil {
 		r.metrics.HedgedRead()
 		for store := range slow {
-			frag := (store - sh.ID%r.codec.Total() + r.codec.Total()) % r.codec.Total()
-			r.health.suspect(store, func(ctx context.Context) error {
-				_, err := r.stores[store].Stat(ctx, r.key(sh.ID, frag))
-				return err
-			})
+			r.health.suspect(store)
 		}
 	}
 	if ctx.Err() != nil {

@@ -1,7 +1,7 @@
 package integration
 
 import (
-	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -74,7 +74,8 @@ func TestNestedNamesCannotCollide(t *testing.T) {
 	stores := "--stores=" + strings.Join(urls, ",")
 	src := writeSource(t, synth.Spec{Counts: []int{8, 4}, MinSize: 100, MaxSize: 900, Seed: 3})
 	ingest := func(name string, extra ...string) result {
-		return run(t, time.Minute, nil, append([]string{"ingest", stores, "--data=2", "--parity=1", src, name}, extra...)...)
+		// "--" ends the flags, so a name such as "-dash" reaches the name check.
+		return run(t, time.Minute, nil, append(append([]string{"ingest", stores, "--data=2", "--parity=1"}, extra...), "--", src, name)...)
 	}
 	if r := ingest("proj"); r.code != 0 {
 		t.Fatalf("ingest proj: %v", r)
@@ -264,6 +265,7 @@ func TestBadInputMessages(t *testing.T) {
 		{"read timeout 0", []string{"mount", stores, "--read-timeout=0s", "ds", mnt}, "--read-timeout"},
 		{"read timeout negative", []string{"mount", stores, "--read-timeout=-1s", "ds", mnt}, "--read-timeout"},
 		{"batch larger than a rank's share", []string{"plan", stores, "--world-size=4", "--batch-size=16", "ds"}, "--batch-size"},
+		{"another order version", []string{"mount", stores, "--order-version=99", "ds", mnt}, "order version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, time.Minute, nil, tc.args...)
@@ -373,8 +375,14 @@ func TestStaleMountCleared(t *testing.T) {
 		t.Fatalf("after kill -9 the mountpoint should be dead (ENOTCONN), got %v", err)
 	}
 	cmd := execShardfs("mount", stores, "--batch-size=4", "ds", mp.dir)
-	var logb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logb, &logb
+	// A file, written by the daemon itself: what it logged before mounting is there once the mount is.
+	logf, err := os.Create(mp.dir + ".log2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	logText := func() string { b, _ := os.ReadFile(logf.Name()); return string(b) }
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -392,17 +400,51 @@ func TestStaleMountCleared(t *testing.T) {
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := os.Stat(filepath.Join(mp.dir, ".shardfs", "info.json")); err == nil {
-			if !strings.Contains(logb.String(), "stale") {
-				t.Errorf("the log must say a stale mount was cleared: %s", logb.String())
+		// readdir needs a live daemon (a stat may be answered from the dead mount's cached entries).
+		if _, err := os.ReadDir(filepath.Join(mp.dir, "samples")); err == nil {
+			if !strings.Contains(logText(), "stale") {
+				t.Errorf("the log must say a stale mount was cleared: %s", logText())
 			}
 			return
 		}
 		select {
 		case <-exited:
-			t.Fatalf("remount over a dead shardfs mount failed: %v\n%s", waitErr, logb.String())
+			t.Fatalf("remount over a dead shardfs mount failed: %v\n%s", waitErr, logText())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	t.Fatalf("remount did not come up: %s", logb.String())
+	t.Fatalf("remount did not come up: %s", logText())
+}
+
+// Issue 9 item 18: after a forced re-ingest, a running mount says the
+// dataset was replaced and the mount should be restarted.
+func TestReplacedDatasetNamed(t *testing.T) {
+	requireTool(t, "fusermount3")
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	src := writeSource(t, synth.Spec{Counts: []int{40, 20}, MinSize: 1000, MaxSize: 9000, Seed: 3})
+	other := writeSource(t, synth.Spec{Counts: []int{30, 30}, MinSize: 1000, MaxSize: 9000, Seed: 4})
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	mp := mountShardfsEnv(t, nil, stores, "--batch-size=4", "--no-prefetch", "ds")
+	var info struct {
+		Order struct {
+			Version int `json:"version"`
+		} `json:"order"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mp.dir, ".shardfs", "info.json")), &info); err != nil || info.Order.Version != 1 {
+		t.Errorf("info.json must record the order version 1: %+v, %v", info, err)
+	}
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--force", other, "ds"); r.code != 0 {
+		t.Fatalf("ingest --force: %v", r)
+	}
+	_, err := os.ReadFile(filepath.Join(mp.dir, "epochs", "0000", "rank-000", "batch-000000.tar"))
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("reading a batch of the replaced dataset: %v, want EIO", err)
+	}
+	log, _ := os.ReadFile(mp.log)
+	if !strings.Contains(string(log), "was replaced") || !strings.Contains(string(log), "restart the mount") {
+		t.Fatalf("the mount's log must say the dataset was replaced and the mount needs a restart:\n%s", log)
+	}
 }

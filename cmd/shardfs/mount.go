@@ -136,9 +136,13 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	for _, s := range stores {
 		names = append(names, s.String())
 	}
-	failing := checkStores(ctx, stores)
+	// The access check runs beside the manifest load: a hung store costs one
+	// request timeout, not two.
+	failingc := make(chan []string, 1)
+	go func() { failingc <- checkStores(ctx, stores) }()
 	met := metrics.New(names)
 	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, Metrics: met})
+	failing := <-failingc
 	if err != nil {
 		if len(failing) > 0 {
 			return nil, fmt.Errorf("%w\nstores failing their access check:\n  %s", err, strings.Join(failing, "\n  "))

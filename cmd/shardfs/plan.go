@@ -180,7 +180,7 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	}
 	cat := dataset.Catalog{M: m}
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
-	fmt.Fprintf(out, "order: W=%d B=%d seed=%d alpha=%v tail=%s window=%d\n\n", of.world, of.batch, of.seed, of.alpha, of.tail, of.window)
+	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s window=%d\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.tail, of.window)
 	pi := layout.Targets(in, of.alpha)
 	other := *of
 	if of.window == 0 {
