@@ -103,11 +103,17 @@ func AcquireLock(ctx context.Context, stores []backend.Store, name, ingestID str
 	}
 	if got < majority(len(stores)) {
 		l.releaseHeld(context.WithoutCancel(ctx))
+		var holder *LockInfo
+		var on []int
 		for i, o := range others {
 			if o != nil {
-				return nil, nil, fmt.Errorf("%w: %s holds the lock of %s on store %d and others (%s): wait for it to finish; if it died on another host, its lock expires %v after its last heartbeat",
-					ErrLocked, o.describe(), name, i, stores[i], opts.Stale)
+				holder = o
+				on = append(on, i)
 			}
+		}
+		if holder != nil {
+			return nil, nil, fmt.Errorf("%w: %s holds the lock of %s on stores %v: wait for it to finish; if it died on another host, its lock expires %v after its last heartbeat",
+				ErrLocked, holder.describe(), name, on, opts.Stale)
 		}
 		return nil, nil, fmt.Errorf("could not take the ingest lock of %s on a majority of the stores (%d of %d): %w", name, got, len(stores), errors.Join(errs...))
 	}
@@ -119,7 +125,7 @@ func AcquireLock(ctx context.Context, stores []backend.Store, name, ingestID str
 
 func (o *LockInfo) describe() string {
 	age := time.Since(time.Unix(o.Heartbeat, 0)).Round(time.Second)
-	return fmt.Sprintf("another ingest (id %s, host %s, pid %d, started %s, last heartbeat %v ago)",
+	return fmt.Sprintf("ingest %s (host %s, pid %d, started %s, last heartbeat %v ago)",
 		o.IngestID, o.Host, o.PID, time.Unix(o.Started, 0).UTC().Format(time.RFC3339), age)
 }
 
