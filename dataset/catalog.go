@@ -33,3 +33,12 @@ func (c Catalog) KeyBytes(i int) []byte { return c.M.Samples.KeyBytes(i) }
 
 // NumStrata is the number of strata.
 func (c Catalog) NumStrata() int { return len(c.M.Strata) }
+
+// ShardSamples is the range of sample indexes in shard, for the disk tier.
+func (c Catalog) ShardSamples(shard int) (first, n int) {
+	sh := &c.M.Shards[shard]
+	return sh.FirstSample, sh.NumSamples
+}
+
+// SampleSum is sample i's checksum written at ingest.
+func (c Catalog) SampleSum(i int) uint32 { return c.M.Samples.Sum[i] }

@@ -256,10 +256,12 @@ func TestOneHungStoreBoundsTools(t *testing.T) {
 	// The default request timeout is 10s; each tool may wait about that once or twice, not once per shard.
 	const bound = 45 * time.Second
 	r := run(t, 3*time.Minute, nil, "plan", stores, "--batch-size=16", "ds")
+	rp := r.elapsed
 	if r.code != 0 || r.elapsed > bound {
 		t.Errorf("plan with one store hung: exit %d after %v, want success within %v: %v", r.code, r.elapsed.Round(time.Second), bound, r)
 	}
 	r = run(t, 3*time.Minute, nil, "verify", stores, "ds")
+	rv := r.elapsed
 	if r.code != 3 || r.elapsed > bound || !strings.Contains(r.stderr, c.servers[3].Addr) {
 		t.Errorf("verify with one store hung: exit %d after %v, want exit 3 (could not check) naming the store within %v: %v", r.code, r.elapsed.Round(time.Second), bound, r)
 	}
@@ -268,6 +270,7 @@ func TestOneHungStoreBoundsTools(t *testing.T) {
 	if d := time.Since(start); d > bound {
 		t.Errorf("mount with one store hung took %v, want within %v", d.Round(time.Second), bound)
 	}
+	t.Logf("one store SIGSTOPped, default 10s request timeout: plan %v, verify %v (exit %d), mount %v", rp.Round(time.Millisecond), rv.Round(time.Millisecond), r.code, time.Since(start).Round(time.Millisecond))
 	files := sampleFiles(t, mnt)
 	for _, f := range files[:20] {
 		got, err := os.ReadFile(f)

@@ -36,7 +36,25 @@ type Metrics struct {
 	stores []*StoreCounters
 	names  []string
 	start  time.Time
+	disk   func() DiskSnapshot // nil without a disk tier
 }
+
+// DiskSnapshot is the disk tier's counters.
+type DiskSnapshot struct {
+	Hits       int64 `json:"hits"`
+	HitBytes   int64 `json:"hit_bytes"`
+	Misses     int64 `json:"misses"`
+	Writes     int64 `json:"writes"`
+	WriteBytes int64 `json:"write_bytes"`
+	Evictions  int64 `json:"evictions"`
+	// Corrupt counts samples whose bytes on disk failed their checksum:
+	// dropped and fetched again, never served.
+	Corrupt int64 `json:"corrupt_refetches"`
+	Limit   int64 `json:"limit_bytes"`
+}
+
+// SetDisk makes the disk tier's counters part of every snapshot and of /metrics.
+func (m *Metrics) SetDisk(f func() DiskSnapshot) { m.disk = f }
 
 // StoreCounters are one store's counters.
 type StoreCounters struct {
@@ -115,6 +133,7 @@ type Snapshot struct {
 	PrefetchBytes     int64           `json:"prefetch_bytes"`
 	PrefetchLeadBytes int64           `json:"prefetch_lead_bytes"`
 	PrefetchLeadSecs  float64         `json:"prefetch_lead_seconds"`
+	Disk              *DiskSnapshot   `json:"disk,omitempty"`
 	Stores            []StoreSnapshot `json:"stores"`
 }
 
@@ -143,6 +162,10 @@ func (m *Metrics) Snapshot() Snapshot {
 		Stalls: m.Stalls.Load(), StallSeconds: float64(m.StallNanos.Load()) / 1e9,
 		DegradedReads: m.DegradedReads.Load(), ChecksumFailures: m.ChecksumFailures.Load(), HedgedReads: m.HedgedReads.Load(),
 		PrefetchBytes: m.PrefetchBytes.Load(), PrefetchLeadBytes: m.PrefetchLead.Load(), PrefetchLeadSecs: m.LeadSeconds(),
+	}
+	if m.disk != nil {
+		d := m.disk()
+		s.Disk = &d
 	}
 	for i, st := range m.stores {
 		ss := StoreSnapshot{Name: m.names[i], State: stateName(st.State.Load()), Bytes: st.Bytes.Load(),
@@ -178,6 +201,20 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		gauge("prefetch_lead_bytes", "Bytes ready or in flight ahead of the slowest reader.", func() float64 { return float64(m.PrefetchLead.Load()) }),
 		gauge("prefetch_lead_seconds", "Seconds of reading the prefetch lead covers.", m.LeadSeconds),
 		gauge("cache_bytes", "Bytes held in the cache.", func() float64 { return float64(m.CacheBytes.Load()) }),
+	}
+	if m.disk != nil {
+		disk := func(name, help string, f func(DiskSnapshot) int64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_disk_" + name, Help: help}, func() float64 { return float64(f(m.disk())) })
+		}
+		cs = append(cs,
+			disk("hits_total", "Samples served from the disk tier.", func(d DiskSnapshot) int64 { return d.Hits }),
+			disk("hit_bytes_total", "Bytes served from the disk tier.", func(d DiskSnapshot) int64 { return d.HitBytes }),
+			disk("misses_total", "Disk tier lookups that went to the stores.", func(d DiskSnapshot) int64 { return d.Misses }),
+			disk("writes_total", "Samples written to the disk tier.", func(d DiskSnapshot) int64 { return d.Writes }),
+			disk("write_bytes_total", "Bytes written to the disk tier.", func(d DiskSnapshot) int64 { return d.WriteBytes }),
+			disk("evictions_total", "Shard files evicted from the disk tier.", func(d DiskSnapshot) int64 { return d.Evictions }),
+			disk("corrupt_refetches_total", "Samples on disk that failed their checksum and were fetched again.", func(d DiskSnapshot) int64 { return d.Corrupt }),
+		)
 	}
 	for i, name := range m.names {
 		st := m.stores[i]

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -50,7 +51,23 @@ type Config struct {
 	MergeGap    int64         // merge ranges on a shard this close
 	ReadTimeout time.Duration // bound on one backend read
 	Disabled    bool          // no prefetch: every miss is a demand read
+	// Disk, if set, is the persistent tier below the memory cache: every
+	// fetch looks there first and stores what it fetched. The geometry
+	// given to New must then implement DiskIndex.
+	Disk *cache.Disk
 }
+
+// DiskIndex locates samples in their shards for the disk tier.
+type DiskIndex interface {
+	// ShardSamples is the range [first, first+n) of sample indexes in shard.
+	ShardSamples(shard int) (first, n int)
+	// SampleSum is sample i's checksum written at ingest.
+	SampleSum(i int) uint32
+}
+
+// maxDiskSample: larger samples bypass the disk tier, so a chunk read never
+// has to read and verify a huge sample from disk.
+const maxDiskSample = 16 << 20
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -89,6 +106,8 @@ type Reader struct {
 	cfg   Config
 	log   *slog.Logger
 
+	disk     *cache.Disk
+	didx     DiskIndex
 	demand   chan struct{}       // demand GET slots
 	prefGets chan struct{}       // prefetch GET slots
 	inflight *semaphore.Weighted // prefetch bytes in flight
@@ -113,6 +132,11 @@ func New(fetch Fetcher, geo layout.Geometry, c *cache.Cache, m *metrics.Metrics,
 	r := &Reader{fetch: fetch, geo: geo, cache: c, m: m, cfg: cfg, log: log,
 		demand: make(chan struct{}, cfg.DemandGET), prefGets: make(chan struct{}, cfg.PrefetchGET),
 		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
+	if cfg.Disk != nil {
+		if didx, ok := geo.(DiskIndex); ok {
+			r.disk, r.didx = cfg.Disk, didx
+		}
+	}
 	r.wg.Add(1)
 	go r.measure()
 	return r
@@ -189,10 +213,99 @@ func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
 		}
 		shard, off, n := r.chunkRange(k)
 		start := time.Now()
-		b, err := r.fetch.ReadRange(ctx, shard, off, n)
+		b, err := r.readRange(ctx, shard, off, n)
 		r.observeLatency(time.Since(start))
 		return b, err
 	}
+}
+
+// readRange returns the verified bytes [off, off+n) of shard: from the disk
+// tier where it holds whole samples, from the stores for the rest, which
+// then go to the disk tier. Runs of samples the tier lacks are fetched as
+// one range each.
+func (r *Reader) readRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	if r.disk == nil {
+		return r.fetch.ReadRange(ctx, shard, off, n)
+	}
+	first, count := r.didx.ShardSamples(shard)
+	end := off + n
+	lo := first + sort.Search(count, func(i int) bool {
+		_, o, size := r.geo.Locate(first + i)
+		return o+size > off
+	})
+	out := make([]byte, n)
+	// copyIn copies the part of b (shard bytes from at) that falls in [off, end).
+	copyIn := func(b []byte, at int64) {
+		a, z := max(at, off), min(at+int64(len(b)), end)
+		if a < z {
+			copy(out[a-off:z-off], b[a-at:z-at])
+		}
+	}
+	runStart, runEnd, runFirst := int64(-1), int64(-1), 0
+	flush := func() error {
+		if runStart < 0 {
+			return nil
+		}
+		b, err := r.fetch.ReadRange(ctx, shard, runStart, runEnd-runStart)
+		if err != nil {
+			return err
+		}
+		copyIn(b, runStart)
+		for i := runFirst; i < first+count; i++ {
+			_, o, size := r.geo.Locate(i)
+			if o >= runEnd {
+				break
+			}
+			r.disk.Put(cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: r.didx.SampleSum(i)}, b[o-runStart:o-runStart+size])
+		}
+		runStart = -1
+		return nil
+	}
+	var buf []byte
+	for i := lo; i < first+count; i++ {
+		_, o, size := r.geo.Locate(i)
+		if o >= end {
+			break
+		}
+		if size > maxDiskSample {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			a, z := max(o, off), min(o+size, end)
+			b, err := r.fetch.ReadRange(ctx, shard, a, z-a)
+			if err != nil {
+				return nil, err
+			}
+			copyIn(b, a)
+			continue
+		}
+		dst := out[max(0, o-off):]
+		whole := o >= off && o+size <= end
+		if !whole {
+			if int64(cap(buf)) < size {
+				buf = make([]byte, size)
+			}
+			dst = buf[:size]
+		}
+		if r.disk.Get(cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: r.didx.SampleSum(i)}, dst[:size]) {
+			if !whole {
+				copyIn(dst[:size], o)
+			}
+			continue
+		}
+		if runStart >= 0 && o == runEnd {
+			runEnd = o + size
+			continue
+		}
+		if err := flush(); err != nil {
+			return nil, err
+		}
+		runStart, runEnd, runFirst = o, o+size, i
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // readSample copies sample s's bytes [off, off+len(p)) into p through the
@@ -576,7 +689,7 @@ func (r *Reader) fetchSpan(sp span) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ReadTimeout)
 	defer cancel()
 	start := time.Now()
-	b, err := r.fetch.ReadRange(ctx, sp.shard, sp.off, sp.end-sp.off)
+	b, err := r.readRange(ctx, sp.shard, sp.off, sp.end-sp.off)
 	r.observeLatency(time.Since(start))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {

@@ -30,8 +30,10 @@ import (
 
 type mountFlags struct {
 	order       orderFlags
-	cacheSize   string
-	metricsAddr string
+	cacheSize    string
+	cacheDir     string
+	cacheDirSize string
+	metricsAddr  string
 	allowOther  bool
 	readAheadKB int
 	noPrefetch  bool
@@ -81,6 +83,8 @@ Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
 	f.order.register(cmd.Flags(), -1)
 	fl := cmd.Flags()
 	fl.StringVar(&f.cacheSize, "cache-size", "2GiB", "memory for verified chunks; half of it may hold prefetched data")
+	fl.StringVar(&f.cacheDir, "cache-dir", "", "persistent disk tier below the memory cache, on local disk or NVMe: survives remounts and crashes, shared safely by several mounts")
+	fl.StringVar(&f.cacheDirSize, "cache-dir-size", "100GiB", "most bytes the disk tier holds, across every dataset in --cache-dir")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 	fl.BoolVar(&f.allowOther, "allow-other", false, "let other users read the mount (turns on default_permissions too)")
 	fl.IntVar(&f.readAheadKB, "read-ahead-kb", 4096, "kernel read-ahead for the mount, in KiB (0: leave the default)")
@@ -95,6 +99,7 @@ Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
 type mounted struct {
 	server  *fuse.Server
 	reader  *prefetch.Reader
+	disk    *cache.Disk // nil without --cache-dir
 	metrics *metrics.Metrics
 	http    *http.Server
 	dir     string
@@ -184,12 +189,30 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	c := cache.New(int64(cacheSize), func(n int64) { met.CacheBytes.Store(n) })
 	cfg.Disabled = f.noPrefetch
 	cfg.ReadTimeout = f.readTimeout
+	if f.cacheDir != "" {
+		size, err := humanize.ParseBytes(f.cacheDirSize)
+		if err != nil {
+			return nil, fmt.Errorf("--cache-dir-size %q: use a size such as 200GiB", f.cacheDirSize)
+		}
+		// The namespace is the ingest, so a re-ingested dataset never meets stale bytes.
+		disk, err := cache.OpenDisk(f.cacheDir, ds.Manifest.Name+"-"+ds.Manifest.IngestID, int64(size))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Disk = disk
+		met.SetDisk(func() metrics.DiskSnapshot {
+			return metrics.DiskSnapshot{Hits: disk.Hits.Load(), HitBytes: disk.HitBytes.Load(), Misses: disk.Misses.Load(),
+				Writes: disk.Writes.Load(), WriteBytes: disk.WriteBytes.Load(), Evictions: disk.Evictions.Load(),
+				Corrupt: disk.Corrupt.Load(), Limit: disk.Limit()}
+		})
+		log.Info("disk tier", "dir", f.cacheDir, "limit", humanize.IBytes(size))
+	}
 	cat := dataset.Catalog{M: ds.Manifest}
 	reader := prefetch.New(ds, cat, c, met, cfg, log)
-	mt := &mounted{reader: reader, metrics: met, dir: dir, log: log, ds: ds, input: in, params: params, ranks: ranks, epochs: f.order.epochs}
+	mt := &mounted{reader: reader, disk: cfg.Disk, metrics: met, dir: dir, log: log, ds: ds, input: in, params: params, ranks: ranks, epochs: f.order.epochs}
 	info, err := mt.info(f, int64(cacheSize))
 	if err != nil {
-		reader.Close()
+		mt.shutdown()
 		return nil, err
 	}
 	root := fs.NewRoot(fs.Options{
@@ -198,7 +221,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	})
 	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: name, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, Logger: log})
 	if err != nil {
-		reader.Close()
+		mt.shutdown()
 		return nil, err
 	}
 	if f.metricsAddr != "" {
@@ -282,6 +305,9 @@ func (mt *mounted) shutdown() {
 		cancel()
 	}
 	mt.reader.Close()
+	if mt.disk != nil {
+		mt.disk.Close()
+	}
 }
 
 func (mt *mounted) statsJSON() []byte {
@@ -311,7 +337,7 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 		"order": map[string]any{"version": layout.OrderVersion, "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
 			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
-		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch},
+		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize},
 	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	return append(b, '\n'), err

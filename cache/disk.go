@@ -1,0 +1,285 @@
+package cache
+
+import (
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Disk is the persistent tier below the memory cache: verified whole samples
+// kept in local files that survive a remount and a kill -9 of the daemon.
+//
+// Layout under the cache directory ROOT:
+//
+//	ROOT/.lock                      flock'd around accounting and eviction
+//	ROOT/.usage                     bytes the tier holds, as decimal text
+//	ROOT/NAMESPACE/SSSSSSSS.dat     shard SSSSSSSS's sample bytes at their shard offsets (sparse)
+//	ROOT/NAMESPACE/SSSSSSSS.idx     one byte per sample of the shard: 1 = its bytes were written
+//
+// NAMESPACE names the dataset's ingest, so a re-ingested dataset never meets
+// the bytes of the one it replaced. One large sparse file per shard lets the
+// kernel's page cache do the copying, with one open file per shard instead of
+// one per sample. A sample's bytes are written before its marker, so a crash
+// between the two only loses the sample; every read is verified against the
+// checksum written at ingest, and bytes that fail (bit rot, a torn write after
+// power loss) are counted, dropped and fetched again, never served.
+//
+// Several mounts on one node may share ROOT: writes of one sample by two of
+// them write the same bytes; accounting and eviction happen under an flock;
+// a process that finds its open file unlinked by another's eviction reopens it.
+// The bytes the tier's files hold never exceed the limit: space is reserved
+// under the lock before a write, and eviction deletes whole shard files, the
+// least recently used first.
+type Disk struct {
+	root  string
+	dir   string
+	limit int64
+	lock  *os.File
+
+	mu    sync.Mutex // guards files
+	files map[int]*shardFiles
+
+	// Counters, for metrics.
+	Hits, HitBytes, Misses, Writes, WriteBytes, Evictions, Corrupt atomic.Int64
+}
+
+type shardFiles struct {
+	dat, idx *os.File
+	touched  time.Time // last time idx's mtime was refreshed by a hit
+}
+
+// Slot is where a sample lives in its shard, and its checksum.
+type Slot struct {
+	Shard int
+	Index int   // position of the sample in its shard
+	Off   int64 // offset of the sample in the shard's data
+	Size  int64
+	Sum   uint32 // CRC32C written at ingest
+}
+
+// slack is what a sample may add beyond its size: the file system blocks it
+// shares with its neighbours at both ends, plus its marker's block.
+const slack = 3 * 4096
+
+// OpenDisk opens (creating if needed) the tier at root for namespace ns,
+// holding at most limit bytes across every namespace under root.
+func OpenDisk(root, ns string, limit int64) (*Disk, error) {
+	if ns == "" || strings.ContainsAny(ns, "/\x00") || strings.HasPrefix(ns, ".") {
+		return nil, fmt.Errorf("disk cache namespace %q: not a plain name", ns)
+	}
+	if limit < 16<<20 {
+		return nil, fmt.Errorf("--cache-dir-size %d: use at least 16MiB", limit)
+	}
+	dir := filepath.Join(root, ns)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("--cache-dir %s: %w", root, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(root, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("--cache-dir %s: %w", root, err)
+	}
+	d := &Disk{root: root, dir: dir, limit: limit, lock: lock, files: map[int]*shardFiles{}}
+	// A smaller limit than a previous mount's: shrink to it now.
+	if err := d.withLock(func() error { _, err := d.reserveLocked(0); return err }); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close closes the tier's files; what they hold stays for the next mount.
+func (d *Disk) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, f := range d.files {
+		f.dat.Close()
+		f.idx.Close()
+		delete(d.files, id)
+	}
+	return d.lock.Close()
+}
+
+// Limit is the byte bound of the tier.
+func (d *Disk) Limit() int64 { return d.limit }
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// Get fills dst (len(dst) == s.Size) with sample s's bytes if the tier holds
+// them and they verify. Bytes that fail their checksum are dropped and
+// counted in Corrupt; the caller fetches them again.
+func (d *Disk) Get(s Slot, dst []byte) bool {
+	f := d.open(s.Shard, false)
+	if f == nil {
+		d.Misses.Add(1)
+		return false
+	}
+	var mark [1]byte
+	if _, err := f.idx.ReadAt(mark[:], int64(s.Index)); err != nil || mark[0] != 1 {
+		d.Misses.Add(1)
+		return false
+	}
+	if n, _ := f.dat.ReadAt(dst[:s.Size], s.Off); int64(n) != s.Size {
+		d.Misses.Add(1)
+		return false
+	}
+	if crc32.Checksum(dst[:s.Size], crcTable) != s.Sum {
+		d.Corrupt.Add(1)
+		f.idx.WriteAt([]byte{0}, int64(s.Index))
+		return false
+	}
+	d.Hits.Add(1)
+	d.HitBytes.Add(s.Size)
+	if now := time.Now(); now.Sub(f.touched) > 10*time.Second {
+		f.touched = now
+		os.Chtimes(f.idx.Name(), now, now) // recently used: evicted last
+	}
+	return true
+}
+
+// Put stores sample s's bytes, which the caller has verified. It reports
+// whether they were stored: not when the sample cannot fit the limit.
+func (d *Disk) Put(s Slot, b []byte) bool {
+	var ok bool
+	if err := d.withLock(func() (err error) { ok, err = d.reserveLocked(s.Size + slack); return err }); err != nil || !ok {
+		return false
+	}
+	f := d.open(s.Shard, true)
+	if f == nil {
+		return false
+	}
+	if _, err := f.dat.WriteAt(b[:s.Size], s.Off); err != nil {
+		return false
+	}
+	if _, err := f.idx.WriteAt([]byte{1}, int64(s.Index)); err != nil {
+		return false
+	}
+	d.Writes.Add(1)
+	d.WriteBytes.Add(s.Size)
+	return true
+}
+
+// open returns the open files of shard, reopening them if another mount's
+// eviction unlinked them; with create, missing files are created.
+func (d *Disk) open(shard int, create bool) *shardFiles {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if f := d.files[shard]; f != nil {
+		if linked(f.idx) && linked(f.dat) {
+			return f
+		}
+		f.dat.Close()
+		f.idx.Close()
+		delete(d.files, shard)
+	}
+	base := filepath.Join(d.dir, fmt.Sprintf("%08d", shard))
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE
+	}
+	// The marker file first: a marker never points into a .dat that is not there.
+	idx, err := os.OpenFile(base+".idx", flags, 0o644)
+	if err != nil {
+		return nil
+	}
+	dat, err := os.OpenFile(base+".dat", flags, 0o644)
+	if err != nil {
+		idx.Close()
+		return nil
+	}
+	f := &shardFiles{dat: dat, idx: idx}
+	d.files[shard] = f
+	return f
+}
+
+func linked(f *os.File) bool {
+	var st syscall.Stat_t
+	return syscall.Fstat(int(f.Fd()), &st) == nil && st.Nlink > 0
+}
+
+func (d *Disk) withLock(fn func() error) error {
+	if err := syscall.Flock(int(d.lock.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	defer syscall.Flock(int(d.lock.Fd()), syscall.LOCK_UN)
+	return fn()
+}
+
+// reserveLocked adds n bytes to the tier's usage, evicting the least
+// recently used shard files of any namespace first if the limit needs it.
+// The caller holds the flock.
+func (d *Disk) reserveLocked(n int64) (bool, error) {
+	usageFile := filepath.Join(d.root, ".usage")
+	var used int64
+	if b, err := os.ReadFile(usageFile); err == nil {
+		used, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	}
+	if used+n > d.limit {
+		// The count only grows between evictions; measure what is really there.
+		files, total := d.scanLocked()
+		used = total
+		for i := 0; used+n > d.limit && i < len(files); i++ {
+			os.Remove(files[i].idx)
+			os.Remove(files[i].dat)
+			used -= files[i].bytes
+			d.Evictions.Add(1)
+		}
+		if used+n > d.limit {
+			d.writeUsage(usageFile, used)
+			return false, nil
+		}
+	}
+	return true, d.writeUsage(usageFile, used+n)
+}
+
+func (d *Disk) writeUsage(name string, used int64) error {
+	return os.WriteFile(name, []byte(strconv.FormatInt(max(used, 0), 10)+"\n"), 0o644)
+}
+
+type diskFile struct {
+	idx, dat string
+	bytes    int64
+	used     time.Time
+}
+
+// scanLocked lists every shard file pair under root, least recently used
+// first, with the bytes they occupy on disk.
+func (d *Disk) scanLocked() ([]diskFile, int64) {
+	var out []diskFile
+	var total int64
+	filepath.WalkDir(d.root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() || !strings.HasSuffix(p, ".idx") {
+			return nil
+		}
+		f := diskFile{idx: p, dat: strings.TrimSuffix(p, ".idx") + ".dat"}
+		for _, name := range []string{f.idx, f.dat} {
+			var st syscall.Stat_t
+			if syscall.Stat(name, &st) == nil {
+				f.bytes += st.Blocks * 512
+				if name == f.idx {
+					f.used = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
+				}
+			}
+		}
+		total += f.bytes
+		out = append(out, f)
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].used.Before(out[j].used) })
+	return out, total
+}
+
+// Usage measures the bytes the tier's files occupy on disk now.
+func (d *Disk) Usage() int64 {
+	var total int64
+	d.withLock(func() error { _, total = d.scanLocked(); return nil })
+	return total
+}

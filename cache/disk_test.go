@@ -1,0 +1,204 @@
+package cache
+
+import (
+	"bytes"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// testSlots makes n samples of random sizes packed back to back into shards of about shardSize.
+func testSlots(n int, shardSize int64, seed uint64) ([]Slot, [][]byte) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var slots []Slot
+	var data [][]byte
+	shard, index, off := 0, 0, int64(0)
+	for i := 0; i < n; i++ {
+		size := int64(1000 + rng.IntN(60_000))
+		if off+size > shardSize && index > 0 {
+			shard, index, off = shard+1, 0, 0
+		}
+		b := make([]byte, size)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		slots = append(slots, Slot{Shard: shard, Index: index, Off: off, Size: size, Sum: crc32.Checksum(b, crcTable)})
+		data = append(data, b)
+		index++
+		off += size
+	}
+	return slots, data
+}
+
+// du is what the tier's files occupy on disk, measured from outside.
+func du(t *testing.T, root string) int64 {
+	t.Helper()
+	var total int64
+	filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && filepath.Ext(p) != "" && (filepath.Ext(p) == ".dat" || filepath.Ext(p) == ".idx") {
+			total += fi.Sys().(*syscall.Stat_t).Blocks * 512
+		}
+		return nil
+	})
+	return total
+}
+
+func TestDiskPutGetAcrossReopen(t *testing.T) {
+	root := t.TempDir()
+	slots, data := testSlots(200, 1<<20, 1)
+	d, err := OpenDisk(root, "ds-ingest1", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64<<10)
+	for i, s := range slots {
+		if d.Get(s, buf[:s.Size]) {
+			t.Fatalf("sample %d found before it was put", i)
+		}
+		if !d.Put(s, data[i]) {
+			t.Fatalf("put %d", i)
+		}
+	}
+	// No Close: a killed daemon never closes; a new process must still see everything.
+	d2, err := OpenDisk(root, "ds-ingest1", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	for i, s := range slots {
+		if !d2.Get(s, buf[:s.Size]) || !bytes.Equal(buf[:s.Size], data[i]) {
+			t.Fatalf("sample %d not served back after reopening", i)
+		}
+	}
+	if d2.Hits.Load() != 200 || d2.Corrupt.Load() != 0 {
+		t.Fatalf("hits %d corrupt %d, want 200 and 0", d2.Hits.Load(), d2.Corrupt.Load())
+	}
+	// Another ingest of the dataset is another namespace: nothing of the first shows.
+	d3, err := OpenDisk(root, "ds-ingest2", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d3.Close()
+	for i, s := range slots[:20] {
+		if d3.Get(s, buf[:s.Size]) {
+			t.Fatalf("sample %d of another ingest served", i)
+		}
+	}
+}
+
+func TestDiskCorruptionIsNeverServed(t *testing.T) {
+	root := t.TempDir()
+	slots, data := testSlots(50, 1<<20, 2)
+	d, err := OpenDisk(root, "ns", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for i, s := range slots {
+		d.Put(s, data[i])
+	}
+	// Flip one byte in the middle of every third sample, behind the tier's back.
+	for i := 0; i < len(slots); i += 3 {
+		s := slots[i]
+		name := filepath.Join(root, "ns", fmtShard(s.Shard)+".dat")
+		f, err := os.OpenFile(name, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b [1]byte
+		f.ReadAt(b[:], s.Off+s.Size/2)
+		b[0] ^= 0x20
+		f.WriteAt(b[:], s.Off+s.Size/2)
+		f.Close()
+	}
+	buf := make([]byte, 64<<10)
+	flipped := 0
+	for i, s := range slots {
+		ok := d.Get(s, buf[:s.Size])
+		if i%3 == 0 {
+			flipped++
+			if ok {
+				t.Fatalf("sample %d with a flipped byte was served", i)
+			}
+			continue
+		}
+		if !ok || !bytes.Equal(buf[:s.Size], data[i]) {
+			t.Fatalf("intact sample %d not served", i)
+		}
+	}
+	if d.Corrupt.Load() != int64(flipped) {
+		t.Fatalf("%d corrupt samples counted, %d were flipped", d.Corrupt.Load(), flipped)
+	}
+	// The re-fetched bytes go back in and are served again.
+	d.Put(slots[0], data[0])
+	if !d.Get(slots[0], buf[:slots[0].Size]) || !bytes.Equal(buf[:slots[0].Size], data[0]) {
+		t.Fatal("a re-fetched sample is not served after it was put back")
+	}
+}
+
+func fmtShard(s int) string { return fmt.Sprintf("%08d", s) }
+
+func TestDiskNeverExceedsItsLimit(t *testing.T) {
+	root := t.TempDir()
+	const limit = 20 << 20
+	slots, data := testSlots(2000, 2<<20, 3) // ~60 MB of samples: 3x the limit
+	a, err := OpenDisk(root, "ns-a", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := OpenDisk(root, "ns-b", limit) // a second mount sharing the directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i, s := range slots {
+		tier := a
+		if i%2 == 1 {
+			tier = b
+		}
+		tier.Put(s, data[i])
+		if i%100 == 0 {
+			if got := du(t, root); got > limit {
+				t.Fatalf("after %d puts the tier holds %d bytes, limit %d", i+1, got, limit)
+			}
+		}
+	}
+	if got := du(t, root); got > limit || got < limit/2 {
+		t.Fatalf("the tier holds %d bytes, want at most the limit %d and most of it used", got, limit)
+	}
+	if a.Evictions.Load()+b.Evictions.Load() == 0 {
+		t.Fatal("3x the limit written and nothing evicted")
+	}
+	// What is still there verifies; what was evicted is a miss, never wrong bytes.
+	buf := make([]byte, 64<<10)
+	hits := 0
+	for i, s := range slots {
+		tier := a
+		if i%2 == 1 {
+			tier = b
+		}
+		if tier.Get(s, buf[:s.Size]) {
+			hits++
+			if !bytes.Equal(buf[:s.Size], data[i]) {
+				t.Fatalf("sample %d: wrong bytes", i)
+			}
+		}
+	}
+	if hits == 0 || a.Corrupt.Load()+b.Corrupt.Load() != 0 {
+		t.Fatalf("%d hits, %d corrupt after eviction", hits, a.Corrupt.Load()+b.Corrupt.Load())
+	}
+	// A later mount with a smaller limit shrinks the tier at once.
+	c, err := OpenDisk(root, "ns-a", 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got := du(t, root); got > 16<<20 {
+		t.Fatalf("after opening with a 16 MiB limit the tier holds %d bytes", got)
+	}
+}

@@ -1,0 +1,102 @@
+package prefetch_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/internal/testds"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
+	"github.com/shardfs/shardfs/prefetch"
+)
+
+// countingFetcher counts the ranges asked of the stores.
+type countingFetcher struct {
+	prefetch.Fetcher
+	ranges, bytes atomic.Int64
+}
+
+func (c *countingFetcher) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	c.ranges.Add(1)
+	c.bytes.Add(n)
+	return c.Fetcher.ReadRange(ctx, shard, off, n)
+}
+
+// TestDiskTierServesAfterRemount reads one epoch through a reader with a
+// disk tier, then reads it again through a new reader and a new memory
+// cache on the same directory (a remount, or a restart after kill -9: the
+// first tier is never closed): the stores are not asked again. Bytes flipped
+// in the tier's files are never served: they are fetched again and counted.
+func TestDiskTierServesAfterRemount(t *testing.T) {
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{120, 60, 20}, MinSize: 1000, MaxSize: 40_000, Seed: 8}, met)
+	in, err := dataset.LayoutInput(ds.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := dataset.Catalog{M: ds.Manifest}
+	o, err := layout.Order(in, layout.Params{Seed: 2, World: 1, Batch: 16, Alpha: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := layout.NewMembers(o, cat)
+	want := expected(t, m.Epoch(), ds.Src, cat)
+	dir := t.TempDir()
+	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
+	readEpoch := func(label string) (*countingFetcher, *cache.Disk) {
+		t.Helper()
+		disk, err := cache.OpenDisk(dir, ns, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fetch := &countingFetcher{Fetcher: ds}
+		cfg := prefetch.DefaultConfig()
+		cfg.Disk = disk
+		r := prefetch.New(fetch, cat, cache.New(64<<20, nil), met, cfg, nil)
+		defer r.Close()
+		h := r.Open(m.Epoch())
+		defer h.Close()
+		got := make([]byte, len(want))
+		for off := 0; off < len(got); off += 1 << 20 {
+			n, err := h.ReadAt(context.Background(), got[off:min(len(got), off+1<<20)], int64(off))
+			if err != nil && n != min(len(got)-off, 1<<20) {
+				t.Fatalf("%s: read at %d: %v", label, off, err)
+			}
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: wrong bytes", label)
+		}
+		return fetch, disk
+	}
+	cold, disk1 := readEpoch("cold")
+	// A demand read racing the prefetcher may fetch (and store) a sample twice.
+	if cold.ranges.Load() == 0 || disk1.Writes.Load() < int64(ds.Manifest.Samples.Len()) {
+		t.Fatalf("cold epoch: %d ranges fetched, %d samples written to disk; want >0 and at least all %d", cold.ranges.Load(), disk1.Writes.Load(), ds.Manifest.Samples.Len())
+	}
+	warm, disk2 := readEpoch("after remount")
+	if warm.ranges.Load() != 0 {
+		t.Fatalf("after a remount the epoch asked the stores for %d ranges (%d bytes); want 0", warm.ranges.Load(), warm.bytes.Load())
+	}
+	// Coalesced prefetch ranges also cover samples read again later: at least every sample hits.
+	if disk2.Hits.Load() < int64(ds.Manifest.Samples.Len()) {
+		t.Fatalf("disk hits %d, want at least %d", disk2.Hits.Load(), ds.Manifest.Samples.Len())
+	}
+	// Flip a byte in the middle of every shard file.
+	files, _ := filepath.Glob(filepath.Join(dir, ns, "*.dat"))
+	for _, name := range files {
+		b, _ := os.ReadFile(name)
+		b[len(b)/2] ^= 0x08
+		os.WriteFile(name, b, 0o644)
+	}
+	rot, disk3 := readEpoch("after bit rot")
+	if disk3.Corrupt.Load() != int64(len(files)) || rot.ranges.Load() == 0 {
+		t.Fatalf("%d corrupt samples counted and %d ranges re-fetched after flipping a byte in each of %d shard files", disk3.Corrupt.Load(), rot.ranges.Load(), len(files))
+	}
+}
