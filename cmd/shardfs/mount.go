@@ -29,15 +29,15 @@ import (
 )
 
 type mountFlags struct {
-	order       orderFlags
+	order        orderFlags
 	cacheSize    string
 	cacheDir     string
 	cacheDirSize string
 	metricsAddr  string
-	allowOther  bool
-	readAheadKB int
-	noPrefetch  bool
-	readTimeout time.Duration
+	allowOther   bool
+	readAheadKB  int
+	noPrefetch   bool
+	readTimeout  time.Duration
 	// orderVersion pins the order a job expects; see layout.OrderVersion.
 	orderVersion int
 	// injectLatency wraps every store in the fault-injecting wrapper with
