@@ -350,8 +350,9 @@ func newStatsCmd() *cobra.Command {
 		Use:   "stats MOUNTPOINT",
 		Short: "Print a mount's live counters once a second",
 		Long: `Stats reads MOUNTPOINT/.shardfs/stats.json once a second and prints a
-compact line: throughput, cache hit ratio, prefetch lead, stalls, degraded
-reads, checksum failures and hedged reads, then each store's state.`,
+compact line: throughput, memory cache hit ratio, disk tier hit ratio (with
+--cache-dir), prefetch lead, stalls, degraded reads, checksum failures and
+hedged reads, then each store's state.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStats(cmd.Context(), cmd.OutOrStdout(), args[0], count, interval)
@@ -376,8 +377,8 @@ func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%8s %10s %6s %10s %8s %8s %9s %8s %6s %6s  stores\n",
-		"uptime", "MB/s", "hit%", "lead MB", "lead s", "stalls", "stall s", "degraded", "csum", "hedged")
+	fmt.Fprintf(out, "%8s %10s %6s %6s %10s %8s %8s %9s %8s %6s %6s  stores\n",
+		"uptime", "MB/s", "hit%", "disk%", "lead MB", "lead s", "stalls", "stall s", "degraded", "csum", "hedged")
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for i := 0; count == 0 || i < count; i++ {
@@ -396,6 +397,14 @@ func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, 
 		if hits+misses > 0 {
 			hit = 100 * float64(hits) / float64(hits+misses)
 		}
+		disk := "-"
+		if s.Disk != nil && prev.Disk != nil {
+			dh, dm := s.Disk.Hits-prev.Disk.Hits, s.Disk.Misses-prev.Disk.Misses
+			disk = "0.0"
+			if dh+dm > 0 {
+				disk = fmt.Sprintf("%.1f", 100*float64(dh)/float64(dh+dm))
+			}
+		}
 		stores := ""
 		for i, st := range s.Stores {
 			mark := "+"
@@ -404,8 +413,8 @@ func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, 
 			}
 			stores += fmt.Sprintf(" %d:%s", i, mark)
 		}
-		fmt.Fprintf(out, "%7.0fs %10.1f %6.1f %10.1f %8.2f %8d %9.2f %8d %6d %6d %s\n",
-			s.UptimeSeconds, float64(s.BytesServed-prev.BytesServed)/1e6/max(dt, 1e-9), hit,
+		fmt.Fprintf(out, "%7.0fs %10.1f %6.1f %6s %10.1f %8.2f %8d %9.2f %8d %6d %6d %s\n",
+			s.UptimeSeconds, float64(s.BytesServed-prev.BytesServed)/1e6/max(dt, 1e-9), hit, disk,
 			float64(s.PrefetchLeadBytes)/1e6, s.PrefetchLeadSecs, s.Stalls, s.StallSeconds,
 			s.DegradedReads, s.ChecksumFailures, s.HedgedReads, stores)
 		prev = s
