@@ -54,7 +54,7 @@ type Disk struct {
 
 type shardFiles struct {
 	dat, idx *os.File
-	touched  time.Time // last time idx's mtime was refreshed by a hit
+	touched  atomic.Int64 // unix nanoseconds idx's mtime was last refreshed by a hit
 }
 
 // Slot is where a sample lives in its shard, and its checksum.
@@ -138,8 +138,7 @@ func (d *Disk) Get(s Slot, dst []byte) bool {
 	}
 	d.Hits.Add(1)
 	d.HitBytes.Add(s.Size)
-	if now := time.Now(); now.Sub(f.touched) > 10*time.Second {
-		f.touched = now
+	if now, last := time.Now(), f.touched.Load(); now.UnixNano()-last > int64(10*time.Second) && f.touched.CompareAndSwap(last, now.UnixNano()) {
 		os.Chtimes(f.idx.Name(), now, now) // recently used: evicted last
 	}
 	return true

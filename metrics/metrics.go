@@ -32,6 +32,7 @@ type Metrics struct {
 	PrefetchLead     atomic.Int64 // bytes ready or in flight ahead of the slowest reader
 	leadSeconds      atomic.Uint64
 	CacheBytes       atomic.Int64
+	PrefetchStreams  atomic.Int64 // rank-epochs with prefetch state
 
 	stores []*StoreCounters
 	names  []string
@@ -133,6 +134,7 @@ type Snapshot struct {
 	PrefetchBytes     int64           `json:"prefetch_bytes"`
 	PrefetchLeadBytes int64           `json:"prefetch_lead_bytes"`
 	PrefetchLeadSecs  float64         `json:"prefetch_lead_seconds"`
+	PrefetchStreams   int64           `json:"prefetch_streams"`
 	Disk              *DiskSnapshot   `json:"disk,omitempty"`
 	Stores            []StoreSnapshot `json:"stores"`
 }
@@ -162,6 +164,7 @@ func (m *Metrics) Snapshot() Snapshot {
 		Stalls: m.Stalls.Load(), StallSeconds: float64(m.StallNanos.Load()) / 1e9,
 		DegradedReads: m.DegradedReads.Load(), ChecksumFailures: m.ChecksumFailures.Load(), HedgedReads: m.HedgedReads.Load(),
 		PrefetchBytes: m.PrefetchBytes.Load(), PrefetchLeadBytes: m.PrefetchLead.Load(), PrefetchLeadSecs: m.LeadSeconds(),
+		PrefetchStreams: m.PrefetchStreams.Load(),
 	}
 	if m.disk != nil {
 		d := m.disk()
@@ -201,6 +204,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		gauge("prefetch_lead_bytes", "Bytes ready or in flight ahead of the slowest reader.", func() float64 { return float64(m.PrefetchLead.Load()) }),
 		gauge("prefetch_lead_seconds", "Seconds of reading the prefetch lead covers.", m.LeadSeconds),
 		gauge("cache_bytes", "Bytes held in the cache.", func() float64 { return float64(m.CacheBytes.Load()) }),
+		gauge("prefetch_streams", "Rank-epochs with prefetch state.", func() float64 { return float64(m.PrefetchStreams.Load()) }),
 	}
 	if m.disk != nil {
 		disk := func(name, help string, f func(DiskSnapshot) int64) prometheus.Collector {

@@ -47,9 +47,48 @@ func TestPumpStopsWhenIdle(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if r.Streams() != 0 {
+		t.Fatalf("%d streams kept after the pump stopped, want 0", r.Streams())
+	}
 	h = r.Open(m.Batch(1))
 	defer h.Close()
-	if !st.isRunning() {
-		t.Fatal("opening the rank-epoch again did not restart its pump")
+	if !h.st.isRunning() {
+		t.Fatal("opening the rank-epoch again did not start prefetching again")
+	}
+}
+
+// TestThousandEpochsLeaveNoStreams: opening and closing files of 1,000
+// rank-epochs (a long run's epochs) leaves no stream, and no pinned order,
+// behind once they go idle.
+func TestThousandEpochsLeaveNoStreams(t *testing.T) {
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 2000, Seed: 1}, met)
+	in, _ := dataset.LayoutInput(ds.Manifest)
+	cat := dataset.Catalog{M: ds.Manifest}
+	cfg := DefaultConfig()
+	cfg.IdleAfter = 200 * time.Millisecond
+	r := New(ds, cat, cache.New(1<<20, nil), met, cfg, nil)
+	defer r.Close()
+	buf := make([]byte, 4096)
+	for e := 0; e < 1000; e++ {
+		o, err := layout.Order(in, layout.Params{World: 1, Batch: 5, Alpha: 1, Epoch: e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := r.Open(layout.NewMembers(o, cat).Batch(0))
+		if _, err := h.ReadAt(context.Background(), buf, 0); err != nil {
+			t.Fatal(err)
+		}
+		h.Close()
+	}
+	if r.Streams() == 0 {
+		t.Fatal("no stream right after 1,000 opens: the count is not tracking streams")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Streams() > 0 || met.PrefetchStreams.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams (metric %d) still kept 30s after 1,000 rank-epochs were closed", r.Streams(), met.PrefetchStreams.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

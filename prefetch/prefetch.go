@@ -51,6 +51,7 @@ type Config struct {
 	MergeGap    int64         // merge ranges on a shard this close
 	ReadTimeout time.Duration // bound on one backend read
 	Disabled    bool          // no prefetch: every miss is a demand read
+	IdleAfter   time.Duration // a rank-epoch without readers this long is dropped
 	// Disk, if set, is the persistent tier below the memory cache: every
 	// fetch looks there first and stores what it fetched. The geometry
 	// given to New must then implement DiskIndex.
@@ -93,6 +94,9 @@ func (c *Config) fill() {
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = d.ReadTimeout
+	}
+	if c.IdleAfter <= 0 {
+		c.IdleAfter = 5 * time.Second
 	}
 	c.MinLead = min(c.MinLead, c.Budget)
 }
@@ -391,17 +395,41 @@ func (r *Reader) Open(f *layout.FileMap) *Handle {
 	if f.Kind() == layout.IndexCSV {
 		return h // no sample bytes: nothing to prefetch
 	}
+	first, _ := f.Range()
+	// Under r.mu, so a stream being dropped for idleness is never handed out.
 	r.mu.Lock()
 	st := r.streams[f.Members()]
 	if st == nil {
 		st = newStream(r, f.Members())
 		r.streams[f.Members()] = st
+		r.m.PrefetchStreams.Add(1)
 	}
+	st.open(h, first)
 	r.mu.Unlock()
 	h.st = st
-	first, _ := f.Range()
-	st.open(h, first)
 	return h
+}
+
+// Streams is the number of rank-epochs the reader keeps state for.
+func (r *Reader) Streams() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.streams)
+}
+
+// drop forgets stream s if it is idle: its pump stops and its rank-epoch's
+// order is no longer pinned. It reports whether s was dropped.
+func (r *Reader) drop(s *stream) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !s.stopIfIdle() {
+		return false
+	}
+	if r.streams[s.m] == s {
+		delete(r.streams, s.m)
+		r.m.PrefetchStreams.Add(-1)
+	}
+	return true
 }
 
 // Close releases the handle.
@@ -560,8 +588,8 @@ func (s *stream) pump() {
 		}
 		low := s.low()
 		if low < 0 {
-			// No reader for 5 s: stop; the next open starts a new pump.
-			if idle++; idle >= 50 && s.stopIfIdle() {
+			// No reader for IdleAfter: drop the stream; the next open starts anew.
+			if idle++; time.Duration(idle)*100*time.Millisecond >= s.r.cfg.IdleAfter && s.r.drop(s) {
 				return
 			}
 			continue
