@@ -86,7 +86,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 		return err
 	}
 	mf := &mountFlags{cacheSize: "256MiB", readAheadKB: 4096, readTimeout: 10 * time.Second, orderVersion: layout.OrderVersion,
-		order: orderFlags{rank: -1, world: 2, batch: 32, epochs: 2, alpha: 1, tail: "drop"}}
+		order: orderFlags{rank: "all", world: 2, batch: 32, epochs: 2, alpha: 1, tail: "drop"}}
 	mt, err := mountDataset(ctx, log, stores, "demo", mnt, mf)
 	if err != nil {
 		return err

@@ -59,7 +59,9 @@ func newMountCmd(g *globals) *cobra.Command {
   .shardfs/info.json, .shardfs/stats.json
 
 Every node computes the same global order from --seed with no coordination;
-each rank sees its share. Without --rank every rank 0..W-1 is shown. The
+each rank sees its share. --rank picks the ranks this mount serves: one
+(3), a range (8-15: one mount for a node's 8 GPUs, with one cache), or a
+list; by default every rank 0..W-1 is shown. The
 daemon prefetches exactly what the order says comes next. Every byte is
 verified against checksums written at ingest; up to m stores may fail.
 
@@ -80,7 +82,7 @@ Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
 			return mt.serve(cmd.Context())
 		},
 	}
-	f.order.register(cmd.Flags(), -1)
+	f.order.register(cmd.Flags(), "all")
 	fl := cmd.Flags()
 	fl.StringVar(&f.cacheSize, "cache-size", "2GiB", "memory for verified chunks; half of it may hold prefetched data")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "persistent disk tier below the memory cache, on local disk or NVMe: survives remounts and crashes, shared safely by several mounts")
@@ -170,11 +172,6 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		return nil, err
 	}
 	ranks := f.order.ranks()
-	for _, r := range ranks {
-		if r >= f.order.world {
-			return nil, fmt.Errorf("--rank %d: must be below --world-size %d", r, f.order.world)
-		}
-	}
 	if _, err := f.order.checkSteps(in); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,9 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
 	"os"
 	"text/tabwriter"
 
@@ -20,14 +23,15 @@ import (
 
 // orderFlags are the order parameters shared by plan and mount.
 type orderFlags struct {
-	rank, world, batch, epochs, window, epochSize int
-	seed                                          uint64
-	alpha                                         float64
-	tail                                          string
+	world, batch, epochs, window, epochSize int
+	seed                                    uint64
+	alpha                                   float64
+	tail                                    string
+	rank                                    string // see parseRanks
 }
 
-func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault int) {
-	fs.IntVar(&f.rank, "rank", rankDefault, "this node's rank (-1: every rank)")
+func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string) {
+	fs.StringVar(&f.rank, "rank", rankDefault, "the ranks to show: one (3), a range (8-15: one mount serving a node's 8 GPUs), a list (0,2,5), or all")
 	fs.IntVar(&f.world, "world-size", 1, "number of ranks W; every rank gets the same number of batches")
 	fs.IntVar(&f.batch, "batch-size", 256, "samples per batch B")
 	fs.Uint64Var(&f.seed, "seed", 0, "order seed: same seed, same global order on every node")
@@ -48,10 +52,53 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 	if f.epochs < 1 {
 		return p, fmt.Errorf("--epochs %d: must be at least 1", f.epochs)
 	}
-	if f.rank < -1 || f.rank >= f.world {
-		return p, fmt.Errorf("--rank %d: use a rank in 0..%d for --world-size %d, or -1 for every rank", f.rank, f.world-1, f.world)
+	if _, err := parseRanks(f.rank, f.world); err != nil {
+		return p, err
 	}
 	return p, p.Validate()
+}
+
+// parseRanks reads a --rank value: "all" (or -1), a rank, a range A-B, or a
+// comma-separated list of ranks and ranges, each below world.
+func parseRanks(spec string, world int) ([]int, error) {
+	bad := func(why string) ([]int, error) {
+		return nil, fmt.Errorf("--rank %q: %s: use a rank in 0..%d, a range such as 0-%d, a list such as 0,2, or all", spec, why, world-1, world-1)
+	}
+	spec = strings.TrimSpace(spec)
+	if spec == "all" || spec == "-1" {
+		r := make([]int, world)
+		for i := range r {
+			r[i] = i
+		}
+		return r, nil
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, part := range strings.Split(spec, ",") {
+		a, b, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		lo, err := strconv.Atoi(a)
+		if err != nil || a == "" {
+			return bad(fmt.Sprintf("%q is not a rank", part))
+		}
+		hi := lo
+		if isRange {
+			if hi, err = strconv.Atoi(b); err != nil || hi < lo {
+				return bad(fmt.Sprintf("%q is not a range low-high", part))
+			}
+		}
+		if lo < 0 || hi >= world {
+			return bad(fmt.Sprintf("%s is outside 0..%d for --world-size %d", part, world-1, world))
+		}
+		for r := lo; r <= hi; r++ {
+			if seen[r] {
+				return bad(fmt.Sprintf("rank %d is listed twice", r))
+			}
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	sort.Ints(out)
+	return out, nil
 }
 
 // checkSteps refuses an order in which a rank gets no batch at all.
@@ -75,15 +122,9 @@ func (f *orderFlags) checkSteps(in *layout.Input) (int, error) {
 	return steps, nil
 }
 
-// ranks lists the ranks to show.
+// ranks lists the ranks to show; params has checked the spec.
 func (f *orderFlags) ranks() []int {
-	if f.rank >= 0 {
-		return []int{f.rank}
-	}
-	r := make([]int, f.world)
-	for i := range r {
-		r[i] = i
-	}
+	r, _ := parseRanks(f.rank, f.world)
 	return r
 }
 
@@ -133,7 +174,7 @@ shard window, so the locality trade-off is visible.
 			return printPlan(cmd.Context(), cmd.OutOrStdout(), m, of, lookahead, compareWindow)
 		},
 	}
-	of.register(cmd.Flags(), 0)
+	of.register(cmd.Flags(), "0")
 	cmd.Flags().StringVar(&emit, "emit", "", "write one file of the mount instead of the report: index")
 	cmd.Flags().IntVar(&epoch, "epoch", 0, "epoch for --emit")
 	cmd.Flags().IntVar(&synthetic, "synthetic", 0, "plan a synthetic dataset of N samples (100 classes, 64 MiB shards of ~100 kB samples)")
@@ -153,7 +194,13 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 	if _, err := of.checkSteps(in); err != nil {
 		return err
 	}
-	p, err := of.params(epoch, max(of.rank, 0))
+	if _, err := of.params(epoch, 0); err != nil {
+		return err
+	}
+	if len(of.ranks()) != 1 {
+		return fmt.Errorf("--emit index writes one rank's file: pass --rank R, not %q", of.rank)
+	}
+	p, err := of.params(epoch, of.ranks()[0])
 	if err != nil {
 		return err
 	}
