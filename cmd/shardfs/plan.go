@@ -6,10 +6,10 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
-	"os"
 	"text/tabwriter"
 
 	"github.com/dustin/go-humanize"
