@@ -144,6 +144,18 @@ func (d *Disk) Get(s Slot, dst []byte) bool {
 	return true
 }
 
+// Has reports whether the tier holds a marker for sample s, without reading
+// or verifying its bytes (Get does both).
+func (d *Disk) Has(s Slot) bool {
+	f := d.open(s.Shard, false)
+	if f == nil {
+		return false
+	}
+	var mark [1]byte
+	_, err := f.idx.ReadAt(mark[:], int64(s.Index))
+	return err == nil && mark[0] == 1
+}
+
 // Put stores sample s's bytes, which the caller has verified. It reports
 // whether they were stored: not when the sample cannot fit the limit.
 func (d *Disk) Put(s Slot, b []byte) bool {

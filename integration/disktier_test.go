@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"archive/tar"
+	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,5 +148,72 @@ func TestDiskTierThroughMounts(t *testing.T) {
 	}
 	if ns, _ := filepath.Glob(filepath.Join(cacheDir, "ds-*")); len(ns) != 2 {
 		t.Fatalf("namespaces in the tier: %v, want one per ingest (2)", ns)
+	}
+}
+
+// TestWarmFillsExactlyWhatRanksRead: warm fetches the first batches of a
+// rank-epoch and nothing else; after a full warm, a mount with the same
+// cache directory reads the epoch without asking the stores at all.
+func TestWarmFillsExactlyWhatRanksRead(t *testing.T) {
+	requireTool(t, "fusermount3")
+	_, urls := localStores(t, 6)
+	stores := "--stores=" + strings.Join(urls, ",")
+	src := writeSource(t, synth.Imbalanced(500, 5, 0.7, 5_000, 40_000, 33))
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=4", "--parity=2", "--shard-size=2MiB", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	cacheDir := t.TempDir()
+	order := []string{"--world-size=2", "--rank=1", "--batch-size=16", "--seed=9", "--epoch-size=0"}
+	warm := func(extra ...string) result {
+		r := run(t, 2*time.Minute, nil, append(append([]string{"warm", stores, "--cache-dir=" + cacheDir}, order...), append(extra, "ds")...)...)
+		if r.code != 0 {
+			t.Fatalf("warm: %v", r)
+		}
+		return r
+	}
+	if r := warm("--batches=3"); !strings.Contains(r.stdout, "warmed ds: 48 samples") || !strings.Contains(r.stdout, "48 fetched") {
+		t.Fatalf("warm --batches 3 with batch size 16 must fetch exactly 48 samples: %v", r)
+	}
+	if r := warm(); !strings.Contains(r.stdout, "48 already on disk") {
+		t.Fatalf("a full warm after a partial one must skip the 48 samples on disk: %v", r)
+	}
+	mnt := mountShardfs(t, append(append([]string{stores, "--cache-dir=" + cacheDir}, order...), "ds")...)
+	rankDir := filepath.Join(mnt, "epochs", "0000", "rank-001")
+	rows := readIndex(t, filepath.Join(rankDir, "index.csv"))
+	names := tarMemberNames(t, filepath.Join(rankDir, "epoch.tar"))
+	if len(rows) != len(names) || len(rows) == 0 {
+		t.Fatalf("%d index rows, %d tar members", len(rows), len(names))
+	}
+	// Compare every member of epoch.tar with the source, by position.
+	data := mustRead(t, filepath.Join(rankDir, "epoch.tar"))
+	members := tarMembers(t, data)
+	for i, row := range rows {
+		if want := mustRead(t, filepath.Join(src, row.key)); string(members[2*i]) != string(want) {
+			t.Fatalf("member %d (%s): wrong bytes", i, row.key)
+		}
+	}
+	if st := readDiskStats(t, mnt); st.storeRequests() != 0 || st.Disk.Hits == 0 {
+		t.Fatalf("after warm the epoch asked the stores %d times (disk hits %d); want 0", st.storeRequests(), st.Disk.Hits)
+	}
+}
+
+// tarMembers returns the bodies of a tar's members, in order.
+func tarMembers(t *testing.T, data []byte) [][]byte {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader(data))
+	var out [][]byte
+	for {
+		_, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
 	}
 }

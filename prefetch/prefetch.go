@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/shardfs/shardfs/cache"
@@ -217,7 +218,7 @@ func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
 		}
 		shard, off, n := r.chunkRange(k)
 		start := time.Now()
-		b, err := r.readRange(ctx, shard, off, n)
+		b, err := r.readRange(ctx, shard, off, n, nil)
 		r.observeLatency(time.Since(start))
 		return b, err
 	}
@@ -225,9 +226,11 @@ func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
 
 // readRange returns the verified bytes [off, off+n) of shard: from the disk
 // tier where it holds whole samples, from the stores for the rest, which
-// then go to the disk tier. Runs of samples the tier lacks are fetched as
-// one range each.
-func (r *Reader) readRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+// then go to the disk tier. need, if not nil, says which samples the caller
+// will use: the others in the range (the gaps a coalesced prefetch spans)
+// are left zero unless they ride along in a GET anyway. Missing samples at
+// most MergeGap apart are fetched as one range.
+func (r *Reader) readRange(ctx context.Context, shard int, off, n int64, need func(sample int) bool) ([]byte, error) {
 	if r.disk == nil {
 		return r.fetch.ReadRange(ctx, shard, off, n)
 	}
@@ -245,37 +248,23 @@ func (r *Reader) readRange(ctx context.Context, shard int, off, n int64) ([]byte
 			copy(out[a-off:z-off], b[a-at:z-at])
 		}
 	}
-	runStart, runEnd, runFirst := int64(-1), int64(-1), 0
-	flush := func() error {
-		if runStart < 0 {
-			return nil
-		}
-		b, err := r.fetch.ReadRange(ctx, shard, runStart, runEnd-runStart)
-		if err != nil {
-			return err
-		}
-		copyIn(b, runStart)
-		for i := runFirst; i < first+count; i++ {
-			_, o, size := r.geo.Locate(i)
-			if o >= runEnd {
-				break
-			}
-			r.disk.Put(cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: r.didx.SampleSum(i)}, b[o-runStart:o-runStart+size])
-		}
-		runStart = -1
-		return nil
+	slot := func(i int) cache.Slot {
+		_, o, size := r.geo.Locate(i)
+		return cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: r.didx.SampleSum(i)}
 	}
+	type run struct {
+		lo, hi      int64
+		first, last int // samples [first, last]
+	}
+	var runs []run
 	var buf []byte
 	for i := lo; i < first+count; i++ {
-		_, o, size := r.geo.Locate(i)
-		if o >= end {
+		sl := slot(i)
+		if sl.Off >= end {
 			break
 		}
-		if size > maxDiskSample {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			a, z := max(o, off), min(o+size, end)
+		if sl.Size > maxDiskSample {
+			a, z := max(sl.Off, off), min(sl.Off+sl.Size, end)
 			b, err := r.fetch.ReadRange(ctx, shard, a, z-a)
 			if err != nil {
 				return nil, err
@@ -283,33 +272,106 @@ func (r *Reader) readRange(ctx context.Context, shard int, off, n int64) ([]byte
 			copyIn(b, a)
 			continue
 		}
-		dst := out[max(0, o-off):]
-		whole := o >= off && o+size <= end
+		whole := sl.Off >= off && sl.Off+sl.Size <= end
+		dst := out[max(0, sl.Off-off):]
 		if !whole {
-			if int64(cap(buf)) < size {
-				buf = make([]byte, size)
+			if int64(cap(buf)) < sl.Size {
+				buf = make([]byte, sl.Size)
 			}
-			dst = buf[:size]
+			dst = buf
 		}
-		if r.disk.Get(cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: r.didx.SampleSum(i)}, dst[:size]) {
+		if (need == nil || need(i)) && r.disk.Get(sl, dst[:sl.Size]) {
 			if !whole {
-				copyIn(dst[:size], o)
+				copyIn(dst[:sl.Size], sl.Off)
 			}
 			continue
 		}
-		if runStart >= 0 && o == runEnd {
-			runEnd = o + size
+		if need != nil && !need(i) {
 			continue
 		}
-		if err := flush(); err != nil {
+		if k := len(runs) - 1; k >= 0 && sl.Off-runs[k].hi <= r.cfg.MergeGap {
+			runs[k].hi, runs[k].last = sl.Off+sl.Size, i
+		} else {
+			runs = append(runs, run{sl.Off, sl.Off + sl.Size, i, i})
+		}
+	}
+	for _, rn := range runs {
+		b, err := r.fetch.ReadRange(ctx, shard, rn.lo, rn.hi-rn.lo)
+		if err != nil {
 			return nil, err
 		}
-		runStart, runEnd, runFirst = o, o+size, i
-	}
-	if err := flush(); err != nil {
-		return nil, err
+		copyIn(b, rn.lo)
+		for i := rn.first; i <= rn.last; i++ {
+			if sl := slot(i); sl.Size <= maxDiskSample {
+				r.disk.Put(sl, b[sl.Off-rn.lo:sl.Off-rn.lo+sl.Size])
+			}
+		}
 	}
 	return out, nil
+}
+
+// Warm fetches the given samples into the disk tier, skipping those it
+// already holds: exactly what a set of ranks will read, before they read it.
+// Samples are grouped by shard and fetched as ranges of up to MaxGET bytes,
+// PrefetchGET at a time. progress, if set, receives the sample bytes handled.
+func (r *Reader) Warm(ctx context.Context, samples []int32, progress func(bytes int64)) error {
+	if r.disk == nil {
+		return errors.New("warm needs a disk tier: pass --cache-dir")
+	}
+	type want struct {
+		off, size int64
+	}
+	byShard := map[int][]want{}
+	seen := map[int32]bool{}
+	for _, s := range samples {
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		shard, off, size := r.geo.Locate(int(s))
+		first, _ := r.didx.ShardSamples(shard)
+		if size > maxDiskSample || r.disk.Has(cache.Slot{Shard: shard, Index: int(s) - first, Off: off, Size: size}) {
+			if progress != nil {
+				progress(size)
+			}
+			continue
+		}
+		byShard[shard] = append(byShard[shard], want{off, size})
+	}
+	shards := make([]int, 0, len(byShard))
+	for sh := range byShard {
+		shards = append(shards, sh)
+	}
+	slices.Sort(shards)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.cfg.PrefetchGET)
+	for _, sh := range shards {
+		ws := byShard[sh]
+		slices.SortFunc(ws, func(a, b want) int { return cmp.Compare(a.off, b.off) })
+		for i := 0; i < len(ws); {
+			lo, hi, j := ws[i].off, ws[i].off+ws[i].size, i+1
+			// Only back-to-back samples merge: warm fetches exactly what the ranks read.
+			for j < len(ws) && ws[j].off == hi && ws[j].off+ws[j].size-lo <= r.cfg.MaxGET {
+				hi = max(hi, ws[j].off+ws[j].size)
+				j++
+			}
+			var bytes int64
+			for _, w := range ws[i:j] {
+				bytes += w.size
+			}
+			g.Go(func() error {
+				if _, err := r.readRange(gctx, sh, lo, hi-lo, nil); err != nil {
+					return fmt.Errorf("warm shard %d: %w", sh, err)
+				}
+				if progress != nil {
+					progress(bytes)
+				}
+				return nil
+			})
+			i = j
+		}
+	}
+	return g.Wait()
 }
 
 // readSample copies sample s's bytes [off, off+len(p)) into p through the
@@ -717,7 +779,13 @@ func (r *Reader) fetchSpan(sp span) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ReadTimeout)
 	defer cancel()
 	start := time.Now()
-	b, err := r.readRange(ctx, sp.shard, sp.off, sp.end-sp.off)
+	// Only the span's own samples must be fetched; the gaps it spans only
+	// ride along in a GET that is made anyway.
+	need := map[int]bool{}
+	for _, k := range sp.keys {
+		need[int(k.Sample)] = true
+	}
+	b, err := r.readRange(ctx, sp.shard, sp.off, sp.end-sp.off, func(s int) bool { return need[s] })
 	r.observeLatency(time.Since(start))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
