@@ -175,9 +175,37 @@ func TestBenchmarks(t *testing.T) {
 		machine(), reps)
 	r.printf("Workload: %d samples of 50–150 kB in 10 imbalanced classes (%.0f MB), read whole for one epoch by 8 reader threads unless stated.\n\n", 10_000, float64(total)/1e6)
 
-	loader(t, r, work, src, total)
-	stalls(t, r, work, src)
-	degraded(t, r, work, src)
+	// SHARDFS_BENCH_ONLY=epochs (a comma-separated list) runs only those
+	// scenarios and writes their section to docs/bench/<names>.md, leaving
+	// BENCHMARKS.md as the last full run wrote it.
+	scenarios := []struct {
+		name string
+		run  func()
+	}{
+		{"loader", func() { loader(t, r, work, src, total) }},
+		{"stalls", func() { stalls(t, r, work, src) }},
+		{"degraded", func() { degraded(t, r, work, src) }},
+		{"epochs", func() { epochsBeyondRAM(t, r, work) }},
+	}
+	only := os.Getenv("SHARDFS_BENCH_ONLY")
+	for _, sc := range scenarios {
+		if only == "" || slices.Contains(strings.Split(only, ","), sc.name) {
+			sc.run()
+		}
+	}
+	if only != "" {
+		md := filepath.Join(outDir, strings.ReplaceAll(only, ",", "-")+".md")
+		if err := os.WriteFile(md, []byte(r.b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", md)
+		for _, c := range r.charts {
+			if err := c.save(filepath.Join(outDir, c.file)); err != nil {
+				t.Errorf("chart %s: %v", c.file, err)
+			}
+		}
+		return
+	}
 
 	// The hand-written analysis of the targets this run misses, if any.
 	if analysis, err := os.ReadFile("ANALYSIS.md"); err == nil {
