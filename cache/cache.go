@@ -15,6 +15,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
@@ -51,6 +52,9 @@ type Cache struct {
 	dead    *simplelru.LRU[Key, []byte]
 	flights map[Key]*flight
 	onSize  func(int64)
+
+	// Evictions counts entries evicted to stay within the budget.
+	Evictions atomic.Int64
 }
 
 // New returns a cache holding at most budget bytes. onSize, if not nil, is
@@ -178,6 +182,7 @@ func (c *Cache) addLocked(k Key, v []byte) {
 			}
 		}
 		c.used -= int64(len(old))
+		c.Evictions.Add(1)
 	}
 	c.onSize(c.used)
 }

@@ -55,6 +55,9 @@ func TestBoundedAndDeadFirst(t *testing.T) {
 	if c.Contains(Key{0, 0}) || c.Used() > 1000 {
 		t.Fatalf("over budget or LRU order broken: used %d", c.Used())
 	}
+	if c.Evictions.Load() != 2 {
+		t.Fatalf("%d evictions counted, want 2", c.Evictions.Load())
+	}
 }
 
 func TestSingleFlight(t *testing.T) {

@@ -33,6 +33,7 @@ type Metrics struct {
 	leadSeconds      atomic.Uint64
 	CacheBytes       atomic.Int64
 	PrefetchStreams  atomic.Int64 // rank-epochs with prefetch state
+	CacheEvictions   func() int64 // memory tier evictions; nil reads as 0
 
 	stores []*StoreCounters
 	names  []string
@@ -126,6 +127,7 @@ type Snapshot struct {
 	CacheHits         int64           `json:"cache_hits"`
 	CacheMisses       int64           `json:"cache_misses"`
 	CacheBytes        int64           `json:"cache_bytes"`
+	CacheEvictions    int64           `json:"cache_evictions"`
 	Stalls            int64           `json:"stalls"`
 	StallSeconds      float64         `json:"stall_seconds"`
 	DegradedReads     int64           `json:"degraded_reads"`
@@ -156,6 +158,13 @@ func stateName(s int32) string {
 	return "healthy"
 }
 
+func (m *Metrics) cacheEvictions() int64 {
+	if m.CacheEvictions == nil {
+		return 0
+	}
+	return m.CacheEvictions()
+}
+
 // Snapshot reads every counter.
 func (m *Metrics) Snapshot() Snapshot {
 	s := Snapshot{
@@ -164,7 +173,7 @@ func (m *Metrics) Snapshot() Snapshot {
 		Stalls: m.Stalls.Load(), StallSeconds: float64(m.StallNanos.Load()) / 1e9,
 		DegradedReads: m.DegradedReads.Load(), ChecksumFailures: m.ChecksumFailures.Load(), HedgedReads: m.HedgedReads.Load(),
 		PrefetchBytes: m.PrefetchBytes.Load(), PrefetchLeadBytes: m.PrefetchLead.Load(), PrefetchLeadSecs: m.LeadSeconds(),
-		PrefetchStreams: m.PrefetchStreams.Load(),
+		PrefetchStreams: m.PrefetchStreams.Load(), CacheEvictions: m.cacheEvictions(),
 	}
 	if m.disk != nil {
 		d := m.disk()
@@ -204,6 +213,8 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		gauge("prefetch_lead_bytes", "Bytes ready or in flight ahead of the slowest reader.", func() float64 { return float64(m.PrefetchLead.Load()) }),
 		gauge("prefetch_lead_seconds", "Seconds of reading the prefetch lead covers.", m.LeadSeconds),
 		gauge("cache_bytes", "Bytes held in the cache.", func() float64 { return float64(m.CacheBytes.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_evictions_total", Help: "Chunks evicted from the memory tier."},
+			func() float64 { return float64(m.cacheEvictions()) }),
 		gauge("prefetch_streams", "Rank-epochs with prefetch state.", func() float64 { return float64(m.PrefetchStreams.Load()) }),
 	}
 	if m.disk != nil {

@@ -184,6 +184,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	cfg.InFlight = min(cfg.InFlight, int64(cacheSize)/4)
 	debug.SetMemoryLimit(int64(cacheSize) + cfg.InFlight + 128<<20)
 	c := cache.New(int64(cacheSize), func(n int64) { met.CacheBytes.Store(n) })
+	met.CacheEvictions = c.Evictions.Load
 	cfg.Disabled = f.noPrefetch
 	cfg.ReadTimeout = f.readTimeout
 	if f.cacheDir != "" {
