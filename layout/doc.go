@@ -51,6 +51,24 @@
 // batch then reads from only S shards, fetched whole. The stratification
 // bound holds relative to each pool's mix; α is not applied in window mode.
 //
+// # Rank affinity
+//
+// With Affinity the shards are dealt to the W ranks once, by the seed alone
+// (a seeded shard order, each shard to the rank with the fewest samples so
+// far), so each rank reads the same shards in every epoch and a node's disk
+// tier needs only about 1/W of the dataset. Each rank's pool is arranged as
+// above against the pool's own class mix: every batch holds ⌊B·π_c⌋ or
+// ⌈B·π_c⌉ of stratum c, draws and batch order change every epoch, ranks are
+// disjoint, and every rank gets T = min ⌊pool/B⌋ batches (drop) or
+// max ⌈pool/B⌉ (pad, recycling). What it trades away: there is no
+// W-independent global order (resuming with another W reshuffles which
+// shards a rank reads), and a sample only ever meets the samples of its
+// rank's shards. Measured by shardfs plan on a synthetic 200,000 samples in
+// 100 strata, 299 shards, W=8, B=64: pairs sharing a batch in epoch 0 share
+// one again in epoch 1 at 0.00247 with affinity, 0.00032 in the global
+// order (a uniform shuffle: (B-1)/(N-1) = 0.00032), about W times more;
+// the mean TV per batch from the dataset's mix is 0.1648 against 0.1642.
+//
 // # Order versions
 //
 // OrderVersion names this construction. Nodes of one job must compute the

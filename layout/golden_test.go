@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"io"
 	"testing"
 
 	"github.com/shardfs/shardfs/layout"
@@ -12,12 +13,17 @@ import (
 // goldenOrders pins the order of OrderVersion for fixed inputs. A change to
 // the order must bump layout.OrderVersion and add its hash here: nodes on
 // different shardfs versions must never silently compute different orders.
+var goldenAffinity = map[int]string{
+	1: "86f4f9f6037b12f21a7b324dc4a4ac43ed1d5a399926a6b5b27d31c20210a19b",
+}
+
 var goldenOrders = map[int]string{
 	1: "746164cc62cf27be75fad3476c935ffbe5903e0d6351a67d6d625876f90df44b",
 }
 
 // TestGoldenOrder hashes the orders of several modes (global, balanced with
-// pad, window, epoch size) over a fixed imbalanced input.
+// pad, window, epoch size; rank affinity pinned apart) over a fixed
+// imbalanced input.
 func TestGoldenOrder(t *testing.T) {
 	const n, strata, perShard = 5000, 7, 97
 	stratum := make([]uint32, n)
@@ -42,22 +48,34 @@ func TestGoldenOrder(t *testing.T) {
 		{Seed: 5, World: 2, Batch: 64, Alpha: 0.5, EpochSize: 3000},
 		{Seed: 9, World: 4, Batch: 16, Alpha: 1, Window: 3},
 	} {
-		for e := 0; e < 3; e++ {
-			for r := 0; r < p.World; r++ {
-				p.Epoch, p.Rank = e, r
-				o, err := layout.Order(in, p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				binary.Write(h, binary.LittleEndian, int64(o.Batches))
-				binary.Write(h, binary.LittleEndian, o.Samples)
-			}
-		}
+		hashOrders(t, h, in, p)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
 	want, ok := goldenOrders[layout.OrderVersion]
 	if !ok || got != want {
 		t.Fatalf("order version %d hashes to %s, pinned %q: the order changed. If on purpose, bump layout.OrderVersion and pin the new hash under it; never change a pinned hash",
 			layout.OrderVersion, got, want)
+	}
+	// Rank affinity, pinned on its own.
+	h = sha256.New()
+	hashOrders(t, h, in, layout.Params{Seed: 9, World: 3, Batch: 16, Alpha: 1, Affinity: true})
+	got = hex.EncodeToString(h.Sum(nil))
+	if want := goldenAffinity[layout.OrderVersion]; got != want {
+		t.Fatalf("affinity order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", layout.OrderVersion, got, want)
+	}
+}
+
+func hashOrders(t *testing.T, h io.Writer, in *layout.Input, p layout.Params) {
+	t.Helper()
+	for e := 0; e < 3; e++ {
+		for r := 0; r < p.World; r++ {
+			p.Epoch, p.Rank = e, r
+			o, err := layout.Order(in, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			binary.Write(h, binary.LittleEndian, int64(o.Batches))
+			binary.Write(h, binary.LittleEndian, o.Samples)
+		}
 	}
 }

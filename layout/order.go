@@ -53,6 +53,9 @@ type Params struct {
 	Tail      Tail
 	EpochSize int // samples per epoch before the tail policy; 0 means N
 	Window    int // shards per window; 0 means a global shuffle
+	// Affinity gives each rank a fixed set of shards, the same in every
+	// epoch (see affinity.go); the order within them changes every epoch.
+	Affinity bool
 }
 
 // Validate explains what is wrong with p.
@@ -76,6 +79,12 @@ func (p Params) Validate() error {
 		return errors.New("window mode reads every sample once per epoch: leave the epoch size at 0")
 	case p.Epoch < 0:
 		return fmt.Errorf("epoch %d: must be >= 0", p.Epoch)
+	case p.Affinity && p.Window > 0:
+		return errors.New("affinity and window are two locality modes: pick one")
+	case p.Affinity && p.Alpha != 1:
+		return errors.New("affinity keeps each rank's shards' own class mix: use alpha 1 with affinity")
+	case p.Affinity && p.EpochSize != 0:
+		return errors.New("affinity reads each rank's shards once per epoch: leave the epoch size at 0")
 	}
 	return nil
 }
@@ -155,6 +164,9 @@ func (o *RankOrder) BatchSamples(b int) []int32 {
 
 // Order computes rank p.Rank's batches for epoch p.Epoch.
 func Order(in *Input, p Params) (*RankOrder, error) {
+	if p.Affinity {
+		return affinityOrder(in, p)
+	}
 	e, err := newEpoch(in, p)
 	if err != nil {
 		return nil, err
@@ -170,6 +182,9 @@ func Order(in *Input, p Params) (*RankOrder, error) {
 // GlobalBatches returns the first n batches of G, flattened, for tests and
 // tools. n may exceed M: batches past M come from the next cycle.
 func GlobalBatches(in *Input, p Params, n int) ([]int32, error) {
+	if p.Affinity {
+		return nil, errors.New("affinity has no world-size-independent global order")
+	}
 	p.World, p.Rank = 1, 0
 	e, err := newEpoch(in, p)
 	if err != nil {
@@ -184,6 +199,13 @@ func GlobalBatches(in *Input, p Params, n int) ([]int32, error) {
 
 // Steps returns the number of batches per rank, T, without computing the order.
 func Steps(in *Input, p Params) (int, error) {
+	if p.Affinity {
+		a, err := newAffinity(in, p)
+		if err != nil {
+			return 0, err
+		}
+		return a.steps, nil
+	}
 	e, err := newEpoch(in, p)
 	if err != nil {
 		return 0, err
@@ -273,6 +295,7 @@ const (
 	tagShuffle
 	tagShardOrder
 	tagWindow
+	tagAffinity
 )
 
 // arrangement deals n'_c samples of each stratum over M batches: q_c each,

@@ -104,3 +104,33 @@ func ReadPlan(o *RankOrder, g Geometry, lookahead int, gap int64) (gets int, byt
 	}
 	return gets, bytes
 }
+
+// PairRepeat measures how much of a batch's company repeats across epochs:
+// of the sample pairs that share a batch among the first limit batches of
+// a, the fraction that share a batch again in b. a and b each hold every
+// rank's batches of one epoch. A uniform shuffle repeats about (B-1)/(N-1);
+// rank affinity about W times that, since a sample only meets its rank's.
+func PairRepeat(a, b [][]int32, limit int) float64 {
+	where := map[int32]int{}
+	for i, bt := range b {
+		for _, s := range bt {
+			where[s] = i
+		}
+	}
+	var pairs, again int
+	for _, bt := range a[:min(limit, len(a))] {
+		for i := range bt {
+			wi, ok := where[bt[i]]
+			for j := i + 1; j < len(bt); j++ {
+				pairs++
+				if wj, ok2 := where[bt[j]]; ok && ok2 && wi == wj {
+					again++
+				}
+			}
+		}
+	}
+	if pairs == 0 {
+		return 0
+	}
+	return float64(again) / float64(pairs)
+}

@@ -333,7 +333,7 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 			"samples": m.Samples.Len(), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata},
 		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.metrics.Snapshot().Stores},
 		"order": map[string]any{"version": layout.OrderVersion, "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
-			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "tail": f.order.tail,
+			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize},
 	}

@@ -28,6 +28,7 @@ type orderFlags struct {
 	alpha                                   float64
 	tail                                    string
 	rank                                    string // see parseRanks
+	affinity                                bool
 }
 
 func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string) {
@@ -40,6 +41,7 @@ func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string) {
 	fs.IntVar(&f.window, "window", 0, "shards per locality window; 0 shuffles globally (one small GET per sample), S>0 reads whole shards S at a time")
 	fs.StringVar(&f.tail, "tail", "drop", "last partial step: drop (each sample at most once) or pad (each at least once)")
 	fs.IntVar(&f.epochSize, "epoch-size", 0, "samples per epoch before the tail policy (0: the dataset size)")
+	fs.BoolVar(&f.affinity, "affinity", false, "each rank reads the same shards in every epoch (about 1/W of the dataset), so a node's disk tier holds its share; batches stay stratified; see shardfs plan for the randomness traded")
 }
 
 func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
@@ -48,7 +50,7 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 		return layout.Params{}, err
 	}
 	p := layout.Params{Seed: f.seed, Epoch: epoch, World: f.world, Rank: rank, Batch: f.batch,
-		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window}
+		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity}
 	if f.epochs < 1 {
 		return p, fmt.Errorf("--epochs %d: must be at least 1", f.epochs)
 	}
@@ -227,9 +229,10 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	}
 	cat := dataset.Catalog{M: m}
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
-	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s window=%d\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.tail, of.window)
+	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s window=%d affinity=%v\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.tail, of.window, of.affinity)
 	pi := layout.Targets(in, of.alpha)
 	other := *of
+	other.affinity = false
 	if of.window == 0 {
 		other.window, other.alpha, other.epochSize = compareWindow, 1, 0
 	} else {
@@ -272,6 +275,11 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 		}
 	}
 	tw.Flush()
+	if of.affinity {
+		if err := printAffinity(out, in, of); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d (target π ∝ n^%v):\n", of.ranks()[0], of.alpha)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "stratum\tsamples\tdata share\ttarget\tserved\t\n")
@@ -321,3 +329,53 @@ func syntheticManifest(n int) *manifest.Manifest {
 }
 
 func logf(x float64) float64 { return math.Log(x) }
+
+// printAffinity shows which shards each rank keeps, and the randomness
+// affinity trades away against the global order with the same parameters:
+// how often two samples that share a batch share one again next epoch, and
+// the class mix deviation per batch.
+func printAffinity(out io.Writer, in *layout.Input, of *orderFlags) error {
+	shards := layout.AffinityShards(in, of.seed, of.world)
+	fmt.Fprintf(out, "\naffinity: each rank reads the same shards in every epoch (rank 0: %d of %d shards)\n", len(shards[0]), in.NumShards)
+	global := *of
+	global.affinity = false
+	type mode struct {
+		name    string
+		f       *orderFlags
+		batches [2][][]int32
+		tv      float64
+	}
+	modes := []*mode{{name: "affinity", f: of}, {name: "global order", f: &global}}
+	pi := layout.Targets(in, 1)
+	for _, md := range modes {
+		n := 0
+		for e := 0; e < 2; e++ {
+			for r := 0; r < of.world; r++ {
+				p, err := md.f.params(e, r)
+				if err != nil {
+					return err
+				}
+				o, err := layout.Order(in, p)
+				if err != nil {
+					return err
+				}
+				for b := 0; b < o.Batches; b++ {
+					md.batches[e] = append(md.batches[e], o.BatchSamples(b))
+				}
+				if e == 0 {
+					md.tv += layout.Stats(o, in, pi).MeanTV
+					n++
+				}
+			}
+		}
+		md.tv /= float64(max(n, 1))
+	}
+	const limit = 200
+	fmt.Fprintf(out, "randomness traded (all ranks, epoch 0 -> 1, pairs in the first %d batches):\n", limit)
+	for _, md := range modes {
+		fmt.Fprintf(out, "  %-13s pairs sharing a batch again: %.5f   TV mean per batch vs the dataset's mix: %.4f\n",
+			md.name, layout.PairRepeat(md.batches[0], md.batches[1], limit), md.tv)
+	}
+	fmt.Fprintf(out, "  (a uniform shuffle repeats about (B-1)/(N-1) = %.5f of pairs)\n", float64(of.batch-1)/float64(max(in.N()-1, 1)))
+	return nil
+}
