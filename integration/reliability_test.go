@@ -256,6 +256,8 @@ func TestBadInputMessages(t *testing.T) {
 		t.Fatalf("ingest: %v", r)
 	}
 	mnt := t.TempDir()
+	// Should a refused mount come up after all, it must not outlive the test.
+	t.Cleanup(func() { exec.Command("fusermount3", "-uz", mnt).Run() })
 	for _, tc := range []struct {
 		name string
 		args []string
