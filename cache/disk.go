@@ -55,6 +55,7 @@ type Disk struct {
 type shardFiles struct {
 	dat, idx *os.File
 	touched  atomic.Int64 // unix nanoseconds idx's mtime was last refreshed by a hit
+	checked  atomic.Int64 // unix nanoseconds the files were last seen linked
 }
 
 // Slot is where a sample lives in its shard, and its checksum.
@@ -184,7 +185,14 @@ func (d *Disk) open(shard int, create bool) *shardFiles {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if f := d.files[shard]; f != nil {
+		// Another mount's eviction may have unlinked the files: look at most
+		// once a second (two fstat calls per sample were a tenth of a warm read).
+		now := time.Now().UnixNano()
+		if now-f.checked.Load() < int64(time.Second) {
+			return f
+		}
 		if linked(f.idx) && linked(f.dat) {
+			f.checked.Store(now)
 			return f
 		}
 		f.dat.Close()
