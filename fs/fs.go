@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,7 +37,7 @@ type Options struct {
 	Input   *layout.Input
 	Reader  *prefetch.Reader
 	Order   layout.Params // Epoch and Rank are set per directory
-	Epochs  int
+	Epochs  int // 0: open-ended, any epoch opens and the listing shows the next few
 	Ranks   []int
 	Info    []byte        // content of .shardfs/info.json
 	Stats   func() []byte // content of .shardfs/stats.json
@@ -54,6 +55,8 @@ type tree struct {
 
 	errMu  sync.Mutex // guards causes
 	causes map[string]*causeLog
+
+	maxEpoch atomic.Int64 // highest epoch opened, for the open-ended listing
 }
 
 // causeLog rate-limits the log of one cause of failed reads.
@@ -247,7 +250,12 @@ var (
 
 func (d *epochsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	var es []fuse.DirEntry
-	for e := 0; e < d.t.Epochs; e++ {
+	n := d.t.Epochs
+	if n == 0 {
+		// Open-ended: the epochs opened so far and the next few.
+		n = int(d.t.maxEpoch.Load()) + 5
+	}
+	for e := 0; e < n; e++ {
 		name := fmt.Sprintf("%04d", e)
 		es = append(es, fuse.DirEntry{Name: name, Mode: fuse.S_IFDIR, Ino: ino("epochs/" + name)})
 	}
@@ -273,8 +281,10 @@ func parseNumbered(name, prefix string, width int, suffix string) (int, bool) {
 
 func (d *epochsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	e, ok := parseNumbered(name, "", 4, "")
-	if !ok || e >= d.t.Epochs {
+	if !ok || d.t.Epochs > 0 && e >= d.t.Epochs {
 		return nil, syscall.ENOENT
+	}
+	for cur := d.t.maxEpoch.Load(); int64(e) > cur && !d.t.maxEpoch.CompareAndSwap(cur, int64(e)); cur = d.t.maxEpoch.Load() {
 	}
 	d.t.setAttr(&out.Attr, dirMode, 0)
 	return d.NewInode(ctx, &epochDir{dir: dir{t: d.t}, epoch: e}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino("epochs/" + name)}), 0

@@ -59,6 +59,32 @@ func TestWideNumbersOpen(t *testing.T) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
+	// Open-ended epochs: any epoch opens, and the listing shows the next few.
+	open := mountWith(0, []int{0}, layout.Params{Seed: 1, World: 1, Batch: 4, Alpha: 1})
+	list := func() []string {
+		es, err := os.ReadDir(filepath.Join(open, "epochs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	if got := list(); len(got) != 5 || got[4] != "0004" {
+		t.Fatalf("open-ended listing before any open: %v, want 0000..0004", got)
+	}
+	idx, err := os.ReadFile(filepath.Join(open, "epochs", "0057", "rank-000", "index.csv"))
+	if err != nil || !strings.HasPrefix(string(idx), "position,batch,key,stratum,size\n") || strings.Count(string(idx), "\n") < 2 {
+		t.Fatalf("epochs/0057 with open-ended epochs: %v, %q", err, idx)
+	}
+	if got := list(); len(got) != 62 || got[61] != "0061" {
+		t.Fatalf("listing after opening epoch 57: %d entries ending %v, want 0000..0061", len(got), got[len(got)-1:])
+	}
+	if _, err := os.Stat(filepath.Join(open, "epochs", "123456", "rank-000")); err != nil {
+		t.Fatalf("epoch 123456 with open-ended epochs: %v", err)
+	}
 	// Batch size 1 with pad over an epoch of 1,000,002 samples gives batches past 999999.
 	dir = mountWith(4, []int{0}, layout.Params{Seed: 1, World: 1, Batch: 1, Alpha: 1, Tail: layout.Pad, EpochSize: 1_000_002})
 	entries, err := os.ReadDir(filepath.Join(dir, "epochs/0003/rank-000"))

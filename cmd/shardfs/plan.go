@@ -36,7 +36,7 @@ func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string) {
 	fs.IntVar(&f.world, "world-size", 1, "number of ranks W; every rank gets the same number of batches")
 	fs.IntVar(&f.batch, "batch-size", 256, "samples per batch B")
 	fs.Uint64Var(&f.seed, "seed", 0, "order seed: same seed, same global order on every node")
-	fs.IntVar(&f.epochs, "epochs", 1, "number of epochs to show")
+	fs.IntVar(&f.epochs, "epochs", 1, "number of epochs to show (mount: 0 = open-ended, any epoch opens)")
 	fs.Float64Var(&f.alpha, "alpha", 1, "class weighting: π_c ∝ n_c^alpha; 1 mirrors the data, 0 balances the classes")
 	fs.IntVar(&f.window, "window", 0, "shards per locality window; 0 shuffles globally (one small GET per sample), S>0 reads whole shards S at a time")
 	fs.StringVar(&f.tail, "tail", "drop", "last partial step: drop (each sample at most once) or pad (each at least once)")
@@ -51,8 +51,8 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 	}
 	p := layout.Params{Seed: f.seed, Epoch: epoch, World: f.world, Rank: rank, Batch: f.batch,
 		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity}
-	if f.epochs < 1 {
-		return p, fmt.Errorf("--epochs %d: must be at least 1", f.epochs)
+	if f.epochs < 0 {
+		return p, fmt.Errorf("--epochs %d: must be at least 1, or 0 for open-ended epochs (mount only)", f.epochs)
 	}
 	if _, err := parseRanks(f.rank, f.world); err != nil {
 		return p, err
@@ -166,6 +166,9 @@ shard window, so the locality trade-off is visible.
 				}
 			default:
 				return fmt.Errorf("name a dataset, or pass --synthetic N")
+			}
+			if of.epochs < 1 {
+				return fmt.Errorf("--epochs %d: plan shows a finite number of epochs: pass 1 or more", of.epochs)
 			}
 			if emit != "" {
 				if emit != "index" {

@@ -64,6 +64,9 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if f.cacheDir == "" {
 		return errors.New("warm needs --cache-dir: the disk tier to fill")
 	}
+	if f.order.epochs < 1 {
+		return fmt.Errorf("--epochs %d: warm fetches a finite number of epochs: pass 1 or more", f.order.epochs)
+	}
 	if f.epoch < 0 || f.batches < 0 {
 		return fmt.Errorf("--epoch %d --batches %d: must not be negative", f.epoch, f.batches)
 	}
