@@ -37,7 +37,7 @@ type Options struct {
 	Input   *layout.Input
 	Reader  *prefetch.Reader
 	Order   layout.Params // Epoch and Rank are set per directory
-	Epochs  int // 0: open-ended, any epoch opens and the listing shows the next few
+	Epochs  int           // 0: open-ended, any epoch opens and the listing shows the next few
 	Ranks   []int
 	Info    []byte        // content of .shardfs/info.json
 	Stats   func() []byte // content of .shardfs/stats.json
