@@ -58,3 +58,22 @@ func TestSlowStoreIsNotMarkedDown(t *testing.T) {
 		t.Fatal("no read was hedged around the slow store")
 	}
 }
+
+// A primary on a store marked down (which has in fact come back) is asked
+// again as a last resort when the others cannot supply k fragments, rather
+// than counted as lost: marked down is not lost.
+func TestMarkedDownPrimaryIsALastResort(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("marked down, not lost "), 400)
+	r, sh, faulty, _ := faultyShard(t, p, data, HealthOptions{})
+	r.health.strike(0, r.health.opts.Strikes) // store 0 marked down, but it answers
+	if !r.StoreDown(0) {
+		t.Fatal("store 0 not marked down")
+	}
+	faulty[1].SetDown(true) // really down: with store 0 skipped, only 3 fragments answer
+	faulty[2].SetDown(true)
+	got, err := r.ReadRange(context.Background(), sh, 10, 500)
+	if err != nil || !bytes.Equal(got, data[10:510]) {
+		t.Fatalf("read of fragment 0 with stores 1 and 2 down and store 0 marked down but up: %v", err)
+	}
+}

@@ -392,9 +392,12 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 		switch {
 		case r.health.excluded[store]:
 			state[f], reads[f] = done, r.readFrag(ctx, sh, f, A, B, false) // fails at once, naming why
-		case isKnown && fr.err != nil && errors.Is(fr.err.Err, errSlow):
+		case isKnown && fr.err != nil && (errors.Is(fr.err.Err, errSlow) || errors.Is(fr.err.Err, ErrStoreDown)):
+			// Late, or on a store marked down: not lost. Asked again only
+			// as a last resort, a store marked down only briefly.
 			lastResort = append(lastResort, f)
 			reads[f] = fr
+			forced[f] = errors.Is(fr.err.Err, ErrStoreDown) || r.health.skip(store)
 		case isKnown:
 			state[f], reads[f] = done, fr
 		case r.health.skip(store):

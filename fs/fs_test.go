@@ -24,23 +24,34 @@ import (
 // mount mounts a fresh test dataset in-process on t.TempDir, unmounted in Cleanup.
 func mount(t *testing.T) (string, *testds.DS) {
 	t.Helper()
+	requireFUSE(t)
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{60, 30, 9}, MinSize: 500, MaxSize: 90_000, Seed: 2}, met)
+	return mountTree(t, ds, met, 2, []int{0, 1}, layout.Params{Seed: 1, World: 2, Batch: 8, Alpha: 1}), ds
+}
+
+func requireFUSE(t *testing.T) {
+	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("CI=true: /dev/fuse is missing")
 		}
 		t.Skip("no /dev/fuse")
 	}
-	met := metrics.New(make([]string, 6))
-	ds := testds.New(t, synth.Spec{Counts: []int{60, 30, 9}, MinSize: 500, MaxSize: 90_000, Seed: 2}, met)
+}
+
+// mountTree mounts ds's tree with the given epochs, ranks and order on a
+// new directory in t.TempDir, unmounted in Cleanup.
+func mountTree(t *testing.T, ds *testds.DS, met *metrics.Metrics, epochs int, ranks []int, p layout.Params) string {
+	t.Helper()
 	in, err := dataset.LayoutInput(ds.Manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cat := dataset.Catalog{M: ds.Manifest}
 	r := prefetch.New(ds, cat, cache.New(32<<20, nil), met, prefetch.DefaultConfig(), nil)
-	root := fs.NewRoot(fs.Options{Catalog: cat, Input: in, Reader: r, Epochs: 2, Ranks: []int{0, 1},
-		Order: layout.Params{Seed: 1, World: 2, Batch: 8, Alpha: 1}, Info: []byte("{}\n"),
-		Stats: func() []byte { return []byte("{\"ok\":1}\n") }, Created: time.Unix(1700000000, 0)})
+	root := fs.NewRoot(fs.Options{Catalog: cat, Input: in, Reader: r, Epochs: epochs, Ranks: ranks, Order: p,
+		Info: []byte("{}\n"), Stats: func() []byte { return []byte("{\"ok\":1}\n") }, Created: time.Unix(1700000000, 0)})
 	dir := filepath.Join(t.TempDir(), "mnt")
 	os.Mkdir(dir, 0o755)
 	server, err := fs.Mount(dir, root, fs.MountOptions{Name: "test"})
@@ -55,7 +66,7 @@ func mount(t *testing.T) (string, *testds.DS) {
 		server.Wait()
 		r.Close()
 	})
-	return dir, ds
+	return dir
 }
 
 func TestMountTree(t *testing.T) {

@@ -5,54 +5,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
-	"github.com/shardfs/shardfs/fs"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
-	"github.com/shardfs/shardfs/prefetch"
 )
 
 // Issue 9 item 14: every epoch, rank and batch number that is listed opens,
 // however many digits it has.
 func TestWideNumbersOpen(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: /dev/fuse is missing")
-		}
-		t.Skip("no /dev/fuse")
-	}
+	requireFUSE(t)
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{6, 3, 2}, MinSize: 100, MaxSize: 300, Seed: 2}, met)
-	in, err := dataset.LayoutInput(ds.Manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat := dataset.Catalog{M: ds.Manifest}
-	mountWith := func(epochs int, ranks []int, p layout.Params) string {
-		r := prefetch.New(ds, cat, cache.New(32<<20, nil), met, prefetch.DefaultConfig(), nil)
-		root := fs.NewRoot(fs.Options{Catalog: cat, Input: in, Reader: r, Epochs: epochs, Ranks: ranks, Order: p,
-			Info: []byte("{}\n"), Stats: func() []byte { return []byte("{}\n") }, Created: time.Unix(1700000000, 0)})
-		dir := filepath.Join(t.TempDir(), "mnt")
-		os.Mkdir(dir, 0o755)
-		server, err := fs.Mount(dir, root, fs.MountOptions{Name: "test"})
-		if err != nil {
-			r.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := server.Unmount(); err != nil {
-				t.Errorf("unmount: %v", err)
-			}
-			server.Wait()
-			r.Close()
-		})
-		return dir
-	}
+	mountWith := func(epochs int, ranks []int, p layout.Params) string { return mountTree(t, ds, met, epochs, ranks, p) }
 	dir := mountWith(10001, []int{0, 1000}, layout.Params{Seed: 1, World: 1001, Batch: 1, Alpha: 1, Tail: layout.Pad, EpochSize: 2002})
 	for _, p := range []string{"epochs/10000", "epochs/10000/rank-1000", "epochs/0000/rank-1000"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
