@@ -113,6 +113,11 @@ func (t *tree) toErrno(err error) syscall.Errno {
 		return syscall.ENOENT
 	}
 	key := rootCause(err).Error()
+	// Too few fragments: the cause is which stores failed, not which shard.
+	var lost interface{ Stores() []int }
+	if errors.As(err, &lost) {
+		key = fmt.Sprintf("too few fragments; failed stores %v", lost.Stores())
+	}
 	now := time.Now()
 	t.errMu.Lock()
 	c := t.causes[key]
