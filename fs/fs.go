@@ -37,6 +37,9 @@ type Options struct {
 	Input   *layout.Input
 	Reader  *prefetch.Reader
 	Order   layout.Params // Epoch and Rank are set per directory
+	// ParamsAt, if set, gives the order of one rank-epoch instead (an
+	// elastic resume changes one epoch's parameters).
+	ParamsAt func(epoch, rank int) (layout.Params, error)
 	Epochs  int           // 0: open-ended, any epoch opens and the listing shows the next few
 	Ranks   []int
 	Info    []byte        // content of .shardfs/info.json
@@ -322,6 +325,12 @@ func (d *epochDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	}
 	p := d.t.Order
 	p.Epoch, p.Rank = d.epoch, r
+	if d.t.ParamsAt != nil {
+		var err error
+		if p, err = d.t.ParamsAt(d.epoch, r); err != nil {
+			return nil, d.t.toErrno(err)
+		}
+	}
 	d.t.setAttr(&out.Attr, dirMode, 0)
 	return d.NewInode(ctx, &rankDir{dir: dir{t: d.t}, params: p, path: d.path(r)}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino(d.path(r))}), 0
 }

@@ -344,6 +344,7 @@ func TestMountMinIO(t *testing.T) {
 type indexRow struct {
 	key     string
 	stratum int
+	batch   int
 }
 
 func readIndex(t *testing.T, p string) []indexRow {
@@ -353,7 +354,8 @@ func readIndex(t *testing.T, p string) []indexRow {
 	var rows []indexRow
 	for _, l := range lines[1:] {
 		f := strings.Split(l, ",")
-		rows = append(rows, indexRow{key: f[2]})
+		b, _ := strconv.Atoi(f[1])
+		rows = append(rows, indexRow{key: f[2], batch: b})
 		strata = append(strata, f[3])
 	}
 	names := append([]string(nil), strata...)

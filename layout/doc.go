@@ -21,7 +21,13 @@
 // Contract for changing W (resuming with another world size): the
 // step-interleaved concatenation of all ranks' batches is exactly the first
 // T·W batches of G, and G is the same for every W. With tail=drop, a run
-// that changes W mid-epoch can continue at global batch index t·W_old.
+// that changes W mid-epoch continues at global batch N = t·W_old: Params.Skip
+// = N deals G[N:] to the new ranks, rank r taking G[N+t·W+r], with
+// T' = ⌊(M−N)/W⌋ batches each (pad: ⌈(M−N)/W⌉, the last ones from the next
+// cycle of G). The old part plus the new part is then G[0 : N+T'·W]: no
+// batch twice, and with drop fewer than W batches of G left out, on top of
+// the usual tail. The epochs after it are as usual. Affinity has no G, so it
+// resumes only at an epoch boundary.
 //
 // # Stratification
 //

@@ -56,6 +56,9 @@ type Params struct {
 	// Affinity gives each rank a fixed set of shards, the same in every
 	// epoch (see affinity.go); the order within them changes every epoch.
 	Affinity bool
+	// Skip is how many batches of this epoch's global stream G were already
+	// consumed (an elastic resume): the ranks deal G from batch Skip on.
+	Skip int
 }
 
 // Validate explains what is wrong with p.
@@ -85,6 +88,10 @@ func (p Params) Validate() error {
 		return errors.New("affinity keeps each rank's shards' own class mix: use alpha 1 with affinity")
 	case p.Affinity && p.EpochSize != 0:
 		return errors.New("affinity reads each rank's shards once per epoch: leave the epoch size at 0")
+	case p.Skip < 0:
+		return fmt.Errorf("resume at global batch %d: must be >= 0", p.Skip)
+	case p.Skip > 0 && p.Affinity:
+		return errors.New("affinity has no world-size-independent global order to resume in: resume at an epoch boundary")
 	}
 	return nil
 }
@@ -174,7 +181,7 @@ func Order(in *Input, p Params) (*RankOrder, error) {
 	o := &RankOrder{Params: p, Batches: e.steps}
 	o.Samples = make([]int32, 0, e.steps*p.Batch)
 	for t := 0; t < e.steps; t++ {
-		o.Samples = e.batch(t*p.World+p.Rank, o.Samples)
+		o.Samples = e.batch(p.Skip+t*p.World+p.Rank, o.Samples)
 	}
 	return o, nil
 }
@@ -244,10 +251,16 @@ func newEpoch(in *Input, p Params) (*epoch, error) {
 	e := &epoch{in: in, p: p}
 	if p.Tail == Drop {
 		e.m = l / p.Batch
-		e.steps = e.m / p.World
 	} else {
 		e.m = (l + p.Batch - 1) / p.Batch
-		e.steps = (e.m + p.World - 1) / p.World
+	}
+	if p.Skip > e.m {
+		return nil, fmt.Errorf("resume at global batch %d: the epoch has only %d batches", p.Skip, e.m)
+	}
+	if p.Tail == Drop {
+		e.steps = (e.m - p.Skip) / p.World
+	} else {
+		e.steps = (e.m - p.Skip + p.World - 1) / p.World
 	}
 	// In window mode each window's leftovers carry over to the next, so the
 	// windows together also yield ⌊N/B⌋ (drop) or ⌈N/B⌉ (pad) batches.

@@ -216,7 +216,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		return nil, err
 	}
 	root := fs.NewRoot(fs.Options{
-		Catalog: cat, Input: in, Reader: reader, Order: params, Epochs: f.order.epochs, Ranks: ranks,
+		Catalog: cat, Input: in, Reader: reader, Order: params, ParamsAt: f.order.params, Epochs: f.order.epochs, Ranks: ranks,
 		Info: info, Stats: mt.statsJSON, Created: time.Unix(ds.Manifest.CreatedUnix, 0), Logger: log,
 	})
 	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: name, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, Logger: log})
@@ -335,7 +335,7 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 			"samples": m.Samples.Len(), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata},
 		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.metrics.Snapshot().Stores},
 		"order": map[string]any{"version": layout.OrderVersion, "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
-			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "tail": f.order.tail,
+			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize},
 	}

@@ -29,6 +29,7 @@ type orderFlags struct {
 	tail                                    string
 	rank                                    string // see parseRanks
 	affinity                                bool
+	resumeAt                                string // "E:N", see resume
 }
 
 func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string) {
@@ -41,6 +42,7 @@ func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string) {
 	fs.IntVar(&f.window, "window", 0, "shards per locality window; 0 shuffles globally (one small GET per sample), S>0 reads whole shards S at a time")
 	fs.StringVar(&f.tail, "tail", "drop", "last partial step: drop (each sample at most once) or pad (each at least once)")
 	fs.IntVar(&f.epochSize, "epoch-size", 0, "samples per epoch before the tail policy (0: the dataset size)")
+	fs.StringVar(&f.resumeAt, "resume-at", "", "elastic resume E:N: epoch E continues after N global batches consumed (by any world size), dealt to these ranks; later epochs as usual")
 	fs.BoolVar(&f.affinity, "affinity", false, "each rank reads the same shards in every epoch (about 1/W of the dataset), so a node's disk tier holds its share; batches stay stratified; see shardfs plan for the randomness traded")
 }
 
@@ -57,7 +59,28 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 	if _, err := parseRanks(f.rank, f.world); err != nil {
 		return p, err
 	}
+	re, n, err := f.resume()
+	if err != nil {
+		return p, err
+	}
+	if re == epoch {
+		p.Skip = n
+	}
 	return p, p.Validate()
+}
+
+// resume parses --resume-at E:N; without it the epoch is -1.
+func (f *orderFlags) resume() (epoch, batches int, err error) {
+	if f.resumeAt == "" {
+		return -1, 0, nil
+	}
+	e, n, ok := strings.Cut(f.resumeAt, ":")
+	epoch, err1 := strconv.Atoi(e)
+	batches, err2 := strconv.Atoi(n)
+	if !ok || err1 != nil || err2 != nil || epoch < 0 || batches < 0 {
+		return -1, 0, fmt.Errorf("--resume-at %q: use EPOCH:GLOBAL_BATCHES, e.g. 3:1200 when 1200 global batches of epoch 3 were consumed (with W ranks after t steps: t*W)", f.resumeAt)
+	}
+	return epoch, batches, nil
 }
 
 // parseRanks reads a --rank value: "all" (or -1), a rank, a range A-B, or a
@@ -103,9 +126,23 @@ func parseRanks(spec string, world int) ([]int, error) {
 	return out, nil
 }
 
-// checkSteps refuses an order in which a rank gets no batch at all.
+// checkSteps refuses an order in which a rank gets no batch at all, and a
+// resume point past the end of its epoch.
 func (f *orderFlags) checkSteps(in *layout.Input) (int, error) {
-	p, err := f.params(0, 0)
+	if re, _, err := f.resume(); err != nil {
+		return 0, err
+	} else if re >= 0 {
+		p, err := f.params(re, 0)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := layout.Steps(in, p); err != nil {
+			return 0, fmt.Errorf("--resume-at %s: %w", f.resumeAt, err)
+		}
+	}
+	plain := *f
+	plain.resumeAt = ""
+	p, err := plain.params(0, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -232,7 +269,7 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	}
 	cat := dataset.Catalog{M: m}
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
-	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s window=%d affinity=%v\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.tail, of.window, of.affinity)
+	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s window=%d affinity=%v resume-at=%q\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.tail, of.window, of.affinity, of.resumeAt)
 	pi := layout.Targets(in, of.alpha)
 	other := *of
 	other.affinity = false
