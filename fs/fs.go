@@ -40,12 +40,12 @@ type Options struct {
 	// ParamsAt, if set, gives the order of one rank-epoch instead (an
 	// elastic resume changes one epoch's parameters).
 	ParamsAt func(epoch, rank int) (layout.Params, error)
-	Epochs  int           // 0: open-ended, any epoch opens and the listing shows the next few
-	Ranks   []int
-	Info    []byte        // content of .shardfs/info.json
-	Stats   func() []byte // content of .shardfs/stats.json
-	Created time.Time
-	Logger  *slog.Logger
+	Epochs   int // 0: open-ended, any epoch opens and the listing shows the next few
+	Ranks    []int
+	Info     []byte        // content of .shardfs/info.json
+	Stats    func() []byte // content of .shardfs/stats.json
+	Created  time.Time
+	Logger   *slog.Logger
 }
 
 // tree is shared by every node.
