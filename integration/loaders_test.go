@@ -106,12 +106,19 @@ func TestRealImageLoaders(t *testing.T) {
 // runLoader runs torchvision_loaders.py and returns its output lines' fields.
 func runLoader(t *testing.T, mode, arg string) [][]string {
 	t.Helper()
-	cmd := exec.Command("/usr/bin/python3", "testdata/torchvision_loaders.py", mode, arg)
+	return runPython(t, "testdata/torchvision_loaders.py", mode, arg)
+}
+
+// runPython runs a loader script with Debian's python3 and returns the
+// fields of its output lines, each "<name> <value> <value>".
+func runPython(t *testing.T, script string, args ...string) [][]string {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", append([]string{script}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("torchvision_loaders.py %s: %v\n%s", mode, err, stderr.String())
+		t.Fatalf("%s %v: %v\n%s", script, args, err, stderr.String())
 	}
 	var lines [][]string
 	sc := bufio.NewScanner(bytes.NewReader(out))

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -231,13 +230,6 @@ func TestMountMinIO(t *testing.T) {
 	t.Run("pytorch", func(t *testing.T) {
 		requireTorch(t)
 		rankDir := filepath.Join(mnt, "epochs", "0001", "rank-002")
-		cmd := exec.Command("/usr/bin/python3", "testdata/torch_loader.py", rankDir)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("torch_loader.py: %v\n%s", err, stderr.String())
-		}
 		// index.csv maps positions to keys; tar member names map to positions.
 		want := map[string]string{} // member stem -> source sha256
 		rows := readIndex(t, filepath.Join(rankDir, "index.csv"))
@@ -247,12 +239,7 @@ func TestMountMinIO(t *testing.T) {
 			want[tarNames[i]] = hex.EncodeToString(sum[:]) + " " + strconv.Itoa(row.stratum)
 		}
 		got := map[string]int{}
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) != 3 {
-				t.Fatalf("bad line %q", sc.Text())
-			}
+		for _, f := range runPython(t, "testdata/torch_loader.py", rankDir) {
 			if w, ok := want[f[0]]; !ok || w != f[1]+" "+f[2] {
 				t.Fatalf("sample %s: got %s %s, want %q", f[0], f[1], f[2], w)
 			}

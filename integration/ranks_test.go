@@ -1,12 +1,9 @@
 package integration
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -60,21 +57,9 @@ func TestSeveralRanksPerMount(t *testing.T) {
 			want[rank+"/"+names[i]] = hex.EncodeToString(sum[:]) + " " + strconv.Itoa(row.stratum)
 		}
 	}
-	cmd := exec.Command("/usr/bin/python3", "testdata/torch_ranks.py",
-		filepath.Join(two, "epochs", "0000", "rank-008"), filepath.Join(two, "epochs", "0000", "rank-009"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("torch_ranks.py: %v\n%s", err, stderr.String())
-	}
 	got := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 3 {
-			t.Fatalf("bad line %q", sc.Text())
-		}
+	for _, f := range runPython(t, "testdata/torch_ranks.py",
+		filepath.Join(two, "epochs", "0000", "rank-008"), filepath.Join(two, "epochs", "0000", "rank-009")) {
 		if w, ok := want[f[0]]; !ok || w != f[1]+" "+f[2] {
 			t.Fatalf("sample %s: got %s %s, want %q", f[0], f[1], f[2], w)
 		}

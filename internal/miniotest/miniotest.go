@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/gobin"
 )
 
 // Root credentials of every test server. They are test-only values.
@@ -35,7 +36,7 @@ type Server struct {
 	t       testing.TB
 }
 
-// Binary finds the minio binary: $MINIO_BIN, PATH, then $(go env GOPATH)/bin.
+// Binary finds the minio binary: $MINIO_BIN, PATH, then the Go bin directory.
 func Binary() (string, error) {
 	if b := os.Getenv("MINIO_BIN"); b != "" {
 		return b, nil
@@ -43,12 +44,7 @@ func Binary() (string, error) {
 	if b, err := exec.LookPath("minio"); err == nil {
 		return b, nil
 	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		home, _ := os.UserHomeDir()
-		gopath = filepath.Join(home, "go")
-	}
-	b := filepath.Join(gopath, "bin", "minio")
+	b := filepath.Join(gobin.Dir(), "minio")
 	if _, err := os.Stat(b); err == nil {
 		return b, nil
 	}

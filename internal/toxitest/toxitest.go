@@ -17,6 +17,8 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+
+	"github.com/shardfs/shardfs/internal/gobin"
 )
 
 // Server is one running toxiproxy process.
@@ -35,13 +37,8 @@ func Binary() (string, error) {
 	if b, err := exec.LookPath("toxiproxy-server"); err == nil {
 		return b, nil
 	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		home, _ := os.UserHomeDir()
-		gopath = filepath.Join(home, "go")
-	}
 	for _, name := range []string{"toxiproxy-server", "server"} {
-		b := filepath.Join(gopath, "bin", name)
+		b := filepath.Join(gobin.Dir(), name)
 		if out, err := exec.Command(b, "-version").CombinedOutput(); err == nil && strings.Contains(string(out), "toxiproxy") {
 			return b, nil
 		}
