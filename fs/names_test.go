@@ -42,7 +42,7 @@ func TestWideNumbersOpen(t *testing.T) {
 		t.Fatalf("open-ended listing before any open: %v, want 0000..0004", got)
 	}
 	idx, err := os.ReadFile(filepath.Join(open, "epochs", "0057", "rank-000", "index.csv"))
-	if err != nil || !strings.HasPrefix(string(idx), "position,batch,key,stratum,size\n") || strings.Count(string(idx), "\n") < 2 {
+	if err != nil || !strings.HasPrefix(string(idx), "position,batch,key,stratum,size,alpha\n") || strings.Count(string(idx), "\n") < 2 {
 		t.Fatalf("epochs/0057 with open-ended epochs: %v, %q", err, idx)
 	}
 	if got := list(); len(got) != 62 || got[61] != "0061" {

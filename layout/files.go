@@ -223,7 +223,7 @@ func digits(v int) int64 {
 	return n
 }
 
-const csvHeader = "position,batch,key,stratum,size\n"
+const csvHeader = "position,batch,key,stratum,size,alpha\n"
 
 func (f *FileMap) csvExtents(dst []Extent, off, end int64) []Extent {
 	if off < int64(len(csvHeader)) {
@@ -297,6 +297,7 @@ func (m *Members) writeRow(w *bytes.Buffer, i int) {
 	cw.Write([]string{
 		strconv.Itoa(i), strconv.Itoa(i / m.order.Params.Batch), m.cat.Key(s),
 		m.cat.StratumName(m.cat.Stratum(s)), strconv.FormatInt(m.cat.Size(s), 10),
+		strconv.FormatFloat(m.order.Params.Alpha, 'g', -1, 64),
 	})
 	cw.Flush()
 }

@@ -154,12 +154,13 @@ func TestTarFilesParse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) != m.Len()+1 || strings.Join(rows[0], ",") != "position,batch,key,stratum,size" {
+		if len(rows) != m.Len()+1 || strings.Join(rows[0], ",") != "position,batch,key,stratum,size,alpha" {
 			t.Fatalf("index.csv: %d rows, header %v", len(rows), rows[0])
 		}
 		for i, r := range rows[1:] {
 			s := m.Sample(i)
-			want := []string{strconv.Itoa(i), strconv.Itoa(i / 16), cat.keys[s], cat.stNames[cat.strata[s]], strconv.FormatInt(cat.sizes[s], 10)}
+			want := []string{strconv.Itoa(i), strconv.Itoa(i / 16), cat.keys[s], cat.stNames[cat.strata[s]], strconv.FormatInt(cat.sizes[s], 10),
+				strconv.FormatFloat(m.Order().Params.Alpha, 'g', -1, 64)}
 			if strings.Join(r, "|") != strings.Join(want, "|") {
 				t.Fatalf("index.csv row %d = %q, want %q", i, r, want)
 			}

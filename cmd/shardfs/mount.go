@@ -55,7 +55,7 @@ func newMountCmd(g *globals) *cobra.Command {
   samples/<class>/<key>                          the dataset as-is (ImageFolder)
   epochs/<EEEE>/rank-<RRR>/batch-<BBBBBB>.tar    one batch, WebDataset tar: <key>.<ext> + <key>.cls
   epochs/<EEEE>/rank-<RRR>/epoch.tar             the rank's whole epoch as one tar
-  epochs/<EEEE>/rank-<RRR>/index.csv             position,batch,key,stratum,size
+  epochs/<EEEE>/rank-<RRR>/index.csv             position,batch,key,stratum,size,alpha
   .shardfs/info.json, .shardfs/stats.json
 
 Every node computes the same global order from --seed with no coordination;
@@ -335,7 +335,7 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 			"samples": m.Samples.Len(), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata},
 		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.metrics.Snapshot().Stores},
 		"order": map[string]any{"version": layout.OrderVersion, "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
-			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "tail": f.order.tail,
+			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize},
 	}
@@ -434,4 +434,21 @@ func parseLatency(s string) (d, jitter time.Duration, err error) {
 		}
 	}
 	return d, jitter, nil
+}
+
+// alphaByEpoch lists the alpha of each epoch shown (the first 1,000 when open-ended).
+func alphaByEpoch(f *mountFlags) []float64 {
+	n := f.order.epochs
+	if n == 0 || n > 1000 {
+		n = 1000
+	}
+	out := make([]float64, 0, n)
+	for e := 0; e < n; e++ {
+		p, err := f.order.params(e, 0)
+		if err != nil {
+			return nil
+		}
+		out = append(out, p.Alpha)
+	}
+	return out
 }

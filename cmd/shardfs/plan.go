@@ -30,9 +30,13 @@ type orderFlags struct {
 	rank                                    string // see parseRanks
 	affinity                                bool
 	resumeAt                                string // "E:N", see resume
+	alphaSchedule                           string // "E:A,E:A,...", see alphaAt
+	flags                                   *pflag.FlagSet
 }
 
 func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string) {
+	f.flags = fs
+	fs.StringVar(&f.alphaSchedule, "alpha-schedule", "", "alpha per epoch, linear between points E:A, e.g. 0:0.3,30:1.0 (temperature annealing); before the first and after the last point it holds")
 	fs.StringVar(&f.rank, "rank", rankDefault, "the ranks to show: one (3), a range (8-15: one mount serving a node's 8 GPUs), a list (0,2,5), or all")
 	fs.IntVar(&f.world, "world-size", 1, "number of ranks W; every rank gets the same number of batches")
 	fs.IntVar(&f.batch, "batch-size", 256, "samples per batch B")
@@ -59,6 +63,19 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 	if _, err := parseRanks(f.rank, f.world); err != nil {
 		return p, err
 	}
+	if f.alphaSchedule != "" {
+		if f.flags != nil && f.flags.Changed("alpha") {
+			return p, fmt.Errorf("--alpha and --alpha-schedule both given: use one (a schedule with one point is a constant)")
+		}
+		if f.window > 0 || f.affinity {
+			return p, fmt.Errorf("--alpha-schedule: window and affinity keep each pool's own class mix (alpha 1)")
+		}
+		a, err := f.alphaAt(epoch)
+		if err != nil {
+			return p, err
+		}
+		p.Alpha = a
+	}
 	re, n, err := f.resume()
 	if err != nil {
 		return p, err
@@ -67,6 +84,37 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 		p.Skip = n
 	}
 	return p, p.Validate()
+}
+
+// alphaAt is --alpha-schedule's alpha for epoch e: linear between the
+// given points, constant before the first and after the last.
+func (f *orderFlags) alphaAt(e int) (float64, error) {
+	type point struct {
+		epoch int
+		alpha float64
+	}
+	var pts []point
+	for _, part := range strings.Split(f.alphaSchedule, ",") {
+		ep, al, ok := strings.Cut(strings.TrimSpace(part), ":")
+		epoch, err1 := strconv.Atoi(ep)
+		alpha, err2 := strconv.ParseFloat(al, 64)
+		if !ok || err1 != nil || err2 != nil || epoch < 0 || alpha < 0 || math.IsNaN(alpha) || math.IsInf(alpha, 0) {
+			return 0, fmt.Errorf("--alpha-schedule %q: use EPOCH:ALPHA points, e.g. 0:0.3,30:1.0 (alpha >= 0)", f.alphaSchedule)
+		}
+		if len(pts) > 0 && epoch <= pts[len(pts)-1].epoch {
+			return 0, fmt.Errorf("--alpha-schedule %q: give the epochs in increasing order", f.alphaSchedule)
+		}
+		pts = append(pts, point{epoch, alpha})
+	}
+	switch {
+	case e <= pts[0].epoch:
+		return pts[0].alpha, nil
+	case e >= pts[len(pts)-1].epoch:
+		return pts[len(pts)-1].alpha, nil
+	}
+	i := sort.Search(len(pts), func(i int) bool { return pts[i].epoch > e })
+	a, b := pts[i-1], pts[i]
+	return a.alpha + (b.alpha-a.alpha)*float64(e-a.epoch)/float64(b.epoch-a.epoch), nil
 }
 
 // resume parses --resume-at E:N; without it the epoch is -1.
@@ -269,8 +317,12 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	}
 	cat := dataset.Catalog{M: m}
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
-	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s window=%d affinity=%v resume-at=%q\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.tail, of.window, of.affinity, of.resumeAt)
-	pi := layout.Targets(in, of.alpha)
+	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v alpha-schedule=%q tail=%s window=%d affinity=%v resume-at=%q\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.alphaSchedule, of.tail, of.window, of.affinity, of.resumeAt)
+	p0, err := of.params(0, of.ranks()[0])
+	if err != nil {
+		return err
+	}
+	pi := layout.Targets(in, p0.Alpha) // epoch 0's, for the class mix table
 	other := *of
 	other.affinity = false
 	if of.window == 0 {
@@ -295,7 +347,7 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 			if err != nil {
 				return err
 			}
-			st := layout.Stats(o, in, pi)
+			st := layout.Stats(o, in, layout.Targets(in, p.Alpha))
 			if e == 0 && r == of.ranks()[0] {
 				first = st
 			}
@@ -320,7 +372,7 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 			return err
 		}
 	}
-	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d (target π ∝ n^%v):\n", of.ranks()[0], of.alpha)
+	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d (target π ∝ n^%v):\n", of.ranks()[0], p0.Alpha)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "stratum\tsamples\tdata share\ttarget\tserved\t\n")
 	limit := len(m.Strata)
