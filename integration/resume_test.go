@@ -2,7 +2,9 @@ package integration
 
 import (
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -25,29 +27,11 @@ func TestElasticResume(t *testing.T) {
 		t.Fatalf("ingest: %v", r)
 	}
 	order := []string{stores, "--batch-size=8", "--seed=5", "--epochs=2"}
-	// batchKeys reads batch b of a rank directory, checks its members against
-	// the source, and returns the keys index.csv gives it.
-	batchKeys := func(rankDir string, b int, rows []indexRow) []string {
-		t.Helper()
-		names := tarMembers(t, mustRead(t, filepath.Join(rankDir, fmt.Sprintf("batch-%06d.tar", b))))
-		var keys []string
-		for _, row := range rows {
-			if row.batch == b {
-				keys = append(keys, row.key)
-			}
-		}
-		if len(names) != 2*len(keys) || len(keys) != 8 {
-			t.Fatalf("%s batch %d: %d members for %d index rows", rankDir, b, len(names), len(keys))
-		}
-		for i, k := range keys {
-			if string(names[2*i]) != string(mustRead(t, filepath.Join(src, k))) {
-				t.Fatalf("%s batch %d: %s: wrong bytes", rankDir, b, k)
-			}
-		}
-		return keys
-	}
 	seen := map[string]string{}
 	add := func(keys []string, where string) {
+		if len(keys) != 8 {
+			t.Fatalf("%s: %d samples, want a batch of 8", where, len(keys))
+		}
 		for _, k := range keys {
 			if prev, dup := seen[k]; dup {
 				t.Fatalf("sample %s read twice: %s and %s", k, prev, where)
@@ -60,7 +44,7 @@ func TestElasticResume(t *testing.T) {
 		dir := filepath.Join(first.dir, "epochs", "0000", fmt.Sprintf("rank-%03d", r))
 		rows := readIndex(t, filepath.Join(dir, "index.csv"))
 		for b := 0; b < 10; b++ {
-			add(batchKeys(dir, b, rows), fmt.Sprintf("W=2 rank %d batch %d", r, b))
+			add(batchKeysOf(t, dir, b, rows, src), fmt.Sprintf("W=2 rank %d batch %d", r, b))
 		}
 	}
 	first.cmd.Process.Signal(syscall.SIGTERM) // the job stops after 20 global batches
@@ -75,7 +59,7 @@ func TestElasticResume(t *testing.T) {
 		}
 		steps = n
 		for b := 0; b < n; b++ {
-			add(batchKeys(dir, b, rows), fmt.Sprintf("W=3 rank %d batch %d", r, b))
+			add(batchKeysOf(t, dir, b, rows, src), fmt.Sprintf("W=3 rank %d batch %d", r, b))
 		}
 	}
 	if steps != (124-20)/3 {
@@ -114,4 +98,79 @@ func TestElasticResume(t *testing.T) {
 			t.Fatalf("%s differs between the resumed mount and a plain one", idx)
 		}
 	}
+}
+
+// TestExactResumeFetchesNothingBefore: a job that restarts at batch t opens
+// batch-t.tar and reads on. The store bytes fetched (stats.json) are exactly
+// the bytes of batches t.. : prefetch starts there and takes nothing before
+// it. Samples are larger than the 64 KiB merge gap, so no earlier sample can
+// ride along in a coalesced GET.
+func TestExactResumeFetchesNothingBefore(t *testing.T) {
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	src := writeSource(t, synth.Spec{Counts: []int{120, 60, 20}, MinSize: 70_000, MaxSize: 140_000, Seed: 71})
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=4MiB", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	mnt := mountShardfs(t, stores, "--batch-size=8", "--seed=3", "ds")
+	dir := filepath.Join(mnt, "epochs", "0000", "rank-000")
+	rows := readIndex(t, filepath.Join(dir, "index.csv"))
+	batches := rows[len(rows)-1].batch + 1
+	const resumeAt = 12
+	var want int64
+	samples := 0
+	for _, row := range rows {
+		if row.batch >= resumeAt {
+			fi, err := os.Stat(filepath.Join(src, row.key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want += fi.Size()
+			samples++
+		}
+	}
+	for b := resumeAt; b < batches; b++ {
+		batchKeysOf(t, dir, b, rows, src)
+	}
+	time.Sleep(500 * time.Millisecond) // let any prefetch still running land in the counters
+	var st struct {
+		Stores []struct {
+			Bytes, Requests int64
+		} `json:"stores"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "stats.json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	var got, gets int64
+	for _, s := range st.Stores {
+		got += s.Bytes
+		gets += s.Requests
+	}
+	if got < want || got > want+64<<10 {
+		t.Fatalf("resuming at batch %d of %d fetched %d bytes; batches %d.. hold %d: prefetch read before the resume point", resumeAt, batches, got, resumeAt, want)
+	}
+	if gets > int64(samples) {
+		t.Fatalf("%d GETs for %d samples", gets, samples)
+	}
+}
+
+// batchKeysOf reads batch b of rankDir, checks every member against the
+// source, and returns the keys index.csv gives the batch.
+func batchKeysOf(t *testing.T, rankDir string, b int, rows []indexRow, src string) []string {
+	t.Helper()
+	members := tarMembers(t, mustRead(t, filepath.Join(rankDir, fmt.Sprintf("batch-%06d.tar", b))))
+	var keys []string
+	for _, row := range rows {
+		if row.batch != b {
+			continue
+		}
+		if i := len(keys); 2*i >= len(members) || string(members[2*i]) != string(mustRead(t, filepath.Join(src, row.key))) {
+			t.Fatalf("batch %d: %s: wrong bytes or missing member", b, row.key)
+		}
+		keys = append(keys, row.key)
+	}
+	if 2*len(keys) != len(members) || len(keys) == 0 {
+		t.Fatalf("batch %d: %d members for %d index rows", b, len(members), len(keys))
+	}
+	return keys
 }
