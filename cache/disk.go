@@ -295,10 +295,3 @@ func (d *Disk) scanLocked() ([]diskFile, int64) {
 	sort.Slice(out, func(i, j int) bool { return out[i].used.Before(out[j].used) })
 	return out, total
 }
-
-// Usage measures the bytes the tier's files occupy on disk now.
-func (d *Disk) Usage() int64 {
-	var total int64
-	d.withLock(func() error { _, total = d.scanLocked(); return nil })
-	return total
-}

@@ -95,12 +95,7 @@ func AcquireLock(ctx context.Context, stores []backend.Store, name, ingestID str
 		}()
 	}
 	wg.Wait()
-	got := 0
-	for _, h := range l.held {
-		if h {
-			got++
-		}
-	}
+	got := l.heldCount()
 	if got < majority(len(stores)) {
 		l.releaseHeld(context.WithoutCancel(ctx))
 		var holder *LockInfo
@@ -240,38 +235,24 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	}
 	l.info.Heartbeat = time.Now().Unix()
 	body, _ := json.Marshal(l.info)
-	var wg sync.WaitGroup
 	var thief *LockInfo
 	var tmu sync.Mutex
-	for i, s := range l.stores {
-		if !l.held[i] {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o, err := readLock(ctx, s, l.name)
-			if err != nil || o.IngestID != l.info.IngestID {
-				l.held[i] = false
-				if o != nil {
-					tmu.Lock()
-					thief = o
-					tmu.Unlock()
-				}
-				return
+	l.eachHeld(func(i int, s backend.Store) {
+		o, err := readLock(ctx, s, l.name)
+		if err != nil || o.IngestID != l.info.IngestID {
+			l.held[i] = false
+			if o != nil {
+				tmu.Lock()
+				thief = o
+				tmu.Unlock()
 			}
-			if err := s.Put(ctx, LockKey(l.name), body); err != nil {
-				l.held[i] = false
-			}
-		}()
-	}
-	wg.Wait()
-	got := 0
-	for _, h := range l.held {
-		if h {
-			got++
+			return
 		}
-	}
+		if err := s.Put(ctx, LockKey(l.name), body); err != nil {
+			l.held[i] = false
+		}
+	})
+	got := l.heldCount()
 	if got < majority(len(l.stores)) {
 		who := "the stores did not answer"
 		if thief != nil {
@@ -293,19 +274,36 @@ func (l *Lock) Release(ctx context.Context) {
 }
 
 func (l *Lock) releaseHeld(ctx context.Context) {
+	l.eachHeld(func(i int, s backend.Store) {
+		if o, err := readLock(ctx, s, l.name); err == nil && o.IngestID == l.info.IngestID {
+			s.Delete(ctx, LockKey(l.name))
+		}
+		l.held[i] = false
+	})
+}
+
+// eachHeld runs fn for every store this ingest holds the lock on, in
+// parallel, and waits. fn may clear its own held[i].
+func (l *Lock) eachHeld(fn func(i int, s backend.Store)) {
 	var wg sync.WaitGroup
 	for i, s := range l.stores {
-		if !l.held[i] {
-			continue
+		if l.held[i] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fn(i, s)
+			}()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if o, err := readLock(ctx, s, l.name); err == nil && o.IngestID == l.info.IngestID {
-				s.Delete(ctx, LockKey(l.name))
-			}
-			l.held[i] = false
-		}()
 	}
 	wg.Wait()
+}
+
+func (l *Lock) heldCount() int {
+	n := 0
+	for _, h := range l.held {
+		if h {
+			n++
+		}
+	}
+	return n
 }

@@ -279,7 +279,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	store := r.codec.Placement(sh.ID, frag)
 	slowRead := fragRead{err: &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: errSlow}}
 	decode := func(ctx context.Context, known fragRead) error {
-		frags, err := r.decodeRange(ctx, sh, A, B, map[int]fragRead{frag: known}, false)
+		frags, err := r.decode(ctx, sh, A, B, map[int]fragRead{frag: known}, false, false)
 		if err == nil {
 			copy(dst, frags[frag][a-A:b-A])
 		}
@@ -317,7 +317,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 			r.metrics.HedgedRead()
 			r.health.suspect(store)
 			go func() {
-				frags, err := r.decodeRange(pctx, sh, A, B, map[int]fragRead{frag: slowRead}, false)
+				frags, err := r.decode(pctx, sh, A, B, map[int]fragRead{frag: slowRead}, false, false)
 				res := result{err: err, hedged: true}
 				if err == nil {
 					res.fr.data = frags[frag]
@@ -356,7 +356,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	return lastErr
 }
 
-// decodeRange returns fragments' bytes [A,B) (block-aligned), decoded
+// decode returns fragments' bytes [A,B) (block-aligned), decoded
 // stripe by stripe: each block stripe needs k fragments whose block there
 // verified, so blocks lost in different fragments at different stripes do
 // not add up. known holds reads already made (a failed or partly bad primary;
@@ -368,10 +368,6 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 // which are probed with a short timeout rather than waited for. A fetch that
 // outlives the hedge deadline is not cancelled: another candidate is asked
 // beside it, so no single hung store can hold a decode.
-func (r *Reader) decodeRange(ctx context.Context, sh *Shard, A, B int64, known map[int]fragRead, all bool) ([][]byte, error) {
-	return r.decode(ctx, sh, A, B, known, all, false)
-}
-
 func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[int]fragRead, all, readAll bool) ([][]byte, error) {
 	k, total := r.codec.Data, r.codec.Total()
 	bs := int64(r.codec.BlockSize)

@@ -22,10 +22,10 @@ type affinity struct {
 	steps int
 }
 
-// shardsOf deals the shards to the ranks: a seeded shard order, each shard
-// to the rank with the fewest samples so far, so the pools differ in size
-// by at most one shard.
-func dealShards(in *Input, seed uint64, world int) [][]int {
+// AffinityShards deals the shards to the ranks, the same in every epoch: a
+// seeded shard order, each shard to the rank with the fewest samples so far,
+// so the pools differ in size by at most one shard.
+func AffinityShards(in *Input, seed uint64, world int) [][]int {
 	shards := make([]int, in.NumShards)
 	for i := range shards {
 		shards[i] = i
@@ -49,11 +49,6 @@ func dealShards(in *Input, seed uint64, world int) [][]int {
 	return out
 }
 
-// AffinityShards returns the shards each rank reads in affinity mode.
-func AffinityShards(in *Input, seed uint64, world int) [][]int {
-	return dealShards(in, seed, world)
-}
-
 func newAffinity(in *Input, p Params) (*affinity, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -66,7 +61,7 @@ func newAffinity(in *Input, p Params) (*affinity, error) {
 	}
 	a := &affinity{in: in, p: p}
 	minT, maxT := -1, 0
-	for _, shards := range dealShards(in, p.Seed, p.World) {
+	for _, shards := range AffinityShards(in, p.Seed, p.World) {
 		var pool []int32
 		for _, sh := range shards {
 			pool = append(pool, in.shardMembers[sh]...)
