@@ -16,9 +16,11 @@
 //
 // The manifest is chosen by agreement, not by age: the ingest id held by the
 // most intact copies wins. When copies of another ingest are present too, the
-// winner must also be held by at least Quorum stores. (Copies of a single
-// ingest are safe to trust in any number: every fragment is uploaded before
-// the first manifest copy is written.) Each
+// winner must also be held by at least Quorum stores. Alone, an ingest's
+// copies count as committed unless the stores that provably hold no copy
+// (they answer "no such object") leave it short of Quorum even if every
+// store that did not answer held one: then its commit was interrupted, and
+// the ingest is invisible, as a crashed ingest must be. Each
 // store's identity then proves it sits at the position the manifest gives
 // it, so a permuted, duplicated or foreign store is recognised before
 // anything is read from it as ours, and never written into.
@@ -240,9 +242,18 @@ func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log
 	if len(ids) > 1 && len(held[ids[1]]) == len(held[best]) {
 		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest has the most copies: %s: pass the stores of one dataset, or re-ingest with --force", name, describe())
 	}
-	if q := Quorum(m.Data, m.Parity); len(ids) > 1 && len(held[best]) < q {
+	q := Quorum(m.Data, m.Parity)
+	if len(ids) > 1 && len(held[best]) < q {
 		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest is held by the %d stores needed to trust it over the others (%s): bring the other stores back, pass the stores of one dataset, or re-ingest with --force%s",
 			name, q, describe(), joinErrs(errs))
+	}
+	// Stores that answered "no such object" provably lack a copy; the ones
+	// that did not answer, or hold a corrupt copy, may have one. If even
+	// counting those the ingest's copies stay below the quorum, its commit
+	// never completed (it was killed while writing them): not a dataset.
+	if len(ids) == 1 && len(held[best])+len(errs) < q {
+		return nil, fmt.Errorf("%w: ingest %s of %s wrote its manifest to %d of %d stores, fewer than the %d a commit needs, and the others answered that they hold none: it did not commit; rerun the ingest",
+			ErrNotFound, best, name, len(held[best]), len(stores), q)
 	}
 	for _, id := range ids[1:] {
 		for _, i := range held[id] {

@@ -202,3 +202,48 @@ func TestCommitWritesEveryCopy(t *testing.T) {
 		}
 	})
 }
+
+// A commit killed after writing one of three manifest copies leaves no
+// dataset: the other stores answer that they hold none, so the quorum was
+// provably never reached. A rerun of the ingest, without --force, commits.
+func TestInterruptedCommitIsInvisible(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	src := filepath.Join(base, "src")
+	if _, err := synth.Write(src, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 900, Seed: 9}); err != nil {
+		t.Fatal(err)
+	}
+	var stores []backend.Store
+	for i := 0; i < 3; i++ {
+		s, _ := backend.NewLocal(filepath.Join(base, fmt.Sprint("s", i)))
+		stores = append(stores, s)
+	}
+	source, err := ingest.Scan(src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ingest.Options{Name: "ds", Stores: stores, Data: 2, Parity: 1}
+	if _, err := ingest.Run(ctx, source, opts); err != nil {
+		t.Fatal(err)
+	}
+	// As if killed mid-commit: only store 1 got its copy (and no identities).
+	for _, i := range []int{0, 2} {
+		stores[i].Delete(ctx, "ds/manifest")
+	}
+	for i := range stores {
+		stores[i].Delete(ctx, "ds/identity")
+	}
+	if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{}); !errors.Is(err, dataset.ErrNotFound) {
+		t.Fatalf("a commit that reached 1 of 3 stores (quorum 2) must leave no dataset: %v", err)
+	}
+	if _, err := ingest.Run(ctx, source, opts); err != nil {
+		t.Fatalf("rerunning the interrupted ingest: %v", err)
+	}
+	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ds.Verify(ctx, nil); err != nil || !rep.Intact() {
+		t.Fatalf("after the rerun: %+v, %v", rep, err)
+	}
+}
