@@ -2,11 +2,19 @@
 // sample chunks in memory, shared fetches for concurrent misses, and
 // eviction that uses the known order.
 //
-// Entries are in one of two LRU lists: live (may still be read this epoch)
-// and dead (the order says no reader needs it again). Eviction takes from
-// dead first, so a chunk that was prefetched but not yet read is the last to
-// go. A fetch in flight is a claim on one or many keys (a coalesced ranged
-// GET fills several chunks at once); readers of a claimed key wait for it
+// One budget holds everything the cache is responsible for: chunks ready to
+// read and the bytes of prefetch GETs in flight, which are reserved when the
+// GET is claimed. When the budget is exceeded, the cache evicts by Belady's
+// rule: the entry whose next read in the known order is furthest away goes
+// first. A Ranker, supplied by the read path that knows the order, gives
+// that distance; chunks no open reader needs again (NoUse) go before any
+// other. A chunk read to its end is queued as a likely candidate (Done) and
+// evicted first once the Ranker confirms nothing needs it. Among the rest,
+// the cache ranks all entries when it holds few and a random sample of
+// them otherwise, the way Redis approximates its policies: exact where a
+// test can check it, O(1) per eviction where the cache holds many entries.
+// A fetch in flight is a claim on one or many keys (a coalesced ranged GET
+// fills several chunks at once); readers of a claimed key wait for it
 // instead of fetching again.
 package cache
 
@@ -14,10 +22,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // Key names one chunk of one sample.
@@ -35,23 +42,52 @@ const (
 	Fetched               // this caller fetched it
 )
 
+// NoUse is the rank of a chunk no open reader will read again.
+const NoUse = int64(math.MaxInt64)
+
+// Ranker returns how far ahead, in bytes of the known order, k is next
+// read, or NoUse. It is called with the cache's lock held and must not call
+// back into the cache.
+type Ranker func(k Key) int64
+
+// exactBelow: with at most this many entries every one is ranked; above,
+// sampleSize random ones are.
+const (
+	exactBelow = 64
+	sampleSize = 16
+)
+
 type flight struct {
-	done    chan struct{}
-	val     []byte
-	err     error
-	waiters int // callers waiting on it; guarded by Cache.mu
+	done     chan struct{}
+	val      []byte
+	err      error
+	waiters  int   // callers waiting on it; guarded by Cache.mu
+	reserved int64 // budget bytes held for it until it completes
+}
+
+type entry struct {
+	k    Key
+	v    []byte
+	at   int    // index in Cache.all
+	used uint64 // access clock, for ties and when no Ranker is set
+	done bool   // queued in Cache.done
 }
 
 // Cache is safe for concurrent use.
 type Cache struct {
 	budget int64
 
-	mu      sync.Mutex // guards everything below
-	used    int64
-	live    *simplelru.LRU[Key, []byte]
-	dead    *simplelru.LRU[Key, []byte]
-	flights map[Key]*flight
-	onSize  func(int64)
+	mu       sync.Mutex // guards everything below
+	used     int64      // entries' bytes plus reservations
+	entries  map[Key]*entry
+	all      []*entry // every entry, for sampling
+	done     []Key    // read to their end: evicted first unless the ranker objects
+	clock    uint64
+	flights  map[Key]*flight
+	rank     Ranker
+	onSize   func(int64)
+	rng      *rand.Rand
+	reserved int64
 
 	// Evictions counts entries evicted to stay within the budget.
 	Evictions atomic.Int64
@@ -60,38 +96,54 @@ type Cache struct {
 // New returns a cache holding at most budget bytes. onSize, if not nil, is
 // called (under the cache lock) with the new size after every change.
 func New(budget int64, onSize func(int64)) *Cache {
-	live, _ := simplelru.NewLRU[Key, []byte](math.MaxInt32, nil)
-	dead, _ := simplelru.NewLRU[Key, []byte](math.MaxInt32, nil)
 	if onSize == nil {
 		onSize = func(int64) {}
 	}
-	return &Cache{budget: budget, live: live, dead: dead, flights: map[Key]*flight{}, onSize: onSize}
+	return &Cache{budget: budget, entries: map[Key]*entry{}, flights: map[Key]*flight{}, onSize: onSize,
+		rng: rand.New(rand.NewPCG(1, 2))}
+}
+
+// SetRanker gives the cache the distance to each chunk's next use. Without
+// one, the least recently used entry goes first.
+func (c *Cache) SetRanker(r Ranker) {
+	c.mu.Lock()
+	c.rank = r
+	c.mu.Unlock()
 }
 
 // Budget is the byte bound.
 func (c *Cache) Budget() int64 { return c.budget }
 
-// Used is the bytes held.
+// Used is the bytes held, reservations for GETs in flight included.
 func (c *Cache) Used() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.used
 }
 
+// Reserved is the bytes held for claimed GETs in flight.
+func (c *Cache) Reserved() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reserved
+}
+
 // Contains reports whether k is cached or being fetched.
 func (c *Cache) Contains(k Key) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.live.Contains(k) || c.dead.Contains(k) || c.flights[k] != nil
+	return c.entries[k] != nil || c.flights[k] != nil
 }
 
 // Get returns k's bytes: from the cache, by waiting for a fetch in flight,
 // or by calling fetch itself (once, however many callers ask).
 func (c *Cache) Get(ctx context.Context, k Key, fetch func(ctx context.Context) ([]byte, error)) ([]byte, Result, error) {
 	c.mu.Lock()
-	if v, ok := c.lookup(k); ok {
+	if e := c.entries[k]; e != nil {
+		c.clock++
+		e.used = c.clock
 		c.mu.Unlock()
-		return v, Hit, nil
+		return e.v, Hit, nil
 	}
 	if f := c.flights[k]; f != nil {
 		f.waiters++
@@ -111,27 +163,26 @@ func (c *Cache) Get(ctx context.Context, k Key, fetch func(ctx context.Context) 
 	return v, Fetched, err
 }
 
-// lookup finds k in either list. Caller holds mu.
-func (c *Cache) lookup(k Key) ([]byte, bool) {
-	if v, ok := c.live.Get(k); ok {
-		return v, true
-	}
-	return c.dead.Get(k)
-}
-
 // Claim marks every key that is neither cached nor in flight as in flight,
-// owned by the caller, and returns those keys. The caller must Fill or Fail
-// each of them.
-func (c *Cache) Claim(keys []Key) []Key {
+// owned by the caller, reserves size(k) bytes of the budget for each, and
+// returns those keys. The caller must Fill or Fail each of them.
+func (c *Cache) Claim(keys []Key, size func(Key) int64) []Key {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []Key
 	for _, k := range keys {
-		if c.live.Contains(k) || c.dead.Contains(k) || c.flights[k] != nil {
+		if c.entries[k] != nil || c.flights[k] != nil {
 			continue
 		}
-		c.flights[k] = &flight{done: make(chan struct{})}
+		n := size(k)
+		c.flights[k] = &flight{done: make(chan struct{}), reserved: n}
+		c.used += n
+		c.reserved += n
 		out = append(out, k)
+	}
+	if len(out) > 0 {
+		c.evictLocked()
+		c.onSize(c.used)
 	}
 	return out
 }
@@ -160,39 +211,94 @@ func (c *Cache) finish(k Key, v []byte, err error) {
 func (c *Cache) complete(k Key, f *flight, v []byte, err error) {
 	c.mu.Lock()
 	delete(c.flights, k)
+	c.used -= f.reserved
+	c.reserved -= f.reserved
 	if err == nil {
 		c.addLocked(k, v)
 	}
+	c.onSize(c.used)
 	c.mu.Unlock()
 	f.val, f.err = v, err
 	close(f.done)
 }
 
 func (c *Cache) addLocked(k Key, v []byte) {
-	if old, ok := c.live.Peek(k); ok {
-		c.used -= int64(len(old))
+	c.clock++
+	if e := c.entries[k]; e != nil {
+		c.used += int64(len(v)) - int64(len(e.v))
+		e.v, e.used = v, c.clock
+	} else {
+		e := &entry{k: k, v: v, at: len(c.all), used: c.clock}
+		c.entries[k] = e
+		c.all = append(c.all, e)
+		c.used += int64(len(v))
 	}
-	c.live.Add(k, v)
-	c.used += int64(len(v))
-	for c.used > c.budget {
-		_, old, ok := c.dead.RemoveOldest()
-		if !ok {
-			if _, old, ok = c.live.RemoveOldest(); !ok {
-				break
-			}
-		}
-		c.used -= int64(len(old))
-		c.Evictions.Add(1)
-	}
-	c.onSize(c.used)
+	c.evictLocked()
 }
 
-// Done marks k as not needed again by the known order: it is evicted first.
+// evictLocked evicts until the budget holds or only reservations are left.
+func (c *Cache) evictLocked() {
+	for c.used > c.budget && len(c.all) > 0 {
+		c.removeLocked(c.victimLocked())
+		c.Evictions.Add(1)
+	}
+}
+
+// victimLocked picks the entry to evict: a done entry nothing needs, else
+// the entry with the furthest next use among those ranked.
+func (c *Cache) victimLocked() *entry {
+	for len(c.done) > 0 {
+		k := c.done[0]
+		c.done = c.done[1:]
+		e := c.entries[k]
+		if e == nil || !e.done {
+			continue
+		}
+		e.done = false
+		if c.rank == nil || c.rank(k) == NoUse {
+			return e
+		}
+		// Another open reader still needs it: it stays, ranked like any other.
+	}
+	var best *entry
+	var bestRank int64
+	consider := func(e *entry) {
+		r := int64(0)
+		if c.rank != nil {
+			r = c.rank(e.k)
+		}
+		if best == nil || r > bestRank || (r == bestRank && e.used < best.used) {
+			best, bestRank = e, r
+		}
+	}
+	if len(c.all) <= exactBelow {
+		for _, e := range c.all {
+			consider(e)
+		}
+	} else {
+		for range sampleSize {
+			consider(c.all[c.rng.IntN(len(c.all))])
+		}
+	}
+	return best
+}
+
+func (c *Cache) removeLocked(e *entry) {
+	last := c.all[len(c.all)-1]
+	c.all[e.at], last.at = last, e.at
+	c.all = c.all[:len(c.all)-1]
+	delete(c.entries, e.k)
+	c.used -= int64(len(e.v))
+	e.done = false
+}
+
+// Done marks k as read to its end by one reader: unless the ranker says
+// another reader needs it, it is the next to go.
 func (c *Cache) Done(k Key) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v, ok := c.live.Peek(k); ok {
-		c.live.Remove(k)
-		c.dead.Add(k, v)
+	if e := c.entries[k]; e != nil && !e.done {
+		e.done = true
+		c.done = append(c.done, k)
 	}
 }

@@ -102,8 +102,8 @@ func TestSingleFlight(t *testing.T) {
 func TestClaimFillFail(t *testing.T) {
 	c := New(1<<20, nil)
 	keys := []Key{{1, 0}, {2, 0}, {3, 0}}
-	claimed := c.Claim(keys)
-	if len(claimed) != 3 || len(c.Claim(keys)) != 0 {
+	claimed := c.Claim(keys, size100)
+	if len(claimed) != 3 || len(c.Claim(keys, size100)) != 0 {
 		t.Fatal("claim must hand each key out once")
 	}
 	got := make(chan []byte)
@@ -132,10 +132,135 @@ func TestClaimFillFail(t *testing.T) {
 
 func TestWaiterHonoursContext(t *testing.T) {
 	c := New(1<<20, nil)
-	c.Claim([]Key{{1, 0}})
+	c.Claim([]Key{{1, 0}}, size100)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if _, _, err := c.Get(ctx, Key{1, 0}, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func size100(Key) int64 { return 100 }
+
+// TestEvictsFurthestNextUse replays a known access order through a small
+// cache whose ranker knows that order, and counts misses: they must equal
+// those of Belady's offline optimum, computed here independently, and be
+// fewer than LRU's on the same order.
+func TestEvictsFurthestNextUse(t *testing.T) {
+	// A cyclic scan with a hot set, the shape of epochs that share samples:
+	// LRU misses on every access of a scan larger than the cache.
+	var seq []int32
+	for rep := 0; rep < 6; rep++ {
+		for k := int32(0); k < 12; k++ {
+			seq = append(seq, k)
+			if k%3 == 0 {
+				seq = append(seq, 100) // a hot key
+			}
+		}
+	}
+	const slots = 5
+	nextUse := func(cursor int, k int32) int64 {
+		for j := cursor + 1; j < len(seq); j++ {
+			if seq[j] == k {
+				return int64(j - cursor)
+			}
+		}
+		return NoUse
+	}
+	replay := func(ranked bool) (misses int) {
+		c := New(slots*100, nil)
+		cursor := 0
+		if ranked {
+			c.SetRanker(func(k Key) int64 { return nextUse(cursor, k.Sample) })
+		}
+		for i, k := range seq {
+			cursor = i
+			_, res, err := c.Get(context.Background(), Key{k, 0}, func(context.Context) ([]byte, error) { return make([]byte, 100), nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res != Hit {
+				misses++
+			}
+			if c.Used() > slots*100 {
+				t.Fatalf("used %d over the budget", c.Used())
+			}
+		}
+		return misses
+	}
+	// Belady's OPT, offline: on a miss, the new key joins, and if the cache
+	// is over, the key used furthest in the future goes (the new one too).
+	opt := 0
+	resident := map[int32]bool{}
+	for i, k := range seq {
+		if resident[k] {
+			continue
+		}
+		opt++
+		resident[k] = true
+		if len(resident) > slots {
+			var victim int32
+			far := int64(-1)
+			for r := range resident {
+				if d := nextUse(i, r); d > far || (d == far && r < victim) {
+					victim, far = r, d
+				}
+			}
+			delete(resident, victim)
+		}
+	}
+	got, lru := replay(true), replay(false)
+	if got != opt {
+		t.Fatalf("ranked cache: %d misses, Belady's optimum: %d (LRU: %d)", got, opt, lru)
+	}
+	if lru <= opt {
+		t.Fatalf("the order does not tell the policies apart: LRU %d misses, optimum %d", lru, opt)
+	}
+	t.Logf("%d accesses: %d misses with the ranker (= optimum), %d with LRU", len(seq), got, lru)
+}
+
+// TestDoneYieldsToRanker: a chunk read to its end by one reader is evicted
+// first only if no other reader needs it.
+func TestDoneYieldsToRanker(t *testing.T) {
+	c := New(300, nil)
+	needed := map[int32]int64{1: 10, 2: 20}
+	c.SetRanker(func(k Key) int64 {
+		if d, ok := needed[k.Sample]; ok {
+			return d
+		}
+		return NoUse
+	})
+	get := func(s int32) {
+		c.Get(context.Background(), Key{s, 0}, func(context.Context) ([]byte, error) { return make([]byte, 100), nil })
+	}
+	get(1)
+	get(2)
+	get(3)
+	c.Done(Key{1, 0}) // read by one reader, but another reads it next
+	get(4)
+	if !c.Contains(Key{1, 0}) || c.Contains(Key{3, 0}) {
+		t.Fatalf("kept 1: %v, kept 3: %v; want 1 kept (needed next) and 3 evicted (no use)", c.Contains(Key{1, 0}), c.Contains(Key{3, 0}))
+	}
+}
+
+// TestReservationsCountInTheBudget: bytes claimed for GETs in flight are
+// part of the one budget: they evict ready chunks, and are released on
+// completion whether the GET succeeds or fails.
+func TestReservationsCountInTheBudget(t *testing.T) {
+	c := New(500, nil)
+	for s := int32(0); s < 5; s++ {
+		c.Get(context.Background(), Key{s, 0}, func(context.Context) ([]byte, error) { return make([]byte, 100), nil })
+	}
+	claimed := c.Claim([]Key{{10, 0}, {11, 0}}, size100)
+	if len(claimed) != 2 || c.Used() != 500 || c.Reserved() != 200 {
+		t.Fatalf("claimed %d, used %d, reserved %d; want 2, 500, 200", len(claimed), c.Used(), c.Reserved())
+	}
+	if n := len(c.entries); n != 3 {
+		t.Fatalf("%d ready chunks kept beside 200 reserved bytes, want 3", n)
+	}
+	c.Fill(Key{10, 0}, make([]byte, 100))
+	c.Fail(Key{11, 0}, errors.New("boom"))
+	if c.Reserved() != 0 || c.Used() != 400 {
+		t.Fatalf("after completion: reserved %d, used %d; want 0, 400", c.Reserved(), c.Used())
 	}
 }

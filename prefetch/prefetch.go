@@ -24,6 +24,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -121,6 +122,8 @@ type Reader struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	live atomic.Pointer[[]*stream] // the streams, for rank
+
 	mu      sync.Mutex // guards streams and the estimates below
 	streams map[*layout.Members]*stream
 	rate    float64 // bytes/s served, EWMA
@@ -142,6 +145,8 @@ func New(fetch Fetcher, geo layout.Geometry, c *cache.Cache, m *metrics.Metrics,
 			r.disk, r.didx = cfg.Disk, didx
 		}
 	}
+	r.publishLocked()
+	c.SetRanker(r.rank)
 	r.wg.Add(1)
 	go r.measure()
 	return r
@@ -218,36 +223,66 @@ func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
 		}
 		shard, off, n := r.chunkRange(k)
 		start := time.Now()
-		b, err := r.readRange(ctx, shard, off, n, nil)
+		b, err := r.readRange(ctx, shard, off, n)
 		r.observeLatency(time.Since(start))
 		return b, err
 	}
 }
 
-// readRange returns the verified bytes [off, off+n) of shard: from the disk
-// tier where it holds whole samples, from the stores for the rest, which
-// then go to the disk tier. need, if not nil, says which samples the caller
-// will use: the others in the range (the gaps a coalesced prefetch spans)
-// are left zero unless they ride along in a GET anyway. Missing samples at
-// most MergeGap apart are fetched as one range.
-func (r *Reader) readRange(ctx context.Context, shard int, off, n int64, need func(sample int) bool) ([]byte, error) {
-	if r.disk == nil {
-		return r.fetch.ReadRange(ctx, shard, off, n)
-	}
-	first, count := r.didx.ShardSamples(shard)
-	end := off + n
-	lo := first + sort.Search(count, func(i int) bool {
-		_, o, size := r.geo.Locate(first + i)
-		return o+size > off
-	})
+// piece is a destination for the shard bytes [off, off+len(buf)).
+type piece struct {
+	off int64
+	buf []byte
+}
+
+// readRange returns the verified bytes [off, off+n) of shard (see readInto).
+func (r *Reader) readRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
 	out := make([]byte, n)
-	// copyIn copies the part of b (shard bytes from at) that falls in [off, end).
+	return out, r.readInto(ctx, shard, []piece{{off, out}})
+}
+
+// readInto fills each piece (sorted by offset, not overlapping) with the
+// verified bytes of shard at its offset: from the disk tier where it holds
+// whole samples, from the stores for the rest, which then go to the disk
+// tier. A piece that is exactly one sample is read from the tier straight
+// into its buffer. Missing samples at most MergeGap apart are fetched as one
+// range; samples no piece overlaps are not read at all unless they lie in
+// such a gap.
+func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error {
+	if len(pieces) == 0 {
+		return nil
+	}
+	// copyIn copies the part of b (shard bytes from at) that falls in the pieces.
 	copyIn := func(b []byte, at int64) {
-		a, z := max(at, off), min(at+int64(len(b)), end)
-		if a < z {
-			copy(out[a-off:z-off], b[a-at:z-at])
+		end := at + int64(len(b))
+		i := sort.Search(len(pieces), func(i int) bool { return pieces[i].off+int64(len(pieces[i].buf)) > at })
+		for ; i < len(pieces) && pieces[i].off < end; i++ {
+			p := pieces[i]
+			a, z := max(at, p.off), min(end, p.off+int64(len(p.buf)))
+			copy(p.buf[a-p.off:z-p.off], b[a-at:z-at])
 		}
 	}
+	lo, hi := pieces[0].off, pieces[len(pieces)-1].off+int64(len(pieces[len(pieces)-1].buf))
+	if r.disk == nil {
+		if len(pieces) == 1 {
+			b, err := r.fetch.ReadRange(ctx, shard, lo, hi-lo)
+			if err == nil {
+				copy(pieces[0].buf, b)
+			}
+			return err
+		}
+		b, err := r.fetch.ReadRange(ctx, shard, lo, hi-lo)
+		if err != nil {
+			return err
+		}
+		copyIn(b, lo)
+		return nil
+	}
+	first, count := r.didx.ShardSamples(shard)
+	i := first + sort.Search(count, func(i int) bool {
+		_, o, size := r.geo.Locate(first + i)
+		return o+size > lo
+	})
 	slot := func(i int) cache.Slot {
 		_, o, size := r.geo.Locate(i)
 		return cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: r.didx.SampleSum(i)}
@@ -258,36 +293,43 @@ func (r *Reader) readRange(ctx context.Context, shard int, off, n int64, need fu
 	}
 	var runs []run
 	var buf []byte
-	for i := lo; i < first+count; i++ {
+	pi := 0
+	for ; i < first+count; i++ {
 		sl := slot(i)
-		if sl.Off >= end {
+		if sl.Off >= hi {
 			break
 		}
+		for pi < len(pieces) && pieces[pi].off+int64(len(pieces[pi].buf)) <= sl.Off {
+			pi++
+		}
+		if pi == len(pieces) {
+			break
+		}
+		if pieces[pi].off >= sl.Off+sl.Size {
+			continue // no piece wants this sample
+		}
 		if sl.Size > maxDiskSample {
-			a, z := max(sl.Off, off), min(sl.Off+sl.Size, end)
+			a, z := max(sl.Off, lo), min(sl.Off+sl.Size, hi)
 			b, err := r.fetch.ReadRange(ctx, shard, a, z-a)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			copyIn(b, a)
 			continue
 		}
-		whole := sl.Off >= off && sl.Off+sl.Size <= end
-		dst := out[max(0, sl.Off-off):]
-		if !whole {
+		p := pieces[pi]
+		if p.off == sl.Off && int64(len(p.buf)) == sl.Size {
+			if r.disk.Get(sl, p.buf) {
+				continue
+			}
+		} else {
 			if int64(cap(buf)) < sl.Size {
 				buf = make([]byte, sl.Size)
 			}
-			dst = buf
-		}
-		if (need == nil || need(i)) && r.disk.Get(sl, dst[:sl.Size]) {
-			if !whole {
-				copyIn(dst[:sl.Size], sl.Off)
+			if r.disk.Get(sl, buf[:sl.Size]) {
+				copyIn(buf[:sl.Size], sl.Off)
+				continue
 			}
-			continue
-		}
-		if need != nil && !need(i) {
-			continue
 		}
 		if k := len(runs) - 1; k >= 0 && sl.Off-runs[k].hi <= r.cfg.MergeGap {
 			runs[k].hi, runs[k].last = sl.Off+sl.Size, i
@@ -298,7 +340,7 @@ func (r *Reader) readRange(ctx context.Context, shard int, off, n int64, need fu
 	for _, rn := range runs {
 		b, err := r.fetch.ReadRange(ctx, shard, rn.lo, rn.hi-rn.lo)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		copyIn(b, rn.lo)
 		for i := rn.first; i <= rn.last; i++ {
@@ -307,7 +349,7 @@ func (r *Reader) readRange(ctx context.Context, shard int, off, n int64, need fu
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Warm fetches the given samples into the disk tier, skipping those it
@@ -360,7 +402,7 @@ func (r *Reader) Warm(ctx context.Context, samples []int32, progress func(bytes 
 				bytes += w.size
 			}
 			g.Go(func() error {
-				if _, err := r.readRange(gctx, sh, lo, hi-lo, nil); err != nil {
+				if _, err := r.readRange(gctx, sh, lo, hi-lo); err != nil {
 					return fmt.Errorf("warm shard %d: %w", sh, err)
 				}
 				if progress != nil {
@@ -464,6 +506,7 @@ func (r *Reader) Open(f *layout.FileMap) *Handle {
 	if st == nil {
 		st = newStream(r, f.Members())
 		r.streams[f.Members()] = st
+		r.publishLocked()
 		r.m.PrefetchStreams.Add(1)
 	}
 	st.open(h, first)
@@ -489,6 +532,7 @@ func (r *Reader) drop(s *stream) bool {
 	}
 	if r.streams[s.m] == s {
 		delete(r.streams, s.m)
+		r.publishLocked()
 		r.m.PrefetchStreams.Add(-1)
 	}
 	return true
@@ -565,20 +609,116 @@ type stream struct {
 	r *Reader
 	m *layout.Members
 
-	mu        sync.Mutex // guards the fields below
-	handles   map[*Handle]int
-	scheduled int // members before this index have been scheduled or passed
-	running   bool
-	wake      chan struct{}
+	// Where each sample is read in this rank-epoch, for the cache's ranker:
+	// first[s] is sample s's first member index (-1: none) and more holds
+	// every member index of samples read more than once (re-weighted epochs).
+	first []int32
+	more  map[int32][]int32
+	// readers is the sorted positions of the open handles (or, when none is
+	// open, of the last one to close), for lock-free ranking.
+	readers     atomic.Pointer[[]int]
+	openHandles atomic.Int32
+
+	mu      sync.Mutex // guards the fields below
+	handles map[*Handle]int
+	sched   []uint64 // bit i: member i has been scheduled
+	running bool
+	wake    chan struct{}
 }
 
 func newStream(r *Reader, m *layout.Members) *stream {
-	return &stream{r: r, m: m, handles: map[*Handle]int{}, wake: make(chan struct{}, 1)}
+	s := &stream{r: r, m: m, handles: map[*Handle]int{}, wake: make(chan struct{}, 1), sched: make([]uint64, (m.Len()+63)/64)}
+	top := int32(-1)
+	for i := 0; i < m.Len(); i++ {
+		top = max(top, int32(m.Sample(i)))
+	}
+	s.first = make([]int32, top+1)
+	for i := range s.first {
+		s.first[i] = -1
+	}
+	for i := 0; i < m.Len(); i++ {
+		smp := int32(m.Sample(i))
+		switch f := s.first[smp]; {
+		case f < 0:
+			s.first[smp] = int32(i)
+		default:
+			if s.more == nil {
+				s.more = map[int32][]int32{}
+			}
+			if len(s.more[smp]) == 0 {
+				s.more[smp] = []int32{f}
+			}
+			s.more[smp] = append(s.more[smp], int32(i))
+		}
+	}
+	empty := []int{}
+	s.readers.Store(&empty)
+	return s
+}
+
+// nextUse is how many bytes of this rank-epoch lie between sample smp's next
+// read and the nearest reader before it, or NoUse.
+func (s *stream) nextUse(smp int32) int64 {
+	ps := *s.readers.Load()
+	if len(ps) == 0 || int(smp) >= len(s.first) || s.first[smp] < 0 {
+		return cache.NoUse
+	}
+	m := int(s.first[smp])
+	if m < ps[0] {
+		m = -1
+		for _, i := range s.more[smp] {
+			if int(i) >= ps[0] {
+				m = int(i)
+				break
+			}
+		}
+		if m < 0 {
+			return cache.NoUse
+		}
+	}
+	p := ps[sort.SearchInts(ps, m+1)-1]
+	return s.m.Offset(m) - s.m.Offset(p)
+}
+
+// rank is the cache's Ranker: the nearest next use over every open stream.
+func (r *Reader) rank(k cache.Key) int64 {
+	best := cache.NoUse
+	for _, s := range *r.live.Load() {
+		if d := s.nextUse(k.Sample); d != cache.NoUse {
+			best = min(best, d+int64(k.Chunk)*r.cfg.ChunkSize)
+		}
+	}
+	return best
+}
+
+// publishLocked makes the reader's stream set visible to rank. Caller holds r.mu.
+func (r *Reader) publishLocked() {
+	all := make([]*stream, 0, len(r.streams))
+	for _, s := range r.streams {
+		all = append(all, s)
+	}
+	r.live.Store(&all)
+}
+
+// publishReaders stores the sorted positions of the open handles. Caller holds s.mu.
+func (s *stream) publishReaders() {
+	if len(s.handles) == 0 {
+		return // keep the last positions: a worker between two batch files still reads on
+	}
+	ps := make([]int, 0, len(s.handles))
+	for _, pos := range s.handles {
+		ps = append(ps, pos)
+	}
+	slices.Sort(ps)
+	ps = slices.Compact(ps)
+	s.readers.Store(&ps)
 }
 
 func (s *stream) open(h *Handle, pos int) {
 	s.mu.Lock()
 	s.handles[h] = pos
+	s.openHandles.Add(1)
+	s.publishReaders()
 	start := !s.running && !s.r.cfg.Disabled
 	s.running = s.running || start
 	s.mu.Unlock()
@@ -591,7 +731,11 @@ func (s *stream) open(h *Handle, pos int) {
 
 func (s *stream) close(h *Handle) {
 	s.mu.Lock()
-	delete(s.handles, h)
+	if _, ok := s.handles[h]; ok {
+		delete(s.handles, h)
+		s.openHandles.Add(-1)
+		s.publishReaders()
+	}
 	s.mu.Unlock()
 }
 
@@ -599,6 +743,7 @@ func (s *stream) advance(h *Handle, member int) {
 	s.mu.Lock()
 	if pos, ok := s.handles[h]; ok && member > pos {
 		s.handles[h] = member
+		s.publishReaders()
 	}
 	s.mu.Unlock()
 	s.poke()
@@ -622,17 +767,77 @@ func (s *stream) stopIfIdle() bool {
 	return true
 }
 
-// low is the lowest position of an open handle, or -1 when none is open.
-func (s *stream) low() int {
+// positions is the sorted, distinct positions of the open handles.
+func (s *stream) positions() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	low := -1
-	for _, pos := range s.handles {
-		if low < 0 || pos < low {
-			low = pos
+	if len(s.handles) == 0 {
+		return nil
+	}
+	return *s.readers.Load()
+}
+
+// activeStreams is how many rank-epochs have an open handle: they share the lead.
+func (r *Reader) activeStreams() int {
+	n := 0
+	for _, s := range *r.live.Load() {
+		if s.openHandles.Load() > 0 {
+			n++
 		}
 	}
-	return low
+	return max(n, 1)
+}
+
+// target is a member to have ready and its distance ahead of its reader.
+type target struct {
+	member int
+	dist   int64
+}
+
+// targets returns the members not yet scheduled that the readers at ps
+// (sorted) will read within the lead, nearest first. Each reader is served
+// up to the next reader's position; the lead is shared by water-filling, so
+// every reader gets the same distance ahead of it (members already cached
+// count, as they hold part of the budget).
+func (s *stream) targets(ps []int, lead int64) []target {
+	type seg struct {
+		from, to int
+		bytes    int64
+	}
+	segs := make([]seg, len(ps))
+	for i, p := range ps {
+		to := s.m.Len()
+		if i+1 < len(ps) {
+			to = ps[i+1]
+		}
+		segs[i] = seg{p, to, s.m.Offset(to) - s.m.Offset(p)}
+	}
+	// The level d with sum(min(bytes_i, d)) = lead.
+	lens := make([]int64, len(segs))
+	for i, sg := range segs {
+		lens[i] = sg.bytes
+	}
+	slices.Sort(lens)
+	d, left := int64(math.MaxInt64), lead
+	for i, l := range lens {
+		if rest := int64(len(lens) - i); l*rest >= left {
+			d = left / rest
+			break
+		}
+		left -= l
+	}
+	var out []target
+	for _, sg := range segs {
+		base := s.m.Offset(sg.from)
+		for m := sg.from; m < sg.to && s.m.Offset(m)-base < d; m++ {
+			if s.sched[m/64]&(1<<(m%64)) != 0 {
+				continue
+			}
+			out = append(out, target{m, s.m.Offset(m) - base})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b target) int { return cmp.Compare(a.dist, b.dist) })
+	return out
 }
 
 // pump schedules fetches ahead of the readers until the reader closes.
@@ -648,8 +853,8 @@ func (s *stream) pump() {
 		case <-s.wake:
 		case <-tick.C:
 		}
-		low := s.low()
-		if low < 0 {
+		ps := s.positions()
+		if ps == nil {
 			// No reader for IdleAfter: drop the stream; the next open starts anew.
 			if idle++; time.Duration(idle)*100*time.Millisecond >= s.r.cfg.IdleAfter && s.r.drop(s) {
 				return
@@ -657,32 +862,31 @@ func (s *stream) pump() {
 			continue
 		}
 		idle = 0
-		s.mu.Lock()
-		if s.scheduled < low {
-			s.scheduled = low
-		}
-		next := s.scheduled
-		s.mu.Unlock()
-		lead := s.r.lead()
-		base := s.m.Offset(low)
-		for next < s.m.Len() && s.m.Offset(next)-base < lead {
-			// Schedule a group of members of about MaxGET bytes at a time.
-			// Small groups near the reader get its next bytes first; further
-			// ahead, larger groups coalesce better.
-			group := min(s.r.cfg.MaxGET*4, max(1<<20, s.m.Offset(next)-base))
-			end := next
-			for end < s.m.Len() && s.m.Offset(end)-s.m.Offset(next) < group && s.m.Offset(end)-base < lead {
-				end++
+		lead := s.r.lead() / int64(s.r.activeStreams())
+		ts := s.targets(ps, lead)
+		for i := 0; i < len(ts); {
+			// Schedule about MaxGET bytes at a time. Small groups near the
+			// readers get their next bytes first; further ahead, larger
+			// groups coalesce better.
+			group := min(s.r.cfg.MaxGET*4, max(1<<20, ts[i].dist))
+			var members []int
+			var bytes int64
+			for ; i < len(ts) && (len(members) == 0 || bytes < group); i++ {
+				m := ts[i].member
+				members = append(members, m)
+				bytes += s.m.Offset(m+1) - s.m.Offset(m)
+				s.mu.Lock()
+				s.sched[m/64] |= 1 << (m % 64)
+				s.mu.Unlock()
 			}
-			if !s.schedule(next, end) {
-				break
+			if !s.schedule(members) {
+				return
 			}
-			next = end
-			s.mu.Lock()
-			s.scheduled = next
-			s.mu.Unlock()
 		}
-		ahead := s.m.Offset(next) - base
+		ahead := int64(0)
+		if len(ts) > 0 {
+			ahead = ts[len(ts)-1].dist
+		}
 		s.r.m.PrefetchLead.Store(ahead)
 		if rate := s.r.currentRate(); rate > 0 {
 			s.r.m.SetLeadSeconds(float64(ahead) / rate)
@@ -703,12 +907,13 @@ type span struct {
 	keys     []cache.Key
 }
 
-// schedule issues coalesced GETs for the chunks of members [from, to) that
+// schedule issues coalesced GETs for the chunks of the given members that
 // are neither cached nor in flight, earliest member first. Each span's chunks
-// are claimed only when its GET is issued, so a reader never waits on a
-// claim that is still queued behind other prefetches: it fetches on demand.
-// It returns false when the reader is closing.
-func (s *stream) schedule(from, to int) bool {
+// are claimed (and their bytes reserved in the cache's budget) only when its
+// GET is issued, so a reader never waits on a claim that is still queued
+// behind other prefetches: it fetches on demand. It returns false when the
+// reader is closing.
+func (s *stream) schedule(members []int) bool {
 	r := s.r
 	type loc struct {
 		k        cache.Key
@@ -717,7 +922,7 @@ func (s *stream) schedule(from, to int) bool {
 		off, end int64
 	}
 	var locs []loc
-	for i := from; i < to; i++ {
+	for _, i := range members {
 		smp := s.m.Sample(i)
 		size := r.sampleSize(smp)
 		for c := int64(0); c*r.cfg.ChunkSize < size; c++ {
@@ -739,7 +944,10 @@ func (s *stream) schedule(from, to int) bool {
 		if n := len(spans); n > 0 {
 			last := &spans[n-1]
 			if last.shard == l.shard && l.off-last.end <= r.cfg.MergeGap && l.end-last.off <= r.cfg.MaxGET {
-				last.end = max(last.end, l.end)
+				if l.off < last.end { // the same sample twice in a re-weighted epoch
+					continue
+				}
+				last.end = l.end
 				last.keys = append(last.keys, l.k)
 				last.first = min(last.first, l.member)
 				continue
@@ -748,6 +956,7 @@ func (s *stream) schedule(from, to int) bool {
 		spans = append(spans, pending{span{shard: l.shard, off: l.off, end: l.end, keys: []cache.Key{l.k}}, l.member})
 	}
 	slices.SortStableFunc(spans, func(a, b pending) int { return cmp.Compare(a.first, b.first) })
+	chunkLen := func(k cache.Key) int64 { _, _, n := r.chunkRange(k); return n }
 	for _, sp := range spans {
 		size := sp.end - sp.off
 		if err := r.inflight.Acquire(r.ctx, size); err != nil {
@@ -759,7 +968,7 @@ func (s *stream) schedule(from, to int) bool {
 			r.inflight.Release(size)
 			return false
 		}
-		sp.keys = r.cache.Claim(sp.keys)
+		sp.keys = r.cache.Claim(sp.keys, chunkLen)
 		if len(sp.keys) == 0 { // all fetched on demand meanwhile
 			<-r.prefGets
 			r.inflight.Release(size)
@@ -775,17 +984,22 @@ func (s *stream) schedule(from, to int) bool {
 	return true
 }
 
+// fetchSpan reads a span's claimed chunks, each into a buffer of its own,
+// so a cached chunk never pins the rest of the span, and the disk tier
+// reads a whole-sample chunk straight into its buffer.
 func (r *Reader) fetchSpan(sp span) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ReadTimeout)
 	defer cancel()
 	start := time.Now()
-	// Only the span's own samples must be fetched; the gaps it spans only
-	// ride along in a GET that is made anyway.
-	need := map[int]bool{}
-	for _, k := range sp.keys {
-		need[int(k.Sample)] = true
+	pieces := make([]piece, len(sp.keys))
+	var total int64
+	for i, k := range sp.keys {
+		_, off, n := r.chunkRange(k)
+		pieces[i] = piece{off, make([]byte, n)}
+		total += n
 	}
-	b, err := r.readRange(ctx, sp.shard, sp.off, sp.end-sp.off, func(s int) bool { return need[s] })
+	// Keys were claimed in shard order; a repeated chunk was skipped.
+	err := r.readInto(ctx, sp.shard, pieces)
 	r.observeLatency(time.Since(start))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
@@ -796,10 +1010,8 @@ func (r *Reader) fetchSpan(sp span) {
 		}
 		return
 	}
-	r.m.PrefetchBytes.Add(int64(len(b)))
-	for _, k := range sp.keys {
-		_, off, n := r.chunkRange(k)
-		// Copy out so a cached chunk does not pin the whole span.
-		r.cache.Fill(k, slices.Clone(b[off-sp.off:off-sp.off+n]))
+	r.m.PrefetchBytes.Add(total)
+	for i, k := range sp.keys {
+		r.cache.Fill(k, pieces[i].buf)
 	}
 }

@@ -177,10 +177,13 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if _, err := f.order.checkSteps(in); err != nil {
 		return nil, err
 	}
-	// The cache holds verified chunks, prefetched ones included, and the lead
-	// may fill half of it; GETs in flight add at most InFlight on top. A soft
-	// limit keeps the Go heap's garbage from doubling that, so RSS stays near
-	// --cache-size + InFlight + the daemon's own ~100 MiB.
+	// One budget, --cache-size, holds the verified chunks (prefetched ones
+	// included) and the bytes of prefetch GETs in flight, which are reserved
+	// in the cache when issued; the lead, shared by all open rank-epochs, may
+	// fill half of it. What lies outside: demand reads (DemandGET chunks at
+	// most) and the stores' response buffers of GETs in flight (InFlight at
+	// most). A soft limit keeps the Go heap's garbage from doubling that, so
+	// RSS stays near --cache-size + InFlight + the daemon's own ~100 MiB.
 	cfg := prefetch.DefaultConfig()
 	cfg.Budget = int64(cacheSize) / 2
 	cfg.InFlight = min(cfg.InFlight, int64(cacheSize)/4)

@@ -1,0 +1,123 @@
+package prefetch
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/internal/testds"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
+)
+
+// TestEveryReaderGetsItsLead: DataLoader workers read different batch files
+// of one rank-epoch at once. The lead is shared among them, so the next
+// bytes of every worker are prefetched, not only those after the slowest.
+func TestEveryReaderGetsItsLead(t *testing.T) {
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{120, 60, 20}, MinSize: 2000, MaxSize: 4000, Seed: 2}, met)
+	in, _ := dataset.LayoutInput(ds.Manifest)
+	cat := dataset.Catalog{M: ds.Manifest}
+	o, err := layout.Order(in, layout.Params{World: 1, Batch: 10, Alpha: 1, Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := layout.NewMembers(o, cat)
+	batchBytes := m.Offset(10) - m.Offset(0)
+	cfg := DefaultConfig()
+	// A lead of about four batches: enough for four workers' next samples,
+	// far short of the distance between the first and the last worker.
+	cfg.Budget, cfg.MinLead = 4*batchBytes, 4*batchBytes
+	c := cache.New(64<<20, nil)
+	r := New(ds, cat, c, met, cfg, nil)
+	defer r.Close()
+	workers := []int{0, 5, 10, 15}
+	for _, b := range workers {
+		h := r.Open(m.Batch(b))
+		defer h.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, b := range workers {
+		first := cache.Key{Sample: int32(m.Sample(10 * b))}
+		for !c.Contains(first) {
+			if time.Now().After(deadline) {
+				t.Fatalf("batch %d's first sample not prefetched within 10s (workers at batches %v, lead %d bytes)", b, workers, cfg.Budget)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// And the lead is a bound: nothing beyond it is fetched.
+	if n := met.PrefetchBytes.Load(); n > 2*cfg.Budget {
+		t.Fatalf("prefetched %d bytes with a lead of %d", n, cfg.Budget)
+	}
+}
+
+// TestRankIsNextUse: the cache's ranker gives, for every sample, the bytes
+// between its next read in any open rank-epoch and the nearest reader
+// before it, NoUse for samples no reader will read again; re-weighted
+// epochs, where a sample is read more than once, included.
+func TestRankIsNextUse(t *testing.T) {
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{80, 30, 6}, MinSize: 500, MaxSize: 3000, Seed: 6}, met)
+	in, _ := dataset.LayoutInput(ds.Manifest)
+	cat := dataset.Catalog{M: ds.Manifest}
+	cfg := DefaultConfig()
+	cfg.Disabled = true // positions only; nothing fetched
+	r := New(ds, cat, cache.New(1<<20, nil), met, cfg, nil)
+	defer r.Close()
+	var ms []*layout.Members
+	repeats := 0
+	for e, alpha := range []float64{1, 0} { // alpha 0: every class equally often, rare samples repeat
+		o, err := layout.Order(in, layout.Params{World: 1, Batch: 8, Alpha: alpha, Epoch: e, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := layout.NewMembers(o, cat)
+		seen := map[int]bool{}
+		for i := 0; i < m.Len(); i++ {
+			if seen[m.Sample(i)] {
+				repeats++
+			}
+			seen[m.Sample(i)] = true
+		}
+		ms = append(ms, m)
+	}
+	if repeats == 0 {
+		t.Fatal("the re-weighted epoch repeats no sample: the test does not cover repeats")
+	}
+	readers := [][]int{{3, 7}, {0, 2, 5}} // batch files open per rank-epoch
+	for i, bs := range readers {
+		for _, b := range bs {
+			h := r.Open(ms[i].Batch(b))
+			defer h.Close()
+		}
+	}
+	for s := 0; s < in.N(); s++ {
+		want := cache.NoUse
+		for i, m := range ms {
+			var pos []int
+			for _, b := range readers[i] {
+				pos = append(pos, 8*b)
+			}
+			// The first read of s at or after the first reader, measured from the reader just before it.
+			for j := pos[0]; j < m.Len(); j++ {
+				if m.Sample(j) != s {
+					continue
+				}
+				p := pos[0]
+				for _, q := range pos {
+					if q <= j {
+						p = q
+					}
+				}
+				want = min(want, m.Offset(j)-m.Offset(p))
+				break
+			}
+		}
+		if got := r.rank(cache.Key{Sample: int32(s)}); got != want {
+			t.Fatalf("sample %d: rank %d, want %d", s, got, want)
+		}
+	}
+}
