@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -62,34 +64,15 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 	run(t, "rclone", "copy", "--transfers=8", src, "peer:peer/ds")
 	toxitest.Latency(t, proxy, latencyMS, jitterMS)
 
-	order := []string{"--rank=0", "--batch-size=64", fmt.Sprintf("--epochs=%d", epochs), "--seed=3"}
-	// The order of each epoch, as source-relative paths, for the file readers.
-	m := filepath.Join(work, "epochs-order")
-	d := startMount(t, m, exists(filepath.Join(m, ".shardfs/info.json")), nil, binary, append(append([]string{"mount", stores}, order...), "epochs", m)...)
-	var orders [][][]string
-	for e := 0; e < epochs; e++ {
-		orders = append(orders, batchesOf(t, filepath.Join(m, fmt.Sprintf("epochs/%04d/rank-000/index.csv", e)), ""))
-	}
-	d.stop()
-	under := func(root string, e int) [][]string {
-		out := make([][]string, len(orders[e]))
-		for i, b := range orders[e] {
-			for _, k := range b {
-				out[i] = append(out[i], filepath.Join(root, k))
-			}
-		}
-		return out
-	}
-	nb := len(orders[0])
 	type row struct {
 		name   string
 		epochs []stat
 	}
 	var rows []row
-	collect := func(name string, f func() []float64) {
+	collect := func(name string, f func(rep int) []float64) row {
 		var runs [][]float64
 		for i := 0; i < reps; i++ {
-			runs = append(runs, f())
+			runs = append(runs, f(i))
 		}
 		rw := row{name: name}
 		for e := range runs[0] {
@@ -100,50 +83,116 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 			rw.epochs = append(rw.epochs, summarize(xs))
 		}
 		rows = append(rows, rw)
+		return rw
+	}
+	// ordersOf is each epoch's batches of rank 0, as source-relative paths.
+	ordersOf := func(tag string, order []string) [][][]string {
+		m := filepath.Join(work, "epochs-order-"+tag)
+		d := startMount(t, m, exists(filepath.Join(m, ".shardfs/info.json")), nil, binary, append(append([]string{"mount", stores}, order...), "epochs", m)...)
+		defer d.stop()
+		var out [][][]string
+		for e := 0; e < epochs; e++ {
+			out = append(out, batchesOf(t, filepath.Join(m, fmt.Sprintf("epochs/%04d/rank-000/index.csv", e)), ""))
+		}
+		return out
+	}
+	under := func(root string, orders [][][]string, e int) [][]string {
+		out := make([][]string, len(orders[e]))
+		for i, b := range orders[e] {
+			for _, k := range b {
+				out[i] = append(out[i], filepath.Join(root, k))
+			}
+		}
+		return out
+	}
+	// shardfsRow reads the epochs through a mount with the disk tier, fresh
+	// for every repetition; after, with remount, it reads epoch 0 again on
+	// a new mount over the same tier.
+	var rss, disk, remount []float64
+	shardfsRow := func(name, tag string, order []string, nb, perBatch int, afterRemount bool) row {
+		return collect(name, func(rep int) []float64 {
+			cacheDir := filepath.Join(work, fmt.Sprintf("epochs-cache-%s-%d", tag, rep))
+			args := append(append([]string{"mount", stores, fmt.Sprintf("--cache-size=%d", cacheSize), "--cache-dir=" + cacheDir, "--cache-dir-size=" + cacheDirMax}, order...), "epochs")
+			mnt := filepath.Join(work, fmt.Sprintf("epochs-sfs-%s-%d", tag, rep))
+			d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, append(args, mnt)...)
+			var out []float64
+			for e := 0; e < epochs; e++ {
+				rd := filepath.Join(mnt, fmt.Sprintf("epochs/%04d/rank-000", e))
+				out = append(out, float64(nb*perBatch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
+			}
+			peak := d.peakRSS()
+			d.stop()
+			if afterRemount {
+				rss = append(rss, float64(peak)/(1<<20))
+				disk = append(disk, float64(duBytes(cacheDir))/(1<<20))
+				d = startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, append(args, mnt)...)
+				rd := filepath.Join(mnt, "epochs/0000/rank-000")
+				remount = append(remount, float64(nb*perBatch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
+				d.stop()
+			}
+			os.RemoveAll(cacheDir)
+			return out
+		})
+	}
+	filesRow := func(name string, orders [][][]string) row {
+		return collect(name, func(int) []float64 {
+			var out []float64
+			for e := 0; e < epochs; e++ {
+				out = append(out, readBatches(under(src, orders, e)))
+			}
+			return out
+		})
 	}
 
-	var rss, disk, remount []float64
-	collect("shardfs, --cache-size 64MiB --cache-dir (disk tier)", func() []float64 {
-		cacheDir := filepath.Join(work, fmt.Sprintf("epochs-cache-%d", len(rss)))
-		args := append(append([]string{"mount", stores, fmt.Sprintf("--cache-size=%d", cacheSize), "--cache-dir=" + cacheDir, "--cache-dir-size=" + cacheDirMax}, order...), "epochs")
-		mnt := filepath.Join(work, fmt.Sprintf("epochs-sfs-%d", len(rss)))
-		d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, append(args, mnt)...)
-		var out []float64
-		for e := 0; e < epochs; e++ {
-			rd := filepath.Join(mnt, fmt.Sprintf("epochs/%04d/rank-000", e))
-			out = append(out, float64(nb*64)/secs(func() { readBatches(tarBatches(rd, nb)) }))
-		}
-		rss = append(rss, float64(d.peakRSS())/(1<<20))
-		d.stop()
-		disk = append(disk, float64(duBytes(cacheDir))/(1<<20))
-		// Remount on the same disk tier: the first epoch again.
-		d = startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, append(args, mnt)...)
-		rd := filepath.Join(mnt, "epochs/0000/rank-000")
-		remount = append(remount, float64(nb*64)/secs(func() { readBatches(tarBatches(rd, nb)) }))
-		d.stop()
-		return out
-	})
-	collect("rclone mount, --vfs-cache-mode full", func() []float64 {
-		mnt := filepath.Join(work, fmt.Sprintf("epochs-rclone-%d", len(rows)))
+	// One rank reading the whole dataset: the tier must hold all of it.
+	order := []string{"--rank=0", "--batch-size=64", fmt.Sprintf("--epochs=%d", epochs), "--seed=3"}
+	orders := ordersOf("all", order)
+	nb := len(orders[0])
+	sfs := shardfsRow("shardfs, disk tier, one rank reads the dataset", "all", order, nb, 64, true)
+	rc := collect("rclone mount, --vfs-cache-mode full", func(rep int) []float64 {
+		mnt := filepath.Join(work, fmt.Sprintf("epochs-rclone-%d", rep))
 		d := startMount(t, mnt, exists(filepath.Join(mnt, "class00")), nil, "rclone", "mount", "peer:peer/ds", mnt, "--read-only",
 			"--vfs-cache-mode=full", "--cache-dir="+mnt+".cache")
 		var out []float64
 		for e := 0; e < epochs; e++ {
-			out = append(out, readBatches(under(mnt, e)))
+			out = append(out, readBatches(under(mnt, orders, e)))
 		}
 		d.stop()
 		os.RemoveAll(mnt + ".cache")
 		return out
 	})
-	collect("the same samples as files on local disk (ceiling)", func() []float64 {
-		var out []float64
-		for e := 0; e < epochs; e++ {
-			out = append(out, readBatches(under(src, e)))
+	ceil := filesRow("the same samples as files on local disk (ceiling)", orders)
+
+	// Rank 0 of 4: without --affinity it reads a different quarter every
+	// epoch; with it, the same shards, so its tier needs only a quarter.
+	var aff, noAff, affCeil row
+	for _, a := range []bool{false, true} {
+		o := append(slices.Clone(order), "--world-size=4")
+		name, tag := "shardfs, disk tier, rank 0 of 4", "w4"
+		if a {
+			o, name, tag = append(o, "--affinity"), name+", --affinity", "w4aff"
 		}
-		return out
+		ords := ordersOf(tag, o)
+		per := len(ords[0][0])
+		rw := shardfsRow(name, tag, o, len(ords[0]), per, false)
+		if a {
+			aff = rw
+			affCeil = filesRow("rank 0 of 4, --affinity: the same samples as files (ceiling)", ords)
+		} else {
+			noAff = rw
+		}
+	}
+
+	// The FUSE ceiling: an in-memory go-fuse file with shardfs's mount
+	// settings, read by the same 8 threads in slices of one batch's size.
+	ceilMnt := filepath.Join(work, "epochs-fuse-ceiling")
+	batchBytes := total / int64(nb)
+	fuseCeil := repeat(func() float64 {
+		cd := startMount(t, ceilMnt, exists(filepath.Join(ceilMnt, "data")), nil, binary, "ceiling-mount", fmt.Sprintf("--size=%d", batchBytes*int64(nb)), ceilMnt)
+		defer cd.stop()
+		return float64(nb*64) / secs(func() { readSlices(filepath.Join(ceilMnt, "data"), nb, batchBytes) })
 	})
 
-	sfs, rc, ceil := rows[0], rows[1], rows[2]
 	r.printf("## Epochs beyond RAM (samples/s per epoch, 8 reader threads, %d ms ± %d ms per response through toxiproxy for every reader)\n\n", latencyMS, jitterMS)
 	r.printf("Dataset: %d samples, %.0f MB, %.1f× the mount's `--cache-size` of %d MiB; `--cache-dir-size %s`. One rank reads %d batches of 64 per epoch.\n\n",
 		4_000, float64(total)/1e6, float64(total)/cacheSize, cacheSize>>20, cacheDirMax, nb)
@@ -176,9 +225,38 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 		r.printf("| shardfs epoch %d / rclone's second pass | %.2f× | ≥ 3× |\n", e, sfs.epochs[e].med/rc.epochs[1].med)
 		r.printf("| shardfs epoch %d / local-disk files | %.2f× | ≥ 0.8× |\n", e, sfs.epochs[e].med/ceil.epochs[e].med)
 	}
+	r.printf("| shardfs epoch 1 / FUSE ceiling (in-memory go-fuse file, same readers and sizes: %s samples/s) | %.2f× | (bound of any FUSE mount) |\n", fuseCeil, sfs.epochs[1].med/fuseCeil.med)
+	for e := 1; e < epochs; e++ {
+		r.printf("| rank 0 of 4, epoch %d: --affinity / without | %.2f× | > 1× |\n", e, aff.epochs[e].med/noAff.epochs[e].med)
+		r.printf("| rank 0 of 4, epoch %d: --affinity / its local-disk files | %.2f× | ≥ 0.8× |\n", e, aff.epochs[e].med/affCeil.epochs[e].med)
+	}
 	r.printf("| shardfs after a remount, epoch 0: %s samples/s / its epoch 1 | %.2f× | ≈ 1× |\n", rm, rm.med/sfs.epochs[1].med)
 	rs, ds := summarize(rss), summarize(disk)
 	r.printf("| shardfs peak RSS MiB | %s | ≤ %d (cache + 256) |\n", rs, cacheSize>>20+256)
 	r.printf("| disk tier use MiB | %s | ≤ %s |\n\n", ds, cacheDirMax)
 	r.printf("![epochs](docs/bench/epochs.png)\n\n")
+}
+
+// readSlices reads n slices of size bytes of file with 8 threads, slice i by
+// thread i%8, as readBatches reads batch files.
+func readSlices(file string, n int, size int64) {
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(file)
+			if err != nil {
+				panic(err)
+			}
+			defer f.Close()
+			buf := make([]byte, size)
+			for i := w; i < n; i += 8 {
+				if _, err := f.ReadAt(buf, int64(i)*size); err != nil {
+					panic(fmt.Sprintf("read %s: %v", file, err))
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Disk is the persistent tier below the memory cache: verified whole samples
@@ -117,20 +119,29 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // Get fills dst (len(dst) == s.Size) with sample s's bytes if the tier holds
 // them and they verify. Bytes that fail their checksum are dropped and
 // counted in Corrupt; the caller fetches them again.
-func (d *Disk) Get(s Slot, dst []byte) bool {
+func (d *Disk) Get(s Slot, dst []byte) bool { return d.get(s, dst, true) }
+
+// Serve is Get for a reader's buffer: a sample the tier does not hold is
+// not counted as a miss, since the caller falls back on the path that counts.
+func (d *Disk) Serve(s Slot, dst []byte) bool { return d.get(s, dst, false) }
+
+func (d *Disk) get(s Slot, dst []byte, countMiss bool) bool {
+	miss := func() bool {
+		if countMiss {
+			d.Misses.Add(1)
+		}
+		return false
+	}
 	f := d.open(s.Shard, false)
 	if f == nil {
-		d.Misses.Add(1)
-		return false
+		return miss()
 	}
 	var mark [1]byte
 	if _, err := f.idx.ReadAt(mark[:], int64(s.Index)); err != nil || mark[0] != 1 {
-		d.Misses.Add(1)
-		return false
+		return miss()
 	}
 	if n, _ := f.dat.ReadAt(dst[:s.Size], s.Off); int64(n) != s.Size {
-		d.Misses.Add(1)
-		return false
+		return miss()
 	}
 	if crc32.Checksum(dst[:s.Size], crcTable) != s.Sum {
 		d.Corrupt.Add(1)
@@ -155,6 +166,20 @@ func (d *Disk) Has(s Slot) bool {
 	var mark [1]byte
 	_, err := f.idx.ReadAt(mark[:], int64(s.Index))
 	return err == nil && mark[0] == 1
+}
+
+// Advise asks the kernel to read sample s's bytes into its page cache ahead
+// of a Serve, if the tier holds them, and reports whether it does. It is
+// the prefetch of tier-held samples: the page cache does the copying, and
+// the bytes are still verified when served.
+func (d *Disk) Advise(s Slot) bool {
+	if !d.Has(s) {
+		return false
+	}
+	if f := d.open(s.Shard, false); f != nil {
+		unix.Fadvise(int(f.dat.Fd()), s.Off, s.Size, unix.FADV_WILLNEED)
+	}
+	return true
 }
 
 // Put stores sample s's bytes, which the caller has verified. It reports

@@ -46,6 +46,9 @@ type Options struct {
 	Stats    func() []byte // content of .shardfs/stats.json
 	Created  time.Time
 	Logger   *slog.Logger
+	// DirectIO serves batch and epoch files past the kernel's page cache:
+	// each read reaches the daemon, no page is kept.
+	DirectIO bool
 }
 
 // tree is shared by every node.
@@ -423,6 +426,9 @@ func (f *virtFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 func (f *virtFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
 		return nil, 0, syscall.EROFS
+	}
+	if f.t.DirectIO {
+		return f.t.Reader.Open(f.fm), fuse.FOPEN_DIRECT_IO, 0
 	}
 	return f.t.Reader.Open(f.fm), fuse.FOPEN_KEEP_CACHE, 0
 }

@@ -50,6 +50,7 @@ func TestDiskTierServesAfterRemount(t *testing.T) {
 	want := expected(t, m.Epoch(), ds.Src, cat)
 	dir := t.TempDir()
 	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
+	var mem *cache.Cache
 	readEpoch := func(label string) (*countingFetcher, *cache.Disk) {
 		t.Helper()
 		disk, err := cache.OpenDisk(dir, ns, 1<<30)
@@ -59,7 +60,8 @@ func TestDiskTierServesAfterRemount(t *testing.T) {
 		fetch := &countingFetcher{Fetcher: ds}
 		cfg := prefetch.DefaultConfig()
 		cfg.Disk = disk
-		r := prefetch.New(fetch, cat, cache.New(64<<20, nil), met, cfg, nil)
+		mem = cache.New(64<<20, nil)
+		r := prefetch.New(fetch, cat, mem, met, cfg, nil)
 		defer r.Close()
 		h := r.Open(m.Epoch())
 		defer h.Close()
@@ -88,6 +90,24 @@ func TestDiskTierServesAfterRemount(t *testing.T) {
 	// Coalesced prefetch ranges also cover samples read again later: at least every sample hits.
 	if disk2.Hits.Load() < int64(m.Len()) {
 		t.Fatalf("disk hits %d, want at least the epoch's %d", disk2.Hits.Load(), m.Len())
+	}
+	// A sample a read holds whole is served from the tier straight into the
+	// reader's buffer; only samples split across two reads pass through the
+	// memory cache.
+	var split int64
+	f := m.Epoch()
+	for off := int64(0); off < f.Size(); off += 1 << 20 {
+		for _, e := range f.Extents(nil, off, min(f.Size()-off, 1<<20)) {
+			if e.Piece != layout.PieceSample {
+				continue
+			}
+			if size := cat.Size(m.Sample(int(e.Member))); e.Len != size {
+				split += size
+			}
+		}
+	}
+	if used := mem.Used(); used > split {
+		t.Fatalf("after remount the memory cache holds %d bytes; only the %d bytes of samples split across reads should pass through it", used, split)
 	}
 	// Flip a byte in the middle of every shard file.
 	files, _ := filepath.Glob(filepath.Join(dir, ns, "*.dat"))

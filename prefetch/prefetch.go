@@ -453,6 +453,29 @@ func (r *Reader) readSample(ctx context.Context, s int, p []byte, off int64) (ti
 	return waited, nil
 }
 
+// diskSlot is where sample s lives in the disk tier.
+func (r *Reader) diskSlot(s int) cache.Slot {
+	shard, off, size := r.geo.Locate(s)
+	first, _ := r.didx.ShardSamples(shard)
+	return cache.Slot{Shard: shard, Index: s - first, Off: off, Size: size, Sum: r.didx.SampleSum(s)}
+}
+
+// serveFromDisk fills p with the whole of sample s straight from the disk
+// tier, verified, when p is the whole sample, the tier holds it and the
+// memory cache does not: one copy out of the kernel's page cache, where
+// prefetch has asked the kernel to bring it (Disk.Advise), instead of a
+// copy into a cached chunk and another out of it.
+func (r *Reader) serveFromDisk(s int, p []byte, off int64) bool {
+	if r.disk == nil || off != 0 {
+		return false
+	}
+	size := r.sampleSize(s)
+	if int64(len(p)) != size || size > maxDiskSample || size > r.cfg.ChunkSize || r.cache.Contains(cache.Key{Sample: int32(s)}) {
+		return false
+	}
+	return r.disk.Serve(r.diskSlot(s), p)
+}
+
 // boundRead bounds one read() by ReadTimeout from its start, however many
 // fetches it waits on: a read that would wait longer fails instead.
 func (r *Reader) boundRead(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -468,6 +491,10 @@ func (r *Reader) ReadSample(ctx context.Context, s int, p []byte, off int64) (in
 		return 0, io.EOF
 	}
 	p = p[:min(int64(len(p)), size-off)]
+	if r.serveFromDisk(s, p, off) {
+		r.account(len(p), 0)
+		return len(p), nil
+	}
 	waited, err := r.readSample(ctx, s, p, off)
 	r.account(len(p), waited)
 	if err != nil {
@@ -571,6 +598,12 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			continue
 		}
 		s := h.f.Members().Sample(int(e.Member))
+		if h.r.serveFromDisk(s, dst, e.Off) {
+			if h.st != nil {
+				h.r.done(s)
+			}
+			continue
+		}
 		w, err := h.r.readSample(ctx, s, dst, e.Off)
 		waited += w
 		if err != nil {
@@ -925,6 +958,10 @@ func (s *stream) schedule(members []int) bool {
 	for _, i := range members {
 		smp := s.m.Sample(i)
 		size := r.sampleSize(smp)
+		if r.disk != nil && size <= maxDiskSample && size <= r.cfg.ChunkSize &&
+			!r.cache.Contains(cache.Key{Sample: int32(smp)}) && r.disk.Advise(r.diskSlot(smp)) {
+			continue // served from the tier through the page cache (serveFromDisk)
+		}
 		for c := int64(0); c*r.cfg.ChunkSize < size; c++ {
 			k := cache.Key{Sample: int32(smp), Chunk: int32(c)}
 			if r.cache.Contains(k) {

@@ -37,6 +37,7 @@ type mountFlags struct {
 	allowOther   bool
 	readAheadKB  int
 	noPrefetch   bool
+	directIO     bool
 	readTimeout  time.Duration
 	// orderVersion pins the order a job expects; see layout.OrderVersion.
 	orderVersion int
@@ -92,6 +93,9 @@ Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
 	fl.BoolVar(&f.allowOther, "allow-other", false, "let other users read the mount (turns on default_permissions too)")
 	fl.IntVar(&f.readAheadKB, "read-ahead-kb", 4096, "kernel read-ahead for the mount, in KiB (0: leave the default)")
+	fl.BoolVar(&f.directIO, "direct-io", false, "serve batch and epoch files past the kernel's page cache: faster when\n"+
+		"each file is read once per epoch in large reads (DataLoader workers, WebDataset);\n"+
+		"such files cannot be mmap'ed, and a second read of one is served by the daemon again")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
 	fl.IntVar(&f.orderVersion, "order-version", layout.OrderVersion, "refuse to mount unless this shardfs computes this order version (pin it in job specs so nodes never disagree)")
@@ -219,7 +223,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		return nil, err
 	}
 	root := fs.NewRoot(fs.Options{
-		Catalog: cat, Input: in, Reader: reader, Order: params, ParamsAt: f.order.params, Epochs: f.order.epochs, Ranks: ranks,
+		Catalog: cat, Input: in, Reader: reader, Order: params, ParamsAt: f.order.params, Epochs: f.order.epochs, Ranks: ranks, DirectIO: f.directIO,
 		Info: info, Stats: mt.statsJSON, Created: time.Unix(ds.Manifest.CreatedUnix, 0), Logger: log,
 	})
 	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: name, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, Logger: log})
@@ -340,7 +344,7 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 		"order": map[string]any{"version": layout.OrderVersion, "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
 			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
-		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize},
+		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize, "direct_io": f.directIO},
 	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	return append(b, '\n'), err
