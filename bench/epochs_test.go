@@ -108,8 +108,8 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 	// shardfsRow reads the epochs through a mount with the disk tier, fresh
 	// for every repetition; after, with remount, it reads epoch 0 again on
 	// a new mount over the same tier.
-	var rss, disk, remount []float64
-	shardfsRow := func(name, tag string, order []string, nb, perBatch int, afterRemount bool) row {
+	type extras struct{ rss, disk, remount []float64 }
+	shardfsRow := func(name, tag string, order []string, nb, perBatch int, ex *extras) row {
 		return collect(name, func(rep int) []float64 {
 			cacheDir := filepath.Join(work, fmt.Sprintf("epochs-cache-%s-%d", tag, rep))
 			args := append(append([]string{"mount", stores, fmt.Sprintf("--cache-size=%d", cacheSize), "--cache-dir=" + cacheDir, "--cache-dir-size=" + cacheDirMax}, order...), "epochs")
@@ -122,12 +122,12 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 			}
 			peak := d.peakRSS()
 			d.stop()
-			if afterRemount {
-				rss = append(rss, float64(peak)/(1<<20))
-				disk = append(disk, float64(duBytes(cacheDir))/(1<<20))
+			if ex != nil {
+				ex.rss = append(ex.rss, float64(peak)/(1<<20))
+				ex.disk = append(ex.disk, float64(duBytes(cacheDir))/(1<<20))
 				d = startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, append(args, mnt)...)
 				rd := filepath.Join(mnt, "epochs/0000/rank-000")
-				remount = append(remount, float64(nb*perBatch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
+				ex.remount = append(ex.remount, float64(nb*perBatch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
 				d.stop()
 			}
 			os.RemoveAll(cacheDir)
@@ -148,7 +148,9 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 	order := []string{"--rank=0", "--batch-size=64", fmt.Sprintf("--epochs=%d", epochs), "--seed=3"}
 	orders := ordersOf("all", order)
 	nb := len(orders[0])
-	sfs := shardfsRow("shardfs, disk tier, one rank reads the dataset", "all", order, nb, 64, true)
+	var exPlain, exDirect extras
+	sfs := shardfsRow("shardfs, disk tier, one rank reads the dataset", "all", order, nb, 64, &exPlain)
+	sfsDirect := shardfsRow("shardfs, disk tier, one rank reads the dataset, --direct-io", "all-dio", append(slices.Clone(order), "--direct-io"), nb, 64, &exDirect)
 	rc := collect("rclone mount, --vfs-cache-mode full", func(rep int) []float64 {
 		mnt := filepath.Join(work, fmt.Sprintf("epochs-rclone-%d", rep))
 		d := startMount(t, mnt, exists(filepath.Join(mnt, "class00")), nil, "rclone", "mount", "peer:peer/ds", mnt, "--read-only",
@@ -167,14 +169,14 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 	// epoch; with it, the same shards, so its tier needs only a quarter.
 	var aff, noAff, affCeil row
 	for _, a := range []bool{false, true} {
-		o := append(slices.Clone(order), "--world-size=4")
-		name, tag := "shardfs, disk tier, rank 0 of 4", "w4"
+		o := append(slices.Clone(order), "--world-size=4", "--direct-io")
+		name, tag := "shardfs, disk tier, --direct-io, rank 0 of 4", "w4"
 		if a {
 			o, name, tag = append(o, "--affinity"), name+", --affinity", "w4aff"
 		}
 		ords := ordersOf(tag, o)
 		per := len(ords[0][0])
-		rw := shardfsRow(name, tag, o, len(ords[0]), per, false)
+		rw := shardfsRow(name, tag, o, len(ords[0]), per, nil)
 		if a {
 			aff = rw
 			affCeil = filesRow("rank 0 of 4, --affinity: the same samples as files (ceiling)", ords)
@@ -194,7 +196,7 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 	})
 
 	r.printf("## Epochs beyond RAM (samples/s per epoch, 8 reader threads, %d ms ± %d ms per response through toxiproxy for every reader)\n\n", latencyMS, jitterMS)
-	r.printf("Dataset: %d samples, %.0f MB, %.1f× the mount's `--cache-size` of %d MiB; `--cache-dir-size %s`. One rank reads %d batches of 64 per epoch.\n\n",
+	r.printf("Dataset: %d samples, %.0f MB, %.1f× the mount's `--cache-size` of %d MiB; `--cache-dir-size %s`. One rank reads %d batches of 64 per epoch; \"rank 0 of 4\" rows read a quarter of it.\n\n",
 		4_000, float64(total)/1e6, float64(total)/cacheSize, cacheSize>>20, cacheDirMax, nb)
 	r.printf("| reader |")
 	for e := 0; e < epochs; e++ {
@@ -219,21 +221,28 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 		ch.series = append(ch.series, fmt.Sprintf("epoch %d", e))
 	}
 	r.charts = append(r.charts, ch)
-	rm := summarize(remount)
 	r.printf("\n| target (medians) | measured | goal |\n|---|---|---|\n")
-	for e := 1; e < epochs; e++ {
-		r.printf("| shardfs epoch %d / rclone's second pass | %.2f× | ≥ 3× |\n", e, sfs.epochs[e].med/rc.epochs[1].med)
-		r.printf("| shardfs epoch %d / local-disk files | %.2f× | ≥ 0.8× |\n", e, sfs.epochs[e].med/ceil.epochs[e].med)
+	for _, v := range []struct {
+		name string
+		rw   row
+		ex   extras
+	}{{"shardfs", sfs, exPlain}, {"shardfs --direct-io", sfsDirect, exDirect}} {
+		for e := 1; e < epochs; e++ {
+			r.printf("| %s epoch %d / rclone's second pass | %.2f× | ≥ 3× |\n", v.name, e, v.rw.epochs[e].med/rc.epochs[1].med)
+			r.printf("| %s epoch %d / local-disk files | %.2f× | ≥ 0.8× |\n", v.name, e, v.rw.epochs[e].med/ceil.epochs[e].med)
+		}
+		r.printf("| %s epoch 1 / FUSE ceiling (in-memory go-fuse file, same readers and sizes: %s samples/s) | %.2f× | (bound of a page-cached FUSE mount) |\n", v.name, fuseCeil, v.rw.epochs[1].med/fuseCeil.med)
+		rm := summarize(v.ex.remount)
+		r.printf("| %s after a remount, epoch 0: %s samples/s / its epoch 1 | %.2f× | ≈ 1× |\n", v.name, rm, rm.med/v.rw.epochs[1].med)
+		rs, ds := summarize(v.ex.rss), summarize(v.ex.disk)
+		r.printf("| %s peak RSS MiB | %s | ≤ %d (cache + 256) |\n", v.name, rs, cacheSize>>20+256)
+		r.printf("| %s disk tier use MiB | %s | ≤ %s |\n", v.name, ds, cacheDirMax)
 	}
-	r.printf("| shardfs epoch 1 / FUSE ceiling (in-memory go-fuse file, same readers and sizes: %s samples/s) | %.2f× | (bound of any FUSE mount) |\n", fuseCeil, sfs.epochs[1].med/fuseCeil.med)
 	for e := 1; e < epochs; e++ {
 		r.printf("| rank 0 of 4, epoch %d: --affinity / without | %.2f× | > 1× |\n", e, aff.epochs[e].med/noAff.epochs[e].med)
 		r.printf("| rank 0 of 4, epoch %d: --affinity / its local-disk files | %.2f× | ≥ 0.8× |\n", e, aff.epochs[e].med/affCeil.epochs[e].med)
 	}
-	r.printf("| shardfs after a remount, epoch 0: %s samples/s / its epoch 1 | %.2f× | ≈ 1× |\n", rm, rm.med/sfs.epochs[1].med)
-	rs, ds := summarize(rss), summarize(disk)
-	r.printf("| shardfs peak RSS MiB | %s | ≤ %d (cache + 256) |\n", rs, cacheSize>>20+256)
-	r.printf("| disk tier use MiB | %s | ≤ %s |\n\n", ds, cacheDirMax)
+	r.printf("\n")
 	r.printf("![epochs](docs/bench/epochs.png)\n\n")
 }
 

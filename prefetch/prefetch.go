@@ -344,7 +344,8 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 		}
 		copyIn(b, rn.lo)
 		for i := rn.first; i <= rn.last; i++ {
-			if sl := slot(i); sl.Size <= maxDiskSample {
+			// A sample between two wanted ones may already be held.
+			if sl := slot(i); sl.Size <= maxDiskSample && !r.disk.Has(sl) {
 				r.disk.Put(sl, b[sl.Off-rn.lo:sl.Off-rn.lo+sl.Size])
 			}
 		}
