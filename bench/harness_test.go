@@ -55,6 +55,9 @@ func summarize(xs []float64) stat {
 }
 
 func (s stat) String() string { return fmt.Sprintf("%.0f (%.0f–%.0f)", s.med, s.lo, s.hi) }
+// pct2 prints a stat that is already a percentage.
+func (s stat) pct2() string { return fmt.Sprintf("%.2f%% (%.2f–%.2f)", s.med, s.lo, s.hi) }
+
 func (s stat) pct() string {
 	return fmt.Sprintf("%.2f%% (%.2f–%.2f)", 100*s.med, 100*s.lo, 100*s.hi)
 }
@@ -186,6 +189,7 @@ func TestBenchmarks(t *testing.T) {
 		{"stalls", func() { stalls(t, r, work, src) }},
 		{"degraded", func() { degraded(t, r, work, src) }},
 		{"epochs", func() { epochsBeyondRAM(t, r, work) }},
+		{"latency", func() { latencyRegime(t, r, work) }},
 	}
 	only := os.Getenv("SHARDFS_BENCH_ONLY")
 	for _, sc := range scenarios {

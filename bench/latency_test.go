@@ -1,0 +1,303 @@
+//go:build benchharness
+
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/miniotest"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/internal/toxitest"
+)
+
+// getRate runs ranged GETs of size bytes at random offsets of key with
+// inflight of them at once for dur, and returns GETs/s and bytes/s: the
+// ceiling of whatever reads this store through the same proxy.
+func getRate(t *testing.T, st backend.Store, key string, objSize, size int64, inflight int, dur time.Duration) (float64, float64) {
+	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	defer cancel()
+	var gets, bytes atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < inflight; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, size)
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for ctx.Err() == nil {
+				off := rng.Int64N(objSize - size)
+				if err := st.ReadAt(ctx, key, buf, off); err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("ceiling GET: %v", err)
+					}
+					return
+				}
+				gets.Add(1)
+				bytes.Add(size)
+			}
+		}()
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	return float64(gets.Load()) / secs, float64(bytes.Load()) / secs
+}
+
+type mountStats struct {
+	Hedged int64 `json:"hedged_reads"`
+	Stores []struct {
+		Requests int64 `json:"requests"`
+	} `json:"stores"`
+}
+
+func (s mountStats) gets() int64 {
+	var n int64
+	for _, st := range s.Stores {
+		n += st.Requests
+	}
+	return n
+}
+
+// latencyRegime is the regime real object stores live in: every reader,
+// shardfs and the peers alike, reads one MinIO through one toxiproxy that
+// adds 0, 20 ± 5 or 50 ± 10 ms to every response, and the ceilings are
+// minio-go ranged GETs through the same proxy in the same run. Cold reads,
+// 8 reader threads; then a PyTorch DataLoader trainer at 20 ms.
+func latencyRegime(t *testing.T, r *report, work string) {
+	const (
+		samples   = 4_000
+		batch     = 64
+		peerBatch = 8 // peers read the first 8 batches: at 50 ms s3fs needs ~20 s for them
+		compute   = 0.1
+	)
+	src := filepath.Join(work, "latency-src")
+	total, err := synth.Write(src, synth.Imbalanced(samples, 10, 0.75, 50_000, 150_000, 13))
+	if err != nil {
+		t.Fatal(err)
+	}
+	avgSample := float64(total) / samples
+	srv := miniotest.Start(t, "store0", "store1", "store2", "store3", "store4", "store5", "peer")
+	tp := toxitest.Start(t)
+	proxy := tp.Proxy("minio-latency", srv.Addr)
+	var urls []string
+	for i := 0; i < 6; i++ {
+		urls = append(urls, fmt.Sprintf("http://%s/store%d/ds", proxy.Listen, i))
+	}
+	stores := "--stores=" + strings.Join(urls, ",")
+	run(t, binary, "ingest", stores, "--data=4", "--parity=2", src, "lat")
+	for _, kv := range [][2]string{{"RCLONE_CONFIG_PEER_TYPE", "s3"}, {"RCLONE_CONFIG_PEER_PROVIDER", "Minio"}, {"RCLONE_CONFIG_PEER_ENDPOINT", "http://" + proxy.Listen},
+		{"RCLONE_CONFIG_PEER_ACCESS_KEY_ID", miniotest.AccessKey}, {"RCLONE_CONFIG_PEER_SECRET_ACCESS_KEY", miniotest.SecretKey}} {
+		os.Setenv(kv[0], kv[1])
+	}
+	run(t, "rclone", "copy", "--transfers=8", src, "peer:peer/lat")
+	ceilStore, err := backend.Open(fmt.Sprintf("http://%s/peer/ceiling", proxy.Listen),
+		backend.OpenOptions{Credentials: &backend.Credentials{AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const blob = 256 << 20
+	if err := ceilStore.Put(context.Background(), "blob", make([]byte, blob)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The order every reader follows: rank 0, batches of 64.
+	m := filepath.Join(work, "latency-order")
+	d := startMount(t, m, exists(filepath.Join(m, ".shardfs/info.json")), nil, binary, "mount", stores, "--rank=0", "--batch-size=64", "lat", m)
+	order := batchesOf(t, filepath.Join(m, "epochs/0000/rank-000/index.csv"), "")
+	indexCSV := filepath.Join(work, "latency-index.csv")
+	os.WriteFile(indexCSV, mustReadFile(t, filepath.Join(m, "epochs/0000/rank-000/index.csv")), 0o644)
+	d.stop()
+	nb := len(order)
+	peerFiles := func(root string) [][]string {
+		out := make([][]string, peerBatch)
+		for i, b := range order[:peerBatch] {
+			for _, k := range b {
+				out[i] = append(out[i], filepath.Join(root, k))
+			}
+		}
+		return out
+	}
+	peers := []struct {
+		name string
+		cmd  func(m string) (string, []string)
+	}{
+		{"rclone mount, cache off", func(m string) (string, []string) {
+			return "rclone", []string{"mount", "peer:peer/lat", m, "--read-only", "--vfs-cache-mode=off"}
+		}},
+		{"s3fs", func(m string) (string, []string) {
+			pw := m + ".passwd"
+			os.WriteFile(pw, []byte(miniotest.AccessKey+":"+miniotest.SecretKey), 0o600)
+			return "s3fs", []string{"peer:/lat", m, "-f", "-o", "url=http://" + proxy.Listen, "-o", "use_path_request_style", "-o", "passwd_file=" + pw, "-o", "ro"}
+		}},
+	}
+
+	type result struct {
+		small, large       stat // ceilings: GETs/s of sample size; samples/s-equivalent of 8 MiB GETs
+		global, window     stat
+		hedgeG, hedgeW     stat // hedged reads per 100 GETs
+		peer               []stat
+		trainerSFS, trPeer stat
+	}
+	latencies := []struct{ ms, jitter int }{{0, 0}, {20, 5}, {50, 10}}
+	var results []result
+	n := 0
+	for _, lat := range latencies {
+		toxitest.Heal(t, proxy)
+		if lat.ms > 0 {
+			toxitest.Latency(t, proxy, lat.ms, lat.jitter)
+		}
+		var res result
+		res.small = repeat(func() float64 {
+			g, _ := getRate(t, ceilStore, "blob", blob, int64(avgSample), 64, 3*time.Second)
+			return g
+		})
+		res.large = repeat(func() float64 {
+			_, b := getRate(t, ceilStore, "blob", blob, 8<<20, 8, 3*time.Second)
+			return b / avgSample
+		})
+		shardfs := func(flag string) (stat, stat) {
+			var rate, hedges []float64
+			for i := 0; i < reps; i++ {
+				n++
+				mnt := filepath.Join(work, fmt.Sprintf("latency-sfs-%d", n))
+				d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, "mount", stores, "--rank=0", "--batch-size=64", flag, "lat", mnt)
+				rd := filepath.Join(mnt, "epochs/0000/rank-000")
+				rate = append(rate, float64(nb*batch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
+				var st mountStats
+				if err := json.Unmarshal(mustReadFile(t, filepath.Join(mnt, ".shardfs/stats.json")), &st); err != nil {
+					t.Fatal(err)
+				}
+				hedges = append(hedges, 100*float64(st.Hedged)/float64(max(st.gets(), 1)))
+				d.stop()
+			}
+			return summarize(rate), summarize(hedges)
+		}
+		res.global, res.hedgeG = shardfs("--window=0")
+		res.window, res.hedgeW = shardfs("--window=4")
+		for pi, p := range peers {
+			res.peer = append(res.peer, repeat(func() float64 {
+				n++
+				mnt := filepath.Join(work, fmt.Sprintf("latency-peer%d-%d", pi, n))
+				name, args := p.cmd(mnt)
+				d := startMount(t, mnt, exists(filepath.Join(mnt, "class00")), nil, name, args...)
+				defer d.stop()
+				return readBatches(peerFiles(mnt))
+			}))
+		}
+		if lat.ms == 20 {
+			// The trainer: 100 ms of compute per batch of 64; GPU-idle time
+			// over compute time. shardfs reads the epoch's batch tars; the
+			// best peer reads the same samples as files, first batches only.
+			trainer := func(args ...string) float64 {
+				out := run(t, "/usr/bin/python3", append([]string{"trainer.py"}, args...)...)
+				var tr struct {
+					Batches int     `json:"batches"`
+					Stall   float64 `json:"stall"`
+				}
+				if err := json.Unmarshal([]byte(lastLine(out)), &tr); err != nil || tr.Batches == 0 {
+					t.Fatalf("trainer.py: %v: %s", err, out)
+				}
+				return tr.Stall
+			}
+			res.trainerSFS = repeat(func() float64 {
+				n++
+				mnt := filepath.Join(work, fmt.Sprintf("latency-train-%d", n))
+				d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, "mount", stores, "--rank=0", "--batch-size=64", "lat", mnt)
+				defer d.stop()
+				return trainer("tars", filepath.Join(mnt, "epochs/0000/rank-000"), fmt.Sprint(compute))
+			})
+			best := 0
+			for i := range res.peer {
+				if res.peer[i].med > res.peer[best].med {
+					best = i
+				}
+			}
+			res.trPeer = repeat(func() float64 {
+				n++
+				mnt := filepath.Join(work, fmt.Sprintf("latency-trainpeer-%d", n))
+				name, args := peers[best].cmd(mnt)
+				d := startMount(t, mnt, exists(filepath.Join(mnt, "class00")), nil, name, args...)
+				defer d.stop()
+				return trainer("files", mnt, indexCSV, fmt.Sprint(compute), fmt.Sprint(peerBatch*2))
+			})
+			r.printf("<!-- trainer peer: %s -->\n", peers[best].name)
+		}
+		results = append(results, res)
+	}
+	toxitest.Heal(t, proxy)
+
+	r.printf("## The latency regime (cold, samples/s, 8 reader threads; toxiproxy adds the latency to every response, for every reader and the ceilings)\n\n")
+	r.printf("Dataset: %d samples of 50–150 kB (%.0f MB), RS(4,2) over 6 buckets of one MinIO behind one toxiproxy. shardfs reads rank 0's whole epoch 0; the peers read the first %d batches of the same order as files. Ceilings: minio-go ranged GETs through the same proxy for 3 s, of the mean sample size (%.0f kB) with 64 in flight, and of 8 MiB with 8 in flight (as samples/s: bytes/s over the mean sample size).\n\n",
+		samples, float64(total)/1e6, peerBatch, avgSample/1e3)
+	r.printf("| latency | small-GET ceiling | 8 MiB-GET ceiling | shardfs global | / small ceiling | hedged %% of GETs | shardfs --window 4 | / 8 MiB ceiling | hedged %% of GETs |")
+	for _, p := range peers {
+		r.printf(" %s |", p.name)
+	}
+	r.printf(" global / best peer | window / best peer |\n|---|---|---|---|---|---|---|---|---|")
+	for range peers {
+		r.printf("---|")
+	}
+	r.printf("---|---|\n")
+	var ch chart
+	ch.title, ch.ylabel, ch.file = "Cold reads against store latency", "samples/s", "latency.png"
+	series := map[string][]stat{}
+	names := []string{"small-GET ceiling", "8 MiB-GET ceiling", "shardfs global", "shardfs --window 4"}
+	for i, lat := range latencies {
+		res := results[i]
+		best := 0.0
+		for _, p := range res.peer {
+			best = max(best, p.med)
+		}
+		r.printf("| %d ± %d ms | %s | %s | %s | %.2f× | %s | %s | %.2f× | %s |", lat.ms, lat.jitter, res.small, res.large, res.global, res.global.med/res.small.med,
+			res.hedgeG.pct2(), res.window, res.window.med/res.large.med, res.hedgeW.pct2())
+		for _, p := range res.peer {
+			r.printf(" %s |", p)
+		}
+		r.printf(" %.1f× | %.1f× |\n", res.global.med/best, res.window.med/best)
+		for j, s := range []stat{res.small, res.large, res.global, res.window} {
+			series[names[j]] = append(series[names[j]], s)
+		}
+		for j, p := range peers {
+			series[p.name] = append(series[p.name], res.peer[j])
+		}
+	}
+	for _, p := range peers {
+		names = append(names, p.name)
+	}
+	for _, name := range names {
+		ch.add(name, series[name]...)
+	}
+	for _, lat := range latencies {
+		ch.series = append(ch.series, fmt.Sprintf("%d ms", lat.ms))
+	}
+	r.charts = append(r.charts, ch)
+	r.printf("\n![latency](docs/bench/latency.png)\n\n")
+	res := results[1]
+	r.printf("**A real trainer at 20 ms:** PyTorch `DataLoader`, 8 workers, %.0f ms of compute per batch of 64, one pass; stall fraction = time the trainer waited for a batch / compute time. shardfs (batch tars, whole epoch): %s; best peer (the same samples as files, first %d batches): %s.\n\n",
+		compute*1000, res.trainerSFS.pct(), peerBatch*2, res.trPeer.pct())
+}
+
+func mustReadFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
