@@ -22,6 +22,7 @@ type Faulty struct {
 	calls     int
 	shortBody bool
 	flipBits  bool
+	stream    time.Duration // a read answers at once, then takes this long to finish
 	rng       *rand.Rand
 }
 
@@ -49,6 +50,11 @@ func (f *Faulty) SetShortBody(on bool) { f.mu.Lock(); f.shortBody = on; f.mu.Unl
 
 // SetFlipBits makes ReadAt flip one bit of every result, silently.
 func (f *Faulty) SetFlipBits(on bool) { f.mu.Lock(); f.flipBits = on; f.mu.Unlock() }
+
+// SetStreaming makes every read answer at once (its first byte arrives,
+// see FirstByte) and then take d to finish, as a healthy store does whose
+// bandwidth the reader's other requests share.
+func (f *Faulty) SetStreaming(d time.Duration) { f.mu.Lock(); f.stream = d; f.mu.Unlock() }
 
 // before applies down, n-th-call and delay faults.
 func (f *Faulty) before(ctx context.Context, op string) error {
@@ -80,8 +86,18 @@ func (f *Faulty) ReadAt(ctx context.Context, key string, p []byte, off int64) er
 		return err
 	}
 	f.mu.Lock()
-	short, flip := f.shortBody, f.flipBits
+	short, flip, stream := f.shortBody, f.flipBits, f.stream
 	f.mu.Unlock()
+	if stream > 0 {
+		MarkFirstByte(ctx)
+		t := time.NewTimer(stream)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
 	if short && len(p) > 0 {
 		// Read one byte less and leave the last byte zeroed: a silent truncation.
 		if err := f.Store.ReadAt(ctx, key, p[:len(p)-1], off); err != nil {

@@ -174,7 +174,7 @@ func (s *S3) ReadAt(ctx context.Context, key string, p []byte, off int64) error 
 		return s.convert("read", key, err)
 	}
 	defer obj.Close()
-	n, err := io.ReadFull(obj, p)
+	n, err := io.ReadFull(noteFirstByte(ctx, obj), p)
 	if err == nil {
 		return nil
 	}

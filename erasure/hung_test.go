@@ -77,3 +77,38 @@ func TestMarkedDownPrimaryIsALastResort(t *testing.T) {
 		t.Fatalf("read of fragment 0 with stores 1 and 2 down and store 0 marked down but up: %v", err)
 	}
 }
+
+// Issue 11 item 3: a store that answers at once but whose bytes take long
+// to arrive (its bandwidth shared with the reader's other requests) is
+// load, not slowness: no read is hedged around it, on either read path.
+// A store that does not answer by the deadline still is.
+func TestStreamingStoreIsNotHedged(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("streaming, not slow "), 800)
+	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{HedgeFloor: 20 * time.Millisecond})
+	primary := p.Placement(0, 0)
+	faulty[primary].SetStreaming(200 * time.Millisecond) // 10x the deadline
+	for _, exact := range []bool{false, true} {
+		var got []byte
+		var err error
+		if exact {
+			got, err = r.ReadExact(context.Background(), sh, 10, 700, func([]byte) bool { return true })
+		} else {
+			got, err = r.ReadRange(context.Background(), sh, 10, 700)
+		}
+		if err != nil || !bytes.Equal(got, data[10:710]) {
+			t.Fatalf("exact %v: read from a streaming store: %v", exact, err)
+		}
+	}
+	if n := m.hedged.Load(); n != 0 {
+		t.Fatalf("%d reads hedged around a store that answered at once and streamed for 200 ms", n)
+	}
+	faulty[primary].SetStreaming(0)
+	faulty[primary].SetDelay(200*time.Millisecond, 0) // no answer until 10x the deadline
+	if got, err := r.ReadRange(context.Background(), sh, 10, 700); err != nil || !bytes.Equal(got, data[10:710]) {
+		t.Fatalf("read around a store that does not answer: %v", err)
+	}
+	if m.hedged.Load() == 0 {
+		t.Fatal("a store that did not answer within 10x its hedge deadline was not hedged")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
@@ -182,7 +183,7 @@ func (fr *fragRead) whole() bool { return fr.data != nil && fr.bad == nil }
 // readFrag reads fragment frag's bytes [A,B), A block-aligned, and checks
 // every block. A store marked down is not asked unless force is set; an
 // excluded store never is.
-func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, force bool) fragRead {
+func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, force bool, fb *backend.FirstByte) fragRead {
 	store := r.codec.Placement(sh.ID, frag)
 	fail := func(err error) *FragmentError {
 		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
@@ -194,8 +195,11 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 		return fragRead{err: fail(ErrStoreDown)}
 	}
 	p := make([]byte, B-A)
+	if fb == nil {
+		fb = &backend.FirstByte{}
+	}
 	start := time.Now()
-	err := r.stores[store].ReadAt(ctx, r.key(sh.ID, frag), p, A)
+	err := r.stores[store].ReadAt(backend.WithFirstByte(ctx, fb), r.key(sh.ID, frag), p, A)
 	d := time.Since(start)
 	r.metrics.BackendRead(store, len(p), d, err)
 	if err != nil {
@@ -204,7 +208,7 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 		}
 		return fragRead{err: fail(err)}
 	}
-	r.health.ok(store, d)
+	r.health.ok(store, responseTime(fb, start, d))
 	bad, first, n := r.codec.badBlocks(sh, frag, A, p)
 	if n == 0 {
 		return fragRead{data: p}
@@ -268,6 +272,15 @@ func (r *Reader) readRangeInto(ctx context.Context, sh *Shard, p []byte, off int
 	return errors.Join(errs...)
 }
 
+// responseTime is what a read says about its store: the time to its first
+// byte where the store reports it, else the whole read.
+func responseTime(fb *backend.FirstByte, start time.Time, whole time.Duration) time.Duration {
+	if d, ok := fb.Since(start); ok {
+		return d
+	}
+	return whole
+}
+
 // readFragmentRange fills dst with data fragment frag's bytes [a,b). When
 // the read outlives its store's hedge deadline, a decode from the other
 // fragments is started too, and the first good answer wins. Losing the race
@@ -289,7 +302,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 		if slow {
 			return decode(ctx, slowRead)
 		}
-		return decode(ctx, r.readFrag(ctx, sh, frag, A, B, false))
+		return decode(ctx, r.readFrag(ctx, sh, frag, A, B, false, nil))
 	}
 	type result struct {
 		fr     fragRead
@@ -299,7 +312,8 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan result, 2)
-	go func() { results <- result{fr: r.readFrag(pctx, sh, frag, A, B, false)} }()
+	fb := &backend.FirstByte{}
+	go func() { results <- result{fr: r.readFrag(pctx, sh, frag, A, B, false, fb)} }()
 	var timer <-chan time.Time
 	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
 		t := time.NewTimer(r.health.deadline(store, int(B-A)))
@@ -312,6 +326,11 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 		select {
 		case <-timer:
 			timer = nil
+			if fb.Arrived() {
+				// The store answered and its bytes are streaming: it shares
+				// the bandwidth with our other reads, it is not slow.
+				continue
+			}
 			hedging = true
 			pending++
 			r.metrics.HedgedRead()
@@ -387,7 +406,7 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 		fr, isKnown := known[f]
 		switch {
 		case r.health.excluded[store]:
-			state[f], reads[f] = done, r.readFrag(ctx, sh, f, A, B, false) // fails at once, naming why
+			state[f], reads[f] = done, r.readFrag(ctx, sh, f, A, B, false, nil) // fails at once, naming why
 		case isKnown && fr.err != nil && (errors.Is(fr.err.Err, errSlow) || errors.Is(fr.err.Err, ErrStoreDown)):
 			// Late, or on a store marked down: not lost. Asked again only
 			// as a last resort, a store marked down only briefly.
@@ -412,6 +431,7 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	inFlight, next := 0, 0
+	answered := make([]backend.FirstByte, total)
 	launch := func() bool {
 		if next >= len(cands) {
 			return false
@@ -427,7 +447,7 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 				c, cancel = context.WithTimeout(pctx, r.health.probeTimeout(L))
 				defer cancel()
 			}
-			results <- result{f, r.readFrag(c, sh, f, A, B, forced[f])}
+			results <- result{f, r.readFrag(c, sh, f, A, B, forced[f], &answered[f])}
 		}()
 		return true
 	}
@@ -467,6 +487,16 @@ wait:
 			inFlight--
 			state[res.f], reads[res.f] = done, res.fr
 		case <-timer.C:
+			streaming := true
+			for f := 0; f < total; f++ {
+				streaming = streaming && (state[f] != pending || answered[f].Arrived())
+			}
+			if streaming {
+				// Every store asked has answered; their bytes share our
+				// bandwidth. That is load, not slowness: no hedge.
+				timer.Reset(hedge)
+				continue
+			}
 			// What is in flight is late: ask one more fragment beside it.
 			// With none left to ask, probe the late stores: once every
 			// fetch in flight is on a store proven down, waiting longer
@@ -602,34 +632,34 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 		}
 		deadline = max(deadline, r.health.deadline(store, int(n)))
 	}
-	ectx := ctx
-	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
-		var cancel context.CancelFunc
-		ectx, cancel = context.WithTimeout(ctx, deadline)
-		defer cancel()
-	}
+	ectx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var answered []*backend.FirstByte
+	var hedged atomic.Bool
 	for pos := off; pos < off+n; {
 		frag := int(pos / F)
 		a := pos - int64(frag)*F
 		b := min(F, a+off+n-pos)
 		dst := out[pos-off : pos-off+(b-a)]
+		fb := &backend.FirstByte{}
+		answered = append(answered, fb)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			store := r.codec.Placement(sh.ID, frag)
 			start := time.Now()
-			err := r.stores[store].ReadAt(ectx, r.key(sh.ID, frag), dst, a)
+			err := r.stores[store].ReadAt(backend.WithFirstByte(ectx, fb), r.key(sh.ID, frag), dst, a)
 			d := time.Since(start)
 			r.metrics.BackendRead(store, len(dst), d, err)
 			if err == nil {
-				r.health.ok(store, d)
+				r.health.ok(store, responseTime(fb, start, d))
 			} else if storeFault(err) {
 				r.health.fail(store)
 			}
 			if err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)
-				if ectx.Err() != nil && ctx.Err() == nil {
+				if hedged.Load() && ctx.Err() == nil && !fb.Arrived() {
 					slow[store] = true
 				}
 				mu.Unlock()
@@ -637,11 +667,25 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 		}()
 		pos += b - a
 	}
+	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
+		// Past the deadline, a store that has not answered at all is slow;
+		// one whose bytes are streaming only shares our bandwidth.
+		timer := time.AfterFunc(deadline, func() {
+			for _, fb := range answered {
+				if !fb.Arrived() {
+					hedged.Store(true)
+					cancel()
+					return
+				}
+			}
+		})
+		defer timer.Stop()
+	}
 	wg.Wait()
 	if firstErr == nil && verify(out) {
 		return out, nil
 	}
-	if ectx.Err() != nil && ctx.Err() == nil {
+	if hedged.Load() && ctx.Err() == nil {
 		r.metrics.HedgedRead()
 		for store := range slow {
 			r.health.suspect(store)

@@ -35,7 +35,7 @@ func (r *Reader) CheckFragment(ctx context.Context, sh *Shard, frag int) *Fragme
 	var bad []int
 	var first *FragmentError
 	for a := int64(0); a < sh.FragSize; a += chunk {
-		fr := r.readFrag(ctx, sh, frag, a, min(sh.FragSize, a+chunk), true)
+		fr := r.readFrag(ctx, sh, frag, a, min(sh.FragSize, a+chunk), true, nil)
 		if fr.err == nil {
 			continue
 		}

@@ -310,3 +310,23 @@ func TestVerifyExitCodes(t *testing.T) {
 		t.Errorf("verify with 2 of 3 stores down: want exit 3 'could not check': %v", r)
 	}
 }
+
+// Issue 11 item 3: hedges fire on a store's own slowness, measured as the
+// time to its first byte. A store 2 s away (toxiproxy latency on its
+// connection alone) is still hedged around: the epoch reads verified, and
+// hedged reads are counted.
+func TestSlowStoreStillHedged(t *testing.T) {
+	pc := startProxiedCluster(t, 6)
+	src := ingestSynthetic(t, pc.urls, 300, "ds", 4, 2)
+	mnt := mountShardfs(t, "--stores="+strings.Join(pc.urls, ","), "--batch-size=16", "--cache-size=64MiB", "ds")
+	toxitest.Latency(t, pc.proxies[2], 2000, 0)
+	res, err := readEpochVerified(t, mnt, src, 0, nil)
+	if err != nil {
+		t.Fatalf("epoch with store 2 answering after 2 s: batch %d: %v", res.batches, err)
+	}
+	st := readMountStats(t, mnt)
+	if st.HedgedReads == 0 {
+		t.Fatalf("%d samples read with one store 2 s away and no read hedged: %+v", res.samples, st)
+	}
+	t.Logf("%d samples read with store 2 answering after 2 s; hedged %d, degraded %d", res.samples, st.HedgedReads, st.DegradedReads)
+}

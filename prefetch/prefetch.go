@@ -140,10 +140,9 @@ func New(fetch Fetcher, geo layout.Geometry, c *cache.Cache, m *metrics.Metrics,
 	r := &Reader{fetch: fetch, geo: geo, cache: c, m: m, cfg: cfg, log: log,
 		demand: make(chan struct{}, cfg.DemandGET), prefGets: make(chan struct{}, cfg.PrefetchGET),
 		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
-	if cfg.Disk != nil {
-		if didx, ok := geo.(DiskIndex); ok {
-			r.disk, r.didx = cfg.Disk, didx
-		}
+	r.didx, _ = geo.(DiskIndex)
+	if cfg.Disk != nil && r.didx != nil {
+		r.disk = cfg.Disk
 	}
 	r.publishLocked()
 	c.SetRanker(r.rank)
@@ -898,22 +897,17 @@ func (s *stream) pump() {
 		idle = 0
 		lead := s.r.lead() / int64(s.r.activeStreams())
 		ts := s.targets(ps, lead)
-		for i := 0; i < len(ts); {
-			// Schedule about MaxGET bytes at a time. Small groups near the
-			// readers get their next bytes first; further ahead, larger
-			// groups coalesce better.
-			group := min(s.r.cfg.MaxGET*4, max(1<<20, ts[i].dist))
-			var members []int
-			var bytes int64
-			for ; i < len(ts) && (len(members) == 0 || bytes < group); i++ {
-				m := ts[i].member
-				members = append(members, m)
-				bytes += s.m.Offset(m+1) - s.m.Offset(m)
-				s.mu.Lock()
-				s.sched[m/64] |= 1 << (m % 64)
-				s.mu.Unlock()
+		if len(ts) > 0 {
+			members := make([]int, len(ts))
+			s.mu.Lock()
+			for i, t := range ts {
+				members[i] = t.member
+				s.sched[t.member/64] |= 1 << (t.member % 64)
 			}
-			if !s.schedule(members) {
+			s.mu.Unlock()
+			// One call for the round: its GETs coalesce across every target,
+			// and are issued nearest first.
+			if !s.schedule(members, s.r.cfg.Budget/int64(s.r.activeStreams())) {
 				return
 			}
 		}
@@ -942,12 +936,17 @@ type span struct {
 }
 
 // schedule issues coalesced GETs for the chunks of the given members that
-// are neither cached nor in flight, earliest member first. Each span's chunks
+// are neither cached nor in flight, earliest member first. Two ranges of a
+// shard are joined into one GET across the samples between them when those
+// are at most MergeGap bytes, or when every one of them is cached, in flight
+// or read by an open reader within horizon bytes (its next use, the cache's
+// rank): then they are fetched too, and a window's shards stream in large
+// GETs instead of one GET per sample. Each span's chunks
 // are claimed (and their bytes reserved in the cache's budget) only when its
 // GET is issued, so a reader never waits on a claim that is still queued
 // behind other prefetches: it fetches on demand. It returns false when the
 // reader is closing.
-func (s *stream) schedule(members []int) bool {
+func (s *stream) schedule(members []int, horizon int64) bool {
 	r := s.r
 	type loc struct {
 		k        cache.Key
@@ -981,14 +980,17 @@ func (s *stream) schedule(members []int) bool {
 	for _, l := range locs {
 		if n := len(spans); n > 0 {
 			last := &spans[n-1]
-			if last.shard == l.shard && l.off-last.end <= r.cfg.MergeGap && l.end-last.off <= r.cfg.MaxGET {
+			if last.shard == l.shard && l.end-last.off <= r.cfg.MaxGET {
 				if l.off < last.end { // the same sample twice in a re-weighted epoch
 					continue
 				}
-				last.end = l.end
-				last.keys = append(last.keys, l.k)
-				last.first = min(last.first, l.member)
-				continue
+				bridge, ok := r.bridge(l.shard, last.end, l.off, horizon)
+				if l.off-last.end <= r.cfg.MergeGap || ok {
+					last.end = l.end
+					last.keys = append(append(last.keys, bridge...), l.k)
+					last.first = min(last.first, l.member)
+					continue
+				}
 			}
 		}
 		spans = append(spans, pending{span{shard: l.shard, off: l.off, end: l.end, keys: []cache.Key{l.k}}, l.member})
@@ -1025,6 +1027,39 @@ func (s *stream) schedule(members []int) bool {
 // fetchSpan reads a span's claimed chunks, each into a buffer of its own,
 // so a cached chunk never pins the rest of the span, and the disk tier
 // reads a whole-sample chunk straight into its buffer.
+// bridge reports whether the samples of shard lying in [from, to) may be
+// fetched in one GET with their neighbours: each is cached or in flight, or
+// is one chunk whose next read is within horizon bytes. It returns the keys
+// of the latter, to be claimed with the GET.
+func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) {
+	if r.didx == nil || to-from > r.cfg.MaxGET {
+		return nil, false
+	}
+	first, count := r.didx.ShardSamples(shard)
+	i := first + sort.Search(count, func(i int) bool {
+		_, o, size := r.geo.Locate(first + i)
+		return o+size > from
+	})
+	var keys []cache.Key
+	for ; i < first+count; i++ {
+		_, o, size := r.geo.Locate(i)
+		if o >= to {
+			break
+		}
+		k := cache.Key{Sample: int32(i)}
+		switch {
+		case size > r.cfg.ChunkSize:
+			return nil, false
+		case r.cache.Contains(k):
+		case r.rank(k) <= horizon:
+			keys = append(keys, k)
+		default:
+			return nil, false
+		}
+	}
+	return keys, true
+}
+
 func (r *Reader) fetchSpan(sp span) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ReadTimeout)
 	defer cancel()

@@ -1,0 +1,66 @@
+package backend
+
+import (
+	"context"
+	"io"
+	"sync/atomic"
+	"time"
+)
+
+// FirstByte records when the first byte of a read's answer arrived. A
+// caller passes one in the context of a ReadAt (WithFirstByte) to tell a
+// store that has not answered yet from one whose answer is still streaming:
+// the first is slow, the second only shares the bandwidth with the caller's
+// other reads. Stores that cannot tell (file://) leave it unset.
+type FirstByte struct{ at atomic.Int64 }
+
+// Arrived reports whether the first byte has arrived.
+func (f *FirstByte) Arrived() bool { return f != nil && f.at.Load() != 0 }
+
+// Since is the time from start to the first byte, if it arrived.
+func (f *FirstByte) Since(start time.Time) (time.Duration, bool) {
+	if !f.Arrived() {
+		return 0, false
+	}
+	return time.Unix(0, f.at.Load()).Sub(start), true
+}
+
+type firstByteKey struct{}
+
+// WithFirstByte returns a context under which ReadAt records into f when the
+// first byte of its answer arrives.
+func WithFirstByte(ctx context.Context, f *FirstByte) context.Context {
+	return context.WithValue(ctx, firstByteKey{}, f)
+}
+
+// firstByteReader marks the context's FirstByte on the first bytes read.
+type firstByteReader struct {
+	r io.Reader
+	f *FirstByte
+}
+
+func (r *firstByteReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 && r.f != nil && r.f.at.Load() == 0 {
+		r.f.at.Store(time.Now().UnixNano())
+		r.f = nil
+	}
+	return n, err
+}
+
+// MarkFirstByte records now as the first byte's arrival for ctx's FirstByte,
+// for stores that know when their answer starts without a body to wrap.
+func MarkFirstByte(ctx context.Context) {
+	if f, _ := ctx.Value(firstByteKey{}).(*FirstByte); f != nil {
+		f.at.CompareAndSwap(0, time.Now().UnixNano())
+	}
+}
+
+// noteFirstByte wraps body so the first bytes read from it mark ctx's FirstByte.
+func noteFirstByte(ctx context.Context, body io.Reader) io.Reader {
+	f, _ := ctx.Value(firstByteKey{}).(*FirstByte)
+	if f == nil {
+		return body
+	}
+	return &firstByteReader{r: body, f: f}
+}
