@@ -55,6 +55,7 @@ func summarize(xs []float64) stat {
 }
 
 func (s stat) String() string { return fmt.Sprintf("%.0f (%.0f–%.0f)", s.med, s.lo, s.hi) }
+
 // pct2 prints a stat that is already a percentage.
 func (s stat) pct2() string { return fmt.Sprintf("%.2f%% (%.2f–%.2f)", s.med, s.lo, s.hi) }
 

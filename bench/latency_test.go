@@ -150,6 +150,13 @@ func latencyRegime(t *testing.T, r *report, work string) {
 		trainerSFS, trPeer stat
 	}
 	latencies := []struct{ ms, jitter int }{{0, 0}, {20, 5}, {50, 10}}
+	// SHARDFS_BENCH_PROFILE=DIR: only 20 ms, and a CPU profile of each shardfs
+	// mount's read plus every process's CPU time, written to DIR.
+	profDir := os.Getenv("SHARDFS_BENCH_PROFILE")
+	if profDir != "" {
+		latencies = latencies[1:2]
+		os.MkdirAll(profDir, 0o755)
+	}
 	var results []result
 	n := 0
 	for _, lat := range latencies {
@@ -171,9 +178,20 @@ func latencyRegime(t *testing.T, r *report, work string) {
 			for i := 0; i < reps; i++ {
 				n++
 				mnt := filepath.Join(work, fmt.Sprintf("latency-sfs-%d", n))
-				d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, "mount", stores, "--rank=0", "--batch-size=64", flag, "lat", mnt)
+				args := []string{"mount", stores, "--rank=0", "--batch-size=64", flag, "lat", mnt}
+				if profDir != "" {
+					args = append(args, "--metrics-addr=127.0.0.1:9955")
+				}
+				d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, args...)
 				rd := filepath.Join(mnt, "epochs/0000/rank-000")
+				var stop func()
+				if profDir != "" {
+					stop = profileDuring(t, filepath.Join(profDir, fmt.Sprintf("%s-%d", strings.TrimLeft(flag, "-"), i)))
+				}
 				rate = append(rate, float64(nb*batch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
+				if stop != nil {
+					stop()
+				}
 				var st mountStats
 				if err := json.Unmarshal(mustReadFile(t, filepath.Join(mnt, ".shardfs/stats.json")), &st); err != nil {
 					t.Fatal(err)
@@ -283,7 +301,12 @@ func latencyRegime(t *testing.T, r *report, work string) {
 	}
 	r.charts = append(r.charts, ch)
 	r.printf("\n![latency](docs/bench/latency.png)\n\n")
-	res := results[1]
+	var res result
+	for i, lat := range latencies {
+		if lat.ms == 20 {
+			res = results[i]
+		}
+	}
 	r.printf("**A real trainer at 20 ms:** PyTorch `DataLoader`, 8 workers, %.0f ms of compute per batch of 64, one pass; stall fraction = time the trainer waited for a batch / compute time. shardfs (batch tars, whole epoch): %s; best peer (the same samples as files, first %d batches): %s.\n\n",
 		compute*1000, res.trainerSFS.pct(), peerBatch*2, res.trPeer.pct())
 }
@@ -300,4 +323,49 @@ func mustReadFile(t *testing.T, p string) []byte {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// profileDuring starts a 3 s CPU profile of the mount on 127.0.0.1:9955 and
+// samples every process's CPU time; stop waits for the profile and writes
+// base.pprof and base.cpu (CPU seconds per process over the interval).
+func profileDuring(t *testing.T, base string) (stop func()) {
+	cpu := func() map[string]float64 {
+		out := map[string]float64{}
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			st := string(b)
+			i, j := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+			if i < 0 || j < i {
+				continue
+			}
+			f := strings.Fields(st[j+2:])
+			var ut, stt float64
+			fmt.Sscan(f[11], &ut)
+			fmt.Sscan(f[12], &stt)
+			out[st[i+1:j]] += (ut + stt) / 100
+		}
+		return out
+	}
+	before, t0 := cpu(), time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(t, "curl", "-s", "-o", base+".pprof", "http://127.0.0.1:9955/debug/pprof/profile?seconds=3")
+	}()
+	return func() {
+		after, el := cpu(), time.Since(t0).Seconds()
+		var b strings.Builder
+		fmt.Fprintf(&b, "%.2f s wall\n", el)
+		for name, v := range after {
+			if d := v - before[name]; d > 0.05 {
+				fmt.Fprintf(&b, "%-20s %.2f s CPU (%.0f%% of one core)\n", name, d, 100*d/el)
+			}
+		}
+		os.WriteFile(base+".cpu", []byte(b.String()), 0o644)
+		<-done
+	}
 }
