@@ -59,6 +59,9 @@ type Params struct {
 	// Skip is how many batches of this epoch's global stream G were already
 	// consumed (an elastic resume): the ranks deal G from batch Skip on.
 	Skip int
+	// Mix weights the datasets (Input.SetGroups) whose samples the order
+	// mixes; nil for one dataset (see mix.go).
+	Mix []float64
 }
 
 // Validate explains what is wrong with p.
@@ -90,6 +93,8 @@ func (p Params) Validate() error {
 		return errors.New("affinity reads each rank's shards once per epoch: leave the epoch size at 0")
 	case p.Skip < 0:
 		return fmt.Errorf("resume at global batch %d: must be >= 0", p.Skip)
+	case p.Mix != nil && (p.Window > 0 || p.Affinity):
+		return errors.New("a mix of datasets is dealt over the global order: leave out --window and --affinity")
 	case p.Skip > 0 && p.Affinity:
 		return errors.New("affinity has no world-size-independent global order to resume in: resume at an epoch boundary")
 	}
@@ -103,6 +108,8 @@ type Input struct {
 	NumStrata int
 	Shard     []uint32 // per sample (window mode)
 	NumShards int
+	Group     []int // per stratum: its dataset, when several are mixed (SetGroups)
+	NumGroups int
 
 	members      [][]int32 // sample indexes per stratum, ascending
 	shardMembers [][]int32 // sample indexes per shard, ascending
@@ -244,6 +251,9 @@ func newEpoch(in *Input, p Params) (*epoch, error) {
 	if p.Window > 0 && in.shardMembers == nil {
 		return nil, errors.New("window mode needs the samples' shards")
 	}
+	if err := validateMix(in, p); err != nil {
+		return nil, err
+	}
 	l := p.EpochSize
 	if l == 0 {
 		l = in.N()
@@ -327,6 +337,16 @@ type arrangement struct {
 // in dealing order (window mode: batch j covers the j-th stretch of every
 // stratum's draws, so it reads a narrow region of the shards).
 func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, draw func(c, k int) int32) *arrangement {
+	return newArrangementChained(counts, m, rng, seed, inOrder, draw, func(active []int, rng *rand.Rand) []int {
+		order := slices.Clone(active)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		return order
+	})
+}
+
+// newArrangementChained is newArrangement with the order of the chain of
+// extras given by chain (see mix.go).
+func newArrangementChained(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, draw func(c, k int) int32, chain func(active []int, rng *rand.Rand) []int) *arrangement {
 	a := &arrangement{m: m, q: make([]int, len(counts)), r: make([]int, len(counts)), start: make([]int, len(counts)), draw: draw, seed: seed}
 	for c, n := range counts {
 		if n > 0 {
@@ -334,8 +354,7 @@ func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bo
 			a.q[c], a.r[c] = n/m, n%m
 		}
 	}
-	order := slices.Clone(a.active)
-	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	order := chain(a.active, rng)
 	pos := rng.IntN(m)
 	for _, c := range order {
 		a.start[c] = pos
@@ -398,8 +417,14 @@ type globalCycle struct {
 
 func newGlobalCycle(in *Input, p Params, cyc, m int) *globalCycle {
 	seed := seedOf(p.Seed, uint64(p.Epoch), uint64(cyc))
-	counts := apportionTargets(in, p.Alpha, m*p.Batch)
 	g := &globalCycle{in: in, seed: seed, perms: make([][][]int32, in.NumStrata)}
+	if p.Mix != nil {
+		counts := apportionMix(in, p.Mix, p.Alpha, m*p.Batch)
+		g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.draw,
+			func(active []int, rng *rand.Rand) []int { return groupedChain(active, in.Group, in.NumGroups, rng) })
+		return g
+	}
+	counts := apportionTargets(in, p.Alpha, m*p.Batch)
 	g.arrangement = newArrangement(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.draw)
 	return g
 }
