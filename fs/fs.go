@@ -484,8 +484,11 @@ func relPath(key, stratumPrefix []byte) []byte {
 	return key
 }
 
+// samplesRoot is samples/, or with mixed datasets samples/<dataset>/: it
+// lists the next path component of the stratum names below prefix.
 type samplesRoot struct {
 	dir
+	prefix string // "" or "<dataset>/"
 }
 
 var (
@@ -495,20 +498,35 @@ var (
 
 func (d *samplesRoot) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	var es []fuse.DirEntry
+	seen := map[string]bool{}
 	for c := 0; c < d.t.Catalog.NumStrata(); c++ {
-		name := d.t.Catalog.StratumName(c)
-		es = append(es, fuse.DirEntry{Name: name, Mode: fuse.S_IFDIR, Ino: ino("samples/" + name)})
+		rest, ok := strings.CutPrefix(d.t.Catalog.StratumName(c), d.prefix)
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, "/")
+		if !seen[name] {
+			seen[name] = true
+			es = append(es, fuse.DirEntry{Name: name, Mode: fuse.S_IFDIR, Ino: ino("samples/" + d.prefix + name)})
+		}
 	}
 	return gofs.NewListDirStream(es), 0
 }
 
 func (d *samplesRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	path := d.prefix + name
 	for c := 0; c < d.t.Catalog.NumStrata(); c++ {
-		if d.t.Catalog.StratumName(c) == name {
+		sn := d.t.Catalog.StratumName(c)
+		switch {
+		case sn == path:
 			idx := d.t.sampleIndex()[c]
 			d.t.setAttr(&out.Attr, dirMode, 0)
 			return d.NewInode(ctx, &sampleDir{dir: dir{t: d.t}, stratum: c, prefix: "", entries: idx},
-				gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino("samples/" + name)}), 0
+				gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino("samples/" + path)}), 0
+		case strings.HasPrefix(sn, path+"/"):
+			d.t.setAttr(&out.Attr, dirMode, 0)
+			return d.NewInode(ctx, &samplesRoot{dir: dir{t: d.t}, prefix: path + "/"},
+				gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino("samples/" + path)}), 0
 		}
 	}
 	return nil, syscall.ENOENT

@@ -24,6 +24,7 @@ import (
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/fs"
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
 )
@@ -69,9 +70,19 @@ daemon prefetches exactly what the order says comes next. Every byte is
 verified against checksums written at ingest; up to m stores may fail.
 
 Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
-		Example: `  shardfs mount --stores $STORES --rank 3 --world-size 8 --batch-size 256 --seed 17 imagenet-train /mnt/data`,
-		Args:    cobra.ExactArgs(2),
+		Example: `  shardfs mount --stores $STORES --rank 3 --world-size 8 --batch-size 256 --seed 17 imagenet-train /mnt/data
+  shardfs mount --stores $STORES --mix web:0.7,books:0.3 --batch-size 256 /mnt/mix`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case f.order.mix != "" && len(args) != 1:
+				return fmt.Errorf("with --mix the datasets come from the mix: give the mount point alone")
+			case f.order.mix == "" && len(args) != 2:
+				return fmt.Errorf("give the dataset NAME and the MOUNTPOINT (or --mix NAME:W,... and the MOUNTPOINT)")
+			}
+			if f.order.mix != "" {
+				args = []string{"", args[0]}
+			}
 			stores, err := g.openStores()
 			if err != nil {
 				return err
@@ -81,7 +92,7 @@ Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
 			if err != nil {
 				return err
 			}
-			log.Info("mounted; stop with Ctrl-C or umount", "dataset", args[0], "mountpoint", args[1])
+			log.Info("mounted; stop with Ctrl-C or umount", "dataset", mt.name, "mountpoint", args[1])
 			return mt.serve(cmd.Context())
 		},
 	}
@@ -112,7 +123,9 @@ type mounted struct {
 	http    *http.Server
 	dir     string
 	log     *slog.Logger
-	ds      *dataset.Dataset
+	ds      *dataset.Dataset // the first dataset of a mix
+	mix     *dataset.Mix     // nil for one dataset
+	name    string
 	input   *layout.Input
 	params  layout.Params
 	ranks   []int
@@ -154,7 +167,16 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	failingc := make(chan []string, 1)
 	go func() { failingc <- checkStores(ctx, stores) }()
 	met := metrics.New(names)
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, Metrics: met})
+	var mix *dataset.Mix
+	var ds *dataset.Dataset
+	if f.order.mix != "" {
+		mix, err = openMix(ctx, stores, f, log, met)
+		if err == nil {
+			ds, name = mix.Parts[0], f.order.mix
+		}
+	} else {
+		ds, err = dataset.Open(ctx, stores, name, dataset.Options{Logger: log, Metrics: met})
+	}
 	failing := <-failingc
 	if err != nil {
 		if len(failing) > 0 {
@@ -169,7 +191,19 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	for _, f := range failing {
 		log.Warn("store failing; mounting degraded, reads decode around it", "store", f)
 	}
+	// What the tree and the read path see: one dataset, or the mix of several.
+	var cat interface {
+		fs.Catalog
+		layout.Geometry
+		prefetch.DiskIndex
+	} = dataset.Catalog{M: ds.Manifest}
+	var fetch prefetch.Fetcher = ds
+	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
 	in, err := dataset.LayoutInput(ds.Manifest)
+	if mix != nil {
+		cat, fetch, ns = mix, mix, mix.Namespace()
+		in, err = mix.Input()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +236,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 			return nil, fmt.Errorf("--cache-dir-size %q: use a size such as 200GiB", f.cacheDirSize)
 		}
 		// The namespace is the ingest, so a re-ingested dataset never meets stale bytes.
-		disk, err := cache.OpenDisk(f.cacheDir, ds.Manifest.Name+"-"+ds.Manifest.IngestID, int64(size))
+		disk, err := cache.OpenDisk(f.cacheDir, ns, int64(size))
 		if err != nil {
 			return nil, err
 		}
@@ -214,9 +248,8 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		})
 		log.Info("disk tier", "dir", f.cacheDir, "limit", humanize.IBytes(size))
 	}
-	cat := dataset.Catalog{M: ds.Manifest}
-	reader := prefetch.New(ds, cat, c, met, cfg, log)
-	mt := &mounted{reader: reader, disk: cfg.Disk, metrics: met, dir: dir, log: log, ds: ds, input: in, params: params, ranks: ranks, epochs: f.order.epochs}
+	reader := prefetch.New(fetch, cat, c, met, cfg, log)
+	mt := &mounted{reader: reader, disk: cfg.Disk, metrics: met, dir: dir, log: log, ds: ds, mix: mix, name: name, input: in, params: params, ranks: ranks, epochs: f.order.epochs}
 	info, err := mt.info(f, int64(cacheSize))
 	if err != nil {
 		mt.shutdown()
@@ -329,25 +362,56 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 		Labels []string `json:"labels"`
 		Count  int      `json:"count"`
 	}
-	var strata []stratum
-	for _, s := range m.Strata {
-		strata = append(strata, stratum{s.Name, s.Labels, s.Count})
+	describe := func(m *manifest.Manifest) map[string]any {
+		var strata []stratum
+		for _, s := range m.Strata {
+			strata = append(strata, stratum{s.Name, s.Labels, s.Count})
+		}
+		return map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
+			"samples": m.Samples.Len(), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata}
 	}
 	steps, err := layout.Steps(mt.input, mt.params)
 	if err != nil {
 		return nil, err
 	}
 	v := map[string]any{
-		"dataset": map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
-			"samples": m.Samples.Len(), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata},
+		"dataset": describe(m),
 		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.metrics.Snapshot().Stores},
 		"order": map[string]any{"version": layout.OrderVersion, "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
 			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize, "direct_io": f.directIO},
 	}
+	if mt.mix != nil {
+		names, weights, _ := f.order.mixParts()
+		var parts []map[string]any
+		for i, p := range mt.mix.Parts {
+			d := describe(p.Manifest)
+			d["weight"] = weights[i]
+			parts = append(parts, d)
+		}
+		delete(v, "dataset")
+		v["mix"] = map[string]any{"datasets": names, "parts": parts}
+	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	return append(b, '\n'), err
+}
+
+// openMix opens every dataset of --mix on the same stores.
+func openMix(ctx context.Context, stores []backend.Store, f *mountFlags, log *slog.Logger, met *metrics.Metrics) (*dataset.Mix, error) {
+	names, _, err := f.order.mixParts()
+	if err != nil {
+		return nil, err
+	}
+	var parts []*dataset.Dataset
+	for _, n := range names {
+		ds, err := dataset.Open(ctx, stores, n, dataset.Options{Logger: log, Metrics: met})
+		if err != nil {
+			return nil, fmt.Errorf("--mix: %w", err)
+		}
+		parts = append(parts, ds)
+	}
+	return dataset.NewMix(parts)
 }
 
 func newStatsCmd() *cobra.Command {

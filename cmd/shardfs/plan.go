@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
@@ -31,6 +33,7 @@ type orderFlags struct {
 	affinity                                bool
 	resumeAt                                string // "E:N", see resume
 	alphaSchedule                           string // "E:A,E:A,...", see alphaAt
+	mix                                     string // "NAME:W,NAME:W,...", see mixParts
 	flags                                   *pflag.FlagSet
 }
 
@@ -47,6 +50,7 @@ func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string) {
 	fs.StringVar(&f.tail, "tail", "drop", "last partial step: drop (each sample at most once) or pad (each at least once)")
 	fs.IntVar(&f.epochSize, "epoch-size", 0, "samples per epoch before the tail policy (0: the dataset size)")
 	fs.StringVar(&f.resumeAt, "resume-at", "", "elastic resume E:N: epoch E continues after N global batches consumed (by any world size), dealt to these ranks; later epochs as usual")
+	fs.StringVar(&f.mix, "mix", "", "mix datasets on the same stores by weight, NAME:W,NAME:W (e.g. web:0.7,books:0.3): every batch holds each in floor(B*w)..ceil(B*w), classes by --alpha within each; give the mount point alone")
 	fs.BoolVar(&f.affinity, "affinity", false, "each rank reads the same shards in every epoch (about 1/W of the dataset), so a node's disk tier holds its share; batches stay stratified; see shardfs plan for the randomness traded")
 }
 
@@ -76,6 +80,13 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 		}
 		p.Alpha = a
 	}
+	if f.mix != "" {
+		_, weights, err := f.mixParts()
+		if err != nil {
+			return p, err
+		}
+		p.Mix = weights
+	}
 	re, n, err := f.resume()
 	if err != nil {
 		return p, err
@@ -84,6 +95,29 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 		p.Skip = n
 	}
 	return p, p.Validate()
+}
+
+// mixParts parses --mix into dataset names and weights, in the order given.
+func (f *orderFlags) mixParts() ([]string, []float64, error) {
+	var names []string
+	var weights []float64
+	seen := map[string]bool{}
+	for _, part := range strings.Split(f.mix, ",") {
+		name, w, ok := strings.Cut(strings.TrimSpace(part), ":")
+		weight, err := strconv.ParseFloat(w, 64)
+		if !ok || name == "" || err != nil || !(weight > 0) || math.IsInf(weight, 0) {
+			return nil, nil, fmt.Errorf("--mix %q: use NAME:WEIGHT pairs with weights > 0, e.g. web:0.7,books:0.3", f.mix)
+		}
+		if seen[name] {
+			return nil, nil, fmt.Errorf("--mix %q: dataset %s appears twice", f.mix, name)
+		}
+		seen[name] = true
+		names, weights = append(names, name), append(weights, weight)
+	}
+	if len(names) < 2 {
+		return nil, nil, fmt.Errorf("--mix %q: a mix needs at least two datasets", f.mix)
+	}
+	return names, weights, nil
 }
 
 // alphaAt is --alpha-schedule's alpha for epoch e: linear between the
@@ -220,7 +254,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 	var emit string
 	var epoch, synthetic, lookahead, compareWindow int
 	cmd := &cobra.Command{
-		Use:   "plan --stores URL,... [order flags] NAME",
+		Use:   "plan --stores URL,... [order flags] NAME | --mix NAME:W,...",
 		Short: "Show the epoch order: batches, class mix per batch, ranged reads",
 		Long: `Plan computes the order the mount will serve, without reading any data.
 Per epoch and rank it prints the batches and samples, the mean and max
@@ -238,6 +272,16 @@ shard window, so the locality trade-off is visible.
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var m *manifest.Manifest
+			if of.mix != "" {
+				if len(args) > 0 || synthetic > 0 {
+					return fmt.Errorf("with --mix the datasets come from the mix: give no NAME and no --synthetic")
+				}
+				stores, err := g.openStores()
+				if err != nil {
+					return err
+				}
+				return printMixPlan(cmd.Context(), cmd.OutOrStdout(), stores, of, g.logger())
+			}
 			switch {
 			case synthetic > 0:
 				m = syntheticManifest(synthetic)
@@ -334,37 +378,28 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	fmt.Fprintf(out, "GETs: ranged reads per rank-epoch when fetching %d batches at a time and merging ranges\non a fragment less than %s apart; read: bytes those GETs fetch.\n\n", lookahead, humanize.IBytes(mergeGap))
 	fmt.Fprintf(tw, "epoch\trank\tbatches\tsamples\tTV mean\tTV max\tuniform TV mean\tuniform TV max\tGETs (window=%d)\tread\tGETs (window=%d)\tread\t\n", of.window, other.window)
 	var first layout.BatchStats
-	for e := 0; e < of.epochs; e++ {
-		for _, r := range of.ranks() {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			p, err := of.params(e, r)
-			if err != nil {
-				return err
-			}
-			o, err := layout.Order(in, p)
-			if err != nil {
-				return err
-			}
-			st := layout.Stats(o, in, layout.Targets(in, p.Alpha))
-			if e == 0 && r == of.ranks()[0] {
-				first = st
-			}
-			uni := layout.Stats(layout.UniformOrder(in, p), in, layout.Targets(in, 1))
-			gets, bytes := layout.ReadPlan(o, cat, lookahead, mergeGap)
-			op, err := other.params(e, r)
-			if err != nil {
-				return err
-			}
-			oo, err := layout.Order(in, op)
-			if err != nil {
-				return err
-			}
-			ogets, obytes := layout.ReadPlan(oo, cat, lookahead, mergeGap)
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%d\t%s\t%d\t%s\t\n", e, r, o.Batches, len(o.Samples),
-				st.MeanTV, st.MaxTV, uni.MeanTV, uni.MaxTV, gets, humanize.IBytes(uint64(bytes)), ogets, humanize.IBytes(uint64(obytes)))
+	err = eachOrder(ctx, of, in, func(e, r int, p layout.Params, o *layout.RankOrder) error {
+		st := layout.Stats(o, in, layout.Targets(in, p.Alpha))
+		if e == 0 && r == of.ranks()[0] {
+			first = st
 		}
+		uni := layout.Stats(layout.UniformOrder(in, p), in, layout.Targets(in, 1))
+		gets, bytes := layout.ReadPlan(o, cat, lookahead, mergeGap)
+		op, err := other.params(e, r)
+		if err != nil {
+			return err
+		}
+		oo, err := layout.Order(in, op)
+		if err != nil {
+			return err
+		}
+		ogets, obytes := layout.ReadPlan(oo, cat, lookahead, mergeGap)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%d\t%s\t%d\t%s\t\n", e, r, o.Batches, len(o.Samples),
+			st.MeanTV, st.MaxTV, uni.MeanTV, uni.MaxTV, gets, humanize.IBytes(uint64(bytes)), ogets, humanize.IBytes(uint64(obytes)))
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	tw.Flush()
 	if of.affinity {
@@ -469,5 +504,118 @@ func printAffinity(out io.Writer, in *layout.Input, of *orderFlags) error {
 			md.name, layout.PairRepeat(md.batches[0], md.batches[1], limit), md.tv)
 	}
 	fmt.Fprintf(out, "  (a uniform shuffle repeats about (B-1)/(N-1) = %.5f of pairs)\n", float64(of.batch-1)/float64(max(in.N()-1, 1)))
+	return nil
+}
+
+// printMixPlan shows a mix of datasets: per epoch and rank, the total
+// variation (TV) of each batch's dataset mix from the weights and of its
+// (dataset, class) mix from the targets, beside a plain uniform shuffle of
+// the same samples; then each dataset's share as served.
+func printMixPlan(ctx context.Context, out io.Writer, stores []backend.Store, of *orderFlags, log *slog.Logger) error {
+	names, weights, err := of.mixParts()
+	if err != nil {
+		return err
+	}
+	var parts []*dataset.Dataset
+	for _, n := range names {
+		m, err := dataset.LoadManifest(ctx, stores, n, log)
+		if err != nil {
+			return fmt.Errorf("--mix: %w", err)
+		}
+		parts = append(parts, &dataset.Dataset{Name: n, Manifest: m})
+	}
+	mix, err := dataset.NewMix(parts)
+	if err != nil {
+		return err
+	}
+	in, err := mix.Input()
+	if err != nil {
+		return err
+	}
+	if _, err := of.checkSteps(in); err != nil {
+		return err
+	}
+	sum := 0.0
+	for _, w := range weights {
+		sum += w
+	}
+	fmt.Fprintf(out, "mix of %d datasets:", len(names))
+	for i, p := range parts {
+		fmt.Fprintf(out, "%s %s (%d samples, weight %v)", map[bool]string{true: "", false: ","}[i == 0], p.Name, p.Manifest.Samples.Len(), weights[i])
+	}
+	fmt.Fprintf(out, "\norder: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.tail)
+	// datasetTV is the mean and max TV of the batches' dataset mix from the weights.
+	datasetTV := func(o *layout.RankOrder) (mean, worst float64, served []int) {
+		served = make([]int, len(names))
+		for b := 0; b < o.Batches; b++ {
+			per := make([]int, len(names))
+			for _, smp := range o.BatchSamples(b) {
+				per[in.Group[in.Stratum[smp]]]++
+			}
+			tv := 0.0
+			for g, n := range per {
+				tv += math.Abs(float64(n)/float64(o.Params.Batch) - weights[g]/sum)
+				served[g] += n
+			}
+			tv /= 2
+			mean += tv / float64(o.Batches)
+			worst = max(worst, tv)
+		}
+		return mean, worst, served
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "epoch\trank\tbatches\tdataset TV mean\tdataset TV max\tclass TV mean\tclass TV max\tuniform dataset TV mean\tuniform class TV mean\t\n")
+	var first []int
+	err = eachOrder(ctx, of, in, func(e, r int, p layout.Params, o *layout.RankOrder) error {
+		targets := layout.MixTargets(in, weights, p.Alpha)
+		st := layout.Stats(o, in, targets)
+		dm, dx, served := datasetTV(o)
+		if first == nil {
+			first = served
+		}
+		uo := layout.UniformOrder(in, p)
+		um, _, _ := datasetTV(uo)
+		us := layout.Stats(uo, in, targets)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t\n", e, r, o.Batches, dm, dx, st.MeanTV, st.MaxTV, um, us.MeanTV)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\ndataset mix, epoch 0 rank %d:\n", of.ranks()[0])
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "dataset\tsamples\tdata share\tweight\tserved\t\n")
+	total, servedAll := 0, 0
+	for i, p := range parts {
+		total += p.Manifest.Samples.Len()
+		servedAll += first[i]
+	}
+	for i, p := range parts {
+		fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.4f\t%.4f\t\n", p.Name, p.Manifest.Samples.Len(), float64(p.Manifest.Samples.Len())/float64(total), weights[i]/sum, float64(first[i])/float64(servedAll))
+	}
+	return tw.Flush()
+}
+
+// eachOrder calls fn with the order of every epoch and rank the flags show.
+func eachOrder(ctx context.Context, of *orderFlags, in *layout.Input, fn func(e, r int, p layout.Params, o *layout.RankOrder) error) error {
+	for e := 0; e < of.epochs; e++ {
+		for _, r := range of.ranks() {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			p, err := of.params(e, r)
+			if err != nil {
+				return err
+			}
+			o, err := layout.Order(in, p)
+			if err != nil {
+				return err
+			}
+			if err := fn(e, r, p, o); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }

@@ -1,0 +1,123 @@
+package dataset
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/shardfs/shardfs/layout"
+)
+
+// Mix reads several committed datasets as one, for a weighted mixing order
+// (layout.Params.Mix): their sample, stratum and shard indexes follow each
+// other in the order given, and every key and stratum name starts with its
+// dataset's name, so no two collide (tar members, samples/<dataset>/<class>/).
+// It is a layout.Catalog and Geometry, a prefetch Fetcher and DiskIndex.
+type Mix struct {
+	Parts []*Dataset
+	cats  []Catalog
+	// Offsets of each part's first sample, stratum and shard; one extra
+	// entry holds the totals.
+	samples, strata, shards []int
+}
+
+// NewMix combines parts, which must have distinct names.
+func NewMix(parts []*Dataset) (*Mix, error) {
+	m := &Mix{Parts: parts, samples: []int{0}, strata: []int{0}, shards: []int{0}}
+	seen := map[string]bool{}
+	for _, p := range parts {
+		if seen[p.Name] {
+			return nil, fmt.Errorf("dataset %s is in the mix twice: give each dataset once, with its weight", p.Name)
+		}
+		seen[p.Name] = true
+		c := Catalog{M: p.Manifest}
+		m.cats = append(m.cats, c)
+		m.samples = append(m.samples, m.samples[len(m.samples)-1]+p.Manifest.Samples.Len())
+		m.strata = append(m.strata, m.strata[len(m.strata)-1]+len(p.Manifest.Strata))
+		m.shards = append(m.shards, m.shards[len(m.shards)-1]+len(p.Manifest.Shards))
+	}
+	return m, nil
+}
+
+// locate finds the part holding global index i of offsets.
+func locate(offsets []int, i int) (part, local int) {
+	p := sort.SearchInts(offsets, i+1) - 1
+	return p, i - offsets[p]
+}
+
+func (m *Mix) sample(i int) (int, int) { return locate(m.samples, i) }
+
+func (m *Mix) Key(i int) string {
+	p, j := m.sample(i)
+	return m.Parts[p].Name + "/" + m.cats[p].Key(j)
+}
+func (m *Mix) KeyBytes(i int) []byte { return []byte(m.Key(i)) }
+func (m *Mix) Size(i int) int64      { p, j := m.sample(i); return m.cats[p].Size(j) }
+func (m *Mix) Stratum(i int) int     { p, j := m.sample(i); return m.strata[p] + m.cats[p].Stratum(j) }
+func (m *Mix) StratumName(s int) string {
+	p, c := locate(m.strata, s)
+	return m.Parts[p].Name + "/" + m.cats[p].StratumName(c)
+}
+func (m *Mix) NumStrata() int { return m.strata[len(m.strata)-1] }
+func (m *Mix) FragSize(shard int) int64 {
+	p, sh := locate(m.shards, shard)
+	return m.cats[p].FragSize(sh)
+}
+func (m *Mix) Locate(i int) (shard int, off, size int64) {
+	p, j := m.sample(i)
+	sh, off, size := m.cats[p].Locate(j)
+	return m.shards[p] + sh, off, size
+}
+func (m *Mix) ShardSamples(shard int) (first, n int) {
+	p, sh := locate(m.shards, shard)
+	first, n = m.cats[p].ShardSamples(sh)
+	return m.samples[p] + first, n
+}
+func (m *Mix) SampleSum(i int) uint32 { p, j := m.sample(i); return m.cats[p].SampleSum(j) }
+
+// ReadRange reads verified bytes of a shard from the dataset holding it.
+func (m *Mix) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	p, sh := locate(m.shards, shard)
+	return m.Parts[p].ReadRange(ctx, sh, off, n)
+}
+
+// Input is the layout input of the mix, each stratum in its dataset's group.
+func (m *Mix) Input() (*layout.Input, error) {
+	n := m.samples[len(m.samples)-1]
+	stratum := make([]uint32, 0, n)
+	shard := make([]uint32, 0, n)
+	for p, part := range m.Parts {
+		s := &part.Manifest.Samples
+		for i := 0; i < s.Len(); i++ {
+			stratum = append(stratum, uint32(m.strata[p])+s.Stratum[i])
+			shard = append(shard, uint32(m.shards[p])+s.Shard[i])
+		}
+	}
+	in, err := layout.NewInput(stratum, m.NumStrata(), shard, m.shards[len(m.shards)-1])
+	if err != nil {
+		return nil, err
+	}
+	group := make([]int, m.NumStrata())
+	for s := range group {
+		group[s], _ = locate(m.strata, s)
+	}
+	return in, in.SetGroups(group, len(m.Parts))
+}
+
+// Namespace names the mix for the disk tier: every part's ingest, so a
+// re-ingest of any part never meets stale bytes.
+func (m *Mix) Namespace() string {
+	var b strings.Builder
+	b.WriteString("mix")
+	for _, p := range m.Parts {
+		b.WriteString("-" + p.Manifest.Name + "-" + p.Manifest.IngestID)
+	}
+	if b.Len() > 200 { // a file name must stay under 255 bytes
+		sum := sha256.Sum256([]byte(b.String()))
+		return "mix-" + hex.EncodeToString(sum[:16])
+	}
+	return b.String()
+}
