@@ -75,6 +75,19 @@
 // order (a uniform shuffle: (B-1)/(N-1) = 0.00032), about W times more;
 // the mean TV per batch from the dataset's mix is 0.1648 against 0.1642.
 //
+// # Mixing datasets
+//
+// With Params.Mix the strata are (dataset, class) pairs, grouped by dataset
+// (Input.SetGroups), and the weights w_g apply per dataset: every batch of
+// every rank holds dataset g in ⌊B·w_g⌋..⌈B·w_g⌉ (w normalised to sum 1),
+// and each class within one of its per-batch share of the cycle, its
+// dataset's slots split by π_c ∝ n_c^α among the dataset's classes. A
+// dataset drawn more often than it has samples is recycled in a new
+// permutation, as α < 1 recycles classes. Elastic resume holds as without a
+// mix (G does not depend on W); window and affinity modes are refused with
+// a mix. Orders without a mix are unchanged, so the version stays. See
+// mix.go and TestMixBounds.
+//
 // # Order versions
 //
 // OrderVersion names this construction. Nodes of one job must compute the
