@@ -44,6 +44,9 @@ The order flags must match the mount's (--seed, --world-size, --batch-size,
   shardfs warm --stores $STORES --cache-dir /nvme/shardfs --epoch 1 --batches 100 --rank 3 --world-size 8 --seed 17 imagenet-train`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.order.mix != "" {
+				return fmt.Errorf("warm does not take --mix yet: a mount with --mix fills its own disk tier as it reads")
+			}
 			stores, err := g.openStores()
 			if err != nil {
 				return err
