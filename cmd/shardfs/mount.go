@@ -184,9 +184,15 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		}
 		return nil, err
 	}
-	if len(failing) > ds.Manifest.Parity {
+	parity := ds.Manifest.Parity
+	if mix != nil {
+		for _, p := range mix.Parts {
+			parity = min(parity, p.Manifest.Parity)
+		}
+	}
+	if len(failing) > parity {
 		return nil, fmt.Errorf("%d stores fail their access check, more than m=%d can be read around:\n  %s",
-			len(failing), ds.Manifest.Parity, strings.Join(failing, "\n  "))
+			len(failing), parity, strings.Join(failing, "\n  "))
 	}
 	for _, f := range failing {
 		log.Warn("store failing; mounting degraded, reads decode around it", "store", f)
