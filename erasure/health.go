@@ -172,6 +172,14 @@ func (h *health) deadline(store int, n int) time.Duration {
 	return d + time.Duration(float64(n)/h.opts.HedgeRate*float64(time.Second))
 }
 
+// streamAllowance is how much longer than its hedge deadline a read may
+// take once its store has answered: its bytes may share our bandwidth with
+// many other reads, but a store that stalls mid-body is still hedged
+// around, after three more deadlines plus n bytes at 5 MB/s.
+func (h *health) streamAllowance(deadline time.Duration, n int) time.Duration {
+	return 3*deadline + time.Duration(float64(n)/5e6*float64(time.Second))
+}
+
 // suspect probes a store that was slower than its hedge deadline, unless a
 // probe of it is already running. No answer within SuspectTimeout marks it
 // down at once; an answer of any kind clears it: slowness is not loss.

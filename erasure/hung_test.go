@@ -80,14 +80,15 @@ func TestMarkedDownPrimaryIsALastResort(t *testing.T) {
 
 // Issue 11 item 3: a store that answers at once but whose bytes take long
 // to arrive (its bandwidth shared with the reader's other requests) is
-// load, not slowness: no read is hedged around it, on either read path.
-// A store that does not answer by the deadline still is.
+// load, not slowness: a read that streams for twice its deadline is not
+// hedged, on either read path. A store that does not answer by the
+// deadline still is.
 func TestStreamingStoreIsNotHedged(t *testing.T) {
 	p := Params{4, 2, 256}
 	data := bytes.Repeat([]byte("streaming, not slow "), 800)
-	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{HedgeFloor: 20 * time.Millisecond})
+	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{HedgeFloor: 50 * time.Millisecond})
 	primary := p.Placement(0, 0)
-	faulty[primary].SetStreaming(200 * time.Millisecond) // 10x the deadline
+	faulty[primary].SetStreaming(100 * time.Millisecond) // twice the deadline, half the streaming allowance
 	for _, exact := range []bool{false, true} {
 		var got []byte
 		var err error
@@ -101,14 +102,41 @@ func TestStreamingStoreIsNotHedged(t *testing.T) {
 		}
 	}
 	if n := m.hedged.Load(); n != 0 {
-		t.Fatalf("%d reads hedged around a store that answered at once and streamed for 200 ms", n)
+		t.Fatalf("%d reads hedged around a store that answered at once and streamed for 100 ms (deadline 50 ms)", n)
 	}
 	faulty[primary].SetStreaming(0)
-	faulty[primary].SetDelay(200*time.Millisecond, 0) // no answer until 10x the deadline
+	faulty[primary].SetDelay(500*time.Millisecond, 0) // no answer until 10x the deadline
 	if got, err := r.ReadRange(context.Background(), sh, 10, 700); err != nil || !bytes.Equal(got, data[10:710]) {
 		t.Fatalf("read around a store that does not answer: %v", err)
 	}
 	if m.hedged.Load() == 0 {
 		t.Fatal("a store that did not answer within 10x its hedge deadline was not hedged")
+	}
+}
+
+// A store that answers and then stalls mid-body (a process stopped while
+// sending, a route that drops mid-transfer) is still hedged around, after a
+// longer allowance for streaming: no read waits for it, on either path.
+func TestStoreStalledMidBodyIsHedged(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("answered, then stalled "), 800)
+	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{HedgeFloor: 20 * time.Millisecond})
+	faulty[p.Placement(0, 0)].SetStreaming(time.Hour)
+	for _, exact := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var got []byte
+		var err error
+		if exact {
+			got, err = r.ReadExact(ctx, sh, 10, 700, func([]byte) bool { return true })
+		} else {
+			got, err = r.ReadRange(ctx, sh, 10, 700)
+		}
+		cancel()
+		if err != nil || !bytes.Equal(got, data[10:710]) {
+			t.Fatalf("exact %v: read around a store stalled mid-body: %v", exact, err)
+		}
+	}
+	if m.hedged.Load() == 0 {
+		t.Fatal("no read hedged around a store stalled mid-body")
 	}
 }

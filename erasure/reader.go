@@ -315,20 +315,26 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	fb := &backend.FirstByte{}
 	go func() { results <- result{fr: r.readFrag(pctx, sh, frag, A, B, false, fb)} }()
 	var timer <-chan time.Time
+	deadline := r.health.deadline(store, int(B-A))
 	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
-		t := time.NewTimer(r.health.deadline(store, int(B-A)))
+		t := time.NewTimer(deadline)
 		defer t.Stop()
 		timer = t.C
 	}
-	pending, hedging := 1, false
+	pending, hedging, extended := 1, false, false
 	var lastErr error
 	for pending > 0 {
 		select {
 		case <-timer:
 			timer = nil
-			if fb.Arrived() {
+			if fb.Arrived() && !extended {
 				// The store answered and its bytes are streaming: it shares
-				// the bandwidth with our other reads, it is not slow.
+				// the bandwidth with our other reads, it is not slow. It gets
+				// an allowance to finish; a stall mid-body is hedged after it.
+				extended = true
+				t := time.NewTimer(r.health.streamAllowance(deadline, int(B-A)))
+				defer t.Stop()
+				timer = t.C
 				continue
 			}
 			hedging = true
@@ -470,6 +476,7 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 	hedge := r.health.maxDeadline(L)
 	timer := time.NewTimer(hedge)
 	defer timer.Stop()
+	extended := false
 wait:
 	for {
 		if readAll {
@@ -491,10 +498,12 @@ wait:
 			for f := 0; f < total; f++ {
 				streaming = streaming && (state[f] != pending || answered[f].Arrived())
 			}
-			if streaming {
+			if streaming && !extended {
 				// Every store asked has answered; their bytes share our
-				// bandwidth. That is load, not slowness: no hedge.
-				timer.Reset(hedge)
+				// bandwidth. That is load, not slowness: they get an
+				// allowance to finish before one more fragment is asked.
+				extended = true
+				timer.Reset(r.health.streamAllowance(hedge, L))
 				continue
 			}
 			// What is in flight is late: ask one more fragment beside it.
@@ -659,29 +668,51 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 			if err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)
-				if hedged.Load() && ctx.Err() == nil && !fb.Arrived() {
-					slow[store] = true
+				if hedged.Load() && ctx.Err() == nil {
+					slow[store] = true // cancelled by the hedge: late, not lost
 				}
 				mu.Unlock()
 			}
 		}()
 		pos += b - a
 	}
+	finished := make(chan struct{})
 	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
 		// Past the deadline, a store that has not answered at all is slow;
-		// one whose bytes are streaming only shares our bandwidth.
-		timer := time.AfterFunc(deadline, func() {
+		// one whose bytes are streaming only shares our bandwidth, and gets
+		// an allowance to finish: a stall mid-body is hedged after it.
+		hedgeNow := func() {
+			select {
+			case <-finished:
+			default:
+				hedged.Store(true)
+				cancel()
+			}
+		}
+		var mu sync.Mutex
+		var second *time.Timer
+		first := time.AfterFunc(deadline, func() {
 			for _, fb := range answered {
 				if !fb.Arrived() {
-					hedged.Store(true)
-					cancel()
+					hedgeNow()
 					return
 				}
 			}
+			mu.Lock()
+			second = time.AfterFunc(r.health.streamAllowance(deadline, int(n)), hedgeNow)
+			mu.Unlock()
 		})
-		defer timer.Stop()
+		defer func() {
+			first.Stop()
+			mu.Lock()
+			if second != nil {
+				second.Stop()
+			}
+			mu.Unlock()
+		}()
 	}
 	wg.Wait()
+	close(finished)
 	if firstErr == nil && verify(out) {
 		return out, nil
 	}
