@@ -35,6 +35,10 @@ type Report struct {
 	BadManifests      []int    // stores whose manifest copy is missing, corrupt or stale
 	NoIdentity        []int    // stores without this dataset's identity (new or replaced stores)
 	Foreign           []int    // stores that hold another dataset or ingest of this name
+	// Pending lists stores that hold this ingest's manifest or identity only
+	// under the pending keys: its commit was interrupted after it began. The
+	// dataset is whole; repair moves them to their keys.
+	Pending []int
 	// Unreachable lists stores that did not answer: their fragments were not
 	// checked, so the report cannot say the dataset is intact or not.
 	Unreachable []int
@@ -134,6 +138,7 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	promotePending(copies, m.IngestID)
 	for i := range d.Stores {
 		c := copies[i]
 		switch {
@@ -146,6 +151,9 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 		}
 		if c.err != nil || c.m.IngestID != m.IngestID {
 			rep.BadManifests = append(rep.BadManifests, i)
+		}
+		if c.pending {
+			rep.Pending = append(rep.Pending, i)
 		}
 		if c.id == nil || c.id.IngestID != m.IngestID || c.id.Position != i {
 			rep.NoIdentity = append(rep.NoIdentity, i)
@@ -289,6 +297,9 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 	for _, i := range append(rep.NoIdentity, rep.Foreign...) {
 		identities[i] = true
 	}
+	for _, i := range rep.Pending {
+		manifests[i], identities[i] = true, true
+	}
 	for i := range d.Stores {
 		if manifests[i] {
 			if err := d.Stores[i].Put(ctx, ManifestKey(d.Name), enc); err != nil {
@@ -302,6 +313,11 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 			}
 			written.Add(1)
 		}
+	}
+	// The real keys are in place: the pending ones of a finished commit go.
+	for _, i := range rep.Pending {
+		d.Stores[i].Delete(ctx, PendingManifestKey(d.Name))
+		d.Stores[i].Delete(ctx, PendingIdentityKey(d.Name))
 	}
 	return int(written.Load()), nil
 }

@@ -7,6 +7,7 @@
 //	NAME/manifest                          the commit point, one copy per store
 //	NAME/identity                          this store's place: dataset, ingest id, position
 //	NAME/lock                              held by the one ingest of NAME that may commit
+//	NAME/manifest.pending, identity.pending  a commit in progress (see PendingManifestKey)
 //	NAME/data/INGEST-ID/SSSSSSSS.FF        fragment FF of shard SSSSSSSS
 //
 // Names are flat (letters, digits, '-', '_', '.'), so NAME/ is a namespace
@@ -47,6 +48,16 @@ var ErrNotFound = errors.New("dataset not found")
 
 // ManifestKey is the object key of a dataset's manifest.
 func ManifestKey(name string) string { return name + "/manifest" }
+
+// PendingManifestKey and PendingIdentityKey hold a store's manifest copy and
+// identity while an ingest commits (see ingest's commit): written to every
+// store before any real copy, so a commit killed after its first real copy
+// still leaves every store a copy. They count only for an ingest some store
+// holds a real copy of; the commit deletes them when it is done.
+func PendingManifestKey(name string) string { return name + "/manifest.pending" }
+
+// PendingIdentityKey: see PendingManifestKey.
+func PendingIdentityKey(name string) string { return name + "/identity.pending" }
 
 // DataPrefix is the prefix of all fragment objects of a dataset.
 func DataPrefix(name string) string { return name + "/data/" }
@@ -164,12 +175,33 @@ func LoadManifest(ctx context.Context, stores []backend.Store, name string, log 
 	return chooseManifest(readCopies(ctx, stores, name), stores, name, log)
 }
 
-// storeCopy is what one store holds of a dataset: its manifest copy and identity.
+// storeCopy is what one store holds of a dataset: its manifest copy and
+// identity, and those of a commit in progress (pm, pid).
 type storeCopy struct {
-	m     *manifest.Manifest
-	err   error
-	id    *Identity
-	idErr error
+	m       *manifest.Manifest
+	err     error
+	id      *Identity
+	idErr   error
+	pm      *manifest.Manifest
+	pid     *Identity
+	pending bool // m or id came from the pending keys (promotePending)
+}
+
+// promotePending counts the pending copy and identity of ingest as the
+// store's own where its real ones are missing or of another ingest: the
+// commit of ingest began (some store holds a real copy of it), and wrote
+// the pending ones to every store first.
+func promotePending(copies []storeCopy, ingest string) {
+	for i := range copies {
+		c := &copies[i]
+		if c.pm != nil && c.pm.IngestID == ingest && (c.m == nil || c.m.IngestID != ingest) &&
+			(c.err == nil || errors.Is(c.err, backend.ErrNotExist) || errors.Is(c.err, manifest.ErrCorrupt)) {
+			c.m, c.err, c.pending = c.pm, nil, true
+		}
+		if c.pid != nil && c.pid.IngestID == ingest && (c.id == nil || c.id.IngestID != ingest) {
+			c.id, c.idErr, c.pending = c.pid, nil, true
+		}
+	}
 }
 
 // readCopies reads every store's manifest copy and identity in parallel,
@@ -187,9 +219,12 @@ func readCopies(ctx context.Context, stores []backend.Store, name string, skip .
 		go func() {
 			defer wg.Done()
 			c := &out[i]
-			c.m, c.err = readManifest(ctx, s, name)
+			c.m, c.err = readManifestKey(ctx, s, ManifestKey(name))
 			if c.err == nil || errors.Is(c.err, backend.ErrNotExist) || errors.Is(c.err, manifest.ErrCorrupt) {
-				c.id, c.idErr = readIdentity(ctx, s, name)
+				c.id, c.idErr = readIdentityKey(ctx, s, name, IdentityKey(name))
+				// A commit in progress, or one killed midway.
+				c.pm, _ = readManifestKey(ctx, s, PendingManifestKey(name))
+				c.pid, _ = readIdentityKey(ctx, s, name, PendingIdentityKey(name))
 			} else {
 				c.idErr = c.err // the store failed: do not wait on it twice
 			}
@@ -255,6 +290,7 @@ func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log
 		return nil, fmt.Errorf("%w: ingest %s of %s wrote its manifest to %d of %d stores, fewer than the %d a commit needs, and the others answered that they hold none: it did not commit; rerun the ingest",
 			ErrNotFound, best, name, len(held[best]), len(stores), q)
 	}
+	promotePending(copies, best)
 	for _, id := range ids[1:] {
 		for _, i := range held[id] {
 			log.Warn("store holds a manifest of another ingest of this name; the agreeing stores win", "store", i, "name", stores[i].String(), "its_ingest", id, "chosen_ingest", best)
@@ -274,7 +310,11 @@ func joinErrs(errs []error) string {
 }
 
 func readManifest(ctx context.Context, s backend.Store, name string) (*manifest.Manifest, error) {
-	size, err := s.Stat(ctx, ManifestKey(name))
+	return readManifestKey(ctx, s, ManifestKey(name))
+}
+
+func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifest.Manifest, error) {
+	size, err := s.Stat(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -286,16 +326,16 @@ func readManifest(ctx context.Context, s backend.Store, name string) (*manifest.
 	b := make([]byte, size)
 	const chunk = 8 << 20
 	for off := int64(0); off < size; off += chunk {
-		if err := s.ReadAt(ctx, ManifestKey(name), b[off:min(size, off+chunk)], off); err != nil {
+		if err := s.ReadAt(ctx, key, b[off:min(size, off+chunk)], off); err != nil {
 			return nil, err
 		}
 	}
 	m, err := manifest.Decode(b)
 	if err != nil {
-		return nil, fmt.Errorf("store %s: %s: %w", s, ManifestKey(name), err)
+		return nil, fmt.Errorf("store %s: %s: %w", s, key, err)
 	}
-	if m.Name != name {
-		return nil, fmt.Errorf("store %s: %s names dataset %q: %w", s, ManifestKey(name), m.Name, manifest.ErrCorrupt)
+	if name, _, _ := strings.Cut(key, "/"); m.Name != name {
+		return nil, fmt.Errorf("store %s: %s names dataset %q: %w", s, key, m.Name, manifest.ErrCorrupt)
 	}
 	return m, nil
 }

@@ -28,28 +28,41 @@ const identityFormat = 1
 const maxIdentitySize = 4 << 10
 
 func readIdentity(ctx context.Context, s backend.Store, name string) (*Identity, error) {
-	size, err := s.Stat(ctx, IdentityKey(name))
+	return readIdentityKey(ctx, s, name, IdentityKey(name))
+}
+
+func readIdentityKey(ctx context.Context, s backend.Store, name, key string) (*Identity, error) {
+	size, err := s.Stat(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	if size > maxIdentitySize {
-		return nil, fmt.Errorf("store %s: %s: %d bytes, not an identity: %w", s, IdentityKey(name), size, manifest.ErrCorrupt)
+		return nil, fmt.Errorf("store %s: %s: %d bytes, not an identity: %w", s, key, size, manifest.ErrCorrupt)
 	}
 	b := make([]byte, size)
-	if err := s.ReadAt(ctx, IdentityKey(name), b, 0); err != nil {
+	if err := s.ReadAt(ctx, key, b, 0); err != nil {
 		return nil, err
 	}
 	var id Identity
 	if err := json.Unmarshal(b, &id); err != nil || id.Format != identityFormat || id.Dataset != name {
-		return nil, fmt.Errorf("store %s: %s is not an identity of dataset %s: %w", s, IdentityKey(name), name, manifest.ErrCorrupt)
+		return nil, fmt.Errorf("store %s: %s is not an identity of dataset %s: %w", s, key, name, manifest.ErrCorrupt)
 	}
 	return &id, nil
 }
 
 // WriteIdentity records that store position of ingest m.
 func WriteIdentity(ctx context.Context, s backend.Store, m *manifest.Manifest, position int) error {
+	return writeIdentityKey(ctx, s, m, position, IdentityKey(m.Name))
+}
+
+// WritePendingIdentity writes the identity under PendingIdentityKey.
+func WritePendingIdentity(ctx context.Context, s backend.Store, m *manifest.Manifest, position int) error {
+	return writeIdentityKey(ctx, s, m, position, PendingIdentityKey(m.Name))
+}
+
+func writeIdentityKey(ctx context.Context, s backend.Store, m *manifest.Manifest, position int, key string) error {
 	b, _ := json.Marshal(Identity{Format: identityFormat, Dataset: m.Name, IngestID: m.IngestID, Position: position, Stores: m.Data + m.Parity})
-	return s.Put(ctx, IdentityKey(m.Name), b)
+	return s.Put(ctx, key, b)
 }
 
 // PlaceState is what a store's identity proves about it.

@@ -208,24 +208,7 @@ func TestCommitWritesEveryCopy(t *testing.T) {
 // provably never reached. A rerun of the ingest, without --force, commits.
 func TestInterruptedCommitIsInvisible(t *testing.T) {
 	ctx := context.Background()
-	base := t.TempDir()
-	src := filepath.Join(base, "src")
-	if _, err := synth.Write(src, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 900, Seed: 9}); err != nil {
-		t.Fatal(err)
-	}
-	var stores []backend.Store
-	for i := 0; i < 3; i++ {
-		s, _ := backend.NewLocal(filepath.Join(base, fmt.Sprint("s", i)))
-		stores = append(stores, s)
-	}
-	source, err := ingest.Scan(src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := ingest.Options{Name: "ds", Stores: stores, Data: 2, Parity: 1}
-	if _, err := ingest.Run(ctx, source, opts); err != nil {
-		t.Fatal(err)
-	}
+	stores, source, opts := ingestedOnThree(t)
 	// As if killed mid-commit: only store 1 got its copy (and no identities).
 	for _, i := range []int{0, 2} {
 		stores[i].Delete(ctx, "ds/manifest")
@@ -246,4 +229,109 @@ func TestInterruptedCommitIsInvisible(t *testing.T) {
 	if rep, err := ds.Verify(ctx, nil); err != nil || !rep.Intact() {
 		t.Fatalf("after the rerun: %+v, %v", rep, err)
 	}
+}
+
+// A commit killed at any point leaves the dataset invisible or whole: the
+// manifest and identities reach every store under the pending keys before
+// any real copy is written. States as a kill leaves them, on 3 stores
+// (RS(2,1), quorum 2).
+func TestKilledCommitLeavesInvisibleOrWhole(t *testing.T) {
+	ctx := context.Background()
+	stores, _, _ := ingestedOnThree(t)
+	read := func(i int, key string) []byte {
+		n, err := stores[i].Stat(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, n)
+		if err := stores[i].ReadAt(ctx, key, b, 0); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	manifests, identities := map[int][]byte{}, map[int][]byte{}
+	for i := range stores {
+		manifests[i], identities[i] = read(i, "ds/manifest"), read(i, "ds/identity")
+		if _, err := stores[i].Stat(ctx, "ds/manifest.pending"); !errors.Is(err, backend.ErrNotExist) {
+			t.Fatalf("a finished commit left a pending manifest on store %d: %v", i, err)
+		}
+	}
+	// state sets each store to: "" nothing, "p" pending only, "r" real and pending, "R" real only.
+	state := func(s string) {
+		for i, c := range s {
+			for _, k := range []string{"ds/manifest", "ds/identity", "ds/manifest.pending", "ds/identity.pending"} {
+				stores[i].Delete(ctx, k)
+			}
+			if c == 'p' || c == 'r' {
+				stores[i].Put(ctx, "ds/manifest.pending", manifests[i])
+				stores[i].Put(ctx, "ds/identity.pending", identities[i])
+			}
+			if c == 'r' || c == 'R' {
+				stores[i].Put(ctx, "ds/manifest", manifests[i])
+				stores[i].Put(ctx, "ds/identity", identities[i])
+			}
+		}
+	}
+	for _, tc := range []struct {
+		state   string
+		visible bool
+	}{
+		{"ppp", false}, // killed after the pending copies: no real copy, nothing to see
+		{"p", false},
+		{"Rpp", false}, // the first real copy of 3: below the quorum
+		{"RRp", true},  // killed after the quorum-th real copy: whole, one store pending
+		{"RRr", true},
+		{"rrp", true},
+	} {
+		state(tc.state + strings.Repeat("-", 3-len(tc.state)))
+		ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+		if !tc.visible {
+			if !errors.Is(err, dataset.ErrNotFound) {
+				t.Fatalf("state %s: want no dataset, got %v", tc.state, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("state %s: %v", tc.state, err)
+		}
+		rep, err := ds.Verify(ctx, nil)
+		if err != nil || !rep.Intact() {
+			t.Fatalf("state %s: want whole, got %+v, %v", tc.state, rep, err)
+		}
+		if _, err := ds.Repair(ctx, rep, false, nil); err != nil {
+			t.Fatalf("state %s: repair: %v", tc.state, err)
+		}
+		for i := range stores {
+			if !bytes.Equal(read(i, "ds/manifest"), manifests[i]) || !bytes.Equal(read(i, "ds/identity"), identities[i]) {
+				t.Fatalf("state %s: after repair store %d lacks its real manifest or identity", tc.state, i)
+			}
+			if _, err := stores[i].Stat(ctx, "ds/manifest.pending"); !errors.Is(err, backend.ErrNotExist) && strings.ContainsAny(tc.state[i:i+1], "p") {
+				t.Fatalf("state %s: repair left store %d's pending manifest", tc.state, i)
+			}
+		}
+	}
+}
+
+// ingestedOnThree ingests a small dataset "ds" RS(2,1) into three local stores.
+func ingestedOnThree(t *testing.T) ([]backend.Store, *ingest.Source, ingest.Options) {
+	t.Helper()
+	base := t.TempDir()
+	src := filepath.Join(base, "src")
+	if _, err := synth.Write(src, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 900, Seed: 9}); err != nil {
+		t.Fatal(err)
+	}
+	var stores []backend.Store
+	for i := 0; i < 3; i++ {
+		s, _ := backend.NewLocal(filepath.Join(base, fmt.Sprint("s", i)))
+		stores = append(stores, s)
+	}
+	source, err := ingest.Scan(src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ingest.Options{Name: "ds", Stores: stores, Data: 2, Parity: 1}
+	if _, err := ingest.Run(context.Background(), source, opts); err != nil {
+		t.Fatal(err)
+	}
+	return stores, source, opts
 }

@@ -192,11 +192,17 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	return res, nil
 }
 
-// commit writes the manifest to every store, after all fragments, and then
-// each store's identity. A store that fails does not stop the others: every
-// copy that can be written is, and the count decides. With at least
-// dataset.Quorum copies the ingest is committed (repair restores the rest);
-// with fewer it is not, and the copies written are taken back.
+// commit makes the ingest visible, after all fragments, in two steps. First
+// every store gets the manifest and its identity under the pending keys;
+// then every store gets them under their real keys, which is the commit;
+// then the pending ones are deleted. Readers count pending copies only for
+// an ingest some store holds a real copy of, so a commit killed at any
+// point leaves the dataset invisible (no real copy yet, or fewer than the
+// quorum) or whole (every store holds a copy, real or pending). A store that
+// fails does not stop the others: every copy that can be written is, and
+// the count decides. With at least dataset.Quorum real copies the ingest is
+// committed (repair restores the rest); with fewer it is not, and the
+// copies written are taken back.
 func commit(ctx context.Context, opts Options, m *manifest.Manifest, lock *dataset.Lock, res *Result, log *slog.Logger) error {
 	enc, err := manifest.Encode(m)
 	if err != nil {
@@ -206,33 +212,68 @@ func commit(ctx context.Context, opts Options, m *manifest.Manifest, lock *datas
 	if err := lock.Refresh(ctx); err != nil {
 		return fmt.Errorf("ingest %s not committed: %w", opts.Name, err)
 	}
-	errs := make([]error, len(opts.Stores))
-	var wg sync.WaitGroup
-	for i, s := range opts.Stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.Put(ctx, dataset.ManifestKey(opts.Name), enc); err != nil {
-				errs[i] = fmt.Errorf("store %d: manifest: %w", i, err)
-				return
+	q := dataset.Quorum(m.Data, m.Parity)
+	uctx := context.WithoutCancel(ctx)
+	takeBack := func(stores []int, real bool) {
+		for _, i := range stores {
+			if real {
+				opts.Stores[i].Delete(uctx, dataset.ManifestKey(opts.Name))
+				opts.Stores[i].Delete(uctx, dataset.IdentityKey(opts.Name))
 			}
-			if err := dataset.WriteIdentity(ctx, s, m, i); err != nil {
-				log.Warn("could not write the store's identity; run shardfs repair to write it", "store", i, "err", err)
-			}
-		}()
-	}
-	wg.Wait()
-	var written []int
-	for i, err := range errs {
-		if err == nil {
-			written = append(written, i)
-		} else {
-			res.CopyErrors = append(res.CopyErrors, err)
+			opts.Stores[i].Delete(uctx, dataset.PendingManifestKey(opts.Name))
+			opts.Stores[i].Delete(uctx, dataset.PendingIdentityKey(opts.Name))
 		}
 	}
+	// each writes to every store in parallel and returns the stores written.
+	each := func(write func(i int, s backend.Store) error) ([]int, []error) {
+		errs := make([]error, len(opts.Stores))
+		var wg sync.WaitGroup
+		for i, s := range opts.Stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = write(i, s)
+			}()
+		}
+		wg.Wait()
+		var ok []int
+		var failed []error
+		for i, err := range errs {
+			if err == nil {
+				ok = append(ok, i)
+			} else {
+				failed = append(failed, err)
+			}
+		}
+		return ok, failed
+	}
+	pending, perrs := each(func(i int, s backend.Store) error {
+		if err := s.Put(ctx, dataset.PendingManifestKey(opts.Name), enc); err != nil {
+			return fmt.Errorf("store %d: pending manifest: %w", i, err)
+		}
+		if err := dataset.WritePendingIdentity(ctx, s, m, i); err != nil {
+			return fmt.Errorf("store %d: pending identity: %w", i, err)
+		}
+		return nil
+	})
+	if len(pending) < q {
+		takeBack(pending, false)
+		return fmt.Errorf("ingest %s not committed: the manifest reached %d of %d stores, and a commit needs %d (%v); the copies written were taken back and %s",
+			opts.Name, len(pending), len(opts.Stores), q, errors.Join(perrs...), notVisible(opts))
+	}
+	written, errs := each(func(i int, s backend.Store) error {
+		if err := s.Put(ctx, dataset.ManifestKey(opts.Name), enc); err != nil {
+			return fmt.Errorf("store %d: manifest: %w", i, err)
+		}
+		if err := dataset.WriteIdentity(ctx, s, m, i); err != nil {
+			log.Warn("could not write the store's identity; run shardfs repair to write it", "store", i, "err", err)
+		}
+		return nil
+	})
+	res.CopyErrors = errs
 	res.Copies = len(written)
-	q := dataset.Quorum(m.Data, m.Parity)
 	if len(written) >= q {
+		takeBack(written, false) // the pending copies of the stores that hold the real ones
 		if len(res.CopyErrors) > 0 {
 			log.Warn("committed, but some stores lack a manifest copy: run shardfs repair to write them",
 				"dataset", opts.Name, "copies", len(written), "stores", len(opts.Stores), "err", errors.Join(res.CopyErrors...))
@@ -241,17 +282,17 @@ func commit(ctx context.Context, opts Options, m *manifest.Manifest, lock *datas
 	}
 	// Not committed: take back the copies written, so no store shows a
 	// dataset the others do not hold.
-	uctx := context.WithoutCancel(ctx)
-	for _, i := range written {
-		opts.Stores[i].Delete(uctx, dataset.ManifestKey(opts.Name))
-		opts.Stores[i].Delete(uctx, dataset.IdentityKey(opts.Name))
-	}
-	what := "no dataset " + opts.Name + " is visible"
-	if opts.Force {
-		what = "the dataset it replaces may lack manifest copies on those stores; rerun the ingest to finish replacing it"
-	}
+	takeBack(written, true)
+	takeBack(pending, false)
 	return fmt.Errorf("ingest %s not committed: the manifest reached %d of %d stores, and a commit needs %d (%v); the copies written were taken back and %s",
-		opts.Name, len(written), len(opts.Stores), q, errors.Join(res.CopyErrors...), what)
+		opts.Name, len(written), len(opts.Stores), q, errors.Join(res.CopyErrors...), notVisible(opts))
+}
+
+func notVisible(opts Options) string {
+	if opts.Force {
+		return "the dataset it replaces may lack manifest copies on those stores; rerun the ingest to finish replacing it"
+	}
+	return "no dataset " + opts.Name + " is visible"
 }
 
 func pingAll(ctx context.Context, stores []backend.Store) error {

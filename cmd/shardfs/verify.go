@@ -126,6 +126,9 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	for _, i := range rep.NoIdentity {
 		fmt.Fprintf(out, "  no identity on store %d (%s): a new or replaced store\n", i, ds.Stores[i])
 	}
+	for _, i := range rep.Pending {
+		fmt.Fprintf(out, "  note: store %d (%s) holds this ingest's manifest or identity under the pending keys of an interrupted commit; the dataset is whole, repair moves them\n", i, ds.Stores[i])
+	}
 	for _, i := range rep.Foreign {
 		fmt.Fprintf(out, "  FOREIGN: store %d (%s) holds %s of this name; repair writes into it only with --force\n", i, ds.Stores[i], ds.Places[i].Detail)
 	}
