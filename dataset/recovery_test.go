@@ -335,3 +335,36 @@ func ingestedOnThree(t *testing.T) ([]backend.Store, *ingest.Source, ingest.Opti
 	}
 	return stores, source, opts
 }
+
+// A --force re-ingest killed after writing its pending copies leaves the
+// dataset it replaces whole: pending copies of another ingest never count.
+func TestKilledForceCommitKeepsTheOldDataset(t *testing.T) {
+	ctx := context.Background()
+	stores, _, _ := ingestedOnThree(t)
+	other, _, _ := ingestedOnThree(t) // another ingest of "ds", elsewhere
+	for i := range stores {
+		for _, k := range []string{"manifest", "identity"} {
+			n, err := other[i].Stat(ctx, "ds/"+k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, n)
+			if err := other[i].ReadAt(ctx, "ds/"+k, b, 0); err != nil {
+				t.Fatal(err)
+			}
+			stores[i].Put(ctx, "ds/"+k+".pending", b)
+		}
+	}
+	before, err := dataset.LoadManifest(ctx, stores, "ds", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ds.Verify(ctx, nil)
+	if err != nil || !rep.Intact() || len(rep.Pending) != 0 || ds.Manifest.IngestID != before.IngestID {
+		t.Fatalf("old dataset with another ingest's pending copies: ingest %s (want %s), %+v, %v", ds.Manifest.IngestID, before.IngestID, rep, err)
+	}
+}
