@@ -50,11 +50,11 @@ type mountFlags struct {
 func newMountCmd(g *globals) *cobra.Command {
 	f := &mountFlags{}
 	cmd := &cobra.Command{
-		Use:   "mount --stores URL,... [order flags] NAME MOUNTPOINT",
+		Use:   "mount --stores URL,... [order flags] NAME MOUNTPOINT | --mix NAME:W,... MOUNTPOINT",
 		Short: "Mount a dataset as directories of stratified epoch and batch files",
 		Long: `Mount serves dataset NAME at MOUNTPOINT, read-only, in the foreground:
 
-  samples/<class>/<key>                          the dataset as-is (ImageFolder)
+  samples/<class>/<key>                          the dataset as-is (ImageFolder; with --mix samples/<dataset>/<class>/<key>)
   epochs/<EEEE>/rank-<RRR>/batch-<BBBBBB>.tar    one batch, WebDataset tar: <key>.<ext> + <key>.cls
   epochs/<EEEE>/rank-<RRR>/epoch.tar             the rank's whole epoch as one tar
   epochs/<EEEE>/rank-<RRR>/index.csv             position,batch,key,stratum,size,alpha
