@@ -236,6 +236,9 @@ type piece struct {
 
 // readRange returns the verified bytes [off, off+n) of shard (see readInto).
 func (r *Reader) readRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	if r.disk == nil {
+		return r.fetch.ReadRange(ctx, shard, off, n) // no copy into a buffer of our own
+	}
 	out := make([]byte, n)
 	return out, r.readInto(ctx, shard, []piece{{off, out}})
 }
@@ -263,13 +266,6 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 	}
 	lo, hi := pieces[0].off, pieces[len(pieces)-1].off+int64(len(pieces[len(pieces)-1].buf))
 	if r.disk == nil {
-		if len(pieces) == 1 {
-			b, err := r.fetch.ReadRange(ctx, shard, lo, hi-lo)
-			if err == nil {
-				copy(pieces[0].buf, b)
-			}
-			return err
-		}
 		b, err := r.fetch.ReadRange(ctx, shard, lo, hi-lo)
 		if err != nil {
 			return err
@@ -370,9 +366,9 @@ func (r *Reader) Warm(ctx context.Context, samples []int32, progress func(bytes 
 			continue
 		}
 		seen[s] = true
-		shard, off, size := r.geo.Locate(int(s))
-		first, _ := r.didx.ShardSamples(shard)
-		if size > maxDiskSample || r.disk.Has(cache.Slot{Shard: shard, Index: int(s) - first, Off: off, Size: size}) {
+		sl := r.diskSlot(int(s))
+		shard, off, size := sl.Shard, sl.Off, sl.Size
+		if size > maxDiskSample || r.disk.Has(sl) {
 			if progress != nil {
 				progress(size)
 			}
@@ -895,7 +891,8 @@ func (s *stream) pump() {
 			continue
 		}
 		idle = 0
-		lead := s.r.lead() / int64(s.r.activeStreams())
+		active := int64(s.r.activeStreams())
+		lead := s.r.lead() / active
 		ts := s.targets(ps, lead)
 		if len(ts) > 0 {
 			members := make([]int, len(ts))
@@ -907,7 +904,7 @@ func (s *stream) pump() {
 			s.mu.Unlock()
 			// One call for the round: its GETs coalesce across every target,
 			// and are issued nearest first.
-			if !s.schedule(members, s.r.cfg.Budget/int64(s.r.activeStreams())) {
+			if !s.schedule(members, s.r.cfg.Budget/active) {
 				return
 			}
 		}
@@ -1024,9 +1021,6 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 	return true
 }
 
-// fetchSpan reads a span's claimed chunks, each into a buffer of its own,
-// so a cached chunk never pins the rest of the span, and the disk tier
-// reads a whole-sample chunk straight into its buffer.
 // bridge reports whether the samples of shard lying in [from, to) may be
 // fetched in one GET with their neighbours: each is cached or in flight, or
 // is one chunk whose next read is within horizon bytes. It returns the keys
@@ -1060,6 +1054,9 @@ func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) 
 	return keys, true
 }
 
+// fetchSpan reads a span's claimed chunks, each into a buffer of its own,
+// so a cached chunk never pins the rest of the span, and the disk tier
+// reads a whole-sample chunk straight into its buffer.
 func (r *Reader) fetchSpan(sp span) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ReadTimeout)
 	defer cancel()
