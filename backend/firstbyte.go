@@ -2,7 +2,7 @@ package backend
 
 import (
 	"context"
-	"io"
+	"net/http/httptrace"
 	"sync/atomic"
 	"time"
 )
@@ -33,21 +33,6 @@ func WithFirstByte(ctx context.Context, f *FirstByte) context.Context {
 	return context.WithValue(ctx, firstByteKey{}, f)
 }
 
-// firstByteReader marks the context's FirstByte on the first bytes read.
-type firstByteReader struct {
-	r io.Reader
-	f *FirstByte
-}
-
-func (r *firstByteReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if n > 0 && r.f != nil && r.f.at.Load() == 0 {
-		r.f.at.Store(time.Now().UnixNano())
-		r.f = nil
-	}
-	return n, err
-}
-
 // MarkFirstByte records now as the first byte's arrival for ctx's FirstByte,
 // for stores that know when their answer starts without a body to wrap.
 func MarkFirstByte(ctx context.Context) {
@@ -56,11 +41,16 @@ func MarkFirstByte(ctx context.Context) {
 	}
 }
 
-// noteFirstByte wraps body so the first bytes read from it mark ctx's FirstByte.
-func noteFirstByte(ctx context.Context, body io.Reader) io.Reader {
+// traceFirstByte returns ctx with an HTTP client trace that marks ctx's
+// FirstByte when the response's first byte arrives. HTTP stores need it
+// because minio-go fills the caller's buffer in one Read: a mark on the
+// first Read would come with the whole body.
+func traceFirstByte(ctx context.Context) context.Context {
 	f, _ := ctx.Value(firstByteKey{}).(*FirstByte)
 	if f == nil {
-		return body
+		return ctx
 	}
-	return &firstByteReader{r: body, f: f}
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotFirstResponseByte: func() { f.at.CompareAndSwap(0, time.Now().UnixNano()) },
+	})
 }

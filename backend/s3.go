@@ -169,12 +169,12 @@ func (s *S3) ReadAt(ctx context.Context, key string, p []byte, off int64) error 
 	if err := opts.SetRange(off, off+int64(len(p))-1); err != nil {
 		return &Error{Store: s.name, Op: "read", Key: key, Err: err}
 	}
-	obj, err := s.client.GetObject(ctx, s.bucket, s.prefix+key, opts)
+	obj, err := s.client.GetObject(traceFirstByte(ctx), s.bucket, s.prefix+key, opts)
 	if err != nil {
 		return s.convert("read", key, err)
 	}
 	defer obj.Close()
-	n, err := io.ReadFull(noteFirstByte(ctx, obj), p)
+	n, err := io.ReadFull(obj, p)
 	if err == nil {
 		return nil
 	}
