@@ -85,6 +85,13 @@ type storeHealth struct {
 	down      bool
 	lat       [64]time.Duration // ring of recent successful latencies
 	n         int
+	reads     map[*pendingRead]struct{} // reads in flight
+}
+
+// pendingRead is a read in flight on a store, for lagging.
+type pendingRead struct {
+	start time.Time
+	fb    *backend.FirstByte
 }
 
 func newHealth(n int, opts HealthOptions, report func(int, bool)) *health {
@@ -154,6 +161,57 @@ func (h *health) strike(store, n int) {
 	if mark {
 		h.report(store, true)
 	}
+}
+
+// begin registers a read from store that starts now; the caller calls end
+// with the result when the read returns.
+func (h *health) begin(store int, fb *backend.FirstByte) *pendingRead {
+	rd := &pendingRead{start: h.now(), fb: fb}
+	h.mu.Lock()
+	s := &h.stores[store]
+	if s.reads == nil {
+		s.reads = map[*pendingRead]struct{}{}
+	}
+	s.reads[rd] = struct{}{}
+	h.mu.Unlock()
+	return rd
+}
+
+func (h *health) end(store int, rd *pendingRead) {
+	h.mu.Lock()
+	delete(h.stores[store].reads, rd)
+	h.mu.Unlock()
+}
+
+// lagging reports whether a read from store that started at start and has
+// not answered is slow compared with the rest of the set: at least need
+// other stores (those a hedge would ask) have no unanswered read in flight
+// for half its age or longer. When the whole set is that slow together, the
+// machine or an endpoint the stores share is overloaded: a hedge would add
+// need more requests to the same queue and make every read slower still.
+func (h *health) lagging(store int, start time.Time, need int) bool {
+	now := h.now()
+	half := now.Sub(start) / 2
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	keepingUp := 0
+	for i := range h.stores {
+		s := &h.stores[i]
+		if i == store || h.excluded[i] || s.down {
+			continue
+		}
+		behind := false
+		for rd := range s.reads {
+			if !rd.fb.Arrived() && now.Sub(rd.start) >= half {
+				behind = true
+				break
+			}
+		}
+		if !behind {
+			keepingUp++
+		}
+	}
+	return keepingUp >= need
 }
 
 // deadline is how long a read of n bytes from store may take before it is hedged.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 )
@@ -138,5 +139,63 @@ func TestStoreStalledMidBodyIsHedged(t *testing.T) {
 	}
 	if m.hedged.Load() == 0 {
 		t.Fatal("no read hedged around a store stalled mid-body")
+	}
+}
+
+// Issue 11 item 3: when the whole store set answers slowly at once (the
+// machine, or an endpoint the stores share, is overloaded) no store is
+// slow: hedging would only ask k more GETs of the same overloaded set. A
+// store that lags while the others keep up is still hedged, under the
+// same concurrent load.
+func TestSetSlowTogetherIsNotHedged(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("slow together, not one slow store "), 600)
+	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{HedgeFloor: 50 * time.Millisecond})
+	ctx := context.Background()
+	frag := sh.FragSize
+	// One read per data fragment, on both read paths, all at once.
+	readAll := func() {
+		var wg sync.WaitGroup
+		for f := int64(0); f < int64(p.Data); f++ {
+			off := f*frag + 10
+			for _, exact := range []bool{false, true} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var got []byte
+					var err error
+					if exact {
+						got, err = r.ReadExact(ctx, sh, off, 500, func([]byte) bool { return true })
+					} else {
+						got, err = r.ReadRange(ctx, sh, off, 500)
+					}
+					if err != nil || !bytes.Equal(got, data[off:off+500]) {
+						t.Errorf("fragment %d, exact %v: %v", f, exact, err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}
+	for i := 0; i < 10; i++ { // fast history: deadlines at the 50 ms floor
+		readAll()
+	}
+	if n := m.hedged.Load(); n != 0 {
+		t.Fatalf("%d hedges while every store answered at once", n)
+	}
+	for _, f := range faulty {
+		f.SetDelay(120*time.Millisecond, 0) // every store 2.4x the deadline, together
+	}
+	readAll()
+	if n := m.hedged.Load(); n != 0 {
+		t.Fatalf("%d reads hedged when the whole set answered in 120 ms together (deadline 50 ms)", n)
+	}
+	for _, f := range faulty {
+		f.SetDelay(0, 0)
+	}
+	faulty[p.Placement(sh.ID, 0)].SetDelay(time.Second, 0) // one store lags, the others keep up
+	readAll()
+	if m.hedged.Load() == 0 {
+		t.Fatal("a store 1 s slow among stores answering at once was not hedged")
 	}
 }

@@ -199,7 +199,9 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 		fb = &backend.FirstByte{}
 	}
 	start := time.Now()
+	pr := r.health.begin(store, fb)
 	err := r.stores[store].ReadAt(backend.WithFirstByte(ctx, fb), r.key(sh.ID, frag), p, A)
+	r.health.end(store, pr)
 	d := time.Since(start)
 	r.metrics.BackendRead(store, len(p), d, err)
 	if err != nil {
@@ -313,6 +315,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	defer cancel()
 	results := make(chan result, 2)
 	fb := &backend.FirstByte{}
+	launched := time.Now()
 	go func() { results <- result{fr: r.readFrag(pctx, sh, frag, A, B, false, fb)} }()
 	var timer <-chan time.Time
 	deadline := r.health.deadline(store, int(B-A))
@@ -327,9 +330,10 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 		select {
 		case <-timer:
 			timer = nil
-			if fb.Arrived() && !extended {
+			if !extended && (fb.Arrived() || !r.health.lagging(store, launched, r.codec.Data)) {
 				// The store answered and its bytes are streaming: it shares
-				// the bandwidth with our other reads, it is not slow. It gets
+				// the bandwidth with our other reads, it is not slow. Or the
+				// whole set lags with it: load, not one slow store. It gets
 				// an allowance to finish; a stall mid-body is hedged after it.
 				extended = true
 				t := time.NewTimer(r.health.streamAllowance(deadline, int(B-A)))
@@ -438,6 +442,7 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 	defer cancel()
 	inFlight, next := 0, 0
 	answered := make([]backend.FirstByte, total)
+	launched := make([]time.Time, total)
 	launch := func() bool {
 		if next >= len(cands) {
 			return false
@@ -445,6 +450,7 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 		f := cands[next]
 		next++
 		state[f] = pending
+		launched[f] = time.Now()
 		inFlight++
 		go func() {
 			c := pctx
@@ -496,12 +502,14 @@ wait:
 		case <-timer.C:
 			streaming := true
 			for f := 0; f < total; f++ {
-				streaming = streaming && (state[f] != pending || answered[f].Arrived())
+				streaming = streaming && (state[f] != pending || answered[f].Arrived() ||
+					!r.health.lagging(r.codec.Placement(sh.ID, f), launched[f], 1))
 			}
 			if streaming && !extended {
-				// Every store asked has answered; their bytes share our
-				// bandwidth. That is load, not slowness: they get an
-				// allowance to finish before one more fragment is asked.
+				// Every store asked has answered, and their bytes share our
+				// bandwidth; or the whole set lags with them. That is load,
+				// not slowness: they get an allowance to finish before one
+				// more fragment is asked.
 				extended = true
 				timer.Reset(r.health.streamAllowance(hedge, L))
 				continue
@@ -644,6 +652,7 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 	ectx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var answered []*backend.FirstByte
+	var pieceStores []int
 	var hedged atomic.Bool
 	for pos := off; pos < off+n; {
 		frag := int(pos / F)
@@ -652,12 +661,15 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 		dst := out[pos-off : pos-off+(b-a)]
 		fb := &backend.FirstByte{}
 		answered = append(answered, fb)
+		pieceStores = append(pieceStores, r.codec.Placement(sh.ID, frag))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			store := r.codec.Placement(sh.ID, frag)
 			start := time.Now()
+			pr := r.health.begin(store, fb)
 			err := r.stores[store].ReadAt(backend.WithFirstByte(ectx, fb), r.key(sh.ID, frag), dst, a)
+			r.health.end(store, pr)
 			d := time.Since(start)
 			r.metrics.BackendRead(store, len(dst), d, err)
 			if err == nil {
@@ -691,9 +703,10 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 		}
 		var mu sync.Mutex
 		var second *time.Timer
+		launched := time.Now()
 		first := time.AfterFunc(deadline, func() {
-			for _, fb := range answered {
-				if !fb.Arrived() {
+			for i, fb := range answered {
+				if !fb.Arrived() && r.health.lagging(pieceStores[i], launched, r.codec.Data) {
 					hedgeNow()
 					return
 				}
