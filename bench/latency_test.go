@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -143,11 +144,14 @@ func latencyRegime(t *testing.T, r *report, work string) {
 	}
 
 	type result struct {
-		small, large       stat // ceilings: GETs/s of sample size; samples/s-equivalent of 8 MiB GETs
-		global, window     stat
-		hedgeG, hedgeW     stat // hedged reads per 100 GETs
-		peer               []stat
-		trainerSFS, trPeer stat
+		small, large   stat // ceilings: GETs/s of sample size; samples/s-equivalent of 8 MiB GETs
+		global, window stat
+		hedgeG, hedgeW stat // hedged reads per 100 GETs
+		windowDirect   stat
+		// CPU seconds per GB moved, by role: the 8 MiB ceiling and window mode.
+		cpuCeil, cpuWin, cpuWinDirect cpuUse
+		peer                          []stat
+		trainerSFS, trPeer            stat
 	}
 	latencies := []struct{ ms, jitter int }{{0, 0}, {20, 5}, {50, 10}}
 	// SHARDFS_BENCH_PROFILE=DIR: only 20 ms, and a CPU profile of each shardfs
@@ -170,15 +174,18 @@ func latencyRegime(t *testing.T, r *report, work string) {
 			return g
 		})
 		res.large = repeat(func() float64 {
+			before := cpuByRole()
 			_, b := getRate(t, ceilStore, "blob", blob, 8<<20, 8, 3*time.Second)
+			res.cpuCeil.add(before, cpuByRole(), b*3)
 			return b / avgSample
 		})
-		shardfs := func(flag string) (stat, stat) {
+		shardfs := func(cpu *cpuUse, flags ...string) (stat, stat) {
 			var rate, hedges []float64
 			for i := 0; i < reps; i++ {
 				n++
 				mnt := filepath.Join(work, fmt.Sprintf("latency-sfs-%d", n))
-				args := []string{"mount", stores, "--rank=0", "--batch-size=64", flag, "lat", mnt}
+				args := append([]string{"mount", stores, "--rank=0", "--batch-size=64"}, flags...)
+				args = append(args, "lat", mnt)
 				if profDir != "" {
 					args = append(args, "--metrics-addr=127.0.0.1:9955")
 				}
@@ -186,9 +193,13 @@ func latencyRegime(t *testing.T, r *report, work string) {
 				rd := filepath.Join(mnt, "epochs/0000/rank-000")
 				var stop func()
 				if profDir != "" {
-					stop = profileDuring(t, filepath.Join(profDir, fmt.Sprintf("%s-%d", strings.TrimLeft(flag, "-"), i)))
+					stop = profileDuring(t, filepath.Join(profDir, fmt.Sprintf("%s-%d", strings.TrimLeft(strings.Join(flags, ""), "-"), i)))
 				}
+				before := cpuByRole()
 				rate = append(rate, float64(nb*batch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
+				if cpu != nil {
+					cpu.add(before, cpuByRole(), float64(nb*batch)*avgSample)
+				}
 				if stop != nil {
 					stop()
 				}
@@ -201,8 +212,9 @@ func latencyRegime(t *testing.T, r *report, work string) {
 			}
 			return summarize(rate), summarize(hedges)
 		}
-		res.global, res.hedgeG = shardfs("--window=0")
-		res.window, res.hedgeW = shardfs("--window=4")
+		res.global, res.hedgeG = shardfs(nil, "--window=0")
+		res.window, res.hedgeW = shardfs(&res.cpuWin, "--window=4")
+		res.windowDirect, _ = shardfs(&res.cpuWinDirect, "--window=4", "--direct-io")
 		for pi, p := range peers {
 			res.peer = append(res.peer, repeat(func() float64 {
 				n++
@@ -258,11 +270,11 @@ func latencyRegime(t *testing.T, r *report, work string) {
 	r.printf("## The latency regime (cold, samples/s, 8 reader threads; toxiproxy adds the latency to every response, for every reader and the ceilings)\n\n")
 	r.printf("Dataset: %d samples of 50–150 kB (%.0f MB), RS(4,2) over 6 buckets of one MinIO behind one toxiproxy. shardfs reads rank 0's whole epoch 0; the peers read the first %d batches of the same order as files. Ceilings: minio-go ranged GETs through the same proxy for 3 s, of the mean sample size (%.0f kB) with 64 in flight, and of 8 MiB with 8 in flight (as samples/s: bytes/s over the mean sample size).\n\n",
 		samples, float64(total)/1e6, peerBatch, avgSample/1e3)
-	r.printf("| latency | small-GET ceiling | 8 MiB-GET ceiling | shardfs global | / small ceiling | hedged %% of GETs | shardfs --window 4 | / 8 MiB ceiling | hedged %% of GETs |")
+	r.printf("| latency | small-GET ceiling | 8 MiB-GET ceiling | shardfs global | / small ceiling | hedged %% of GETs | shardfs --window 4 | / 8 MiB ceiling | hedged %% of GETs | shardfs --window 4 --direct-io | / 8 MiB ceiling |")
 	for _, p := range peers {
 		r.printf(" %s |", p.name)
 	}
-	r.printf(" global / best peer | window / best peer |\n|---|---|---|---|---|---|---|---|---|")
+	r.printf(" global / best peer | window / best peer |\n|---|---|---|---|---|---|---|---|---|---|---|")
 	for range peers {
 		r.printf("---|")
 	}
@@ -270,20 +282,20 @@ func latencyRegime(t *testing.T, r *report, work string) {
 	var ch chart
 	ch.title, ch.ylabel, ch.file = "Cold reads against store latency", "samples/s", "latency.png"
 	series := map[string][]stat{}
-	names := []string{"small-GET ceiling", "8 MiB-GET ceiling", "shardfs global", "shardfs --window 4"}
+	names := []string{"small-GET ceiling", "8 MiB-GET ceiling", "shardfs global", "shardfs --window 4", "shardfs --window 4 --direct-io"}
 	for i, lat := range latencies {
 		res := results[i]
 		best := 0.0
 		for _, p := range res.peer {
 			best = max(best, p.med)
 		}
-		r.printf("| %d ± %d ms | %s | %s | %s | %.2f× | %s | %s | %.2f× | %s |", lat.ms, lat.jitter, res.small, res.large, res.global, res.global.med/res.small.med,
-			res.hedgeG.pct2(), res.window, res.window.med/res.large.med, res.hedgeW.pct2())
+		r.printf("| %d ± %d ms | %s | %s | %s | %.2f× | %s | %s | %.2f× | %s | %s | %.2f× |", lat.ms, lat.jitter, res.small, res.large, res.global, res.global.med/res.small.med,
+			res.hedgeG.pct2(), res.window, res.window.med/res.large.med, res.hedgeW.pct2(), res.windowDirect, res.windowDirect.med/res.large.med)
 		for _, p := range res.peer {
 			r.printf(" %s |", p)
 		}
 		r.printf(" %.1f× | %.1f× |\n", res.global.med/best, res.window.med/best)
-		for j, s := range []stat{res.small, res.large, res.global, res.window} {
+		for j, s := range []stat{res.small, res.large, res.global, res.window, res.windowDirect} {
 			series[names[j]] = append(series[names[j]], s)
 		}
 		for j, p := range peers {
@@ -307,6 +319,27 @@ func latencyRegime(t *testing.T, r *report, work string) {
 			res = results[i]
 		}
 	}
+	// Where the cores go: the limit of any reader through FUSE on this machine.
+	r.printf("**Where the cores go at 20 ms** (CPU seconds per GB moved, all repetitions; kernel time is charged to the process whose system call it is, so FUSE's copies are in the reader's and the daemon's):\n\n")
+	r.printf("| | MinIO | toxiproxy | shardfs daemon | reader | total | GB/s on %d cores at this cost |\n|---|---|---|---|---|---|---|\n", runtime.NumCPU())
+	for _, row := range []struct {
+		name string
+		c    *cpuUse
+	}{{"8 MiB-GET ceiling (minio-go client)", &res.cpuCeil}, {"shardfs --window 4", &res.cpuWin}, {"shardfs --window 4 --direct-io", &res.cpuWinDirect}} {
+		r.printf("| %s |", row.name)
+		sum := 0.0
+		for _, role := range cpuRoles {
+			r.printf(" %.2f |", row.c.perGB(role))
+			sum += row.c.perGB(role)
+		}
+		r.printf(" %.2f | %.2f |\n", sum, float64(runtime.NumCPU())/sum)
+	}
+	// A FUSE reader whose daemon cost nothing still pays the store, the
+	// proxy and the reader's side of FUSE.
+	floor := res.cpuWinDirect.perGB("MinIO") + res.cpuWinDirect.perGB("toxiproxy") + res.cpuWinDirect.perGB("reader")
+	bound := float64(runtime.NumCPU()) / floor * 1e9 / avgSample
+	r.printf("\nEven with a daemon that cost nothing, a reader through FUSE pays MinIO, toxiproxy and its own side of FUSE: %.2f CPU s per GB (`--direct-io` row), so %d cores move at most %.0f samples/s = **%.2f× the 8 MiB ceiling** here; shardfs --window 4 --direct-io reaches %.2f× of that bound.\n\n",
+		floor, runtime.NumCPU(), bound, bound/res.large.med, res.windowDirect.med/bound)
 	r.printf("**A real trainer at 20 ms:** PyTorch `DataLoader`, 8 workers, %.0f ms of compute per batch of 64, one pass; stall fraction = time the trainer waited for a batch / compute time. shardfs (batch tars, whole epoch): %s; best peer (the same samples as files, first %d batches): %s.\n\n",
 		compute*1000, res.trainerSFS.pct(), peerBatch*2, res.trPeer.pct())
 }
@@ -329,27 +362,7 @@ func lastLine(s string) string {
 // samples every process's CPU time; stop waits for the profile and writes
 // base.pprof and base.cpu (CPU seconds per process over the interval).
 func profileDuring(t *testing.T, base string) (stop func()) {
-	cpu := func() map[string]float64 {
-		out := map[string]float64{}
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-			if err != nil {
-				continue
-			}
-			st := string(b)
-			i, j := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
-			if i < 0 || j < i {
-				continue
-			}
-			f := strings.Fields(st[j+2:])
-			var ut, stt float64
-			fmt.Sscan(f[11], &ut)
-			fmt.Sscan(f[12], &stt)
-			out[st[i+1:j]] += (ut + stt) / 100
-		}
-		return out
-	}
+	cpu := procCPU
 	before, t0 := cpu(), time.Now()
 	done := make(chan struct{})
 	go func() {
@@ -369,3 +382,70 @@ func profileDuring(t *testing.T, base string) (stop func()) {
 		<-done
 	}
 }
+
+// procCPU is every process's CPU time so far (user + system, seconds) by
+// command name.
+func procCPU() map[string]float64 {
+	out := map[string]float64{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		st := string(b)
+		i, j := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+		if i < 0 || j < i {
+			continue
+		}
+		f := strings.Fields(st[j+2:])
+		var ut, stt float64
+		fmt.Sscan(f[11], &ut)
+		fmt.Sscan(f[12], &stt)
+		out[st[i+1:j]] += (ut + stt) / 100
+	}
+	return out
+}
+
+// The roles that share the machine's cores in the latency regime.
+var cpuRoles = []string{"MinIO", "toxiproxy", "shardfs daemon", "reader"}
+
+// cpuByRole is procCPU summed by role: the store, the proxy, the mount's
+// daemon, and the reading client (this test process: the reader threads,
+// or the ceiling's minio-go GETs). Kernel work is charged to the process
+// whose system call it is: FUSE copies to the reader and the daemon.
+func cpuByRole() map[string]float64 {
+	out := map[string]float64{}
+	for name, v := range procCPU() {
+		switch {
+		case strings.Contains(name, "minio"):
+			out["MinIO"] += v
+		case strings.Contains(name, "toxiproxy") || name == "server":
+			out["toxiproxy"] += v
+		case name == "shardfs":
+			out["shardfs daemon"] += v
+		case strings.HasSuffix(name, ".test"):
+			out["reader"] += v
+		}
+	}
+	return out
+}
+
+// cpuUse accumulates CPU seconds by role and bytes moved over runs.
+type cpuUse struct {
+	secs  map[string]float64
+	bytes float64
+}
+
+func (c *cpuUse) add(before, after map[string]float64, bytes float64) {
+	if c.secs == nil {
+		c.secs = map[string]float64{}
+	}
+	for _, role := range cpuRoles {
+		c.secs[role] += after[role] - before[role]
+	}
+	c.bytes += bytes
+}
+
+// perGB is role's CPU seconds per GB moved.
+func (c *cpuUse) perGB(role string) float64 { return c.secs[role] / (c.bytes / 1e9) }
