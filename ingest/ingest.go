@@ -64,10 +64,59 @@ const DefaultShardSize = 64 << 20
 // Run ingests src into opts.Stores as dataset opts.Name and commits it.
 func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	start := time.Now()
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	log := opts.logger()
+	codec, err := opts.check(ctx)
+	if err != nil {
+		return nil, err
 	}
+	ingestID := newIngestID()
+	opts.Lock.Logger = log
+	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
+	if err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", opts.Name, err)
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	if err := refuseCommitted(ctx, opts, log); err != nil {
+		return nil, err
+	}
+	m, err := plan(src, opts, ingestID)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("ingest plan", "dataset", opts.Name, "samples", m.Samples.Len(), "strata", len(m.Strata),
+		"shards", len(m.Shards), "bytes", m.TotalBytes(), "k", opts.Data, "m", opts.Parity, "ingest_id", m.IngestID)
+
+	res := &Result{Manifest: m, Samples: m.Samples.Len(), Bytes: m.TotalBytes()}
+	all := make([]int, len(m.Shards))
+	for i := range all {
+		all[i] = i
+	}
+	if res.StoredBytes, err = uploadShards(ctx, src, m, codec, opts, all); err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
+			err = cause
+		}
+		return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command; the partial upload is removed then)", opts.Name, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	if err := commit(ctx, opts, m, lock, res, log); err != nil {
+		return nil, err
+	}
+	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, m.IngestID, log)
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+func (opts *Options) logger() *slog.Logger {
+	if opts.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return opts.Logger
+}
+
+// check fills opts' defaults, checks them and the stores, and returns the codec.
+func (opts *Options) check(ctx context.Context) (*erasure.Codec, error) {
 	if opts.ShardSize <= 0 {
 		opts.ShardSize = DefaultShardSize
 	}
@@ -101,19 +150,28 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err := pingAll(ctx, opts.Stores); err != nil {
 		return nil, err
 	}
-	ingestID := newIngestID()
-	opts.Lock.Logger = log
-	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
-	if err != nil {
-		return nil, fmt.Errorf("ingest %s: %w", opts.Name, err)
-	}
-	defer lock.Release(context.WithoutCancel(ctx))
-	if _, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil && !opts.Force {
-		return nil, fmt.Errorf("%w: %s is already committed on these stores: pass --force to replace it", ErrExists, opts.Name)
-	} else if err != nil && !errors.Is(err, dataset.ErrNotFound) && !opts.Force {
-		return nil, fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): pass --force to replace it", ErrExists, opts.Name, err)
-	}
+	return codec, nil
+}
 
+// refuseCommitted refuses to go on when opts.Name is committed (or has
+// manifest copies that cannot be used), unless opts.Force.
+func refuseCommitted(ctx context.Context, opts Options, log *slog.Logger) error {
+	if opts.Force {
+		return nil
+	}
+	if _, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil {
+		return fmt.Errorf("%w: %s is already committed on these stores: pass --force to replace it", ErrExists, opts.Name)
+	} else if !errors.Is(err, dataset.ErrNotFound) {
+		return fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): pass --force to replace it", ErrExists, opts.Name, err)
+	}
+	return nil
+}
+
+// plan places src's samples into shards: a pure function of the listing,
+// the seed and the shard size, so every part of a distributed ingest
+// computes the same plan on its own. Sample and block checksums are filled
+// as shards are encoded.
+func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error) {
 	m := &manifest.Manifest{
 		Version: manifest.Version, Name: opts.Name, IngestID: ingestID, CreatedUnix: time.Now().Unix(),
 		Seed: opts.Seed, Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize, ShardSize: opts.ShardSize,
@@ -135,14 +193,18 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err := m.Finish(); err != nil {
 		return nil, err
 	}
-	log.Info("ingest plan", "dataset", opts.Name, "samples", m.Samples.Len(), "strata", len(m.Strata),
-		"shards", len(shards), "bytes", m.TotalBytes(), "k", opts.Data, "m", opts.Parity, "ingest_id", m.IngestID)
+	return m, nil
+}
 
-	res := &Result{Manifest: m, Samples: m.Samples.Len(), Bytes: m.TotalBytes()}
-	var mu sync.Mutex // guards res.StoredBytes
+// uploadShards reads, encodes and uploads the given shards of m's plan,
+// ShardsInFlight at a time, filling their sample and block checksums in m.
+// It returns the fragment bytes written.
+func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, codec *erasure.Codec, opts Options, shards []int) (int64, error) {
+	var mu sync.Mutex // guards stored
+	var stored int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(opts.ShardsInFlight)
-	for si := range shards {
+	for _, si := range shards {
 		g.Go(func() error {
 			data, err := readShard(gctx, src, m, si)
 			if err != nil {
@@ -156,7 +218,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 			up, uctx := errgroup.WithContext(gctx)
 			for f, frag := range frags {
 				up.Go(func() error {
-					store := opts.Stores[params.Placement(si, f)]
+					store := opts.Stores[codec.Placement(si, f)]
 					if err := store.Put(uctx, dataset.FragmentKey(opts.Name, m.IngestID, si, f), frag); err != nil {
 						return fmt.Errorf("upload shard %d fragment %d: %w", si, f, err)
 					}
@@ -167,7 +229,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 				return err
 			}
 			mu.Lock()
-			res.StoredBytes += int64(len(frags)) * int64(len(frags[0]))
+			stored += int64(len(frags)) * int64(len(frags[0]))
 			mu.Unlock()
 			if opts.Progress != nil {
 				opts.Progress(m.Shards[si].Size)
@@ -175,21 +237,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
-			err = cause
-		}
-		return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command; the partial upload is removed then)", opts.Name, err)
-	}
-	if err := m.Validate(); err != nil {
-		return nil, err
-	}
-	if err := commit(ctx, opts, m, lock, res, log); err != nil {
-		return nil, err
-	}
-	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, m.IngestID, log)
-	res.Elapsed = time.Since(start)
-	return res, nil
+	return stored, g.Wait()
 }
 
 // commit makes the ingest visible, after all fragments, in two steps. First
@@ -418,9 +466,24 @@ func (s *Source) keyIndex() map[string]int {
 // purgeOrphans deletes fragments of other ingests of name: leftovers of
 // interrupted runs, or of the dataset this ingest replaced. It runs only
 // under the ingest lock, right after this ingest committed, so every other
-// ingest id is provably dead: none can be running (it would need the lock),
-// and none is committed (the stores agree on this one).
+// single-process ingest id is provably dead: none can be running (it would
+// need the lock), and none is committed (the stores agree on this one). A
+// distributed ingest's parts take no lock, so its fragments are left alone
+// while it has part objects: its own commit, or a rerun of its parts,
+// finishes it.
 func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string, log *slog.Logger) int {
+	running := map[string]bool{}
+	for _, s := range stores {
+		keys, err := s.List(ctx, PartPrefix(name))
+		if err != nil {
+			log.Warn("could not list distributed ingests; old fragments are kept", "store", s.String(), "err", err)
+			return 0
+		}
+		for _, k := range keys {
+			id, _, _ := strings.Cut(strings.TrimPrefix(k, PartPrefix(name)), "/")
+			running[id] = true
+		}
+	}
 	n := 0
 	for _, s := range stores {
 		keys, err := s.List(ctx, dataset.DataPrefix(name))
@@ -429,7 +492,8 @@ func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string
 			continue
 		}
 		for _, k := range keys {
-			if strings.HasPrefix(k, dataset.DataPrefix(name)+keep+"/") {
+			id, _, _ := strings.Cut(strings.TrimPrefix(k, dataset.DataPrefix(name)), "/")
+			if id == keep || running[id] {
 				continue
 			}
 			if err := s.Delete(ctx, k); err != nil {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/dustin/go-humanize"
@@ -22,6 +24,7 @@ type ingestFlags struct {
 	seed         uint64
 	force        bool
 	labelFields  []string
+	part, job    string
 }
 
 func newIngestCmd(g *globals) *cobra.Command {
@@ -41,15 +44,33 @@ directory), or a listing: a .csv of path,label (an optional header row
 listing's directory. Keys are the relative paths.
 
 Interrupting an ingest (even kill -9) leaves no visible dataset; run the same
-command again. An existing NAME is only replaced with --force.`,
+command again. An existing NAME is only replaced with --force.
+
+Distributed ingest: run the same command with --part I/N on N machines (or
+--part auto in a Kubernetes Indexed Job or a Slurm job array); each part
+uploads and reads back the shards it owns, with no coordination, since the
+placement is a pure function of the listing and the seed. Then run
+"shardfs commit NAME" once: it checks every fragment of every part and
+commits. Until then nothing is visible; a part that dies is simply rerun.
+Every part must see the same SRC and options. --job (or SHARDFS_JOB_ID, or
+SLURM_ARRAY_JOB_ID) names the run, so a later run over a changed source
+never writes over this one's fragments.`,
 		Example: `  shardfs ingest --stores file:///srv/s0,file:///srv/s1,file:///srv/s2 --data 2 --parity 1 ./train train
   AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... shardfs ingest \
-    --stores http://10.0.0.1:9000/ds,http://10.0.0.2:9000/ds,... --data 4 --parity 2 ./imagenet/train imagenet-train`,
+    --stores http://10.0.0.1:9000/ds,http://10.0.0.2:9000/ds,... --data 4 --parity 2 ./imagenet/train imagenet-train
+  # on 4 machines, I = 0..3, then once: shardfs commit imagenet-train --stores ...
+  shardfs ingest --stores ... --data 4 --parity 2 --part I/4 --job run-7 /data/imagenet/train imagenet-train`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stores, err := g.openStores()
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("part") {
+				return runIngestPart(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
+			}
+			if f.job != "" {
+				return fmt.Errorf("--job names a distributed ingest: use it with --part I/N")
 			}
 			_, err = runIngest(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
 			return err
@@ -63,19 +84,57 @@ command again. An existing NAME is only replaced with --force.`,
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the stratified placement into shards")
 	fl.BoolVar(&f.force, "force", false, "replace an existing dataset of the same name")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "label fields that form the stratum (listings only; default: label)")
+	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
+	fl.StringVar(&f.job, "job", "", "name of this distributed ingest run, the same for all its parts (default: $SHARDFS_JOB_ID, else $SLURM_ARRAY_JOB_ID)")
 	return cmd
 }
 
-func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, f *ingestFlags, src, name string) (*ingest.Result, error) {
+// ingestOptions parses the size flags and scans the source.
+func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log *slog.Logger) (*ingest.Source, ingest.Options, error) {
 	shardSize, err := humanize.ParseBytes(f.shardSize)
 	if err != nil {
-		return nil, fmt.Errorf("--shard-size %q: %v (use e.g. 64MiB)", f.shardSize, err)
+		return nil, ingest.Options{}, fmt.Errorf("--shard-size %q: %v (use e.g. 64MiB)", f.shardSize, err)
 	}
 	blockSize, err := humanize.ParseBytes(f.blockSize)
 	if err != nil || blockSize > erasure.MaxBlockSize {
-		return nil, fmt.Errorf("--block-size %q: use a size up to 1MiB, e.g. 64KiB", f.blockSize)
+		return nil, ingest.Options{}, fmt.Errorf("--block-size %q: use a size up to 1MiB, e.g. 64KiB", f.blockSize)
 	}
 	source, err := ingest.Scan(src, f.labelFields)
+	if err != nil {
+		return nil, ingest.Options{}, err
+	}
+	return source, ingest.Options{
+		Name: name, Stores: stores, Data: f.data, Parity: f.parity, BlockSize: int(blockSize),
+		ShardSize: int64(shardSize), Seed: f.seed, Force: f.force, Logger: log,
+	}, nil
+}
+
+func runIngestPart(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, f *ingestFlags, src, name string) error {
+	part, err := ingest.ParsePart(f.part, os.Getenv)
+	if err != nil {
+		return err
+	}
+	source, opts, err := ingestOptions(f, src, name, stores, log)
+	if err != nil {
+		return err
+	}
+	res, err := ingest.RunPart(ctx, source, opts, part, ingest.JobID(f.job, os.Getenv))
+	if errors.Is(err, ingest.ErrAlreadyCommitted) {
+		fmt.Fprintln(out, err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "part %s of %s done: %d of %d shards, %s of samples, %s stored, %.1f MB/s, %s (ingest %s)\n",
+		part, name, res.Shards, res.AllShards, humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
+		float64(res.Bytes)/1e6/res.Elapsed.Seconds(), res.Elapsed.Round(1e6), res.IngestID)
+	fmt.Fprintf(out, "  when all %d parts are done: shardfs commit %s --stores ...\n", part.Count, name)
+	return nil
+}
+
+func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, f *ingestFlags, src, name string) (*ingest.Result, error) {
+	source, opts, err := ingestOptions(f, src, name, stores, log)
 	if err != nil {
 		return nil, err
 	}
@@ -84,24 +143,70 @@ func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 		total += it.Size
 	}
 	bar := newProgress("ingest "+name, total)
-	res, err := ingest.Run(ctx, source, ingest.Options{
-		Name: name, Stores: stores, Data: f.data, Parity: f.parity, BlockSize: int(blockSize),
-		ShardSize: int64(shardSize), Seed: f.seed, Force: f.force, Logger: log, Progress: bar.Add,
-	})
+	opts.Progress = bar.Add
+	res, err := ingest.Run(ctx, source, opts)
 	bar.Finish()
 	if err != nil {
 		return nil, err
 	}
+	printCommitted(out, name, res, len(stores), true)
+	return res, nil
+}
+
+// printCommitted reports a committed ingest; uploaded says whether this
+// process uploaded the bytes (an ingest) or only checked them (a commit).
+func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, uploaded bool) {
 	m := res.Manifest
 	fmt.Fprintf(out, "committed %s: %d samples in %d strata, %d shards, RS(%d,%d) over %d stores\n",
-		name, res.Samples, len(m.Strata), len(m.Shards), m.Data, m.Parity, len(stores))
-	fmt.Fprintf(out, "  %s of samples, %s stored (%.2fx), %.1f MB/s, %s\n",
-		humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
-		float64(res.StoredBytes)/float64(max(res.Bytes, 1)), float64(res.Bytes)/1e6/res.Elapsed.Seconds(), res.Elapsed.Round(1e6))
+		name, res.Samples, len(m.Strata), len(m.Shards), m.Data, m.Parity, stores)
+	if uploaded {
+		fmt.Fprintf(out, "  %s of samples, %s stored (%.2fx), %.1f MB/s, %s\n",
+			humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
+			float64(res.StoredBytes)/float64(max(res.Bytes, 1)), float64(res.Bytes)/1e6/res.Elapsed.Seconds(), res.Elapsed.Round(1e6))
+	} else {
+		fmt.Fprintf(out, "  %s of samples, %s stored (%.2fx); every fragment checked and the manifest committed in %s\n",
+			humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
+			float64(res.StoredBytes)/float64(max(res.Bytes, 1)), res.Elapsed.Round(1e6))
+	}
 	var parts []string
 	for _, st := range m.Strata {
 		parts = append(parts, fmt.Sprintf("%s=%d", st.Name, st.Count))
 	}
 	fmt.Fprintf(out, "  strata: %s\n", strings.Join(parts, " "))
-	return res, nil
+}
+
+func newCommitCmd(g *globals) *cobra.Command {
+	var copts ingest.CommitOptions
+	cmd := &cobra.Command{
+		Use:   "commit --stores URL,... NAME",
+		Short: "Commit a distributed ingest once all its parts are done",
+		Long: `Commit finishes a distributed ingest (shardfs ingest --part I/N ...): it
+reads the N part records, checks that together they form one plan and that
+every fragment of every shard is on its store at its size, and then writes
+the manifest to every store, exactly as a single-process ingest commits.
+A commit that finds a part missing names the parts to rerun and changes
+nothing. Pass the same --stores, in the same order, as the parts.`,
+		Example: `  shardfs commit --stores http://10.0.0.1:9000/ds,...,http://10.0.0.6:9000/ds imagenet-train`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			stores, err := g.openStores()
+			if err != nil {
+				return err
+			}
+			copts.Name, copts.Stores, copts.Logger = args[0], stores, g.logger()
+			res, err := ingest.Commit(cmd.Context(), copts)
+			if errors.Is(err, ingest.ErrAlreadyCommitted) {
+				fmt.Fprintln(cmd.OutOrStdout(), err)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			printCommitted(cmd.OutOrStdout(), args[0], res, len(stores), false)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&copts.IngestID, "ingest-id", "", "the distributed ingest to commit, when the stores hold finished parts of several")
+	cmd.Flags().BoolVar(&copts.Force, "force", false, "replace an existing dataset of the same name")
+	return cmd
 }

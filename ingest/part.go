@@ -1,0 +1,682 @@
+package ingest
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/gob"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/erasure"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// A distributed ingest splits one ingest over N processes that never talk
+// to each other: each computes the same plan from the same listing and
+// seed, encodes and uploads the shards it owns (shard s belongs to part
+// s mod N), reads every fragment back, and writes a part record with the
+// checksums it computed. Commit, run once when all parts are done, reads
+// the N records, checks that every fragment of every shard is on its store
+// at its size, and commits the manifest exactly as a single-process ingest
+// does. Until then nothing is visible, and a part that dies is rerun.
+
+// Part is part Index of Count of a distributed ingest.
+type Part struct{ Index, Count int }
+
+func (p Part) String() string { return fmt.Sprintf("%d/%d", p.Index, p.Count) }
+
+// MaxParts bounds the parts of one distributed ingest.
+const MaxParts = 100000
+
+// ParsePart reads "I/N", or with "auto" the part of a Kubernetes Indexed
+// Job (JOB_COMPLETION_INDEX of JOB_COMPLETIONS) or a Slurm job array
+// (SLURM_ARRAY_TASK_ID less SLURM_ARRAY_TASK_MIN, of SLURM_ARRAY_TASK_COUNT).
+func ParsePart(s string, getenv func(string) string) (Part, error) {
+	var idx, count string
+	switch {
+	case s == "auto" && getenv("JOB_COMPLETION_INDEX") != "":
+		idx, count = getenv("JOB_COMPLETION_INDEX"), getenv("JOB_COMPLETIONS")
+		if count == "" {
+			return Part{}, errors.New("--part auto: JOB_COMPLETION_INDEX is set but JOB_COMPLETIONS is not: pass the job's completions in JOB_COMPLETIONS (see examples/k8s/ingest-job.yaml), or --part I/N")
+		}
+	case s == "auto" && getenv("SLURM_ARRAY_TASK_ID") != "":
+		id, err1 := strconv.Atoi(getenv("SLURM_ARRAY_TASK_ID"))
+		lo, err2 := strconv.Atoi(cmp.Or(getenv("SLURM_ARRAY_TASK_MIN"), "0"))
+		if err1 != nil || err2 != nil {
+			return Part{}, fmt.Errorf("--part auto: SLURM_ARRAY_TASK_ID %q / SLURM_ARRAY_TASK_MIN %q are not numbers", getenv("SLURM_ARRAY_TASK_ID"), getenv("SLURM_ARRAY_TASK_MIN"))
+		}
+		idx, count = strconv.Itoa(id-lo), getenv("SLURM_ARRAY_TASK_COUNT")
+	case s == "auto":
+		return Part{}, errors.New("--part auto: neither JOB_COMPLETION_INDEX (a Kubernetes Indexed Job) nor SLURM_ARRAY_TASK_ID (a Slurm job array) is set: pass --part I/N")
+	default:
+		var ok bool
+		idx, count, ok = strings.Cut(s, "/")
+		if !ok {
+			return Part{}, fmt.Errorf("--part %q: use I/N, e.g. 0/4 for the first of 4 parts, or auto", s)
+		}
+	}
+	i, err1 := strconv.Atoi(idx)
+	n, err2 := strconv.Atoi(count)
+	if err1 != nil || err2 != nil || n < 1 || n > MaxParts || i < 0 || i >= n {
+		return Part{}, fmt.Errorf("--part %s/%s: use I/N with 0 <= I < N <= %d", idx, count, MaxParts)
+	}
+	return Part{i, n}, nil
+}
+
+// JobID is the identity shared by the parts of one distributed ingest:
+// flag if given, else SHARDFS_JOB_ID, else SLURM_ARRAY_JOB_ID, else empty
+// (the ingest is then named by its listing, seed and parameters alone).
+func JobID(flag string, getenv func(string) string) string {
+	return cmp.Or(flag, getenv("SHARDFS_JOB_ID"), getenv("SLURM_ARRAY_JOB_ID"))
+}
+
+// partIngestID names a distributed ingest by everything its plan depends
+// on, so that every part derives the same id without talking to the others,
+// and a different listing, seed or job never writes over another's
+// fragments.
+func partIngestID(src *Source, opts Options, job string, parts int) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "shardfs part ingest v1\x00%s\x00%s\x00%d\x00%d\x00%d\x00%d\x00%d\x00%d\x00%q\x00",
+		job, opts.Name, parts, opts.Seed, opts.Data, opts.Parity, opts.BlockSize, opts.ShardSize, src.LabelFields)
+	var n [8]byte
+	for _, it := range src.Items {
+		h.Write([]byte(it.Key))
+		binary.LittleEndian.PutUint64(n[:], uint64(it.Size))
+		h.Write(n[:])
+		for _, l := range it.Labels {
+			h.Write([]byte{0})
+			h.Write([]byte(l))
+		}
+		h.Write([]byte{1})
+	}
+	return "job-" + hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// PartPrefix holds the part records of name's distributed ingests.
+func PartPrefix(name string) string { return name + "/parts/" }
+
+// partKey names part i of n of ingest id.
+func partKey(name, id string, i, n int) string {
+	return fmt.Sprintf("%s%s/part-%06d-of-%06d", PartPrefix(name), id, i, n)
+}
+
+// startedKey marks a distributed ingest as running: purges of other ingests
+// leave its fragments alone.
+func startedKey(name, id string) string { return PartPrefix(name) + id + "/started" }
+
+// partRecord is what a part leaves for commit: the plan's header, which
+// every part computed alike, and per owned shard its samples and checksums.
+type partRecord struct {
+	Format                  int
+	Name, IngestID          string
+	Part, Parts             int
+	Seed                    uint64
+	Data, Parity, BlockSize int
+	ShardSize               int64
+	LabelFields             []string
+	Strata                  []manifest.Stratum
+	Shards, Samples         int // in the whole plan
+	Owned                   []partShard
+}
+
+type partShard struct {
+	ID         int
+	FragLen    int64
+	Sums       []uint32 // block checksums, fragment-major
+	Keys       []string
+	Strata     []uint32
+	Sizes      []uint32
+	SampleSums []uint32
+}
+
+const partMagic = "SHARDFS-PART-1\n"
+
+// encodePart is magic, CRC32C of the rest, then the zstd-compressed gob.
+func encodePart(rec *partRecord) ([]byte, error) {
+	var body bytes.Buffer
+	zw, err := zstd.NewWriter(&body, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		return nil, err
+	}
+	if err := gob.NewEncoder(zw).Encode(rec); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	out := append([]byte(partMagic), binary.LittleEndian.AppendUint32(nil, erasure.Checksum(body.Bytes()))...)
+	return append(out, body.Bytes()...), nil
+}
+
+// errBadPart: a part record that is not one, or is damaged.
+var errBadPart = errors.New("part record is damaged")
+
+func decodePart(b []byte) (*partRecord, error) {
+	if len(b) < len(partMagic)+4 || string(b[:len(partMagic)]) != partMagic {
+		return nil, fmt.Errorf("%w: not a shardfs part record", errBadPart)
+	}
+	sum := binary.LittleEndian.Uint32(b[len(partMagic):])
+	body := b[len(partMagic)+4:]
+	if erasure.Checksum(body) != sum {
+		return nil, fmt.Errorf("%w: checksum mismatch", errBadPart)
+	}
+	zr, err := zstd.NewReader(bytes.NewReader(body), zstd.WithDecoderMaxMemory(1<<32), zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	defer zr.Close()
+	rec := &partRecord{}
+	if err := gob.NewDecoder(zr).Decode(rec); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadPart, err)
+	}
+	if rec.Format != 1 {
+		return nil, fmt.Errorf("%w: format %d, this shardfs reads 1: use the shardfs that wrote the parts", errBadPart, rec.Format)
+	}
+	return rec, nil
+}
+
+// PartResult summarizes one finished part.
+type PartResult struct {
+	IngestID    string
+	Part        Part
+	Shards      int // shards this part uploaded
+	AllShards   int
+	Bytes       int64 // sample bytes of its shards
+	StoredBytes int64
+	Elapsed     time.Duration
+}
+
+// ErrAlreadyCommitted: the distributed ingest a part or commit belongs to
+// is the committed one: there is nothing left to do.
+var ErrAlreadyCommitted = errors.New("already committed")
+
+// RunPart runs part of a distributed ingest of src: it uploads and
+// verifies the shards the part owns and writes its part record. It takes
+// no lock and writes nothing a reader sees; run Commit when every part is
+// done. job names the ingest (see JobID); all parts must be given the same
+// source, options and job.
+func RunPart(ctx context.Context, src *Source, opts Options, part Part, job string) (*PartResult, error) {
+	start := time.Now()
+	log := opts.logger()
+	codec, err := opts.check(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id := partIngestID(src, opts, job, part.Count)
+	if m, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil {
+		if m.IngestID == id {
+			return nil, fmt.Errorf("%w: %s was committed from these parts (ingest %s): nothing to do", ErrAlreadyCommitted, opts.Name, id)
+		}
+		if !opts.Force {
+			return nil, fmt.Errorf("%w: %s is already committed on these stores: pass --force to replace it", ErrExists, opts.Name)
+		}
+	} else if !errors.Is(err, dataset.ErrNotFound) && !opts.Force {
+		return nil, fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): pass --force to replace it", ErrExists, opts.Name, err)
+	}
+	m, err := plan(src, opts, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Shards) < part.Count {
+		log.Warn("more parts than shards: some parts have nothing to upload", "parts", part.Count, "shards", len(m.Shards))
+	}
+	// Marked before the first fragment: a purge by another ingest of this
+	// name leaves the fragments of a running distributed ingest alone.
+	if err := putSome(ctx, opts.Stores, startedKey(opts.Name, id), []byte(time.Now().UTC().Format(time.RFC3339)), 1); err != nil {
+		return nil, fmt.Errorf("part %s of %s: %w", part, opts.Name, err)
+	}
+	var owned []int
+	for si := part.Index; si < len(m.Shards); si += part.Count {
+		owned = append(owned, si)
+	}
+	log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "shards", len(owned), "of", len(m.Shards))
+	res := &PartResult{IngestID: id, Part: part, Shards: len(owned), AllShards: len(m.Shards)}
+	stored, err := uploadShards(ctx, src, m, codec, opts, owned)
+	if err == nil {
+		err = verifyUploads(ctx, m, codec, opts, owned)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("part %s of %s not done: %w (rerun this part)", part, opts.Name, err)
+	}
+	res.StoredBytes = stored
+	rec := &partRecord{Format: 1, Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count,
+		Seed: m.Seed, Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
+		LabelFields: m.LabelFields, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len()}
+	for _, si := range owned {
+		sh := m.Shards[si]
+		ps := partShard{ID: si, FragLen: m.FragSize(si), Sums: sh.Sums}
+		for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
+			ps.Keys = append(ps.Keys, m.Samples.Key(j))
+			ps.Strata = append(ps.Strata, m.Samples.Stratum[j])
+			ps.Sizes = append(ps.Sizes, m.Samples.Size[j])
+			ps.SampleSums = append(ps.SampleSums, m.Samples.Sum[j])
+		}
+		rec.Owned = append(rec.Owned, ps)
+		res.Bytes += sh.Size
+	}
+	enc, err := encodePart(rec)
+	if err != nil {
+		return nil, err
+	}
+	// The record is the part's only proof of work: it must survive m lost stores.
+	if err := putSome(ctx, opts.Stores, partKey(opts.Name, id, part.Index, part.Count), enc, opts.Parity+1); err != nil {
+		return nil, fmt.Errorf("part %s of %s not done: its record: %w (rerun this part)", part, opts.Name, err)
+	}
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// verifyUploads reads every fragment of the given shards back and compares
+// it with what was encoded: a part vouches for its shards in its record.
+func verifyUploads(ctx context.Context, m *manifest.Manifest, codec *erasure.Codec, opts Options, shards []int) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(opts.ShardsInFlight)
+	for _, si := range shards {
+		g.Go(func() error {
+			sh := m.Shards[si]
+			fl := m.FragSize(si)
+			nb := m.Blocks(si)
+			got := make([]byte, fl)
+			for f := 0; f < codec.Total(); f++ {
+				store := opts.Stores[codec.Placement(si, f)]
+				if err := store.ReadAt(gctx, dataset.FragmentKey(opts.Name, m.IngestID, si, f), got, 0); err != nil {
+					return fmt.Errorf("read back shard %d fragment %d: %w", si, f, err)
+				}
+				for b := 0; b < nb; b++ {
+					blk := got[b*m.BlockSize : min(len(got), (b+1)*m.BlockSize)]
+					if erasure.Checksum(blk) != sh.Sums[f*nb+b] {
+						return fmt.Errorf("read back shard %d fragment %d from %s: block %d does not match what was written", si, f, store, b)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// putSome writes key to every store and succeeds if at least need did.
+func putSome(ctx context.Context, stores []backend.Store, key string, data []byte, need int) error {
+	errs := make([]error, len(stores))
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Put(ctx, key, data)
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	if ok < need {
+		return fmt.Errorf("written to %d of %d stores, need %d: %w", ok, len(stores), need, errors.Join(errs...))
+	}
+	return nil
+}
+
+// CommitOptions configure Commit.
+type CommitOptions struct {
+	Name   string
+	Stores []backend.Store
+	// IngestID picks the distributed ingest to commit when the stores hold
+	// parts of several; empty: the only one whose parts are all present.
+	IngestID string
+	Force    bool // replace a committed dataset of the same name
+	Logger   *slog.Logger
+	Lock     dataset.LockOptions
+}
+
+// Commit commits a distributed ingest whose parts are all done: it reads
+// the part records, checks that together they are one whole plan and that
+// every fragment of every shard is on its store at its size, then writes
+// the manifest as a single-process ingest does. Nothing is visible before,
+// and a commit that fails changes nothing a reader sees.
+func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
+	start := time.Now()
+	opts := Options{Name: copts.Name, Stores: copts.Stores, Force: copts.Force, Logger: copts.Logger, Lock: copts.Lock}
+	log := opts.logger()
+	if err := dataset.CheckName(opts.Name); err != nil {
+		return nil, err
+	}
+	if err := backend.CheckDistinct(opts.Stores); err != nil {
+		return nil, err
+	}
+	if err := pingAll(ctx, opts.Stores); err != nil {
+		return nil, err
+	}
+	parts, err := listParts(ctx, opts.Stores, opts.Name)
+	if err != nil {
+		return nil, err
+	}
+	if len(parts) == 0 && copts.IngestID == "" {
+		if m, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil {
+			return nil, fmt.Errorf("%w: %s is committed (ingest %s) and no distributed ingest of it is pending: nothing to do", ErrAlreadyCommitted, opts.Name, m.IngestID)
+		}
+	}
+	id, n, err := pickIngest(opts.Name, parts, copts.IngestID)
+	if err != nil {
+		return nil, err
+	}
+	opts.Lock.Logger = log
+	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, "commit-"+id, opts.Lock)
+	if err != nil {
+		return nil, fmt.Errorf("commit %s: %w", opts.Name, err)
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	if m, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil && m.IngestID == id {
+		return nil, fmt.Errorf("%w: %s is committed from these parts (ingest %s): nothing to do", ErrAlreadyCommitted, opts.Name, id)
+	}
+	if err := refuseCommitted(ctx, opts, log); err != nil {
+		return nil, err
+	}
+	recs, err := readParts(ctx, opts.Stores, opts.Name, id, n)
+	if err != nil {
+		return nil, err
+	}
+	if r := recs[0]; len(opts.Stores) != r.Data+r.Parity {
+		return nil, fmt.Errorf("commit %s: %d stores given, but the parts were written RS(%d,%d) over %d stores: pass the parts' stores in the same order",
+			opts.Name, len(opts.Stores), r.Data, r.Parity, r.Data+r.Parity)
+	}
+	var names []string
+	for _, s := range opts.Stores {
+		names = append(names, s.String())
+	}
+	m, err := assemble(opts.Name, recs, names)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFragments(ctx, opts.Stores, m, n); err != nil {
+		return nil, err
+	}
+	res := &Result{Manifest: m, Samples: m.Samples.Len(), Bytes: m.TotalBytes()}
+	for i := range m.Shards {
+		res.StoredBytes += int64(m.Data+m.Parity) * m.FragSize(i)
+	}
+	if err := commit(ctx, opts, m, lock, res, log); err != nil {
+		return nil, err
+	}
+	// The parts' work is in the manifest now; their records can go.
+	uctx := context.WithoutCancel(ctx)
+	for _, s := range opts.Stores {
+		for i := 0; i < n; i++ {
+			s.Delete(uctx, partKey(opts.Name, id, i, n))
+		}
+		s.Delete(uctx, startedKey(opts.Name, id))
+	}
+	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, id, log)
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// listParts lists the part objects of name on every store.
+func listParts(ctx context.Context, stores []backend.Store, name string) ([]string, error) {
+	seen := map[string]bool{}
+	var errs []error
+	for _, s := range stores {
+		keys, err := s.List(ctx, PartPrefix(name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, k := range keys {
+			seen[k] = true
+		}
+	}
+	if len(errs) == len(stores) {
+		return nil, fmt.Errorf("list the parts of %s: %w", name, errors.Join(errs...))
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// pickIngest chooses the distributed ingest to commit among the part keys:
+// want if given, else the only one with every part present. It returns the
+// ingest id and its number of parts.
+func pickIngest(name string, keys []string, want string) (string, int, error) {
+	type job struct {
+		n    int
+		have map[int]bool
+	}
+	jobs := map[string]*job{}
+	for _, k := range keys {
+		id, file, ok := strings.Cut(strings.TrimPrefix(k, PartPrefix(name)), "/")
+		if !ok {
+			continue
+		}
+		j := jobs[id]
+		if j == nil {
+			j = &job{have: map[int]bool{}}
+			jobs[id] = j
+		}
+		var i, n int
+		if _, err := fmt.Sscanf(file, "part-%06d-of-%06d", &i, &n); err == nil && n > 0 {
+			if j.n != 0 && j.n != n {
+				return "", 0, fmt.Errorf("commit %s: ingest %s has parts of %d and of %d: rerun every part with the same --part I/N count", name, id, j.n, n)
+			}
+			j.n = n
+			j.have[i] = true
+		}
+	}
+	missing := func(id string, j *job) []string {
+		var out []string
+		for i := 0; i < j.n; i++ {
+			if !j.have[i] {
+				out = append(out, fmt.Sprintf("%d/%d", i, j.n))
+			}
+		}
+		return out
+	}
+	if want != "" {
+		j := jobs[want]
+		if j == nil || j.n == 0 {
+			return "", 0, fmt.Errorf("commit %s: no finished part of ingest %s on these stores: run shardfs ingest --part I/N first", name, want)
+		}
+		if m := missing(want, j); len(m) > 0 {
+			return "", 0, fmt.Errorf("commit %s: ingest %s lacks parts %s: run shardfs ingest --part for each (a part that died is simply rerun), then commit again", name, want, strings.Join(m, ", "))
+		}
+		return want, j.n, nil
+	}
+	var complete []string
+	var notes []string
+	for id, j := range jobs {
+		if j.n > 0 && len(missing(id, j)) == 0 {
+			complete = append(complete, id)
+		} else if j.n > 0 {
+			notes = append(notes, fmt.Sprintf("ingest %s lacks parts %s", id, strings.Join(missing(id, j), ", ")))
+		} else {
+			notes = append(notes, fmt.Sprintf("ingest %s has started but no part has finished", id))
+		}
+	}
+	slices.Sort(complete)
+	slices.Sort(notes)
+	switch {
+	case len(complete) == 1:
+		return complete[0], jobs[complete[0]].n, nil
+	case len(complete) > 1:
+		return "", 0, fmt.Errorf("commit %s: the parts of several ingests are all done (%s): pick one with --ingest-id", name, strings.Join(complete, ", "))
+	case len(notes) > 0:
+		return "", 0, fmt.Errorf("commit %s: no distributed ingest has all its parts: %s; run shardfs ingest --part for each missing part (a part that died is simply rerun), then commit again", name, strings.Join(notes, "; "))
+	}
+	return "", 0, fmt.Errorf("commit %s: no parts of a distributed ingest on these stores: run shardfs ingest --part I/N ... first", name)
+}
+
+// readParts reads part records 0..n-1 of ingest id, each from the first
+// store that holds an intact copy.
+func readParts(ctx context.Context, stores []backend.Store, name, id string, n int) ([]*partRecord, error) {
+	recs := make([]*partRecord, n)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range recs {
+		g.Go(func() error {
+			key := partKey(name, id, i, n)
+			var errs []error
+			for _, s := range stores {
+				size, err := s.Stat(gctx, key)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				b := make([]byte, size)
+				if err := s.ReadAt(gctx, key, b, 0); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				rec, err := decodePart(b)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", s, err))
+					continue
+				}
+				if rec.IngestID != id || rec.Part != i || rec.Parts != n || rec.Name != name {
+					errs = append(errs, fmt.Errorf("%s: %w: it says part %d/%d of %s ingest %s", s, errBadPart, rec.Part, rec.Parts, rec.Name, rec.IngestID))
+					continue
+				}
+				recs[i] = rec
+				return nil
+			}
+			return fmt.Errorf("commit %s: part %d/%d has no readable record (%v): rerun shardfs ingest --part %d/%d, then commit again", name, i, n, errors.Join(errs...), i, n)
+		})
+	}
+	return recs, g.Wait()
+}
+
+// assemble builds the manifest from the part records, in shard order, after
+// checking that they describe one plan and cover it exactly.
+func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manifest, error) {
+	r0 := recs[0]
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("commit %s: the parts do not form one ingest: %s; rerun every part with the same source, options and job", name, fmt.Sprintf(format, args...))
+	}
+	if r0.Shards < 0 || r0.Shards > 1<<31 || r0.Samples < 0 {
+		return nil, bad("part 0 claims %d shards and %d samples", r0.Shards, r0.Samples)
+	}
+	owner := make([]*partShard, r0.Shards)
+	for _, r := range recs {
+		if r.Seed != r0.Seed || r.Data != r0.Data || r.Parity != r0.Parity || r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize ||
+			r.Shards != r0.Shards || r.Samples != r0.Samples || !slices.Equal(r.LabelFields, r0.LabelFields) || !sameStrata(r.Strata, r0.Strata) {
+			return nil, bad("part %d's plan differs from part 0's", r.Part)
+		}
+		for k := range r.Owned {
+			ps := &r.Owned[k]
+			if ps.ID < 0 || ps.ID >= r0.Shards || ps.ID%r.Parts != r.Part {
+				return nil, bad("part %d holds shard %d, which is not its own", r.Part, ps.ID)
+			}
+			if owner[ps.ID] != nil {
+				return nil, bad("shard %d appears twice", ps.ID)
+			}
+			if len(ps.Strata) != len(ps.Keys) || len(ps.Sizes) != len(ps.Keys) || len(ps.SampleSums) != len(ps.Keys) {
+				return nil, bad("shard %d's sample columns differ in length", ps.ID)
+			}
+			owner[ps.ID] = ps
+		}
+	}
+	m := &manifest.Manifest{Version: manifest.Version, Name: name, IngestID: r0.IngestID, CreatedUnix: time.Now().Unix(),
+		Seed: r0.Seed, Data: r0.Data, Parity: r0.Parity, BlockSize: r0.BlockSize, ShardSize: r0.ShardSize,
+		LabelFields: r0.LabelFields, Strata: slices.Clone(r0.Strata), Shards: make([]manifest.Shard, r0.Shards), Stores: stores}
+	for si, ps := range owner {
+		if ps == nil {
+			return nil, bad("no part holds shard %d (part %d of %d should)", si, si%r0.Parts, r0.Parts)
+		}
+		for j, key := range ps.Keys {
+			if int(ps.Strata[j]) >= len(m.Strata) {
+				return nil, bad("shard %d names stratum %d of %d", si, ps.Strata[j], len(m.Strata))
+			}
+			m.Samples.Append(key, ps.Strata[j], uint32(si), ps.Sizes[j], ps.SampleSums[j])
+		}
+		m.Shards[si].Sums = ps.Sums
+	}
+	if m.Samples.Len() != r0.Samples {
+		return nil, bad("the parts hold %d samples, the plan %d", m.Samples.Len(), r0.Samples)
+	}
+	if err := m.Finish(); err != nil {
+		return nil, bad("%v", err)
+	}
+	for si, ps := range owner {
+		if m.FragSize(si) != ps.FragLen {
+			return nil, bad("shard %d's fragments are %d bytes, its samples make %d", si, ps.FragLen, m.FragSize(si))
+		}
+	}
+	if err := m.Validate(); err != nil {
+		return nil, bad("%v", err)
+	}
+	return m, nil
+}
+
+func sameStrata(a, b []manifest.Stratum) bool {
+	return slices.EqualFunc(a, b, func(x, y manifest.Stratum) bool {
+		return x.Name == y.Name && x.Count == y.Count && slices.Equal(x.Labels, y.Labels)
+	})
+}
+
+// checkFragments checks that every fragment of m is on its store at its
+// size; a missing one names the part to rerun.
+func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Manifest, parts int) error {
+	p := erasure.Params{Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize}
+	var mu sync.Mutex
+	var problems []string
+	rerun := map[int]bool{}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(32)
+	for si := range m.Shards {
+		for f := 0; f < p.Total(); f++ {
+			g.Go(func() error {
+				key := dataset.FragmentKey(m.Name, m.IngestID, si, f)
+				size, err := stores[p.Placement(si, f)].Stat(gctx, key)
+				if err == nil && size == m.FragSize(si) {
+					return nil
+				}
+				msg := fmt.Sprintf("shard %d fragment %d: %v", si, f, err)
+				if err == nil {
+					msg = fmt.Sprintf("shard %d fragment %d is %d bytes, want %d", si, f, size, m.FragSize(si))
+				}
+				mu.Lock()
+				problems = append(problems, msg)
+				rerun[si%parts] = true
+				mu.Unlock()
+				return nil
+			})
+		}
+	}
+	g.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	slices.Sort(problems)
+	var again []string
+	for i := 0; i < parts; i++ {
+		if rerun[i] {
+			again = append(again, fmt.Sprintf("%d/%d", i, parts))
+		}
+	}
+	if len(problems) > 5 {
+		problems = append(problems[:5], fmt.Sprintf("and %d more", len(problems)-5))
+	}
+	return fmt.Errorf("commit %s: fragments are missing or damaged (%s): rerun shardfs ingest --part %s, then commit again; nothing was committed",
+		m.Name, strings.Join(problems, "; "), strings.Join(again, ", --part "))
+}

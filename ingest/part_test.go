@@ -1,0 +1,263 @@
+package ingest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/erasure"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+func TestParsePart(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct {
+		arg  string
+		env  func(string) string
+		want Part
+		err  string
+	}{
+		{"0/4", env(), Part{0, 4}, ""},
+		{"3/4", env(), Part{3, 4}, ""},
+		{"0/1", env(), Part{0, 1}, ""},
+		{"auto", env("JOB_COMPLETION_INDEX", "2", "JOB_COMPLETIONS", "8"), Part{2, 8}, ""},
+		{"auto", env("SLURM_ARRAY_TASK_ID", "5", "SLURM_ARRAY_TASK_MIN", "1", "SLURM_ARRAY_TASK_COUNT", "10"), Part{4, 10}, ""},
+		{"auto", env("SLURM_ARRAY_TASK_ID", "0", "SLURM_ARRAY_TASK_COUNT", "3"), Part{0, 3}, ""},
+		{"4/4", env(), Part{}, "0 <= I < N"},
+		{"-1/4", env(), Part{}, "0 <= I < N"},
+		{"1/0", env(), Part{}, "0 <= I < N"},
+		{"2", env(), Part{}, "use I/N"},
+		{"a/b", env(), Part{}, "0 <= I < N"},
+		{"0/1000000", env(), Part{}, "0 <= I < N"},
+		{"auto", env(), Part{}, "neither JOB_COMPLETION_INDEX"},
+		{"auto", env("JOB_COMPLETION_INDEX", "1"), Part{}, "JOB_COMPLETIONS is not"},
+		{"auto", env("SLURM_ARRAY_TASK_ID", "x", "SLURM_ARRAY_TASK_COUNT", "3"), Part{}, "not numbers"},
+		{"auto", env("JOB_COMPLETION_INDEX", "8", "JOB_COMPLETIONS", "8"), Part{}, "0 <= I < N"},
+	} {
+		got, err := ParsePart(tc.arg, tc.env)
+		if tc.err == "" && (err != nil || got != tc.want) {
+			t.Errorf("ParsePart(%q) = %v, %v; want %v", tc.arg, got, err, tc.want)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("ParsePart(%q) = %v, %v; want an error with %q", tc.arg, got, err, tc.err)
+		}
+	}
+	if got := JobID("", func(k string) string { return map[string]string{"SLURM_ARRAY_JOB_ID": "991"}[k] }); got != "991" {
+		t.Errorf("JobID from Slurm = %q", got)
+	}
+	if got := JobID("mine", func(string) string { return "env" }); got != "mine" {
+		t.Errorf("JobID with a flag = %q", got)
+	}
+}
+
+// localStores opens n file:// stores under dir.
+func localStores(t *testing.T, dir string, n int) []backend.Store {
+	t.Helper()
+	var out []backend.Store
+	for i := 0; i < n; i++ {
+		s, err := backend.Open("file://"+filepath.Join(dir, fmt.Sprint("s", i)), backend.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func testSource(t *testing.T, n int) *Source {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := synth.Write(dir, synth.Imbalanced(n, 4, 0.6, 500, 9_000, 3)); err != nil {
+		t.Fatal(err)
+	}
+	src, err := Scan(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// The manifest a distributed ingest commits equals the single-process
+// one's in everything but its id and time: same samples, same shards, same
+// checksums, for any number of parts, including more parts than shards.
+func TestPartsCommitTheSingleProcessManifest(t *testing.T) {
+	ctx := context.Background()
+	src := testSource(t, 300)
+	base := Options{Data: 2, Parity: 1, ShardSize: 64 << 10, Seed: 9, BlockSize: 4096}
+	single := base
+	single.Name, single.Stores = "single", localStores(t, t.TempDir(), 3)
+	want, err := Run(ctx, src, single)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want.Manifest.Shards) < 5 {
+		t.Fatalf("only %d shards; the test wants several per part", len(want.Manifest.Shards))
+	}
+	for _, n := range []int{1, 3, len(want.Manifest.Shards) + 2} {
+		opts := base
+		opts.Name, opts.Stores = "dist", localStores(t, t.TempDir(), 3)
+		for i := n - 1; i >= 0; i-- { // any order
+			if _, err := RunPart(ctx, src, opts, Part{i, n}, "job"); err != nil {
+				t.Fatalf("%d parts: part %d: %v", n, i, err)
+			}
+		}
+		res, err := Commit(ctx, CommitOptions{Name: "dist", Stores: opts.Stores})
+		if err != nil {
+			t.Fatalf("%d parts: commit: %v", n, err)
+		}
+		sameManifest(t, want.Manifest, res.Manifest)
+		ds, err := dataset.Open(ctx, opts.Stores, "dist", dataset.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := ds.Verify(ctx, nil)
+		if err != nil || !rep.Intact() {
+			t.Fatalf("%d parts: the committed dataset does not verify: %v %+v", n, err, rep)
+		}
+		// The parts' records are gone; their fragments are the dataset's.
+		for _, s := range opts.Stores {
+			if keys, _ := s.List(ctx, PartPrefix("dist")); len(keys) != 0 {
+				t.Fatalf("%d parts: part objects left after commit: %v", n, keys)
+			}
+		}
+	}
+}
+
+func sameManifest(t *testing.T, a, b *manifest.Manifest) {
+	t.Helper()
+	if a.Samples.Len() != b.Samples.Len() || len(a.Shards) != len(b.Shards) || len(a.Strata) != len(b.Strata) {
+		t.Fatalf("sizes differ: %d/%d samples, %d/%d shards", a.Samples.Len(), b.Samples.Len(), len(a.Shards), len(b.Shards))
+	}
+	for i := 0; i < a.Samples.Len(); i++ {
+		if a.Samples.Key(i) != b.Samples.Key(i) || a.Samples.Stratum[i] != b.Samples.Stratum[i] || a.Samples.Shard[i] != b.Samples.Shard[i] ||
+			a.Samples.Offset[i] != b.Samples.Offset[i] || a.Samples.Size[i] != b.Samples.Size[i] || a.Samples.Sum[i] != b.Samples.Sum[i] {
+			t.Fatalf("sample %d differs: %s vs %s", i, a.Samples.Key(i), b.Samples.Key(i))
+		}
+	}
+	for i := range a.Shards {
+		if !slices.Equal(a.Shards[i].Sums, b.Shards[i].Sums) || a.Shards[i].Size != b.Shards[i].Size {
+			t.Fatalf("shard %d differs", i)
+		}
+	}
+	for i := range a.Strata {
+		if a.Strata[i].Name != b.Strata[i].Name || a.Strata[i].Count != b.Strata[i].Count {
+			t.Fatalf("stratum %d differs", i)
+		}
+	}
+}
+
+// Commit refuses what is not one whole ingest, names what to rerun, and
+// leaves the name invisible; a damaged record copy is read from another
+// store.
+func TestCommitRefusesWhatIsNotWhole(t *testing.T) {
+	ctx := context.Background()
+	src := testSource(t, 200)
+	dir := t.TempDir()
+	opts := Options{Name: "ds", Stores: localStores(t, dir, 3), Data: 2, Parity: 1, ShardSize: 64 << 10, Seed: 1, BlockSize: 4096}
+	commit := func(id string) error {
+		_, err := Commit(ctx, CommitOptions{Name: "ds", Stores: opts.Stores, IngestID: id})
+		return err
+	}
+	invisible := func() {
+		t.Helper()
+		if _, err := dataset.LoadManifest(ctx, opts.Stores, "ds", nil); !errors.Is(err, dataset.ErrNotFound) {
+			t.Fatalf("dataset visible after a refused commit: %v", err)
+		}
+	}
+	if err := commit(""); err == nil || !strings.Contains(err.Error(), "no parts") {
+		t.Fatalf("commit with no parts: %v", err)
+	}
+	a0, err := RunPart(ctx, src, opts, Part{0, 2}, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(""); err == nil || !strings.Contains(err.Error(), "lacks parts 1/2") {
+		t.Fatalf("commit with part 1/2 missing: %v", err)
+	}
+	invisible()
+	// Another job's parts, of the same source: a different ingest.
+	if _, err := RunPart(ctx, src, opts, Part{0, 2}, "b"); err != nil {
+		t.Fatal(err)
+	}
+	b1, err := RunPart(ctx, src, opts, Part{1, 2}, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a0.IngestID == b1.IngestID {
+		t.Fatal("two jobs got one ingest id")
+	}
+	if _, err := RunPart(ctx, src, opts, Part{1, 2}, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(""); err == nil || !strings.Contains(err.Error(), "--ingest-id") {
+		t.Fatalf("commit with two whole ingests: %v", err)
+	}
+	invisible()
+	// Delete one fragment of job a's shard 1 (part 1's): commit names part 1/2.
+	frag := dataset.FragmentKey("ds", a0.IngestID, 1, 0)
+	if err := opts.Stores[erasure.Params{Data: opts.Data, Parity: opts.Parity}.Placement(1, 0)].Delete(ctx, frag); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(a0.IngestID); err == nil || !strings.Contains(err.Error(), "--part 1/2") || !strings.Contains(err.Error(), "shard 1 fragment 0") {
+		t.Fatalf("commit with a fragment missing: %v", err)
+	}
+	invisible()
+	// Damage part 0's record on the first store: read from another copy.
+	key := partKey("ds", b1.IngestID, 0, 2)
+	if err := opts.Stores[0].Put(ctx, key, []byte("SHARDFS-PART-1\nnot a record")); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(b1.IngestID); err != nil {
+		t.Fatalf("commit with one damaged record copy: %v", err)
+	}
+	// Job a's parts are not this commit's: its fragments stay for its own commit.
+	if keys, _ := opts.Stores[1].List(ctx, dataset.DataPrefix("ds")+a0.IngestID+"/"); len(keys) == 0 {
+		t.Fatal("the commit of job b purged the fragments of job a, whose parts are still pending")
+	}
+}
+
+func FuzzDecodePart(f *testing.F) {
+	rec := &partRecord{Format: 1, Name: "ds", IngestID: "job-1", Part: 0, Parts: 2, Data: 2, Parity: 1, BlockSize: 4096,
+		Strata: []manifest.Stratum{{Name: "a", Labels: []string{"a"}, Count: 2}}, Shards: 2, Samples: 2,
+		Owned: []partShard{{ID: 0, FragLen: 10, Sums: []uint32{1, 2, 3}, Keys: []string{"a/1", "a/2"}, Strata: []uint32{0, 0}, Sizes: []uint32{10, 10}, SampleSums: []uint32{5, 6}}}}
+	enc, err := encodePart(rec)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(enc)
+	f.Add([]byte(partMagic))
+	f.Add(enc[len(partMagic)+4:])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// Past the checksum too: frame b as an intact record's body.
+		framed := append([]byte(partMagic), binary.LittleEndian.AppendUint32(nil, erasure.Checksum(b))...)
+		decodePart(append(framed, b...))
+		rec, err := decodePart(b)
+		if err != nil {
+			return
+		}
+		again, err := encodePart(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodePart(again); err != nil {
+			t.Fatalf("a decoded record does not decode again: %v", err)
+		}
+	})
+}
