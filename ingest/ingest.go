@@ -274,26 +274,7 @@ func commit(ctx context.Context, opts Options, m *manifest.Manifest, lock *datas
 	}
 	// each writes to every store in parallel and returns the stores written.
 	each := func(write func(i int, s backend.Store) error) ([]int, []error) {
-		errs := make([]error, len(opts.Stores))
-		var wg sync.WaitGroup
-		for i, s := range opts.Stores {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = write(i, s)
-			}()
-		}
-		wg.Wait()
-		var ok []int
-		var failed []error
-		for i, err := range errs {
-			if err == nil {
-				ok = append(ok, i)
-			} else {
-				failed = append(failed, err)
-			}
-		}
-		return ok, failed
+		return onEveryStore(opts.Stores, write)
 	}
 	pending, perrs := each(func(i int, s backend.Store) error {
 		if err := s.Put(ctx, dataset.PendingManifestKey(opts.Name), enc); err != nil {
@@ -344,21 +325,38 @@ func notVisible(opts Options) string {
 }
 
 func pingAll(ctx context.Context, stores []backend.Store) error {
+	_, errs := onEveryStore(stores, func(i int, s backend.Store) error {
+		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		if err := backend.Ping(pctx, s); err != nil {
+			return fmt.Errorf("store %d: %w", i, err)
+		}
+		return nil
+	})
+	return errors.Join(errs...)
+}
+
+// onEveryStore runs fn on every store in parallel and returns the stores it
+// succeeded on and the errors of the others.
+func onEveryStore(stores []backend.Store, fn func(i int, s backend.Store) error) (ok []int, failed []error) {
 	errs := make([]error, len(stores))
 	var wg sync.WaitGroup
 	for i, s := range stores {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-			defer cancel()
-			if err := backend.Ping(pctx, s); err != nil {
-				errs[i] = fmt.Errorf("store %d: %w", i, err)
-			}
+			errs[i] = fn(i, s)
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	for i, err := range errs {
+		if err == nil {
+			ok = append(ok, i)
+		} else {
+			failed = append(failed, err)
+		}
+	}
+	return ok, failed
 }
 
 func newIngestID() string {

@@ -312,24 +312,9 @@ func verifyUploads(ctx context.Context, m *manifest.Manifest, codec *erasure.Cod
 
 // putSome writes key to every store and succeeds if at least need did.
 func putSome(ctx context.Context, stores []backend.Store, key string, data []byte, need int) error {
-	errs := make([]error, len(stores))
-	var wg sync.WaitGroup
-	for i, s := range stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.Put(ctx, key, data)
-		}()
-	}
-	wg.Wait()
-	ok := 0
-	for _, err := range errs {
-		if err == nil {
-			ok++
-		}
-	}
-	if ok < need {
-		return fmt.Errorf("written to %d of %d stores, need %d: %w", ok, len(stores), need, errors.Join(errs...))
+	ok, errs := onEveryStore(stores, func(_ int, s backend.Store) error { return s.Put(ctx, key, data) })
+	if len(ok) < need {
+		return fmt.Errorf("written to %d of %d stores, need %d: %w", len(ok), len(stores), need, errors.Join(errs...))
 	}
 	return nil
 }
