@@ -98,6 +98,26 @@ func loader(t *testing.T, r *report, work, src string, total int64) {
 		run(t, binary, "ingest", stores, "--data=4", "--parity=2", "--force", src, "ds")
 		return float64(total) / 1e6 / time.Since(t0).Seconds()
 	})
+	// Distributed ingest: N processes, one part each, then commit; the
+	// whole wall time, commit included.
+	parts := func(n int) stat {
+		return repeat(func() float64 {
+			name := fmt.Sprintf("parts%d", n)
+			t0 := time.Now()
+			var wg sync.WaitGroup
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					run(t, binary, "ingest", stores, "--data=4", "--parity=2", "--force", fmt.Sprintf("--part=%d/%d", i, n), "--job="+t0.String(), src, name)
+				}()
+			}
+			wg.Wait()
+			run(t, binary, "commit", stores, "--force", name)
+			return float64(total) / 1e6 / time.Since(t0).Seconds()
+		})
+	}
+	parts1, parts4 := parts(1), parts(4)
 	copyRate := repeat(func() float64 {
 		run(t, "rclone", "purge", "peer:peer/ds")
 		t0 := time.Now()
@@ -196,8 +216,8 @@ func loader(t *testing.T, r *report, work, src string, total int64) {
 	ch.series = []string{"cold", "warm"}
 	r.charts = append(r.charts, ch)
 	r.printf("\n![loader](docs/bench/loader.png)\n\n")
-	r.printf("## Ingest (MB/s of sample data)\n\n| | MB/s |\n|---|---|\n| `shardfs ingest` RS(4,2) into 6 buckets (writes 1.5× the bytes) | %s |\n| `rclone copy --transfers 8` to one bucket | %s |\n| ratio | %.2f× |\n\n",
-		ingest, copyRate, ingest.med/copyRate.med)
+	r.printf("## Ingest (MB/s of sample data)\n\n| | MB/s |\n|---|---|\n| `shardfs ingest` RS(4,2) into 6 buckets (writes 1.5× the bytes) | %s |\n| `shardfs ingest --part 0/1` + `commit` (reads every fragment back) | %s |\n| 4 processes `--part I/4` in parallel + `commit` | %s |\n| `rclone copy --transfers 8` to one bucket | %s |\n| ratio ingest / rclone | %.2f× |\n| 4 processes / 1 process (`--part`) | %.2f× |\n\n",
+		ingest, parts1, parts4, copyRate, ingest.med/copyRate.med, parts4.med/parts1.med)
 
 	// FUSE ceiling: fio on a warm epoch.tar vs an in-memory go-fuse file of the same size.
 	m := filepath.Join(work, "fio")

@@ -2,6 +2,7 @@ package layout
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -59,4 +60,59 @@ func BenchmarkNewInput_10M(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// countsInput is n samples in shards of about n/shards, nStrata strata with
+// counts falling geometrically, each shard holding its share of every
+// stratum (as ingest's stratified placement gives): counts only.
+func countsInput(tb testing.TB, n, shards, nStrata int) *Input {
+	w := make([]float64, nStrata)
+	sum := 0.0
+	for c := range w {
+		w[c] = 1 / float64(c+1)
+		sum += w[c]
+	}
+	counts := make([][]int, shards)
+	left := n
+	for s := range counts {
+		size := left / (shards - s)
+		left -= size
+		counts[s] = apportionFloat(size, func() []float64 {
+			pi := make([]float64, nStrata)
+			for c := range pi {
+				pi[c] = w[c] / sum
+			}
+			return pi
+		}())
+	}
+	in, err := NewCountInput(counts, nStrata)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return in
+}
+
+// BenchmarkRankEpoch_100M_10000shards_W1024: issue 13's target, one rank's
+// epoch of 100M samples in 10,000 shards (1,000 strata) with W=1,024, from
+// counts alone with order version 2: the input's size and the order's time
+// and memory are reported.
+func BenchmarkRankEpoch_100M_10000shards_W1024(b *testing.B) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	in := countsInput(b, 100_000_000, 10_000, 1000)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	p := Params{Seed: 1, World: 1024, Rank: 17, Batch: 256, Alpha: 1}
+	b.ReportAllocs()
+	var o *RankOrder
+	for b.Loop() {
+		var err error
+		if o, err = Order(in, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(o.Samples)), "samples/rank")
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "input-MiB")
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(in.N()), "input-B/sample")
 }

@@ -15,10 +15,12 @@ import (
 // different shardfs versions must never silently compute different orders.
 var goldenAffinity = map[int]string{
 	1: "86f4f9f6037b12f21a7b324dc4a4ac43ed1d5a399926a6b5b27d31c20210a19b",
+	2: "86f4f9f6037b12f21a7b324dc4a4ac43ed1d5a399926a6b5b27d31c20210a19b", // affinity is unchanged in version 2
 }
 
 var goldenOrders = map[int]string{
 	1: "746164cc62cf27be75fad3476c935ffbe5903e0d6351a67d6d625876f90df44b",
+	2: "5138481d5dae9999f1d3a23daf940c46c0ec06aab12675aac2dba2ba20ba6ed3",
 }
 
 // TestGoldenOrder hashes the orders of several modes (global, balanced with
@@ -41,27 +43,32 @@ func TestGoldenOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := sha256.New()
-	for _, p := range []layout.Params{
-		{Seed: 17, World: 4, Batch: 32, Alpha: 1},
-		{Seed: 17, World: 3, Batch: 50, Alpha: 0, Tail: layout.Pad},
-		{Seed: 5, World: 2, Batch: 64, Alpha: 0.5, EpochSize: 3000},
-		{Seed: 9, World: 4, Batch: 16, Alpha: 1, Window: 3},
-	} {
-		hashOrders(t, h, in, p)
-	}
-	got := hex.EncodeToString(h.Sum(nil))
-	want, ok := goldenOrders[layout.OrderVersion]
-	if !ok || got != want {
-		t.Fatalf("order version %d hashes to %s, pinned %q: the order changed. If on purpose, bump layout.OrderVersion and pin the new hash under it; never change a pinned hash",
-			layout.OrderVersion, got, want)
-	}
-	// Rank affinity, pinned on its own.
-	h = sha256.New()
-	hashOrders(t, h, in, layout.Params{Seed: 9, World: 3, Batch: 16, Alpha: 1, Affinity: true})
-	got = hex.EncodeToString(h.Sum(nil))
-	if want := goldenAffinity[layout.OrderVersion]; got != want {
-		t.Fatalf("affinity order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", layout.OrderVersion, got, want)
+	// Every version this build computes is pinned: a running job pins its
+	// version and must get the same order from a newer shardfs.
+	for v := layout.MinOrderVersion; v <= layout.OrderVersion; v++ {
+		h := sha256.New()
+		for _, p := range []layout.Params{
+			{Seed: 17, World: 4, Batch: 32, Alpha: 1},
+			{Seed: 17, World: 3, Batch: 50, Alpha: 0, Tail: layout.Pad},
+			{Seed: 5, World: 2, Batch: 64, Alpha: 0.5, EpochSize: 3000},
+			{Seed: 9, World: 4, Batch: 16, Alpha: 1, Window: 3},
+		} {
+			p.Version = v
+			hashOrders(t, h, in, p)
+		}
+		got := hex.EncodeToString(h.Sum(nil))
+		want, ok := goldenOrders[v]
+		if !ok || got != want {
+			t.Errorf("order version %d hashes to %s, pinned %q: the order changed. If on purpose, bump layout.OrderVersion and pin the new hash under it; never change a pinned hash",
+				v, got, want)
+		}
+		// Rank affinity, pinned on its own.
+		h = sha256.New()
+		hashOrders(t, h, in, layout.Params{Seed: 9, World: 3, Batch: 16, Alpha: 1, Affinity: true, Version: v})
+		got = hex.EncodeToString(h.Sum(nil))
+		if want := goldenAffinity[v]; got != want {
+			t.Errorf("affinity order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", v, got, want)
+		}
 	}
 }
 

@@ -10,9 +10,14 @@ import (
 	"slices"
 )
 
-// OrderVersion is the version of the order construction (see the package
-// documentation). Bump it with every change to the order.
-const OrderVersion = 1
+// OrderVersion is the version of the order construction that Params.Version
+// 0 selects (see the package documentation). Bump it with every change to
+// the order, and keep computing the old versions: a running job pins its
+// version so that an upgrade never changes its order.
+const OrderVersion = 2
+
+// MinOrderVersion is the oldest order version this build computes.
+const MinOrderVersion = 1
 
 // Tail says what happens to the samples that do not fill a last step.
 type Tail int
@@ -62,11 +67,23 @@ type Params struct {
 	// Mix weights the datasets (Input.SetGroups) whose samples the order
 	// mixes; nil for one dataset (see mix.go).
 	Mix []float64
+	// Version is the order construction; 0 means OrderVersion.
+	Version int
+}
+
+// OrderVersion is the construction p selects.
+func (p Params) OrderVersion() int {
+	if p.Version == 0 {
+		return OrderVersion
+	}
+	return p.Version
 }
 
 // Validate explains what is wrong with p.
 func (p Params) Validate() error {
 	switch {
+	case p.Version != 0 && (p.Version < MinOrderVersion || p.Version > OrderVersion):
+		return fmt.Errorf("order version %d: this shardfs computes versions %d to %d: use a shardfs release that computes it", p.Version, MinOrderVersion, OrderVersion)
 	case p.World < 1:
 		return fmt.Errorf("world size %d: must be at least 1", p.World)
 	case p.Rank < 0 || p.Rank >= p.World:
@@ -111,8 +128,9 @@ type Input struct {
 	Group     []int // per stratum: its dataset, when several are mixed (SetGroups)
 	NumGroups int
 
-	members      [][]int32 // sample indexes per stratum, ascending
-	shardMembers [][]int32 // sample indexes per shard, ascending
+	members      [][]int32   // sample indexes per stratum, ascending
+	shardMembers [][]int32   // sample indexes per shard, ascending
+	counted      *countIndex // instead of the per-sample columns: see NewCountInput
 }
 
 // NewInput indexes the samples' strata and shards.
@@ -159,10 +177,36 @@ func group(of []uint32, n int, what string) ([][]int32, error) {
 }
 
 // N is the number of samples.
-func (in *Input) N() int { return len(in.Stratum) }
+func (in *Input) N() int {
+	if in.counted != nil {
+		return in.counted.n
+	}
+	return len(in.Stratum)
+}
 
 // Count is the number of samples in stratum c.
-func (in *Input) Count(c int) int { return len(in.members[c]) }
+func (in *Input) Count(c int) int {
+	if in.counted != nil {
+		return in.counted.count(c)
+	}
+	return len(in.members[c])
+}
+
+// member is stratum c's k-th sample, members in ascending sample order.
+func (in *Input) member(c, k int) int32 {
+	if in.counted != nil {
+		return in.counted.member(c, k)
+	}
+	return in.members[c][k]
+}
+
+// StratumOf is sample s's stratum.
+func (in *Input) StratumOf(s int32) uint32 {
+	if in.counted != nil {
+		return in.counted.stratumOf(s)
+	}
+	return in.Stratum[s]
+}
 
 // RankOrder is one rank's sequence of batches for one epoch.
 type RankOrder struct {
@@ -251,6 +295,9 @@ func newEpoch(in *Input, p Params) (*epoch, error) {
 	if p.Window > 0 && in.shardMembers == nil {
 		return nil, errors.New("window mode needs the samples' shards")
 	}
+	if in.counted != nil && p.OrderVersion() < 2 {
+		return nil, errors.New("order version 1 materialises every class's members: use order version 2 with counts-only input")
+	}
 	if err := validateMix(in, p); err != nil {
 		return nil, err
 	}
@@ -327,8 +374,9 @@ type arrangement struct {
 	m      int
 	active []int // strata with n'_c > 0, in index order
 	q, r   []int
-	start  []int   // first batch of stratum c's extras
-	sigma  []int32 // G position j -> arranged batch
+	start  []int    // first batch of stratum c's extras
+	sigma  []int32  // G position j -> arranged batch (version 1)
+	order  *feistel // G position j -> arranged batch (version 2)
 	draw   func(c, k int) int32
 	seed   uint64 // shuffles within batches
 }
@@ -337,16 +385,14 @@ type arrangement struct {
 // in dealing order (window mode: batch j covers the j-th stretch of every
 // stratum's draws, so it reads a narrow region of the shards).
 func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, draw func(c, k int) int32) *arrangement {
-	return newArrangementChained(counts, m, rng, seed, inOrder, draw, func(active []int, rng *rand.Rand) []int {
-		order := slices.Clone(active)
-		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		return order
-	})
+	return newArrangementChained(counts, m, rng, seed, inOrder, 1, draw, shuffledChain)
 }
 
 // newArrangementChained is newArrangement with the order of the chain of
-// extras given by chain (see mix.go).
-func newArrangementChained(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, draw func(c, k int) int32, chain func(active []int, rng *rand.Rand) []int) *arrangement {
+// extras given by chain (see mix.go), for order version v: version 1 keeps
+// the batch order as a shuffled slice (4 bytes a batch), version 2 as a
+// keyed Feistel permutation (O(1)).
+func newArrangementChained(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, v int, draw func(c, k int) int32, chain func(active []int, rng *rand.Rand) []int) *arrangement {
 	a := &arrangement{m: m, q: make([]int, len(counts)), r: make([]int, len(counts)), start: make([]int, len(counts)), draw: draw, seed: seed}
 	for c, n := range counts {
 		if n > 0 {
@@ -360,14 +406,30 @@ func newArrangementChained(counts []int, m int, rng *rand.Rand, seed uint64, inO
 		a.start[c] = pos
 		pos = (pos + a.r[c]) % m
 	}
-	a.sigma = make([]int32, m)
-	for i := range a.sigma {
-		a.sigma[i] = int32(i)
-	}
-	if !inOrder {
+	switch {
+	case inOrder:
+	case v >= 2:
+		f := newFeistel(uint64(m), seedOf(seed, tagBatchOrder))
+		a.order = &f
+	default:
+		a.sigma = make([]int32, m)
+		for i := range a.sigma {
+			a.sigma[i] = int32(i)
+		}
 		rng.Shuffle(m, func(i, j int) { a.sigma[i], a.sigma[j] = a.sigma[j], a.sigma[i] })
 	}
 	return a
+}
+
+// arranged is the arranged batch at G position j.
+func (a *arrangement) arranged(j int) int {
+	switch {
+	case a.order != nil:
+		return int(a.order.at(uint64(j)))
+	case a.sigma != nil:
+		return int(a.sigma[j])
+	}
+	return j
 }
 
 // hasExtra reports whether arranged batch b holds an extra of stratum c.
@@ -389,7 +451,7 @@ func (a *arrangement) extrasBefore(b, c int) int {
 func overlap(lo, hi, b int) int { return max(0, min(hi, b)-lo) }
 
 func (a *arrangement) batch(j int, dst []int32) []int32 {
-	b := int(a.sigma[j])
+	b := a.arranged(j)
 	start := len(dst)
 	for _, c := range a.active {
 		x := a.q[c]
@@ -407,31 +469,50 @@ func (a *arrangement) batch(j int, dst []int32) []int32 {
 	return dst
 }
 
-// globalCycle draws from seeded permutations of each whole stratum.
+// globalCycle draws from seeded permutations of each whole stratum: in
+// order version 1 materialised (4 bytes a sample), in version 2 keyed
+// Feistel permutations (O(1) a stratum and draw cycle).
 type globalCycle struct {
 	*arrangement
-	in    *Input
-	seed  uint64
-	perms [][][]int32 // [stratum][draw cycle] permutation, built on demand
+	in      *Input
+	seed    uint64
+	version int
+	perms   [][][]int32  // version 1: [stratum][draw cycle] permutation, built on demand
+	keyed   [][]*feistel // version 2: the same, as permutations of member positions
 }
 
 func newGlobalCycle(in *Input, p Params, cyc, m int) *globalCycle {
 	seed := seedOf(p.Seed, uint64(p.Epoch), uint64(cyc))
-	g := &globalCycle{in: in, seed: seed, perms: make([][][]int32, in.NumStrata)}
+	g := &globalCycle{in: in, seed: seed, version: p.OrderVersion(), perms: make([][][]int32, in.NumStrata), keyed: make([][]*feistel, in.NumStrata)}
 	if p.Mix != nil {
 		counts := apportionMix(in, p.Mix, p.Alpha, m*p.Batch)
-		g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.draw,
+		g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.version, g.draw,
 			func(active []int, rng *rand.Rand) []int { return groupedChain(active, in.Group, in.NumGroups, rng) })
 		return g
 	}
 	counts := apportionTargets(in, p.Alpha, m*p.Batch)
-	g.arrangement = newArrangement(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.draw)
+	g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.version, g.draw, shuffledChain)
 	return g
 }
 
+// shuffledChain deals the strata's extras in a seeded order.
+func shuffledChain(active []int, rng *rand.Rand) []int {
+	order := slices.Clone(active)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return order
+}
+
 func (g *globalCycle) draw(c, k int) int32 {
+	n := g.in.Count(c)
+	dc, pos := k/n, k%n
+	if g.version >= 2 {
+		for len(g.keyed[c]) <= dc {
+			f := newFeistel(uint64(n), seedOf(g.seed, tagDraws, uint64(c), uint64(len(g.keyed[c]))))
+			g.keyed[c] = append(g.keyed[c], &f)
+		}
+		return g.in.member(c, int(g.keyed[c][dc].at(uint64(pos))))
+	}
 	mem := g.in.members[c]
-	dc, pos := k/len(mem), k%len(mem)
 	for len(g.perms[c]) <= dc {
 		perm := slices.Clone(mem)
 		rng := rngOf(g.seed, tagDraws, uint64(c), uint64(len(g.perms[c])))

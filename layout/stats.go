@@ -23,8 +23,9 @@ func Stats(o *RankOrder, in *Input, pi []float64) BatchStats {
 	for b := 0; b < o.Batches; b++ {
 		clear(counts)
 		for _, s := range o.BatchSamples(b) {
-			counts[in.Stratum[s]]++
-			st.Share[in.Stratum[s]]++
+			c := in.StratumOf(s)
+			counts[c]++
+			st.Share[c]++
 		}
 		tv := 0.0
 		for c, x := range counts {
@@ -44,18 +45,17 @@ func Stats(o *RankOrder, in *Input, pi []float64) BatchStats {
 }
 
 // UniformOrder is the baseline a plain DistributedSampler gives: one seeded
-// permutation of all samples, dealt to ranks in contiguous batches, drop tail.
+// permutation of all samples (keyed, so it needs no memory per sample),
+// dealt to ranks in contiguous batches, drop tail.
 func UniformOrder(in *Input, p Params) *RankOrder {
-	perm := make([]int32, in.N())
-	for i := range perm {
-		perm[i] = int32(i)
-	}
-	rngOf(p.Seed, uint64(p.Epoch), 0x756e69).Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	perm := newFeistel(uint64(in.N()), seedOf(p.Seed, uint64(p.Epoch), 0x756e69))
 	steps := in.N() / p.Batch / p.World
-	o := &RankOrder{Params: p, Batches: steps}
+	o := &RankOrder{Params: p, Batches: steps, Samples: make([]int32, 0, steps*p.Batch)}
 	for t := 0; t < steps; t++ {
 		g := t*p.World + p.Rank
-		o.Samples = append(o.Samples, perm[g*p.Batch:(g+1)*p.Batch]...)
+		for i := g * p.Batch; i < (g+1)*p.Batch; i++ {
+			o.Samples = append(o.Samples, int32(perm.at(uint64(i))))
+		}
 	}
 	return o
 }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/internal/synth"
-	"github.com/shardfs/shardfs/layout"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -85,7 +84,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		return err
 	}
-	mf := &mountFlags{cacheSize: "256MiB", readAheadKB: 4096, readTimeout: 10 * time.Second, orderVersion: layout.OrderVersion,
+	mf := &mountFlags{cacheSize: "256MiB", readAheadKB: 4096, readTimeout: 10 * time.Second,
 		order: orderFlags{rank: "all", world: 2, batch: 32, epochs: 2, alpha: 1, tail: "drop"}}
 	mt, err := mountDataset(ctx, log, stores, "demo", mnt, mf)
 	if err != nil {

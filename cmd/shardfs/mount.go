@@ -40,8 +40,6 @@ type mountFlags struct {
 	noPrefetch   bool
 	directIO     bool
 	readTimeout  time.Duration
-	// orderVersion pins the order a job expects; see layout.OrderVersion.
-	orderVersion int
 	// injectLatency wraps every store in the fault-injecting wrapper with
 	// this delay ("20ms" or "20ms±10ms"), for stall measurements only.
 	injectLatency string
@@ -109,7 +107,6 @@ Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
 		"such files cannot be mmap'ed, and a second read of one is served by the daemon again")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
-	fl.IntVar(&f.orderVersion, "order-version", layout.OrderVersion, "refuse to mount unless this shardfs computes this order version (pin it in job specs so nodes never disagree)")
 	fl.StringVar(&f.injectLatency, "inject-latency", "", "testing only: delay every store request, e.g. 20ms±10ms")
 	fl.MarkHidden("inject-latency")
 	return cmd
@@ -139,9 +136,6 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	}
 	if f.readTimeout <= 0 {
 		return nil, fmt.Errorf("--read-timeout %v: must be positive, e.g. 10s: a read that waits longer returns EIO", f.readTimeout)
-	}
-	if f.orderVersion != layout.OrderVersion {
-		return nil, fmt.Errorf("--order-version %d: this shardfs computes order version %d: run the same shardfs release on every node of a job, or omit the flag to take this one's order", f.orderVersion, layout.OrderVersion)
 	}
 	if err := fs.CheckMountpoint(dir, log); err != nil {
 		return nil, err
@@ -383,7 +377,7 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 	v := map[string]any{
 		"dataset": describe(m),
 		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.metrics.Snapshot().Stores},
-		"order": map[string]any{"version": layout.OrderVersion, "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
+		"order": map[string]any{"version": f.order.orderVersion(), "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
 			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize, "direct_io": f.directIO},

@@ -34,6 +34,7 @@ type orderFlags struct {
 	resumeAt                                string // "E:N", see resume
 	alphaSchedule                           string // "E:A,E:A,...", see alphaAt
 	mix                                     string // "NAME:W,NAME:W,...", see mixParts
+	version                                 int    // order version; see layout.OrderVersion
 	flags                                   *pflag.FlagSet
 }
 
@@ -51,7 +52,16 @@ func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string) {
 	fs.IntVar(&f.epochSize, "epoch-size", 0, "samples per epoch before the tail policy (0: the dataset size)")
 	fs.StringVar(&f.resumeAt, "resume-at", "", "elastic resume E:N: epoch E continues after N global batches consumed (by any world size), dealt to these ranks; later epochs as usual")
 	fs.StringVar(&f.mix, "mix", "", "mix datasets on the same stores by weight, NAME:W,NAME:W (e.g. web:0.7,books:0.3): every batch holds each in floor(B*w)..ceil(B*w), classes by --alpha within each; give the mount point alone")
+	fs.IntVar(&f.version, "order-version", layout.OrderVersion, fmt.Sprintf("order construction, %d to %d: a job pins the version it started with, so a newer shardfs on any node computes the same order (%d: materialised permutations, 4 bytes a sample; %d: keyed Feistel permutations, O(1) a class)", layout.MinOrderVersion, layout.OrderVersion, 1, 2))
 	fs.BoolVar(&f.affinity, "affinity", false, "each rank reads the same shards in every epoch (about 1/W of the dataset), so a node's disk tier holds its share; batches stay stratified; see shardfs plan for the randomness traded")
+}
+
+// orderVersion is the order version the flags select.
+func (f *orderFlags) orderVersion() int {
+	if f.version == 0 {
+		return layout.OrderVersion
+	}
+	return f.version
 }
 
 func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
@@ -60,7 +70,10 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 		return layout.Params{}, err
 	}
 	p := layout.Params{Seed: f.seed, Epoch: epoch, World: f.world, Rank: rank, Batch: f.batch,
-		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity}
+		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity, Version: f.version}
+	if f.version != 0 && (f.version < layout.MinOrderVersion || f.version > layout.OrderVersion) {
+		return p, fmt.Errorf("--order-version %d: this shardfs computes order versions %d to %d: pin one of them, or run the shardfs release the job started with on every node", f.version, layout.MinOrderVersion, layout.OrderVersion)
+	}
 	if f.epochs < 0 {
 		return p, fmt.Errorf("--epochs %d: must be at least 1, or 0 for open-ended epochs (mount only)", f.epochs)
 	}
@@ -361,7 +374,7 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	}
 	cat := dataset.Catalog{M: m}
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
-	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v alpha-schedule=%q tail=%s window=%d affinity=%v resume-at=%q\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.alphaSchedule, of.tail, of.window, of.affinity, of.resumeAt)
+	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v alpha-schedule=%q tail=%s window=%d affinity=%v resume-at=%q\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.alphaSchedule, of.tail, of.window, of.affinity, of.resumeAt)
 	p0, err := of.params(0, of.ranks()[0])
 	if err != nil {
 		return err
@@ -543,7 +556,7 @@ func printMixPlan(ctx context.Context, out io.Writer, stores []backend.Store, of
 	for i, p := range parts {
 		fmt.Fprintf(out, "%s %s (%d samples, weight %v)", map[bool]string{true: "", false: ","}[i == 0], p.Name, p.Manifest.Samples.Len(), weights[i])
 	}
-	fmt.Fprintf(out, "\norder: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n\n", layout.OrderVersion, of.world, of.batch, of.seed, of.alpha, of.tail)
+	fmt.Fprintf(out, "\norder: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
 	// datasetTV is the mean and max TV of the batches' dataset mix from the weights.
 	datasetTV := func(o *layout.RankOrder) (mean, worst float64, served []int) {
 		served = make([]int, len(names))

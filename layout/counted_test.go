@@ -1,0 +1,98 @@
+package layout
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// An Input built from per-shard counts computes exactly the order of the
+// same samples given row by row (numbered shard by shard, stratum by
+// stratum within a shard), so every property test of the global order
+// holds for it too; and it answers strata and member lookups alike.
+func TestCountInputMatchesRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 40; trial++ {
+		shards, strata := 1+rng.IntN(30), 1+rng.IntN(12)
+		counts := make([][]int, shards)
+		var stratum, shard []uint32
+		for s := range counts {
+			counts[s] = make([]int, strata)
+			for c := range counts[s] {
+				if rng.IntN(4) > 0 { // some strata absent from some shards
+					counts[s][c] = rng.IntN(40)
+				}
+				for k := 0; k < counts[s][c]; k++ {
+					stratum = append(stratum, uint32(c))
+					shard = append(shard, uint32(s))
+				}
+			}
+		}
+		if len(stratum) == 0 {
+			continue
+		}
+		rows, err := NewInput(stratum, strata, shard, shards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cnt, err := NewCountInput(counts, strata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows.N() != cnt.N() {
+			t.Fatalf("trial %d: N %d vs %d", trial, rows.N(), cnt.N())
+		}
+		for c := 0; c < strata; c++ {
+			if rows.Count(c) != cnt.Count(c) {
+				t.Fatalf("trial %d: stratum %d counts %d vs %d", trial, c, rows.Count(c), cnt.Count(c))
+			}
+			for k := 0; k < rows.Count(c); k++ {
+				if a, b := rows.member(c, k), cnt.member(c, k); a != b {
+					t.Fatalf("trial %d: stratum %d member %d: %d vs %d", trial, c, k, a, b)
+				}
+			}
+		}
+		for s := int32(0); s < int32(rows.N()); s++ {
+			if rows.StratumOf(s) != cnt.StratumOf(s) {
+				t.Fatalf("trial %d: sample %d stratum %d vs %d", trial, s, rows.StratumOf(s), cnt.StratumOf(s))
+			}
+		}
+		batch := 1 + rng.IntN(16)
+		world := 1 + rng.IntN(3)
+		p := Params{Seed: uint64(trial), World: world, Batch: batch, Alpha: []float64{0, 0.5, 1}[trial%3], Tail: Tail(trial % 2), Epoch: trial % 3}
+		for r := 0; r < world; r++ {
+			p.Rank = r
+			a, errA := Order(rows, p)
+			b, errB := Order(cnt, p)
+			if (errA == nil) != (errB == nil) {
+				t.Fatalf("trial %d: errors differ: %v / %v", trial, errA, errB)
+			}
+			if errA == nil && (a.Batches != b.Batches || !slices.Equal(a.Samples, b.Samples)) {
+				t.Fatalf("trial %d rank %d: orders differ", trial, r)
+			}
+		}
+	}
+}
+
+// Counts-only input refuses what needs per-sample rows, by name.
+func TestCountInputRefuses(t *testing.T) {
+	in, err := NewCountInput([][]int{{3, 4}, {5, 0}}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []Params{
+		{World: 1, Batch: 2, Alpha: 1, Window: 1},
+		{World: 1, Batch: 2, Alpha: 1, Affinity: true},
+		{World: 1, Batch: 2, Alpha: 1, Version: 1},
+	} {
+		if _, err := Order(in, p); err == nil {
+			t.Errorf("%+v: computed from counts alone", p)
+		}
+	}
+	if _, err := NewCountInput([][]int{{3}}, 2); err == nil {
+		t.Error("a shard with too few stratum counts was accepted")
+	}
+	if _, err := NewCountInput([][]int{{-1, 2}}, 2); err == nil {
+		t.Error("a negative count was accepted")
+	}
+}
