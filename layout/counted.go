@@ -17,7 +17,7 @@ import (
 type countIndex struct {
 	n          int
 	shardFirst []int64   // [S+1]: first sample of each shard
-	inShard    [][]int32 // [S][C+1]: first position of each stratum within the shard
+	inShard    []int32   // [S·(C+1)]: first position of each stratum within shard s at s·(C+1)+c
 	prefix     [][]int32 // [C][S+1]: members of stratum c in shards before s (N < 2^31)
 }
 
@@ -26,37 +26,48 @@ type countIndex struct {
 // numbered. Only the global order (no window, no affinity) can be computed
 // from it, with order version 2.
 func NewCountInput(counts [][]int, numStrata int) (*Input, error) {
-	if numStrata < 1 {
-		return nil, errors.New("counts-only input needs at least one stratum")
-	}
-	ix := &countIndex{shardFirst: make([]int64, len(counts)+1), inShard: make([][]int32, len(counts)), prefix: make([][]int32, numStrata)}
-	for c := range ix.prefix {
-		ix.prefix[c] = make([]int32, len(counts)+1)
-	}
-	var total int64
 	for s, row := range counts {
 		if len(row) != numStrata {
 			return nil, fmt.Errorf("shard %d: %d stratum counts for %d strata", s, len(row), numStrata)
 		}
-		ix.inShard[s] = make([]int32, numStrata+1)
+	}
+	return NewCountInputFunc(len(counts), numStrata, func(s int, row []int) { copy(row, counts[s]) })
+}
+
+// NewCountInputFunc is NewCountInput with shard s's counts written into row
+// by fill, so that the counts need not all be held at once.
+func NewCountInputFunc(shards, numStrata int, fill func(s int, row []int)) (*Input, error) {
+	if numStrata < 1 {
+		return nil, errors.New("counts-only input needs at least one stratum")
+	}
+	w := numStrata + 1
+	ix := &countIndex{shardFirst: make([]int64, shards+1), inShard: make([]int32, shards*w), prefix: make([][]int32, numStrata)}
+	for c := range ix.prefix {
+		ix.prefix[c] = make([]int32, shards+1)
+	}
+	row := make([]int, numStrata)
+	var total int64
+	for s := 0; s < shards; s++ {
+		clear(row)
+		fill(s, row)
 		var in int64
 		for c, k := range row {
 			if k < 0 {
 				return nil, fmt.Errorf("shard %d: stratum %d has %d samples", s, c, k)
 			}
-			ix.inShard[s][c] = int32(in)
+			ix.inShard[s*w+c] = int32(in)
 			in += int64(k)
 			if total+in > math.MaxInt32 {
 				return nil, fmt.Errorf("more than %d samples", math.MaxInt32)
 			}
 			ix.prefix[c][s+1] = ix.prefix[c][s] + int32(k)
 		}
-		ix.inShard[s][numStrata] = int32(in)
+		ix.inShard[s*w+numStrata] = int32(in)
 		total += in
 		ix.shardFirst[s+1] = total
 	}
 	ix.n = int(total)
-	return &Input{NumStrata: numStrata, NumShards: len(counts), counted: ix}, nil
+	return &Input{NumStrata: numStrata, NumShards: shards, counted: ix}, nil
 }
 
 func (ix *countIndex) count(c int) int { return int(ix.prefix[c][len(ix.prefix[c])-1]) }
@@ -66,13 +77,14 @@ func (ix *countIndex) member(c, k int) int32 {
 	pre := ix.prefix[c]
 	// The shard s with pre[s] <= k < pre[s+1].
 	s := sort.Search(len(pre)-1, func(s int) bool { return pre[s+1] > int32(k) })
-	return int32(ix.shardFirst[s] + int64(ix.inShard[s][c]) + int64(k) - int64(pre[s]))
+	return int32(ix.shardFirst[s] + int64(ix.inShard[s*(len(ix.prefix)+1)+c]) + int64(k) - int64(pre[s]))
 }
 
 func (ix *countIndex) stratumOf(x int32) uint32 {
 	s := sort.Search(len(ix.shardFirst)-1, func(s int) bool { return ix.shardFirst[s+1] > int64(x) })
 	pos := int32(int64(x) - ix.shardFirst[s])
-	row := ix.inShard[s]
+	w := len(ix.prefix) + 1
+	row := ix.inShard[s*w : (s+1)*w]
 	c := sort.Search(len(row)-1, func(c int) bool { return row[c+1] > pos })
 	return uint32(c)
 }

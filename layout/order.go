@@ -522,6 +522,10 @@ func (g *globalCycle) draw(c, k int) int32 {
 	return g.perms[c][dc][pos]
 }
 
+// ApportionShares splits total into integer parts proportional to pi by
+// largest remainder: each part is ⌊total·π_c⌋ or ⌈total·π_c⌉.
+func ApportionShares(total int, pi []float64) []int { return apportionFloat(total, pi) }
+
 // Targets returns π_c ∝ n_c^α.
 func Targets(in *Input, alpha float64) []float64 {
 	w := make([]float64, in.NumStrata)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
@@ -278,10 +279,14 @@ time, merging nearby ranges on a fragment: for the global order and for a
 shard window, so the locality trade-off is visible.
 
 --emit index --epoch E --rank R writes exactly the index.csv the mount shows.
---synthetic N plans a synthetic imbalanced dataset of N samples instead.`,
+--synthetic N plans a synthetic imbalanced dataset of N samples instead;
+above 10,000,000 samples it models only the per-shard class counts (the
+order needs nothing more with order version 2), so a billion-sample plan
+runs in a few hundred MiB, and the ranged GETs are not counted.`,
 		Example: `  shardfs plan --stores $STORES --world-size 8 --batch-size 256 imagenet-train
   shardfs plan --stores $STORES --emit index --epoch 0 --rank 3 --world-size 8 imagenet-train > index.csv
-  shardfs plan --synthetic 1000000 --world-size 8`,
+  shardfs plan --synthetic 1000000 --world-size 8
+  shardfs plan --synthetic 1000000000 --world-size 4096 --rank 0-3`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var m *manifest.Manifest
@@ -296,6 +301,11 @@ shard window, so the locality trade-off is visible.
 				return printMixPlan(cmd.Context(), cmd.OutOrStdout(), stores, of, g.logger())
 			}
 			switch {
+			case synthetic > maxSyntheticRows:
+				if emit != "" {
+					return fmt.Errorf("--emit with --synthetic above %d samples: the keys are not modelled; use a smaller --synthetic", maxSyntheticRows)
+				}
+				return printCountsPlan(cmd.Context(), cmd.OutOrStdout(), synthetic, of)
 			case synthetic > 0:
 				m = syntheticManifest(synthetic)
 			case len(args) == 1:
@@ -436,6 +446,81 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 		fmt.Fprintf(out, "(%d more strata)\n", len(m.Strata)-limit)
 	}
 	return nil
+}
+
+// maxSyntheticRows: above it, --synthetic models per-shard class counts only.
+const maxSyntheticRows = 10_000_000
+
+// syntheticShare is the synthetic datasets' class mix: class c about
+// e^(-c/14) of the samples, the tail lumped into the last of 100 classes
+// (what syntheticManifest draws sample by sample).
+func syntheticShare() []float64 {
+	const nStrata = 100
+	pi := make([]float64, nStrata)
+	q := math.Exp(-1.0 / 14)
+	for c := range pi {
+		pi[c] = math.Pow(q, float64(c)) * (1 - q)
+	}
+	pi[nStrata-1] = math.Pow(q, nStrata-1)
+	return pi
+}
+
+// printCountsPlan plans a synthetic dataset of n samples from per-shard
+// class counts alone: 64 MiB shards of ~100 kB samples, each holding its
+// share of every class, as ingest's stratified placement gives.
+func printCountsPlan(ctx context.Context, out io.Writer, n int, of *orderFlags) error {
+	if n > math.MaxInt32 {
+		return fmt.Errorf("--synthetic %d: at most %d samples", n, math.MaxInt32)
+	}
+	if of.window > 0 || of.affinity || of.orderVersion() < 2 {
+		return fmt.Errorf("--synthetic above %d samples plans the global order of order version 2 from class counts: leave out --window, --affinity and --order-version 1", maxSyntheticRows)
+	}
+	start := time.Now()
+	const perShard = 671 // 64 MiB of 100 kB samples
+	pi := syntheticShare()
+	shards := (n + perShard - 1) / perShard
+	full := layout.ApportionShares(perShard, pi) // every shard but the last
+	in, err := layout.NewCountInputFunc(shards, len(pi), func(s int, row []int) {
+		if size := min(perShard, n-s*perShard); size == perShard {
+			copy(row, full)
+		} else {
+			copy(row, layout.ApportionShares(size, pi))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "synthetic dataset: %d samples, %d classes, %d shards of %d samples (class counts per shard only; input built in %s)\n",
+		n, len(pi), shards, perShard, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
+	if _, err := of.checkSteps(in); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "epoch\trank\tbatches\tsamples\tTV mean\tTV max\tuniform TV mean\tuniform TV max\torder time\t\n")
+	var first layout.BatchStats
+	err = eachOrderTimed(ctx, of, in, func(e, r int, p layout.Params, o *layout.RankOrder, took time.Duration) error {
+		targets := layout.Targets(in, p.Alpha)
+		st := layout.Stats(o, in, targets)
+		if e == 0 && r == of.ranks()[0] {
+			first = st
+		}
+		uni := layout.Stats(layout.UniformOrder(in, p), in, layout.Targets(in, 1))
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%s\t\n", e, r, o.Batches, len(o.Samples),
+			st.MeanTV, st.MaxTV, uni.MeanTV, uni.MaxTV, took.Round(time.Millisecond))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d: the first 5 of %d classes\n", of.ranks()[0], len(pi))
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "class\tsamples\tdata share\tserved\t\n")
+	for c := 0; c < 5; c++ {
+		fmt.Fprintf(tw, "class%03d\t%d\t%.4f\t%.4f\t\n", c, in.Count(c), float64(in.Count(c))/float64(n), first.Share[c])
+	}
+	return tw.Flush()
 }
 
 // syntheticManifest builds an imbalanced in-memory manifest of n samples in
@@ -612,6 +697,11 @@ func printMixPlan(ctx context.Context, out io.Writer, stores []backend.Store, of
 
 // eachOrder calls fn with the order of every epoch and rank the flags show.
 func eachOrder(ctx context.Context, of *orderFlags, in *layout.Input, fn func(e, r int, p layout.Params, o *layout.RankOrder) error) error {
+	return eachOrderTimed(ctx, of, in, func(e, r int, p layout.Params, o *layout.RankOrder, _ time.Duration) error { return fn(e, r, p, o) })
+}
+
+// eachOrderTimed is eachOrder, also passing how long each order took.
+func eachOrderTimed(ctx context.Context, of *orderFlags, in *layout.Input, fn func(e, r int, p layout.Params, o *layout.RankOrder, took time.Duration) error) error {
 	for e := 0; e < of.epochs; e++ {
 		for _, r := range of.ranks() {
 			if ctx.Err() != nil {
@@ -621,11 +711,12 @@ func eachOrder(ctx context.Context, of *orderFlags, in *layout.Input, fn func(e,
 			if err != nil {
 				return err
 			}
+			t0 := time.Now()
 			o, err := layout.Order(in, p)
 			if err != nil {
 				return err
 			}
-			if err := fn(e, r, p, o); err != nil {
+			if err := fn(e, r, p, o, time.Since(t0)); err != nil {
 				return err
 			}
 		}
