@@ -28,6 +28,54 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Encode serializes m. Call Finish first.
 func Encode(m *Manifest) ([]byte, error) {
+	return frame(magic, Version, func(e *encoder) {
+		e.uvarint(Version)
+		e.str(m.Name)
+		e.str(m.IngestID)
+		e.uvarint(uint64(m.CreatedUnix))
+		e.uvarint(m.Seed)
+		e.uvarint(uint64(m.Data))
+		e.uvarint(uint64(m.Parity))
+		e.uvarint(uint64(m.BlockSize))
+		e.uvarint(uint64(m.ShardSize))
+		e.strs(m.Stores)
+		e.strs(m.LabelFields)
+		e.uvarint(uint64(len(m.Strata)))
+		for _, st := range m.Strata {
+			e.str(st.Name)
+			e.strs(st.Labels)
+		}
+		e.uvarint(uint64(len(m.Shards)))
+		for _, sh := range m.Shards {
+			e.uvarint(uint64(len(sh.Sums)))
+			for _, v := range sh.Sums {
+				e.u32(v)
+			}
+		}
+		s := &m.Samples
+		e.uvarint(uint64(s.Len()))
+		e.uvarint(uint64(len(s.keys)))
+		var prev []byte
+		var prevShard uint32
+		for i := 0; i < s.Len(); i++ {
+			key := s.KeyBytes(i)
+			shared := commonPrefix(prev, key)
+			e.uvarint(uint64(shared))
+			e.bytes(key[shared:])
+			prev = key
+			e.uvarint(uint64(s.Stratum[i]))
+			e.uvarint(uint64(s.Shard[i] - prevShard))
+			prevShard = s.Shard[i]
+			e.uvarint(uint64(s.Size[i]))
+			e.u32(s.Sum[i])
+		}
+	})
+}
+
+// frame writes a body with the header every shardfs metadata object
+// carries: magic, format version, lengths, and CRC32C of the zstd payload
+// and of the header itself.
+func frame(magic string, version uint32, body func(e *encoder)) ([]byte, error) {
 	var payload bytes.Buffer
 	zw, err := zstd.NewWriter(&payload, zstd.WithEncoderLevel(zstd.SpeedFastest))
 	if err != nil {
@@ -35,53 +83,13 @@ func Encode(m *Manifest) ([]byte, error) {
 	}
 	cw := &countWriter{w: zw}
 	bw := bufio.NewWriterSize(cw, 1<<20)
-	e := encoder{w: bw}
-	e.uvarint(Version)
-	e.str(m.Name)
-	e.str(m.IngestID)
-	e.uvarint(uint64(m.CreatedUnix))
-	e.uvarint(m.Seed)
-	e.uvarint(uint64(m.Data))
-	e.uvarint(uint64(m.Parity))
-	e.uvarint(uint64(m.BlockSize))
-	e.uvarint(uint64(m.ShardSize))
-	e.strs(m.Stores)
-	e.strs(m.LabelFields)
-	e.uvarint(uint64(len(m.Strata)))
-	for _, st := range m.Strata {
-		e.str(st.Name)
-		e.strs(st.Labels)
-	}
-	e.uvarint(uint64(len(m.Shards)))
-	for _, sh := range m.Shards {
-		e.uvarint(uint64(len(sh.Sums)))
-		for _, v := range sh.Sums {
-			e.u32(v)
-		}
-	}
-	s := &m.Samples
-	e.uvarint(uint64(s.Len()))
-	e.uvarint(uint64(len(s.keys)))
-	var prev []byte
-	var prevShard uint32
-	for i := 0; i < s.Len(); i++ {
-		key := s.KeyBytes(i)
-		shared := commonPrefix(prev, key)
-		e.uvarint(uint64(shared))
-		e.bytes(key[shared:])
-		prev = key
-		e.uvarint(uint64(s.Stratum[i]))
-		e.uvarint(uint64(s.Shard[i] - prevShard))
-		prevShard = s.Shard[i]
-		e.uvarint(uint64(s.Size[i]))
-		e.u32(s.Sum[i])
-	}
+	body(&encoder{w: bw})
 	if err := errors.Join(bw.Flush(), zw.Close()); err != nil {
 		return nil, err
 	}
 	out := make([]byte, headerSize, headerSize+payload.Len())
 	copy(out, magic)
-	binary.LittleEndian.PutUint32(out[8:], Version)
+	binary.LittleEndian.PutUint32(out[8:], version)
 	binary.LittleEndian.PutUint64(out[16:], uint64(cw.n))
 	binary.LittleEndian.PutUint64(out[24:], uint64(payload.Len()))
 	binary.LittleEndian.PutUint32(out[32:], crc32.Checksum(payload.Bytes(), castagnoli))
@@ -130,38 +138,52 @@ func (e *encoder) strs(ss []string) {
 // and says what is wrong; corrupt input never panics and never makes it
 // allocate more than a small multiple of the stated, checksummed body size.
 func Decode(b []byte) (*Manifest, error) {
+	var m *Manifest
+	err := unframe(b, magic, Version, "a shardfs manifest", func(r io.Reader, bodyLen int64) (err error) {
+		m, err = decodeBody(r, bodyLen)
+		return err
+	})
+	return m, err
+}
+
+// unframe checks the header and checksums frame wrote and hands the
+// decompressed body to body.
+func unframe(b []byte, magic string, version uint32, what string, body func(r io.Reader, bodyLen int64) error) error {
 	if len(b) < headerSize {
-		return nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header (truncated?)", ErrCorrupt, len(b), headerSize)
+		return fmt.Errorf("%w: %d bytes, shorter than the %d-byte header (truncated?)", ErrCorrupt, len(b), headerSize)
 	}
 	if string(b[:8]) != magic {
-		return nil, fmt.Errorf("%w: bad magic: not a shardfs manifest", ErrCorrupt)
+		return fmt.Errorf("%w: bad magic: not %s", ErrCorrupt, what)
 	}
 	if crc32.Checksum(b[:36], castagnoli) != binary.LittleEndian.Uint32(b[36:]) {
-		return nil, fmt.Errorf("%w: header checksum mismatch", ErrCorrupt)
+		return fmt.Errorf("%w: header checksum mismatch", ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != Version {
-		return nil, fmt.Errorf("%w: format version %d, this shardfs reads version %d: upgrade shardfs", ErrCorrupt, v, Version)
+	if v := binary.LittleEndian.Uint32(b[8:]); v != version {
+		return fmt.Errorf("%w: format version %d, this shardfs reads version %d: upgrade shardfs", ErrCorrupt, v, version)
 	}
 	bodyLen := binary.LittleEndian.Uint64(b[16:])
 	payloadLen := binary.LittleEndian.Uint64(b[24:])
 	if payloadLen != uint64(len(b)-headerSize) {
-		return nil, fmt.Errorf("%w: payload is %d bytes, header says %d (truncated?)", ErrCorrupt, len(b)-headerSize, payloadLen)
+		return fmt.Errorf("%w: payload is %d bytes, header says %d (truncated?)", ErrCorrupt, len(b)-headerSize, payloadLen)
+	}
+	if bodyLen > 1<<40 {
+		return fmt.Errorf("%w: body of %d bytes", ErrCorrupt, bodyLen)
 	}
 	payload := b[headerSize:]
 	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[32:]) {
-		return nil, fmt.Errorf("%w: payload checksum mismatch", ErrCorrupt)
+		return fmt.Errorf("%w: payload checksum mismatch", ErrCorrupt)
 	}
 	zr, err := zstd.NewReader(bytes.NewReader(payload), zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(1<<34))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	defer zr.Close()
-	return decodeBody(io.LimitReader(zr, int64(bodyLen)), int64(bodyLen))
+	return body(io.LimitReader(zr, int64(bodyLen)), int64(bodyLen))
 }
 
 // decodeBody parses a body of bodyLen bytes from r.
 func decodeBody(r io.Reader, bodyLen int64) (*Manifest, error) {
-	d := &decoder{r: bufio.NewReaderSize(r, 1<<20), left: bodyLen}
+	d := newDecoder(r, bodyLen)
 	m := &Manifest{}
 	if v := d.uvarint(); d.err == nil && v != Version {
 		return nil, fmt.Errorf("%w: body version %d", ErrCorrupt, v)
@@ -248,6 +270,10 @@ type decoder struct {
 	r    *bufio.Reader
 	left int64
 	err  error
+}
+
+func newDecoder(r io.Reader, bodyLen int64) *decoder {
+	return &decoder{r: bufio.NewReaderSize(r, 1<<20), left: bodyLen}
 }
 
 func (d *decoder) fail(format string, args ...any) {

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+
+	"github.com/shardfs/shardfs/manifest"
 )
 
 // Spec describes a dataset: Counts[i] samples in class i, each of a size
@@ -72,4 +74,31 @@ func Write(dir string, s Spec) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// BigTop is a format-2 top-level manifest of n samples in the given shards
+// and strata, each shard holding its share of every stratum, samples of
+// 100 kB: issue 13's scale, without a row per sample.
+func BigTop(n, shards, strata int) *manifest.Top {
+	t := &manifest.Top{Name: "big", IngestID: "x", Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 1 << 30,
+		Stores: []string{"s0", "s1", "s2", "s3", "s4", "s5"}, LabelFields: []string{"label"}}
+	for c := 0; c < strata; c++ {
+		name := fmt.Sprintf("class%04d", c)
+		t.Strata = append(t.Strata, manifest.Stratum{Name: name, Labels: []string{name}})
+	}
+	row := make([]int, strata)
+	left := n
+	for s := 0; s < shards; s++ {
+		size := left / (shards - s)
+		left -= size
+		for c := range row {
+			row[c] = size / strata
+			if c < size%strata {
+				row[c]++
+			}
+		}
+		t.Shards = append(t.Shards, manifest.TopShard{Size: int64(size) * 100_000, NumSamples: size, IndexSize: int64(size) * 40, IndexSum: uint32(s)})
+		t.SetCounts(s, row)
+	}
+	return t
 }

@@ -1,0 +1,360 @@
+package manifest
+
+import (
+	"fmt"
+	"io"
+	"slices"
+)
+
+// Format 2 splits a dataset's description in two, so that what a node
+// holds scales with what it reads, not with the dataset:
+//
+//   - the top-level manifest (Top) holds what every node needs: erasure
+//     parameters, stores, strata, and per shard its size, its sample count,
+//     its count per stratum and the size and checksum of its index. That is
+//     kilobytes to tens of megabytes, and it is enough to compute the order
+//     (layout.NewCountInputFunc): within a shard, samples are stored
+//     stratum by stratum, so stratum c's k-th member is found from the
+//     per-shard counts alone.
+//   - a per-shard index (ShardIndex) holds the shard's block checksums and
+//     its samples' keys, sizes and checksums. A node fetches and verifies
+//     it when it first needs the shard.
+//
+// Both are framed like a format-1 manifest (magic, version, lengths,
+// CRC32C of header and payload, zstd body), and decoding never trusts a
+// length before the checksummed bytes can hold it.
+
+// TopVersion is the format of the top-level manifest.
+const TopVersion = 2
+
+const (
+	topMagic   = "SHFSTOP2"
+	indexMagic = "SHFSIDX2"
+)
+
+// Top is the top-level manifest of format 2.
+type Top struct {
+	Name        string
+	IngestID    string
+	CreatedUnix int64
+	Seed        uint64
+
+	Data, Parity, BlockSize int
+	ShardSize               int64
+	Stores                  []string
+	LabelFields             []string
+
+	Strata []Stratum // Count is the dataset's samples of each stratum
+	Shards []TopShard
+
+	// Class counts of every shard, in two arenas: a shard whose counts fit
+	// 16 bits and cover at least a third of the strata keeps a dense row
+	// in dense[denseAt[s]:][:len(Strata)] (2 bytes a stratum); any other
+	// keeps its nonzero counts as (stratum, count) pairs, strata ascending,
+	// in pairs[pairAt[s]:pairAt[s+1]] (8 bytes a stratum present).
+	dense   []uint16
+	denseAt []int // -1: the shard's counts are pairs
+	pairs   []uint32
+	pairAt  []int
+}
+
+// TopShard is one shard in the top-level manifest.
+type TopShard struct {
+	Size       int64  // payload bytes
+	NumSamples int    // samples in the shard
+	IndexSize  int64  // bytes of its index object
+	IndexSum   uint32 // CRC32C of its index object
+}
+
+// SetCounts records shard s's samples per stratum (len(counts) =
+// len(t.Strata)); shards must be set in order 0, 1, 2, ...
+func (t *Top) SetCounts(s int, counts []int) {
+	if len(t.pairAt) == 0 {
+		t.pairAt = append(t.pairAt, 0)
+	}
+	if s != len(t.denseAt) {
+		panic(fmt.Sprintf("manifest: SetCounts for shard %d after %d shards", s, len(t.denseAt)))
+	}
+	nonzero, small := 0, true
+	for _, n := range counts {
+		if n > 0 {
+			nonzero++
+		}
+		small = small && n <= 0xffff
+	}
+	if small && 3*nonzero >= len(counts) {
+		t.denseAt = append(t.denseAt, len(t.dense))
+		for _, n := range counts {
+			t.dense = append(t.dense, uint16(n))
+		}
+	} else {
+		t.denseAt = append(t.denseAt, -1)
+		for c, n := range counts {
+			if n > 0 {
+				t.pairs = append(t.pairs, uint32(c), uint32(n))
+			}
+		}
+	}
+	t.pairAt = append(t.pairAt, len(t.pairs))
+}
+
+// Counts writes shard s's samples per stratum into row (len(t.Strata)).
+func (t *Top) Counts(s int, row []int) {
+	if at := t.denseAt[s]; at >= 0 {
+		for c, n := range t.dense[at : at+len(row)] {
+			row[c] = int(n)
+		}
+		return
+	}
+	clear(row)
+	for i := t.pairAt[s]; i < t.pairAt[s+1]; i += 2 {
+		row[t.pairs[i]] = int(t.pairs[i+1])
+	}
+}
+
+// Samples is the dataset's number of samples.
+func (t *Top) Samples() int {
+	n := 0
+	for _, sh := range t.Shards {
+		n += sh.NumSamples
+	}
+	return n
+}
+
+// EncodeTop serializes t.
+func EncodeTop(t *Top) ([]byte, error) {
+	if len(t.denseAt) != len(t.Shards) {
+		return nil, fmt.Errorf("manifest: counts of %d shards set, %d shards", len(t.denseAt), len(t.Shards))
+	}
+	row := make([]int, len(t.Strata))
+	return frame(topMagic, TopVersion, func(e *encoder) {
+		e.str(t.Name)
+		e.str(t.IngestID)
+		e.uvarint(uint64(t.CreatedUnix))
+		e.uvarint(t.Seed)
+		e.uvarint(uint64(t.Data))
+		e.uvarint(uint64(t.Parity))
+		e.uvarint(uint64(t.BlockSize))
+		e.uvarint(uint64(t.ShardSize))
+		e.strs(t.Stores)
+		e.strs(t.LabelFields)
+		e.uvarint(uint64(len(t.Strata)))
+		for _, st := range t.Strata {
+			e.str(st.Name)
+			e.strs(st.Labels)
+		}
+		e.uvarint(uint64(len(t.Shards)))
+		for s, sh := range t.Shards {
+			e.uvarint(uint64(sh.Size))
+			e.uvarint(uint64(sh.IndexSize))
+			e.u32(sh.IndexSum)
+			t.Counts(s, row)
+			nonzero := 0
+			for _, n := range row {
+				if n > 0 {
+					nonzero++
+				}
+			}
+			e.uvarint(uint64(nonzero))
+			prev := 0
+			for c, n := range row {
+				if n > 0 {
+					e.uvarint(uint64(c - prev)) // strata ascending: deltas
+					e.uvarint(uint64(n))
+					prev = c
+				}
+			}
+		}
+	})
+}
+
+// DecodeTop parses and checks a top-level manifest: every failure wraps
+// ErrCorrupt, and stratum totals, shard sizes and sample counts must agree.
+func DecodeTop(b []byte) (*Top, error) {
+	var t *Top
+	err := unframe(b, topMagic, TopVersion, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64) error {
+		d := newDecoder(r, bodyLen)
+		t = &Top{}
+		t.Name = d.str()
+		t.IngestID = d.str()
+		t.CreatedUnix = int64(d.uvarint())
+		t.Seed = d.uvarint()
+		t.Data = d.small("data fragments", 256)
+		t.Parity = d.small("parity fragments", 256)
+		t.BlockSize = d.small("block size", 1<<20)
+		t.ShardSize = int64(d.small("shard size", MaxShardSize))
+		t.Stores = d.strs()
+		t.LabelFields = d.strs()
+		n := d.count(2)
+		t.Strata = make([]Stratum, 0, n)
+		for i := 0; i < n && d.err == nil; i++ {
+			t.Strata = append(t.Strata, Stratum{Name: d.str(), Labels: d.strs()})
+		}
+		n = d.count(7)
+		t.Shards = make([]TopShard, 0, n)
+		// A dense row of 2·C bytes holds at least C/3 listed strata of 2 or
+		// more body bytes each, so 3× the body bounds the dense arena.
+		limit := int(3 * bodyLen)
+		if c := len(t.Strata); c > 0 && n <= limit/c {
+			limit = n * c
+		}
+		t.dense = make([]uint16, 0, limit)
+		row := make([]int, len(t.Strata))
+		for s := 0; s < n && d.err == nil; s++ {
+			sh := TopShard{Size: int64(d.small("shard size", MaxShardSize)), IndexSize: int64(d.uvarint()), IndexSum: d.u32()}
+			k := d.count(2)
+			clear(row)
+			st := uint64(0)
+			for i := 0; i < k && d.err == nil; i++ {
+				delta, c := d.uvarint(), d.uvarint()
+				st += delta
+				switch {
+				case i > 0 && delta == 0:
+					d.fail("shard %d: stratum %d listed twice", s, st)
+				case st >= uint64(len(t.Strata)):
+					d.fail("shard %d: stratum %d of %d", s, st, len(t.Strata))
+				case c == 0 || c > MaxShardSize:
+					d.fail("shard %d: stratum %d has %d samples", s, st, c)
+				}
+				if d.err != nil {
+					break
+				}
+				sh.NumSamples += int(c)
+				t.Strata[st].Count += int(c)
+				row[st] = int(c)
+			}
+			if sh.NumSamples > int(max(sh.Size, 0)) {
+				d.fail("shard %d: %d samples in %d bytes", s, sh.NumSamples, sh.Size)
+			}
+			t.Shards = append(t.Shards, sh)
+			t.SetCounts(s, row)
+		}
+		if d.err == nil && d.left != 0 {
+			d.fail("%d trailing bytes", d.left)
+		}
+		return d.err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if t.Data < 1 || len(t.Stores) != t.Data+t.Parity || t.BlockSize < 1 {
+		return nil, fmt.Errorf("%w: RS(%d,%d) over %d stores, block size %d", ErrCorrupt, t.Data, t.Parity, len(t.Stores), t.BlockSize)
+	}
+	return t, nil
+}
+
+// ShardIndex is one shard's index: its block checksums and its samples'
+// rows, in the shard's order (stratum by stratum; offsets are the running
+// sum of sizes).
+type ShardIndex struct {
+	Shard   int
+	Sums    []uint32 // block checksums, fragment-major (see erasure.Shard)
+	Keys    []string
+	Stratum []uint32
+	Size    []uint32
+	Sum     []uint32 // CRC32C of each sample's bytes
+}
+
+// EncodeIndex serializes x.
+func EncodeIndex(x *ShardIndex) ([]byte, error) {
+	n := len(x.Keys)
+	if len(x.Stratum) != n || len(x.Size) != n || len(x.Sum) != n {
+		return nil, fmt.Errorf("manifest: shard %d index columns of %d, %d, %d and %d rows", x.Shard, n, len(x.Stratum), len(x.Size), len(x.Sum))
+	}
+	return frame(indexMagic, TopVersion, func(e *encoder) {
+		e.uvarint(uint64(x.Shard))
+		e.uvarint(uint64(len(x.Sums)))
+		for _, v := range x.Sums {
+			e.u32(v)
+		}
+		e.uvarint(uint64(n))
+		prev := ""
+		for i, k := range x.Keys {
+			shared := commonPrefix([]byte(prev), []byte(k))
+			e.uvarint(uint64(shared))
+			e.str(k[shared:])
+			prev = k
+			e.uvarint(uint64(x.Stratum[i]))
+			e.uvarint(uint64(x.Size[i]))
+			e.u32(x.Sum[i])
+		}
+	})
+}
+
+// DecodeIndex parses shard's index and checks it against the top-level
+// manifest: the shard it names, its sample count and bytes, strata stored
+// stratum by stratum with the counts Top gives, and (k+m)·blocks
+// checksums. Every failure wraps ErrCorrupt.
+func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
+	if shard < 0 || shard >= len(t.Shards) {
+		return nil, fmt.Errorf("shard %d of %d", shard, len(t.Shards))
+	}
+	want := t.Shards[shard]
+	x := &ShardIndex{}
+	err := unframe(b, indexMagic, TopVersion, "a shardfs shard index", func(r io.Reader, bodyLen int64) error {
+		d := newDecoder(r, bodyLen)
+		x.Shard = int(d.uvarint())
+		ns := d.count(4)
+		x.Sums = make([]uint32, 0, ns)
+		for i := 0; i < ns && d.err == nil; i++ {
+			x.Sums = append(x.Sums, d.u32())
+		}
+		n := d.count(7)
+		x.Keys = make([]string, 0, n)
+		x.Stratum = make([]uint32, 0, n)
+		x.Size = make([]uint32, 0, n)
+		x.Sum = make([]uint32, 0, n)
+		var key []byte
+		for i := 0; i < n && d.err == nil; i++ {
+			shared := int(d.uvarint())
+			if shared > len(key) {
+				d.fail("sample %d shares %d key bytes with a %d-byte key", i, shared, len(key))
+				break
+			}
+			key = d.appendBytes(key[:shared])
+			x.Keys = append(x.Keys, string(key))
+			x.Stratum = append(x.Stratum, uint32(min(d.uvarint(), 1<<32-1)))
+			x.Size = append(x.Size, uint32(min(d.uvarint(), MaxShardSize+1)))
+			x.Sum = append(x.Sum, d.u32())
+		}
+		if d.err == nil && d.left != 0 {
+			d.fail("%d trailing bytes", d.left)
+		}
+		return d.err
+	})
+	if err != nil {
+		return nil, err
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: shard %d index: %s", ErrCorrupt, shard, fmt.Sprintf(format, args...))
+	}
+	if x.Shard != shard {
+		return nil, bad("it names shard %d", x.Shard)
+	}
+	if len(x.Keys) != want.NumSamples {
+		return nil, bad("%d samples, the manifest says %d", len(x.Keys), want.NumSamples)
+	}
+	row := make([]int, len(t.Strata))
+	t.Counts(shard, row)
+	var size int64
+	for i := range x.Keys {
+		c := x.Stratum[i]
+		if int(c) >= len(t.Strata) || i > 0 && c < x.Stratum[i-1] {
+			return nil, bad("sample %d: stratum %d out of order or range", i, c)
+		}
+		row[c]--
+		size += int64(x.Size[i])
+	}
+	if slices.ContainsFunc(row, func(n int) bool { return n != 0 }) {
+		return nil, bad("its strata do not match the manifest's counts")
+	}
+	if size != want.Size {
+		return nil, bad("samples of %d bytes, the manifest says %d", size, want.Size)
+	}
+	frag := (want.Size + int64(t.Data) - 1) / int64(t.Data)
+	blocks := (frag + int64(t.BlockSize) - 1) / int64(t.BlockSize)
+	if int64(len(x.Sums)) != int64(t.Data+t.Parity)*blocks {
+		return nil, bad("%d block checksums, want %d", len(x.Sums), int64(t.Data+t.Parity)*blocks)
+	}
+	return x, nil
+}
