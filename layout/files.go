@@ -39,17 +39,23 @@ type Members struct {
 	off    []int64  // off[i]: start of member i in epoch.tar; off[n] = end of members
 	dup    []uint32 // occurrence of member i's tar name before it in this rank-epoch
 	rowOff []int64  // rowOff[i]: start of row i in index.csv (after the header); rowOff[n] = size
+	// Member i's size and stratum, kept beside off so that a read's extents
+	// touch only this rank-epoch's arrays, not the dataset's columns.
+	size    []int64
+	stratum []int32
 }
 
 // NewMembers computes the member table of a rank-epoch.
 func NewMembers(o *RankOrder, cat Catalog) *Members {
 	n := len(o.Samples)
-	m := &Members{order: o, cat: cat, off: make([]int64, n+1), dup: make([]uint32, n), rowOff: make([]int64, n+1)}
+	m := &Members{order: o, cat: cat, off: make([]int64, n+1), dup: make([]uint32, n), rowOff: make([]int64, n+1),
+		size: make([]int64, n), stratum: make([]int32, n)}
 	seen := make(map[uint64]uint32, n)
 	var row bytes.Buffer
 	m.rowOff[0] = int64(len(csvHeader))
 	for i, s := range o.Samples {
 		size := cat.Size(int(s))
+		m.size[i], m.stratum[i] = size, int32(cat.Stratum(int(s)))
 		m.off[i+1] = m.off[i] + memberLen(size)
 		stem, _ := TarName(cat.Key(int(s)))
 		h := fnv.New64a()
@@ -185,7 +191,7 @@ func (f *FileMap) Extents(dst []Extent, off, n int64) []Extent {
 			break
 		}
 		start := f.m.off[i] - f.base
-		size := f.m.cat.Size(f.m.Sample(i))
+		size := f.m.size[i]
 		rel := pos - start
 		var piece Piece
 		var pStart, pLen int64
@@ -199,7 +205,7 @@ func (f *FileMap) Extents(dst []Extent, off, n int64) []Extent {
 		case rel < 2*block+p:
 			piece, pStart, pLen = PieceClsHeader, block+p, block
 		default:
-			cls := digits(f.m.cat.Stratum(f.m.Sample(i)))
+			cls := digits(int(f.m.stratum[i]))
 			if rel < 2*block+p+cls {
 				piece, pStart, pLen = PieceCls, 2*block+p, cls
 			} else {
@@ -249,7 +255,7 @@ func (f *FileMap) Render(e Extent, p []byte) {
 		h := f.m.header(int(e.Member), e.Piece == PieceClsHeader)
 		copy(p, h[e.Off:])
 	case PieceCls:
-		copy(p, strconv.Itoa(f.m.cat.Stratum(f.m.Sample(int(e.Member))))[e.Off:])
+		copy(p, strconv.Itoa(int(f.m.stratum[e.Member]))[e.Off:])
 	case PieceRow:
 		if e.Member < 0 {
 			copy(p, csvHeader[e.Off:])
@@ -277,9 +283,9 @@ func (m *Members) header(i int, cls bool) []byte {
 	var name string
 	var size int64
 	if cls {
-		name, size = stem+".cls", int64(len(strconv.Itoa(m.cat.Stratum(m.Sample(i)))))
+		name, size = stem+".cls", int64(len(strconv.Itoa(int(m.stratum[i]))))
 	} else {
-		name, size = stem+"."+ext, m.cat.Size(m.Sample(i))
+		name, size = stem+"."+ext, m.size[i]
 	}
 	return ustarHeader(name, size)
 }

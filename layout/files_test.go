@@ -223,14 +223,42 @@ func FuzzExtents(f *testing.F) {
 }
 
 // BenchmarkExtents_1MiB: samples of 50-150 kB, as in the loader benchmark.
-func BenchmarkExtents_1MiB(b *testing.B) {
-	m, cat := testMembers(b, 20_000, Params{Seed: 1, World: 1, Batch: 256, Alpha: 1})
+func BenchmarkExtents_1MiB(b *testing.B) { benchExtentsOf(b, 20_000) }
+
+// BenchmarkExtents_1MiB_100x: the same over a dataset 100 times larger
+// (issue 13: a read's extents must not grow with the dataset). Random
+// offsets touch cold cache lines of a 100× larger member table; reads in
+// file order, as a reader's are, cost the same at both sizes.
+func BenchmarkExtents_1MiB_100x(b *testing.B) { benchExtentsOf(b, 2_000_000) }
+
+func BenchmarkExtents_1MiB_inOrder(b *testing.B)      { benchExtentsInOrder(b, 20_000) }
+func BenchmarkExtents_1MiB_inOrder_100x(b *testing.B) { benchExtentsInOrder(b, 2_000_000) }
+
+func benchExtentsInOrder(b *testing.B, n int) {
+	f := loaderMembers(b, n).Epoch()
+	dst := make([]Extent, 0, 4096)
+	b.ReportAllocs()
+	b.SetBytes(1 << 20)
+	var off int64
+	for b.Loop() {
+		if off+1<<20 > f.Size() {
+			off = 0
+		}
+		dst = f.Extents(dst[:0], off, 1<<20)
+		off += 1 << 20
+	}
+}
+
+func benchExtentsOf(b *testing.B, n int) { benchExtents(b, loaderMembers(b, n)) }
+
+// loaderMembers is a rank-epoch of n samples of 50-150 kB.
+func loaderMembers(b *testing.B, n int) *Members {
+	m, cat := testMembers(b, n, Params{Seed: 1, World: 1, Batch: 256, Alpha: 1})
 	rng := rand.New(rand.NewPCG(3, 3))
 	for i := range cat.sizes {
 		cat.sizes[i] = 50_000 + rng.Int64N(100_000)
 	}
-	m = NewMembers(m.order, cat)
-	benchExtents(b, m)
+	return NewMembers(m.order, cat)
 }
 
 // BenchmarkExtents_1MiB_tinySamples: the worst case, ~2 kB samples (~2,400 extents per MiB).
