@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -33,8 +34,11 @@ type Report struct {
 	Unrecoverable     []int    // shards with a block stripe that lost more than m blocks
 	BadSamples        []string // samples whose decoded bytes fail their own checksum
 	BadManifests      []int    // stores whose manifest copy is missing, corrupt or stale
-	NoIdentity        []int    // stores without this dataset's identity (new or replaced stores)
-	Foreign           []int    // stores that hold another dataset or ingest of this name
+	// BadIndexes lists the shard index copies (format 2) that are missing
+	// or corrupt; repair copies an intact one over them.
+	BadIndexes []IndexCopy
+	NoIdentity []int // stores without this dataset's identity (new or replaced stores)
+	Foreign    []int // stores that hold another dataset or ingest of this name
 	// Pending lists stores that hold this ingest's manifest or identity only
 	// under the pending keys: its commit was interrupted after it began. The
 	// dataset is whole; repair moves them to their keys.
@@ -45,9 +49,15 @@ type Report struct {
 	Unchecked   int // fragments not checked because their store did not answer
 }
 
+// IndexCopy is one store's copy of one shard's index.
+type IndexCopy struct {
+	Store, Shard int
+	Err          error
+}
+
 // Intact reports whether everything was checked and nothing is wrong.
 func (r *Report) Intact() bool {
-	return len(r.Damaged) == 0 && len(r.BadSamples) == 0 && len(r.BadManifests) == 0 &&
+	return len(r.Damaged) == 0 && len(r.BadSamples) == 0 && len(r.BadManifests) == 0 && len(r.BadIndexes) == 0 &&
 		len(r.NoIdentity) == 0 && len(r.Foreign) == 0 && r.Complete()
 }
 
@@ -159,7 +169,55 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 			rep.NoIdentity = append(rep.NoIdentity, i)
 		}
 	}
+	if err := d.checkIndexes(ctx, rep); err != nil {
+		return nil, err
+	}
 	return rep, nil
+}
+
+// checkIndexes reads every store's copy of every shard index (format 2)
+// and reports those missing or not matching the top-level manifest's
+// checksum. A store that stops answering is reported unreachable.
+func (d *Dataset) checkIndexes(ctx context.Context, rep *Report) error {
+	t := d.Manifest.Top
+	if t == nil {
+		return nil
+	}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, s := range d.Stores {
+		if slices.Contains(rep.Unreachable, i) || slices.Contains(rep.Foreign, i) {
+			continue
+		}
+		for si := range t.Shards {
+			g.Go(func() error {
+				_, err := readIndexBytes(gctx, s, t, si)
+				if err == nil || gctx.Err() != nil {
+					return gctx.Err()
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if unavailable(err) {
+					if !slices.Contains(rep.Unreachable, i) {
+						rep.Unreachable = append(rep.Unreachable, i)
+					}
+					return nil
+				}
+				rep.BadIndexes = append(rep.BadIndexes, IndexCopy{Store: i, Shard: si, Err: err})
+				return nil
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	sort.Ints(rep.Unreachable)
+	sort.Slice(rep.BadIndexes, func(a, b int) bool {
+		x, y := rep.BadIndexes[a], rep.BadIndexes[b]
+		return x.Store < y.Store || x.Store == y.Store && x.Shard < y.Shard
+	})
+	return nil
 }
 
 // stripeLoss is the most blocks any one block stripe of sh lost.
@@ -240,6 +298,20 @@ var ErrIncomplete = errors.New("some stores did not answer")
 // every write safe first: when any shard is unrecoverable, a store did not
 // answer, or a store holds another dataset of this name (unless force), it
 // writes nothing at all. It returns the number of objects written.
+// intactIndex is shard si's index object from the first store whose copy
+// matches the top-level manifest.
+func (d *Dataset) intactIndex(ctx context.Context, si int) ([]byte, error) {
+	var errs []error
+	for _, s := range d.Stores {
+		b, err := readIndexBytes(ctx, s, d.Manifest.Top, si)
+		if err == nil {
+			return b, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("shard %d's index: no intact copy to repair from (%w)", si, errors.Join(errs...))
+}
+
 func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress func(bytes int64)) (int, error) {
 	if !rep.Recoverable() {
 		return 0, fmt.Errorf("%w: shards %v lost more than m=%d blocks of one stripe; nothing was written",
@@ -254,6 +326,18 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 			names = append(names, fmt.Sprintf("store %d (%s) holds %s", i, d.Stores[i], d.Places[i].Detail))
 		}
 		return 0, fmt.Errorf("%w %s: %v; nothing was written: fix --stores, or pass --force to overwrite those stores with this dataset", ErrForeignStore, d.Name, names)
+	}
+	// Every index copy to rewrite needs an intact copy to come from: found
+	// before anything is written.
+	indexBytes := map[int][]byte{}
+	for _, ic := range rep.BadIndexes {
+		if indexBytes[ic.Shard] == nil {
+			b, err := d.intactIndex(ctx, ic.Shard)
+			if err != nil {
+				return 0, fmt.Errorf("%w; nothing was written", err)
+			}
+			indexBytes[ic.Shard] = b
+		}
 	}
 	byShard := map[int][]int{}
 	for _, dm := range rep.Damaged {
@@ -285,9 +369,23 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 	if err := g.Wait(); err != nil {
 		return int(written.Load()), err
 	}
-	enc, err := manifest.Encode(d.Manifest)
+	var enc []byte
+	var err error
+	if t := d.Manifest.Top; t != nil {
+		enc, err = manifest.EncodeTop(t)
+	} else {
+		enc, err = manifest.Encode(d.Manifest)
+	}
 	if err != nil {
 		return int(written.Load()), err
+	}
+	// Missing or corrupt index copies get an intact copy's bytes, checked
+	// against the top-level manifest's checksum, never a re-encoding.
+	for _, ic := range rep.BadIndexes {
+		if err := d.Stores[ic.Store].Put(ctx, IndexKey(d.Name, d.Manifest.IngestID, ic.Shard), indexBytes[ic.Shard]); err != nil {
+			return int(written.Load()), fmt.Errorf("rewrite shard %d's index on store %d: %w", ic.Shard, ic.Store, err)
+		}
+		written.Add(1)
 	}
 	manifests := map[int]bool{}
 	for _, i := range append(rep.BadManifests, rep.Foreign...) {

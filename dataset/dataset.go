@@ -38,6 +38,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
@@ -66,6 +68,15 @@ func DataPrefix(name string) string { return name + "/data/" }
 func FragmentKey(name, ingestID string, shard, frag int) string {
 	return fmt.Sprintf("%s/data/%s/%08d.%02d", name, ingestID, shard, frag)
 }
+
+// IndexKey names shard's index in ingest ingestID of dataset name (format
+// 2): a copy on every store.
+func IndexKey(name, ingestID string, shard int) string {
+	return fmt.Sprintf("%s/index/%s/%08d", name, ingestID, shard)
+}
+
+// IndexPrefix is the prefix of all shard index objects of a dataset.
+func IndexPrefix(name string) string { return name + "/index/" }
 
 // IdentityKey is the object key of a store's identity for dataset name.
 func IdentityKey(name string) string { return name + "/identity" }
@@ -138,6 +149,9 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 	if err != nil {
 		return nil, err
 	}
+	if m, err = loadIndexes(ctx, stores, m, log); err != nil {
+		return nil, err
+	}
 	if len(stores) != m.Data+m.Parity {
 		return nil, fmt.Errorf("dataset %s needs k+m = %d stores (k=%d, m=%d), %d given: pass the same --stores as at ingest, in the same order",
 			name, m.Data+m.Parity, m.Data, m.Parity, len(stores))
@@ -172,7 +186,80 @@ func LoadManifest(ctx context.Context, stores []backend.Store, name string, log 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return chooseManifest(readCopies(ctx, stores, name), stores, name, log)
+	m, err := chooseManifest(readCopies(ctx, stores, name), stores, name, log)
+	if err != nil {
+		return nil, err
+	}
+	return loadIndexes(ctx, stores, m, log)
+}
+
+// loadIndexes completes a format-2 manifest with its shards' indexes, each
+// read from the first store whose copy matches the checksum the top-level
+// manifest keeps; format 1 manifests are returned as they are.
+func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manifest, log *slog.Logger) (*manifest.Manifest, error) {
+	t := m.Top
+	if t == nil || m.Samples.Len() > 0 {
+		return m, nil
+	}
+	idx := make([]*manifest.ShardIndex, len(t.Shards))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for si := range idx {
+		g.Go(func() error {
+			var errs []error
+			for k := range stores {
+				s := stores[(si+k)%len(stores)] // spread the reads over the stores
+				x, err := readIndex(gctx, s, t, si)
+				if err == nil {
+					idx[si] = x
+					return nil
+				}
+				errs = append(errs, err)
+				if gctx.Err() != nil {
+					return gctx.Err()
+				}
+			}
+			return fmt.Errorf("dataset %s: shard %d's index: no intact copy on any store (%w)", t.Name, si, errors.Join(errs...))
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return manifest.Expand(t, idx)
+}
+
+// ReadIndexBytes reads shard si's index object from s and checks it
+// against the size and checksum the top-level manifest keeps.
+func ReadIndexBytes(ctx context.Context, s backend.Store, t *manifest.Top, si int) ([]byte, error) {
+	return readIndexBytes(ctx, s, t, si)
+}
+
+func readIndexBytes(ctx context.Context, s backend.Store, t *manifest.Top, si int) ([]byte, error) {
+	key := IndexKey(t.Name, t.IngestID, si)
+	ref := t.Shards[si]
+	if ref.IndexSize < 0 || ref.IndexSize > 4<<30 {
+		return nil, fmt.Errorf("%w: shard %d's index of %d bytes", manifest.ErrCorrupt, si, ref.IndexSize)
+	}
+	b := make([]byte, ref.IndexSize)
+	if err := s.ReadAt(ctx, key, b, 0); err != nil {
+		return nil, err
+	}
+	if manifest.IndexSum(b) != ref.IndexSum {
+		return nil, fmt.Errorf("store %s: %s: %w: checksum mismatch", s, key, manifest.ErrCorrupt)
+	}
+	return b, nil
+}
+
+func readIndex(ctx context.Context, s backend.Store, t *manifest.Top, si int) (*manifest.ShardIndex, error) {
+	b, err := readIndexBytes(ctx, s, t, si)
+	if err != nil {
+		return nil, err
+	}
+	x, err := manifest.DecodeIndex(b, t, si)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %s: %w", s, IndexKey(t.Name, t.IngestID, si), err)
+	}
+	return x, nil
 }
 
 // storeCopy is what one store holds of a dataset: its manifest copy and
@@ -330,7 +417,15 @@ func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifes
 			return nil, err
 		}
 	}
-	m, err := manifest.Decode(b)
+	var m *manifest.Manifest
+	if manifest.IsTop(b) {
+		var t *manifest.Top
+		if t, err = manifest.DecodeTop(b); err == nil {
+			m = t.Header()
+		}
+	} else {
+		m, err = manifest.Decode(b)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %s: %w", s, key, err)
 	}

@@ -42,6 +42,10 @@ type Options struct {
 	Progress func(bytes int64)
 	// Lock tunes the ingest lock (heartbeat and staleness).
 	Lock dataset.LockOptions
+	// Format is the metadata format written: 1 (default), one manifest
+	// with a row per sample; 2, a top-level manifest of per-shard class
+	// counts plus one index object per shard (see manifest.Top).
+	Format int
 }
 
 // Result summarizes a committed ingest.
@@ -100,12 +104,60 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	if err := commit(ctx, opts, m, lock, res, log); err != nil {
+	if opts.Format == 2 {
+		sizes, sums, err := writeIndexes(ctx, opts, m, all)
+		if err != nil {
+			return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command)", opts.Name, err)
+		}
+		if m.Top, err = manifest.NewTop(m, sizes, sums); err != nil {
+			return nil, err
+		}
+	}
+	enc, err := encodeManifest(opts, m)
+	if err != nil {
+		return nil, err
+	}
+	if err := commit(ctx, opts, m, enc, lock, res, log); err != nil {
 		return nil, err
 	}
 	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, m.IngestID, log)
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// writeIndexes writes the index of each of the given shards of m to every
+// store (format 2); each must reach m+1 stores. It returns their sizes and
+// checksums, indexed by shard.
+func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shards []int) ([]int64, []uint32, error) {
+	sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, si := range shards {
+		g.Go(func() error {
+			b, err := manifest.EncodeIndex(manifest.ShardIndexOf(m, si))
+			if err != nil {
+				return err
+			}
+			if err := putSome(gctx, opts.Stores, dataset.IndexKey(opts.Name, m.IngestID, si), b, opts.Parity+1); err != nil {
+				return fmt.Errorf("shard %d's index: %w", si, err)
+			}
+			sizes[si], sums[si] = int64(len(b)), manifest.IndexSum(b)
+			return nil
+		})
+	}
+	return sizes, sums, g.Wait()
+}
+
+// encodeManifest is m as committed: format 1's manifest, or format 2's
+// top-level manifest (m.Top, set once its indexes are written).
+func encodeManifest(opts Options, m *manifest.Manifest) ([]byte, error) {
+	if opts.Format != 2 {
+		return manifest.Encode(m)
+	}
+	if m.Top == nil {
+		return nil, fmt.Errorf("ingest %s: format 2 without its index references", opts.Name)
+	}
+	return manifest.EncodeTop(m.Top)
 }
 
 func (opts *Options) logger() *slog.Logger {
@@ -184,6 +236,15 @@ func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error
 	m.Strata, strata = src.strata()
 	order := stratifiedOrder(strata, len(m.Strata), opts.Seed)
 	shards := cutShards(src.Items, order, opts.ShardSize)
+	if opts.Format == 2 {
+		// Format 2 stores a shard stratum by stratum, so a stratum's k-th
+		// member is found from per-shard counts alone. A stable sort keeps
+		// each stratum's members in the same order, and so the global
+		// order (by keys) the same as format 1's.
+		for _, sh := range shards {
+			slices.SortStableFunc(sh, func(a, b int) int { return cmp.Compare(strata[a], strata[b]) })
+		}
+	}
 	m.Shards = make([]manifest.Shard, len(shards))
 	for si, shard := range shards {
 		for _, it := range shard {
@@ -251,11 +312,7 @@ func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, codec 
 // the count decides. With at least dataset.Quorum real copies the ingest is
 // committed (repair restores the rest); with fewer it is not, and the
 // copies written are taken back.
-func commit(ctx context.Context, opts Options, m *manifest.Manifest, lock *dataset.Lock, res *Result, log *slog.Logger) error {
-	enc, err := manifest.Encode(m)
-	if err != nil {
-		return err
-	}
+func commit(ctx context.Context, opts Options, m *manifest.Manifest, enc []byte, lock *dataset.Lock, res *Result, log *slog.Logger) error {
 	// Only the lock holder commits: check it right before writing.
 	if err := lock.Refresh(ctx); err != nil {
 		return fmt.Errorf("ingest %s not committed: %w", opts.Name, err)
@@ -484,13 +541,21 @@ func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string
 	}
 	n := 0
 	for _, s := range stores {
-		keys, err := s.List(ctx, dataset.DataPrefix(name))
-		if err != nil {
-			log.Warn("could not list old fragments", "store", s.String(), "err", err)
+		var keys []string
+		var errs []error
+		for _, prefix := range []string{dataset.DataPrefix(name), dataset.IndexPrefix(name)} {
+			ks, err := s.List(ctx, prefix)
+			errs = append(errs, err)
+			for _, k := range ks {
+				keys = append(keys, k)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			log.Warn("could not list old fragments and indexes", "store", s.String(), "err", err)
 			continue
 		}
 		for _, k := range keys {
-			id, _, _ := strings.Cut(strings.TrimPrefix(k, dataset.DataPrefix(name)), "/")
+			id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(k, dataset.DataPrefix(name)), dataset.IndexPrefix(name)), "/")
 			if id == keep || running[id] {
 				continue
 			}

@@ -123,6 +123,7 @@ func startedKey(name, id string) string { return PartPrefix(name) + id + "/start
 // every part computed alike, and per owned shard its samples and checksums.
 type partRecord struct {
 	Format                  int
+	Metadata                int // the dataset's metadata format, 1 or 2 (Options.Format)
 	Name, IngestID          string
 	Part, Parts             int
 	Seed                    uint64
@@ -137,6 +138,8 @@ type partRecord struct {
 type partShard struct {
 	ID         int
 	FragLen    int64
+	IndexSize  int64 // metadata format 2: the shard's index object
+	IndexSum   uint32
 	Sums       []uint32 // block checksums, fragment-major
 	Keys       []string
 	Strata     []uint32
@@ -254,12 +257,22 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 		return nil, fmt.Errorf("part %s of %s not done: %w (rerun this part)", part, opts.Name, err)
 	}
 	res.StoredBytes = stored
-	rec := &partRecord{Format: 1, Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count,
+	var indexSize []int64
+	var indexSum []uint32
+	if opts.Format == 2 {
+		if indexSize, indexSum, err = writeIndexes(ctx, opts, m, owned); err != nil {
+			return nil, fmt.Errorf("part %s of %s not done: %w (rerun this part)", part, opts.Name, err)
+		}
+	}
+	rec := &partRecord{Format: 1, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count,
 		Seed: m.Seed, Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
 		LabelFields: m.LabelFields, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len()}
 	for _, si := range owned {
 		sh := m.Shards[si]
 		ps := partShard{ID: si, FragLen: m.FragSize(si), Sums: sh.Sums}
+		if indexSize != nil {
+			ps.IndexSize, ps.IndexSum = indexSize[si], indexSum[si]
+		}
 		for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
 			ps.Keys = append(ps.Keys, m.Samples.Key(j))
 			ps.Strata = append(ps.Strata, m.Samples.Stratum[j])
@@ -393,11 +406,30 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	if err := checkFragments(ctx, opts.Stores, m, n); err != nil {
 		return nil, err
 	}
+	if recs[0].Metadata == 2 {
+		opts.Format = 2
+		sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
+		for _, r := range recs {
+			for _, ps := range r.Owned {
+				sizes[ps.ID], sums[ps.ID] = ps.IndexSize, ps.IndexSum
+			}
+		}
+		if m.Top, err = manifest.NewTop(m, sizes, sums); err != nil {
+			return nil, err
+		}
+		if err := checkIndexes(ctx, opts.Stores, m.Top, n); err != nil {
+			return nil, err
+		}
+	}
+	enc, err := encodeManifest(opts, m)
+	if err != nil {
+		return nil, err
+	}
 	res := &Result{Manifest: m, Samples: m.Samples.Len(), Bytes: m.TotalBytes()}
 	for i := range m.Shards {
 		res.StoredBytes += int64(m.Data+m.Parity) * m.FragSize(i)
 	}
-	if err := commit(ctx, opts, m, lock, res, log); err != nil {
+	if err := commit(ctx, opts, m, enc, lock, res, log); err != nil {
 		return nil, err
 	}
 	// The parts' work is in the manifest now; their records can go.
@@ -560,7 +592,7 @@ func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manif
 	}
 	owner := make([]*partShard, r0.Shards)
 	for _, r := range recs {
-		if r.Seed != r0.Seed || r.Data != r0.Data || r.Parity != r0.Parity || r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize ||
+		if r.Metadata != r0.Metadata || r.Seed != r0.Seed || r.Data != r0.Data || r.Parity != r0.Parity || r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize ||
 			r.Shards != r0.Shards || r.Samples != r0.Samples || !slices.Equal(r.LabelFields, r0.LabelFields) || !sameStrata(r.Strata, r0.Strata) {
 			return nil, bad("part %d's plan differs from part 0's", r.Part)
 		}
@@ -616,34 +648,60 @@ func sameStrata(a, b []manifest.Stratum) bool {
 	})
 }
 
+// checkIndexes checks that every shard's index (format 2) has an intact
+// copy on more than m stores; a missing one names the part to rerun.
+func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, parts int) error {
+	return checkShards(ctx, t.Name, len(t.Shards), parts, "shard indexes are missing", func(ctx context.Context, si int) []string {
+		intact := 0
+		for _, s := range stores {
+			if _, err := dataset.ReadIndexBytes(ctx, s, t, si); err == nil {
+				intact++
+			}
+		}
+		if intact <= t.Parity {
+			return []string{fmt.Sprintf("shard %d's index is intact on %d stores", si, intact)}
+		}
+		return nil
+	})
+}
+
 // checkFragments checks that every fragment of m is on its store at its
 // size; a missing one names the part to rerun.
 func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Manifest, parts int) error {
 	p := erasure.Params{Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize}
+	return checkShards(ctx, m.Name, len(m.Shards), parts, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
+		var problems []string
+		for f := 0; f < p.Total(); f++ {
+			size, err := stores[p.Placement(si, f)].Stat(ctx, dataset.FragmentKey(m.Name, m.IngestID, si, f))
+			switch {
+			case err != nil:
+				problems = append(problems, fmt.Sprintf("shard %d fragment %d: %v", si, f, err))
+			case size != m.FragSize(si):
+				problems = append(problems, fmt.Sprintf("shard %d fragment %d is %d bytes, want %d", si, f, size, m.FragSize(si)))
+			}
+		}
+		return problems
+	})
+}
+
+// checkShards runs check on every shard, 32 at a time. The problems found
+// fail the commit, naming the parts to rerun (shard s is part s mod parts).
+func checkShards(ctx context.Context, name string, shards, parts int, what string, check func(ctx context.Context, si int) []string) error {
 	var mu sync.Mutex
 	var problems []string
 	rerun := map[int]bool{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
-	for si := range m.Shards {
-		for f := 0; f < p.Total(); f++ {
-			g.Go(func() error {
-				key := dataset.FragmentKey(m.Name, m.IngestID, si, f)
-				size, err := stores[p.Placement(si, f)].Stat(gctx, key)
-				if err == nil && size == m.FragSize(si) {
-					return nil
-				}
-				msg := fmt.Sprintf("shard %d fragment %d: %v", si, f, err)
-				if err == nil {
-					msg = fmt.Sprintf("shard %d fragment %d is %d bytes, want %d", si, f, size, m.FragSize(si))
-				}
+	for si := 0; si < shards; si++ {
+		g.Go(func() error {
+			if found := check(gctx, si); len(found) > 0 {
 				mu.Lock()
-				problems = append(problems, msg)
+				problems = append(problems, found...)
 				rerun[si%parts] = true
 				mu.Unlock()
-				return nil
-			})
-		}
+			}
+			return nil
+		})
 	}
 	g.Wait()
 	if err := ctx.Err(); err != nil {
@@ -662,6 +720,6 @@ func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Man
 	if len(problems) > 5 {
 		problems = append(problems[:5], fmt.Sprintf("and %d more", len(problems)-5))
 	}
-	return fmt.Errorf("commit %s: fragments are missing or damaged (%s): rerun shardfs ingest --part %s, then commit again; nothing was committed",
-		m.Name, strings.Join(problems, "; "), strings.Join(again, ", --part "))
+	return fmt.Errorf("commit %s: %s (%s): rerun shardfs ingest --part %s, then commit again; nothing was committed",
+		name, what, strings.Join(problems, "; "), strings.Join(again, ", --part "))
 }

@@ -98,9 +98,15 @@ func testSource(t *testing.T, n int) *Source {
 // one's in everything but its id and time: same samples, same shards, same
 // checksums, for any number of parts, including more parts than shards.
 func TestPartsCommitTheSingleProcessManifest(t *testing.T) {
+	for _, format := range []int{1, 2} {
+		t.Run(fmt.Sprint("format", format), func(t *testing.T) { partsCommitTheSingleProcessManifest(t, format) })
+	}
+}
+
+func partsCommitTheSingleProcessManifest(t *testing.T, format int) {
 	ctx := context.Background()
 	src := testSource(t, 300)
-	base := Options{Data: 2, Parity: 1, ShardSize: 64 << 10, Seed: 9, BlockSize: 4096}
+	base := Options{Data: 2, Parity: 1, ShardSize: 64 << 10, Seed: 9, BlockSize: 4096, Format: format}
 	single := base
 	single.Name, single.Stores = "single", localStores(t, t.TempDir(), 3)
 	want, err := Run(ctx, src, single)
@@ -127,6 +133,10 @@ func TestPartsCommitTheSingleProcessManifest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if (ds.Manifest.Top != nil) != (format == 2) {
+			t.Fatalf("%d parts: committed in format %d, Top set %v", n, format, ds.Manifest.Top != nil)
+		}
+		sameManifest(t, want.Manifest, ds.Manifest)
 		rep, err := ds.Verify(ctx, nil)
 		if err != nil || !rep.Intact() {
 			t.Fatalf("%d parts: the committed dataset does not verify: %v %+v", n, err, rep)

@@ -31,6 +31,13 @@ func TestDistributedIngest(t *testing.T) {
 	if r := run(t, 5*time.Minute, nil, append(ingest(), "single")...); r.code != 0 {
 		t.Fatalf("single-process ingest: %v", r)
 	}
+	// The same listing in metadata format 2 must read the same too.
+	if r := run(t, 5*time.Minute, nil, append(ingest("--format=2"), "format2")...); r.code != 0 {
+		t.Fatalf("format 2 ingest: %v", r)
+	}
+	if r := run(t, 5*time.Minute, nil, "verify", stores, "format2"); r.code != 0 {
+		t.Fatalf("verify format 2: %v", r)
+	}
 
 	// All four parts at once, as four processes.
 	parts := func(name, job string, skip int) []result {
@@ -104,6 +111,7 @@ func TestDistributedIngest(t *testing.T) {
 	// Byte-identical reads: two epochs of the whole epoch tar and index.
 	single := mountShardfs(t, stores, "--batch-size=32", "--epochs=2", "single")
 	dist := mountShardfs(t, stores, "--batch-size=32", "--epochs=2", "dist")
+	format2 := mountShardfs(t, stores, "--batch-size=32", "--epochs=2", "format2")
 	for e := 0; e < 2; e++ {
 		for _, f := range []string{"epoch.tar", "index.csv"} {
 			p := filepath.Join("epochs", fmt.Sprintf("%04d", e), "rank-000", f)
@@ -111,12 +119,14 @@ func TestDistributedIngest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := os.ReadFile(filepath.Join(dist, p))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(a) == 0 || !bytes.Equal(a, b) {
-				t.Fatalf("%s: %d bytes from the single-process ingest, %d from the distributed one, not equal", p, len(a), len(b))
+			for name, mnt := range map[string]string{"the distributed ingest": dist, "the format 2 ingest": format2} {
+				b, err := os.ReadFile(filepath.Join(mnt, p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(a) == 0 || !bytes.Equal(a, b) {
+					t.Fatalf("%s: %d bytes from the single-process ingest, %d from %s, not equal", p, len(a), len(b), name)
+				}
 			}
 		}
 	}

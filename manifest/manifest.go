@@ -59,6 +59,12 @@ type Manifest struct {
 	Strata  []Stratum
 	Shards  []Shard
 	Samples Samples
+
+	// Top is set when the dataset is stored in format 2: the top-level
+	// manifest it was read from, or written as. A manifest read from the
+	// stores holds only the header until its shard indexes are loaded
+	// (Expand).
+	Top *Top
 }
 
 // Samples is the columnar sample table.

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"hash/crc32"
 	"io"
 	"slices"
 )
@@ -357,4 +358,80 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 		return nil, bad("%d block checksums, want %d", len(x.Sums), int64(t.Data+t.Parity)*blocks)
 	}
 	return x, nil
+}
+
+// IsTop reports whether b is framed as a top-level manifest.
+func IsTop(b []byte) bool { return len(b) >= 8 && string(b[:8]) == topMagic }
+
+// IndexSum is the checksum Top keeps of an encoded shard index.
+func IndexSum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Header is the manifest of t without its samples: what choosing among
+// the stores' copies needs. Expand fills in the rest.
+func (t *Top) Header() *Manifest {
+	m := &Manifest{Version: TopVersion, Name: t.Name, IngestID: t.IngestID, CreatedUnix: t.CreatedUnix, Seed: t.Seed,
+		Data: t.Data, Parity: t.Parity, BlockSize: t.BlockSize, ShardSize: t.ShardSize,
+		Stores: t.Stores, LabelFields: t.LabelFields, Strata: slices.Clone(t.Strata), Top: t}
+	m.Shards = make([]Shard, len(t.Shards))
+	return m
+}
+
+// NewTop describes m in format 2, with its shards' encoded indexes of the
+// given sizes and checksums. m's samples must be stored stratum by stratum
+// within each shard (the order ingest writes format 2 in).
+func NewTop(m *Manifest, indexSize []int64, indexSum []uint32) (*Top, error) {
+	if len(indexSize) != len(m.Shards) || len(indexSum) != len(m.Shards) {
+		return nil, fmt.Errorf("manifest: %d and %d index references for %d shards", len(indexSize), len(indexSum), len(m.Shards))
+	}
+	t := &Top{Name: m.Name, IngestID: m.IngestID, CreatedUnix: m.CreatedUnix, Seed: m.Seed,
+		Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
+		Stores: m.Stores, LabelFields: m.LabelFields, Strata: slices.Clone(m.Strata)}
+	row := make([]int, len(m.Strata))
+	for si, sh := range m.Shards {
+		clear(row)
+		for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
+			if j > sh.FirstSample && m.Samples.Stratum[j] < m.Samples.Stratum[j-1] {
+				return nil, fmt.Errorf("manifest: shard %d is not stored stratum by stratum (sample %d)", si, j)
+			}
+			row[m.Samples.Stratum[j]]++
+		}
+		t.Shards = append(t.Shards, TopShard{Size: sh.Size, NumSamples: sh.NumSamples, IndexSize: indexSize[si], IndexSum: indexSum[si]})
+		t.SetCounts(si, row)
+	}
+	return t, nil
+}
+
+// ShardIndexOf is shard si's index in m.
+func ShardIndexOf(m *Manifest, si int) *ShardIndex {
+	sh := m.Shards[si]
+	x := &ShardIndex{Shard: si, Sums: sh.Sums}
+	for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
+		x.Keys = append(x.Keys, m.Samples.Key(j))
+		x.Stratum = append(x.Stratum, m.Samples.Stratum[j])
+		x.Size = append(x.Size, m.Samples.Size[j])
+		x.Sum = append(x.Sum, m.Samples.Sum[j])
+	}
+	return x
+}
+
+// Expand is the whole manifest of t with its shards' indexes (each checked
+// by DecodeIndex), in format 1's in-memory form, t kept in Top.
+func Expand(t *Top, idx []*ShardIndex) (*Manifest, error) {
+	if len(idx) != len(t.Shards) {
+		return nil, fmt.Errorf("%w: %d shard indexes for %d shards", ErrCorrupt, len(idx), len(t.Shards))
+	}
+	m := t.Header()
+	for si, x := range idx {
+		m.Shards[si].Sums = x.Sums
+		for j := range x.Keys {
+			m.Samples.Append(x.Keys[j], x.Stratum[j], uint32(si), x.Size[j], x.Sum[j])
+		}
+	}
+	if err := m.Finish(); err != nil {
+		return nil, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
 }

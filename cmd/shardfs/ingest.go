@@ -25,6 +25,7 @@ type ingestFlags struct {
 	force        bool
 	labelFields  []string
 	part, job    string
+	format       int
 }
 
 func newIngestCmd(g *globals) *cobra.Command {
@@ -85,6 +86,7 @@ never writes over this one's fragments.`,
 	fl.BoolVar(&f.force, "force", false, "replace an existing dataset of the same name")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "label fields that form the stratum (listings only; default: label)")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
+	fl.IntVar(&f.format, "format", 1, "metadata format: 1, one manifest with a row per sample that every node loads; 2, a top-level manifest of per-shard class counts plus an index object per shard, for datasets of hundreds of millions of samples")
 	fl.StringVar(&f.job, "job", "", "name of this distributed ingest run, the same for all its parts (default: $SHARDFS_JOB_ID, else $SLURM_ARRAY_JOB_ID)")
 	return cmd
 }
@@ -99,13 +101,16 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	if err != nil || blockSize > erasure.MaxBlockSize {
 		return nil, ingest.Options{}, fmt.Errorf("--block-size %q: use a size up to 1MiB, e.g. 64KiB", f.blockSize)
 	}
+	if f.format != 1 && f.format != 2 {
+		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1 or 2", f.format)
+	}
 	source, err := ingest.Scan(src, f.labelFields)
 	if err != nil {
 		return nil, ingest.Options{}, err
 	}
 	return source, ingest.Options{
 		Name: name, Stores: stores, Data: f.data, Parity: f.parity, BlockSize: int(blockSize),
-		ShardSize: int64(shardSize), Seed: f.seed, Force: f.force, Logger: log,
+		ShardSize: int64(shardSize), Seed: f.seed, Force: f.force, Logger: log, Format: f.format,
 	}, nil
 }
 

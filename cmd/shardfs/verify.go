@@ -123,6 +123,9 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	for _, i := range rep.BadManifests {
 		fmt.Fprintf(out, "  manifest copy missing or corrupt on store %d (%s)\n", i, ds.Stores[i])
 	}
+	for _, ic := range rep.BadIndexes {
+		fmt.Fprintf(out, "  shard %d's index copy missing or corrupt on store %d (%s): %v\n", ic.Shard, ic.Store, ds.Stores[ic.Store], ic.Err)
+	}
 	for _, i := range rep.NoIdentity {
 		fmt.Fprintf(out, "  no identity on store %d (%s): a new or replaced store\n", i, ds.Stores[i])
 	}
@@ -143,8 +146,8 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	case rep.Intact():
 		fmt.Fprintln(out, "OK: every fragment, block and sample checksum verified")
 	default:
-		fmt.Fprintf(out, "DAMAGED: %d fragments, %d manifest copies, %d identities, %d foreign stores; all recoverable\n",
-			len(rep.Damaged), len(rep.BadManifests), len(rep.NoIdentity), len(rep.Foreign))
+		fmt.Fprintf(out, "DAMAGED: %d fragments, %d manifest copies, %d index copies, %d identities, %d foreign stores; all recoverable\n",
+			len(rep.Damaged), len(rep.BadManifests), len(rep.BadIndexes), len(rep.NoIdentity), len(rep.Foreign))
 	}
 }
 
