@@ -47,6 +47,16 @@
 // members: the first n_c draws are a permutation of all of them; when α<1
 // needs more (minority strata recycled), the next permutation follows.
 //
+// In order version 2 both permutations (the batch order, and each stratum's
+// draws) are keyed Feistel permutations with cycle-walking (feistel.go)
+// rather than stored shuffles, so the order holds O(1) state per stratum
+// and draw cycle and none per sample; strata of at most 1,024 members keep
+// a stored seeded shuffle. A stratum's k-th member can then come from
+// per-shard counts alone (NewCountInputFunc: samples numbered shard by
+// shard, stratum by stratum within a shard), which is what lets a node
+// compute the order of a billion samples. Every guarantee above holds for
+// both versions; window and affinity orders are the same in both.
+//
 // # Window (locality) mode
 //
 // With Window=S>0 the shards are put in a seeded order and taken S at a
@@ -92,10 +102,12 @@
 //
 // OrderVersion names this construction. Nodes of one job must compute the
 // same order, so any change to which sample lands in which batch, for any
-// inputs, is a new version: TestGoldenOrder pins a hash of the order for
+// inputs, is a new version: TestGoldenOrder pins a hash of the order of
+// every version this build computes (MinOrderVersion to OrderVersion) for
 // fixed inputs, and fails until the version is bumped and the new hash
-// recorded. The mount shows the version in info.json and refuses a job that
-// pins another one (--order-version).
+// recorded. Params.Version selects one (0: the newest); the mount shows it
+// in info.json, and a job that started on an older version keeps its order
+// across an upgrade with --order-version.
 //
 // # Virtual files
 //
