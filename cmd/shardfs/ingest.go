@@ -101,6 +101,9 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	if err != nil || blockSize > erasure.MaxBlockSize {
 		return nil, ingest.Options{}, fmt.Errorf("--block-size %q: use a size up to 1MiB, e.g. 64KiB", f.blockSize)
 	}
+	if f.format == 0 { // callers that build the flags themselves (demo)
+		f.format = 1
+	}
 	if f.format != 1 && f.format != 2 {
 		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1 or 2", f.format)
 	}
