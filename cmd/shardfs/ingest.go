@@ -86,7 +86,7 @@ never writes over this one's fragments.`,
 	fl.BoolVar(&f.force, "force", false, "replace an existing dataset of the same name")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "label fields that form the stratum (listings only; default: label)")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
-	fl.IntVar(&f.format, "format", 1, "metadata format: 1, one manifest with a row per sample that every node loads; 2, a top-level manifest of per-shard class counts plus an index object per shard, for datasets of hundreds of millions of samples")
+	fl.IntVar(&f.format, "format", 1, "metadata format: 1, one manifest with a row per sample; 2, a top-level manifest of per-shard class counts plus an index object per shard on every store, from which the order needs no per-sample rows (this release still loads every index when a dataset is opened)")
 	fl.StringVar(&f.job, "job", "", "name of this distributed ingest run, the same for all its parts (default: $SHARDFS_JOB_ID, else $SLURM_ARRAY_JOB_ID)")
 	return cmd
 }
