@@ -192,7 +192,7 @@ func (d *Dataset) checkIndexes(ctx context.Context, rep *Report) error {
 		}
 		for si := range t.Shards {
 			g.Go(func() error {
-				_, err := readIndexBytes(gctx, s, t, si)
+				_, err := ReadIndexBytes(gctx, s, t, si)
 				if err == nil || gctx.Err() != nil {
 					return gctx.Err()
 				}
@@ -298,20 +298,6 @@ var ErrIncomplete = errors.New("some stores did not answer")
 // every write safe first: when any shard is unrecoverable, a store did not
 // answer, or a store holds another dataset of this name (unless force), it
 // writes nothing at all. It returns the number of objects written.
-// intactIndex is shard si's index object from the first store whose copy
-// matches the top-level manifest.
-func (d *Dataset) intactIndex(ctx context.Context, si int) ([]byte, error) {
-	var errs []error
-	for _, s := range d.Stores {
-		b, err := readIndexBytes(ctx, s, d.Manifest.Top, si)
-		if err == nil {
-			return b, nil
-		}
-		errs = append(errs, err)
-	}
-	return nil, fmt.Errorf("shard %d's index: no intact copy to repair from (%w)", si, errors.Join(errs...))
-}
-
 func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress func(bytes int64)) (int, error) {
 	if !rep.Recoverable() {
 		return 0, fmt.Errorf("%w: shards %v lost more than m=%d blocks of one stripe; nothing was written",
@@ -369,13 +355,7 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 	if err := g.Wait(); err != nil {
 		return int(written.Load()), err
 	}
-	var enc []byte
-	var err error
-	if t := d.Manifest.Top; t != nil {
-		enc, err = manifest.EncodeTop(t)
-	} else {
-		enc, err = manifest.Encode(d.Manifest)
-	}
+	enc, err := manifest.EncodeStored(d.Manifest)
 	if err != nil {
 		return int(written.Load()), err
 	}
@@ -418,4 +398,18 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 		d.Stores[i].Delete(ctx, PendingIdentityKey(d.Name))
 	}
 	return int(written.Load()), nil
+}
+
+// intactIndex is shard si's index object from the first store whose copy
+// matches the top-level manifest.
+func (d *Dataset) intactIndex(ctx context.Context, si int) ([]byte, error) {
+	var errs []error
+	for _, s := range d.Stores {
+		b, err := ReadIndexBytes(ctx, s, d.Manifest.Top, si)
+		if err == nil {
+			return b, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("shard %d's index: no intact copy to repair from (%w)", si, errors.Join(errs...))
 }

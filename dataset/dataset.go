@@ -149,7 +149,7 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 	if err != nil {
 		return nil, err
 	}
-	if m, err = loadIndexes(ctx, stores, m, log); err != nil {
+	if m, err = loadIndexes(ctx, stores, m); err != nil {
 		return nil, err
 	}
 	if len(stores) != m.Data+m.Parity {
@@ -183,20 +183,26 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 // LoadManifest reads every store's copy of the manifest and returns the one
 // that enough stores agree on (see the package comment).
 func LoadManifest(ctx context.Context, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	m, err := chooseManifest(readCopies(ctx, stores, name), stores, name, log)
+	m, err := LoadHeader(ctx, stores, name, log)
 	if err != nil {
 		return nil, err
 	}
-	return loadIndexes(ctx, stores, m, log)
+	return loadIndexes(ctx, stores, m)
+}
+
+// LoadHeader is LoadManifest without a format-2 dataset's shard indexes:
+// enough to tell which ingest is committed, and its parameters.
+func LoadHeader(ctx context.Context, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return chooseManifest(readCopies(ctx, stores, name), stores, name, log)
 }
 
 // loadIndexes completes a format-2 manifest with its shards' indexes, each
 // read from the first store whose copy matches the checksum the top-level
 // manifest keeps; format 1 manifests are returned as they are.
-func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manifest, log *slog.Logger) (*manifest.Manifest, error) {
+func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manifest) (*manifest.Manifest, error) {
 	t := m.Top
 	if t == nil || m.Samples.Len() > 0 {
 		return m, nil
@@ -231,10 +237,6 @@ func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manife
 // ReadIndexBytes reads shard si's index object from s and checks it
 // against the size and checksum the top-level manifest keeps.
 func ReadIndexBytes(ctx context.Context, s backend.Store, t *manifest.Top, si int) ([]byte, error) {
-	return readIndexBytes(ctx, s, t, si)
-}
-
-func readIndexBytes(ctx context.Context, s backend.Store, t *manifest.Top, si int) ([]byte, error) {
 	key := IndexKey(t.Name, t.IngestID, si)
 	ref := t.Shards[si]
 	if ref.IndexSize < 0 || ref.IndexSize > 4<<30 {
@@ -251,7 +253,7 @@ func readIndexBytes(ctx context.Context, s backend.Store, t *manifest.Top, si in
 }
 
 func readIndex(ctx context.Context, s backend.Store, t *manifest.Top, si int) (*manifest.ShardIndex, error) {
-	b, err := readIndexBytes(ctx, s, t, si)
+	b, err := ReadIndexBytes(ctx, s, t, si)
 	if err != nil {
 		return nil, err
 	}

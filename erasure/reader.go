@@ -660,12 +660,12 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 		b := min(F, a+off+n-pos)
 		dst := out[pos-off : pos-off+(b-a)]
 		fb := &backend.FirstByte{}
+		store := r.codec.Placement(sh.ID, frag)
 		answered = append(answered, fb)
-		pieceStores = append(pieceStores, r.codec.Placement(sh.ID, frag))
+		pieceStores = append(pieceStores, store)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			store := r.codec.Placement(sh.ID, frag)
 			start := time.Now()
 			pr := r.health.begin(store, fb)
 			err := r.stores[store].ReadAt(backend.WithFirstByte(ectx, fb), r.key(sh.ID, frag), dst, a)

@@ -80,7 +80,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("ingest %s: %w", opts.Name, err)
 	}
 	defer lock.Release(context.WithoutCancel(ctx))
-	if err := refuseCommitted(ctx, opts, log); err != nil {
+	if err := refuseCommitted(ctx, opts, "", log); err != nil {
 		return nil, err
 	}
 	m, err := plan(src, opts, ingestID)
@@ -113,7 +113,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	enc, err := encodeManifest(opts, m)
+	enc, err := manifest.EncodeStored(m)
 	if err != nil {
 		return nil, err
 	}
@@ -146,18 +146,6 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 		})
 	}
 	return sizes, sums, g.Wait()
-}
-
-// encodeManifest is m as committed: format 1's manifest, or format 2's
-// top-level manifest (m.Top, set once its indexes are written).
-func encodeManifest(opts Options, m *manifest.Manifest) ([]byte, error) {
-	if opts.Format != 2 {
-		return manifest.Encode(m)
-	}
-	if m.Top == nil {
-		return nil, fmt.Errorf("ingest %s: format 2 without its index references", opts.Name)
-	}
-	return manifest.EncodeTop(m.Top)
 }
 
 func (opts *Options) logger() *slog.Logger {
@@ -206,17 +194,24 @@ func (opts *Options) check(ctx context.Context) (*erasure.Codec, error) {
 }
 
 // refuseCommitted refuses to go on when opts.Name is committed (or has
-// manifest copies that cannot be used), unless opts.Force.
-func refuseCommitted(ctx context.Context, opts Options, log *slog.Logger) error {
-	if opts.Force {
+// manifest copies that cannot be used), unless opts.Force; and when the
+// committed ingest is ingest id (a distributed ingest's parts or commit run
+// again), it says there is nothing to do. It reads the manifest's header
+// only, once.
+func refuseCommitted(ctx context.Context, opts Options, id string, log *slog.Logger) error {
+	if opts.Force && id == "" {
 		return nil
 	}
-	if _, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil {
+	m, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log)
+	switch {
+	case err == nil && id != "" && m.IngestID == id:
+		return fmt.Errorf("%w: %s was committed from these parts (ingest %s): nothing to do", ErrAlreadyCommitted, opts.Name, id)
+	case opts.Force || errors.Is(err, dataset.ErrNotFound):
+		return nil
+	case err == nil:
 		return fmt.Errorf("%w: %s is already committed on these stores: pass --force to replace it", ErrExists, opts.Name)
-	} else if !errors.Is(err, dataset.ErrNotFound) {
-		return fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): pass --force to replace it", ErrExists, opts.Name, err)
 	}
-	return nil
+	return fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): pass --force to replace it", ErrExists, opts.Name, err)
 }
 
 // plan places src's samples into shards: a pure function of the listing,

@@ -135,16 +135,14 @@ type partRecord struct {
 	Owned                   []partShard
 }
 
+// partShard is one owned shard: its rows, block checksums and id as its
+// index holds them, its fragment size, and (metadata format 2) the size
+// and checksum of the index object the part wrote.
 type partShard struct {
-	ID         int
-	FragLen    int64
-	IndexSize  int64 // metadata format 2: the shard's index object
-	IndexSum   uint32
-	Sums       []uint32 // block checksums, fragment-major
-	Keys       []string
-	Strata     []uint32
-	Sizes      []uint32
-	SampleSums []uint32
+	manifest.ShardIndex
+	FragLen   int64
+	IndexSize int64
+	IndexSum  uint32
 }
 
 const partMagic = "SHARDFS-PART-1\n"
@@ -221,15 +219,8 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 		return nil, err
 	}
 	id := partIngestID(src, opts, job, part.Count)
-	if m, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil {
-		if m.IngestID == id {
-			return nil, fmt.Errorf("%w: %s was committed from these parts (ingest %s): nothing to do", ErrAlreadyCommitted, opts.Name, id)
-		}
-		if !opts.Force {
-			return nil, fmt.Errorf("%w: %s is already committed on these stores: pass --force to replace it", ErrExists, opts.Name)
-		}
-	} else if !errors.Is(err, dataset.ErrNotFound) && !opts.Force {
-		return nil, fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): pass --force to replace it", ErrExists, opts.Name, err)
+	if err := refuseCommitted(ctx, opts, id, log); err != nil {
+		return nil, err
 	}
 	m, err := plan(src, opts, id)
 	if err != nil {
@@ -268,19 +259,12 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 		Seed: m.Seed, Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
 		LabelFields: m.LabelFields, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len()}
 	for _, si := range owned {
-		sh := m.Shards[si]
-		ps := partShard{ID: si, FragLen: m.FragSize(si), Sums: sh.Sums}
+		ps := partShard{ShardIndex: *manifest.ShardIndexOf(m, si), FragLen: m.FragSize(si)}
 		if indexSize != nil {
 			ps.IndexSize, ps.IndexSum = indexSize[si], indexSum[si]
 		}
-		for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
-			ps.Keys = append(ps.Keys, m.Samples.Key(j))
-			ps.Strata = append(ps.Strata, m.Samples.Stratum[j])
-			ps.Sizes = append(ps.Sizes, m.Samples.Size[j])
-			ps.SampleSums = append(ps.SampleSums, m.Samples.Sum[j])
-		}
 		rec.Owned = append(rec.Owned, ps)
-		res.Bytes += sh.Size
+		res.Bytes += m.Shards[si].Size
 	}
 	enc, err := encodePart(rec)
 	if err != nil {
@@ -367,7 +351,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		return nil, err
 	}
 	if len(parts) == 0 && copts.IngestID == "" {
-		if m, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil {
+		if m, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil {
 			return nil, fmt.Errorf("%w: %s is committed (ingest %s) and no distributed ingest of it is pending: nothing to do", ErrAlreadyCommitted, opts.Name, m.IngestID)
 		}
 	}
@@ -381,10 +365,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		return nil, fmt.Errorf("commit %s: %w", opts.Name, err)
 	}
 	defer lock.Release(context.WithoutCancel(ctx))
-	if m, err := dataset.LoadManifest(ctx, opts.Stores, opts.Name, log); err == nil && m.IngestID == id {
-		return nil, fmt.Errorf("%w: %s is committed from these parts (ingest %s): nothing to do", ErrAlreadyCommitted, opts.Name, id)
-	}
-	if err := refuseCommitted(ctx, opts, log); err != nil {
+	if err := refuseCommitted(ctx, opts, id, log); err != nil {
 		return nil, err
 	}
 	recs, err := readParts(ctx, opts.Stores, opts.Name, id, n)
@@ -407,11 +388,10 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		return nil, err
 	}
 	if recs[0].Metadata == 2 {
-		opts.Format = 2
 		sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
 		for _, r := range recs {
 			for _, ps := range r.Owned {
-				sizes[ps.ID], sums[ps.ID] = ps.IndexSize, ps.IndexSum
+				sizes[ps.Shard], sums[ps.Shard] = ps.IndexSize, ps.IndexSum
 			}
 		}
 		if m.Top, err = manifest.NewTop(m, sizes, sums); err != nil {
@@ -421,7 +401,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 			return nil, err
 		}
 	}
-	enc, err := encodeManifest(opts, m)
+	enc, err := manifest.EncodeStored(m)
 	if err != nil {
 		return nil, err
 	}
@@ -598,16 +578,16 @@ func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manif
 		}
 		for k := range r.Owned {
 			ps := &r.Owned[k]
-			if ps.ID < 0 || ps.ID >= r0.Shards || ps.ID%r.Parts != r.Part {
-				return nil, bad("part %d holds shard %d, which is not its own", r.Part, ps.ID)
+			if ps.Shard < 0 || ps.Shard >= r0.Shards || ps.Shard%r.Parts != r.Part {
+				return nil, bad("part %d holds shard %d, which is not its own", r.Part, ps.Shard)
 			}
-			if owner[ps.ID] != nil {
-				return nil, bad("shard %d appears twice", ps.ID)
+			if owner[ps.Shard] != nil {
+				return nil, bad("shard %d appears twice", ps.Shard)
 			}
-			if len(ps.Strata) != len(ps.Keys) || len(ps.Sizes) != len(ps.Keys) || len(ps.SampleSums) != len(ps.Keys) {
-				return nil, bad("shard %d's sample columns differ in length", ps.ID)
+			if len(ps.Stratum) != len(ps.Keys) || len(ps.Size) != len(ps.Keys) || len(ps.Sum) != len(ps.Keys) {
+				return nil, bad("shard %d's sample columns differ in length", ps.Shard)
 			}
-			owner[ps.ID] = ps
+			owner[ps.Shard] = ps
 		}
 	}
 	m := &manifest.Manifest{Version: manifest.Version, Name: name, IngestID: r0.IngestID, CreatedUnix: time.Now().Unix(),
@@ -618,10 +598,10 @@ func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manif
 			return nil, bad("no part holds shard %d (part %d of %d should)", si, si%r0.Parts, r0.Parts)
 		}
 		for j, key := range ps.Keys {
-			if int(ps.Strata[j]) >= len(m.Strata) {
-				return nil, bad("shard %d names stratum %d of %d", si, ps.Strata[j], len(m.Strata))
+			if int(ps.Stratum[j]) >= len(m.Strata) {
+				return nil, bad("shard %d names stratum %d of %d", si, ps.Stratum[j], len(m.Strata))
 			}
-			m.Samples.Append(key, ps.Strata[j], uint32(si), ps.Sizes[j], ps.SampleSums[j])
+			m.Samples.Append(key, ps.Stratum[j], uint32(si), ps.Size[j], ps.Sum[j])
 		}
 		m.Shards[si].Sums = ps.Sums
 	}

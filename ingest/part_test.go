@@ -246,7 +246,7 @@ func TestCommitRefusesWhatIsNotWhole(t *testing.T) {
 func FuzzDecodePart(f *testing.F) {
 	rec := &partRecord{Format: 1, Name: "ds", IngestID: "job-1", Part: 0, Parts: 2, Data: 2, Parity: 1, BlockSize: 4096,
 		Strata: []manifest.Stratum{{Name: "a", Labels: []string{"a"}, Count: 2}}, Shards: 2, Samples: 2,
-		Owned: []partShard{{ID: 0, FragLen: 10, Sums: []uint32{1, 2, 3}, Keys: []string{"a/1", "a/2"}, Strata: []uint32{0, 0}, Sizes: []uint32{10, 10}, SampleSums: []uint32{5, 6}}}}
+		Owned: []partShard{{FragLen: 10, ShardIndex: manifest.ShardIndex{Shard: 0, Sums: []uint32{1, 2, 3}, Keys: []string{"a/1", "a/2"}, Stratum: []uint32{0, 0}, Size: []uint32{10, 10}, Sum: []uint32{5, 6}}}}}
 	enc, err := encodePart(rec)
 	if err != nil {
 		f.Fatal(err)

@@ -360,6 +360,15 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 	return x, nil
 }
 
+// EncodeStored encodes m in the format it is stored in: its top-level
+// manifest when m.Top is set (format 2), else format 1.
+func EncodeStored(m *Manifest) ([]byte, error) {
+	if m.Top != nil {
+		return EncodeTop(m.Top)
+	}
+	return Encode(m)
+}
+
 // IsTop reports whether b is framed as a top-level manifest.
 func IsTop(b []byte) bool { return len(b) >= 8 && string(b[:8]) == topMagic }
 
