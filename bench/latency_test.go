@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,9 +175,9 @@ func latencyRegime(t *testing.T, r *report, work string) {
 			return g
 		})
 		res.large = repeat(func() float64 {
-			before := cpuByRole()
+			before := procTimes()
 			_, b := getRate(t, ceilStore, "blob", blob, 8<<20, 8, 3*time.Second)
-			res.cpuCeil.add(before, cpuByRole(), b*3)
+			res.cpuCeil.add(before, procTimes(), b*3)
 			return b / avgSample
 		})
 		shardfs := func(cpu *cpuUse, flags ...string) (stat, stat) {
@@ -195,10 +196,10 @@ func latencyRegime(t *testing.T, r *report, work string) {
 				if profDir != "" {
 					stop = profileDuring(t, filepath.Join(profDir, fmt.Sprintf("%s-%d", strings.TrimLeft(strings.Join(flags, ""), "-"), i)))
 				}
-				before := cpuByRole()
+				before := procTimes()
 				rate = append(rate, float64(nb*batch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
 				if cpu != nil {
-					cpu.add(before, cpuByRole(), float64(nb*batch)*avgSample)
+					cpu.add(before, procTimes(), float64(nb*batch)*avgSample)
 				}
 				if stop != nil {
 					stop()
@@ -362,19 +363,18 @@ func lastLine(s string) string {
 // samples every process's CPU time; stop waits for the profile and writes
 // base.pprof and base.cpu (CPU seconds per process over the interval).
 func profileDuring(t *testing.T, base string) (stop func()) {
-	cpu := procCPU
-	before, t0 := cpu(), time.Now()
+	before, t0 := procTimes(), time.Now()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		run(t, "curl", "-s", "-o", base+".pprof", "http://127.0.0.1:9955/debug/pprof/profile?seconds=3")
 	}()
 	return func() {
-		after, el := cpu(), time.Since(t0).Seconds()
+		after, el := procTimes(), time.Since(t0).Seconds()
 		var b strings.Builder
 		fmt.Fprintf(&b, "%.2f s wall\n", el)
-		for name, v := range after {
-			if d := v - before[name]; d > 0.05 {
+		for name, d := range cpuDelta(before, after, func(name string) string { return name }) {
+			if d > 0.05 {
 				fmt.Fprintf(&b, "%-20s %.2f s CPU (%.0f%% of one core)\n", name, d, 100*d/el)
 			}
 		}
@@ -383,12 +383,22 @@ func profileDuring(t *testing.T, base string) (stop func()) {
 	}
 }
 
-// procCPU is every process's CPU time so far (user + system, seconds) by
-// command name.
-func procCPU() map[string]float64 {
-	out := map[string]float64{}
+// procTime is a process's command name and CPU time so far (user +
+// system, seconds).
+type procTime struct {
+	name string
+	secs float64
+}
+
+// procTimes reads every process's CPU time, by PID.
+func procTimes() map[int]procTime {
+	out := map[int]procTime{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
 		if err != nil {
 			continue
@@ -402,7 +412,22 @@ func procCPU() map[string]float64 {
 		var ut, stt float64
 		fmt.Sscan(f[11], &ut)
 		fmt.Sscan(f[12], &stt)
-		out[st[i+1:j]] += (ut + stt) / 100
+		out[pid] = procTime{st[i+1 : j], (ut + stt) / 100}
+	}
+	return out
+}
+
+// cpuDelta is the CPU time spent between two snapshots, summed by
+// group(name), over the processes alive at both: one that exits between
+// them would otherwise subtract its whole life's time.
+func cpuDelta(before, after map[int]procTime, group func(name string) string) map[string]float64 {
+	out := map[string]float64{}
+	for pid, a := range after {
+		if b, ok := before[pid]; ok && b.name == a.name {
+			if g := group(a.name); g != "" {
+				out[g] += a.secs - b.secs
+			}
+		}
 	}
 	return out
 }
@@ -410,25 +435,22 @@ func procCPU() map[string]float64 {
 // The roles that share the machine's cores in the latency regime.
 var cpuRoles = []string{"MinIO", "toxiproxy", "shardfs daemon", "reader"}
 
-// cpuByRole is procCPU summed by role: the store, the proxy, the mount's
-// daemon, and the reading client (this test process: the reader threads,
-// or the ceiling's minio-go GETs). Kernel work is charged to the process
-// whose system call it is: FUSE copies to the reader and the daemon.
-func cpuByRole() map[string]float64 {
-	out := map[string]float64{}
-	for name, v := range procCPU() {
-		switch {
-		case strings.Contains(name, "minio"):
-			out["MinIO"] += v
-		case strings.Contains(name, "toxiproxy") || name == "server":
-			out["toxiproxy"] += v
-		case name == "shardfs":
-			out["shardfs daemon"] += v
-		case strings.HasSuffix(name, ".test"):
-			out["reader"] += v
-		}
+// roleOf names a process's role: the store, the proxy, the mount's daemon,
+// and the reading client (this test process: the reader threads, or the
+// ceiling's minio-go GETs). Kernel work is charged to the process whose
+// system call it is: FUSE copies to the reader and the daemon.
+func roleOf(name string) string {
+	switch {
+	case strings.Contains(name, "minio"):
+		return "MinIO"
+	case strings.Contains(name, "toxiproxy") || name == "server":
+		return "toxiproxy"
+	case name == "shardfs":
+		return "shardfs daemon"
+	case strings.HasSuffix(name, ".test"):
+		return "reader"
 	}
-	return out
+	return ""
 }
 
 // cpuUse accumulates CPU seconds by role and bytes moved over runs.
@@ -437,12 +459,12 @@ type cpuUse struct {
 	bytes float64
 }
 
-func (c *cpuUse) add(before, after map[string]float64, bytes float64) {
+func (c *cpuUse) add(before, after map[int]procTime, bytes float64) {
 	if c.secs == nil {
 		c.secs = map[string]float64{}
 	}
-	for _, role := range cpuRoles {
-		c.secs[role] += after[role] - before[role]
+	for role, d := range cpuDelta(before, after, roleOf) {
+		c.secs[role] += d
 	}
 	c.bytes += bytes
 }
