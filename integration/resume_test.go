@@ -134,7 +134,10 @@ func TestExactResumeFetchesNothingBefore(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // let any prefetch still running land in the counters
 	var st struct {
-		Stores []struct {
+		Hedged    int64 `json:"hedged_reads"`
+		Degraded  int64 `json:"degraded_reads"`
+		Evictions int64 `json:"cache_evictions"`
+		Stores    []struct {
 			Bytes, Requests int64
 		} `json:"stores"`
 	}
@@ -147,7 +150,8 @@ func TestExactResumeFetchesNothingBefore(t *testing.T) {
 		gets += s.Requests
 	}
 	if got < want || got > want+64<<10 {
-		t.Fatalf("resuming at batch %d of %d fetched %d bytes; batches %d.. hold %d: prefetch read before the resume point", resumeAt, batches, got, resumeAt, want)
+		t.Fatalf("resuming at batch %d of %d fetched %d bytes; batches %d.. hold %d (hedged reads %d, degraded %d, cache evictions %d)",
+			resumeAt, batches, got, resumeAt, want, st.Hedged, st.Degraded, st.Evictions)
 	}
 	if gets > int64(samples) {
 		t.Fatalf("%d GETs for %d samples", gets, samples)

@@ -266,11 +266,22 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 	}
 	lo, hi := pieces[0].off, pieces[len(pieces)-1].off+int64(len(pieces[len(pieces)-1].buf))
 	if r.disk == nil {
-		b, err := r.fetch.ReadRange(ctx, shard, lo, hi-lo)
-		if err != nil {
-			return err
+		// One GET per run of pieces at most MergeGap apart: a span's pieces
+		// are what it claimed, and a sample between them that it did not
+		// claim (fetched on demand meanwhile) must not be read twice.
+		for i := 0; i < len(pieces); {
+			a, z := pieces[i].off, pieces[i].off+int64(len(pieces[i].buf))
+			j := i + 1
+			for ; j < len(pieces) && pieces[j].off-z <= r.cfg.MergeGap; j++ {
+				z = pieces[j].off + int64(len(pieces[j].buf))
+			}
+			b, err := r.fetch.ReadRange(ctx, shard, a, z-a)
+			if err != nil {
+				return err
+			}
+			copyIn(b, a)
+			i = j
 		}
-		copyIn(b, lo)
 		return nil
 	}
 	first, count := r.didx.ShardSamples(shard)
@@ -1021,10 +1032,11 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 	return true
 }
 
-// bridge reports whether the samples of shard lying in [from, to) may be
-// fetched in one GET with their neighbours: each is cached or in flight, or
-// is one chunk whose next read is within horizon bytes. It returns the keys
-// of the latter, to be claimed with the GET.
+// bridge reports whether the samples of shard lying in [from, to) may join
+// their neighbours' span: each is cached or in flight, or is one chunk whose
+// next read is within horizon bytes. It returns the keys of the latter, to
+// be claimed with the span. readInto never reads the former again: the
+// span's GET splits around them when they are more than MergeGap long.
 func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) {
 	if r.didx == nil || to-from > r.cfg.MaxGET {
 		return nil, false

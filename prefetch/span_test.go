@@ -1,0 +1,71 @@
+package prefetch
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/internal/testds"
+	"github.com/shardfs/shardfs/metrics"
+)
+
+// rangeLog records the ranges asked of the stores.
+type rangeLog struct {
+	Fetcher
+	mu     sync.Mutex
+	ranges [][2]int64
+}
+
+func (l *rangeLog) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	l.mu.Lock()
+	l.ranges = append(l.ranges, [2]int64{off, n})
+	l.mu.Unlock()
+	return l.Fetcher.ReadRange(ctx, shard, off, n)
+}
+
+// TestSpanSkipsWhatItDidNotClaim: a prefetch span planned over samples
+// a, b, c whose middle sample was meanwhile fetched on demand (so the span
+// claims only a and c) must not read b's bytes again. Found by
+// integration/TestExactResumeFetchesNothingBefore under load: one sample
+// of the resumed batch was fetched twice.
+func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{30}, MinSize: 100_000, MaxSize: 120_000, Seed: 7}, met)
+	cat := dataset.Catalog{M: ds.Manifest}
+	log := &rangeLog{Fetcher: ds}
+	r := New(log, cat, cache.New(64<<20, nil), met, DefaultConfig(), nil)
+	defer r.Close()
+	// Three neighbours in one shard.
+	first, count := cat.ShardSamples(0)
+	if count < 3 {
+		t.Fatalf("shard 0 holds %d samples, want 3 or more", count)
+	}
+	a, c := cache.Key{Sample: int32(first)}, cache.Key{Sample: int32(first + 2)}
+	shard, aOff, aLen := r.chunkRange(a)
+	_, cOff, cLen := r.chunkRange(c)
+	pieces := []piece{{aOff, make([]byte, aLen)}, {cOff, make([]byte, cLen)}}
+	if err := r.readInto(context.Background(), shard, pieces); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range []cache.Key{a, c} {
+		want, err := ds.ReadRange(context.Background(), shard, pieces[i].off, int64(len(pieces[i].buf)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(pieces[i].buf, want) {
+			t.Fatalf("sample %d: wrong bytes", k.Sample)
+		}
+	}
+	var got int64
+	for _, rg := range log.ranges {
+		got += rg[1]
+	}
+	if got != aLen+cLen {
+		t.Fatalf("read %d bytes in %d ranges %v for two samples of %d and %d bytes: the unclaimed one between them was read too",
+			got, len(log.ranges), log.ranges, aLen, cLen)
+	}
+}
