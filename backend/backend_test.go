@@ -131,3 +131,20 @@ func TestFaulty(t *testing.T) {
 		t.Fatalf("slow store under deadline: %v", err)
 	}
 }
+
+// TestOpenedStoresReadVectors: the stores Open returns read a range into
+// several buffers themselves (the prefetch path's GETs land in the cache's
+// buffers), not through ReadAtV's one-buffer-and-copy fallback.
+func TestOpenedStoresReadVectors(t *testing.T) {
+	srv := miniotest.Start(t, "bucket")
+	creds := &backend.Credentials{AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}
+	for _, url := range []string{"file://" + t.TempDir(), srv.URL("bucket/p")} {
+		s, err := backend.Open(url, backend.OpenOptions{Credentials: creds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := s.(backend.VectorReader); !ok {
+			t.Errorf("%s: %T has no ReadAtV", url, s)
+		}
+	}
+}

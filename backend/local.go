@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -53,6 +52,11 @@ func (l *Local) wrap(op, key string, err error) error {
 }
 
 func (l *Local) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	return l.ReadAtV(ctx, key, [][]byte{p}, off)
+}
+
+// ReadAtV reads the file's bytes from off into bufs in turn.
+func (l *Local) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -65,14 +69,19 @@ func (l *Local) ReadAt(ctx context.Context, key string, p []byte, off int64) err
 		return l.wrap("read", key, err)
 	}
 	defer f.Close()
-	n, err := f.ReadAt(p, off)
-	if n == len(p) {
-		return nil
+	total, want := 0, vecLen(bufs)
+	for _, p := range bufs {
+		n, err := f.ReadAt(p, off+int64(total))
+		total += n
+		if n == len(p) {
+			continue
+		}
+		if err == io.EOF || err == nil {
+			err = shortRead(total, want, off)
+		}
+		return l.wrap("read", key, err)
 	}
-	if err == io.EOF || err == nil {
-		err = fmt.Errorf("%w: got %d of %d bytes at offset %d", ErrShortRead, n, len(p), off)
-	}
-	return l.wrap("read", key, err)
+	return nil
 }
 
 func (l *Local) Put(ctx context.Context, key string, data []byte) error {

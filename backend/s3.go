@@ -155,10 +155,16 @@ func (s *S3) convert(op, key string, err error) error {
 }
 
 func (s *S3) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	return s.ReadAtV(ctx, key, [][]byte{p}, off)
+}
+
+// ReadAtV is one ranged GET whose body fills bufs in turn.
+func (s *S3) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
 	if err := CheckKey(key); err != nil {
 		return &Error{Store: s.name, Op: "read", Err: err}
 	}
-	if len(p) == 0 {
+	want := vecLen(bufs)
+	if want == 0 {
 		size, err := s.Stat(ctx, key)
 		if err == nil && off > size {
 			err = &Error{Store: s.name, Op: "read", Key: key, Err: ErrShortRead}
@@ -166,7 +172,7 @@ func (s *S3) ReadAt(ctx context.Context, key string, p []byte, off int64) error 
 		return err
 	}
 	opts := minio.GetObjectOptions{}
-	if err := opts.SetRange(off, off+int64(len(p))-1); err != nil {
+	if err := opts.SetRange(off, off+int64(want)-1); err != nil {
 		return &Error{Store: s.name, Op: "read", Key: key, Err: err}
 	}
 	obj, err := s.client.GetObject(traceFirstByte(ctx), s.bucket, s.prefix+key, opts)
@@ -174,13 +180,12 @@ func (s *S3) ReadAt(ctx context.Context, key string, p []byte, off int64) error 
 		return s.convert("read", key, err)
 	}
 	defer obj.Close()
-	n, err := io.ReadFull(obj, p)
+	n, err := readFullV(obj, bufs)
 	if err == nil {
 		return nil
 	}
 	if n > 0 && errors.Is(err, io.ErrUnexpectedEOF) {
-		return &Error{Store: s.name, Op: "read", Key: key,
-			Err: fmt.Errorf("%w: got %d of %d bytes at offset %d", ErrShortRead, n, len(p), off)}
+		return &Error{Store: s.name, Op: "read", Key: key, Err: shortRead(n, want, off)}
 	}
 	return s.convert("read", key, err)
 }

@@ -48,6 +48,13 @@ func (t *Timeout) ReadAt(ctx context.Context, key string, p []byte, off int64) e
 	return t.timedOut(ctx, c, "read", key, t.Store.ReadAt(c, key, p, off))
 }
 
+// ReadAtV passes a vectored read through, bounded like ReadAt.
+func (t *Timeout) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
+	c, cancel := t.bound(ctx, vecLen(bufs))
+	defer cancel()
+	return t.timedOut(ctx, c, "read", key, ReadAtV(c, t.Store, key, bufs, off))
+}
+
 func (t *Timeout) Put(ctx context.Context, key string, data []byte) error {
 	c, cancel := t.bound(ctx, len(data))
 	defer cancel()

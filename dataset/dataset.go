@@ -493,6 +493,43 @@ func (d *Dataset) replaced(ctx context.Context) error {
 	return d.replacedErr
 }
 
+// ReadRangeV fills bufs in turn with the verified bytes of shard from off,
+// as ReadRange does; the bytes of a range of whole samples go from the
+// stores' responses straight into bufs.
+func (d *Dataset) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	first, last, whole := d.wholeSamples(shard, off, n)
+	if !whole {
+		b, err := d.ReadRange(ctx, shard, off, n)
+		if err != nil {
+			return err
+		}
+		for _, p := range bufs {
+			b = b[copy(p, b):]
+		}
+		return nil
+	}
+	s := &d.Manifest.Samples
+	err := d.Reader.ReadExactV(ctx, d.Shard(shard), off, bufs, func(v [][]byte) bool {
+		for i := first; i < last; i++ {
+			o := int64(s.Offset[i]) - off
+			if erasure.ChecksumV(v, o, o+int64(s.Size[i])) != s.Sum[i] {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil && errors.Is(err, backend.ErrNotExist) {
+		if rerr := d.replaced(ctx); rerr != nil {
+			return fmt.Errorf("%w (%v)", rerr, err)
+		}
+	}
+	return err
+}
+
 func (d *Dataset) readRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
 	first, last, whole := d.wholeSamples(shard, off, n)
 	if !whole {

@@ -84,6 +84,12 @@ func (m *Mix) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, e
 	return m.Parts[p].ReadRange(ctx, sh, off, n)
 }
 
+// ReadRangeV is ReadRangeV of the dataset the mix's shard belongs to.
+func (m *Mix) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	p, sh := locate(m.shards, shard)
+	return m.Parts[p].ReadRangeV(ctx, sh, off, bufs)
+}
+
 // Input is the layout input of the mix, each stratum in its dataset's group.
 func (m *Mix) Input() (*layout.Input, error) {
 	n := m.samples[len(m.samples)-1]

@@ -20,6 +20,15 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Checksum is the block checksum: CRC32C.
 func Checksum(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
 
+// ChecksumV is the Checksum of bytes [from, to) of the concatenation of bufs.
+func ChecksumV(bufs [][]byte, from, to int64) uint32 {
+	var sum uint32
+	for _, b := range subVec(bufs, from, to) {
+		sum = crc32.Update(sum, castagnoli, b)
+	}
+	return sum
+}
+
 // Params are a dataset's erasure parameters.
 type Params struct {
 	Data      int // k

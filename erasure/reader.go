@@ -630,11 +630,28 @@ func (r *Reader) tooFew(sh *Shard, failed map[int]*FragmentError) error {
 // error or a failed verify it falls back to ReadRange, which finds the bad
 // fragment by its block checksums and decodes around it.
 func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify func([]byte) bool) ([]byte, error) {
-	F := sh.FragSize
-	if off < 0 || n < 0 || off+n > F*int64(r.codec.Data) {
-		return nil, fmt.Errorf("shard %d: range [%d,%d) outside its %d bytes", sh.ID, off, off+n, F*int64(r.codec.Data))
+	if n < 0 {
+		return nil, fmt.Errorf("shard %d: negative length %d", sh.ID, n)
 	}
 	out := make([]byte, n)
+	err := r.ReadExactV(ctx, sh, off, [][]byte{out}, func(v [][]byte) bool { return verify(v[0]) })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReadExactV is ReadExact into bufs, which the range's bytes fill in turn:
+// the bytes go from the store's response straight into them.
+func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]byte, verify func([][]byte) bool) error {
+	F := sh.FragSize
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	if off < 0 || off+n > F*int64(r.codec.Data) {
+		return fmt.Errorf("shard %d: range [%d,%d) outside its %d bytes", sh.ID, off, off+n, F*int64(r.codec.Data))
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex // guards firstErr and slow
 	var firstErr error
@@ -645,7 +662,7 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 	for pos := off; pos < off+n; pos = (pos/F + 1) * F {
 		store := r.codec.Placement(sh.ID, int(pos/F))
 		if r.health.skip(store) || r.health.excluded[store] {
-			return r.ReadRange(ctx, sh, off, n)
+			return r.readRangeV(ctx, sh, off, n, bufs, nil)
 		}
 		deadline = max(deadline, r.health.deadline(store, int(n)))
 	}
@@ -658,7 +675,7 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 		frag := int(pos / F)
 		a := pos - int64(frag)*F
 		b := min(F, a+off+n-pos)
-		dst := out[pos-off : pos-off+(b-a)]
+		dst := subVec(bufs, pos-off, pos-off+(b-a))
 		fb := &backend.FirstByte{}
 		store := r.codec.Placement(sh.ID, frag)
 		answered = append(answered, fb)
@@ -668,10 +685,10 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 			defer wg.Done()
 			start := time.Now()
 			pr := r.health.begin(store, fb)
-			err := r.stores[store].ReadAt(backend.WithFirstByte(ectx, fb), r.key(sh.ID, frag), dst, a)
+			err := backend.ReadAtV(backend.WithFirstByte(ectx, fb), r.stores[store], r.key(sh.ID, frag), dst, a)
 			r.health.end(store, pr)
 			d := time.Since(start)
-			r.metrics.BackendRead(store, len(dst), d, err)
+			r.metrics.BackendRead(store, int(b-a), d, err)
 			if err == nil {
 				r.health.ok(store, responseTime(fb, start, d))
 			} else if storeFault(err) {
@@ -726,8 +743,8 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 	}
 	wg.Wait()
 	close(finished)
-	if firstErr == nil && verify(out) {
-		return out, nil
+	if firstErr == nil && verify(bufs) {
+		return nil
 	}
 	if hedged.Load() && ctx.Err() == nil {
 		r.metrics.HedgedRead()
@@ -736,18 +753,46 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 		}
 	}
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 	if firstErr == nil {
 		// Bytes arrived but are wrong: a corrupt fragment. The block
 		// checksums find which; the failure is counted there.
 		r.log.Debug("exact read failed its checksum; reading verified blocks", "shard", sh.ID, "off", off, "len", n)
 	}
-	out = make([]byte, n)
-	if err := r.readRangeInto(ctx, sh, out, off, slow); err != nil {
-		return nil, err
+	return r.readRangeV(ctx, sh, off, n, bufs, slow)
+}
+
+// readRangeV is readRangeInto for a range that fills bufs in turn.
+func (r *Reader) readRangeV(ctx context.Context, sh *Shard, off, n int64, bufs [][]byte, slow map[int]bool) error {
+	if len(bufs) == 1 {
+		return r.readRangeInto(ctx, sh, bufs[0], off, slow)
 	}
-	return out, nil
+	out := make([]byte, n)
+	if err := r.readRangeInto(ctx, sh, out, off, slow); err != nil {
+		return err
+	}
+	for _, b := range bufs {
+		out = out[copy(b, out):]
+	}
+	return nil
+}
+
+// subVec is bytes [from, to) of the concatenation of bufs, as slices of them.
+func subVec(bufs [][]byte, from, to int64) [][]byte {
+	var out [][]byte
+	var pos int64
+	for _, b := range bufs {
+		end := pos + int64(len(b))
+		if end > from && pos < to {
+			out = append(out, b[max(from, pos)-pos:min(to, end)-pos])
+		}
+		if end >= to {
+			break
+		}
+		pos = end
+	}
+	return out
 }
 
 // storeFault reports whether err says the store itself is sick (unreachable,

@@ -69,3 +69,63 @@ func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
 			got, len(log.ranges), log.ranges, aLen, cLen)
 	}
 }
+
+// vecLog records the ranges asked of a VectorFetcher.
+type vecLog struct {
+	rangeLog
+	vf VectorFetcher
+}
+
+func (l *vecLog) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	var n int64
+	for _, b := range bufs {
+		n += int64(len(b))
+	}
+	l.mu.Lock()
+	l.ranges = append(l.ranges, [2]int64{off, n})
+	l.mu.Unlock()
+	return l.vf.ReadRangeV(ctx, shard, off, bufs)
+}
+
+// TestSpanReadsIntoItsPieces: pieces within MergeGap of each other are one
+// GET whose bytes land in the pieces' own buffers, the sample between them
+// in scratch, and every piece holds its sample's verified bytes.
+func TestSpanReadsIntoItsPieces(t *testing.T) {
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{30}, MinSize: 100_000, MaxSize: 120_000, Seed: 9}, met)
+	cat := dataset.Catalog{M: ds.Manifest}
+	log := &vecLog{rangeLog: rangeLog{Fetcher: ds}, vf: ds}
+	cfg := DefaultConfig()
+	cfg.MergeGap = 256 << 10
+	r := New(log, cat, cache.New(64<<20, nil), met, cfg, nil)
+	defer r.Close()
+	first, count := cat.ShardSamples(0)
+	if count < 5 {
+		t.Fatalf("shard 0 holds %d samples, want 5 or more", count)
+	}
+	var pieces []piece
+	var want int64
+	for _, i := range []int{first, first + 2, first + 3} {
+		shard, off, n := r.chunkRange(cache.Key{Sample: int32(i)})
+		if shard != 0 {
+			t.Fatalf("sample %d in shard %d", i, shard)
+		}
+		pieces = append(pieces, piece{off, make([]byte, n)})
+		want = off + n - pieces[0].off
+	}
+	if err := r.readInto(context.Background(), 0, pieces); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pieces {
+		exp, err := ds.ReadRange(context.Background(), 0, p.off, int64(len(p.buf)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(p.buf, exp) {
+			t.Fatalf("piece at %d: wrong bytes", p.off)
+		}
+	}
+	if len(log.ranges) != 1 || log.ranges[0] != [2]int64{pieces[0].off, want} {
+		t.Fatalf("ranges %v, want one GET [%d, +%d)", log.ranges, pieces[0].off, want)
+	}
+}

@@ -35,6 +35,36 @@ func Run(t *testing.T, newStore func(t *testing.T) backend.Store) {
 			}
 		}
 	})
+	t.Run("ReadAtV", func(t *testing.T) {
+		s := newStore(t)
+		data := bytes.Repeat([]byte("0123456789abcdef"), 4096+7)
+		if err := s.Put(ctx, "ds/a/frag", data); err != nil {
+			t.Fatal(err)
+		}
+		// Buffers of odd lengths, an empty one among them: the range fills them in turn.
+		lens := []int{1, 4095, 0, 7, 30000, 3}
+		bufs := make([][]byte, len(lens))
+		total := 0
+		for i, n := range lens {
+			bufs[i] = make([]byte, n)
+			total += n
+		}
+		const off = 17
+		if err := backend.ReadAtV(ctx, s, "ds/a/frag", bufs, off); err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(bufs, nil); !bytes.Equal(got, data[off:off+total]) {
+			t.Fatalf("ReadAtV: wrong bytes")
+		}
+		// Past the end: the last buffer cannot be filled.
+		short := [][]byte{make([]byte, 10), make([]byte, 10)}
+		if err := backend.ReadAtV(ctx, s, "ds/a/frag", short, int64(len(data)-15)); !errors.Is(err, backend.ErrShortRead) {
+			t.Fatalf("ReadAtV past end: %v, want ErrShortRead", err)
+		}
+		if err := backend.ReadAtV(ctx, s, "nope", [][]byte{make([]byte, 2), make([]byte, 2)}, 0); !errors.Is(err, backend.ErrNotExist) {
+			t.Fatalf("ReadAtV missing: %v, want ErrNotExist", err)
+		}
+	})
 	t.Run("EmptyObject", func(t *testing.T) {
 		s := newStore(t)
 		if err := s.Put(ctx, "empty", nil); err != nil {
