@@ -211,6 +211,8 @@ func latencyRegime(t *testing.T, r *report, work string) {
 				n++
 				mnt := filepath.Join(work, fmt.Sprintf("latency-sfs-%d", n))
 				args := append([]string{"mount", stores, "--rank=0", "--batch-size=64"}, flags...)
+				// SHARDFS_BENCH_MOUNT_FLAGS: extra mount flags, for experiments by hand.
+				args = append(args, strings.Fields(os.Getenv("SHARDFS_BENCH_MOUNT_FLAGS"))...)
 				args = append(args, "lat", mnt)
 				if profDir != "" {
 					args = append(args, "--metrics-addr=127.0.0.1:9955")
