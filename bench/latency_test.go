@@ -174,6 +174,10 @@ func latencyRegime(t *testing.T, r *report, work string) {
 		global, window stat
 		hedgeG, hedgeW stat // hedged reads per 100 GETs
 		windowDirect   stat
+		// window 4 --direct-io, epoch 1 of a dataset 3× the cache, and the
+		// % of its bytes fetched from the stores (20 ms only)
+		steady, steadyStore stat
+		cpuSteady           cpuUse
 		// CPU seconds per GB moved, by role: the 8 MiB ceiling and window mode.
 		cpuCeil, cpuWin, cpuWinDirect cpuUse
 		peer                          []stat
@@ -247,6 +251,49 @@ func latencyRegime(t *testing.T, r *report, work string) {
 				d.stop()
 			}
 			return summarize(rate), summarize(hedges)
+		}
+		// The steady state of a long run over a dataset bigger than the
+		// cache (here 3× --cache-size): epoch 0, read untimed, grows the
+		// daemon's memory once; epoch 1's data is cold again and is timed.
+		// What share of its bytes still came from the cache is reported.
+		steady := func(cpu *cpuUse) (stat, stat) {
+			var rate, fromStore []float64
+			storeBytes := func(mnt string) float64 {
+				var st mountStats
+				if err := json.Unmarshal(mustReadFile(t, filepath.Join(mnt, ".shardfs/stats.json")), &st); err != nil {
+					t.Fatal(err)
+				}
+				var b int64
+				for _, s := range st.Stores {
+					b += s.Bytes
+				}
+				return float64(b)
+			}
+			for i := 0; i < reps; i++ {
+				n++
+				mnt := filepath.Join(work, fmt.Sprintf("latency-steady-%d", n))
+				d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, "mount", stores, "--rank=0", "--batch-size=64",
+					"--window=4", "--direct-io", "--cache-size=128MiB", "--epochs=2", "lat", mnt)
+				readBatches(tarBatches(filepath.Join(mnt, "epochs/0000/rank-000"), nb))
+				rd := filepath.Join(mnt, "epochs/0001/rank-000")
+				tars, _ := filepath.Glob(filepath.Join(rd, "batch-*.tar"))
+				if len(tars) == 0 {
+					t.Fatalf("%s: no batches", rd)
+				}
+				moved := float64(len(tars)*batch) * avgSample
+				b0, before := storeBytes(mnt), procTimes()
+				rate = append(rate, float64(len(tars)*batch)/secs(func() { readBatches(tarBatches(rd, len(tars))) }))
+				cpu.add(before, procTimes(), moved)
+				fromStore = append(fromStore, 100*(storeBytes(mnt)-b0)/moved)
+				if profDir != "" {
+					os.WriteFile(filepath.Join(profDir, fmt.Sprintf("steady-%d.stats.json", i)), mustReadFile(t, filepath.Join(mnt, ".shardfs/stats.json")), 0o644)
+				}
+				d.stop()
+			}
+			return summarize(rate), summarize(fromStore)
+		}
+		if lat.ms == 20 {
+			res.steady, res.steadyStore = steady(&res.cpuSteady)
 		}
 		res.global, res.hedgeG = shardfs(nil, "--window=0")
 		res.window, res.hedgeW = shardfs(&res.cpuWin, "--window=4")
@@ -386,6 +433,8 @@ func latencyRegime(t *testing.T, r *report, work string) {
 	r.printf("\nOn this machine, writing memory for the first time costs %.2f (%.2f–%.2f) CPU s per GB (256 MiB mmap'd and touched page by page, in this run). ", touch.med, touch.lo, touch.hi)
 	r.printf("A mount's cache grows into such memory as it first fills: at %.0f faults per GB, that is about %.2f of the daemon's %.2f CPU s per GB in window mode with --direct-io, once per byte the cache grows, not again when it reuses its memory.\n",
 		res.cpuWinDirect.faultsPerGB("shardfs daemon"), res.cpuWinDirect.faultsPerGB("shardfs daemon")*4096/1e9*touch.med, res.cpuWinDirect.perGB("shardfs daemon"))
+	r.printf("\n**The steady state of a long run at 20 ms** (window 4, `--direct-io`, `--cache-size 128MiB`, the dataset 3× the cache): epoch 0 read untimed, then epoch 1 timed, its data cold again (%s of its bytes fetched from the stores): %s samples/s = %.2f× the 8 MiB ceiling; the daemon %.2f CPU s per GB, %.2f of them in the kernel, %.0f minor page faults per GB.\n",
+		res.steadyStore.pct2(), res.steady, res.steady.med/res.large.med, res.cpuSteady.perGB("shardfs daemon"), res.cpuSteady.sysPerGB("shardfs daemon"), res.cpuSteady.faultsPerGB("shardfs daemon"))
 	// A FUSE reader whose daemon cost nothing still pays the store, the
 	// proxy and the reader's side of FUSE.
 	floor := res.cpuWinDirect.perGB("MinIO") + res.cpuWinDirect.perGB("toxiproxy") + res.cpuWinDirect.perGB("reader")
