@@ -69,7 +69,7 @@ func (l *Local) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int6
 		return l.wrap("read", key, err)
 	}
 	defer f.Close()
-	total, want := 0, vecLen(bufs)
+	total, want := 0, VecLen(bufs)
 	for _, p := range bufs {
 		n, err := f.ReadAt(p, off+int64(total))
 		total += n

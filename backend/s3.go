@@ -163,7 +163,7 @@ func (s *S3) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) 
 	if err := CheckKey(key); err != nil {
 		return &Error{Store: s.name, Op: "read", Err: err}
 	}
-	want := vecLen(bufs)
+	want := VecLen(bufs)
 	if want == 0 {
 		size, err := s.Stat(ctx, key)
 		if err == nil && off > size {

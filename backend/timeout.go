@@ -50,7 +50,7 @@ func (t *Timeout) ReadAt(ctx context.Context, key string, p []byte, off int64) e
 
 // ReadAtV passes a vectored read through, bounded like ReadAt.
 func (t *Timeout) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
-	c, cancel := t.bound(ctx, vecLen(bufs))
+	c, cancel := t.bound(ctx, VecLen(bufs))
 	defer cancel()
 	return t.timedOut(ctx, c, "read", key, ReadAtV(c, t.Store, key, bufs, off))
 }

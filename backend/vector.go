@@ -24,17 +24,23 @@ func ReadAtV(ctx context.Context, s Store, key string, bufs [][]byte, off int64)
 	if v, ok := s.(VectorReader); ok {
 		return v.ReadAtV(ctx, key, bufs, off)
 	}
-	p := make([]byte, vecLen(bufs))
+	p := make([]byte, VecLen(bufs))
 	if err := s.ReadAt(ctx, key, p, off); err != nil {
 		return err
 	}
-	for _, b := range bufs {
-		p = p[copy(b, p):]
-	}
+	Scatter(p, bufs)
 	return nil
 }
 
-func vecLen(bufs [][]byte) int {
+// Scatter copies p into bufs in turn.
+func Scatter(p []byte, bufs [][]byte) {
+	for _, b := range bufs {
+		p = p[copy(b, p):]
+	}
+}
+
+// VecLen is the bytes bufs hold together.
+func VecLen(bufs [][]byte) int {
 	n := 0
 	for _, b := range bufs {
 		n += len(b)

@@ -460,13 +460,24 @@ func (d *Dataset) ReadSample(ctx context.Context, i int) ([]byte, error) {
 // is read exactly and verified by the samples' own checksums; any other
 // range, or any failure, goes through the block-verified, degraded-capable path.
 func (d *Dataset) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
-	b, err := d.readRange(ctx, shard, off, n)
+	out := make([]byte, n)
+	if err := d.ReadRangeV(ctx, shard, off, [][]byte{out}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReadRangeV is ReadRange into bufs, which the range's bytes fill in turn:
+// the bytes of a range of whole samples go from the stores' responses
+// straight into them.
+func (d *Dataset) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	err := d.readRangeV(ctx, shard, off, bufs)
 	if err != nil && errors.Is(err, backend.ErrNotExist) {
 		if rerr := d.replaced(ctx); rerr != nil {
-			return nil, fmt.Errorf("%w (%v)", rerr, err)
+			return fmt.Errorf("%w (%v)", rerr, err)
 		}
 	}
-	return b, err
+	return err
 }
 
 // ErrReplaced: the stores now hold another ingest of the dataset than the one opened.
@@ -493,53 +504,17 @@ func (d *Dataset) replaced(ctx context.Context) error {
 	return d.replacedErr
 }
 
-// ReadRangeV fills bufs in turn with the verified bytes of shard from off,
-// as ReadRange does; the bytes of a range of whole samples go from the
-// stores' responses straight into bufs.
-func (d *Dataset) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
-	var n int64
-	for _, b := range bufs {
-		n += int64(len(b))
-	}
+func (d *Dataset) readRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	n := int64(backend.VecLen(bufs))
 	first, last, whole := d.wholeSamples(shard, off, n)
 	if !whole {
-		b, err := d.ReadRange(ctx, shard, off, n)
-		if err != nil {
-			return err
-		}
-		for _, p := range bufs {
-			b = b[copy(p, b):]
-		}
-		return nil
+		return d.Reader.ReadRangeV(ctx, d.Shard(shard), off, bufs)
 	}
 	s := &d.Manifest.Samples
-	err := d.Reader.ReadExactV(ctx, d.Shard(shard), off, bufs, func(v [][]byte) bool {
+	return d.Reader.ReadExactV(ctx, d.Shard(shard), off, bufs, func(v [][]byte) bool {
 		for i := first; i < last; i++ {
 			o := int64(s.Offset[i]) - off
 			if erasure.ChecksumV(v, o, o+int64(s.Size[i])) != s.Sum[i] {
-				return false
-			}
-		}
-		return true
-	})
-	if err != nil && errors.Is(err, backend.ErrNotExist) {
-		if rerr := d.replaced(ctx); rerr != nil {
-			return fmt.Errorf("%w (%v)", rerr, err)
-		}
-	}
-	return err
-}
-
-func (d *Dataset) readRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
-	first, last, whole := d.wholeSamples(shard, off, n)
-	if !whole {
-		return d.Reader.ReadRange(ctx, d.Shard(shard), off, n)
-	}
-	s := &d.Manifest.Samples
-	return d.Reader.ReadExact(ctx, d.Shard(shard), off, n, func(b []byte) bool {
-		for i := first; i < last; i++ {
-			o := int64(s.Offset[i]) - off
-			if erasure.Checksum(b[o:o+int64(s.Size[i])]) != s.Sum[i] {
 				return false
 			}
 		}

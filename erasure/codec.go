@@ -22,6 +22,9 @@ func Checksum(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
 
 // ChecksumV is the Checksum of bytes [from, to) of the concatenation of bufs.
 func ChecksumV(bufs [][]byte, from, to int64) uint32 {
+	if len(bufs) == 1 {
+		return Checksum(bufs[0][from:to])
+	}
 	var sum uint32
 	for _, b := range subVec(bufs, from, to) {
 		sum = crc32.Update(sum, castagnoli, b)

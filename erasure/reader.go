@@ -645,10 +645,7 @@ func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify 
 // the bytes go from the store's response straight into them.
 func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]byte, verify func([][]byte) bool) error {
 	F := sh.FragSize
-	var n int64
-	for _, b := range bufs {
-		n += int64(len(b))
-	}
+	n := int64(backend.VecLen(bufs))
 	if off < 0 || off+n > F*int64(r.codec.Data) {
 		return fmt.Errorf("shard %d: range [%d,%d) outside its %d bytes", sh.ID, off, off+n, F*int64(r.codec.Data))
 	}
@@ -763,7 +760,13 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 	return r.readRangeV(ctx, sh, off, n, bufs, slow)
 }
 
-// readRangeV is readRangeInto for a range that fills bufs in turn.
+// ReadRangeV is ReadRangeInto for a range that fills bufs in turn.
+func (r *Reader) ReadRangeV(ctx context.Context, sh *Shard, off int64, bufs [][]byte) error {
+	return r.readRangeV(ctx, sh, off, int64(backend.VecLen(bufs)), bufs, nil)
+}
+
+// readRangeV is readRangeInto for a range that fills bufs in turn. The
+// block-verified path reads into one buffer: several are filled from it.
 func (r *Reader) readRangeV(ctx context.Context, sh *Shard, off, n int64, bufs [][]byte, slow map[int]bool) error {
 	if len(bufs) == 1 {
 		return r.readRangeInto(ctx, sh, bufs[0], off, slow)
@@ -772,9 +775,7 @@ func (r *Reader) readRangeV(ctx context.Context, sh *Shard, off, n int64, bufs [
 	if err := r.readRangeInto(ctx, sh, out, off, slow); err != nil {
 		return err
 	}
-	for _, b := range bufs {
-		out = out[copy(b, out):]
-	}
+	backend.Scatter(out, bufs)
 	return nil
 }
 

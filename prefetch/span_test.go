@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/cache"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
@@ -20,10 +21,14 @@ type rangeLog struct {
 	ranges [][2]int64
 }
 
-func (l *rangeLog) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+func (l *rangeLog) record(off, n int64) {
 	l.mu.Lock()
 	l.ranges = append(l.ranges, [2]int64{off, n})
 	l.mu.Unlock()
+}
+
+func (l *rangeLog) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	l.record(off, n)
 	return l.Fetcher.ReadRange(ctx, shard, off, n)
 }
 
@@ -77,13 +82,7 @@ type vecLog struct {
 }
 
 func (l *vecLog) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
-	var n int64
-	for _, b := range bufs {
-		n += int64(len(b))
-	}
-	l.mu.Lock()
-	l.ranges = append(l.ranges, [2]int64{off, n})
-	l.mu.Unlock()
+	l.record(off, int64(backend.VecLen(bufs)))
 	return l.vf.ReadRangeV(ctx, shard, off, bufs)
 }
 
