@@ -116,7 +116,11 @@ type Dataset struct {
 	Reader   *erasure.Reader
 	// Places says, per store, what its identity proves; see Place.
 	Places []Place
-	log    *slog.Logger
+	// Lazy is set when the dataset is in format 2 and was opened with
+	// LazyIndexes: Manifest then holds no samples, and Lazy fetches each
+	// shard's rows when the shard is first needed.
+	Lazy *LazyCatalog
+	log  *slog.Logger
 
 	replacedMu  sync.Mutex // guards replacedAt, replacedErr
 	replacedAt  time.Time
@@ -127,6 +131,10 @@ type Dataset struct {
 type Options struct {
 	Logger  *slog.Logger
 	Metrics erasure.Metrics
+	// LazyIndexes leaves a format-2 dataset's shard indexes on the stores
+	// until a shard is first needed (see LazyCatalog); format 1 is always
+	// read whole.
+	LazyIndexes bool
 }
 
 // Open loads the manifest of name from the stores. Copies are tried on every
@@ -149,7 +157,13 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 	if err != nil {
 		return nil, err
 	}
-	if m, err = loadIndexes(ctx, stores, m); err != nil {
+	var lazy *LazyCatalog
+	if opts.LazyIndexes && m.Top != nil && m.Samples.Len() == 0 {
+		if lazy, err = newLazyCatalog(m.Top, stores, log); err != nil {
+			return nil, err
+		}
+		m = lazy.Manifest()
+	} else if m, err = loadIndexes(ctx, stores, m); err != nil {
 		return nil, err
 	}
 	if len(stores) != m.Data+m.Parity {
@@ -177,7 +191,7 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 	if err != nil {
 		return nil, err
 	}
-	return &Dataset{Name: name, Manifest: m, Stores: stores, Reader: r, Places: places, log: log}, nil
+	return &Dataset{Name: name, Manifest: m, Stores: stores, Reader: r, Places: places, Lazy: lazy, log: log}, nil
 }
 
 // LoadManifest reads every store's copy of the manifest and returns the one
@@ -437,13 +451,21 @@ func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifes
 	return m, nil
 }
 
-// Shard returns the erasure view of shard i.
+// Shard returns the erasure view of shard i. A dataset opened with
+// LazyIndexes has no block checksums here: its reads go through Lazy.
 func (d *Dataset) Shard(i int) *erasure.Shard {
 	return &erasure.Shard{ID: i, FragSize: d.Manifest.FragSize(i), Sums: d.Manifest.Shards[i].Sums}
 }
 
 // ReadSample returns the bytes of sample i, verified by block checksums and by its own checksum.
 func (d *Dataset) ReadSample(ctx context.Context, i int) ([]byte, error) {
+	if d.Lazy != nil {
+		shard, off, size := d.Lazy.Locate(i)
+		if size < 0 {
+			return nil, fmt.Errorf("sample %d: its shard's index is unavailable", i)
+		}
+		return d.ReadRange(ctx, shard, off, size)
+	}
 	s := &d.Manifest.Samples
 	b, err := d.Reader.ReadRange(ctx, d.Shard(int(s.Shard[i])), int64(s.Offset[i]), int64(s.Size[i]))
 	if err != nil {
@@ -495,7 +517,7 @@ func (d *Dataset) replaced(ctx context.Context) error {
 	d.replacedAt = time.Now()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	m, err := LoadManifest(cctx, d.Stores, d.Name, nil)
+	m, err := LoadHeader(cctx, d.Stores, d.Name, nil) // the ingest id is enough
 	if err == nil && m.IngestID != d.Manifest.IngestID {
 		d.replacedErr = fmt.Errorf("%w: dataset %s was replaced (ingest %s was opened; the stores now hold ingest %s): restart the mount to read the new one",
 			ErrReplaced, d.Name, d.Manifest.IngestID, m.IngestID)
@@ -506,6 +528,9 @@ func (d *Dataset) replaced(ctx context.Context) error {
 
 func (d *Dataset) readRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
 	n := int64(backend.VecLen(bufs))
+	if d.Lazy != nil {
+		return d.readRangeLazy(ctx, shard, off, bufs)
+	}
 	first, last, whole := d.wholeSamples(shard, off, n)
 	if !whole {
 		return d.Reader.ReadRangeV(ctx, d.Shard(shard), off, bufs)
@@ -515,6 +540,28 @@ func (d *Dataset) readRangeV(ctx context.Context, shard int, off int64, bufs [][
 		for i := first; i < last; i++ {
 			o := int64(s.Offset[i]) - off
 			if erasure.ChecksumV(v, o, o+int64(s.Size[i])) != s.Sum[i] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// readRangeLazy is readRangeV with the shard's rows and block checksums
+// from its index, fetched if no one holds them.
+func (d *Dataset) readRangeLazy(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	sh, r, err := d.Lazy.shard(ctx, shard)
+	if err != nil {
+		return err
+	}
+	first, last, whole := r.wholeSamples(off, int64(backend.VecLen(bufs)))
+	if !whole {
+		return d.Reader.ReadRangeV(ctx, sh, off, bufs)
+	}
+	return d.Reader.ReadExactV(ctx, sh, off, bufs, func(v [][]byte) bool {
+		for j := first; j < last; j++ {
+			o := int64(r.off[j]) - off
+			if erasure.ChecksumV(v, o, int64(r.off[j+1])-off) != r.sum[j] {
 				return false
 			}
 		}

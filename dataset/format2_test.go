@@ -15,6 +15,20 @@ import (
 	"github.com/shardfs/shardfs/layout"
 )
 
+// synthSource writes spec's synthetic files and scans them.
+func synthSource(t *testing.T, spec synth.Spec) *ingest.Source {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := synth.Write(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	src, err := ingest.Scan(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
 // ingestFormat ingests one synthetic source into three fresh local stores
 // in the given metadata format.
 func ingestFormat(t *testing.T, src *ingest.Source, format int) []backend.Store {
@@ -37,14 +51,7 @@ func ingestFormat(t *testing.T, src *ingest.Source, format int) []backend.Store 
 // the same source in format 1; its shards hold their samples stratum by
 // stratum.
 func TestFormat2ServesTheSameOrder(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := synth.Write(dir, synth.Imbalanced(300, 4, 0.6, 200, 3000, 8)); err != nil {
-		t.Fatal(err)
-	}
-	src, err := ingest.Scan(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := synthSource(t, synth.Imbalanced(300, 4, 0.6, 200, 3000, 8))
 	ctx := context.Background()
 	var keys [2][]string
 	for fi, format := range []int{1, 2} {
@@ -96,14 +103,7 @@ func TestFormat2ServesTheSameOrder(t *testing.T) {
 // restored by repair from an intact copy, byte for byte; with no intact
 // copy left, repair writes nothing and says why.
 func TestFormat2IndexCopiesRepaired(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := synth.Write(dir, synth.Imbalanced(120, 3, 0.6, 200, 3000, 4)); err != nil {
-		t.Fatal(err)
-	}
-	src, err := ingest.Scan(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := synthSource(t, synth.Imbalanced(120, 3, 0.6, 200, 3000, 4))
 	ctx := context.Background()
 	stores := ingestFormat(t, src, 2)
 	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})

@@ -12,3 +12,23 @@ import (
 func TopInput(t *manifest.Top) (*layout.Input, error) {
 	return layout.NewCountInputFunc(len(t.Shards), len(t.Strata), t.Counts)
 }
+
+// CountsInput is the order's input for orders TopInput cannot compute
+// (a window, affinity, order version 1): each sample's stratum and shard,
+// spelled out from the per-shard counts (8 bytes a sample), still without
+// a shard index.
+func CountsInput(t *manifest.Top) (*layout.Input, error) {
+	n := t.Samples()
+	stratum, shard := make([]uint32, 0, n), make([]uint32, 0, n)
+	row := make([]int, len(t.Strata))
+	for s := range t.Shards {
+		t.Counts(s, row)
+		for c, k := range row {
+			for range k {
+				stratum = append(stratum, uint32(c))
+				shard = append(shard, uint32(s))
+			}
+		}
+	}
+	return layout.NewInput(stratum, len(t.Strata), shard, len(t.Shards))
+}

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"weak"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -30,6 +31,21 @@ type Catalog interface {
 	KeyBytes(i int) []byte
 	NumStrata() int
 }
+
+// Pinner is a Catalog whose sample rows are fetched on demand (a dataset in
+// metadata format 2): the tree pins the rows a rank-epoch or a samples/
+// directory needs before it uses them, and keeps the pinned catalog for as
+// long as it does.
+type Pinner interface {
+	// Pin fetches the rows of samples.
+	Pin(ctx context.Context, samples []int32) (Catalog, error)
+	// PinStratum fetches the rows of stratum c's samples, and lists them.
+	PinStratum(ctx context.Context, c int) (Catalog, []int32, error)
+}
+
+// pinTimeout bounds fetching the rows of one rank-epoch or directory: one
+// index per shard, many in parallel.
+const pinTimeout = 10 * time.Minute
 
 // Options describe the tree.
 type Options struct {
@@ -58,6 +74,9 @@ type tree struct {
 
 	samplesOnce sync.Once
 	byStratum   [][]int32 // per stratum, sample indexes sorted by path below the stratum dir
+
+	pinMu  sync.Mutex      // guards pinned
+	pinned []weakPinnedDir // with a Pinner: per stratum, its sorted samples while a directory uses them
 
 	errMu  sync.Mutex // guards causes
 	causes map[string]*causeLog
@@ -344,9 +363,8 @@ type rankDir struct {
 	params layout.Params
 	path   string
 
-	once    sync.Once
+	mu      sync.Mutex // guards members; a failed load is tried again
 	members *layout.Members
-	err     error
 }
 
 var (
@@ -354,16 +372,27 @@ var (
 	_ = (gofs.NodeReaddirer)((*rankDir)(nil))
 )
 
-func (d *rankDir) load() (*layout.Members, error) {
-	d.once.Do(func() {
-		o, err := layout.Order(d.t.Input, d.params)
-		if err != nil {
-			d.err = err
-			return
+func (d *rankDir) load(ctx context.Context) (*layout.Members, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.members != nil {
+		return d.members, nil
+	}
+	o, err := layout.Order(d.t.Input, d.params)
+	if err != nil {
+		return nil, err
+	}
+	var cat layout.Catalog = d.t.Catalog
+	if p, ok := d.t.Catalog.(Pinner); ok {
+		// The member table keeps the pinned rows: they live as long as it does.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pinTimeout)
+		defer cancel()
+		if cat, err = p.Pin(pctx, o.Samples); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.path, err)
 		}
-		d.members = layout.NewMembers(o, d.t.Catalog)
-	})
-	return d.members, d.err
+	}
+	d.members = layout.NewMembers(o, cat)
+	return d.members, nil
 }
 
 func (d *rankDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -383,7 +412,7 @@ func (d *rankDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 }
 
 func (d *rankDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	m, err := d.load()
+	m, err := d.load(ctx)
 	if err != nil {
 		return nil, d.t.toErrno(err)
 	}
@@ -475,6 +504,45 @@ func (t *tree) sampleIndex() [][]int32 {
 	return t.byStratum
 }
 
+// classDir is one stratum's samples sorted as sampleIndex sorts them, and
+// the catalog that answers for them (holding their rows, with a Pinner).
+type classDir struct {
+	cat     Catalog
+	entries []int32
+}
+
+type weakPinnedDir = weak.Pointer[classDir]
+
+// class returns stratum c's sorted samples. With a Pinner their rows are
+// fetched on first use and kept while a directory or file below uses them.
+func (t *tree) class(ctx context.Context, c int) (*classDir, error) {
+	p, ok := t.Catalog.(Pinner)
+	if !ok {
+		return &classDir{cat: t.Catalog, entries: t.sampleIndex()[c]}, nil
+	}
+	t.pinMu.Lock()
+	defer t.pinMu.Unlock()
+	if t.pinned == nil {
+		t.pinned = make([]weakPinnedDir, t.Catalog.NumStrata())
+	}
+	if d := t.pinned[c].Value(); d != nil {
+		return d, nil
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pinTimeout)
+	defer cancel()
+	cat, samples, err := p.PinStratum(pctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("samples/%s: %w", t.Catalog.StratumName(c), err)
+	}
+	prefix := []byte(t.Catalog.StratumName(c) + "/")
+	slices.SortFunc(samples, func(a, b int32) int {
+		return bytes.Compare(relPath(cat.KeyBytes(int(a)), prefix), relPath(cat.KeyBytes(int(b)), prefix))
+	})
+	d := &classDir{cat: cat, entries: samples}
+	t.pinned[c] = weak.Make(d)
+	return d, nil
+}
+
 // relPath is key without a leading "<stratum>/": ImageFolder keys already
 // start with their class directory.
 func relPath(key, stratumPrefix []byte) []byte {
@@ -519,9 +587,12 @@ func (d *samplesRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 		sn := d.t.Catalog.StratumName(c)
 		switch {
 		case sn == path:
-			idx := d.t.sampleIndex()[c]
+			cd, err := d.t.class(ctx, c)
+			if err != nil {
+				return nil, d.t.toErrno(err)
+			}
 			d.t.setAttr(&out.Attr, dirMode, 0)
-			return d.NewInode(ctx, &sampleDir{dir: dir{t: d.t}, stratum: c, prefix: "", entries: idx},
+			return d.NewInode(ctx, &sampleDir{dir: dir{t: d.t}, class: cd, stratum: c, prefix: "", entries: cd.entries},
 				gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino("samples/" + path)}), 0
 		case strings.HasPrefix(sn, path+"/"):
 			d.t.setAttr(&out.Attr, dirMode, 0)
@@ -536,6 +607,7 @@ func (d *samplesRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOu
 // whose relative path starts with prefix.
 type sampleDir struct {
 	dir
+	class   *classDir // holds the rows of entries
 	stratum int
 	prefix  string // "" or "a/b/"
 	entries []int32
@@ -547,7 +619,7 @@ var (
 )
 
 func (d *sampleDir) rel(i int) string {
-	return string(relPath(d.t.Catalog.KeyBytes(int(d.entries[i])), []byte(d.t.Catalog.StratumName(d.stratum)+"/")))
+	return string(relPath(d.class.cat.KeyBytes(int(d.entries[i])), []byte(d.t.Catalog.StratumName(d.stratum)+"/")))
 }
 
 func (d *sampleDir) dirPath() string {
@@ -581,8 +653,8 @@ func (d *sampleDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	if d.rel(lo) == target {
 		s := int(d.entries[lo])
-		d.t.setAttr(&out.Attr, fileMode, d.t.Catalog.Size(s))
-		return d.NewInode(ctx, &sampleFile{t: d.t, sample: s}, gofs.StableAttr{Mode: fuse.S_IFREG, Ino: ino(d.dirPath() + name)}), 0
+		d.t.setAttr(&out.Attr, fileMode, d.class.cat.Size(s))
+		return d.NewInode(ctx, &sampleFile{t: d.t, cat: d.class.cat, sample: s}, gofs.StableAttr{Mode: fuse.S_IFREG, Ino: ino(d.dirPath() + name)}), 0
 	}
 	sub := target + "/"
 	if !strings.HasPrefix(d.rel(lo), sub) {
@@ -590,13 +662,14 @@ func (d *sampleDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	hi := lo + sort.Search(len(d.entries)-lo, func(i int) bool { return !strings.HasPrefix(d.rel(lo+i), sub) })
 	d.t.setAttr(&out.Attr, dirMode, 0)
-	return d.NewInode(ctx, &sampleDir{dir: dir{t: d.t}, stratum: d.stratum, prefix: sub, entries: d.entries[lo:hi]},
+	return d.NewInode(ctx, &sampleDir{dir: dir{t: d.t}, class: d.class, stratum: d.stratum, prefix: sub, entries: d.entries[lo:hi]},
 		gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino(d.dirPath() + name)}), 0
 }
 
 type sampleFile struct {
 	gofs.Inode
 	t      *tree
+	cat    Catalog // holds the sample's row
 	sample int
 }
 
@@ -607,7 +680,7 @@ var (
 )
 
 func (f *sampleFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	f.t.setAttr(&out.Attr, fileMode, f.t.Catalog.Size(f.sample))
+	f.t.setAttr(&out.Attr, fileMode, f.cat.Size(f.sample))
 	return 0
 }
 
@@ -621,7 +694,7 @@ func (f *sampleFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, u
 func (f *sampleFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := f.t.Reader.ReadSample(ctx, f.sample, dest, off)
 	if err != nil && err != io.EOF {
-		return nil, f.t.toErrno(fmt.Errorf("sample %q at %d: %w", f.t.Catalog.Key(f.sample), off, err))
+		return nil, f.t.toErrno(fmt.Errorf("sample %q at %d: %w", f.cat.Key(f.sample), off, err))
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }

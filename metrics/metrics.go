@@ -38,8 +38,21 @@ type Metrics struct {
 	stores []*StoreCounters
 	names  []string
 	start  time.Time
-	disk   func() DiskSnapshot // nil without a disk tier
+	disk   func() DiskSnapshot  // nil without a disk tier
+	index  func() IndexSnapshot // nil unless shard indexes are fetched lazily
 }
+
+// IndexSnapshot counts the shard indexes a format-2 mount fetched when
+// their shards were first needed.
+type IndexSnapshot struct {
+	Loads int64 `json:"loads"`
+	// Unpinned counts lookups of a sample whose shard no rank-epoch or
+	// directory held: each may fetch an index again. 0 in a healthy mount.
+	Unpinned int64 `json:"unpinned_lookups"`
+}
+
+// SetIndex makes the lazy shard indexes' counters part of every snapshot and of /metrics.
+func (m *Metrics) SetIndex(f func() IndexSnapshot) { m.index = f }
 
 // DiskSnapshot is the disk tier's counters.
 type DiskSnapshot struct {
@@ -138,6 +151,7 @@ type Snapshot struct {
 	PrefetchLeadSecs  float64         `json:"prefetch_lead_seconds"`
 	PrefetchStreams   int64           `json:"prefetch_streams"`
 	Disk              *DiskSnapshot   `json:"disk,omitempty"`
+	Index             *IndexSnapshot  `json:"shard_indexes,omitempty"`
 	Stores            []StoreSnapshot `json:"stores"`
 }
 
@@ -178,6 +192,10 @@ func (m *Metrics) Snapshot() Snapshot {
 	if m.disk != nil {
 		d := m.disk()
 		s.Disk = &d
+	}
+	if m.index != nil {
+		x := m.index()
+		s.Index = &x
 	}
 	for i, st := range m.stores {
 		ss := StoreSnapshot{Name: m.names[i], State: stateName(st.State.Load()), Bytes: st.Bytes.Load(),
@@ -229,6 +247,14 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 			disk("write_bytes_total", "Bytes written to the disk tier.", func(d DiskSnapshot) int64 { return d.WriteBytes }),
 			disk("evictions_total", "Shard files evicted from the disk tier.", func(d DiskSnapshot) int64 { return d.Evictions }),
 			disk("corrupt_refetches_total", "Samples on disk that failed their checksum and were fetched again.", func(d DiskSnapshot) int64 { return d.Corrupt }),
+		)
+	}
+	if m.index != nil {
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_shard_index_loads_total", Help: "Shard indexes fetched when their shards were first needed."},
+				func() float64 { return float64(m.index().Loads) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_shard_index_unpinned_lookups_total", Help: "Lookups of a sample whose shard's rows no rank-epoch held."},
+				func() float64 { return float64(m.index().Unpinned) }),
 		)
 	}
 	for i, name := range m.names {

@@ -221,11 +221,20 @@ func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
 			return nil, ctx.Err()
 		}
 		shard, off, n := r.chunkRange(k)
+		if n < 0 {
+			return nil, errUnlocated(int(k.Sample))
+		}
 		start := time.Now()
 		b, err := r.readRange(ctx, shard, off, n)
 		r.observeLatency(time.Since(start))
 		return b, err
 	}
+}
+
+// errUnlocated: the geometry could not say where a sample lies (its size is
+// negative: a lazily loaded shard index that could not be fetched).
+func errUnlocated(s int) error {
+	return fmt.Errorf("sample %d: its shard's index could not be fetched", s)
 }
 
 // piece is a destination for the shard bytes [off, off+len(buf)).
@@ -543,6 +552,9 @@ func (r *Reader) ReadSample(ctx context.Context, s int, p []byte, off int64) (in
 	ctx, cancel := r.boundRead(ctx)
 	defer cancel()
 	_, _, size := r.geo.Locate(s)
+	if size < 0 {
+		return 0, errUnlocated(s)
+	}
 	if off >= size {
 		return 0, io.EOF
 	}
@@ -1126,6 +1138,12 @@ func (r *Reader) fetchSpan(sp span) {
 	var total int64
 	for i, k := range sp.keys {
 		_, off, n := r.chunkRange(k)
+		if n < 0 {
+			for _, k := range sp.keys {
+				r.cache.Fail(k, errUnlocated(int(k.Sample)))
+			}
+			return
+		}
 		pieces[i] = piece{off, make([]byte, n)}
 		total += n
 	}

@@ -169,7 +169,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 			ds, name = mix.Parts[0], f.order.mix
 		}
 	} else {
-		ds, err = dataset.Open(ctx, stores, name, dataset.Options{Logger: log, Metrics: met})
+		ds, err = dataset.Open(ctx, stores, name, dataset.Options{Logger: log, Metrics: met, LazyIndexes: true})
 	}
 	failing := <-failingc
 	if err != nil {
@@ -200,9 +200,22 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	var fetch prefetch.Fetcher = ds
 	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
 	in, err := dataset.LayoutInput(ds.Manifest)
-	if mix != nil {
+	switch {
+	case mix != nil:
 		cat, fetch, ns = mix, mix, mix.Namespace()
 		in, err = mix.Input()
+	case ds.Lazy != nil:
+		// Format 2: no shard index is read until a rank-epoch or a samples/
+		// directory needs its shard, and the order comes from the counts.
+		cat = lazyTree{ds.Lazy}
+		met.SetIndex(func() metrics.IndexSnapshot {
+			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), Unpinned: ds.Lazy.Unpinned.Load()}
+		})
+		if f.order.window == 0 && !f.order.affinity && f.order.orderVersion() >= 2 {
+			in, err = dataset.TopInput(ds.Manifest.Top)
+		} else {
+			in, err = dataset.CountsInput(ds.Manifest.Top)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -287,6 +300,25 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	return mt, nil
 }
 
+// lazyTree gives the tree a format-2 dataset's rows to pin.
+type lazyTree struct{ *dataset.LazyCatalog }
+
+func (l lazyTree) Pin(ctx context.Context, samples []int32) (fs.Catalog, error) {
+	p, err := l.LazyCatalog.Pin(ctx, samples)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, []int32, error) {
+	p, samples, err := l.LazyCatalog.PinStratum(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, samples, nil
+}
+
 // checkStores pings every store in parallel and describes the failing ones.
 func checkStores(ctx context.Context, stores []backend.Store) []string {
 	errs := make([]error, len(stores))
@@ -368,7 +400,7 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 			strata = append(strata, stratum{s.Name, s.Labels, s.Count})
 		}
 		return map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
-			"samples": m.Samples.Len(), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata}
+			"samples": samples(m), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata}
 	}
 	steps, err := layout.Steps(mt.input, mt.params)
 	if err != nil {
@@ -522,4 +554,12 @@ func alphaByEpoch(f *mountFlags) []float64 {
 		out = append(out, p.Alpha)
 	}
 	return out
+}
+
+// samples is m's number of samples, also when its rows are not loaded.
+func samples(m *manifest.Manifest) int {
+	if m.Top != nil && m.Samples.Len() == 0 {
+		return m.Top.Samples()
+	}
+	return m.Samples.Len()
 }

@@ -1,0 +1,97 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/internal/synth"
+)
+
+type indexStats struct {
+	Index *struct {
+		Loads    int64 `json:"loads"`
+		Unpinned int64 `json:"unpinned_lookups"`
+	} `json:"shard_indexes"`
+}
+
+func readIndexStats(t *testing.T, mnt string) (loads, unpinned int64) {
+	t.Helper()
+	var s indexStats
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "stats.json")), &s); err != nil || s.Index == nil {
+		t.Fatalf("stats.json has no shard index counters: %v", err)
+	}
+	return s.Index.Loads, s.Index.Unpinned
+}
+
+// Issue 13: a dataset in metadata format 2 mounts without reading any shard
+// index. A rank-epoch fetches the indexes of its own shards when it is first
+// used — with --affinity over 4 ranks, a part of them — and a samples/
+// class directory those of its class. Every byte read matches the source,
+// and no read ever looks up a sample whose rows were not pinned.
+func TestLazyIndexMount(t *testing.T) {
+	c := startCluster(t, 3)
+	src := writeSource(t, synth.Imbalanced(600, 4, 0.6, 2_000, 20_000, 13))
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	if r := run(t, 5*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=128KiB", "--seed=7", "--format=2", src, "lazy"); r.code != 0 {
+		t.Fatalf("format 2 ingest: %v", r)
+	}
+	mnt := mountShardfs(t, stores, "--batch-size=16", "--world-size=4", "--affinity", "--epochs=2", "lazy")
+	var info struct {
+		Dataset struct {
+			Shards  int `json:"shards"`
+			Samples int `json:"samples"`
+		} `json:"dataset"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "info.json")), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Dataset.Samples != 600 || info.Dataset.Shards < 20 {
+		t.Fatalf("info.json: %d samples in %d shards; want 600 in 20 or more", info.Dataset.Samples, info.Dataset.Shards)
+	}
+	if loads, _ := readIndexStats(t, mnt); loads != 0 {
+		t.Fatalf("%d shard indexes read at mount, want 0", loads)
+	}
+
+	res, err := readEpochVerified(t, mnt, src, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads, unpinned := readIndexStats(t, mnt)
+	if res.samples == 0 || loads == 0 || loads >= int64(info.Dataset.Shards) || unpinned != 0 {
+		t.Fatalf("rank 0's epoch 0 (%d samples, verified): %d of %d shard indexes fetched, %d unpinned lookups; want some but not all, and 0",
+			res.samples, loads, info.Dataset.Shards, unpinned)
+	}
+	t.Logf("rank 0's epoch 0: %d samples, %d of %d shard indexes fetched", res.samples, loads, info.Dataset.Shards)
+	// The next epoch of the same rank reads the same shards (affinity): no
+	// index is fetched again while the first epoch's rows are held.
+	if _, err := readEpochVerified(t, mnt, src, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := readIndexStats(t, mnt); again != loads {
+		t.Fatalf("epoch 1 of the same rank fetched %d more shard indexes, want 0", again-loads)
+	}
+
+	// samples/: every file of the whole tree, byte for byte.
+	files := sampleFiles(t, mnt)
+	if len(files) != 600 {
+		t.Fatalf("samples/ lists %d files, want 600", len(files))
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(filepath.Join(mnt, "samples"), f)
+		got := mustRead(t, f)
+		want, err := os.ReadFile(filepath.Join(src, rel))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("samples/%s: %d bytes, source %d (%v): WRONG BYTES", rel, len(got), len(want), err)
+		}
+	}
+	all, unpinned := readIndexStats(t, mnt)
+	t.Logf("after all of samples/: %d shard indexes fetched", all)
+	if all > int64(info.Dataset.Shards)+loads || unpinned != 0 {
+		t.Fatalf("after reading samples/: %d shard indexes fetched for %d shards, %d unpinned lookups", all, info.Dataset.Shards, unpinned)
+	}
+}
