@@ -316,7 +316,17 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 	// Every index copy to rewrite needs an intact copy to come from: found
 	// before anything is written.
 	indexBytes := map[int][]byte{}
-	for _, ic := range rep.BadIndexes {
+	badIndexes := slices.Clone(rep.BadIndexes)
+	if t := d.Manifest.Top; t != nil {
+		// A foreign store overwritten (force) gets every index copy too:
+		// verify does not read its copies, which are the other dataset's.
+		for _, i := range rep.Foreign {
+			for si := range t.Shards {
+				badIndexes = append(badIndexes, IndexCopy{Store: i, Shard: si})
+			}
+		}
+	}
+	for _, ic := range badIndexes {
 		if indexBytes[ic.Shard] == nil {
 			b, err := d.intactIndex(ctx, ic.Shard)
 			if err != nil {
@@ -361,7 +371,7 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 	}
 	// Missing or corrupt index copies get an intact copy's bytes, checked
 	// against the top-level manifest's checksum, never a re-encoding.
-	for _, ic := range rep.BadIndexes {
+	for _, ic := range badIndexes {
 		if err := d.Stores[ic.Store].Put(ctx, IndexKey(d.Name, d.Manifest.IngestID, ic.Shard), indexBytes[ic.Shard]); err != nil {
 			return int(written.Load()), fmt.Errorf("rewrite shard %d's index on store %d: %w", ic.Shard, ic.Store, err)
 		}

@@ -550,18 +550,17 @@ func (d *Dataset) readRangeV(ctx context.Context, shard int, off int64, bufs [][
 // readRangeLazy is readRangeV with the shard's rows and block checksums
 // from its index, fetched if no one holds them.
 func (d *Dataset) readRangeLazy(ctx context.Context, shard int, off int64, bufs [][]byte) error {
-	sh, r, err := d.Lazy.shard(ctx, shard)
+	sh, r, first, last, whole, err := d.Lazy.readView(ctx, shard, off, int64(backend.VecLen(bufs)))
 	if err != nil {
 		return err
 	}
-	first, last, whole := r.wholeSamples(off, int64(backend.VecLen(bufs)))
 	if !whole {
 		return d.Reader.ReadRangeV(ctx, sh, off, bufs)
 	}
 	return d.Reader.ReadExactV(ctx, sh, off, bufs, func(v [][]byte) bool {
-		for j := first; j < last; j++ {
-			o := int64(r.off[j]) - off
-			if erasure.ChecksumV(v, o, int64(r.off[j+1])-off) != r.sum[j] {
+		for k := first; k < last; k++ {
+			o := int64(r.off[k]) - off
+			if erasure.ChecksumV(v, o, o+int64(r.size[k])) != r.sum[k] {
 				return false
 			}
 		}

@@ -24,17 +24,18 @@ import (
 
 // LazyCatalog serves the per-sample rows of a format-2 dataset shard by
 // shard: a shard's index is fetched and verified when the shard is first
-// needed, not when the dataset is opened, so a node holds the rows of the
-// shards it reads and nothing per sample of the others.
+// needed, not when the dataset is opened.
 //
-// Whoever needs rows pins them (Pin): the pinned catalog holds its shards'
-// rows, and so does anything that keeps it (a rank-epoch's member table, a
-// samples/ directory). The catalog itself keeps only weak references and a
-// few recently used shards, so rows nobody pins are collected, and memory
-// follows the rank-epochs and directories in use. The read path and the
-// prefetcher look rows up by sample (layout.Geometry, prefetch.DiskIndex);
-// they only ever ask for samples of pinned shards (TestLazyMountPinsEveryRead
-// counts), and should one not be, its index is fetched again on the spot.
+// Whoever needs rows pins them (Pin): the pinned catalog holds them, and so
+// does anything that keeps it (a rank-epoch's member table, a samples/
+// directory). A pin of a few of a shard's samples — one rank's share in a
+// global shuffle — keeps a copy of just those rows, so a node holds about
+// what its ranks read, not the dataset. The catalog itself keeps only weak
+// references to the pinned rows and the whole rows of the last shards it
+// fetched. The read path and the prefetcher look rows up by sample
+// (layout.Geometry, prefetch.DiskIndex); they only ever ask for pinned
+// samples (TestLazyIndexMount counts), and should one not be, its shard's
+// index is fetched again on the spot.
 type LazyCatalog struct {
 	top        *manifest.Top
 	m          *manifest.Manifest // the header, with per-shard sizes and sample ranges
@@ -42,69 +43,94 @@ type LazyCatalog struct {
 	stores     []backend.Store
 	log        *slog.Logger
 	timeout    time.Duration
+	dense      bool // pins keep whole shards
 
 	mu     sync.Mutex
-	rows   []weak.Pointer[shardRows]
-	recent *lru.Cache[int, *shardRows] // strong references to the last shards used
+	views  [][]weak.Pointer[shardRows] // per shard, the rows someone holds
+	recent *lru.Cache[int, *shardRows] // whole rows of the last shards fetched
 	flight singleflight.Group
 
 	// IndexLoads counts shard indexes fetched; Unpinned counts lookups of a
-	// sample whose shard nobody pinned (each may fetch its index again).
+	// sample whose rows nobody held (each may fetch its index again).
 	IndexLoads atomic.Int64
 	Unpinned   atomic.Int64
 }
 
-// shardRows is one shard's index in the form lookups use: 16 bytes a
-// sample plus its key.
+// shardRows is one shard's index, or some of its rows, in the form lookups
+// use: 24 bytes a sample plus its key. The block checksums are shared by
+// every view of a shard.
 type shardRows struct {
-	shard   int
-	first   int      // the shard's first sample
-	sums    []uint32 // block checksums (erasure.Shard.Sums)
-	off     []uint32 // [n+1]: offsets in the shard; sample j's size is off[j+1]-off[j]
-	sum     []uint32 // sample checksums
-	stratum []uint32
-	keyEnd  []uint32 // [n]: end of key j in keys
-	keys    []byte
+	shard int
+	first int     // the shard's first sample
+	pos   []int32 // positions in the shard held, ascending; nil: every one
+	sums  []uint32
+	// Per held row.
+	off, size, sum, stratum []uint32
+	keyEnd                  []uint32 // end of each key in keys
+	keys                    []byte
 }
 
 func newShardRows(x *manifest.ShardIndex, first int) *shardRows {
 	n := len(x.Keys)
-	r := &shardRows{shard: x.Shard, first: first, sums: x.Sums, off: make([]uint32, n+1), sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n)}
+	r := &shardRows{shard: x.Shard, first: first, sums: x.Sums, off: make([]uint32, n), size: x.Size, sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n)}
 	total := 0
 	for _, k := range x.Keys {
 		total += len(k)
 	}
 	r.keys = make([]byte, 0, total)
+	var at uint32
 	for j, k := range x.Keys {
-		r.off[j+1] = r.off[j] + x.Size[j]
+		r.off[j] = at
+		at += x.Size[j]
 		r.keys = append(r.keys, k...)
 		r.keyEnd[j] = uint32(len(r.keys))
 	}
 	return r
 }
 
-func (r *shardRows) key(j int) []byte {
-	start := uint32(0)
-	if j > 0 {
-		start = r.keyEnd[j-1]
+// subset is a view of the rows at positions pos (ascending) of full rows r.
+func (r *shardRows) subset(pos []int32) *shardRows {
+	v := &shardRows{shard: r.shard, first: r.first, pos: pos, sums: r.sums}
+	n := len(pos)
+	v.off, v.size, v.sum, v.stratum, v.keyEnd = make([]uint32, n), make([]uint32, n), make([]uint32, n), make([]uint32, n), make([]uint32, n)
+	for k, j := range pos {
+		v.off[k], v.size[k], v.sum[k], v.stratum[k] = r.off[j], r.size[j], r.sum[j], r.stratum[j]
+		v.keys = append(v.keys, r.key(int(j))...)
+		v.keyEnd[k] = uint32(len(v.keys))
 	}
-	return r.keys[start:r.keyEnd[j]]
+	return v
 }
 
-// bytes is what the rows hold in memory.
+// find is the row holding position j of the shard, if held.
+func (r *shardRows) find(j int) (int, bool) {
+	if r.pos == nil {
+		return j, j >= 0 && j < len(r.off)
+	}
+	k := sort.Search(len(r.pos), func(k int) bool { return r.pos[k] >= int32(j) })
+	return k, k < len(r.pos) && r.pos[k] == int32(j)
+}
+
+func (r *shardRows) key(k int) []byte {
+	start := uint32(0)
+	if k > 0 {
+		start = r.keyEnd[k-1]
+	}
+	return r.keys[start:r.keyEnd[k]]
+}
+
+// bytes is what the rows hold in memory, the shared block checksums aside.
 func (r *shardRows) bytes() int64 {
-	return int64(4*(len(r.sums)+len(r.off)+len(r.sum)+len(r.stratum)+len(r.keyEnd)) + len(r.keys))
+	return int64(4*(len(r.pos)+len(r.off)+len(r.size)+len(r.sum)+len(r.stratum)+len(r.keyEnd)) + len(r.keys))
 }
 
-// recentShards is how many shards the catalog keeps without a pin, so that
-// a read of an unpinned shard's samples one after another fetches its
-// index once.
+// recentShards is how many shards' whole rows the catalog keeps unpinned,
+// so that pins of one shard's samples in turn fetch its index once.
 const recentShards = 64
 
 func newLazyCatalog(top *manifest.Top, stores []backend.Store, log *slog.Logger) (*LazyCatalog, error) {
 	m := top.Header()
 	l := &LazyCatalog{top: top, m: m, stores: stores, log: log, timeout: 2 * time.Minute,
-		shardFirst: make([]int64, len(top.Shards)+1), rows: make([]weak.Pointer[shardRows], len(top.Shards))}
+		shardFirst: make([]int64, len(top.Shards)+1), views: make([][]weak.Pointer[shardRows], len(top.Shards))}
 	var err error
 	if l.recent, err = lru.New[int, *shardRows](recentShards); err != nil {
 		return nil, err
@@ -115,6 +141,10 @@ func newLazyCatalog(top *manifest.Top, stores []backend.Store, log *slog.Logger)
 	}
 	return l, nil
 }
+
+// PinWholeShards makes every pin keep its shards' whole rows: what a disk
+// tier needs, which stores and serves shards sample by sample.
+func (l *LazyCatalog) PinWholeShards() { l.dense = true }
 
 // Manifest is the dataset's header: erasure parameters, strata with their
 // counts, and per shard its size and sample range, but no samples.
@@ -128,13 +158,53 @@ func (l *LazyCatalog) shardOf(i int) int {
 	return sort.Search(len(l.top.Shards), func(s int) bool { return l.shardFirst[s+1] > int64(i) })
 }
 
-// load returns shard s's rows, fetching its index if no one holds them.
-func (l *LazyCatalog) load(ctx context.Context, s int) (*shardRows, error) {
-	if r := l.cached(s); r != nil {
+// held calls f on the live views of shard s, newest first, until it
+// returns true; dead references are dropped.
+func (l *LazyCatalog) held(s int, f func(*shardRows) bool) {
+	l.mu.Lock()
+	vs := l.views[s]
+	live := vs[:0]
+	var rows []*shardRows
+	for _, w := range vs {
+		if r := w.Value(); r != nil {
+			live = append(live, w)
+			rows = append(rows, r)
+		}
+	}
+	clear(vs[len(live):])
+	l.views[s] = live
+	l.mu.Unlock()
+	for k := len(rows) - 1; k >= 0; k-- {
+		if f(rows[k]) {
+			return
+		}
+	}
+}
+
+func (l *LazyCatalog) register(r *shardRows) {
+	l.mu.Lock()
+	l.views[r.shard] = append(l.views[r.shard], weak.Make(r))
+	l.mu.Unlock()
+}
+
+// full returns shard s's whole rows, fetching its index if no one holds them.
+func (l *LazyCatalog) full(ctx context.Context, s int) (*shardRows, error) {
+	if r, ok := l.recent.Get(s); ok {
 		return r, nil
 	}
+	var found *shardRows
+	l.held(s, func(r *shardRows) bool {
+		if r.pos == nil {
+			found = r
+		}
+		return found != nil
+	})
+	if found != nil {
+		l.recent.Add(s, found)
+		return found, nil
+	}
 	v, err, _ := l.flight.Do(fmt.Sprint(s), func() (any, error) {
-		if r := l.cached(s); r != nil {
+		if r, ok := l.recent.Get(s); ok {
 			return r, nil
 		}
 		x, err := l.fetch(ctx, s)
@@ -143,9 +213,7 @@ func (l *LazyCatalog) load(ctx context.Context, s int) (*shardRows, error) {
 		}
 		r := newShardRows(x, int(l.shardFirst[s]))
 		l.IndexLoads.Add(1)
-		l.mu.Lock()
-		l.rows[s] = weak.Make(r)
-		l.mu.Unlock()
+		l.register(r)
 		l.recent.Add(s, r)
 		return r, nil
 	})
@@ -153,16 +221,6 @@ func (l *LazyCatalog) load(ctx context.Context, s int) (*shardRows, error) {
 		return nil, err
 	}
 	return v.(*shardRows), nil
-}
-
-func (l *LazyCatalog) cached(s int) *shardRows {
-	l.mu.Lock()
-	r := l.rows[s].Value()
-	l.mu.Unlock()
-	if r != nil {
-		l.recent.Add(s, r)
-	}
-	return r
 }
 
 // fetch reads shard s's index from the first store whose copy is intact,
@@ -183,75 +241,100 @@ func (l *LazyCatalog) fetch(ctx context.Context, s int) (*manifest.ShardIndex, e
 	return nil, fmt.Errorf("dataset %s: shard %d's index: no intact copy on any store (%w)", l.top.Name, s, errors.Join(errs...))
 }
 
-// rowOf is sample i's shard rows and its position in them. A sample of a
-// shard nobody pinned has its index fetched here; should that fail, ok is
-// false and the caller must not serve the sample.
-func (l *LazyCatalog) rowOf(i int) (r *shardRows, j int, ok bool) {
+// rowOf is the rows holding sample i and its row in them. A sample nobody
+// holds has its shard's index fetched here; should that fail, ok is false
+// and the caller must not serve the sample.
+func (l *LazyCatalog) rowOf(i int) (r *shardRows, k int, ok bool) {
 	s := l.shardOf(i)
-	if r = l.cached(s); r == nil {
-		l.Unpinned.Add(1)
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		defer cancel()
-		var err error
-		if r, err = l.load(ctx, s); err != nil {
-			l.log.Error("sample rows unavailable", "sample", i, "shard", s, "err", err)
-			return nil, 0, false
+	j := i - int(l.shardFirst[s])
+	l.held(s, func(v *shardRows) bool {
+		if kk, has := v.find(j); has {
+			r, k = v, kk
+			return true
 		}
+		return false
+	})
+	if r != nil {
+		return r, k, true
 	}
-	return r, i - r.first, true
+	l.Unpinned.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	r, err := l.full(ctx, s)
+	if err != nil {
+		l.log.Error("sample rows unavailable", "sample", i, "shard", s, "err", err)
+		return nil, 0, false
+	}
+	return r, j, true
 }
 
-// Pin fetches the rows of every shard that holds one of samples (in
-// parallel, each index once) and returns a catalog that holds them for as
-// long as it is referenced.
+// Complete reports whether every sample of shard s has its rows held: the
+// prefetcher bridges a shard's samples, and the disk tier stores them,
+// only then.
+func (l *LazyCatalog) Complete(s int) bool {
+	complete := false
+	l.held(s, func(r *shardRows) bool {
+		complete = r.pos == nil
+		return complete
+	})
+	return complete
+}
+
+// Pin fetches the rows of samples (each shard's index once, many shards in
+// parallel) and returns a catalog that holds them for as long as it is
+// referenced.
 func (l *LazyCatalog) Pin(ctx context.Context, samples []int32) (*Pinned, error) {
-	seen := make(map[int]bool)
-	var shards []int
+	byShard := map[int][]int32{}
 	for _, smp := range samples {
-		if s := l.shardOf(int(smp)); !seen[s] {
-			seen[s] = true
-			shards = append(shards, s)
-		}
+		s := l.shardOf(int(smp))
+		byShard[s] = append(byShard[s], int32(int64(smp)-l.shardFirst[s]))
 	}
-	slices.Sort(shards)
-	return l.pinShards(ctx, shards)
+	return l.pin(ctx, byShard)
 }
 
 // PinStratum is Pin of every sample of stratum c, and those samples in
 // order: the shards without any are not fetched.
 func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, []int32, error) {
 	row := make([]int, len(l.top.Strata))
-	var shards []int
+	byShard := map[int][]int32{}
 	var samples []int32
 	for s := range l.top.Shards {
 		l.top.Counts(s, row)
 		if row[c] == 0 {
 			continue
 		}
-		shards = append(shards, s)
 		// Within a shard, samples are stored stratum by stratum.
-		at := int(l.shardFirst[s])
+		at := 0
 		for _, n := range row[:c] {
 			at += n
 		}
 		for k := range row[c] {
-			samples = append(samples, int32(at+k))
+			byShard[s] = append(byShard[s], int32(at+k))
+			samples = append(samples, int32(l.shardFirst[s])+int32(at+k))
 		}
 	}
-	p, err := l.pinShards(ctx, shards)
+	p, err := l.pin(ctx, byShard)
 	return p, samples, err
 }
 
-func (l *LazyCatalog) pinShards(ctx context.Context, shards []int) (*Pinned, error) {
-	p := &Pinned{l: l, rows: make(map[int]*shardRows, len(shards))}
+// pin holds, per shard, the rows at the given positions: the whole rows
+// when they are most of the shard (or PinWholeShards), else a copy of them.
+func (l *LazyCatalog) pin(ctx context.Context, byShard map[int][]int32) (*Pinned, error) {
+	p := &Pinned{l: l, rows: make(map[int]*shardRows, len(byShard))}
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for _, s := range shards {
+	for s, pos := range byShard {
 		g.Go(func() error {
-			r, err := l.load(gctx, s)
+			r, err := l.full(gctx, s)
 			if err != nil {
 				return err
+			}
+			slices.Sort(pos)
+			pos = slices.Compact(pos)
+			if !l.dense && 2*len(pos) < len(r.off) {
+				r = r.subset(pos)
+				l.register(r)
 			}
 			mu.Lock()
 			p.rows[s] = r
@@ -265,8 +348,8 @@ func (l *LazyCatalog) pinShards(ctx context.Context, shards []int) (*Pinned, err
 	return p, nil
 }
 
-// Pinned is a catalog of the samples of some shards, whose rows it holds.
-// Asking it about a sample of another shard is a bug: it panics.
+// Pinned is a catalog of some samples, whose rows it holds. Asking it
+// about another sample is a bug: it panics.
 type Pinned struct {
 	l    *LazyCatalog
 	rows map[int]*shardRows
@@ -274,14 +357,15 @@ type Pinned struct {
 
 func (p *Pinned) row(i int) (*shardRows, int) {
 	s := p.l.shardOf(i)
-	r := p.rows[s]
-	if r == nil {
-		panic(fmt.Sprintf("dataset: sample %d of shard %d is not pinned", i, s))
+	if r := p.rows[s]; r != nil {
+		if k, ok := r.find(i - r.first); ok {
+			return r, k
+		}
 	}
-	return r, i - r.first
+	panic(fmt.Sprintf("dataset: sample %d of shard %d is not pinned", i, s))
 }
 
-// Bytes is what the pinned rows hold in memory.
+// Bytes is what the pinned rows hold in memory, block checksums aside.
 func (p *Pinned) Bytes() int64 {
 	var n int64
 	for _, r := range p.rows {
@@ -291,16 +375,16 @@ func (p *Pinned) Bytes() int64 {
 }
 
 func (p *Pinned) Key(i int) string      { return string(p.KeyBytes(i)) }
-func (p *Pinned) KeyBytes(i int) []byte { r, j := p.row(i); return r.key(j) }
-func (p *Pinned) Size(i int) int64      { r, j := p.row(i); return int64(r.off[j+1] - r.off[j]) }
-func (p *Pinned) Stratum(i int) int     { r, j := p.row(i); return int(r.stratum[j]) }
+func (p *Pinned) KeyBytes(i int) []byte { r, k := p.row(i); return r.key(k) }
+func (p *Pinned) Size(i int) int64      { r, k := p.row(i); return int64(r.size[k]) }
+func (p *Pinned) Stratum(i int) int     { r, k := p.row(i); return int(r.stratum[k]) }
 func (p *Pinned) StratumName(c int) string {
 	return p.l.top.Strata[c].Name
 }
 func (p *Pinned) NumStrata() int { return len(p.l.top.Strata) }
 
 // The LazyCatalog answers by sample for the read path, the prefetcher and
-// the tree: see rowOf for a sample whose shard nobody pinned.
+// the tree: see rowOf for a sample nobody holds.
 var (
 	_ layout.Catalog  = (*LazyCatalog)(nil)
 	_ layout.Geometry = (*LazyCatalog)(nil)
@@ -308,8 +392,8 @@ var (
 )
 
 func (l *LazyCatalog) KeyBytes(i int) []byte {
-	if r, j, ok := l.rowOf(i); ok {
-		return r.key(j)
+	if r, k, ok := l.rowOf(i); ok {
+		return r.key(k)
 	}
 	return []byte(fmt.Sprintf("unavailable-sample-%d", i))
 }
@@ -317,15 +401,15 @@ func (l *LazyCatalog) Key(i int) string { return string(l.KeyBytes(i)) }
 
 // Size is sample i's size, or -1 when its rows cannot be fetched.
 func (l *LazyCatalog) Size(i int) int64 {
-	if r, j, ok := l.rowOf(i); ok {
-		return int64(r.off[j+1] - r.off[j])
+	if r, k, ok := l.rowOf(i); ok {
+		return int64(r.size[k])
 	}
 	return -1
 }
 
 func (l *LazyCatalog) Stratum(i int) int {
-	if r, j, ok := l.rowOf(i); ok {
-		return int(r.stratum[j])
+	if r, k, ok := l.rowOf(i); ok {
+		return int(r.stratum[k])
 	}
 	return 0
 }
@@ -339,8 +423,8 @@ func (l *LazyCatalog) ShardSamples(shard int) (first, n int) {
 // Locate is where sample i lies. When its rows cannot be fetched, the
 // size is -1 and the offset the shard's end: every read of it fails.
 func (l *LazyCatalog) Locate(i int) (shard int, off, size int64) {
-	if r, j, ok := l.rowOf(i); ok {
-		return r.shard, int64(r.off[j]), int64(r.off[j+1] - r.off[j])
+	if r, k, ok := l.rowOf(i); ok {
+		return r.shard, int64(r.off[k]), int64(r.size[k])
 	}
 	s := l.shardOf(i)
 	return s, l.top.Shards[s].Size, -1
@@ -349,30 +433,46 @@ func (l *LazyCatalog) Locate(i int) (shard int, off, size int64) {
 // SampleSum is sample i's checksum; when its rows cannot be fetched, a
 // value no empty read matches.
 func (l *LazyCatalog) SampleSum(i int) uint32 {
-	if r, j, ok := l.rowOf(i); ok {
-		return r.sum[j]
+	if r, k, ok := l.rowOf(i); ok {
+		return r.sum[k]
 	}
 	return ^uint32(0)
 }
 
-// shard is the erasure view of shard s and its rows, for the read path.
-func (l *LazyCatalog) shard(ctx context.Context, s int) (*erasure.Shard, *shardRows, error) {
-	r, err := l.load(ctx, s)
-	if err != nil {
-		return nil, nil, err
+// readView is the erasure view of shard s and rows that hold every sample
+// of [off, off+n) when someone holds such rows (whole reports it), for the
+// read path; with no rows of the shard held, its index is fetched.
+func (l *LazyCatalog) readView(ctx context.Context, s int, off, n int64) (sh *erasure.Shard, r *shardRows, first, last int, whole bool, err error) {
+	l.held(s, func(v *shardRows) bool {
+		if r == nil {
+			r = v // any view's block checksums will do
+		}
+		if f, z, ok := v.wholeSamples(off, n); ok {
+			r, first, last, whole = v, f, z, true
+		}
+		return whole
+	})
+	if r == nil {
+		if r, err = l.full(ctx, s); err != nil {
+			return nil, nil, 0, 0, false, err
+		}
+		first, last, whole = r.wholeSamples(off, n)
 	}
-	return &erasure.Shard{ID: s, FragSize: l.m.FragSize(s), Sums: r.sums}, r, nil
+	return &erasure.Shard{ID: s, FragSize: l.m.FragSize(s), Sums: r.sums}, r, first, last, whole, nil
 }
 
-// wholeSamples reports whether [off, off+n) of r's shard is exactly its
-// samples [first, last) (positions in the shard).
+// wholeSamples reports whether [off, off+n) of the shard is exactly the
+// held rows [first, last), back to back.
 func (r *shardRows) wholeSamples(off, n int64) (first, last int, ok bool) {
-	count := len(r.off) - 1
-	first = sort.Search(count+1, func(j int) bool { return int64(r.off[j]) >= off })
-	if first == count || int64(r.off[first]) != off {
+	first = sort.Search(len(r.off), func(k int) bool { return int64(r.off[k]) >= off })
+	if first == len(r.off) || int64(r.off[first]) != off {
 		return 0, 0, false
 	}
-	end := off + n
-	last = first + sort.Search(count+1-first, func(j int) bool { return int64(r.off[first+j]) >= end })
-	return first, last, last <= count && int64(r.off[last]) == end
+	end, at := off+n, off
+	last = first
+	for last < len(r.off) && at < end && int64(r.off[last]) == at {
+		at += int64(r.size[last])
+		last++
+	}
+	return first, last, at == end
 }

@@ -120,6 +120,18 @@ func TestLazyIndexesFetchOnlyWhatIsPinned(t *testing.T) {
 	if got := reads(); got != shards || l.IndexLoads.Load() != int64(shards) {
 		t.Fatalf("pinning rank 1's epoch: %d index reads, %d loads; its samples lie in %d shards", got, l.IndexLoads.Load(), shards)
 	}
+	// A quarter of each shard is pinned as a copy of those rows only.
+	keyBytes := 0
+	for s := range m.Shards {
+		for i := m.Shards[s].FirstSample; i < m.Shards[s].FirstSample+m.Shards[s].NumSamples; i++ {
+			keyBytes += len(m.Samples.Key(i))
+		}
+	}
+	wholeRows := int64(20*m.Samples.Len() + keyBytes)
+	if p.Bytes() <= 0 || 2*p.Bytes() > wholeRows {
+		t.Fatalf("rank 1 of 4 pins %d bytes of rows; every shard's rows take %d", p.Bytes(), wholeRows)
+	}
+	t.Logf("rank 1 of 4: %d samples pinned in %d bytes; all rows %d bytes", len(o.Samples), p.Bytes(), wholeRows)
 	eager := dataset.Catalog{M: m}
 	for _, smp := range o.Samples {
 		i := int(smp)

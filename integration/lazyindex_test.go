@@ -94,4 +94,21 @@ func TestLazyIndexMount(t *testing.T) {
 	if all > int64(info.Dataset.Shards)+loads || unpinned != 0 {
 		t.Fatalf("after reading samples/: %d shard indexes fetched for %d shards, %d unpinned lookups", all, info.Dataset.Shards, unpinned)
 	}
+
+	// A global shuffle, where each rank holds a copy of just its own rows
+	// (no bridging, no disk tier on shards it holds in part), and the same
+	// with a disk tier, which pins whole shards: every byte verified, no
+	// lookup of a row nobody held.
+	for _, extra := range [][]string{nil, {"--cache-dir=" + t.TempDir()}} {
+		args := append(append([]string{stores, "--batch-size=16", "--world-size=4", "--epochs=2"}, extra...), "lazy")
+		mnt := mountShardfs(t, args...)
+		for e := 0; e < 2; e++ {
+			if _, err := readEpochVerified(t, mnt, src, e, nil); err != nil {
+				t.Fatalf("%v: epoch %d: %v", extra, e, err)
+			}
+		}
+		if loads, unpinned := readIndexStats(t, mnt); loads == 0 || loads > int64(info.Dataset.Shards) || unpinned != 0 {
+			t.Fatalf("%v: two epochs of rank 0 fetched %d shard indexes of %d, %d unpinned lookups", extra, loads, info.Dataset.Shards, unpinned)
+		}
+	}
 }

@@ -68,6 +68,20 @@ type DiskIndex interface {
 	SampleSum(i int) uint32
 }
 
+// Partial is a geometry that may know only some samples of a shard (a
+// format-2 dataset whose rank holds just its own rows): bridging between
+// samples, and the disk tier, which walk every sample of a shard, use a
+// shard only when it is Complete.
+type Partial interface {
+	Complete(shard int) bool
+}
+
+// complete reports whether every sample of shard can be looked up.
+func (r *Reader) complete(shard int) bool {
+	p, ok := r.geo.(Partial)
+	return !ok || p.Complete(shard)
+}
+
 // maxDiskSample: larger samples bypass the disk tier, so a chunk read never
 // has to read and verify a huge sample from disk.
 const maxDiskSample = 16 << 20
@@ -274,7 +288,7 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 		}
 	}
 	lo, hi := pieces[0].off, pieces[len(pieces)-1].off+int64(len(pieces[len(pieces)-1].buf))
-	if r.disk == nil {
+	if r.disk == nil || !r.complete(shard) {
 		// One GET per run of pieces at most MergeGap apart: a span's pieces
 		// are what it claimed, and a sample between them that it did not
 		// claim (fetched on demand meanwhile) must not be read twice.
@@ -1099,7 +1113,7 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 // be claimed with the span. readInto never reads the former again: the
 // span's GET splits around them when they are more than MergeGap long.
 func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) {
-	if r.didx == nil || to-from > r.cfg.MaxGET {
+	if r.didx == nil || to-from > r.cfg.MaxGET || !r.complete(shard) {
 		return nil, false
 	}
 	first, count := r.didx.ShardSamples(shard)

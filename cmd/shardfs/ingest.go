@@ -86,7 +86,7 @@ never writes over this one's fragments.`,
 	fl.BoolVar(&f.force, "force", false, "replace an existing dataset of the same name")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "label fields that form the stratum (listings only; default: label)")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
-	fl.IntVar(&f.format, "format", 1, "metadata format: 1, one manifest with a row per sample; 2, a top-level manifest of per-shard class counts plus an index object per shard on every store, from which the order needs no per-sample rows (this release still loads every index when a dataset is opened)")
+	fl.IntVar(&f.format, "format", 2, "metadata format: 2, a top-level manifest of per-shard class counts plus an index object per shard on every store: a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read; 1, one manifest with a row per sample, read whole by every node (the earlier default; still read and mounted)")
 	fl.StringVar(&f.job, "job", "", "name of this distributed ingest run, the same for all its parts (default: $SHARDFS_JOB_ID, else $SLURM_ARRAY_JOB_ID)")
 	return cmd
 }
@@ -102,7 +102,7 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 		return nil, ingest.Options{}, fmt.Errorf("--block-size %q: use a size up to 1MiB, e.g. 64KiB", f.blockSize)
 	}
 	if f.format == 0 { // callers that build the flags themselves (demo)
-		f.format = 1
+		f.format = 2
 	}
 	if f.format != 1 && f.format != 2 {
 		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1 or 2", f.format)

@@ -208,6 +208,9 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		// Format 2: no shard index is read until a rank-epoch or a samples/
 		// directory needs its shard, and the order comes from the counts.
 		cat = lazyTree{ds.Lazy}
+		if f.cacheDir != "" {
+			ds.Lazy.PinWholeShards() // the disk tier keeps shards sample by sample
+		}
 		met.SetIndex(func() metrics.IndexSnapshot {
 			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), Unpinned: ds.Lazy.Unpinned.Load()}
 		})
