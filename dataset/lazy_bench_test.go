@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"runtime"
 	"testing"
 
@@ -13,8 +15,8 @@ import (
 )
 
 // BenchmarkLazyPinRankEpoch_2M_1000shards_W1024: issue 13's "bytes per
-// sample resident on a node" for a format-2 dataset of 2M samples (100 kB,
-// ImageNet-like 26-byte keys, 100 classes) in 1,000 shards, RS(4,2) with
+// sample resident on a node" for a format-2 dataset of 2M samples (50-150
+// kB, ImageNet-like 26-byte keys, random checksums, 100 classes) in 1,000 shards, RS(4,2) with
 // 64 KiB blocks. One rank of 1,024 pins its epoch of the global shuffle:
 // every shard's index is fetched from a local store, and a copy of the
 // rank's rows is kept. Reported per sample of the rank and per sample of
@@ -35,18 +37,27 @@ func BenchmarkLazyPinRankEpoch_2M_1000shards_W1024(b *testing.B) {
 	}
 	per := n / shards
 	row := make([]int, strata)
+	rng := rand.New(rand.NewPCG(1, 2)) // checksums, sizes and key numbers as random as real ones
 	for s := range shards {
 		x := &manifest.ShardIndex{Shard: s}
 		for c := range strata {
 			row[c] = per / strata
-			for k := range per / strata {
-				x.Keys = append(x.Keys, fmt.Sprintf("c%03d/n%09d_%05d.JPEG", c, s, k))
+			var keys []string
+			for range per / strata {
+				keys = append(keys, fmt.Sprintf("c%03d/n%08d_%d.JPEG", c, rng.IntN(1e8), rng.IntN(1e5)))
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				x.Keys = append(x.Keys, k)
 				x.Stratum = append(x.Stratum, uint32(c))
-				x.Size = append(x.Size, 100_000)
-				x.Sum = append(x.Sum, uint32(s*per+k))
+				x.Size = append(x.Size, uint32(50_000+rng.IntN(100_000)))
+				x.Sum = append(x.Sum, rng.Uint32())
 			}
 		}
-		size := int64(per) * 100_000
+		var size int64
+		for _, v := range x.Size {
+			size += int64(v)
+		}
 		frag := (size + 3) / 4
 		x.Sums = make([]uint32, 6*((frag+(64<<10)-1)/(64<<10)))
 		enc, err := manifest.EncodeIndex(x)
@@ -68,7 +79,7 @@ func BenchmarkLazyPinRankEpoch_2M_1000shards_W1024(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
-	var pinned, heap, touched float64
+	var pinned, heap, touched, sums, recent float64
 	for b.Loop() {
 		b.StopTimer()
 		var before, after runtime.MemStats
@@ -92,6 +103,14 @@ func BenchmarkLazyPinRankEpoch_2M_1000shards_W1024(b *testing.B) {
 			b.Fatalf("%d indexes fetched for a rank whose samples lie in %d shards", l.IndexLoads.Load(), len(p.rows))
 		}
 		touched = float64(len(p.rows))
+		sums = 0
+		for _, r := range p.rows {
+			sums += float64(4 * len(r.sums))
+		}
+		recent = 0
+		for _, r := range l.recent.Values() {
+			recent += float64(r.bytes() + int64(4*len(r.sums)))
+		}
 		runtime.KeepAlive(p)
 		runtime.KeepAlive(l)
 		b.StartTimer()
@@ -101,4 +120,11 @@ func BenchmarkLazyPinRankEpoch_2M_1000shards_W1024(b *testing.B) {
 	b.ReportMetric(pinned/float64(len(o.Samples)), "pinned-B/rank-sample")
 	b.ReportMetric(heap/float64(len(o.Samples)), "heap-B/rank-sample")
 	b.ReportMetric(heap/n, "heap-B/dataset-sample")
+	b.ReportMetric(sums/n, "blocksums-B/dataset-sample")
+	var stored int64
+	for _, sh := range top.Shards {
+		stored += sh.IndexSize
+	}
+	b.ReportMetric(float64(stored)/n, "index-objects-B/dataset-sample")
+	b.ReportMetric(recent/n, "unpinned-shards-B/dataset-sample")
 }

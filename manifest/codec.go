@@ -173,6 +173,16 @@ func unframe(b []byte, magic string, version uint32, what string, body func(r io
 	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[32:]) {
 		return fmt.Errorf("%w: payload checksum mismatch", ErrCorrupt)
 	}
+	if bodyLen <= smallBody {
+		// A shard index or a small manifest: one shared decoder, no
+		// per-call windows and goroutines (a fresh streaming decoder cost
+		// about 5 MB of allocations per shard index).
+		out, err := smallDecoder.DecodeAll(payload, make([]byte, 0, bodyLen))
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		return body(bytes.NewReader(out[:min(uint64(len(out)), bodyLen)]), int64(bodyLen))
+	}
 	zr, err := zstd.NewReader(bytes.NewReader(payload), zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(1<<34))
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
@@ -180,6 +190,14 @@ func unframe(b []byte, magic string, version uint32, what string, body func(r io
 	defer zr.Close()
 	return body(io.LimitReader(zr, int64(bodyLen)), int64(bodyLen))
 }
+
+// smallBody is the largest body decoded whole by smallDecoder.
+const smallBody = 16 << 20
+
+// smallDecoder decodes small bodies for every caller at once; a payload
+// that would decompress past its memory bound is an error, not an
+// allocation.
+var smallDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(smallBody+1<<20))
 
 // decodeBody parses a body of bodyLen bytes from r.
 func decodeBody(r io.Reader, bodyLen int64) (*Manifest, error) {
@@ -273,7 +291,7 @@ type decoder struct {
 }
 
 func newDecoder(r io.Reader, bodyLen int64) *decoder {
-	return &decoder{r: bufio.NewReaderSize(r, 1<<20), left: bodyLen}
+	return &decoder{r: bufio.NewReaderSize(r, int(min(1<<20, max(4<<10, bodyLen)))), left: bodyLen}
 }
 
 func (d *decoder) fail(format string, args ...any) {
