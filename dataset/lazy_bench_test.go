@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
