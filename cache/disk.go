@@ -26,6 +26,7 @@ import (
 //	ROOT/.usage                     bytes the tier holds, as decimal text
 //	ROOT/NAMESPACE/SSSSSSSS.dat     shard SSSSSSSS's sample bytes at their shard offsets (sparse)
 //	ROOT/NAMESPACE/SSSSSSSS.idx     one byte per sample of the shard: 1 = its bytes were written
+//	ROOT/NAMESPACE/SSSSSSSS.meta    the shard's index object (metadata format 2), as the stores hold it
 //
 // NAMESPACE names the dataset's ingest, so a re-ingested dataset never meets
 // the bytes of the one it replaced. One large sparse file per shard lets the
@@ -204,6 +205,39 @@ func (d *Disk) Put(s Slot, b []byte) bool {
 	return true
 }
 
+// GetMeta returns shard's index object if the tier holds it. The caller
+// checks it against the checksum the dataset's manifest keeps.
+func (d *Disk) GetMeta(shard int) ([]byte, bool) {
+	name := d.metaPath(shard)
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, false
+	}
+	now := time.Now()
+	os.Chtimes(name, now, now) // recently used: evicted last
+	return b, true
+}
+
+// PutMeta stores shard's index object, which the caller has verified,
+// within the limit; a crash leaves either the whole object or none.
+func (d *Disk) PutMeta(shard int, b []byte) bool {
+	var ok bool
+	if err := d.withLock(func() (err error) { ok, err = d.reserveLocked(int64(len(b)) + 4096); return err }); err != nil || !ok {
+		return false
+	}
+	name := d.metaPath(shard)
+	tmp := fmt.Sprintf("%s.%d.tmp", name, os.Getpid())
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		os.Remove(tmp)
+		return false
+	}
+	return os.Rename(tmp, name) == nil
+}
+
+func (d *Disk) metaPath(shard int) string {
+	return filepath.Join(d.dir, fmt.Sprintf("%08d.meta", shard))
+}
+
 // open returns the open files of shard, reopening them if another mount's
 // eviction unlinked them; with create, missing files are created.
 func (d *Disk) open(shard int, create bool) *shardFiles {
@@ -272,7 +306,9 @@ func (d *Disk) reserveLocked(n int64) (bool, error) {
 		used = total
 		for i := 0; used+n > d.limit && i < len(files); i++ {
 			os.Remove(files[i].idx)
-			os.Remove(files[i].dat)
+			if files[i].dat != "" {
+				os.Remove(files[i].dat)
+			}
 			used -= files[i].bytes
 			d.Evictions.Add(1)
 		}
@@ -289,22 +325,27 @@ func (d *Disk) writeUsage(name string, used int64) error {
 }
 
 type diskFile struct {
-	idx, dat string
+	idx, dat string // a shard's two files, or an index object in idx alone
 	bytes    int64
 	used     time.Time
 }
 
-// scanLocked lists every shard file pair under root, least recently used
-// first, with the bytes they occupy on disk.
+// scanLocked lists every shard file pair and index object under root,
+// least recently used first, with the bytes they occupy on disk.
 func (d *Disk) scanLocked() ([]diskFile, int64) {
 	var out []diskFile
 	var total int64
 	filepath.WalkDir(d.root, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() || !strings.HasSuffix(p, ".idx") {
+		if err != nil || e.IsDir() || !strings.HasSuffix(p, ".idx") && !strings.HasSuffix(p, ".meta") {
 			return nil
 		}
-		f := diskFile{idx: p, dat: strings.TrimSuffix(p, ".idx") + ".dat"}
-		for _, name := range []string{f.idx, f.dat} {
+		f := diskFile{idx: p}
+		names := []string{p}
+		if strings.HasSuffix(p, ".idx") {
+			f.dat = strings.TrimSuffix(p, ".idx") + ".dat"
+			names = append(names, f.dat)
+		}
+		for _, name := range names {
 			var st syscall.Stat_t
 			if syscall.Stat(name, &st) == nil {
 				f.bytes += st.Blocks * 512

@@ -202,3 +202,43 @@ func TestDiskNeverExceedsItsLimit(t *testing.T) {
 		t.Fatalf("after opening with a 16 MiB limit the tier holds %d bytes", got)
 	}
 }
+
+// Index objects (metadata format 2) kept in the tier survive a reopen, count
+// against the limit with the shards' files, and are evicted like them.
+func TestDiskMetaWithinLimit(t *testing.T) {
+	root := t.TempDir()
+	const limit = 16 << 20
+	d, err := OpenDisk(root, "ns", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := func(i int) []byte { return bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 128<<10) } // 256 KiB
+	if !d.PutMeta(7, obj(7)) {
+		t.Fatal("PutMeta into an empty tier failed")
+	}
+	d.Close()
+	if d, err = OpenDisk(root, "ns", limit); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if b, ok := d.GetMeta(7); !ok || !bytes.Equal(b, obj(7)) {
+		t.Fatalf("after a reopen: %d bytes, held %v", len(b), ok)
+	}
+	if _, ok := d.GetMeta(8); ok {
+		t.Fatal("an index object never stored was found")
+	}
+	// 3x the limit of index objects: the tier stays within it.
+	for i := range 3 * limit / (256 << 10) {
+		d.PutMeta(100+i, obj(100+i))
+		if got := du(t, root); got > limit {
+			t.Fatalf("after %d index objects the tier holds %d bytes, limit %d", i+1, got, limit)
+		}
+	}
+	if d.Evictions.Load() == 0 {
+		t.Fatal("3x the limit written and nothing evicted")
+	}
+	last := 100 + 3*limit/(256<<10) - 1
+	if b, ok := d.GetMeta(last); !ok || !bytes.Equal(b, obj(last)) {
+		t.Fatalf("the last index object stored: %d bytes, held %v", len(b), ok)
+	}
+}

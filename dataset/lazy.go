@@ -50,11 +50,24 @@ type LazyCatalog struct {
 	recent *lru.Cache[int, *shardRows] // whole rows of the last shards fetched
 	flight singleflight.Group
 
-	// IndexLoads counts shard indexes fetched; Unpinned counts lookups of a
-	// sample whose rows nobody held (each may fetch its index again).
-	IndexLoads atomic.Int64
-	Unpinned   atomic.Int64
+	tier IndexTier // nil without a disk tier
+
+	// IndexLoads counts shard indexes fetched from the stores, TierHits
+	// those read from the disk tier; Unpinned counts lookups of a sample
+	// whose rows nobody held (each may fetch its index again).
+	IndexLoads, TierHits, Unpinned atomic.Int64
 }
+
+// IndexTier keeps shard index objects across mounts: the disk tier.
+type IndexTier interface {
+	GetMeta(shard int) ([]byte, bool)
+	PutMeta(shard int, b []byte) bool
+}
+
+// SetTier makes the catalog look for index objects in t before the stores,
+// and keep there what it fetches. Every object read from it is checked
+// against the top-level manifest like one from a store.
+func (l *LazyCatalog) SetTier(t IndexTier) { l.tier = t }
 
 // shardRows is one shard's index, or some of its rows, in the form lookups
 // use: 24 bytes a sample plus its key. The block checksums are shared by
@@ -212,7 +225,6 @@ func (l *LazyCatalog) full(ctx context.Context, s int) (*shardRows, error) {
 			return nil, err
 		}
 		r := newShardRows(x, int(l.shardFirst[s]))
-		l.IndexLoads.Add(1)
 		l.register(r)
 		l.recent.Add(s, r)
 		return r, nil
@@ -223,14 +235,34 @@ func (l *LazyCatalog) full(ctx context.Context, s int) (*shardRows, error) {
 	return v.(*shardRows), nil
 }
 
-// fetch reads shard s's index from the first store whose copy is intact,
-// starting with a different store for each shard to spread the reads.
+// fetch reads shard s's index from the disk tier if it holds an intact
+// copy, else from the first store whose copy is intact, starting with a
+// different store for each shard to spread the reads.
 func (l *LazyCatalog) fetch(ctx context.Context, s int) (*manifest.ShardIndex, error) {
+	ref := l.top.Shards[s]
+	if l.tier != nil {
+		if b, ok := l.tier.GetMeta(s); ok && int64(len(b)) == ref.IndexSize && manifest.IndexSum(b) == ref.IndexSum {
+			if x, err := manifest.DecodeIndex(b, l.top, s); err == nil {
+				l.TierHits.Add(1)
+				return x, nil
+			}
+		}
+	}
 	var errs []error
 	for k := range l.stores {
 		st := l.stores[(s+k)%len(l.stores)]
-		x, err := readIndex(ctx, st, l.top, s)
+		b, err := ReadIndexBytes(ctx, st, l.top, s)
+		var x *manifest.ShardIndex
 		if err == nil {
+			if x, err = manifest.DecodeIndex(b, l.top, s); err != nil {
+				err = fmt.Errorf("store %s: %s: %w", st, IndexKey(l.top.Name, l.top.IngestID, s), err)
+			}
+		}
+		if err == nil {
+			l.IndexLoads.Add(1)
+			if l.tier != nil {
+				l.tier.PutMeta(s, b)
+			}
 			return x, nil
 		}
 		errs = append(errs, err)

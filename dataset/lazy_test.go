@@ -227,3 +227,67 @@ func TestLazyIndexCorruptCopies(t *testing.T) {
 		t.Fatalf("Locate of an unfetchable sample: size %d, want -1", size)
 	}
 }
+
+// mapTier is an in-memory IndexTier.
+type mapTier struct {
+	mu   sync.Mutex
+	objs map[int][]byte
+}
+
+func (m *mapTier) GetMeta(s int) ([]byte, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.objs[s]
+	return slices.Clone(b), ok
+}
+
+func (m *mapTier) PutMeta(s int, b []byte) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.objs[s] = slices.Clone(b)
+	return true
+}
+
+// Index objects kept in the disk tier are used only when they match the
+// top-level manifest: a damaged one is fetched again from the stores and
+// replaced; an intact one saves the fetch.
+func TestLazyIndexTier(t *testing.T) {
+	src := synthSource(t, synth.Imbalanced(120, 3, 0.6, 200, 3000, 4))
+	ctx := context.Background()
+	stores := ingestFormat(t, src, 2)
+	open := func(tier *mapTier) *dataset.LazyCatalog {
+		ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{LazyIndexes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds.Lazy.SetTier(tier)
+		return ds.Lazy
+	}
+	tier := &mapTier{objs: map[int][]byte{}}
+	l := open(tier)
+	first := int32(l.Manifest().Shards[1].FirstSample)
+	if _, err := l.Pin(ctx, []int32{first}); err != nil {
+		t.Fatal(err)
+	}
+	intact, ok := tier.GetMeta(1)
+	if !ok || l.IndexLoads.Load() != 1 || l.TierHits.Load() != 0 {
+		t.Fatalf("first pin: tier holds shard 1 %v, %d loads, %d tier hits", ok, l.IndexLoads.Load(), l.TierHits.Load())
+	}
+	// Intact in the tier: no fetch.
+	l = open(tier)
+	if _, err := l.Pin(ctx, []int32{first}); err != nil || l.IndexLoads.Load() != 0 || l.TierHits.Load() != 1 {
+		t.Fatalf("pin with the tier's copy intact: %v, %d loads, %d tier hits", err, l.IndexLoads.Load(), l.TierHits.Load())
+	}
+	// One bit flipped in the tier: fetched again, and the tier's copy replaced.
+	bad := slices.Clone(intact)
+	bad[len(bad)/2] ^= 1
+	tier.PutMeta(1, bad)
+	l = open(tier)
+	p, err := l.Pin(ctx, []int32{first})
+	if err != nil || l.IndexLoads.Load() != 1 || l.TierHits.Load() != 0 {
+		t.Fatalf("pin with the tier's copy damaged: %v, %d loads, %d tier hits", err, l.IndexLoads.Load(), l.TierHits.Load())
+	}
+	if again, _ := tier.GetMeta(1); !bytes.Equal(again, intact) || p.Size(int(first)) <= 0 {
+		t.Fatal("the damaged copy in the tier was not replaced by the intact one")
+	}
+}

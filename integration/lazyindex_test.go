@@ -13,19 +13,26 @@ import (
 )
 
 type indexStats struct {
-	Index *struct {
-		Loads    int64 `json:"loads"`
-		Unpinned int64 `json:"unpinned_lookups"`
-	} `json:"shard_indexes"`
+	Loads    int64 `json:"loads"`
+	TierHits int64 `json:"tier_hits"`
+	Unpinned int64 `json:"unpinned_lookups"`
+}
+
+func readIndexStatsAll(t *testing.T, mnt string) indexStats {
+	t.Helper()
+	var s struct {
+		Index *indexStats `json:"shard_indexes"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "stats.json")), &s); err != nil || s.Index == nil {
+		t.Fatalf("stats.json has no shard index counters: %v", err)
+	}
+	return *s.Index
 }
 
 func readIndexStats(t *testing.T, mnt string) (loads, unpinned int64) {
 	t.Helper()
-	var s indexStats
-	if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "stats.json")), &s); err != nil || s.Index == nil {
-		t.Fatalf("stats.json has no shard index counters: %v", err)
-	}
-	return s.Index.Loads, s.Index.Unpinned
+	s := readIndexStatsAll(t, mnt)
+	return s.Loads, s.Unpinned
 }
 
 // Issue 13: a dataset in metadata format 2 mounts without reading any shard
@@ -99,16 +106,30 @@ func TestLazyIndexMount(t *testing.T) {
 	// (no bridging, no disk tier on shards it holds in part), and the same
 	// with a disk tier, which pins whole shards: every byte verified, no
 	// lookup of a row nobody held.
-	for _, extra := range [][]string{nil, {"--cache-dir=" + t.TempDir()}} {
+	tier := t.TempDir()
+	var first indexStats
+	for _, extra := range [][]string{nil, {"--cache-dir=" + tier}} {
 		args := append(append([]string{stores, "--batch-size=16", "--world-size=4", "--epochs=2"}, extra...), "lazy")
-		mnt := mountShardfs(t, args...)
+		dir := mountShardfs(t, args...)
 		for e := 0; e < 2; e++ {
-			if _, err := readEpochVerified(t, mnt, src, e, nil); err != nil {
+			if _, err := readEpochVerified(t, dir, src, e, nil); err != nil {
 				t.Fatalf("%v: epoch %d: %v", extra, e, err)
 			}
 		}
-		if loads, unpinned := readIndexStats(t, mnt); loads == 0 || loads > int64(info.Dataset.Shards) || unpinned != 0 {
-			t.Fatalf("%v: two epochs of rank 0 fetched %d shard indexes of %d, %d unpinned lookups", extra, loads, info.Dataset.Shards, unpinned)
+		first = readIndexStatsAll(t, dir)
+		if first.Loads == 0 || first.Loads > int64(info.Dataset.Shards) || first.Unpinned != 0 || first.TierHits != 0 {
+			t.Fatalf("%v: two epochs of rank 0: %+v for %d shards; want some loads, no unpinned lookup, no tier hit", extra, first, info.Dataset.Shards)
 		}
+	}
+	// Another mount on the same disk tier (a remount, or a second mount on
+	// the node) finds every index it needs there.
+	mnt = mountShardfs(t, stores, "--batch-size=16", "--world-size=4", "--epochs=2", "--cache-dir="+tier, "lazy")
+	for e := 0; e < 2; e++ {
+		if _, err := readEpochVerified(t, mnt, src, e, nil); err != nil {
+			t.Fatalf("remount on the tier: epoch %d: %v", e, err)
+		}
+	}
+	if again := readIndexStatsAll(t, mnt); again.Loads != 0 || again.TierHits != first.Loads || again.Unpinned != 0 {
+		t.Fatalf("remount on the disk tier: %+v; want no index from the stores and %d from the tier", again, first.Loads)
 	}
 }

@@ -45,7 +45,8 @@ type Metrics struct {
 // IndexSnapshot counts the shard indexes a format-2 mount fetched when
 // their shards were first needed.
 type IndexSnapshot struct {
-	Loads int64 `json:"loads"`
+	Loads    int64 `json:"loads"`     // from the stores
+	TierHits int64 `json:"tier_hits"` // from the disk tier
 	// Unpinned counts lookups of a sample whose shard no rank-epoch or
 	// directory held: each may fetch an index again. 0 in a healthy mount.
 	Unpinned int64 `json:"unpinned_lookups"`
@@ -253,6 +254,8 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		cs = append(cs,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_shard_index_loads_total", Help: "Shard indexes fetched when their shards were first needed."},
 				func() float64 { return float64(m.index().Loads) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_shard_index_tier_hits_total", Help: "Shard indexes read from the disk tier."},
+				func() float64 { return float64(m.index().TierHits) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_shard_index_unpinned_lookups_total", Help: "Lookups of a sample whose shard's rows no rank-epoch held."},
 				func() float64 { return float64(m.index().Unpinned) }),
 		)

@@ -212,7 +212,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 			ds.Lazy.PinWholeShards() // the disk tier keeps shards sample by sample
 		}
 		met.SetIndex(func() metrics.IndexSnapshot {
-			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), Unpinned: ds.Lazy.Unpinned.Load()}
+			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), TierHits: ds.Lazy.TierHits.Load(), Unpinned: ds.Lazy.Unpinned.Load()}
 		})
 		if f.order.window == 0 && !f.order.affinity && f.order.orderVersion() >= 2 {
 			in, err = dataset.TopInput(ds.Manifest.Top)
@@ -257,6 +257,9 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 			return nil, err
 		}
 		cfg.Disk = disk
+		if mix == nil && ds.Lazy != nil {
+			ds.Lazy.SetTier(disk) // shard indexes too, so a remount fetches none
+		}
 		met.SetDisk(func() metrics.DiskSnapshot {
 			return metrics.DiskSnapshot{Hits: disk.Hits.Load(), HitBytes: disk.HitBytes.Load(), Misses: disk.Misses.Load(),
 				Writes: disk.Writes.Load(), WriteBytes: disk.WriteBytes.Load(), Evictions: disk.Evictions.Load(),
