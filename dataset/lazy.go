@@ -136,16 +136,22 @@ func (r *shardRows) bytes() int64 {
 	return int64(4*(len(r.pos)+len(r.off)+len(r.size)+len(r.sum)+len(r.stratum)+len(r.keyEnd)) + len(r.keys))
 }
 
-// recentShards is how many shards' whole rows the catalog keeps unpinned,
-// so that pins of one shard's samples in turn fetch its index once.
-const recentShards = 64
+// recentShards and recentBytes bound the whole rows the catalog keeps
+// unpinned, so that pins of one shard's samples in turn fetch its index
+// once: 64 shards, fewer when they would take more than 64 MiB (at about
+// 48 bytes a sample).
+const (
+	recentShards = 64
+	recentBytes  = 64 << 20
+)
 
 func newLazyCatalog(top *manifest.Top, stores []backend.Store, log *slog.Logger) (*LazyCatalog, error) {
 	m := top.Header()
 	l := &LazyCatalog{top: top, m: m, stores: stores, log: log, timeout: 2 * time.Minute,
 		shardFirst: make([]int64, len(top.Shards)+1), views: make([][]weak.Pointer[shardRows], len(top.Shards))}
+	perShard := 48 * (top.Samples()/max(1, len(top.Shards)) + 1)
 	var err error
-	if l.recent, err = lru.New[int, *shardRows](recentShards); err != nil {
+	if l.recent, err = lru.New[int, *shardRows](max(4, min(recentShards, recentBytes/perShard))); err != nil {
 		return nil, err
 	}
 	for s, sh := range top.Shards {

@@ -75,8 +75,9 @@ type tree struct {
 	samplesOnce sync.Once
 	byStratum   [][]int32 // per stratum, sample indexes sorted by path below the stratum dir
 
-	pinMu  sync.Mutex      // guards pinned
+	pinMu  sync.Mutex      // guards pinned, ahead
 	pinned []weakPinnedDir // with a Pinner: per stratum, its sorted samples while a directory uses them
+	ahead  map[[2]int]*aheadPin
 
 	errMu  sync.Mutex // guards causes
 	causes map[string]*causeLog
@@ -378,21 +379,93 @@ func (d *rankDir) load(ctx context.Context) (*layout.Members, error) {
 	if d.members != nil {
 		return d.members, nil
 	}
-	o, err := layout.Order(d.t.Input, d.params)
-	if err != nil {
-		return nil, err
-	}
-	var cat layout.Catalog = d.t.Catalog
-	if p, ok := d.t.Catalog.(Pinner); ok {
-		// The member table keeps the pinned rows: they live as long as it does.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pinTimeout)
-		defer cancel()
-		if cat, err = p.Pin(pctx, o.Samples); err != nil {
-			return nil, fmt.Errorf("%s: %w", d.path, err)
+	p, ok := d.t.Catalog.(Pinner)
+	if !ok {
+		o, err := layout.Order(d.t.Input, d.params)
+		if err != nil {
+			return nil, err
 		}
+		d.members = layout.NewMembers(o, d.t.Catalog)
+		return d.members, nil
 	}
-	d.members = layout.NewMembers(o, cat)
+	// The member table keeps the pinned rows: they live as long as it does.
+	// The next epoch's are fetched meanwhile, so that its first read does
+	// not wait for them.
+	a := d.t.pinAhead(p, d.params.Epoch, d.params.Rank, d.params)
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	d.t.dropAhead(d.params.Epoch, d.params.Rank, a)
+	if a.err != nil {
+		return nil, fmt.Errorf("%s: %w", d.path, a.err)
+	}
+	d.members = layout.NewMembers(a.order, a.cat)
+	d.t.pinAhead(p, d.params.Epoch+1, d.params.Rank, layout.Params{})
 	return d.members, nil
+}
+
+// aheadPin is the order and pinned rows of one rank-epoch, being fetched.
+type aheadPin struct {
+	done  chan struct{}
+	order *layout.RankOrder
+	cat   layout.Catalog
+	err   error
+}
+
+// pinAhead starts (or finds) the pin of rank's epoch e, with params p, or
+// the params the tree gives that rank-epoch when p is zero. Nothing is
+// fetched past the last epoch.
+func (t *tree) pinAhead(pn Pinner, e, rank int, p layout.Params) *aheadPin {
+	t.pinMu.Lock()
+	defer t.pinMu.Unlock()
+	key := [2]int{e, rank}
+	if a := t.ahead[key]; a != nil {
+		return a
+	}
+	a := &aheadPin{done: make(chan struct{})}
+	ahead := p.Batch == 0
+	if ahead && t.Epochs > 0 && e >= t.Epochs {
+		a.err = fmt.Errorf("epoch %d is past the last", e)
+		close(a.done)
+		return a
+	}
+	if t.ahead == nil {
+		t.ahead = map[[2]int]*aheadPin{}
+	}
+	t.ahead[key] = a
+	go func() {
+		defer close(a.done)
+		if ahead {
+			p = t.Order
+			p.Epoch, p.Rank = e, rank
+			if t.ParamsAt != nil {
+				if p, a.err = t.ParamsAt(e, rank); a.err != nil {
+					return
+				}
+			}
+		}
+		if a.order, a.err = layout.Order(t.Input, p); a.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pinTimeout)
+		defer cancel()
+		a.cat, a.err = pn.Pin(ctx, a.order.Samples)
+		if a.err != nil && ahead {
+			t.log.Warn("fetching the next epoch's shard indexes ahead failed; its first read fetches them", "epoch", e, "rank", rank, "err", a.err)
+		}
+	}()
+	return a
+}
+
+// dropAhead forgets a (used, or failed so that it is tried again).
+func (t *tree) dropAhead(e, rank int, a *aheadPin) {
+	t.pinMu.Lock()
+	defer t.pinMu.Unlock()
+	if t.ahead[[2]int{e, rank}] == a {
+		delete(t.ahead, [2]int{e, rank})
+	}
 }
 
 func (d *rankDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
