@@ -178,25 +178,25 @@ func (l *LazyCatalog) shardOf(i int) int {
 }
 
 // held calls f on the live views of shard s, newest first, until it
-// returns true; dead references are dropped.
+// returns true; dead references are dropped. f runs under the catalog's
+// lock and must not call back into it.
 func (l *LazyCatalog) held(s int, f func(*shardRows) bool) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	vs := l.views[s]
-	live := vs[:0]
-	var rows []*shardRows
-	for _, w := range vs {
-		if r := w.Value(); r != nil {
-			live = append(live, w)
-			rows = append(rows, r)
+	dead := false
+	for k := len(vs) - 1; k >= 0; k-- {
+		r := vs[k].Value()
+		if r == nil {
+			dead = true
+			continue
+		}
+		if f(r) {
+			break
 		}
 	}
-	clear(vs[len(live):])
-	l.views[s] = live
-	l.mu.Unlock()
-	for k := len(rows) - 1; k >= 0; k-- {
-		if f(rows[k]) {
-			return
-		}
+	if dead {
+		l.views[s] = slices.DeleteFunc(vs, func(w weak.Pointer[shardRows]) bool { return w.Value() == nil })
 	}
 }
 
