@@ -168,17 +168,25 @@ func TestStoreOrderChecked(t *testing.T) {
 	})
 }
 
-// Issue 9 item 6: a store holding another dataset of the same name is outvoted, reported, and not overwritten.
+// Issue 9 item 6: a store holding another dataset of the same name is
+// outvoted, reported, and not overwritten; repair --force makes it whole,
+// in both metadata formats (format 2 needs its shard index copies too).
 func TestForeignStoreOutvoted(t *testing.T) {
+	for _, format := range []string{"--format=1", "--format=2"} {
+		t.Run(format, func(t *testing.T) { foreignStoreOutvoted(t, format) })
+	}
+}
+
+func foreignStoreOutvoted(t *testing.T, format string) {
 	dirs, urls := localStores(t, 6)
 	otherDirs, otherURLs := localStores(t, 6)
 	src := writeSource(t, synth.Spec{Counts: []int{30, 10}, MinSize: 1000, MaxSize: 9000, Seed: 6})
 	other := writeSource(t, synth.Spec{Counts: []int{5, 5, 5}, MinSize: 1000, MaxSize: 9000, Seed: 7})
-	if r := run(t, time.Minute, nil, "ingest", "--stores="+strings.Join(urls, ","), "--data=4", "--parity=2", src, "ds"); r.code != 0 {
+	if r := run(t, time.Minute, nil, "ingest", "--stores="+strings.Join(urls, ","), "--data=4", "--parity=2", format, src, "ds"); r.code != 0 {
 		t.Fatalf("ingest: %v", r)
 	}
 	time.Sleep(1100 * time.Millisecond) // the foreign copy is newer by the manifest's clock
-	if r := run(t, time.Minute, nil, "ingest", "--stores="+strings.Join(otherURLs, ","), "--data=4", "--parity=2", other, "ds"); r.code != 0 {
+	if r := run(t, time.Minute, nil, "ingest", "--stores="+strings.Join(otherURLs, ","), "--data=4", "--parity=2", format, other, "ds"); r.code != 0 {
 		t.Fatalf("ingest other: %v", r)
 	}
 	mixed := slices.Clone(urls)
