@@ -150,4 +150,17 @@ func TestLazyIndexMount(t *testing.T) {
 			t.Fatalf("second mount on the tier: %d indexes from the stores, %d from the tier; want 0 and some", st.Loads, st.TierHits)
 		}
 	}
+
+	// One of the three stores killed (m=1): a fresh mount fetches every
+	// index it needs from the other two and decodes the data around the
+	// lost fragments, every byte still the source's.
+	c.servers[1].Kill()
+	degraded := mountShardfs(t, stores, "--batch-size=16", "--world-size=4", "--epochs=1", "lazy")
+	if _, err := readEpochVerified(t, degraded, src, 0, nil); err != nil {
+		t.Fatalf("with store 1 down: %v", err)
+	}
+	st := readIndexStatsAll(t, degraded)
+	if ms := readMountStats(t, degraded); st.Loads == 0 || st.Unpinned != 0 || ms.DegradedReads == 0 {
+		t.Fatalf("with store 1 down: %+v, %d degraded reads; want loads, no unpinned lookup, degraded reads", st, ms.DegradedReads)
+	}
 }
