@@ -135,6 +135,20 @@ func (c *Cache) Contains(k Key) bool {
 	return c.entries[k] != nil || c.flights[k] != nil
 }
 
+// Lookup returns k's bytes if they are cached, as a hit: the read path's
+// fast path, which needs no context and no fetch function.
+func (c *Cache) Lookup(k Key) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[k]
+	if e == nil {
+		return nil, false
+	}
+	c.clock++
+	e.used = c.clock
+	return e.v, true
+}
+
 // Get returns k's bytes: from the cache, by waiting for a fetch in flight,
 // or by calling fetch itself (once, however many callers ask).
 func (c *Cache) Get(ctx context.Context, k Key, fetch func(ctx context.Context) ([]byte, error)) ([]byte, Result, error) {

@@ -264,3 +264,34 @@ func TestReservationsCountInTheBudget(t *testing.T) {
 		t.Fatalf("after completion: reserved %d, used %d; want 0, 400", c.Reserved(), c.Used())
 	}
 }
+
+// TestLookupServesOnlyHits: Lookup returns cached bytes and counts as a use
+// for eviction, and never waits on or claims a fetch in flight.
+func TestLookupServesOnlyHits(t *testing.T) {
+	c := New(300, nil)
+	ctx := context.Background()
+	if v, ok := c.Lookup(Key{0, 0}); ok || v != nil {
+		t.Fatal("Lookup of an absent key reported a hit")
+	}
+	for i := int32(0); i < 3; i++ {
+		c.Get(ctx, Key{i, 0}, func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{byte(i + 1)}, 100), nil })
+	}
+	v, ok := c.Lookup(Key{0, 0})
+	if !ok || !bytes.Equal(v, bytes.Repeat([]byte{1}, 100)) {
+		t.Fatalf("Lookup of a cached key: ok %v, %d bytes", ok, len(v))
+	}
+	// Key 0 was just used, so key 1 is now the least recent and goes first.
+	c.Get(ctx, Key{3, 0}, func(context.Context) ([]byte, error) { return make([]byte, 100), nil })
+	if !c.Contains(Key{0, 0}) || c.Contains(Key{1, 0}) {
+		t.Fatal("Lookup did not count as a use: the looked-up key was evicted first")
+	}
+	// A key in flight is not a hit, and Lookup does not block on it.
+	c.Claim([]Key{{9, 0}}, func(Key) int64 { return 100 })
+	if _, ok := c.Lookup(Key{9, 0}); ok {
+		t.Fatal("Lookup reported a hit for a key still in flight")
+	}
+	c.Fill(Key{9, 0}, bytes.Repeat([]byte{9}, 100))
+	if v, ok := c.Lookup(Key{9, 0}); !ok || !bytes.Equal(v, bytes.Repeat([]byte{9}, 100)) {
+		t.Fatal("Lookup after Fill did not return the filled bytes")
+	}
+}

@@ -419,20 +419,34 @@ func TarName(key string) (stem, ext string) {
 }
 
 func sanitize(s string, path bool) string {
+	clean := true
+	for i := 0; i < len(s) && clean; i++ {
+		clean = keptByte(s[i], path)
+	}
+	if clean {
+		return s // the common case, once per member per read: no allocation
+	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		if c := s[i]; keptByte(c, path) {
 			b.WriteByte(c)
-		case path && (c == '_' || c == '-' || c == '/'):
-			b.WriteByte(c)
-		default:
+		} else {
 			b.WriteByte('_')
 		}
 	}
 	return b.String()
+}
+
+// keptByte reports whether sanitize keeps c as it is.
+func keptByte(c byte, path bool) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	case path && (c == '_' || c == '-' || c == '/'):
+		return true
+	}
+	return false
 }
 
 // Offset is where member i starts in epoch.tar; Offset(Len()) is where the members end.
