@@ -187,6 +187,7 @@ func TestBenchmarks(t *testing.T) {
 		run  func()
 	}{
 		{"loader", func() { loader(t, r, work, src, total) }},
+		{"fuse", func() { fuseCeiling(t, r, work, src) }},
 		{"stalls", func() { stalls(t, r, work, src) }},
 		{"degraded", func() { degraded(t, r, work, src) }},
 		{"epochs", func() { epochsBeyondRAM(t, r, work) }},
