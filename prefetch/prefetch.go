@@ -704,6 +704,7 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		s := h.f.Members().Sample(int(e.Member))
 		if h.r.serveFromDisk(s, dst, e.Off) {
 			if h.st != nil {
+				h.st.markRead(int(e.Member))
 				h.r.done(s)
 			}
 			continue
@@ -715,6 +716,7 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			return 0, err
 		}
 		if h.st != nil && e.Off+e.Len >= h.r.sampleSize(s) {
+			h.st.markRead(int(e.Member))
 			h.r.done(s)
 		}
 	}
@@ -755,6 +757,11 @@ type stream struct {
 	// open, of the last one to close), for lock-free ranking.
 	readers     atomic.Pointer[[]int]
 	openHandles atomic.Int32
+	// read has bit i set once member i was read to its end: its sample is
+	// not needed there again, whichever reader position it lies after
+	// (workers that take batches in stripes spread far apart, and the
+	// batches they finished lie ahead of the slowest one).
+	read []atomic.Uint64
 
 	mu      sync.Mutex // guards the fields below
 	handles map[*Handle]int
@@ -764,7 +771,8 @@ type stream struct {
 }
 
 func newStream(r *Reader, m *layout.Members) *stream {
-	s := &stream{r: r, m: m, handles: map[*Handle]int{}, wake: make(chan struct{}, 1), sched: make([]uint64, (m.Len()+63)/64)}
+	s := &stream{r: r, m: m, handles: map[*Handle]int{}, wake: make(chan struct{}, 1), sched: make([]uint64, (m.Len()+63)/64),
+		read: make([]atomic.Uint64, (m.Len()+63)/64)}
 	top := int32(-1)
 	for i := 0; i < m.Len(); i++ {
 		top = max(top, int32(m.Sample(i)))
@@ -794,17 +802,18 @@ func newStream(r *Reader, m *layout.Members) *stream {
 }
 
 // nextUse is how many bytes of this rank-epoch lie between sample smp's next
-// read and the nearest reader before it, or NoUse.
+// read and the nearest reader before it, or NoUse. A member read to its end
+// is not a next read, even where it lies ahead of a slower reader.
 func (s *stream) nextUse(smp int32) int64 {
 	ps := *s.readers.Load()
 	if len(ps) == 0 || int(smp) >= len(s.first) || s.first[smp] < 0 {
 		return cache.NoUse
 	}
 	m := int(s.first[smp])
-	if m < ps[0] {
+	if m < ps[0] || s.wasRead(m) {
 		m = -1
 		for _, i := range s.more[smp] {
-			if int(i) >= ps[0] {
+			if int(i) >= ps[0] && !s.wasRead(int(i)) {
 				m = int(i)
 				break
 			}
@@ -815,6 +824,16 @@ func (s *stream) nextUse(smp int32) int64 {
 	}
 	p := ps[sort.SearchInts(ps, m+1)-1]
 	return s.m.Offset(m) - s.m.Offset(p)
+}
+
+func (s *stream) markRead(member int) {
+	if member >= 0 && member < s.m.Len() {
+		s.read[member/64].Or(1 << (member % 64))
+	}
+}
+
+func (s *stream) wasRead(member int) bool {
+	return s.read[member/64].Load()&(1<<(member%64)) != 0
 }
 
 // rank is the cache's Ranker: the nearest next use over every open stream.
@@ -967,8 +986,8 @@ func (s *stream) targets(ps []int, lead int64) []target {
 	for _, sg := range segs {
 		base := s.m.Offset(sg.from)
 		for m := sg.from; m < sg.to && s.m.Offset(m)-base < d; m++ {
-			if s.sched[m/64]&(1<<(m%64)) != 0 {
-				continue
+			if s.sched[m/64]&(1<<(m%64)) != 0 || s.wasRead(m) {
+				continue // read already: on demand, or by a worker now further on
 			}
 			out = append(out, target{m, s.m.Offset(m) - base})
 		}

@@ -1,6 +1,8 @@
 package prefetch
 
 import (
+	"context"
+	"io"
 	"testing"
 	"time"
 
@@ -118,6 +120,79 @@ func TestRankIsNextUse(t *testing.T) {
 		}
 		if got := r.rank(cache.Key{Sample: int32(s)}); got != want {
 			t.Fatalf("sample %d: rank %d, want %d", s, got, want)
+		}
+	}
+}
+
+// TestReadMembersAreNotNeeded: DataLoader workers take batches in stripes,
+// so a fast worker finishes batches that lie ahead of a slow one. What was
+// read to its end is not needed again: it ranks NoUse, for eviction first,
+// and is never a prefetch target, though it lies within the slow worker's
+// lead. When it ranked by its distance from the slow worker, a small cache
+// filled with finished batches and evicted the unread ones instead.
+func TestReadMembersAreNotNeeded(t *testing.T) {
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{90, 40, 10}, MinSize: 500, MaxSize: 3000, Seed: 9}, met)
+	in, _ := dataset.LayoutInput(ds.Manifest)
+	cat := dataset.Catalog{M: ds.Manifest}
+	o, err := layout.Order(in, layout.Params{World: 1, Batch: 10, Alpha: 1, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := layout.NewMembers(o, cat)
+	cfg := DefaultConfig()
+	cfg.Disabled = true // positions and ranks only; the test drives targets itself
+	r := New(ds, cat, cache.New(1<<20, nil), met, cfg, nil)
+	defer r.Close()
+
+	slow := r.Open(m.Batch(0))
+	defer slow.Close()
+	fast := r.Open(m.Batch(2))
+	f := m.Batch(2)
+	buf := make([]byte, f.Size())
+	if n, err := fast.ReadAt(context.Background(), buf, 0); n != len(buf) || (err != nil && err != io.EOF) {
+		t.Fatalf("read batch 2: %d of %d bytes, %v", n, len(buf), err)
+	}
+	fast.Close()
+	next := r.Open(m.Batch(4)) // the fast worker's next batch
+	defer next.Close()
+
+	seen := map[int]int{}
+	for i := 0; i < m.Len(); i++ {
+		seen[m.Sample(i)]++
+	}
+	for i := 0; i < 50; i++ {
+		smp := m.Sample(i)
+		if seen[smp] != 1 {
+			t.Fatalf("sample %d is read %d times in this epoch: the test needs each once", smp, seen[smp])
+		}
+		got := r.rank(cache.Key{Sample: int32(smp)})
+		switch b := i / 10; {
+		case b == 2:
+			if got != cache.NoUse {
+				t.Errorf("member %d (batch 2, read to its end): rank %d, want NoUse", i, got)
+			}
+		case b < 4:
+			if want := m.Offset(i) - m.Offset(0); got != want {
+				t.Errorf("member %d (batch %d, unread, after the slow worker): rank %d, want %d", i, b, got, want)
+			}
+		default:
+			if want := m.Offset(i) - m.Offset(40); got != want {
+				t.Errorf("member %d (batch %d, after the fast worker): rank %d, want %d", i, b, got, want)
+			}
+		}
+	}
+
+	// A lead that, shared by the two workers, reaches from the slow one to
+	// the fast one: batches 0, 1 and 3 are targets, batch 2 is not.
+	ts := fast.st.targets(fast.st.positions(), 2*(m.Offset(40)-m.Offset(0)))
+	got := map[int]bool{}
+	for _, tg := range ts {
+		got[tg.member] = true
+	}
+	for i := 0; i < 40; i++ {
+		if want := i/10 != 2; got[i] != want {
+			t.Errorf("member %d (batch %d): target %v, want %v", i, i/10, got[i], want)
 		}
 	}
 }
