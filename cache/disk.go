@@ -37,18 +37,23 @@ import (
 // power loss) are counted, dropped and fetched again, never served.
 //
 // Several mounts on one node may share ROOT: writes of one sample by two of
-// them write the same bytes; accounting and eviction happen under an flock;
-// a process that finds its open file unlinked by another's eviction reopens it.
-// The bytes the tier's files hold never exceed the limit: space is reserved
-// under the lock before a write, and eviction deletes whole shard files, the
-// least recently used first.
+// them write the same bytes; a process that finds its open file unlinked by
+// another's eviction reopens it. The bytes the tier's files hold never exceed
+// the limit: a write reserves its space and lands while the tier's lock is
+// held, and eviction deletes whole shard files, the least recently used
+// first. The lock is a mutex inside a process plus an flock across processes
+// (goroutines share the flock'd file, so the flock alone excludes none of
+// them). .usage is replaced by rename, so a crash or a full file system
+// leaves the last whole count; one that cannot be read is measured again.
 type Disk struct {
 	root  string
 	dir   string
 	limit int64
 	lock  *os.File
 
-	mu    sync.Mutex // guards files
+	lockMu sync.Mutex // taken before the flock on lock: the tier's lock within this process
+
+	mu    sync.Mutex // guards files; taken after lockMu when both are held
 	files map[int]*shardFiles
 
 	// Counters, for metrics.
@@ -184,25 +189,34 @@ func (d *Disk) Advise(s Slot) bool {
 }
 
 // Put stores sample s's bytes, which the caller has verified. It reports
-// whether they were stored: not when the sample cannot fit the limit.
+// whether they were stored: not when the sample cannot fit the limit. The
+// write happens under the tier's lock, after its space is reserved, so no
+// eviction can measure the tier while bytes it did not count are landing.
 func (d *Disk) Put(s Slot, b []byte) bool {
-	var ok bool
-	if err := d.withLock(func() (err error) { ok, err = d.reserveLocked(s.Size + slack); return err }); err != nil || !ok {
-		return false
+	stored := false
+	d.withLock(func() error {
+		ok, err := d.reserveLocked(s.Size + slack)
+		if err != nil || !ok {
+			return err
+		}
+		f := d.openForWrite(s.Shard)
+		if f == nil {
+			return nil
+		}
+		if _, err := f.dat.WriteAt(b[:s.Size], s.Off); err != nil {
+			return err
+		}
+		if _, err := f.idx.WriteAt([]byte{1}, int64(s.Index)); err != nil {
+			return err
+		}
+		stored = true
+		return nil
+	})
+	if stored {
+		d.Writes.Add(1)
+		d.WriteBytes.Add(s.Size)
 	}
-	f := d.open(s.Shard, true)
-	if f == nil {
-		return false
-	}
-	if _, err := f.dat.WriteAt(b[:s.Size], s.Off); err != nil {
-		return false
-	}
-	if _, err := f.idx.WriteAt([]byte{1}, int64(s.Index)); err != nil {
-		return false
-	}
-	d.Writes.Add(1)
-	d.WriteBytes.Add(s.Size)
-	return true
+	return stored
 }
 
 // GetMeta returns shard's index object if the tier holds it. The caller
@@ -221,17 +235,22 @@ func (d *Disk) GetMeta(shard int) ([]byte, bool) {
 // PutMeta stores shard's index object, which the caller has verified,
 // within the limit; a crash leaves either the whole object or none.
 func (d *Disk) PutMeta(shard int, b []byte) bool {
-	var ok bool
-	if err := d.withLock(func() (err error) { ok, err = d.reserveLocked(int64(len(b)) + 4096); return err }); err != nil || !ok {
-		return false
-	}
-	name := d.metaPath(shard)
-	tmp := fmt.Sprintf("%s.%d.tmp", name, os.Getpid())
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		os.Remove(tmp)
-		return false
-	}
-	return os.Rename(tmp, name) == nil
+	stored := false
+	d.withLock(func() error {
+		ok, err := d.reserveLocked(int64(len(b)) + 4096)
+		if err != nil || !ok {
+			return err
+		}
+		name := d.metaPath(shard)
+		tmp := fmt.Sprintf("%s.%d.tmp", name, os.Getpid())
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			os.Remove(tmp)
+			return err
+		}
+		stored = os.Rename(tmp, name) == nil
+		return nil
+	})
+	return stored
 }
 
 func (d *Disk) metaPath(shard int) string {
@@ -278,12 +297,28 @@ func (d *Disk) open(shard int, create bool) *shardFiles {
 	return f
 }
 
+// openForWrite is open for a write under the tier's lock: it always checks
+// that the files are still linked, since a write into a file another
+// process evicted would take disk space that no one counts or frees.
+func (d *Disk) openForWrite(shard int) *shardFiles {
+	d.mu.Lock()
+	if f := d.files[shard]; f != nil && !(linked(f.idx) && linked(f.dat)) {
+		f.dat.Close()
+		f.idx.Close()
+		delete(d.files, shard)
+	}
+	d.mu.Unlock()
+	return d.open(shard, true)
+}
+
 func linked(f *os.File) bool {
 	var st syscall.Stat_t
 	return syscall.Fstat(int(f.Fd()), &st) == nil && st.Nlink > 0
 }
 
 func (d *Disk) withLock(fn func() error) error {
+	d.lockMu.Lock()
+	defer d.lockMu.Unlock()
 	if err := syscall.Flock(int(d.lock.Fd()), syscall.LOCK_EX); err != nil {
 		return err
 	}
@@ -296,11 +331,13 @@ func (d *Disk) withLock(fn func() error) error {
 // The caller holds the flock.
 func (d *Disk) reserveLocked(n int64) (bool, error) {
 	usageFile := filepath.Join(d.root, ".usage")
-	var used int64
+	used := int64(-1) // unknown: measure
 	if b, err := os.ReadFile(usageFile); err == nil {
-		used, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v >= 0 {
+			used = v
+		}
 	}
-	if used+n > d.limit {
+	if used < 0 || used+n > d.limit {
 		// The count only grows between evictions; measure what is really there.
 		files, total := d.scanLocked()
 		used = total
@@ -320,8 +357,14 @@ func (d *Disk) reserveLocked(n int64) (bool, error) {
 	return true, d.writeUsage(usageFile, used+n)
 }
 
+// writeUsage replaces the usage record whole: written aside, then renamed.
 func (d *Disk) writeUsage(name string, used int64) error {
-	return os.WriteFile(name, []byte(strconv.FormatInt(max(used, 0), 10)+"\n"), 0o644)
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(max(used, 0), 10)+"\n"), 0o644); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, name)
 }
 
 type diskFile struct {
@@ -336,6 +379,10 @@ func (d *Disk) scanLocked() ([]diskFile, int64) {
 	var out []diskFile
 	var total int64
 	filepath.WalkDir(d.root, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && strings.HasSuffix(p, ".tmp") {
+			os.Remove(p) // a write a crash cut short: no one writes one outside the lock
+			return nil
+		}
 		if err != nil || e.IsDir() || !strings.HasSuffix(p, ".idx") && !strings.HasSuffix(p, ".meta") {
 			return nil
 		}
