@@ -279,18 +279,21 @@ var (
 	_ = (gofs.NodeReaddirer)((*epochsDir)(nil))
 )
 
+// maxOpenEndedListing bounds the listing of open-ended epochs, whatever
+// epoch number was looked up: a lookup of epochs/99999999 must not make the
+// next listing hold a hundred million entries.
+const maxOpenEndedListing = 10_000
+
 func (d *epochsDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	var es []fuse.DirEntry
 	n := d.t.Epochs
 	if n == 0 {
-		// Open-ended: the epochs opened so far and the next few.
-		n = int(d.t.maxEpoch.Load()) + 5
+		// Open-ended: the epochs up to the highest opened and the next few.
+		n = int(min(d.t.maxEpoch.Load()+5, maxOpenEndedListing))
 	}
-	for e := 0; e < n; e++ {
+	return &countedStream{n: n, entry: func(e int) fuse.DirEntry {
 		name := fmt.Sprintf("%04d", e)
-		es = append(es, fuse.DirEntry{Name: name, Mode: fuse.S_IFDIR, Ino: ino("epochs/" + name)})
-	}
-	return gofs.NewListDirStream(es), 0
+		return fuse.DirEntry{Name: name, Mode: fuse.S_IFDIR, Ino: ino("epochs/" + name)}
+	}}, 0
 }
 
 // parseNumbered parses name as prefix + a number formatted with at least
@@ -473,15 +476,18 @@ func (d *rankDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, d.t.toErrno(err)
 	}
-	es := make([]fuse.DirEntry, 0, steps+2)
-	for b := 0; b < steps; b++ {
-		name := fmt.Sprintf("batch-%06d.tar", b)
-		es = append(es, fuse.DirEntry{Name: name, Mode: fuse.S_IFREG, Ino: ino(d.path + "/" + name)})
-	}
-	for _, name := range []string{"epoch.tar", "index.csv"} {
-		es = append(es, fuse.DirEntry{Name: name, Mode: fuse.S_IFREG, Ino: ino(d.path + "/" + name)})
-	}
-	return gofs.NewListDirStream(es), 0
+	return &countedStream{n: steps + 2, entry: func(i int) fuse.DirEntry {
+		var name string
+		switch i - steps {
+		case 0:
+			name = "epoch.tar"
+		case 1:
+			name = "index.csv"
+		default:
+			name = fmt.Sprintf("batch-%06d.tar", i)
+		}
+		return fuse.DirEntry{Name: name, Mode: fuse.S_IFREG, Ino: ino(d.path + "/" + name)}
+	}}, 0
 }
 
 func (d *rankDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

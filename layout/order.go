@@ -92,8 +92,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("batch size %d: must be at least 1", p.Batch)
 	case p.Alpha < 0 || math.IsNaN(p.Alpha) || math.IsInf(p.Alpha, 0):
 		return fmt.Errorf("alpha %v: must be a finite number >= 0 (1 = proportional, 0 = balanced)", p.Alpha)
-	case p.EpochSize < 0:
-		return fmt.Errorf("epoch size %d: must be >= 0", p.EpochSize)
+	case p.EpochSize < 0 || p.EpochSize > math.MaxInt32:
+		return fmt.Errorf("epoch size %d: must be in 0..%d", p.EpochSize, math.MaxInt32)
 	case p.Window < 0:
 		return fmt.Errorf("window %d: must be >= 0 (0 = global shuffle)", p.Window)
 	case p.Window > 0 && p.Alpha != 1:
@@ -304,6 +304,10 @@ func newEpoch(in *Input, p Params) (*epoch, error) {
 	l := p.EpochSize
 	if l == 0 {
 		l = in.N()
+	}
+	if p.Tail == Pad && p.Batch > l {
+		// One batch, padded to its size: memory a flag could make any size.
+		return nil, fmt.Errorf("batch size %d is larger than the epoch's %d samples: lower the batch size", p.Batch, l)
 	}
 	e := &epoch{in: in, p: p}
 	if p.Tail == Drop {

@@ -179,6 +179,11 @@ func (f *orderFlags) resume() (epoch, batches int, err error) {
 	return epoch, batches, nil
 }
 
+// maxRanks bounds the ranks one mount, warm or plan serves: each is a
+// directory and an order in memory, and a flag must not be able to ask for
+// two billion of them.
+const maxRanks = 65536
+
 // parseRanks reads a --rank value: "all" (or -1), a rank, a range A-B, or a
 // comma-separated list of ranks and ranges, each below world.
 func parseRanks(spec string, world int) ([]int, error) {
@@ -187,6 +192,9 @@ func parseRanks(spec string, world int) ([]int, error) {
 	}
 	spec = strings.TrimSpace(spec)
 	if spec == "all" || spec == "-1" {
+		if world > maxRanks {
+			return bad(fmt.Sprintf("all %d ranks of --world-size %d are more than one process serves (at most %d)", world, world, maxRanks))
+		}
 		r := make([]int, world)
 		for i := range r {
 			r[i] = i
@@ -209,6 +217,9 @@ func parseRanks(spec string, world int) ([]int, error) {
 		}
 		if lo < 0 || hi >= world {
 			return bad(fmt.Sprintf("%s is outside 0..%d for --world-size %d", part, world-1, world))
+		}
+		if hi-lo >= maxRanks-len(out) {
+			return bad(fmt.Sprintf("more than %d ranks: one process serves at most that many", maxRanks))
 		}
 		for r := lo; r <= hi; r++ {
 			if seen[r] {
