@@ -305,10 +305,6 @@ func newEpoch(in *Input, p Params) (*epoch, error) {
 	if l == 0 {
 		l = in.N()
 	}
-	if p.Tail == Pad && p.Batch > l {
-		// One batch, padded to its size: memory a flag could make any size.
-		return nil, fmt.Errorf("batch size %d is larger than the epoch's %d samples: lower the batch size", p.Batch, l)
-	}
 	e := &epoch{in: in, p: p}
 	if p.Tail == Drop {
 		e.m = l / p.Batch

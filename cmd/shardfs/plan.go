@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -252,6 +253,10 @@ func (f *orderFlags) checkSteps(in *layout.Input) (int, error) {
 	p, err := plain.params(0, 0)
 	if err != nil {
 		return 0, err
+	}
+	if n := cmp.Or(f.epochSize, in.N()); f.batch > n {
+		// Padded, one batch of that size: memory a flag could make any size.
+		return 0, fmt.Errorf("--batch-size %d is larger than an epoch (%d samples): lower --batch-size", f.batch, n)
 	}
 	steps, err := layout.Steps(in, p)
 	if err != nil {
