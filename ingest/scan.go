@@ -19,6 +19,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +40,11 @@ type Source struct {
 	Root        string
 	LabelFields []string
 	Items       []Item
+	// Symlinks counts the symbolic links the scan followed; Outside, those
+	// of them that lead out of the source (followed only when asked).
+	Symlinks, Outside int
+
+	realRoot string // Root with its symbolic links resolved, for listings
 
 	indexOnce sync.Once
 	index     map[string]int // key -> item, built by keyIndex
@@ -52,7 +58,31 @@ var ErrEmpty = errors.New("no samples found")
 // starting with "path" names the label columns) or .jsonl (objects with
 // "path" and the label fields, default "label"). Listed paths are relative
 // to the listing's directory and become the keys.
+//
+// A symbolic link that leads out of the source (the tree's root, or the
+// listing's directory) is refused: a source is what lies below it. Use
+// ScanWith with FollowSymlinks to follow such links.
 func Scan(src string, labelFields []string) (*Source, error) {
+	return ScanWith(src, ScanOptions{LabelFields: labelFields})
+}
+
+// ScanOptions are Scan's choices.
+type ScanOptions struct {
+	LabelFields []string // listings: the fields that form the stratum (default "label")
+	// FollowSymlinks follows symbolic links that lead out of the source.
+	FollowSymlinks bool
+}
+
+// MaxLabelBytes bounds one label, and MaxStratumBytes the stratum name made
+// of a sample's labels: a stratum names a directory under samples/, and a
+// file name has at most 255 bytes.
+const (
+	MaxLabelBytes   = 200
+	MaxStratumBytes = 255
+)
+
+// ScanWith is Scan with options.
+func ScanWith(src string, o ScanOptions) (*Source, error) {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", src, err)
@@ -60,11 +90,11 @@ func Scan(src string, labelFields []string) (*Source, error) {
 	var s *Source
 	switch {
 	case fi.IsDir():
-		s, err = scanTree(src)
+		s, err = scanTree(src, o.FollowSymlinks)
 	case strings.HasSuffix(src, ".csv"):
-		s, err = scanCSV(src, labelFields)
+		s, err = scanCSV(src, o)
 	case strings.HasSuffix(src, ".jsonl"):
-		s, err = scanJSONL(src, labelFields)
+		s, err = scanJSONL(src, o)
 	default:
 		return nil, fmt.Errorf("source %s: not a directory, .csv or .jsonl file", src)
 	}
@@ -85,8 +115,11 @@ func Scan(src string, labelFields []string) (*Source, error) {
 		seen[it.Key] = it.Path
 		for i, l := range it.Labels {
 			if err := checkLabel(l); err != nil {
-				return nil, fmt.Errorf("source %s: sample %q has label %s=%q: %v", src, it.Key, s.LabelFields[i], l, err)
+				return nil, fmt.Errorf("source %s: sample %q has label %s=%q: %v", src, it.Key, s.LabelFields[i], clip(l), err)
 			}
+		}
+		if n := len(stratumName(it.Labels)); n > MaxStratumBytes {
+			return nil, fmt.Errorf("source %s: sample %q: its labels %s make a stratum name of %d bytes, more than the %d a directory name under samples/ may have: use shorter labels or fewer --label-fields", src, it.Key, strings.Join(s.LabelFields, ","), n, MaxStratumBytes)
 		}
 		if it.Size > manifest.MaxShardSize {
 			return nil, fmt.Errorf("source %s: sample %q is %d bytes; samples up to %d bytes are supported", src, it.Key, it.Size, int64(manifest.MaxShardSize))
@@ -101,6 +134,9 @@ func checkLabel(l string) error {
 	if l == "" || l == "." || l == ".." || strings.ContainsRune(l, '/') {
 		return errors.New(`labels must be non-empty, not "." or "..", and contain no '/'`)
 	}
+	if len(l) > MaxLabelBytes {
+		return fmt.Errorf("the label is %d bytes: labels name directories under samples/ and may have at most %d bytes", len(l), MaxLabelBytes)
+	}
 	for _, r := range l {
 		if r < 0x20 || r == 0x7f {
 			return fmt.Errorf("labels may not contain control characters such as newlines (found %q)", r)
@@ -109,21 +145,68 @@ func checkLabel(l string) error {
 	return nil
 }
 
-// scanTree walks root/<class>/<file...>. Symlinked class directories (and
-// symlinked directories below them) are followed, as torchvision's
-// ImageFolder does; a directory reached twice is refused as a loop.
-func scanTree(root string) (*Source, error) {
-	s := &Source{Root: root, LabelFields: []string{"label"}}
-	visited := map[string]bool{}
-	if real, err := filepath.EvalSymlinks(root); err == nil {
-		visited[real] = true
+// clip shortens a value for an error message.
+func clip(v string) string {
+	if len(v) > 64 {
+		return v[:64] + fmt.Sprintf("... (%d bytes)", len(v))
 	}
-	err := walkTree(s, root, root, "", visited)
-	return s, err
+	return v
 }
 
-// walkTree adds the files below dir, whose key prefix is prefix ("" at the root).
-func walkTree(s *Source, root, dir, prefix string, visited map[string]bool) error {
+// stratumName is the name of the stratum a sample's labels make.
+func stratumName(labels []string) string { return strings.Join(labels, "+") }
+
+// scanTree walks root/<class>/<file...>. Symlinked class directories (and
+// symlinked directories below them) are followed, as torchvision's
+// ImageFolder does, when they stay inside root, or when follow is set; a
+// directory reached twice is refused as a loop.
+func scanTree(root string, follow bool) (*Source, error) {
+	s := &Source{Root: root, LabelFields: []string{"label"}}
+	visited := map[string]bool{}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", root, err)
+	}
+	visited[realRoot] = true
+	w := &treeWalk{s: s, root: root, realRoot: realRoot, follow: follow, visited: visited}
+	return s, w.walk(root, "")
+}
+
+// treeWalk is one scan of a tree.
+type treeWalk struct {
+	s              *Source
+	root, realRoot string
+	follow         bool
+	visited        map[string]bool
+}
+
+// followLink resolves the symbolic link p (key in the source), and counts
+// it; one that leads out of the source is refused unless asked for.
+func (w *treeWalk) followLink(p, key string) (string, error) {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("source %s: %w", w.root, err)
+	}
+	return real, followed(w.s, w.root, w.realRoot, key, real, w.follow)
+}
+
+// followed counts a symbolic link at key that leads to real, and refuses
+// one that leads out of realRoot unless follow is set.
+func followed(s *Source, root, realRoot, key, real string, follow bool) error {
+	s.Symlinks++
+	if rel, err := filepath.Rel(realRoot, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return nil
+	}
+	if !follow {
+		return fmt.Errorf("source %s: %s is a symbolic link to %s, outside the source: pass --follow-symlinks to ingest what it leads to, or copy it into the source", root, key, real)
+	}
+	s.Outside++
+	return nil
+}
+
+// walk adds the files below dir, whose key prefix is prefix ("" at the root).
+func (w *treeWalk) walk(dir, prefix string) error {
+	s, root, visited := w.s, w.root, w.visited
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("source %s: %w", root, err)
@@ -134,16 +217,16 @@ func walkTree(s *Source, root, dir, prefix string, visited map[string]bool) erro
 		rel, _ := filepath.Rel(dir, p)
 		key := path.Join(prefix, filepath.ToSlash(rel))
 		if d.Type()&fs.ModeSymlink != 0 {
+			real, err := w.followLink(p, key)
+			if err != nil {
+				return err
+			}
 			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-				real, err := filepath.EvalSymlinks(p)
-				if err != nil {
-					return fmt.Errorf("source %s: %w", root, err)
-				}
 				if visited[real] {
 					return fmt.Errorf("source %s: symlinked directory %s leads to %s, which is already part of the source (a loop or a duplicate)", root, key, real)
 				}
 				visited[real] = true
-				return walkTree(s, root, p+"/", key, visited)
+				return w.walk(p+"/", key)
 			}
 		}
 		label, _, nested := strings.Cut(key, "/")
@@ -162,7 +245,8 @@ func walkTree(s *Source, root, dir, prefix string, visited map[string]bool) erro
 	})
 }
 
-func scanCSV(name string, labelFields []string) (*Source, error) {
+func scanCSV(name string, o ScanOptions) (*Source, error) {
+	labelFields := o.LabelFields
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", name, err)
@@ -195,7 +279,7 @@ func scanCSV(name string, labelFields []string) (*Source, error) {
 			}
 			labels = append(labels, strings.TrimSpace(rec[c]))
 		}
-		it, err := listedItem(s.Root, strings.TrimSpace(rec[0]), labels)
+		it, err := listedItem(s, strings.TrimSpace(rec[0]), labels, o.FollowSymlinks)
 		if err != nil {
 			return nil, fmt.Errorf("listing %s line %d: %w", name, line, err)
 		}
@@ -204,10 +288,19 @@ func scanCSV(name string, labelFields []string) (*Source, error) {
 	return s, nil
 }
 
-// pickColumns maps a header row to the label columns to use.
+// pickColumns maps a header row to the label columns to use: those named
+// by want, or else the column named "label" (or the only column besides
+// path). Other columns are not part of the stratum unless asked for.
 func pickColumns(header, want []string) ([]int, []string, error) {
 	if len(want) == 0 {
-		want = header[1:]
+		switch {
+		case slices.ContainsFunc(header[1:], func(h string) bool { return strings.TrimSpace(h) == "label" }):
+			want = []string{"label"}
+		case len(header) == 2:
+			want = []string{strings.TrimSpace(header[1])}
+		default:
+			return nil, nil, fmt.Errorf("the header %v has no column named label: name the column(s) that form the stratum with --label-fields, e.g. --label-fields %s", header, strings.TrimSpace(header[1]))
+		}
 	}
 	var cols []int
 	for _, w := range want {
@@ -228,7 +321,8 @@ func pickColumns(header, want []string) ([]int, []string, error) {
 	return cols, want, nil
 }
 
-func scanJSONL(name string, labelFields []string) (*Source, error) {
+func scanJSONL(name string, o ScanOptions) (*Source, error) {
+	labelFields := o.LabelFields
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", name, err)
@@ -266,7 +360,7 @@ func scanJSONL(name string, labelFields []string) (*Source, error) {
 			}
 			labels = append(labels, l)
 		}
-		it, err := listedItem(s.Root, p, labels)
+		it, err := listedItem(s, p, labels, o.FollowSymlinks)
 		if err != nil {
 			return nil, fmt.Errorf("listing %s line %d: %w", name, line, err)
 		}
@@ -296,12 +390,28 @@ func jsonLabel(v any) (string, error) {
 }
 
 // listedItem checks a listed path before touching the file system with it.
-func listedItem(root, p string, labels []string) (Item, error) {
+// A path that passes through a symbolic link is counted, and refused when
+// it leads out of the listing's directory unless follow is set.
+func listedItem(s *Source, p string, labels []string, follow bool) (Item, error) {
 	if err := manifest.CheckKey(p); err != nil {
 		return Item{}, fmt.Errorf("path: %v: list paths relative to the listing's directory", err)
 	}
 	key := path.Clean(p)
-	full := filepath.Join(root, filepath.FromSlash(key))
+	full := filepath.Join(s.Root, filepath.FromSlash(key))
+	real, err := filepath.EvalSymlinks(full)
+	if err != nil {
+		return Item{}, err
+	}
+	if s.realRoot == "" {
+		if s.realRoot, err = filepath.EvalSymlinks(s.Root); err != nil {
+			return Item{}, err
+		}
+	}
+	if filepath.Join(s.realRoot, filepath.FromSlash(key)) != real {
+		if err := followed(s, s.Root, s.realRoot, key, real, follow); err != nil {
+			return Item{}, err
+		}
+	}
 	fi, err := os.Stat(full)
 	if err != nil {
 		return Item{}, err
@@ -319,7 +429,7 @@ func (s *Source) strata() ([]manifest.Stratum, []uint32) {
 	var names []string
 	labelsOf := map[string][]string{}
 	for _, it := range s.Items {
-		n := strings.Join(it.Labels, "+")
+		n := stratumName(it.Labels)
 		if _, ok := labelsOf[n]; !ok {
 			labelsOf[n] = it.Labels
 			names = append(names, n)
@@ -333,7 +443,7 @@ func (s *Source) strata() ([]manifest.Stratum, []uint32) {
 	}
 	of := make([]uint32, len(s.Items))
 	for i, it := range s.Items {
-		of[i] = uint32(index[strings.Join(it.Labels, "+")])
+		of[i] = uint32(index[stratumName(it.Labels)])
 		out[of[i]].Count++
 	}
 	return out, of

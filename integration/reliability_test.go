@@ -254,10 +254,17 @@ func TestBadInputMessages(t *testing.T) {
 			}
 		})
 	}
-	t.Run("symlinked class directory is followed", func(t *testing.T) {
+	// Issue 23 item 13: a link out of the source is refused unless asked for.
+	t.Run("symlinked class directory outside the source is refused", func(t *testing.T) {
 		r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", symTree, "sym")
-		if r.code != 0 || !strings.Contains(r.stdout, "2 samples in 2 strata") {
-			t.Fatalf("want both classes ingested, the symlinked one followed: %v", r)
+		if r.code == 0 || !strings.Contains(r.stderr, "linked is a symbolic link to") || !strings.Contains(r.stderr, "--follow-symlinks") {
+			t.Fatalf("want the link out of the source refused, naming --follow-symlinks: %v", r)
+		}
+	})
+	t.Run("symlinked class directory is followed when asked", func(t *testing.T) {
+		r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--follow-symlinks", symTree, "sym")
+		if r.code != 0 || !strings.Contains(r.stdout, "2 samples in 2 strata") || !strings.Contains(r.stderr, "followed 1 symbolic links, 1 of them out of the source") {
+			t.Fatalf("want both classes ingested, the symlinked one followed and counted: %v", r)
 		}
 	})
 	src := writeSource(t, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 900, Seed: 3})

@@ -24,6 +24,7 @@ type ingestFlags struct {
 	seed         uint64
 	force        bool
 	labelFields  []string
+	followLinks  bool
 	part, job    string
 	format       int
 }
@@ -40,9 +41,11 @@ by writing its manifest to every store last.
 
 SRC is an ImageFolder tree SRC/<class>/<file...> (the class is the first
 directory), or a listing: a .csv of path,label (an optional header row
-"path,label[,field...]" names label fields; use --label-fields to pick) or a
-.jsonl of {"path": ..., "label": ...}. Listed paths are relative to the
-listing's directory. Keys are the relative paths.
+"path,label[,field...]" names the columns; the stratum is the label column
+unless --label-fields names others) or a .jsonl of {"path": ..., "label": ...}.
+Listed paths are relative to the listing's directory. Keys are the relative
+paths. Labels have at most 200 bytes. A symbolic link that leads out of SRC
+is refused unless --follow-symlinks is given.
 
 Interrupting an ingest (even kill -9) leaves no visible dataset; run the same
 command again. An existing NAME is only replaced with --force.
@@ -84,7 +87,8 @@ never writes over this one's fragments.`,
 	fl.StringVar(&f.blockSize, "block-size", "64KiB", "checksum block size (at most 1MiB); smaller blocks read less beyond each sample")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the stratified placement into shards")
 	fl.BoolVar(&f.force, "force", false, "replace an existing dataset of the same name")
-	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "label fields that form the stratum (listings only; default: label)")
+	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "listing fields that form the stratum, e.g. class,site (listings only; default: the field named label, or a CSV's only column besides path; other columns are ignored)")
+	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
 	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 0 (default): 2 from %d samples up, else 1", format2From))
 	fl.StringVar(&f.job, "job", "", "name of this distributed ingest run, the same for all its parts (default: $SHARDFS_JOB_ID, else $SLURM_ARRAY_JOB_ID)")
@@ -111,9 +115,12 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	if f.format != 0 && f.format != 1 && f.format != 2 {
 		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1 or 2, or 0 to choose by the dataset's size", f.format)
 	}
-	source, err := ingest.Scan(src, f.labelFields)
+	source, err := ingest.ScanWith(src, ingest.ScanOptions{LabelFields: f.labelFields, FollowSymlinks: f.followLinks})
 	if err != nil {
 		return nil, ingest.Options{}, err
+	}
+	if source.Symlinks > 0 {
+		fmt.Fprintf(os.Stderr, "source %s: followed %d symbolic links, %d of them out of the source\n", src, source.Symlinks, source.Outside)
 	}
 	format := f.format
 	if format == 0 {

@@ -1,0 +1,146 @@
+package ingest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFiles(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("bytes of "+n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// csvListing writes 60 files and a listing with the given header whose
+// rows give each file one of three labels and its own size column.
+func csvListing(t *testing.T, header string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString(header + "\n")
+	for i := range 60 {
+		name := fmt.Sprintf("f%02d.bin", i)
+		writeFiles(t, dir, name)
+		fmt.Fprintf(&b, "%s,c%d,%d\n", name, i%3, 1000+i)
+	}
+	p := filepath.Join(dir, "list.csv")
+	os.WriteFile(p, []byte(b.String()), 0o644)
+	return p
+}
+
+func strataOf(s *Source) map[string]int {
+	st, _ := s.strata()
+	out := map[string]int{}
+	for _, x := range st {
+		out[x.Name] = x.Count
+	}
+	return out
+}
+
+// Issue 23 item 8: a header path,label,bytes made every column part of the
+// stratum (60 samples in 59 strata). The label is the column named label.
+func TestCSVExtraColumnsAreNotStrata(t *testing.T) {
+	s, err := Scan(csvListing(t, "path,label,bytes"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strataOf(s); len(got) != 3 || got["c0"] != 20 || got["c1"] != 20 || got["c2"] != 20 {
+		t.Fatalf("strata %v, want c0, c1, c2 with 20 samples each", got)
+	}
+	if len(s.LabelFields) != 1 || s.LabelFields[0] != "label" {
+		t.Fatalf("label fields %v, want [label]", s.LabelFields)
+	}
+	// Asked for, an extra column is part of the stratum.
+	s, err = Scan(csvListing(t, "path,label,bytes"), []string{"label", "bytes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strataOf(s); len(got) != 60 {
+		t.Fatalf("--label-fields label,bytes: %d strata, want 60", len(got))
+	}
+	// No column named label among several: refused, naming the flag.
+	if _, err := Scan(csvListing(t, "path,class,bytes"), nil); err == nil || !strings.Contains(err.Error(), "--label-fields") {
+		t.Fatalf("header path,class,bytes: %v, want an error naming --label-fields", err)
+	}
+	// Two columns: the one besides path is the label, whatever its name.
+	dir := t.TempDir()
+	writeFiles(t, dir, "a.bin", "b.bin")
+	os.WriteFile(filepath.Join(dir, "l.csv"), []byte("path,class\na.bin,x\nb.bin,y\n"), 0o644)
+	s, err = Scan(filepath.Join(dir, "l.csv"), nil)
+	if err != nil || len(strataOf(s)) != 2 || s.LabelFields[0] != "class" {
+		t.Fatalf("header path,class: %v, %v", err, s)
+	}
+}
+
+// Issue 23 item 12: a 5 MB label was accepted, and samples/ was then empty.
+func TestLabelLengthBounded(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, "a.bin", "b.bin")
+	long := strings.Repeat("x", 5<<20)
+	os.WriteFile(filepath.Join(dir, "l.csv"), []byte("a.bin,"+long+"\nb.bin,y\n"), 0o644)
+	_, err := Scan(filepath.Join(dir, "l.csv"), nil)
+	if err == nil || !strings.Contains(err.Error(), "at most 200 bytes") || len(err.Error()) > 1000 {
+		t.Fatalf("a 5 MB label: %.300v, want a short error naming the 200-byte bound", err)
+	}
+	ok := strings.Repeat("y", MaxLabelBytes)
+	os.WriteFile(filepath.Join(dir, "ok.csv"), []byte("a.bin,"+ok+"\nb.bin,y\n"), 0o644)
+	if _, err := Scan(filepath.Join(dir, "ok.csv"), nil); err != nil {
+		t.Fatalf("a label of exactly %d bytes: %v", MaxLabelBytes, err)
+	}
+	// Labels within the bound whose tuple would name too long a directory.
+	os.WriteFile(filepath.Join(dir, "two.jsonl"), []byte(fmt.Sprintf(`{"path":"a.bin","p":"%s","q":"%s"}`+"\n", ok, ok)), 0o644)
+	if _, err := Scan(filepath.Join(dir, "two.jsonl"), []string{"p", "q"}); err == nil || !strings.Contains(err.Error(), "stratum name of 401 bytes") {
+		t.Fatalf("two 200-byte labels: %v", err)
+	}
+}
+
+// Issue 23 item 13: symbolic links leading out of the source were followed
+// silently. They are refused unless asked for, and every link followed is
+// counted.
+func TestSymlinksOutOfTheSource(t *testing.T) {
+	outside := t.TempDir()
+	writeFiles(t, outside, "x.bin", "cls/z.bin")
+	tree := t.TempDir()
+	writeFiles(t, tree, "plain/y.bin", "other/w.bin")
+	os.Symlink(outside, filepath.Join(tree, "linked"))                                        // a class directory outside
+	os.Symlink(filepath.Join(tree, "other"), filepath.Join(tree, "inside"))                   // a class directory inside
+	os.Symlink(filepath.Join(tree, "plain", "y.bin"), filepath.Join(tree, "plain", "y2.bin")) // a file inside
+
+	_, err := Scan(tree, nil)
+	if err == nil || !strings.Contains(err.Error(), "linked") || !strings.Contains(err.Error(), "--follow-symlinks") {
+		t.Fatalf("a link out of the tree: %v, want it refused, naming it and --follow-symlinks", err)
+	}
+	s, err := ScanWith(tree, ScanOptions{FollowSymlinks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Items) != 6 || s.Symlinks != 3 || s.Outside != 1 {
+		t.Fatalf("followed: %d items, %d links, %d outside; want 6 items, 3 links, 1 outside", len(s.Items), s.Symlinks, s.Outside)
+	}
+	os.Remove(filepath.Join(tree, "linked"))
+	if s, err = Scan(tree, nil); err != nil || len(s.Items) != 4 || s.Symlinks != 2 || s.Outside != 0 {
+		t.Fatalf("links inside only: %v, %+v", err, s)
+	}
+
+	// A listing's path through a link out of its directory.
+	dir := t.TempDir()
+	writeFiles(t, dir, "a.bin")
+	os.Symlink(filepath.Join(outside, "x.bin"), filepath.Join(dir, "b.bin"))
+	os.WriteFile(filepath.Join(dir, "l.csv"), []byte("a.bin,p\nb.bin,q\n"), 0o644)
+	if _, err := Scan(filepath.Join(dir, "l.csv"), nil); err == nil || !strings.Contains(err.Error(), "b.bin is a symbolic link") {
+		t.Fatalf("a listed link out of the listing's directory: %v", err)
+	}
+	if s, err := ScanWith(filepath.Join(dir, "l.csv"), ScanOptions{FollowSymlinks: true}); err != nil || s.Outside != 1 || len(s.Items) != 2 {
+		t.Fatalf("followed when asked: %v, %+v", err, s)
+	}
+}
