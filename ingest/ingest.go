@@ -95,7 +95,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	for i := range all {
 		all[i] = i
 	}
-	if res.StoredBytes, err = uploadShards(ctx, src, m, codec, opts, all); err != nil {
+	if res.StoredBytes, err = uploadShards(ctx, src, m, codec, opts, all, putObject); err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
 			err = cause
 		}
@@ -105,7 +105,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 		return nil, err
 	}
 	if opts.Format == 2 {
-		sizes, sums, err := writeIndexes(ctx, opts, m, all)
+		sizes, sums, err := writeIndexes(ctx, opts, m, all, putObject)
 		if err != nil {
 			return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command)", opts.Name, err)
 		}
@@ -128,7 +128,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 // writeIndexes writes the index of each of the given shards of m to every
 // store (format 2); each must reach m+1 stores. It returns their sizes and
 // checksums, indexed by shard.
-func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shards []int) ([]int64, []uint32, error) {
+func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shards []int, write writeFunc) ([]int64, []uint32, error) {
 	sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
@@ -138,7 +138,7 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 			if err != nil {
 				return err
 			}
-			if err := putSome(gctx, opts.Stores, dataset.IndexKey(opts.Name, m.IngestID, si), b, opts.Parity+1); err != nil {
+			if err := writeSome(gctx, opts.Stores, dataset.IndexKey(opts.Name, m.IngestID, si), b, opts.Parity+1, write); err != nil {
 				return fmt.Errorf("shard %d's index: %w", si, err)
 			}
 			sizes[si], sums[si] = int64(len(b)), manifest.IndexSum(b)
@@ -255,7 +255,7 @@ func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error
 // uploadShards reads, encodes and uploads the given shards of m's plan,
 // ShardsInFlight at a time, filling their sample and block checksums in m.
 // It returns the fragment bytes written.
-func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, codec *erasure.Codec, opts Options, shards []int) (int64, error) {
+func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, codec *erasure.Codec, opts Options, shards []int, write writeFunc) (int64, error) {
 	var mu sync.Mutex // guards stored
 	var stored int64
 	g, gctx := errgroup.WithContext(ctx)
@@ -275,7 +275,7 @@ func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, codec 
 			for f, frag := range frags {
 				up.Go(func() error {
 					store := opts.Stores[codec.Placement(si, f)]
-					if err := store.Put(uctx, dataset.FragmentKey(opts.Name, m.IngestID, si, f), frag); err != nil {
+					if err := write(uctx, store, dataset.FragmentKey(opts.Name, m.IngestID, si, f), frag); err != nil {
 						return fmt.Errorf("upload shard %d fragment %d: %w", si, f, err)
 					}
 					return nil

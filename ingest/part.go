@@ -219,7 +219,12 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 		return nil, err
 	}
 	id := partIngestID(src, opts, job, part.Count)
-	if err := refuseCommitted(ctx, opts, id, log); err != nil {
+	// A part of the committed ingest writes nothing: it compares its work
+	// with what was committed, and says whether the source still matches.
+	committed := false
+	if err := refuseCommitted(ctx, opts, id, log); errors.Is(err, ErrAlreadyCommitted) {
+		committed = true
+	} else if err != nil {
 		return nil, err
 	}
 	m, err := plan(src, opts, id)
@@ -229,20 +234,26 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	if len(m.Shards) < part.Count {
 		log.Warn("more parts than shards: some parts have nothing to upload", "parts", part.Count, "shards", len(m.Shards))
 	}
+	var owned []int
+	for si := part.Index; si < len(m.Shards); si += part.Count {
+		owned = append(owned, si)
+	}
+	if committed {
+		return nil, compareCommitted(ctx, src, m, codec, opts, part, owned)
+	}
 	// Marked before the first fragment: a purge by another ingest of this
 	// name leaves the fragments of a running distributed ingest alone.
 	if err := putSome(ctx, opts.Stores, startedKey(opts.Name, id), []byte(time.Now().UTC().Format(time.RFC3339)), 1); err != nil {
 		return nil, fmt.Errorf("part %s of %s: %w", part, opts.Name, err)
 	}
-	var owned []int
-	for si := part.Index; si < len(m.Shards); si += part.Count {
-		owned = append(owned, si)
-	}
 	log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "shards", len(owned), "of", len(m.Shards))
 	res := &PartResult{IngestID: id, Part: part, Shards: len(owned), AllShards: len(m.Shards)}
-	stored, err := uploadShards(ctx, src, m, codec, opts, owned)
+	stored, err := uploadShards(ctx, src, m, codec, opts, owned, createOrSame)
 	if err == nil {
 		err = verifyUploads(ctx, m, codec, opts, owned)
+	}
+	if errors.Is(err, ErrSourceChanged) {
+		return nil, sourceChanged(opts.Name, part, id, err, false)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("part %s of %s not done: %w (rerun this part)", part, opts.Name, err)
@@ -251,9 +262,18 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	var indexSize []int64
 	var indexSum []uint32
 	if opts.Format == 2 {
-		if indexSize, indexSum, err = writeIndexes(ctx, opts, m, owned); err != nil {
+		indexSize, indexSum, err = writeIndexes(ctx, opts, m, owned, createOrSame)
+		if errors.Is(err, ErrSourceChanged) {
+			return nil, sourceChanged(opts.Name, part, id, err, false)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("part %s of %s not done: %w (rerun this part)", part, opts.Name, err)
 		}
+	}
+	// Committed meanwhile (this part's bytes matched): its record would be
+	// a stray one, so none is written.
+	if err := refuseCommitted(ctx, opts, id, log); err != nil {
+		return nil, err
 	}
 	rec := &partRecord{Format: 1, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count,
 		Seed: m.Seed, Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
@@ -276,6 +296,34 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// compareCommitted is a part of the committed ingest run again: it encodes
+// its shards and compares every fragment (and index object) with what the
+// stores hold, writing nothing. Equal, there is nothing to do; different,
+// the source changed since the commit, and the part says what to do.
+func compareCommitted(ctx context.Context, src *Source, m *manifest.Manifest, codec *erasure.Codec, opts Options, part Part, owned []int) error {
+	_, err := uploadShards(ctx, src, m, codec, opts, owned, sameObject)
+	if err == nil && opts.Format == 2 {
+		_, _, err = writeIndexes(ctx, opts, m, owned, sameObject)
+	}
+	switch {
+	case errors.Is(err, ErrSourceChanged):
+		return sourceChanged(opts.Name, part, m.IngestID, err, true)
+	case errors.Is(err, errCommittedMissing):
+		return fmt.Errorf("part %s of %s: the source matches what was committed, but %w: run shardfs verify and shardfs repair %s; nothing was written", part, opts.Name, err, opts.Name)
+	case err != nil:
+		return fmt.Errorf("part %s of %s: could not compare the source with what was committed: %w; nothing was written", part, opts.Name, err)
+	}
+	return fmt.Errorf("%w: %s was committed from these parts (ingest %s), and part %s's bytes match it: nothing to do", ErrAlreadyCommitted, opts.Name, m.IngestID, part)
+}
+
+// sourceChanged explains a part refused because its source changed.
+func sourceChanged(name string, part Part, id string, err error, committed bool) error {
+	if committed {
+		return fmt.Errorf("part %s of %s: the source's content differs from what was committed (ingest %s, %v). Nothing was written. To ingest the new content, run every part with a new --job, then shardfs commit --force %s to replace the dataset", part, name, id, err, name)
+	}
+	return fmt.Errorf("part %s of %s: the source's content differs from what earlier runs of this ingest (%s) wrote (%v), and a part never writes over them. Nothing more was written. Run every part of the changed source with a new --job, then commit that one", part, name, id, err)
 }
 
 // verifyUploads reads every fragment of the given shards back and compares
@@ -309,12 +357,77 @@ func verifyUploads(ctx context.Context, m *manifest.Manifest, codec *erasure.Cod
 
 // putSome writes key to every store and succeeds if at least need did.
 func putSome(ctx context.Context, stores []backend.Store, key string, data []byte, need int) error {
-	ok, errs := onEveryStore(stores, func(_ int, s backend.Store) error { return s.Put(ctx, key, data) })
+	return writeSome(ctx, stores, key, data, need, putObject)
+}
+
+// writeSome writes key to every store with write, and succeeds if at least
+// need did. A store that holds other bytes under key (ErrSourceChanged)
+// fails it whatever the others did.
+func writeSome(ctx context.Context, stores []backend.Store, key string, data []byte, need int, write writeFunc) error {
+	ok, errs := onEveryStore(stores, func(_ int, s backend.Store) error { return write(ctx, s, key, data) })
+	for _, err := range errs {
+		if errors.Is(err, ErrSourceChanged) {
+			return err
+		}
+	}
 	if len(ok) < need {
 		return fmt.Errorf("written to %d of %d stores, need %d: %w", len(ok), len(stores), need, errors.Join(errs...))
 	}
 	return nil
 }
+
+// writeFunc writes one object of an ingest.
+type writeFunc func(ctx context.Context, s backend.Store, key string, data []byte) error
+
+// putObject writes or replaces: a single-process ingest's objects are named
+// by an ingest id no other run shares.
+func putObject(ctx context.Context, s backend.Store, key string, data []byte) error {
+	return s.Put(ctx, key, data)
+}
+
+// ErrSourceChanged: a part found an object of its ingest already written
+// with other bytes: the source changed since that ingest's parts ran (the
+// ingest id names the listing's keys, sizes and labels, not the content).
+var ErrSourceChanged = errors.New("the source's content differs from what was already written")
+
+// createOrSame is how a part writes: objects of a distributed ingest are
+// named by an id every rerun of its parts shares, so an object is created
+// only where none is (a conditional PUT: of two racing writers one wins),
+// and one already there must hold exactly these bytes. A part therefore
+// never writes into an object a commit checked or committed.
+func createOrSame(ctx context.Context, s backend.Store, key string, data []byte) error {
+	err := s.Create(ctx, key, data)
+	if !errors.Is(err, backend.ErrExists) {
+		return err
+	}
+	return sameObject(ctx, s, key, data)
+}
+
+// sameObject checks that s holds exactly data under key, writing nothing:
+// how a part of an ingest that is already committed compares its work.
+func sameObject(ctx context.Context, s backend.Store, key string, data []byte) error {
+	size, err := s.Stat(ctx, key)
+	if err != nil {
+		if errors.Is(err, backend.ErrNotExist) {
+			return fmt.Errorf("%s: %s is missing: %w", s, key, errCommittedMissing)
+		}
+		return err
+	}
+	if size == int64(len(data)) {
+		got := make([]byte, size)
+		if err := s.ReadAt(ctx, key, got, 0); err != nil {
+			return err
+		}
+		if bytes.Equal(got, data) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %s: %w", s, key, ErrSourceChanged)
+}
+
+// errCommittedMissing: an object of a committed ingest is gone; repair
+// restores it, and no part writes it.
+var errCommittedMissing = errors.New("missing from the committed ingest (shardfs repair restores it)")
 
 // CommitOptions configure Commit.
 type CommitOptions struct {
@@ -350,8 +463,11 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(parts) == 0 && copts.IngestID == "" {
-		if m, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil {
+	if m, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil {
+		// Records of the committed ingest are strays (a part rerun while
+		// it committed): its work is in the manifest, they can go.
+		parts = dropStrayParts(ctx, opts.Stores, opts.Name, m.IngestID, parts, log)
+		if len(parts) == 0 && copts.IngestID == "" {
 			return nil, fmt.Errorf("%w: %s is committed (ingest %s) and no distributed ingest of it is pending: nothing to do", ErrAlreadyCommitted, opts.Name, m.IngestID)
 		}
 	}
@@ -423,6 +539,24 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, id, log)
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// dropStrayParts deletes the part objects of the committed ingest id from
+// every store and returns keys without them.
+func dropStrayParts(ctx context.Context, stores []backend.Store, name, id string, keys []string, log *slog.Logger) []string {
+	prefix := PartPrefix(name) + id + "/"
+	var rest []string
+	for _, k := range keys {
+		if !strings.HasPrefix(k, prefix) {
+			rest = append(rest, k)
+			continue
+		}
+		log.Info("removing a part object of the committed ingest", "dataset", name, "key", k)
+		for _, s := range stores {
+			s.Delete(ctx, k)
+		}
+	}
+	return rest
 }
 
 // listParts lists the part objects of name on every store.
