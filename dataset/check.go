@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -43,10 +44,31 @@ type Report struct {
 	// under the pending keys: its commit was interrupted after it began. The
 	// dataset is whole; repair moves them to their keys.
 	Pending []int
-	// Unreachable lists stores that did not answer: their fragments were not
-	// checked, so the report cannot say the dataset is intact or not.
+	// Unreachable lists stores that did not answer, or refused us (wrong
+	// credentials, no bucket): their fragments were not checked, so the
+	// report cannot say the dataset is intact or not. Causes holds each
+	// one's first error.
 	Unreachable []int
+	Causes      map[int]error
 	Unchecked   int // fragments not checked because their store did not answer
+	// LostIndexes lists the shards (format 2) with no intact copy of their
+	// index on any store: their samples' rows and block checksums are gone,
+	// so the shard can be neither checked nor served.
+	LostIndexes []int
+}
+
+// StoreProblem says in words what kept store i from being checked.
+func (r *Report) StoreProblem(i int) string {
+	err := r.Causes[i]
+	switch {
+	case err == nil:
+		return "did not answer"
+	case errors.Is(err, backend.ErrAccessDenied):
+		return fmt.Sprintf("refused our credentials (%v)", err)
+	case errors.Is(err, backend.ErrNoBucket):
+		return fmt.Sprintf("has no such bucket (%v): its fragments are lost; create the bucket, then run repair to refill it", err)
+	}
+	return fmt.Sprintf("did not answer (%v)", err)
 }
 
 // IndexCopy is one store's copy of one shard's index.
@@ -65,13 +87,43 @@ func (r *Report) Intact() bool {
 func (r *Report) Complete() bool { return len(r.Unreachable) == 0 }
 
 // Recoverable reports whether repair can fix everything found.
-func (r *Report) Recoverable() bool { return len(r.Unrecoverable) == 0 && len(r.BadSamples) == 0 }
+func (r *Report) Recoverable() bool {
+	return len(r.Unrecoverable) == 0 && len(r.BadSamples) == 0 && len(r.LostIndexes) == 0
+}
 
-// unavailable reports whether err means the store did not answer, as
-// opposed to answering that an object is missing or wrong.
+// unavailable reports whether err means the store did not answer or
+// refused us, as opposed to answering that an object is missing or wrong.
 func unavailable(err error) bool {
 	return errors.Is(err, backend.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, backend.ErrAccessDenied) || errors.Is(err, backend.ErrNoBucket)
+}
+
+// storeAnswers asks store i for the dataset's manifest: an answer, even
+// "no such object", means the store is up and lets us in, so an error it
+// gave for one object is that object's, not the store's.
+func (d *Dataset) storeAnswers(ctx context.Context, i int) bool {
+	_, err := d.Stores[i].Stat(ctx, ManifestKey(d.Name))
+	return err == nil || errors.Is(err, backend.ErrNotExist)
+}
+
+// storeFaults records, per store, the first error that kept it from being checked.
+type storeFaults struct {
+	down  []atomic.Bool
+	mu    sync.Mutex // guards cause
+	cause map[int]error
+}
+
+func newStoreFaults(n int) *storeFaults {
+	return &storeFaults{down: make([]atomic.Bool, n), cause: map[int]error{}}
+}
+
+func (f *storeFaults) mark(i int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.cause[i]; !ok {
+		f.cause[i] = err
+	}
+	f.down[i].Store(true)
 }
 
 // Verify reads every fragment of every shard, also from stores the read path
@@ -81,15 +133,19 @@ func unavailable(err error) bool {
 // if not nil, receives fragment bytes as they are checked.
 func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Report, error) {
 	m := d.Manifest
-	rep := &Report{Shards: len(m.Shards), Fragments: len(m.Shards) * (m.Data + m.Parity)}
-	unreachable := make([]atomic.Bool, len(d.Stores))
+	rep := &Report{Shards: len(m.Shards), Fragments: len(m.Shards) * (m.Data + m.Parity), LostIndexes: slices.Clone(d.LostIndexes)}
+	faults := newStoreFaults(len(d.Stores))
+	unreachable := faults.down
 	var mu sync.Mutex // guards rep
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(2) // each shard in flight holds up to one shard of data
 	for i := range m.Shards {
+		if slices.Contains(d.LostIndexes, i) {
+			continue // nothing to check its fragments against
+		}
 		g.Go(func() error {
 			sh := d.Shard(i)
-			damaged, unchecked := d.checkShard(gctx, sh, unreachable)
+			damaged, unchecked := d.checkShard(gctx, sh, faults)
 			if err := gctx.Err(); err != nil {
 				return err
 			}
@@ -151,8 +207,11 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 	promotePending(copies, m.IngestID)
 	for i := range d.Stores {
 		c := copies[i]
+		if !unreachable[i].Load() && c.err != nil && unavailable(c.err) {
+			faults.mark(i, c.err)
+		}
 		switch {
-		case unreachable[i].Load() || c.err != nil && unavailable(c.err):
+		case unreachable[i].Load():
 			rep.Unreachable = append(rep.Unreachable, i)
 			continue
 		case d.Places[i].State == Foreign:
@@ -169,16 +228,17 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 			rep.NoIdentity = append(rep.NoIdentity, i)
 		}
 	}
-	if err := d.checkIndexes(ctx, rep); err != nil {
+	if err := d.checkIndexes(ctx, rep, faults); err != nil {
 		return nil, err
 	}
+	rep.Causes = faults.cause
 	return rep, nil
 }
 
 // checkIndexes reads every store's copy of every shard index (format 2)
 // and reports those missing or not matching the top-level manifest's
 // checksum. A store that stops answering is reported unreachable.
-func (d *Dataset) checkIndexes(ctx context.Context, rep *Report) error {
+func (d *Dataset) checkIndexes(ctx context.Context, rep *Report, faults *storeFaults) error {
 	t := d.Manifest.Top
 	if t == nil {
 		return nil
@@ -191,19 +251,25 @@ func (d *Dataset) checkIndexes(ctx context.Context, rep *Report) error {
 			continue
 		}
 		for si := range t.Shards {
+			if slices.Contains(rep.LostIndexes, si) {
+				continue // reported as lost, every copy bad
+			}
 			g.Go(func() error {
 				_, err := ReadIndexBytes(gctx, s, t, si)
 				if err == nil || gctx.Err() != nil {
 					return gctx.Err()
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				if unavailable(err) {
+				if unavailable(err) && !d.storeAnswers(gctx, i) {
+					faults.mark(i, err)
+					mu.Lock()
+					defer mu.Unlock()
 					if !slices.Contains(rep.Unreachable, i) {
 						rep.Unreachable = append(rep.Unreachable, i)
 					}
 					return nil
 				}
+				mu.Lock()
+				defer mu.Unlock()
 				rep.BadIndexes = append(rep.BadIndexes, IndexCopy{Store: i, Shard: si, Err: err})
 				return nil
 			})
@@ -250,7 +316,12 @@ func (d *Dataset) stripeLoss(sh *erasure.Shard, damaged []Damage) int {
 // checkShard checks all fragments of a shard in parallel. Fragments on
 // stores that did not answer (now, or earlier in this run) are counted as
 // unchecked, not damaged.
-func (d *Dataset) checkShard(ctx context.Context, sh *erasure.Shard, unreachable []atomic.Bool) (damaged []Damage, unchecked int) {
+//
+// A fragment the store fails to serve while the store answers other
+// requests is damaged, not unchecked: MinIO answers 503 SlowDownRead for an
+// object whose on-disk copy fails its own bit-rot check.
+func (d *Dataset) checkShard(ctx context.Context, sh *erasure.Shard, faults *storeFaults) (damaged []Damage, unchecked int) {
+	unreachable := faults.down
 	n := d.Manifest.Data + d.Manifest.Parity
 	errs := make([]*erasure.FragmentError, n)
 	skipped := make([]bool, n)
@@ -266,8 +337,13 @@ func (d *Dataset) checkShard(ctx context.Context, sh *erasure.Shard, unreachable
 			defer wg.Done()
 			errs[f] = d.Reader.CheckFragment(ctx, sh, f)
 			if errs[f] != nil && ctx.Err() == nil && unavailable(errs[f].Err) {
-				unreachable[store].Store(true)
-				skipped[f] = true
+				if !d.storeAnswers(ctx, store) {
+					faults.mark(store, errs[f].Err)
+					skipped[f] = true
+					return
+				}
+				errs[f].Err = fmt.Errorf("the store answers, but not for this fragment (MinIO does so when its own copy fails its bit-rot check): %w", errs[f].Err)
+				errs[f].BadBlocks = nil
 			}
 		}()
 	}
@@ -290,21 +366,25 @@ var ErrUnrecoverable = errors.New("dataset is unrecoverable")
 // another dataset or ingest of this name.
 var ErrForeignStore = errors.New("store holds another dataset of this name")
 
-// ErrIncomplete: some store did not answer, so repair cannot know what to write.
+// ErrIncomplete: some store did not answer or refused us, so what it holds
+// was neither checked nor repaired.
 var ErrIncomplete = errors.New("some stores did not answer")
 
 // Repair rebuilds every damaged fragment in rep from the survivors, writes it
-// back, and rewrites bad manifest copies and missing identities. It proves
-// every write safe first: when any shard is unrecoverable, a store did not
-// answer, or a store holds another dataset of this name (unless force), it
-// writes nothing at all. It returns the number of objects written.
+// back, and rewrites bad manifest copies and missing identities, on the
+// stores that answered. Every write is proven safe first: a rebuilt
+// fragment is decoded from verified blocks, and nothing is written to a
+// store that did not answer or holds another dataset of this name (unless
+// force: with a foreign store and no force, nothing at all is written, nor
+// when some decoded sample failed its checksum). Shards that cannot be
+// repaired (a stripe lost more than m blocks, or the index is lost) are
+// left as they are and everything else is mended; the error then names
+// them (ErrUnrecoverable), or the stores not checked (ErrIncomplete). It
+// returns the number of objects written.
 func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress func(bytes int64)) (int, error) {
-	if !rep.Recoverable() {
-		return 0, fmt.Errorf("%w: shards %v lost more than m=%d blocks of one stripe; nothing was written",
-			ErrUnrecoverable, rep.Unrecoverable, d.Manifest.Parity)
-	}
-	if !rep.Complete() {
-		return 0, fmt.Errorf("%w: stores %v were not checked; nothing was written: repair when every store answers", ErrIncomplete, rep.Unreachable)
+	if len(rep.BadSamples) > 0 {
+		return 0, fmt.Errorf("%w: samples %v decode to bytes that fail their own checksum although every block verified; nothing was written",
+			ErrUnrecoverable, rep.BadSamples)
 	}
 	if len(rep.Foreign) > 0 && !force {
 		var names []string
@@ -313,41 +393,66 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 		}
 		return 0, fmt.Errorf("%w %s: %v; nothing was written: fix --stores, or pass --force to overwrite those stores with this dataset", ErrForeignStore, d.Name, names)
 	}
+	skip := map[int]bool{} // shards left as they are
+	for _, si := range rep.Unrecoverable {
+		skip[si] = true
+	}
+	for _, si := range rep.LostIndexes {
+		skip[si] = true
+	}
+	var failed []string // shards whose repair failed, in words
 	// Every index copy to rewrite needs an intact copy to come from: found
 	// before anything is written.
 	indexBytes := map[int][]byte{}
-	badIndexes := slices.Clone(rep.BadIndexes)
+	var badIndexes []IndexCopy
+	candidates := slices.Clone(rep.BadIndexes)
 	if t := d.Manifest.Top; t != nil {
 		// A foreign store overwritten (force) gets every index copy too:
 		// verify does not read its copies, which are the other dataset's.
 		for _, i := range rep.Foreign {
 			for si := range t.Shards {
-				badIndexes = append(badIndexes, IndexCopy{Store: i, Shard: si})
+				candidates = append(candidates, IndexCopy{Store: i, Shard: si})
 			}
 		}
 	}
-	for _, ic := range badIndexes {
+	for _, ic := range candidates {
+		if skip[ic.Shard] {
+			continue
+		}
 		if indexBytes[ic.Shard] == nil {
 			b, err := d.intactIndex(ctx, ic.Shard)
 			if err != nil {
-				return 0, fmt.Errorf("%w; nothing was written", err)
+				skip[ic.Shard] = true
+				failed = append(failed, err.Error())
+				continue
 			}
 			indexBytes[ic.Shard] = b
 		}
+		badIndexes = append(badIndexes, ic)
 	}
 	byShard := map[int][]int{}
 	for _, dm := range rep.Damaged {
-		byShard[dm.Shard] = append(byShard[dm.Shard], dm.Frag)
+		if !skip[dm.Shard] {
+			byShard[dm.Shard] = append(byShard[dm.Shard], dm.Frag)
+		}
 	}
 	var written atomic.Int64
+	var failMu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(2)
 	for shard, frags := range byShard {
 		g.Go(func() error {
 			sh := d.Shard(shard)
 			rebuilt, err := d.Reader.Rebuild(gctx, sh, frags)
+			if err != nil && gctx.Err() == nil {
+				// Too few survivors answer now: the others are still mended.
+				failMu.Lock()
+				failed = append(failed, fmt.Sprintf("rebuild shard %d: %v", shard, err))
+				failMu.Unlock()
+				return nil
+			}
 			if err != nil {
-				return fmt.Errorf("rebuild shard %d: %w", shard, err)
+				return err
 			}
 			for f, b := range rebuilt {
 				store := d.Reader.Codec().Placement(shard, f)
@@ -407,7 +512,28 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 		d.Stores[i].Delete(ctx, PendingManifestKey(d.Name))
 		d.Stores[i].Delete(ctx, PendingIdentityKey(d.Name))
 	}
-	return int(written.Load()), nil
+	n := int(written.Load())
+	slices.Sort(failed)
+	switch {
+	case len(rep.LostIndexes) > 0 || len(rep.Unrecoverable) > 0 || len(failed) > 0 && rep.Complete():
+		var why []string
+		if len(rep.Unrecoverable) > 0 {
+			why = append(why, fmt.Sprintf("shards %v lost more than m=%d blocks of one stripe", rep.Unrecoverable, d.Manifest.Parity))
+		}
+		if len(rep.LostIndexes) > 0 {
+			why = append(why, fmt.Sprintf("shards %v lost every copy of their index", rep.LostIndexes))
+		}
+		why = append(why, failed...)
+		return n, fmt.Errorf("%w: %s; everything else that verify found was repaired", ErrUnrecoverable, strings.Join(why, "; "))
+	case !rep.Complete():
+		var why []string
+		for _, i := range rep.Unreachable {
+			why = append(why, fmt.Sprintf("store %d (%s) %s", i, d.Stores[i], rep.StoreProblem(i)))
+		}
+		why = append(why, failed...) // with those stores back, these may be rebuilt
+		return n, fmt.Errorf("%w: %s: what they hold was not checked or repaired; the rest of the damage found was repaired", ErrIncomplete, strings.Join(why, "; "))
+	}
+	return n, nil
 }
 
 // intactIndex is shard si's index object from the first store whose copy

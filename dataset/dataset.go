@@ -120,7 +120,11 @@ type Dataset struct {
 	// LazyIndexes: Manifest then holds no samples, and Lazy fetches each
 	// shard's rows when the shard is first needed.
 	Lazy *LazyCatalog
-	log  *slog.Logger
+	// LostIndexes lists the shards whose index had no intact copy on any
+	// store, when opened with LostIndexesOK (verify and repair): their rows
+	// in Manifest are placeholders, never read.
+	LostIndexes []int
+	log         *slog.Logger
 
 	replacedMu  sync.Mutex // guards replacedAt, replacedErr
 	replacedAt  time.Time
@@ -135,6 +139,10 @@ type Options struct {
 	// until a shard is first needed (see LazyCatalog); format 1 is always
 	// read whole.
 	LazyIndexes bool
+	// LostIndexesOK opens a format-2 dataset even when some shard's index
+	// has no intact copy on any store, listing those shards in LostIndexes,
+	// so that verify can name them and repair can mend everything else.
+	LostIndexesOK bool
 }
 
 // Open loads the manifest of name from the stores. Copies are tried on every
@@ -158,12 +166,13 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 		return nil, err
 	}
 	var lazy *LazyCatalog
+	var lost []int
 	if opts.LazyIndexes && m.Top != nil && m.Samples.Len() == 0 {
 		if lazy, err = newLazyCatalog(m.Top, stores, log); err != nil {
 			return nil, err
 		}
 		m = lazy.Manifest()
-	} else if m, err = loadIndexes(ctx, stores, m); err != nil {
+	} else if m, lost, err = loadIndexes(ctx, stores, m, opts.LostIndexesOK); err != nil {
 		return nil, err
 	}
 	if len(stores) != m.Data+m.Parity {
@@ -191,7 +200,7 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 	if err != nil {
 		return nil, err
 	}
-	return &Dataset{Name: name, Manifest: m, Stores: stores, Reader: r, Places: places, Lazy: lazy, log: log}, nil
+	return &Dataset{Name: name, Manifest: m, Stores: stores, Reader: r, Places: places, Lazy: lazy, LostIndexes: lost, log: log}, nil
 }
 
 // LoadManifest reads every store's copy of the manifest and returns the one
@@ -201,7 +210,8 @@ func LoadManifest(ctx context.Context, stores []backend.Store, name string, log 
 	if err != nil {
 		return nil, err
 	}
-	return loadIndexes(ctx, stores, m)
+	m, _, err = loadIndexes(ctx, stores, m, false)
+	return m, err
 }
 
 // LoadHeader is LoadManifest without a format-2 dataset's shard indexes:
@@ -215,12 +225,17 @@ func LoadHeader(ctx context.Context, stores []backend.Store, name string, log *s
 
 // loadIndexes completes a format-2 manifest with its shards' indexes, each
 // read from the first store whose copy matches the checksum the top-level
-// manifest keeps; format 1 manifests are returned as they are.
-func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manifest) (*manifest.Manifest, error) {
+// manifest keeps; format 1 manifests are returned as they are. With lostOK,
+// a shard whose index has no intact copy gets placeholder rows (one sample
+// spanning the shard, zero checksums) and is listed in lost; without it,
+// the load fails naming the shard.
+func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manifest, lostOK bool) (*manifest.Manifest, []int, error) {
 	t := m.Top
 	if t == nil || m.Samples.Len() > 0 {
-		return m, nil
+		return m, nil, nil
 	}
+	var lostMu sync.Mutex
+	var lost []int
 	idx := make([]*manifest.ShardIndex, len(t.Shards))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
@@ -239,13 +254,32 @@ func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manife
 					return gctx.Err()
 				}
 			}
+			if lostOK && !slices.ContainsFunc(errs, unavailable) {
+				lostMu.Lock()
+				lost = append(lost, si)
+				lostMu.Unlock()
+				idx[si] = lostIndexPlaceholder(m, si)
+				return nil
+			}
 			return fmt.Errorf("dataset %s: shard %d's index: no intact copy on any store (%w)", t.Name, si, errors.Join(errs...))
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return manifest.Expand(t, idx)
+	slices.Sort(lost)
+	m, err := manifest.Expand(t, idx)
+	return m, lost, err
+}
+
+// lostIndexPlaceholder stands in for shard si's lost index: one sample as
+// large as the shard, with checksums that nothing is checked against.
+func lostIndexPlaceholder(m *manifest.Manifest, si int) *manifest.ShardIndex {
+	size := m.Top.Shards[si].Size
+	frag := (size + int64(m.Data) - 1) / int64(m.Data)
+	blocks := int((frag + int64(m.BlockSize) - 1) / int64(m.BlockSize))
+	return &manifest.ShardIndex{Shard: si, Sums: make([]uint32, (m.Data+m.Parity)*blocks),
+		Keys: []string{fmt.Sprintf("lost-index-of-shard-%08d", si)}, Stratum: []uint32{0}, Size: []uint32{uint32(size)}, Sum: []uint32{0}}
 }
 
 // ReadIndexBytes reads shard si's index object from s and checks it

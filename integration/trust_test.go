@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/internal/synth"
 )
 
@@ -133,5 +134,202 @@ func TestRerunPartNeverWritesIntoACommit(t *testing.T) {
 		if r := run(t, 2*time.Minute, nil, "commit", stores, name); r.code != 0 || !strings.Contains(r.stdout+r.stderr, "nothing to do") {
 			t.Fatalf("commit after the reruns: %v", r)
 		}
+	}
+}
+
+// minioFiles lists the files below a MinIO data directory whose path holds
+// every one of parts, sorted.
+func minioFiles(t *testing.T, dataDir string, parts ...string) []string {
+	t.Helper()
+	var out []string
+	filepath.Walk(dataDir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return nil
+		}
+		for _, s := range parts {
+			if !strings.Contains(p, s) {
+				return nil
+			}
+		}
+		out = append(out, p)
+		return nil
+	})
+	return out
+}
+
+// flipByte flips the byte at off in file p (off < 0: in the middle), in place.
+func flipByte(t *testing.T, p string, off int) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off < 0 {
+		off = len(b) / 2
+	}
+	b[off] ^= 0xff
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 23 item 5: when MinIO itself finds a flipped byte in its on-disk
+// part file it answers 503 SlowDownRead; verify called the store down
+// ("run verify again when they are back", exit 3) and repair refused. A
+// store that answers is not down: the fragment is reported damaged with
+// MinIO's cause, repair rebuilds it, and verify is then clean.
+func TestRepairMinIOBitrot(t *testing.T) {
+	c := startCluster(t, 3)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	src := writeSource(t, synth.Imbalanced(120, 3, 0.7, 20_000, 60_000, 5))
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=2MiB", src, "rot"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	// Fragments of a 2 MiB shard are about 1 MiB: MinIO keeps them in part files.
+	parts := minioFiles(t, c.servers[1].DataDir, "/rot/data/", "part.1")
+	if len(parts) < 2 {
+		t.Fatalf("store 1 holds %d part files of fragments, want some", len(parts))
+	}
+	// MinIO answers a read of a part file that fails its bit-rot check with
+	// 503 SlowDownRead, or by cutting the body it has begun (what this build
+	// does at both of these offsets).
+	flipByte(t, parts[0], 100)
+	flipByte(t, parts[len(parts)-1], -1)
+
+	r := run(t, 2*time.Minute, nil, "verify", stores, "rot")
+	if r.code != 1 || strings.Contains(r.stdout+r.stderr, "did not answer") || strings.Count(r.stdout, "damaged: shard") != 2 {
+		t.Fatalf("verify with MinIO bitrot in two fragments: want exit 1 with both fragments damaged, no store called down: %v", r)
+	}
+	if strings.Count(r.stdout, "the store answers, but not for this fragment") != 2 {
+		t.Fatalf("verify does not name MinIO's answers: %v", r)
+	}
+	if r := run(t, 2*time.Minute, nil, "repair", stores, "rot"); r.code != 0 || !strings.Contains(r.stdout, "wrote 2 objects") {
+		t.Fatalf("repair: %v", r)
+	}
+	if r := run(t, 2*time.Minute, nil, "verify", stores, "rot"); r.code != 0 {
+		t.Fatalf("verify after repair: %v", r)
+	}
+}
+
+// Issue 23 item 4: with every copy of one shard's index replaced by another
+// dataset's and every copy of another's deleted, verify said "could not
+// check" (exit 3) and repair wrote nothing, so a shard that had lost a
+// fragment stayed one loss from gone. Now verify names the lost indexes
+// (exit 2) and repair mends everything else.
+func TestLostIndexDoesNotBlockRepair(t *testing.T) {
+	c := startCluster(t, 3)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	common := []string{"ingest", stores, "--data=2", "--parity=1", "--shard-size=128KiB", "--format=2"}
+	src := writeSource(t, synth.Imbalanced(200, 3, 0.7, 2_000, 20_000, 8))
+	if r := run(t, 2*time.Minute, nil, append(common, src, "ds")...); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	other := writeSource(t, synth.Imbalanced(200, 3, 0.7, 2_000, 20_000, 9))
+	if r := run(t, 2*time.Minute, nil, append(common, other, "other")...); r.code != 0 {
+		t.Fatalf("ingest other: %v", r)
+	}
+	ctx := t.Context()
+	keyOf := func(s backend.Store, name, kind string, shard int) string {
+		keys, err := s.List(ctx, name+"/"+kind+"/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		suffix := fmt.Sprintf("/%08d", shard)
+		for _, k := range keys {
+			if strings.HasSuffix(k, suffix) || strings.Contains(k, suffix+".") {
+				return k
+			}
+		}
+		t.Fatalf("no %s of shard %d of %s among %d keys", kind, shard, name, len(keys))
+		return ""
+	}
+	for i := range 3 {
+		s := c.store(t, i)
+		foreign := make([]byte, 0)
+		ok := keyOf(s, "other", "index", 5)
+		size, err := s.Stat(ctx, ok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		foreign = make([]byte, size)
+		if err := s.ReadAt(ctx, ok, foreign, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(ctx, keyOf(s, "ds", "index", 5), foreign); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, keyOf(s, "ds", "index", 7)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Shard 3 loses one fragment of three: recoverable.
+	s0 := c.store(t, 0)
+	keys, _ := s0.List(ctx, "ds/data/")
+	var frag string
+	for _, k := range keys {
+		if strings.Contains(k, "/00000003.") {
+			frag = k
+		}
+	}
+	if frag == "" {
+		t.Fatal("store 0 holds no fragment of shard 3")
+	}
+	s0.Delete(ctx, frag)
+
+	r := run(t, 2*time.Minute, nil, "verify", stores, "ds")
+	if r.code != 2 || !strings.Contains(r.stdout, "LOST INDEX: shard 5") || !strings.Contains(r.stdout, "LOST INDEX: shard 7") ||
+		!strings.Contains(r.stdout, "damaged: shard 3 fragment") || !strings.Contains(r.stderr, "[5 7] lost every copy of their index") {
+		t.Fatalf("verify: want exit 2 naming the lost indexes of shards 5 and 7 and shard 3's damage: %v", r)
+	}
+	r = run(t, 2*time.Minute, nil, "repair", stores, "ds")
+	if r.code != 2 || !strings.Contains(r.stdout, "wrote 1 objects") || !strings.Contains(r.stderr, "shards [5 7] lost every copy of their index") {
+		t.Fatalf("repair: want shard 3's fragment written and exit 2 naming shards 5 and 7: %v", r)
+	}
+	if _, err := s0.Stat(ctx, frag); err != nil {
+		t.Fatalf("shard 3's fragment after repair: %v", err)
+	}
+	r = run(t, 2*time.Minute, nil, "verify", stores, "ds")
+	if r.code != 2 || strings.Contains(r.stdout, "damaged: shard 3") || !strings.Contains(r.stdout, "LOST INDEX: shard 5") {
+		t.Fatalf("verify after repair: want only the lost indexes left: %v", r)
+	}
+}
+
+// Issue 23 item 5: a deleted bucket, or credentials a store refuses, were
+// reported as a store that "did not answer … run verify again when they are
+// back", for good. Verify names the cause and the fix; repair mends what
+// the stores that answer hold.
+func TestStoreThatRefusesIsNamed(t *testing.T) {
+	c := startCluster(t, 4)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	src := writeSource(t, synth.Imbalanced(100, 3, 0.7, 2_000, 20_000, 4))
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=2", "--shard-size=128KiB", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	// Store 0 loses one fragment; store 2's bucket is deleted.
+	ctx := t.Context()
+	s0 := c.store(t, 0)
+	keys, _ := s0.List(ctx, "ds/data/")
+	if len(keys) == 0 {
+		t.Fatal("no fragments on store 0")
+	}
+	s0.Delete(ctx, keys[0])
+	if err := os.RemoveAll(filepath.Join(c.servers[2].DataDir, "shardfs")); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, 2*time.Minute, nil, "verify", stores, "ds")
+	if r.code != 3 || !strings.Contains(r.stdout+r.stderr, "has no such bucket") || strings.Contains(r.stdout+r.stderr, "did not answer") {
+		t.Fatalf("verify with a deleted bucket: want exit 3 naming the missing bucket, not a store that did not answer: %v", r)
+	}
+	r = run(t, 2*time.Minute, nil, "repair", stores, "ds")
+	if r.code != 3 || !strings.Contains(r.stdout, "wrote 1 objects") || !strings.Contains(r.stderr, "has no such bucket") {
+		t.Fatalf("repair with a deleted bucket: want store 0's fragment rebuilt and the bucket named: %v", r)
+	}
+	if _, err := s0.Stat(ctx, keys[0]); err != nil {
+		t.Fatalf("store 0's fragment after repair: %v", err)
+	}
+	// Wrong credentials: refused, and named as such.
+	r = run(t, 2*time.Minute, []string{"AWS_SECRET_ACCESS_KEY=wrong-secret"}, "verify", stores, "ds")
+	if r.code != 3 || !strings.Contains(r.stdout+r.stderr, "AWS_SECRET_ACCESS_KEY") || strings.Contains(r.stdout+r.stderr, "did not answer") {
+		t.Fatalf("verify with wrong credentials: want exit 3 naming the credentials: %v", r)
 	}
 }

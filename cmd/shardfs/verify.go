@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/dustin/go-humanize"
@@ -44,8 +45,13 @@ fragments are reported as not checked. Stores are checked against the
 identities written at ingest: a store list out of order is refused with
 the order to pass, and a store holding another dataset of this name is named.
 
+A store that answers but fails to serve one fragment (MinIO answers 503
+SlowDownRead when its own copy fails its bit-rot check) is not down: that
+fragment is reported damaged, and repair rebuilds it.
+
 Exit status: 0 intact; 1 damaged but recoverable (run shardfs repair);
-2 unrecoverable (some block stripe lost more than m blocks);
+2 unrecoverable (some block stripe lost more than m blocks, or a shard lost
+every copy of its index);
 3 could not check (a store did not answer, the stores are wrong or out of
 order, the dataset was not found, or the run was interrupted).`,
 		Args: cobra.ExactArgs(1),
@@ -61,7 +67,7 @@ order, the dataset was not found, or the run was interrupted).`,
 }
 
 func runVerify(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, name string) (*dataset.Report, error) {
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log})
+	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, LostIndexesOK: true})
 	if err != nil {
 		return nil, notChecked(err)
 	}
@@ -73,9 +79,9 @@ func runVerify(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 	printReport(out, ds, rep)
 	switch {
 	case !rep.Recoverable():
-		return rep, &exitError{exitUnrecoverable, fmt.Errorf("%s is unrecoverable: shards %v lost more than m=%d blocks of one stripe", name, rep.Unrecoverable, ds.Manifest.Parity)}
+		return rep, &exitError{exitUnrecoverable, fmt.Errorf("%s is unrecoverable: %s", name, unrecoverableShards(ds, rep))}
 	case !rep.Complete():
-		return rep, notChecked(fmt.Errorf("stores %s did not answer: %d fragments not checked; run verify again when they are back", storeList(ds, rep.Unreachable), rep.Unchecked))
+		return rep, notChecked(fmt.Errorf("%s: %d fragments not checked", storeProblems(ds, rep), rep.Unchecked))
 	case rep.Intact():
 		return rep, nil
 	default:
@@ -83,12 +89,34 @@ func runVerify(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 	}
 }
 
-func storeList(ds *dataset.Dataset, idx []int) string {
+// storeProblems says what kept each store of rep.Unreachable from being checked.
+func storeProblems(ds *dataset.Dataset, rep *dataset.Report) string {
 	var parts []string
-	for _, i := range idx {
-		parts = append(parts, fmt.Sprintf("%d (%s)", i, ds.Stores[i]))
+	down := false
+	for _, i := range rep.Unreachable {
+		parts = append(parts, fmt.Sprintf("store %d (%s) %s", i, ds.Stores[i], rep.StoreProblem(i)))
+		down = down || strings.HasPrefix(rep.StoreProblem(i), "did not answer")
 	}
-	return strings.Join(parts, ", ")
+	out := strings.Join(parts, "; ")
+	if down {
+		out += "; run verify again when the stores that did not answer are back"
+	}
+	return out
+}
+
+// unrecoverableShards names the shards that cannot be repaired, and why.
+func unrecoverableShards(ds *dataset.Dataset, rep *dataset.Report) string {
+	var why []string
+	if len(rep.Unrecoverable) > 0 {
+		why = append(why, fmt.Sprintf("shards %v lost more than m=%d blocks of one stripe", rep.Unrecoverable, ds.Manifest.Parity))
+	}
+	if len(rep.LostIndexes) > 0 {
+		why = append(why, fmt.Sprintf("shards %v lost every copy of their index (their samples can be neither checked nor served; see the README on lost indexes)", rep.LostIndexes))
+	}
+	if len(rep.BadSamples) > 0 {
+		why = append(why, fmt.Sprintf("%d samples fail their checksum", len(rep.BadSamples)))
+	}
+	return strings.Join(why, "; ") + "; run shardfs repair to mend everything else"
 }
 
 func verifyWithProgress(ctx context.Context, ds *dataset.Dataset) (*dataset.Report, *progress, error) {
@@ -135,14 +163,17 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	for _, i := range rep.Foreign {
 		fmt.Fprintf(out, "  FOREIGN: store %d (%s) holds %s of this name; repair writes into it only with --force\n", i, ds.Stores[i], ds.Places[i].Detail)
 	}
+	for _, si := range rep.LostIndexes {
+		fmt.Fprintf(out, "  LOST INDEX: shard %d: no store holds an intact copy of its index [UNRECOVERABLE]\n", si)
+	}
 	for _, i := range rep.Unreachable {
-		fmt.Fprintf(out, "  NOT CHECKED: store %d (%s) did not answer\n", i, ds.Stores[i])
+		fmt.Fprintf(out, "  NOT CHECKED: store %d (%s) %s\n", i, ds.Stores[i], rep.StoreProblem(i))
 	}
 	switch {
 	case !rep.Recoverable():
-		fmt.Fprintf(out, "UNRECOVERABLE: shards %v\n", rep.Unrecoverable)
+		fmt.Fprintf(out, "UNRECOVERABLE: shards %v\n", slices.Sorted(slices.Values(append(slices.Clone(rep.Unrecoverable), rep.LostIndexes...))))
 	case !rep.Complete():
-		fmt.Fprintf(out, "INCOMPLETE: %d fragments not checked on stores that did not answer; %d damaged among the rest\n", rep.Unchecked, len(rep.Damaged))
+		fmt.Fprintf(out, "INCOMPLETE: %d fragments not checked on the stores named above; %d damaged among the rest\n", rep.Unchecked, len(rep.Damaged))
 	case rep.Intact():
 		fmt.Fprintln(out, "OK: every fragment, block and sample checksum verified")
 	default:
@@ -161,10 +192,14 @@ from the surviving ones and writes it back, and rewrites missing or corrupt
 manifest copies and store identities. A store replaced by an empty one is
 refilled this way.
 
-Repair proves every write safe before it makes one. It writes nothing when
-some block stripe lost more than m blocks (exit 2), when a store did not
-answer or the stores are out of order (exit 3), or when a store holds
-another dataset of this name, unless --force says to overwrite that store.`,
+Repair proves every write safe before it makes one: a rebuilt fragment is
+decoded from blocks that verified, and nothing is written to a store that
+did not answer. It mends what can be mended with the stores that answer:
+shards that lost more than m blocks of one stripe, or every copy of their
+index, are left as they are and named (exit 2); stores that did not answer
+or refused us are named with the cause (exit 3). It writes nothing at all
+when the stores are out of order, or when a store holds another dataset of
+this name, unless --force says to overwrite that store.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stores, err := g.openStores()
@@ -179,7 +214,7 @@ another dataset of this name, unless --force says to overwrite that store.`,
 }
 
 func runRepair(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, name string, force bool) error {
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log})
+	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, LostIndexesOK: true})
 	if err != nil {
 		return notChecked(err)
 	}
@@ -200,6 +235,9 @@ func runRepair(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 	rbar := newProgress("repair "+name, total)
 	n, err := ds.Repair(ctx, rep, force, rbar.Add)
 	rbar.Finish()
+	if n > 0 || err == nil {
+		fmt.Fprintf(out, "repaired %s: wrote %d objects; run shardfs verify %s to confirm\n", name, n, name)
+	}
 	switch {
 	case errors.Is(err, dataset.ErrIncomplete):
 		return notChecked(err)
@@ -208,6 +246,5 @@ func runRepair(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 	case err != nil:
 		return &exitError{exitUnrecoverable, err}
 	}
-	fmt.Fprintf(out, "repaired %s: wrote %d objects; run shardfs verify %s to confirm\n", name, n, name)
 	return nil
 }
