@@ -399,6 +399,18 @@ func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log
 		if len(errs) == 0 {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, ManifestKey(name))
 		}
+		if slices.ContainsFunc(copies, func(c storeCopy) bool { return c.err != nil && unavailable(c.err) }) {
+			// Not a verdict on the data: stores that did not answer or
+			// refused us may hold intact copies.
+			var down []string
+			for i, c := range copies {
+				if c.err != nil && unavailable(c.err) {
+					down = append(down, fmt.Sprintf("store %d (%s)", i, stores[i]))
+				}
+			}
+			return nil, fmt.Errorf("could not read a manifest of %s: %s did not answer in time or refused us; nothing is known to be lost: retry when they answer (or raise --request-timeout on a busy machine): %w",
+				name, strings.Join(down, ", "), errors.Join(errs...))
+		}
 		return nil, fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
 	}
 	sort.SliceStable(ids, func(a, b int) bool { return len(held[ids[a]]) > len(held[ids[b]]) })

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -331,5 +333,91 @@ func TestStoreThatRefusesIsNamed(t *testing.T) {
 	r = run(t, 2*time.Minute, []string{"AWS_SECRET_ACCESS_KEY=wrong-secret"}, "verify", stores, "ds")
 	if r.code != 3 || !strings.Contains(r.stdout+r.stderr, "AWS_SECRET_ACCESS_KEY") || strings.Contains(r.stdout+r.stderr, "did not answer") {
 		t.Fatalf("verify with wrong credentials: want exit 3 naming the credentials: %v", r)
+	}
+}
+
+// Issue 23 items 9, 11 and 12: inputs that were accepted without effect,
+// with a misleading result, or with a panic.
+func TestInputsWithoutEffectOrMisleading(t *testing.T) {
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	for _, name := range []string{"web", "books"} {
+		src := writeSource(t, synth.Imbalanced(120, 3, 0.7, 500, 2_000, uint64(len(name))))
+		if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, name); r.code != 0 {
+			t.Fatalf("ingest %s: %v", name, r)
+		}
+	}
+	t.Run("plan --alpha-schedule", func(t *testing.T) {
+		r := run(t, time.Minute, nil, "plan", stores, "--batch-size=8", "--alpha-schedule=0:0,3:1", "--epochs=2", "web")
+		if r.code != 0 || !strings.Contains(r.stdout, `alpha-schedule="0:0,3:1"`) || !strings.Contains(r.stdout, "target π ∝ n^0") {
+			t.Fatalf("want the plan of the schedule, epoch 0 at alpha 0: %v", r)
+		}
+	})
+	t.Run("huge mix weights", func(t *testing.T) {
+		r := run(t, time.Minute, nil, "plan", stores, "--batch-size=8", "--mix=web:1e308,books:1e308")
+		if r.code != 0 || !strings.Contains(r.stdout, "shares served: web 50%, books 50%") || strings.Contains(r.stderr, "panic") {
+			t.Fatalf("want an even mix, printed: %v", r)
+		}
+	})
+	t.Run("a mix weight too small to serve", func(t *testing.T) {
+		r := run(t, time.Minute, nil, "plan", stores, "--batch-size=8", "--mix=web:1,books:1e-300")
+		if r.code != 1 || !strings.Contains(r.stderr, "books's weight") || !strings.Contains(r.stderr, "never be served") {
+			t.Fatalf("want the mix refused, naming books: %v", r)
+		}
+	})
+	t.Run("mix shares are printed", func(t *testing.T) {
+		r := run(t, time.Minute, nil, "plan", stores, "--batch-size=8", "--mix=web:3,books:1")
+		if r.code != 0 || !strings.Contains(r.stdout, "shares served: web 75%, books 25%") {
+			t.Fatalf("want the normalised mix printed: %v", r)
+		}
+	})
+	t.Run("resume past the last epoch", func(t *testing.T) {
+		mnt := t.TempDir()
+		t.Cleanup(func() { exec.Command("fusermount3", "-uz", mnt).Run() })
+		for _, cmd := range [][]string{
+			{"mount", stores, "--batch-size=8", "--epochs=1", "--resume-at=5:0", "web", mnt},
+			{"plan", stores, "--batch-size=8", "--epochs=1", "--resume-at=5:0", "web"},
+		} {
+			r := run(t, time.Minute, nil, cmd...)
+			if r.code != 1 || !strings.Contains(r.stderr, "--epochs 6 or more") {
+				t.Fatalf("%s: want --resume-at past --epochs refused, saying what to pass: %v", cmd[0], r)
+			}
+		}
+	})
+	t.Run("warm --mix", func(t *testing.T) {
+		r := run(t, time.Minute, nil, "warm", stores, "--cache-dir="+t.TempDir(), "--mix=web:1,books:1")
+		if r.code != 1 || !strings.Contains(r.stderr, "warm does not take --mix") {
+			t.Fatalf("want warm --mix refused as such, not an argument count: %v", r)
+		}
+		if r := run(t, time.Minute, nil, "warm", "--help"); strings.Contains(r.stdout, "--mix") {
+			t.Fatalf("warm --help lists --mix: %v", r)
+		}
+	})
+	t.Run("warm says which mount reads what it warmed", func(t *testing.T) {
+		r := run(t, time.Minute, nil, "warm", stores, "--cache-dir="+t.TempDir(), "--cache-dir-size=64MiB", "--batch-size=8", "--seed=99", "--world-size=2", "--rank=1", "web")
+		if r.code != 0 || !strings.Contains(r.stdout, "ranks 1 read with --seed 99 --world-size 2 --batch-size 8") {
+			t.Fatalf("want the order flags of what was warmed: %v", r)
+		}
+	})
+}
+
+// Issue 23 item 12: under load, a plain timeout was reported as "no intact
+// manifest of train on any store", which reads like data loss.
+func TestTimeoutIsNotDataLoss(t *testing.T) {
+	c := startCluster(t, 3)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	src := writeSource(t, synth.Imbalanced(60, 3, 0.7, 500, 2_000, 3))
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "train"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	for _, s := range c.servers {
+		if err := s.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Signal(syscall.SIGCONT)
+	}
+	r := run(t, time.Minute, nil, "plan", stores, "--request-timeout=1s", "--batch-size=8", "train")
+	if r.code == 0 || strings.Contains(r.stderr, "no intact manifest") || !strings.Contains(r.stderr, "nothing is known to be lost") {
+		t.Fatalf("every store hung: want a timeout named as such, not lost data: %v", r)
 	}
 }

@@ -55,10 +55,15 @@ func validateMix(in *Input, p Params) error {
 	case p.Window > 0 || p.Affinity:
 		return errors.New("a mix of datasets is dealt over the global order: leave out --window and --affinity")
 	}
+	sum := 0.0
 	for g, w := range p.Mix {
 		if !(w > 0) || math.IsInf(w, 0) {
 			return fmt.Errorf("mix weight %v of dataset %d: must be a finite number > 0", w, g)
 		}
+		sum += w
+	}
+	if math.IsInf(sum, 0) {
+		return fmt.Errorf("mix weights %v: their sum overflows; scale them down", p.Mix)
 	}
 	return nil
 }

@@ -90,6 +90,10 @@ Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
 			if err != nil {
 				return err
 			}
+			if f.order.mix != "" {
+				names, weights, _ := f.order.mixParts()
+				log.Info("mix of datasets", "shares_served", describeMix(names, weights))
+			}
 			log.Info("mounted; stop with Ctrl-C or umount", "dataset", mt.name, "mountpoint", args[1])
 			return mt.serve(cmd.Context())
 		},
@@ -228,6 +232,9 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		return nil, err
 	}
 	ranks := f.order.ranks()
+	if err := f.order.checkResumeInEpochs(); err != nil {
+		return nil, err
+	}
 	if _, err := f.order.checkSteps(in); err != nil {
 		return nil, err
 	}
@@ -426,6 +433,7 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 		for i, p := range mt.mix.Parts {
 			d := describe(p.Manifest)
 			d["weight"] = weights[i]
+			d["share"] = mixShares(weights)[i]
 			parts = append(parts, d)
 		}
 		delete(v, "dataset")

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -132,7 +133,61 @@ func (f *orderFlags) mixParts() ([]string, []float64, error) {
 	if len(names) < 2 {
 		return nil, nil, fmt.Errorf("--mix %q: a mix needs at least two datasets", f.mix)
 	}
+	// Weights whose sum overflows are scaled by a power of two, which is
+	// exact: the shares, and so the order, are those of the weights given.
+	if sum := sumOf(weights); math.IsInf(sum, 0) {
+		_, e := math.Frexp(slices.Max(weights))
+		for i := range weights {
+			weights[i] = math.Ldexp(weights[i], -e-len(weights))
+		}
+	}
 	return names, weights, nil
+}
+
+func sumOf(xs []float64) float64 {
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum
+}
+
+// mixShares is each weight's share of their sum.
+func mixShares(weights []float64) []float64 {
+	sum := sumOf(weights)
+	out := make([]float64, len(weights))
+	for i, w := range weights {
+		out[i] = w / sum
+	}
+	return out
+}
+
+// describeMix is the mix as the order serves it: each dataset's share.
+func describeMix(names []string, weights []float64) string {
+	var parts []string
+	for i, sh := range mixShares(weights) {
+		parts = append(parts, fmt.Sprintf("%s %.4g%%", names[i], 100*sh))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// checkMix refuses a mix in which some dataset's share of an epoch of n
+// samples is less than one sample: that dataset would never be served.
+func (f *orderFlags) checkMix(n int) error {
+	if f.mix == "" {
+		return nil
+	}
+	names, weights, err := f.mixParts()
+	if err != nil {
+		return err
+	}
+	for i, sh := range mixShares(weights) {
+		if sh*float64(n) < 1 {
+			return fmt.Errorf("--mix %q: %s's weight is %.3g of the total, %.3g of an epoch's %d samples: it would never be served; raise its weight or leave it out (the mix as given: %s)",
+				f.mix, names[i], sh, sh*float64(n), n, describeMix(names, weights))
+		}
+	}
+	return nil
 }
 
 // alphaAt is --alpha-schedule's alpha for epoch e: linear between the
@@ -178,6 +233,17 @@ func (f *orderFlags) resume() (epoch, batches int, err error) {
 		return -1, 0, fmt.Errorf("--resume-at %q: use EPOCH:GLOBAL_BATCHES, e.g. 3:1200 when 1200 global batches of epoch 3 were consumed (with W ranks after t steps: t*W)", f.resumeAt)
 	}
 	return epoch, batches, nil
+}
+
+// checkResumeInEpochs refuses a resume point past the last of epochs
+// epochs (0: open-ended), which would show nothing to resume in.
+func (f *orderFlags) checkResumeInEpochs() error {
+	re, _, err := f.resume()
+	if err != nil || re < 0 || f.epochs == 0 || re < f.epochs {
+		return err
+	}
+	return fmt.Errorf("--resume-at %s: epoch %d is past the last epoch of --epochs %d (epochs 0..%d): pass --epochs %d or more, or --epochs 0 for open-ended epochs",
+		f.resumeAt, re, f.epochs, f.epochs-1, re+1)
 }
 
 // maxRanks bounds the ranks one mount, warm or plan serves: each is a
@@ -252,6 +318,9 @@ func (f *orderFlags) checkSteps(in *layout.Input) (int, error) {
 	plain.resumeAt = ""
 	p, err := plain.params(0, 0)
 	if err != nil {
+		return 0, err
+	}
+	if err := f.checkMix(cmp.Or(f.epochSize, in.N())); err != nil {
 		return 0, err
 	}
 	if n := cmp.Or(f.epochSize, in.N()); f.batch > n {
@@ -398,6 +467,9 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	if _, err := of.checkSteps(in); err != nil {
 		return err
 	}
+	if err := of.checkResumeInEpochs(); err != nil {
+		return err
+	}
 	cat := dataset.Catalog{M: m}
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
 	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v alpha-schedule=%q tail=%s window=%d affinity=%v resume-at=%q\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.alphaSchedule, of.tail, of.window, of.affinity, of.resumeAt)
@@ -409,7 +481,8 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	other := *of
 	other.affinity = false
 	if of.window == 0 {
-		other.window, other.alpha, other.epochSize = compareWindow, 1, 0
+		// A window keeps each pool's own class mix: the comparison has alpha 1.
+		other.window, other.alpha, other.alphaSchedule, other.epochSize = compareWindow, 1, "", 0
 	} else {
 		other.window = 0
 	}
@@ -657,7 +730,8 @@ func printMixPlan(ctx context.Context, out io.Writer, stores []backend.Store, of
 	for i, p := range parts {
 		fmt.Fprintf(out, "%s %s (%d samples, weight %v)", map[bool]string{true: "", false: ","}[i == 0], p.Name, p.Manifest.Samples.Len(), weights[i])
 	}
-	fmt.Fprintf(out, "\norder: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
+	fmt.Fprintf(out, "\nshares served: %s\n", describeMix(names, weights))
+	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
 	// datasetTV is the mean and max TV of the batches' dataset mix from the weights.
 	datasetTV := func(o *layout.RankOrder) (mean, worst float64, served []int) {
 		served = make([]int, len(names))

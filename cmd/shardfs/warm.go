@@ -42,11 +42,13 @@ The order flags must match the mount's (--seed, --world-size, --batch-size,
 --rank, --alpha, --window, --tail, --epoch-size).`,
 		Example: `  shardfs warm --stores $STORES --cache-dir /nvme/shardfs --rank 8-15 --world-size 64 --batch-size 256 --seed 17 imagenet-train
   shardfs warm --stores $STORES --cache-dir /nvme/shardfs --epoch 1 --batches 100 --rank 3 --world-size 8 --seed 17 imagenet-train`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
 			if f.order.mix != "" {
-				return fmt.Errorf("warm does not take --mix yet: a mount with --mix fills its own disk tier as it reads")
+				return fmt.Errorf("warm does not take --mix: a mount with --mix fills its own disk tier as it reads")
 			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			stores, err := g.openStores()
 			if err != nil {
 				return err
@@ -56,6 +58,7 @@ The order flags must match the mount's (--seed, --world-size, --batch-size,
 	}
 	f.order.register(cmd.Flags(), "all")
 	fl := cmd.Flags()
+	fl.MarkHidden("mix")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "the disk tier to fill (the mount's --cache-dir)")
 	fl.StringVar(&f.cacheDirSize, "cache-dir-size", "100GiB", "most bytes the disk tier holds (the mount's --cache-dir-size)")
 	fl.IntVar(&f.epoch, "epoch", 0, "first epoch to warm")
@@ -141,5 +144,10 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	fmt.Fprintf(out, "warmed %s: %d samples, %s for %d rank(s) over %d epoch(s): %d fetched (%s), %d already on disk\n",
 		name, len(seen), humanize.IBytes(uint64(total)), len(f.order.ranks()), f.order.epochs,
 		disk.Writes.Load(), humanize.IBytes(uint64(disk.WriteBytes.Load())), len(seen)-int(disk.Writes.Load()))
+	// The tier holds samples, not an order: say which mount reads what was
+	// warmed, so that a mistyped flag does not pass unnoticed.
+	fmt.Fprintf(out, "  these are the samples that epochs %d..%d of ranks %s read with --seed %d --world-size %d --batch-size %d --alpha %v --window %d --tail %s%s; a mount with other order flags reads other samples\n",
+		f.epoch, f.epoch+f.order.epochs-1, f.order.rank, f.order.seed, f.order.world, f.order.batch, f.order.alpha, f.order.window, f.order.tail,
+		map[bool]string{true: " --affinity", false: ""}[f.order.affinity])
 	return nil
 }
