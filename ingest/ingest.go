@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -190,7 +191,52 @@ func (opts *Options) check(ctx context.Context) (*erasure.Codec, error) {
 	if err := pingAll(ctx, opts.Stores); err != nil {
 		return nil, err
 	}
+	if err := checkAliases(ctx, opts.Stores, opts.Name); err != nil {
+		return nil, err
+	}
 	return codec, nil
+}
+
+// probePrefix holds the probe objects of one alias check.
+func probePrefix(name, token string) string { return name + "/probe/" + token + "/" }
+
+// checkAliases refuses stores that are one place under two names (two host
+// names of one server, such as localhost and 127.0.0.1): CheckDistinct
+// compares URLs, which cannot see that. Each store gets a probe object, and
+// every store lists the probes: a store that sees another's is the same
+// place. The probes are removed before it returns.
+func checkAliases(ctx context.Context, stores []backend.Store, name string) error {
+	var b [8]byte
+	crand.Read(b[:])
+	prefix := probePrefix(name, hex.EncodeToString(b[:]))
+	defer onEveryStore(stores, func(i int, s backend.Store) error {
+		for j := range stores {
+			s.Delete(context.WithoutCancel(ctx), prefix+strconv.Itoa(j))
+		}
+		return nil
+	})
+	if _, errs := onEveryStore(stores, func(i int, s backend.Store) error {
+		return s.Put(ctx, prefix+strconv.Itoa(i), []byte(prefix))
+	}); len(errs) > 0 {
+		return fmt.Errorf("write a probe object to tell the stores apart: %w", errors.Join(errs...))
+	}
+	seen := make([][]string, len(stores))
+	if _, errs := onEveryStore(stores, func(i int, s backend.Store) (err error) {
+		seen[i], err = s.List(ctx, prefix)
+		return err
+	}); len(errs) > 0 {
+		return fmt.Errorf("list the probe objects that tell the stores apart: %w", errors.Join(errs...))
+	}
+	for i, keys := range seen {
+		for _, k := range keys {
+			j, err := strconv.Atoi(strings.TrimPrefix(k, prefix))
+			if err == nil && j != i && j >= 0 && j < len(stores) {
+				return fmt.Errorf("stores %d (%s) and %d (%s) are the same place under two names: an object written through one is read through the other. Every store must be its own failure domain: pass k+m different stores",
+					min(i, j), stores[min(i, j)], max(i, j), stores[max(i, j)])
+			}
+		}
+	}
+	return nil
 }
 
 // refuseCommitted refuses to go on when opts.Name is committed (or has

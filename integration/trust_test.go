@@ -421,3 +421,26 @@ func TestTimeoutIsNotDataLoss(t *testing.T) {
 		t.Fatalf("every store hung: want a timeout named as such, not lost data: %v", r)
 	}
 }
+
+// Issue 23 item 10: localhost:PORT and 127.0.0.1:PORT were accepted as two
+// stores, so two fragments of every shard shared one failure domain. Ingest
+// writes a probe through each store and refuses stores that see each
+// other's, naming both; it leaves no object behind.
+func TestStoreAliasesRefused(t *testing.T) {
+	c := startCluster(t, 2)
+	alias := strings.Replace(c.urls[0], "127.0.0.1", "localhost", 1)
+	if alias == c.urls[0] {
+		t.Fatalf("store URL %s has no 127.0.0.1 to alias", c.urls[0])
+	}
+	src := writeSource(t, synth.Imbalanced(20, 2, 0.7, 500, 2_000, 3))
+	r := run(t, time.Minute, nil, "ingest", "--stores="+strings.Join([]string{c.urls[0], c.urls[1], alias}, ","), "--data=2", "--parity=1", src, "ds")
+	if r.code == 0 || !strings.Contains(r.stderr, "stores 0 ("+c.urls[0]+") and 2 ("+alias+") are the same place under two names") {
+		t.Fatalf("want the alias refused, naming stores 0 and 2: %v", r)
+	}
+	for i := range 2 {
+		keys, err := c.store(t, i).List(t.Context(), "ds/")
+		if err != nil || len(keys) != 0 {
+			t.Fatalf("store %d after the refused ingest holds %v (%v), want nothing", i, keys, err)
+		}
+	}
+}
