@@ -80,6 +80,7 @@ func (o *HealthOptions) fill() {
 
 type storeHealth struct {
 	strikes   int
+	corrupt   int // checksum failures since its last read that verified
 	downUntil time.Time
 	backoff   time.Duration
 	down      bool
@@ -131,7 +132,13 @@ func (h *health) ok(store int, d time.Duration) {
 	s.n++
 	s.strikes = 0
 	wasDown := s.down
-	s.down, s.backoff = false, 0
+	s.down = false
+	if s.corrupt == 0 {
+		// A store that served wrong bytes keeps its backoff until a read
+		// from it verifies: its next checksum failure sends it down for
+		// longer, not for the first period again.
+		s.backoff = 0
+	}
 	h.mu.Unlock()
 	if wasDown {
 		h.report(store, false)
@@ -140,6 +147,28 @@ func (h *health) ok(store int, d time.Duration) {
 
 // fail records a failure: the store did not answer or refused.
 func (h *health) fail(store int) { h.strike(store, 1) }
+
+// corrupted records a read whose bytes failed their checksums: the store
+// answers, with wrong bytes. Strikes of this kind are cleared only by a
+// read that verifies (verified), not by a probe or an answer alone, so a
+// store that keeps serving flipped bytes stays down, for ever longer
+// periods, and reads stop going to it first.
+func (h *health) corrupted(store int) {
+	h.mu.Lock()
+	h.stores[store].corrupt++
+	n := h.stores[store].corrupt
+	h.mu.Unlock()
+	if n >= h.opts.Strikes {
+		h.strike(store, h.opts.Strikes)
+	}
+}
+
+// verified records a read from store whose bytes passed their checksums.
+func (h *health) verified(store int) {
+	h.mu.Lock()
+	h.stores[store].corrupt = 0
+	h.mu.Unlock()
+}
 
 // strike adds n strikes.
 func (h *health) strike(store, n int) {

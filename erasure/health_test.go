@@ -14,7 +14,10 @@ type countMetrics struct {
 	nopMetrics
 	hedged, degraded atomic.Int64
 	down             [16]atomic.Bool
+	reads            [16]atomic.Int64
 }
+
+func (m *countMetrics) BackendRead(s, n int, d time.Duration, err error) { m.reads[s].Add(1) }
 
 func (m *countMetrics) HedgedRead()                 { m.hedged.Add(1) }
 func (m *countMetrics) DegradedRead()               { m.degraded.Add(1) }
@@ -97,12 +100,34 @@ func TestStoreMarkedDownAndBack(t *testing.T) {
 	}
 }
 
-// TestMissingObjectsAreNotStoreFaults: missing or corrupt objects do not
-// mark a store down; only unavailability does.
+// TestMissingObjectsAreNotStoreFaults: missing objects do not mark a store
+// down; only unavailability, and wrong bytes, do.
 func TestMissingObjectsAreNotStoreFaults(t *testing.T) {
 	p := Params{4, 2, 256}
 	data := bytes.Repeat([]byte("x"), 4096)
-	r, sh, faulty, _ := faultyShard(t, p, data, HealthOptions{})
+	r, sh, _, _ := faultyShard(t, p, data, HealthOptions{})
+	store := p.Placement(0, 0)
+	if err := r.stores[store].Delete(context.Background(), fragKey(0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if got, err := r.ReadRange(context.Background(), sh, 0, 100); err != nil || !bytes.Equal(got, data[:100]) {
+			t.Fatalf("read %d: %v", i, err)
+		}
+	}
+	if r.StoreDown(store) {
+		t.Fatal("a missing object marked the store down")
+	}
+}
+
+// Issue 23 item 7: a store that served flipped bytes stayed "healthy" after
+// 1,345 checksum failures, so reads kept going to it first. Checksum
+// failures count in its health: it is marked down, a probe (which it
+// answers) does not bring it back for long, and a read that verifies does.
+func TestCorruptingStoreIsMarkedDown(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("abcdefgh"), 512)
+	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{MinBackoff: 20 * time.Millisecond, MaxBackoff: time.Second})
 	store := p.Placement(0, 0)
 	faulty[store].SetFlipBits(true)
 	for i := 0; i < 10; i++ {
@@ -110,8 +135,33 @@ func TestMissingObjectsAreNotStoreFaults(t *testing.T) {
 			t.Fatalf("read %d: %v", i, err)
 		}
 	}
-	if r.StoreDown(store) {
-		t.Fatal("checksum failures marked the store down")
+	if !r.StoreDown(store) || !m.down[store].Load() {
+		t.Fatal("10 reads with checksum failures: the store is not marked down")
+	}
+	// Past each backoff its probe answers; the first read that goes to it
+	// again fails its checksum and sends it down at once, for longer.
+	reads := 0
+	m.reads[store].Store(0)
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		if got, err := r.ReadRange(context.Background(), sh, 0, 100); err != nil || !bytes.Equal(got, data[:100]) {
+			t.Fatalf("read while corrupting: %v", err)
+		}
+		reads++
+	}
+	if n := m.reads[store].Load(); n > 40 {
+		t.Fatalf("%d reads over 3 s: the corrupting store was read %d times, want it mostly skipped", reads, n)
+	}
+	// Healed: once its backoff ends, a read that verifies brings it back.
+	faulty[store].SetFlipBits(false)
+	back := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !back; {
+		time.Sleep(20 * time.Millisecond)
+		r.ReadRange(context.Background(), sh, 0, 100)
+		back = !r.StoreDown(store)
+	}
+	if !back {
+		t.Fatal("the healed store was not back within 5 s")
 	}
 }
 

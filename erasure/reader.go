@@ -213,9 +213,11 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 	r.health.ok(store, responseTime(fb, start, d))
 	bad, first, n := r.codec.badBlocks(sh, frag, A, p)
 	if n == 0 {
+		r.health.verified(store)
 		return fragRead{data: p}
 	}
 	r.metrics.ChecksumFailure(store)
+	r.health.corrupted(store)
 	fr := fragRead{err: fail(fmt.Errorf("%w in block %d (%d of %d blocks bad)", ErrChecksum, first, n, len(bad)))}
 	if n < len(bad) {
 		fr.data, fr.bad = p, bad // the good blocks still count, stripe by stripe
@@ -499,6 +501,13 @@ wait:
 		case res := <-results:
 			inFlight--
 			state[res.f], reads[res.f] = done, res.fr
+			if e := res.fr.err; e != nil && errors.Is(e.Err, ErrStoreDown) && !forced[res.f] {
+				// Marked down since this decode began (another fragment of
+				// it failed its checksums there): its blocks may still be
+				// the ones a stripe needs, so it is asked as a last resort.
+				forced[res.f], state[res.f] = true, untried
+				cands = append(cands, res.f)
+			}
 		case <-timer.C:
 			streaming := true
 			for f := 0; f < total; f++ {
