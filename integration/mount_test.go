@@ -59,6 +59,7 @@ func mountShardfs(t *testing.T, args ...string) string {
 type mountProc struct {
 	dir, log string
 	cmd      *exec.Cmd
+	exited   <-chan struct{} // closed when the daemon has ended
 }
 
 // mountShardfsEnv is mountShardfs with extra environment, returning the process.
@@ -102,7 +103,7 @@ func mountShardfsEnv(t *testing.T, env []string, args ...string) *mountProc {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := os.Stat(filepath.Join(dir, ".shardfs", "info.json")); err == nil {
-			return &mountProc{dir: dir, log: dir + ".log", cmd: cmd}
+			return &mountProc{dir: dir, log: dir + ".log", cmd: cmd, exited: exited}
 		}
 		select {
 		case <-exited:

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -442,5 +443,60 @@ func TestStoreAliasesRefused(t *testing.T) {
 		if err != nil || len(keys) != 0 {
 			t.Fatalf("store %d after the refused ingest holds %v (%v), want nothing", i, keys, err)
 		}
+	}
+}
+
+// Issue 23 item 6: SIGTERM or Ctrl-C while a file was open never ended the
+// daemon: the unmount failed with EBUSY and a second signal was ignored.
+// Now the daemon says what holds the mount and retries; a second signal
+// unmounts lazily and exits, leaving no mount behind.
+func TestSignalWithAFileOpen(t *testing.T) {
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	src := writeSource(t, synth.Imbalanced(60, 3, 0.7, 500, 2_000, 6))
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			mp := mountShardfsEnv(t, nil, stores, "--batch-size=4", "ds")
+			f, err := os.Open(filepath.Join(mp.dir, "epochs/0000/rank-000/epoch.tar"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			mp.cmd.Process.Signal(sig)
+			// Still up, and saying why, naming this process.
+			deadline := time.Now().Add(20 * time.Second)
+			var log []byte
+			for time.Now().Before(deadline) && !bytes.Contains(log, []byte("the mount is busy")) {
+				time.Sleep(100 * time.Millisecond)
+				log, _ = os.ReadFile(mp.log)
+			}
+			if !bytes.Contains(log, []byte("the mount is busy")) || !bytes.Contains(log, []byte(fmt.Sprintf("pid %d", os.Getpid()))) {
+				t.Fatalf("after one %v with a file open: want the busy mount and its holder in the log:\n%s", sig, log)
+			}
+			select {
+			case <-mp.exited:
+				t.Fatalf("the daemon exited with a file open after one %v", sig)
+			default:
+			}
+			mp.cmd.Process.Signal(sig)
+			select {
+			case <-mp.exited:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the daemon did not exit within 20 s of a second %v", sig)
+			}
+			if isMounted(mp.dir) {
+				t.Fatalf("%s is still mounted after the daemon exited", mp.dir)
+			}
+			if log, _ = os.ReadFile(mp.log); !bytes.Contains(log, []byte("unmounted lazily")) {
+				t.Fatalf("want the lazy unmount logged:\n%s", log)
+			}
+			// The open file now fails; it never serves bytes.
+			if _, err := f.ReadAt(make([]byte, 10), 0); err == nil {
+				t.Fatal("a read of a file of the unmounted tree succeeded")
+			}
+		})
 	}
 }

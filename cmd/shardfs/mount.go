@@ -9,9 +9,14 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dustin/go-humanize"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -67,7 +72,10 @@ so far and the next few, so runs of hundreds of epochs need no count. The
 daemon prefetches exactly what the order says comes next. Every byte is
 verified against checksums written at ingest; up to m stores may fail.
 
-Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT.`,
+Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT. While files in the mount are
+open, the daemon names the processes that hold them and retries the unmount;
+a second Ctrl-C or SIGTERM unmounts lazily and exits (those processes then get
+errors on their open files).`,
 		Example: `  shardfs mount --stores $STORES --rank 3 --world-size 8 --batch-size 256 --seed 17 imagenet-train /mnt/data
   shardfs mount --stores $STORES --mix web:0.7,books:0.3 --batch-size 256 /mnt/mix`,
 		Args: cobra.RangeArgs(1, 2),
@@ -365,13 +373,73 @@ func (mt *mounted) serve(ctx context.Context) error {
 	}()
 	select {
 	case <-ctx.Done():
-		mt.log.Info("unmounting", "mountpoint", mt.dir)
-		mt.close()
 	case <-done:
 		mt.log.Info("unmounted externally", "mountpoint", mt.dir)
 		mt.shutdown()
+		return nil
 	}
-	return nil
+	// The first signal asked for a clean unmount; a second one is ours to
+	// see, and unmounts lazily.
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	mt.log.Info("unmounting", "mountpoint", mt.dir)
+	for {
+		err := mt.server.Unmount()
+		if err == nil {
+			mt.server.Wait()
+			mt.shutdown()
+			return nil
+		}
+		mt.log.Warn("the mount is busy: files in it are open; retrying every 2s. Close them, or signal again (Ctrl-C) to unmount lazily and exit",
+			"mountpoint", mt.dir, "held_by", holders(mt.dir), "err", err)
+		select {
+		case <-again:
+			held := holders(mt.dir)
+			if err := unix.Unmount(mt.dir, unix.MNT_DETACH); err != nil {
+				mt.log.Error("lazy unmount failed; run fusermount3 -uz "+mt.dir, "err", err)
+			} else {
+				mt.log.Warn("unmounted lazily: the processes that hold files in it get errors (ENOTCONN) on them", "mountpoint", mt.dir, "held_by", held)
+			}
+			mt.shutdown()
+			return nil
+		case <-done:
+			mt.shutdown()
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// holders names the processes with a file or working directory below dir
+// (read from /proc), for the message that says why an unmount is refused.
+func holders(dir string) []string {
+	procs, _ := os.ReadDir("/proc")
+	var out []string
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		links, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		paths := make([]string, 0, len(links)+1)
+		for _, l := range links {
+			paths = append(paths, fmt.Sprintf("/proc/%d/fd/%s", pid, l.Name()))
+		}
+		paths = append(paths, fmt.Sprintf("/proc/%d/cwd", pid))
+		for _, link := range paths {
+			if target, err := os.Readlink(link); err == nil && (target == dir || strings.HasPrefix(target, dir+"/")) {
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+				out = append(out, fmt.Sprintf("%s (pid %d)", strings.TrimSpace(string(comm)), pid))
+				break
+			}
+		}
+		if len(out) == 10 {
+			out = append(out, "...")
+			break
+		}
+	}
+	return out
 }
 
 // close unmounts and stops background work.
