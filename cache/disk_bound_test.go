@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -30,9 +31,33 @@ func duAll(t *testing.T, root string) int64 {
 // is its limit plus one shard's worth.
 const boundShard = 2 << 20
 
-// Many goroutines of one process put at once: the tier stays within its
-// limit (the flock alone did not exclude them, since they share its file).
+// burnCPU keeps n goroutines spinning until stop is called: a training
+// node's cores are all busy, and the bounds must hold there.
+func burnCPU(n int) (stop func()) {
+	done := make(chan struct{})
+	for range n {
+		go func() {
+			x := 1
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for i := range 100000 {
+					x = x*31 + i
+				}
+			}
+		}()
+	}
+	return func() { close(done) }
+}
+
+// Many goroutines of one process put at once, with every core busy: the
+// tier stays within its limit (the flock alone did not exclude them, since
+// they share its file).
 func TestDiskBoundManyGoroutines(t *testing.T) {
+	defer burnCPU(2 * runtime.NumCPU())()
 	root := t.TempDir()
 	const limit = 32 << 20
 	d, err := OpenDisk(root, "ns", limit)
@@ -147,9 +172,10 @@ func startHelper(t *testing.T, root, ns string, limit int64, seed uint64, loops 
 	return cmd
 }
 
-// Three processes share one tier directory, each with four goroutines: du
-// stays within the limit plus one shard.
+// Three processes share one tier directory, each with four goroutines,
+// with every core busy: du stays within the limit plus one shard.
 func TestDiskBoundThreeProcesses(t *testing.T) {
+	defer burnCPU(2 * runtime.NumCPU())()
 	root := t.TempDir()
 	const limit = 32 << 20
 	var cmds []*exec.Cmd

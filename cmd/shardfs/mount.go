@@ -68,7 +68,8 @@ each rank sees its share. --rank picks the ranks this mount serves: one
 (3), a range (8-15: one mount for a node's 8 GPUs, with one cache), or a
 list; by default every rank 0..W-1 is shown. --epochs 0 makes epochs
 open-ended: any epoch number opens, and the listing shows the epochs opened
-so far and the next few, so runs of hundreds of epochs need no count. The
+so far and the next few (at most 10,000), so runs of hundreds of epochs need
+no count. The
 daemon prefetches exactly what the order says comes next. Every byte is
 verified against checksums written at ingest; up to m stores may fail.
 
