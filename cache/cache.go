@@ -1,6 +1,8 @@
-// Package cache owns the byte-bounded block cache of a mount: verified
-// sample chunks in memory, shared fetches for concurrent misses, and
-// eviction that uses the known order.
+// Package cache owns the byte-bounded caches of a mount: verified sample
+// chunks in memory, shared fetches for concurrent misses, and eviction that
+// uses the known order (cache.go); and the disk tier below it, verified
+// whole samples in local files that survive remounts and crashes, bounded
+// in bytes across every process that shares it (disk.go).
 //
 // One budget holds everything the cache is responsible for: chunks ready to
 // read and the bytes of prefetch GETs in flight, which are reserved when the

@@ -1,30 +1,3 @@
-// Package dataset owns a committed dataset as the stores hold it: where its
-// objects live, how its manifest is found among the k+m copies, and the
-// whole-dataset checks (verify) and fixes (repair).
-//
-// Object layout in every store:
-//
-//	NAME/manifest                          the commit point, one copy per store
-//	NAME/identity                          this store's place: dataset, ingest id, position
-//	NAME/lock                              held by the one ingest of NAME that may commit
-//	NAME/manifest.pending, identity.pending  a commit in progress (see PendingManifestKey)
-//	NAME/data/INGEST-ID/SSSSSSSS.FF        fragment FF of shard SSSSSSSS
-//
-// Names are flat (letters, digits, '-', '_', '.'), so NAME/ is a namespace
-// no other dataset's name can fall inside. Fragments of an ingest that never
-// committed have no manifest naming their INGEST-ID; they are invisible and
-// are removed by the next ingest of NAME that holds the lock.
-//
-// The manifest is chosen by agreement, not by age: the ingest id held by the
-// most intact copies wins. When copies of another ingest are present too, the
-// winner must also be held by at least Quorum stores. Alone, an ingest's
-// copies count as committed unless the stores that provably hold no copy
-// (they answer "no such object") leave it short of Quorum even if every
-// store that did not answer held one: then its commit was interrupted, and
-// the ingest is invisible, as a crashed ingest must be. Each
-// store's identity then proves it sits at the position the manifest gives
-// it, so a permuted, duplicated or foreign store is recognised before
-// anything is read from it as ours, and never written into.
 package dataset
 
 import (
@@ -48,42 +21,6 @@ import (
 // ErrNotFound: no store holds a manifest for the dataset name.
 var ErrNotFound = errors.New("dataset not found")
 
-// ManifestKey is the object key of a dataset's manifest.
-func ManifestKey(name string) string { return name + "/manifest" }
-
-// PendingManifestKey and PendingIdentityKey hold a store's manifest copy and
-// identity while an ingest commits (see ingest's commit): written to every
-// store before any real copy, so a commit killed after its first real copy
-// still leaves every store a copy. They count only for an ingest some store
-// holds a real copy of; the commit deletes them when it is done.
-func PendingManifestKey(name string) string { return name + "/manifest.pending" }
-
-// PendingIdentityKey: see PendingManifestKey.
-func PendingIdentityKey(name string) string { return name + "/identity.pending" }
-
-// DataPrefix is the prefix of all fragment objects of a dataset.
-func DataPrefix(name string) string { return name + "/data/" }
-
-// FragmentKey names fragment frag of shard in ingest ingestID of dataset name.
-func FragmentKey(name, ingestID string, shard, frag int) string {
-	return fmt.Sprintf("%s/data/%s/%08d.%02d", name, ingestID, shard, frag)
-}
-
-// IndexKey names shard's index in ingest ingestID of dataset name (format
-// 2): a copy on every store.
-func IndexKey(name, ingestID string, shard int) string {
-	return fmt.Sprintf("%s/index/%s/%08d", name, ingestID, shard)
-}
-
-// IndexPrefix is the prefix of all shard index objects of a dataset.
-func IndexPrefix(name string) string { return name + "/index/" }
-
-// IdentityKey is the object key of a store's identity for dataset name.
-func IdentityKey(name string) string { return name + "/identity" }
-
-// LockKey is the object key of the ingest lock of dataset name.
-func LockKey(name string) string { return name + "/lock" }
-
 // MaxNameLen bounds a dataset name.
 const MaxNameLen = 128
 
@@ -102,11 +39,6 @@ func CheckName(name string) error {
 	}
 	return nil
 }
-
-// Quorum is how many stores must hold a manifest copy of one ingest for it
-// to count as committed: a majority of the k+m stores, but never more than
-// k, so that losing m stores never hides a committed dataset.
-func Quorum(k, m int) int { return min(k, (k+m)/2+1) }
 
 // Dataset is an opened, committed dataset.
 type Dataset struct {
@@ -312,154 +244,11 @@ func readIndex(ctx context.Context, s backend.Store, t *manifest.Top, si int) (*
 	return x, nil
 }
 
-// storeCopy is what one store holds of a dataset: its manifest copy and
-// identity, and those of a commit in progress (pm, pid).
-type storeCopy struct {
-	m       *manifest.Manifest
-	err     error
-	id      *Identity
-	idErr   error
-	pm      *manifest.Manifest
-	pid     *Identity
-	pending bool // m or id came from the pending keys (promotePending)
-}
-
-// promotePending counts the pending copy and identity of ingest as the
-// store's own where its real ones are missing or of another ingest: the
-// commit of ingest began (some store holds a real copy of it), and wrote
-// the pending ones to every store first.
-func promotePending(copies []storeCopy, ingest string) {
-	for i := range copies {
-		c := &copies[i]
-		if c.pm != nil && c.pm.IngestID == ingest && (c.m == nil || c.m.IngestID != ingest) &&
-			(c.err == nil || errors.Is(c.err, backend.ErrNotExist) || errors.Is(c.err, manifest.ErrCorrupt)) {
-			c.m, c.err, c.pending = c.pm, nil, true
-		}
-		if c.pid != nil && c.pid.IngestID == ingest && (c.id == nil || c.id.IngestID != ingest) {
-			c.id, c.idErr, c.pending = c.pid, nil, true
-		}
-	}
-}
-
-// readCopies reads every store's manifest copy and identity in parallel,
-// except those of stores skip names (their copy reads as unavailable).
-func readCopies(ctx context.Context, stores []backend.Store, name string, skip ...int) []storeCopy {
-	out := make([]storeCopy, len(stores))
-	var wg sync.WaitGroup
-	for i, s := range stores {
-		if slices.Contains(skip, i) {
-			out[i].err = &backend.Error{Store: s.String(), Op: "read manifest", Err: fmt.Errorf("%w: did not answer earlier", backend.ErrUnavailable)}
-			out[i].idErr = out[i].err
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := &out[i]
-			c.m, c.err = readManifestKey(ctx, s, ManifestKey(name))
-			if c.err == nil || errors.Is(c.err, backend.ErrNotExist) || errors.Is(c.err, manifest.ErrCorrupt) {
-				c.id, c.idErr = readIdentityKey(ctx, s, name, IdentityKey(name))
-				// A commit in progress, or one killed midway.
-				c.pm, _ = readManifestKey(ctx, s, PendingManifestKey(name))
-				c.pid, _ = readIdentityKey(ctx, s, name, PendingIdentityKey(name))
-			} else {
-				c.idErr = c.err // the store failed: do not wait on it twice
-			}
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// chooseManifest picks the ingest held by the most intact copies; if copies
-// of other ingests exist, it must be held by at least Quorum stores. Other
-// ingests' copies are reported as foreign.
-func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
-	held := map[string][]int{}
-	var ids []string
-	var errs []error
-	missing := 0
-	for i, c := range copies {
-		switch {
-		case c.err == nil:
-			if held[c.m.IngestID] == nil {
-				ids = append(ids, c.m.IngestID)
-			}
-			held[c.m.IngestID] = append(held[c.m.IngestID], i)
-		case errors.Is(c.err, backend.ErrNotExist):
-			missing++
-		default:
-			errs = append(errs, fmt.Errorf("store %d: %w", i, c.err))
-		}
-	}
-	if len(ids) == 0 {
-		if missing == len(stores) {
-			return nil, fmt.Errorf("%w: no store holds %s: check the name and --stores (ingest first with shardfs ingest)", ErrNotFound, ManifestKey(name))
-		}
-		if len(errs) == 0 {
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, ManifestKey(name))
-		}
-		if slices.ContainsFunc(copies, func(c storeCopy) bool { return c.err != nil && unavailable(c.err) }) {
-			// Not a verdict on the data: stores that did not answer or
-			// refused us may hold intact copies.
-			var down []string
-			for i, c := range copies {
-				if c.err != nil && unavailable(c.err) {
-					down = append(down, fmt.Sprintf("store %d (%s)", i, stores[i]))
-				}
-			}
-			return nil, fmt.Errorf("could not read a manifest of %s: %s did not answer in time or refused us; nothing is known to be lost: retry when they answer (or raise --request-timeout on a busy machine): %w",
-				name, strings.Join(down, ", "), errors.Join(errs...))
-		}
-		return nil, fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
-	}
-	sort.SliceStable(ids, func(a, b int) bool { return len(held[ids[a]]) > len(held[ids[b]]) })
-	best := ids[0]
-	m := copies[held[best][0]].m
-	describe := func() string {
-		var parts []string
-		for _, id := range ids {
-			parts = append(parts, fmt.Sprintf("ingest %s on stores %v", id, held[id]))
-		}
-		return strings.Join(parts, "; ")
-	}
-	if len(ids) > 1 && len(held[ids[1]]) == len(held[best]) {
-		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest has the most copies: %s: pass the stores of one dataset, or re-ingest with --force", name, describe())
-	}
-	q := Quorum(m.Data, m.Parity)
-	if len(ids) > 1 && len(held[best]) < q {
-		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest is held by the %d stores needed to trust it over the others (%s): bring the other stores back, pass the stores of one dataset, or re-ingest with --force%s",
-			name, q, describe(), joinErrs(errs))
-	}
-	// Stores that answered "no such object" provably lack a copy; the ones
-	// that did not answer, or hold a corrupt copy, may have one. If even
-	// counting those the ingest's copies stay below the quorum, its commit
-	// never completed (it was killed while writing them): not a dataset.
-	if len(ids) == 1 && len(held[best])+len(errs) < q {
-		return nil, fmt.Errorf("%w: ingest %s of %s wrote its manifest to %d of %d stores, fewer than the %d a commit needs, and the others answered that they hold none: it did not commit; rerun the ingest",
-			ErrNotFound, best, name, len(held[best]), len(stores), q)
-	}
-	promotePending(copies, best)
-	for _, id := range ids[1:] {
-		for _, i := range held[id] {
-			log.Warn("store holds a manifest of another ingest of this name; the agreeing stores win", "store", i, "name", stores[i].String(), "its_ingest", id, "chosen_ingest", best)
-		}
-	}
-	for _, e := range errs {
-		log.Warn("manifest copy unusable; using the agreeing stores' copy", "err", e)
-	}
-	return m, nil
-}
-
 func joinErrs(errs []error) string {
 	if len(errs) == 0 {
 		return ""
 	}
 	return "; failing: " + errors.Join(errs...).Error()
-}
-
-func readManifest(ctx context.Context, s backend.Store, name string) (*manifest.Manifest, error) {
-	return readManifestKey(ctx, s, ManifestKey(name))
 }
 
 func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifest.Manifest, error) {

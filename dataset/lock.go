@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -84,17 +85,11 @@ func AcquireLock(ctx context.Context, stores []backend.Store, name, ingestID str
 		info: LockInfo{IngestID: ingestID, Host: host, PID: os.Getpid(), PIDStart: processStart(os.Getpid()), Started: now, Heartbeat: now}}
 	body, _ := json.Marshal(l.info)
 	others := make([]*LockInfo, len(stores))
-	errs := make([]error, len(stores))
-	var wg sync.WaitGroup
-	for i, s := range stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			others[i], errs[i] = l.createOrTakeOver(ctx, s, body)
-			l.held[i] = errs[i] == nil
-		}()
-	}
-	wg.Wait()
+	errs := backend.OnEvery(stores, func(i int, s backend.Store) (err error) {
+		others[i], err = l.createOrTakeOver(ctx, s, body)
+		l.held[i] = err == nil
+		return err
+	})
 	got := l.heldCount()
 	if got < majority(len(stores)) {
 		l.releaseHeld(context.WithoutCancel(ctx))
@@ -285,17 +280,13 @@ func (l *Lock) releaseHeld(ctx context.Context) {
 // eachHeld runs fn for every store this ingest holds the lock on, in
 // parallel, and waits. fn may clear its own held[i].
 func (l *Lock) eachHeld(fn func(i int, s backend.Store)) {
-	var wg sync.WaitGroup
-	for i, s := range l.stores {
-		if l.held[i] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fn(i, s)
-			}()
+	held := slices.Clone(l.held)
+	backend.OnEvery(l.stores, func(i int, s backend.Store) error {
+		if held[i] {
+			fn(i, s)
 		}
-	}
-	wg.Wait()
+		return nil
+	})
 }
 
 func (l *Lock) heldCount() int {

@@ -56,7 +56,7 @@ func TestHedgeAroundHungStore(t *testing.T) {
 		var got []byte
 		var err error
 		if exact {
-			got, err = r.ReadExact(ctx, sh, 10, 500, func(b []byte) bool { return bytes.Equal(b, data[10:510]) })
+			got, err = readExact(ctx, r, sh, 10, 500, func(b []byte) bool { return bytes.Equal(b, data[10:510]) })
 		} else {
 			got, err = r.ReadRange(ctx, sh, 10, 500)
 		}
@@ -176,7 +176,7 @@ func TestSlowIsNotLost(t *testing.T) {
 	faulty[p.Placement(0, 1)].SetFlipBits(true)
 	faulty[p.Placement(0, 2)].SetDelay(100*time.Millisecond, 0)
 	for _, rg := range [][2]int64{{0, 3000}, {3200, 3000}, {6400, 2000}} {
-		got, err := r.ReadExact(context.Background(), sh, rg[0], rg[1], func(b []byte) bool { return bytes.Equal(b, data[rg[0]:rg[0]+rg[1]]) })
+		got, err := readExact(context.Background(), r, sh, rg[0], rg[1], func(b []byte) bool { return bytes.Equal(b, data[rg[0]:rg[0]+rg[1]]) })
 		if err != nil || !bytes.Equal(got, data[rg[0]:rg[0]+rg[1]]) {
 			t.Fatalf("range %v: %v", rg, err)
 		}

@@ -94,7 +94,7 @@ func TestStreamingStoreIsNotHedged(t *testing.T) {
 		var got []byte
 		var err error
 		if exact {
-			got, err = r.ReadExact(context.Background(), sh, 10, 700, func([]byte) bool { return true })
+			got, err = readExact(context.Background(), r, sh, 10, 700, func([]byte) bool { return true })
 		} else {
 			got, err = r.ReadRange(context.Background(), sh, 10, 700)
 		}
@@ -128,7 +128,7 @@ func TestStoreStalledMidBodyIsHedged(t *testing.T) {
 		var got []byte
 		var err error
 		if exact {
-			got, err = r.ReadExact(ctx, sh, 10, 700, func([]byte) bool { return true })
+			got, err = readExact(ctx, r, sh, 10, 700, func([]byte) bool { return true })
 		} else {
 			got, err = r.ReadRange(ctx, sh, 10, 700)
 		}
@@ -165,7 +165,7 @@ func TestSetSlowTogetherIsNotHedged(t *testing.T) {
 					var got []byte
 					var err error
 					if exact {
-						got, err = r.ReadExact(ctx, sh, off, 500, func([]byte) bool { return true })
+						got, err = readExact(ctx, r, sh, off, 500, func([]byte) bool { return true })
 					} else {
 						got, err = r.ReadRange(ctx, sh, off, 500)
 					}

@@ -633,23 +633,6 @@ func (r *Reader) tooFew(sh *Shard, failed map[int]*FragmentError) error {
 	return e
 }
 
-// ReadExact reads exactly [off, off+n) of the shard's data fragments — no
-// widening to checksum blocks — and accepts the bytes only if verify does
-// (the caller checks checksums it knows, such as per-sample CRCs). On any
-// error or a failed verify it falls back to ReadRange, which finds the bad
-// fragment by its block checksums and decodes around it.
-func (r *Reader) ReadExact(ctx context.Context, sh *Shard, off, n int64, verify func([]byte) bool) ([]byte, error) {
-	if n < 0 {
-		return nil, fmt.Errorf("shard %d: negative length %d", sh.ID, n)
-	}
-	out := make([]byte, n)
-	err := r.ReadExactV(ctx, sh, off, [][]byte{out}, func(v [][]byte) bool { return verify(v[0]) })
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // ReadExactV is ReadExact into bufs, which the range's bytes fill in turn:
 // the bytes go from the store's response straight into them.
 func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]byte, verify func([][]byte) bool) error {

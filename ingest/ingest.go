@@ -197,9 +197,6 @@ func (opts *Options) check(ctx context.Context) (*erasure.Codec, error) {
 	return codec, nil
 }
 
-// probePrefix holds the probe objects of one alias check.
-func probePrefix(name, token string) string { return name + "/probe/" + token + "/" }
-
 // checkAliases refuses stores that are one place under two names (two host
 // names of one server, such as localhost and 127.0.0.1): CheckDistinct
 // compares URLs, which cannot see that. Each store gets a probe object, and
@@ -208,23 +205,23 @@ func probePrefix(name, token string) string { return name + "/probe/" + token + 
 func checkAliases(ctx context.Context, stores []backend.Store, name string) error {
 	var b [8]byte
 	crand.Read(b[:])
-	prefix := probePrefix(name, hex.EncodeToString(b[:]))
-	defer onEveryStore(stores, func(i int, s backend.Store) error {
+	prefix := dataset.ProbePrefix(name, hex.EncodeToString(b[:]))
+	defer backend.OnEvery(stores, func(i int, s backend.Store) error {
 		for j := range stores {
 			s.Delete(context.WithoutCancel(ctx), prefix+strconv.Itoa(j))
 		}
 		return nil
 	})
-	if _, errs := onEveryStore(stores, func(i int, s backend.Store) error {
+	if _, errs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) error {
 		return s.Put(ctx, prefix+strconv.Itoa(i), []byte(prefix))
-	}); len(errs) > 0 {
+	})); len(errs) > 0 {
 		return fmt.Errorf("write a probe object to tell the stores apart: %w", errors.Join(errs...))
 	}
 	seen := make([][]string, len(stores))
-	if _, errs := onEveryStore(stores, func(i int, s backend.Store) (err error) {
+	if _, errs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) (err error) {
 		seen[i], err = s.List(ctx, prefix)
 		return err
-	}); len(errs) > 0 {
+	})); len(errs) > 0 {
 		return fmt.Errorf("list the probe objects that tell the stores apart: %w", errors.Join(errs...))
 	}
 	for i, keys := range seen {
@@ -342,77 +339,15 @@ func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, codec 
 	return stored, g.Wait()
 }
 
-// commit makes the ingest visible, after all fragments, in two steps. First
-// every store gets the manifest and its identity under the pending keys;
-// then every store gets them under their real keys, which is the commit;
-// then the pending ones are deleted. Readers count pending copies only for
-// an ingest some store holds a real copy of, so a commit killed at any
-// point leaves the dataset invisible (no real copy yet, or fewer than the
-// quorum) or whole (every store holds a copy, real or pending). A store that
-// fails does not stop the others: every copy that can be written is, and
-// the count decides. With at least dataset.Quorum real copies the ingest is
-// committed (repair restores the rest); with fewer it is not, and the
-// copies written are taken back.
+// commit makes the ingest visible (dataset.Commit holds the protocol), and
+// words its failure for the one who ran the ingest.
 func commit(ctx context.Context, opts Options, m *manifest.Manifest, enc []byte, lock *dataset.Lock, res *Result, log *slog.Logger) error {
-	// Only the lock holder commits: check it right before writing.
-	if err := lock.Refresh(ctx); err != nil {
-		return fmt.Errorf("ingest %s not committed: %w", opts.Name, err)
+	copies, copyErrs, err := dataset.Commit(ctx, opts.Stores, m, enc, lock, log)
+	res.Copies, res.CopyErrors = copies, copyErrs
+	if err != nil {
+		return fmt.Errorf("ingest %s not committed: %w; %s", opts.Name, err, notVisible(opts))
 	}
-	q := dataset.Quorum(m.Data, m.Parity)
-	uctx := context.WithoutCancel(ctx)
-	takeBack := func(stores []int, real bool) {
-		for _, i := range stores {
-			if real {
-				opts.Stores[i].Delete(uctx, dataset.ManifestKey(opts.Name))
-				opts.Stores[i].Delete(uctx, dataset.IdentityKey(opts.Name))
-			}
-			opts.Stores[i].Delete(uctx, dataset.PendingManifestKey(opts.Name))
-			opts.Stores[i].Delete(uctx, dataset.PendingIdentityKey(opts.Name))
-		}
-	}
-	// each writes to every store in parallel and returns the stores written.
-	each := func(write func(i int, s backend.Store) error) ([]int, []error) {
-		return onEveryStore(opts.Stores, write)
-	}
-	pending, perrs := each(func(i int, s backend.Store) error {
-		if err := s.Put(ctx, dataset.PendingManifestKey(opts.Name), enc); err != nil {
-			return fmt.Errorf("store %d: pending manifest: %w", i, err)
-		}
-		if err := dataset.WritePendingIdentity(ctx, s, m, i); err != nil {
-			return fmt.Errorf("store %d: pending identity: %w", i, err)
-		}
-		return nil
-	})
-	if len(pending) < q {
-		takeBack(pending, false)
-		return fmt.Errorf("ingest %s not committed: the manifest reached %d of %d stores, and a commit needs %d (%v); the copies written were taken back and %s",
-			opts.Name, len(pending), len(opts.Stores), q, errors.Join(perrs...), notVisible(opts))
-	}
-	written, errs := each(func(i int, s backend.Store) error {
-		if err := s.Put(ctx, dataset.ManifestKey(opts.Name), enc); err != nil {
-			return fmt.Errorf("store %d: manifest: %w", i, err)
-		}
-		if err := dataset.WriteIdentity(ctx, s, m, i); err != nil {
-			log.Warn("could not write the store's identity; run shardfs repair to write it", "store", i, "err", err)
-		}
-		return nil
-	})
-	res.CopyErrors = errs
-	res.Copies = len(written)
-	if len(written) >= q {
-		takeBack(written, false) // the pending copies of the stores that hold the real ones
-		if len(res.CopyErrors) > 0 {
-			log.Warn("committed, but some stores lack a manifest copy: run shardfs repair to write them",
-				"dataset", opts.Name, "copies", len(written), "stores", len(opts.Stores), "err", errors.Join(res.CopyErrors...))
-		}
-		return nil
-	}
-	// Not committed: take back the copies written, so no store shows a
-	// dataset the others do not hold.
-	takeBack(written, true)
-	takeBack(pending, false)
-	return fmt.Errorf("ingest %s not committed: the manifest reached %d of %d stores, and a commit needs %d (%v); the copies written were taken back and %s",
-		opts.Name, len(written), len(opts.Stores), q, errors.Join(res.CopyErrors...), notVisible(opts))
+	return nil
 }
 
 func notVisible(opts Options) string {
@@ -423,38 +358,15 @@ func notVisible(opts Options) string {
 }
 
 func pingAll(ctx context.Context, stores []backend.Store) error {
-	_, errs := onEveryStore(stores, func(i int, s backend.Store) error {
+	_, errs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) error {
 		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 		if err := backend.Ping(pctx, s); err != nil {
 			return fmt.Errorf("store %d: %w", i, err)
 		}
 		return nil
-	})
+	}))
 	return errors.Join(errs...)
-}
-
-// onEveryStore runs fn on every store in parallel and returns the stores it
-// succeeded on and the errors of the others.
-func onEveryStore(stores []backend.Store, fn func(i int, s backend.Store) error) (ok []int, failed []error) {
-	errs := make([]error, len(stores))
-	var wg sync.WaitGroup
-	for i, s := range stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = fn(i, s)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err == nil {
-			ok = append(ok, i)
-		} else {
-			failed = append(failed, err)
-		}
-	}
-	return ok, failed
 }
 
 func newIngestID() string {
@@ -570,13 +482,13 @@ func (s *Source) keyIndex() map[string]int {
 func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string, log *slog.Logger) int {
 	running := map[string]bool{}
 	for _, s := range stores {
-		keys, err := s.List(ctx, PartPrefix(name))
+		keys, err := s.List(ctx, dataset.PartPrefix(name))
 		if err != nil {
 			log.Warn("could not list distributed ingests; old fragments are kept", "store", s.String(), "err", err)
 			return 0
 		}
 		for _, k := range keys {
-			id, _, _ := strings.Cut(strings.TrimPrefix(k, PartPrefix(name)), "/")
+			id, _, _ := strings.Cut(strings.TrimPrefix(k, dataset.PartPrefix(name)), "/")
 			running[id] = true
 		}
 	}

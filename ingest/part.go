@@ -107,18 +107,6 @@ func partIngestID(src *Source, opts Options, job string, parts int) string {
 	return "job-" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-// PartPrefix holds the part records of name's distributed ingests.
-func PartPrefix(name string) string { return name + "/parts/" }
-
-// partKey names part i of n of ingest id.
-func partKey(name, id string, i, n int) string {
-	return fmt.Sprintf("%s%s/part-%06d-of-%06d", PartPrefix(name), id, i, n)
-}
-
-// startedKey marks a distributed ingest as running: purges of other ingests
-// leave its fragments alone.
-func startedKey(name, id string) string { return PartPrefix(name) + id + "/started" }
-
 // partRecord is what a part leaves for commit: the plan's header, which
 // every part computed alike, and per owned shard its samples and checksums.
 type partRecord struct {
@@ -243,7 +231,7 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	}
 	// Marked before the first fragment: a purge by another ingest of this
 	// name leaves the fragments of a running distributed ingest alone.
-	if err := putSome(ctx, opts.Stores, startedKey(opts.Name, id), []byte(time.Now().UTC().Format(time.RFC3339)), 1); err != nil {
+	if err := putSome(ctx, opts.Stores, dataset.PartStartedKey(opts.Name, id), []byte(time.Now().UTC().Format(time.RFC3339)), 1); err != nil {
 		return nil, fmt.Errorf("part %s of %s: %w", part, opts.Name, err)
 	}
 	log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "shards", len(owned), "of", len(m.Shards))
@@ -291,7 +279,7 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 		return nil, err
 	}
 	// The record is the part's only proof of work: it must survive m lost stores.
-	if err := putSome(ctx, opts.Stores, partKey(opts.Name, id, part.Index, part.Count), enc, opts.Parity+1); err != nil {
+	if err := putSome(ctx, opts.Stores, dataset.PartKey(opts.Name, id, part.Index, part.Count), enc, opts.Parity+1); err != nil {
 		return nil, fmt.Errorf("part %s of %s not done: its record: %w (rerun this part)", part, opts.Name, err)
 	}
 	res.Elapsed = time.Since(start)
@@ -364,7 +352,7 @@ func putSome(ctx context.Context, stores []backend.Store, key string, data []byt
 // need did. A store that holds other bytes under key (ErrSourceChanged)
 // fails it whatever the others did.
 func writeSome(ctx context.Context, stores []backend.Store, key string, data []byte, need int, write writeFunc) error {
-	ok, errs := onEveryStore(stores, func(_ int, s backend.Store) error { return write(ctx, s, key, data) })
+	ok, errs := backend.Split(backend.OnEvery(stores, func(_ int, s backend.Store) error { return write(ctx, s, key, data) }))
 	for _, err := range errs {
 		if errors.Is(err, ErrSourceChanged) {
 			return err
@@ -532,9 +520,9 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	uctx := context.WithoutCancel(ctx)
 	for _, s := range opts.Stores {
 		for i := 0; i < n; i++ {
-			s.Delete(uctx, partKey(opts.Name, id, i, n))
+			s.Delete(uctx, dataset.PartKey(opts.Name, id, i, n))
 		}
-		s.Delete(uctx, startedKey(opts.Name, id))
+		s.Delete(uctx, dataset.PartStartedKey(opts.Name, id))
 	}
 	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, id, log)
 	res.Elapsed = time.Since(start)
@@ -544,7 +532,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 // dropStrayParts deletes the part objects of the committed ingest id from
 // every store and returns keys without them.
 func dropStrayParts(ctx context.Context, stores []backend.Store, name, id string, keys []string, log *slog.Logger) []string {
-	prefix := PartPrefix(name) + id + "/"
+	prefix := dataset.PartPrefix(name) + id + "/"
 	var rest []string
 	for _, k := range keys {
 		if !strings.HasPrefix(k, prefix) {
@@ -564,7 +552,7 @@ func listParts(ctx context.Context, stores []backend.Store, name string) ([]stri
 	seen := map[string]bool{}
 	var errs []error
 	for _, s := range stores {
-		keys, err := s.List(ctx, PartPrefix(name))
+		keys, err := s.List(ctx, dataset.PartPrefix(name))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -594,7 +582,7 @@ func pickIngest(name string, keys []string, want string) (string, int, error) {
 	}
 	jobs := map[string]*job{}
 	for _, k := range keys {
-		id, file, ok := strings.Cut(strings.TrimPrefix(k, PartPrefix(name)), "/")
+		id, file, ok := strings.Cut(strings.TrimPrefix(k, dataset.PartPrefix(name)), "/")
 		if !ok {
 			continue
 		}
@@ -663,7 +651,7 @@ func readParts(ctx context.Context, stores []backend.Store, name, id string, n i
 	g.SetLimit(8)
 	for i := range recs {
 		g.Go(func() error {
-			key := partKey(name, id, i, n)
+			key := dataset.PartKey(name, id, i, n)
 			var errs []error
 			for _, s := range stores {
 				size, err := s.Stat(gctx, key)

@@ -143,7 +143,7 @@ func partsCommitTheSingleProcessManifest(t *testing.T, format int) {
 		}
 		// The parts' records are gone; their fragments are the dataset's.
 		for _, s := range opts.Stores {
-			if keys, _ := s.List(ctx, PartPrefix("dist")); len(keys) != 0 {
+			if keys, _ := s.List(ctx, dataset.PartPrefix("dist")); len(keys) != 0 {
 				t.Fatalf("%d parts: part objects left after commit: %v", n, keys)
 			}
 		}
@@ -230,7 +230,7 @@ func TestCommitRefusesWhatIsNotWhole(t *testing.T) {
 	}
 	invisible()
 	// Damage part 0's record on the first store: read from another copy.
-	key := partKey("ds", b1.IngestID, 0, 2)
+	key := dataset.PartKey("ds", b1.IngestID, 0, 2)
 	if err := opts.Stores[0].Put(ctx, key, []byte("SHARDFS-PART-1\nnot a record")); err != nil {
 		t.Fatal(err)
 	}

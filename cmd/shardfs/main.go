@@ -1,7 +1,8 @@
 // Command shardfs ingests labelled datasets into erasure-coded object
-// stores, verifies and repairs them, and (soon) mounts them as directories
-// of stratified epoch and batch files. It wires the packages together: flags,
-// config, credentials, logging, progress and exit codes live here.
+// stores, verifies and repairs them, and mounts them as directories of
+// stratified epoch and batch files. It wires the packages together: flags,
+// config, credentials, logging, progress, signals and exit codes live here,
+// and so does the assembly of a mount (mount.go).
 package main
 
 import (

@@ -343,19 +343,11 @@ func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, []int32, e
 
 // checkStores pings every store in parallel and describes the failing ones.
 func checkStores(ctx context.Context, stores []backend.Store) []string {
-	errs := make([]error, len(stores))
-	done := make(chan int, len(stores))
-	for i, s := range stores {
-		go func() {
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			errs[i] = backend.Ping(pctx, s)
-			done <- i
-		}()
-	}
-	for range stores {
-		<-done
-	}
+	errs := backend.OnEvery(stores, func(_ int, s backend.Store) error {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return backend.Ping(pctx, s)
+	})
 	var out []string
 	for i, err := range errs {
 		if err != nil {

@@ -1,0 +1,32 @@
+// Package dataset owns a committed dataset as the stores hold it: where its
+// objects live, how its manifest is found among the k+m copies, and the
+// whole-dataset checks (verify) and fixes (repair).
+//
+// Object layout in every store (keys.go names every key):
+//
+//	NAME/manifest                            the commit point, one copy per store
+//	NAME/identity                            this store's place: dataset, ingest id, position
+//	NAME/lock                                held by the one ingest of NAME that may commit
+//	NAME/manifest.pending, identity.pending  a commit in progress (see PendingManifestKey)
+//	NAME/data/INGEST-ID/SSSSSSSS.FF          fragment FF of shard SSSSSSSS
+//	NAME/index/INGEST-ID/SSSSSSSS            shard SSSSSSSS's index (metadata format 2), a copy on every store
+//	NAME/parts/JOB-ID/part-IIIIII-of-NNNNNN  a finished part of a distributed ingest, until its commit
+//	NAME/parts/JOB-ID/started                a distributed ingest is running: purges leave it alone
+//	NAME/probe/TOKEN/I                       ingest's probe that tells stores apart, removed at once
+//
+// Names are flat (letters, digits, '-', '_', '.'), so NAME/ is a namespace
+// no other dataset's name can fall inside. Fragments of an ingest that never
+// committed have no manifest naming their INGEST-ID; they are invisible and
+// are removed by the next ingest of NAME that holds the lock.
+//
+// The manifest is chosen by agreement, not by age: the ingest id held by the
+// most intact copies wins. When copies of another ingest are present too, the
+// winner must also be held by at least Quorum stores. Alone, an ingest's
+// copies count as committed unless the stores that provably hold no copy
+// (they answer "no such object") leave it short of Quorum even if every
+// store that did not answer held one: then its commit was interrupted, and
+// the ingest is invisible, as a crashed ingest must be. Each
+// store's identity then proves it sits at the position the manifest gives
+// it, so a permuted, duplicated or foreign store is recognised before
+// anything is read from it as ours, and never written into.
+package dataset

@@ -1,0 +1,23 @@
+// Package ingest turns a labelled source (an ImageFolder tree or a .csv /
+// .jsonl listing) into a committed dataset: it places samples into shards by
+// a seeded stratified shuffle, erasure-codes each shard, uploads all
+// fragments in parallel with bounded memory, and writes the manifest to
+// every store last. That write is the commit: an ingest killed at any moment
+// leaves no visible dataset, and the next ingest of the same name removes
+// what it left behind.
+//
+// Files: scan.go reads the source (tree or listing) into Items; ingest.go
+// plans, encodes and uploads a single-process ingest and commits it with
+// dataset.Commit (the protocol lives there, beside the code that reads it);
+// part.go is a distributed ingest: parts that upload with conditional
+// writes and no coordination, and the Commit that checks and joins them.
+//
+// Safety: an ingest holds the dataset's lock (dataset.AcquireLock) from
+// before its first write to its commit; fragments of a single-process
+// ingest are named by a fresh ingest id, so no run writes into another's;
+// a part's objects are named by an id every rerun of the part shares, so a
+// part creates them only where none is and accepts an existing one only if
+// it holds exactly its bytes. Orphans are purged only by the lock holder,
+// right after its commit, and never those of a distributed ingest that is
+// still running.
+package ingest
