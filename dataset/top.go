@@ -5,6 +5,25 @@ import (
 	"github.com/shardfs/shardfs/manifest"
 )
 
+// OrderInput is the input from which the order of ds with params p is
+// computed: the one choice that mount, warm and plan all make here, so that
+// they compute one order. A dataset whose shard indexes are fetched lazily
+// (format 2, opened with LazyIndexes) gives the per-shard counts
+// (TopInput) where the order needs no more, else each sample's stratum and
+// shard spelled out from the counts (CountsInput); a dataset held whole
+// gives its per-sample columns. The orders are equal, whichever it is
+// (TestOrderInputAgrees).
+func OrderInput(ds *Dataset, p layout.Params) (*layout.Input, error) {
+	switch {
+	case ds.Lazy == nil:
+		return LayoutInput(ds.Manifest)
+	case p.Window == 0 && !p.Affinity && p.OrderVersion() >= 2:
+		return TopInput(ds.Manifest.Top)
+	default:
+		return CountsInput(ds.Manifest.Top)
+	}
+}
+
 // TopInput is the order's input from a format-2 top-level manifest: its
 // per-shard class counts, nothing per sample (see manifest.Top and
 // layout.NewCountInputFunc). Global orders of order version 2 are

@@ -212,7 +212,11 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	} = dataset.Catalog{M: ds.Manifest}
 	var fetch prefetch.Fetcher = ds
 	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
-	in, err := dataset.LayoutInput(ds.Manifest)
+	params, err := f.order.params(0, 0)
+	if err != nil {
+		return nil, err
+	}
+	in, err := dataset.OrderInput(ds, params)
 	switch {
 	case mix != nil:
 		cat, fetch, ns = mix, mix, mix.Namespace()
@@ -227,16 +231,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		met.SetIndex(func() metrics.IndexSnapshot {
 			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), TierHits: ds.Lazy.TierHits.Load(), Unpinned: ds.Lazy.Unpinned.Load()}
 		})
-		if f.order.window == 0 && !f.order.affinity && f.order.orderVersion() >= 2 {
-			in, err = dataset.TopInput(ds.Manifest.Top)
-		} else {
-			in, err = dataset.CountsInput(ds.Manifest.Top)
-		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	params, err := f.order.params(0, 0)
 	if err != nil {
 		return nil, err
 	}

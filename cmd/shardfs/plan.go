@@ -429,7 +429,11 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 const mergeGap = 64 << 10
 
 func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) error {
-	in, err := dataset.LayoutInput(m)
+	p0, err := of.params(0, of.ranks()[0])
+	if err != nil {
+		return err
+	}
+	in, err := dataset.OrderInput(&dataset.Dataset{Manifest: m}, p0)
 	if err != nil {
 		return err
 	}
@@ -460,7 +464,11 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 }
 
 func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *orderFlags, lookahead, compareWindow int) error {
-	in, err := dataset.LayoutInput(m)
+	p0, err := of.params(0, of.ranks()[0])
+	if err != nil {
+		return err
+	}
+	in, err := dataset.OrderInput(&dataset.Dataset{Manifest: m}, p0)
 	if err != nil {
 		return err
 	}
@@ -473,10 +481,6 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	cat := dataset.Catalog{M: m}
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
 	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v alpha-schedule=%q tail=%s window=%d affinity=%v resume-at=%q\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.alphaSchedule, of.tail, of.window, of.affinity, of.resumeAt)
-	p0, err := of.params(0, of.ranks()[0])
-	if err != nil {
-		return err
-	}
 	pi := layout.Targets(in, p0.Alpha) // epoch 0's, for the class mix table
 	other := *of
 	other.affinity = false

@@ -84,7 +84,11 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err != nil {
 		return err
 	}
-	in, err := dataset.LayoutInput(ds.Manifest)
+	p0, err := f.order.params(f.epoch, f.order.ranks()[0])
+	if err != nil {
+		return err
+	}
+	in, err := dataset.OrderInput(ds, p0)
 	if err != nil {
 		return err
 	}
