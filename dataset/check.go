@@ -58,8 +58,11 @@ type Report struct {
 }
 
 // StoreProblem says in words what kept store i from being checked.
-func (r *Report) StoreProblem(i int) string {
-	err := r.Causes[i]
+func (r *Report) StoreProblem(i int) string { return storeProblem(r.Causes[i]) }
+
+// storeProblem says in words what a store's error means for its objects:
+// it did not answer, it refused our credentials, or its bucket is gone.
+func storeProblem(err error) string {
 	switch {
 	case err == nil:
 		return "did not answer"

@@ -177,14 +177,17 @@ func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log
 		if slices.ContainsFunc(copies, func(c storeCopy) bool { return c.err != nil && unavailable(c.err) }) {
 			// Not a verdict on the data: stores that did not answer or
 			// refused us may hold intact copies.
-			var down []string
+			var why []string
 			for i, c := range copies {
-				if c.err != nil && unavailable(c.err) {
-					down = append(down, fmt.Sprintf("store %d (%s)", i, stores[i]))
+				switch {
+				case c.err == nil || !unavailable(c.err):
+				case errors.Is(c.err, backend.ErrAccessDenied) || errors.Is(c.err, backend.ErrNoBucket):
+					why = append(why, fmt.Sprintf("store %d (%s) %s", i, stores[i], storeProblem(c.err)))
+				default:
+					why = append(why, fmt.Sprintf("store %d (%s) did not answer in time (%v): retry when it answers, or raise --request-timeout on a busy machine", i, stores[i], c.err))
 				}
 			}
-			return nil, fmt.Errorf("could not read a manifest of %s: %s did not answer in time or refused us; nothing is known to be lost: retry when they answer (or raise --request-timeout on a busy machine): %w",
-				name, strings.Join(down, ", "), errors.Join(errs...))
+			return nil, fmt.Errorf("could not read a manifest of %s, and nothing is known to be lost: %s", name, strings.Join(why, "; "))
 		}
 		return nil, fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
 	}
