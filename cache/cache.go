@@ -8,11 +8,11 @@
 // read and the bytes of prefetch GETs in flight, which are reserved when the
 // GET is claimed. When the budget is exceeded, the cache evicts by Belady's
 // rule: the entry whose next read in the known order is furthest away goes
-// first. A Ranker, supplied by the read path that knows the order, gives
-// that distance; chunks no open reader needs again (NoUse) go before any
+// first. A NextUse function, supplied by the read path that knows the
+// order, gives that distance; chunks no open reader needs again (NoUse) go before any
 // other. A chunk read to its end is queued as a likely candidate (Done) and
-// evicted first once the Ranker confirms nothing needs it. Among the rest,
-// the cache ranks all entries when it holds few and a random sample of
+// evicted first once NextUse confirms nothing needs it. Among the rest,
+// the cache weighs all entries when it holds few and a random sample of
 // them otherwise, the way Redis approximates its policies: exact where a
 // test can check it, O(1) per eviction where the cache holds many entries.
 // A fetch in flight is a claim on one or many keys (a coalesced ranged GET
@@ -44,15 +44,15 @@ const (
 	Fetched               // this caller fetched it
 )
 
-// NoUse is the rank of a chunk no open reader will read again.
+// NoUse is the next use of a chunk no open reader will read again.
 const NoUse = int64(math.MaxInt64)
 
-// Ranker returns how far ahead, in bytes of the known order, k is next
+// NextUse returns how far ahead, in bytes of the known order, k is next
 // read, or NoUse. It is called with the cache's lock held and must not call
 // back into the cache.
-type Ranker func(k Key) int64
+type NextUse func(k Key) int64
 
-// exactBelow: with at most this many entries every one is ranked; above,
+// exactBelow: with at most this many entries every one is weighed; above,
 // sampleSize random ones are.
 const (
 	exactBelow = 64
@@ -71,7 +71,7 @@ type entry struct {
 	k    Key
 	v    []byte
 	at   int    // index in Cache.all
-	used uint64 // access clock, for ties and when no Ranker is set
+	used uint64 // access clock, for ties and when no NextUse is set
 	done bool   // queued in Cache.done
 }
 
@@ -83,10 +83,10 @@ type Cache struct {
 	used     int64      // entries' bytes plus reservations
 	entries  map[Key]*entry
 	all      []*entry // every entry, for sampling
-	done     []Key    // read to their end: evicted first unless the ranker objects
+	done     []Key    // read to their end: evicted first unless nextUse objects
 	clock    uint64
 	flights  map[Key]*flight
-	rank     Ranker
+	nextUse  NextUse
 	onSize   func(int64)
 	rng      *rand.Rand
 	reserved int64
@@ -105,11 +105,11 @@ func New(budget int64, onSize func(int64)) *Cache {
 		rng: rand.New(rand.NewPCG(1, 2))}
 }
 
-// SetRanker gives the cache the distance to each chunk's next use. Without
+// SetNextUse gives the cache the distance to each chunk's next use. Without
 // one, the least recently used entry goes first.
-func (c *Cache) SetRanker(r Ranker) {
+func (c *Cache) SetNextUse(r NextUse) {
 	c.mu.Lock()
-	c.rank = r
+	c.nextUse = r
 	c.mu.Unlock()
 }
 
@@ -261,7 +261,7 @@ func (c *Cache) evictLocked() {
 }
 
 // victimLocked picks the entry to evict: a done entry nothing needs, else
-// the entry with the furthest next use among those ranked.
+// the entry with the furthest next use among those weighed.
 func (c *Cache) victimLocked() *entry {
 	for len(c.done) > 0 {
 		k := c.done[0]
@@ -271,20 +271,20 @@ func (c *Cache) victimLocked() *entry {
 			continue
 		}
 		e.done = false
-		if c.rank == nil || c.rank(k) == NoUse {
+		if c.nextUse == nil || c.nextUse(k) == NoUse {
 			return e
 		}
-		// Another open reader still needs it: it stays, ranked like any other.
+		// Another open reader still needs it: it stays, weighed like any other.
 	}
 	var best *entry
-	var bestRank int64
+	var bestUse int64
 	consider := func(e *entry) {
 		r := int64(0)
-		if c.rank != nil {
-			r = c.rank(e.k)
+		if c.nextUse != nil {
+			r = c.nextUse(e.k)
 		}
-		if best == nil || r > bestRank || (r == bestRank && e.used < best.used) {
-			best, bestRank = e, r
+		if best == nil || r > bestUse || (r == bestUse && e.used < best.used) {
+			best, bestUse = e, r
 		}
 	}
 	if len(c.all) <= exactBelow {
@@ -308,7 +308,7 @@ func (c *Cache) removeLocked(e *entry) {
 	e.done = false
 }
 
-// Done marks k as read to its end by one reader: unless the ranker says
+// Done marks k as read to its end by one reader: unless nextUse says
 // another reader needs it, it is the next to go.
 func (c *Cache) Done(k Key) {
 	c.mu.Lock()

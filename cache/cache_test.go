@@ -171,7 +171,7 @@ func TestEvictsFurthestNextUse(t *testing.T) {
 		c := New(slots*100, nil)
 		cursor := 0
 		if ranked {
-			c.SetRanker(func(k Key) int64 { return nextUse(cursor, k.Sample) })
+			c.SetNextUse(func(k Key) int64 { return nextUse(cursor, k.Sample) })
 		}
 		for i, k := range seq {
 			cursor = i
@@ -219,12 +219,12 @@ func TestEvictsFurthestNextUse(t *testing.T) {
 	t.Logf("%d accesses: %d misses with the ranker (= optimum), %d with LRU", len(seq), got, lru)
 }
 
-// TestDoneYieldsToRanker: a chunk read to its end by one reader is evicted
+// TestDoneYieldsToNextUse: a chunk read to its end by one reader is evicted
 // first only if no other reader needs it.
-func TestDoneYieldsToRanker(t *testing.T) {
+func TestDoneYieldsToNextUse(t *testing.T) {
 	c := New(300, nil)
 	needed := map[int32]int64{1: 10, 2: 20}
-	c.SetRanker(func(k Key) int64 {
+	c.SetNextUse(func(k Key) int64 {
 		if d, ok := needed[k.Sample]; ok {
 			return d
 		}

@@ -118,8 +118,8 @@ func TestRankIsNextUse(t *testing.T) {
 				break
 			}
 		}
-		if got := r.rank(cache.Key{Sample: int32(s)}); got != want {
-			t.Fatalf("sample %d: rank %d, want %d", s, got, want)
+		if got := r.nextUse(cache.Key{Sample: int32(s)}); got != want {
+			t.Fatalf("sample %d: next use %d, want %d", s, got, want)
 		}
 	}
 }
@@ -166,19 +166,19 @@ func TestReadMembersAreNotNeeded(t *testing.T) {
 		if seen[smp] != 1 {
 			t.Fatalf("sample %d is read %d times in this epoch: the test needs each once", smp, seen[smp])
 		}
-		got := r.rank(cache.Key{Sample: int32(smp)})
+		got := r.nextUse(cache.Key{Sample: int32(smp)})
 		switch b := i / 10; {
 		case b == 2:
 			if got != cache.NoUse {
-				t.Errorf("member %d (batch 2, read to its end): rank %d, want NoUse", i, got)
+				t.Errorf("member %d (batch 2, read to its end): next use %d, want NoUse", i, got)
 			}
 		case b < 4:
 			if want := m.Offset(i) - m.Offset(0); got != want {
-				t.Errorf("member %d (batch %d, unread, after the slow worker): rank %d, want %d", i, b, got, want)
+				t.Errorf("member %d (batch %d, unread, after the slow worker): next use %d, want %d", i, b, got, want)
 			}
 		default:
 			if want := m.Offset(i) - m.Offset(40); got != want {
-				t.Errorf("member %d (batch %d, after the fast worker): rank %d, want %d", i, b, got, want)
+				t.Errorf("member %d (batch %d, after the fast worker): next use %d, want %d", i, b, got, want)
 			}
 		}
 	}

@@ -1,0 +1,31 @@
+// Package prefetch owns the read path of the mount below the file system:
+// it turns a virtual file's extents into verified bytes through the cache,
+// and, because it knows the exact order of every open rank-epoch, it fetches
+// ahead of the readers — exactly the chunks they will read next, coalesced
+// into large ranged GETs — within a memory budget.
+//
+// Each open rank-epoch is a stream. Every open file handle on it has a
+// position (a member index); the stream keeps lead bytes fetched or in
+// flight past the lowest position, so several DataLoader workers reading
+// batch b, b+1, ... at once are all covered. The lead is
+// rate × (latency + margin), both measured, clamped to [MinLead, Budget].
+// Demand misses have their own GET slots, so prefetch never starves the
+// bytes a reader is waiting for.
+//
+// Files, each one responsibility:
+//
+//	reader.go    Config, the Reader and its limits: demand GET slots, prefetch
+//	             GET slots and prefetch bytes in flight, each a semaphore.Weighted
+//	estimate.go  the lead: consumption rate (from the bytes this reader
+//	             served) and GET latency, both measured
+//	demand.go    a read that misses the cache: one chunk fetched on demand
+//	             within the read's timeout, and the samples/ view
+//	disktier.go  the disk tier below the memory cache: what it serves whole,
+//	             what a GET merges with it, and Warm, which fills it
+//	vector.go    a span's GET that lands in the cache's chunk buffers
+//	handle.go    Handle, one open file: its extents and its position
+//	stream.go    one open rank-epoch: its handles' positions, and each
+//	             sample's next use, which the cache evicts by
+//	sched.go     what each stream fetches next: targets, spans, bridging
+//	             and the fetch of a span
+package prefetch

@@ -1,0 +1,129 @@
+package prefetch
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
+)
+
+// Fetcher reads verified byte ranges of shards.
+type Fetcher interface {
+	ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error)
+}
+
+// Config tunes the reader. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	ChunkSize   int64         // cache granularity within a sample
+	Budget      int64         // most bytes ready or in flight ahead of the slowest reader (the lead's cap)
+	InFlight    int64         // most bytes of prefetch GETs in flight at once (outside the cache)
+	MinLead     int64         // lead kept even before rates are measured
+	Margin      time.Duration // added to the measured latency
+	PrefetchGET int           // concurrent prefetch GETs
+	DemandGET   int           // concurrent demand GETs
+	MaxGET      int64         // largest coalesced GET
+	MergeGap    int64         // merge ranges on a shard this close
+	ReadTimeout time.Duration // bound on one backend read
+	Disabled    bool          // no prefetch: every miss is a demand read
+	IdleAfter   time.Duration // a rank-epoch without readers this long is dropped
+	// Disk, if set, is the persistent tier below the memory cache: every
+	// fetch looks there first and stores what it fetched. The geometry
+	// given to New must then implement DiskIndex.
+	Disk *cache.Disk
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{ChunkSize: 1 << 20, Budget: 512 << 20, InFlight: 64 << 20, MinLead: 64 << 20, Margin: 2 * time.Second,
+		PrefetchGET: 64, DemandGET: 32, MaxGET: 8 << 20, MergeGap: 64 << 10, ReadTimeout: 30 * time.Second}
+}
+
+func (c *Config) fill() {
+	d := DefaultConfig()
+	for _, f := range []struct{ v, def *int64 }{{&c.ChunkSize, &d.ChunkSize}, {&c.Budget, &d.Budget}, {&c.InFlight, &d.InFlight}, {&c.MinLead, &d.MinLead}, {&c.MaxGET, &d.MaxGET}, {&c.MergeGap, &d.MergeGap}} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	if c.Margin <= 0 {
+		c.Margin = d.Margin
+	}
+	if c.PrefetchGET <= 0 {
+		c.PrefetchGET = d.PrefetchGET
+	}
+	if c.DemandGET <= 0 {
+		c.DemandGET = d.DemandGET
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = d.ReadTimeout
+	}
+	if c.IdleAfter <= 0 {
+		c.IdleAfter = 5 * time.Second
+	}
+	c.MinLead = min(c.MinLead, c.Budget)
+}
+
+// Reader serves virtual files. It is safe for concurrent use.
+type Reader struct {
+	fetch Fetcher
+	geo   layout.Geometry
+	cache *cache.Cache
+	m     *metrics.Metrics
+	cfg   Config
+	log   *slog.Logger
+
+	disk *cache.Disk
+	didx DiskIndex
+	// One kind of limit, semaphore.Weighted, for all three: it waits on a
+	// context, which every acquirer has, and counts in any unit.
+	demand   *semaphore.Weighted // demand GET slots
+	prefGets *semaphore.Weighted // prefetch GET slots
+	inflight *semaphore.Weighted // prefetch bytes in flight
+
+	ctx    context.Context // background work; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	live atomic.Pointer[[]*stream] // the streams, for nextUse
+
+	mu      sync.Mutex // guards streams and the estimates below
+	streams map[*layout.Members]*stream
+	rate    float64 // bytes/s served, EWMA
+	latency float64 // seconds per GET, EWMA
+
+	served atomic.Int64 // bytes served to readers, for the rate
+}
+
+// New returns a reader. Close stops its background work.
+func New(fetch Fetcher, geo layout.Geometry, c *cache.Cache, m *metrics.Metrics, cfg Config, log *slog.Logger) *Reader {
+	cfg.fill()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Reader{fetch: fetch, geo: geo, cache: c, m: m, cfg: cfg, log: log,
+		demand: semaphore.NewWeighted(int64(cfg.DemandGET)), prefGets: semaphore.NewWeighted(int64(cfg.PrefetchGET)),
+		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
+	r.didx, _ = geo.(DiskIndex)
+	if cfg.Disk != nil && r.didx != nil {
+		r.disk = cfg.Disk
+	}
+	r.publishLocked()
+	c.SetNextUse(r.nextUse)
+	r.wg.Add(1)
+	go r.measure()
+	return r
+}
+
+// Close stops prefetching and waits for background work.
+func (r *Reader) Close() {
+	r.cancel()
+	r.wg.Wait()
+}

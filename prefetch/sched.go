@@ -1,0 +1,281 @@
+package prefetch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/shardfs/shardfs/cache"
+)
+
+// target is a member to have ready and its distance ahead of its reader.
+type target struct {
+	member int
+	dist   int64
+}
+
+// targets returns the members not yet scheduled that the readers at ps
+// (sorted) will read within the lead, nearest first. Each reader is served
+// up to the next reader's position; the lead is shared by water-filling, so
+// every reader gets the same distance ahead of it (members already cached
+// count, as they hold part of the budget).
+func (s *stream) targets(ps []int, lead int64) []target {
+	type seg struct {
+		from, to int
+		bytes    int64
+	}
+	segs := make([]seg, len(ps))
+	for i, p := range ps {
+		to := s.m.Len()
+		if i+1 < len(ps) {
+			to = ps[i+1]
+		}
+		segs[i] = seg{p, to, s.m.Offset(to) - s.m.Offset(p)}
+	}
+	// The level d with sum(min(bytes_i, d)) = lead.
+	lens := make([]int64, len(segs))
+	for i, sg := range segs {
+		lens[i] = sg.bytes
+	}
+	slices.Sort(lens)
+	d, left := int64(math.MaxInt64), lead
+	for i, l := range lens {
+		if rest := int64(len(lens) - i); l*rest >= left {
+			d = left / rest
+			break
+		}
+		left -= l
+	}
+	var out []target
+	for _, sg := range segs {
+		base := s.m.Offset(sg.from)
+		for m := sg.from; m < sg.to && s.m.Offset(m)-base < d; m++ {
+			if s.sched[m/64]&(1<<(m%64)) != 0 || s.wasRead(m) {
+				continue // read already: on demand, or by a worker now further on
+			}
+			out = append(out, target{m, s.m.Offset(m) - base})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b target) int { return cmp.Compare(a.dist, b.dist) })
+	return out
+}
+
+// pump schedules fetches ahead of the readers until the reader closes.
+func (s *stream) pump() {
+	defer s.r.wg.Done()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	idle := 0
+	for {
+		select {
+		case <-s.r.ctx.Done():
+			return
+		case <-s.wake:
+		case <-tick.C:
+		}
+		ps := s.positions()
+		if ps == nil {
+			// No reader for IdleAfter: drop the stream; the next open starts anew.
+			if idle++; time.Duration(idle)*100*time.Millisecond >= s.r.cfg.IdleAfter && s.r.drop(s) {
+				return
+			}
+			continue
+		}
+		idle = 0
+		active := int64(s.r.activeStreams())
+		lead := s.r.lead() / active
+		ts := s.targets(ps, lead)
+		if len(ts) > 0 {
+			members := make([]int, len(ts))
+			s.mu.Lock()
+			for i, t := range ts {
+				members[i] = t.member
+				s.sched[t.member/64] |= 1 << (t.member % 64)
+			}
+			s.mu.Unlock()
+			// One call for the round: its GETs coalesce across every target,
+			// and are issued nearest first.
+			if !s.schedule(members, s.r.cfg.Budget/active) {
+				return
+			}
+		}
+		ahead := int64(0)
+		if len(ts) > 0 {
+			ahead = ts[len(ts)-1].dist
+		}
+		s.r.m.PrefetchLead.Store(ahead)
+		if rate := s.r.currentRate(); rate > 0 {
+			s.r.m.SetLeadSeconds(float64(ahead) / rate)
+		}
+	}
+}
+
+// span is a coalesced ranged read of one shard and the chunks it fills.
+type span struct {
+	shard    int
+	off, end int64
+	keys     []cache.Key
+}
+
+// schedule issues coalesced GETs for the chunks of the given members that
+// are neither cached nor in flight, earliest member first. Two ranges of a
+// shard are joined into one GET across the samples between them when those
+// are at most MergeGap bytes, or when every one of them is cached, in flight
+// or read by an open reader within horizon bytes (its next use, as the cache's
+// NextUse gives it): then they are fetched too, and a window's shards stream in large
+// GETs instead of one GET per sample. Each span's chunks
+// are claimed (and their bytes reserved in the cache's budget) only when its
+// GET is issued, so a reader never waits on a claim that is still queued
+// behind other prefetches: it fetches on demand. It returns false when the
+// reader is closing.
+func (s *stream) schedule(members []int, horizon int64) bool {
+	r := s.r
+	type loc struct {
+		k        cache.Key
+		member   int
+		shard    int
+		off, end int64
+	}
+	var locs []loc
+	for _, i := range members {
+		smp := s.m.Sample(i)
+		size := r.sampleSize(smp)
+		if r.disk != nil && size <= maxDiskSample && size <= r.cfg.ChunkSize &&
+			!r.cache.Contains(cache.Key{Sample: int32(smp)}) && r.disk.Advise(r.diskSlot(smp)) {
+			continue // served from the tier through the page cache (serveFromDisk)
+		}
+		for c := int64(0); c*r.cfg.ChunkSize < size; c++ {
+			k := cache.Key{Sample: int32(smp), Chunk: int32(c)}
+			if r.cache.Contains(k) {
+				continue
+			}
+			shard, off, n := r.chunkRange(k)
+			locs = append(locs, loc{k, i, shard, off, off + n})
+		}
+	}
+	slices.SortFunc(locs, func(a, b loc) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.off, b.off)) })
+	type pending struct {
+		span
+		first int // earliest member the span serves
+	}
+	var spans []pending
+	for _, l := range locs {
+		if n := len(spans); n > 0 {
+			last := &spans[n-1]
+			if last.shard == l.shard && l.end-last.off <= r.cfg.MaxGET {
+				if l.off < last.end { // the same sample twice in a re-weighted epoch
+					continue
+				}
+				bridge, ok := r.bridge(l.shard, last.end, l.off, horizon)
+				if l.off-last.end <= r.cfg.MergeGap || ok {
+					last.end = l.end
+					last.keys = append(append(last.keys, bridge...), l.k)
+					last.first = min(last.first, l.member)
+					continue
+				}
+			}
+		}
+		spans = append(spans, pending{span{shard: l.shard, off: l.off, end: l.end, keys: []cache.Key{l.k}}, l.member})
+	}
+	slices.SortStableFunc(spans, func(a, b pending) int { return cmp.Compare(a.first, b.first) })
+	chunkLen := func(k cache.Key) int64 { _, _, n := r.chunkRange(k); return n }
+	for _, sp := range spans {
+		size := sp.end - sp.off
+		if err := r.inflight.Acquire(r.ctx, size); err != nil {
+			return false
+		}
+		if err := r.prefGets.Acquire(r.ctx, 1); err != nil {
+			r.inflight.Release(size)
+			return false
+		}
+		sp.keys = r.cache.Claim(sp.keys, chunkLen)
+		if len(sp.keys) == 0 { // all fetched on demand meanwhile
+			r.prefGets.Release(1)
+			r.inflight.Release(size)
+			continue
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer func() { r.prefGets.Release(1); r.inflight.Release(size) }()
+			r.fetchSpan(sp.span)
+		}()
+	}
+	return true
+}
+
+// bridge reports whether the samples of shard lying in [from, to) may join
+// their neighbours' span: each is cached or in flight, or is one chunk whose
+// next read is within horizon bytes. It returns the keys of the latter, to
+// be claimed with the span. readInto never reads the former again: the
+// span's GET splits around them when they are more than MergeGap long.
+func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) {
+	if r.didx == nil || to-from > r.cfg.MaxGET || !r.complete(shard) {
+		return nil, false
+	}
+	first, count := r.didx.ShardSamples(shard)
+	i := first + sort.Search(count, func(i int) bool {
+		_, o, size := r.geo.Locate(first + i)
+		return o+size > from
+	})
+	var keys []cache.Key
+	for ; i < first+count; i++ {
+		_, o, size := r.geo.Locate(i)
+		if o >= to {
+			break
+		}
+		k := cache.Key{Sample: int32(i)}
+		switch {
+		case size > r.cfg.ChunkSize:
+			return nil, false
+		case r.cache.Contains(k):
+		case r.nextUse(k) <= horizon:
+			keys = append(keys, k)
+		default:
+			return nil, false
+		}
+	}
+	return keys, true
+}
+
+// fetchSpan reads a span's claimed chunks, each into a buffer of its own,
+// so a cached chunk never pins the rest of the span, and the disk tier
+// reads a whole-sample chunk straight into its buffer.
+func (r *Reader) fetchSpan(sp span) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ReadTimeout)
+	defer cancel()
+	start := time.Now()
+	pieces := make([]piece, len(sp.keys))
+	var total int64
+	for i, k := range sp.keys {
+		_, off, n := r.chunkRange(k)
+		if n < 0 {
+			for _, k := range sp.keys {
+				r.cache.Fail(k, errUnlocated(int(k.Sample)))
+			}
+			return
+		}
+		pieces[i] = piece{off, make([]byte, n)}
+		total += n
+	}
+	// Keys were claimed in shard order; a repeated chunk was skipped.
+	err := r.readInto(ctx, sp.shard, pieces)
+	r.observeLatency(time.Since(start))
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			r.log.Debug("prefetch failed; readers will retry on demand", "shard", sp.shard, "err", err)
+		}
+		for _, k := range sp.keys {
+			r.cache.Fail(k, err)
+		}
+		return
+	}
+	r.m.PrefetchBytes.Add(total)
+	for i, k := range sp.keys {
+		r.cache.Fill(k, pieces[i].buf)
+	}
+}

@@ -1,0 +1,213 @@
+package prefetch
+
+import (
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/layout"
+)
+
+// stream prefetches one rank-epoch.
+type stream struct {
+	r *Reader
+	m *layout.Members
+
+	// Where each sample is read in this rank-epoch, for the cache's ranker:
+	// first[s] is sample s's first member index (-1: none) and more holds
+	// every member index of samples read more than once (re-weighted epochs).
+	first []int32
+	more  map[int32][]int32
+	// readers is the sorted positions of the open handles (or, when none is
+	// open, of the last one to close), for lock-free ranking.
+	readers     atomic.Pointer[[]int]
+	openHandles atomic.Int32
+	// read has bit i set once member i was read to its end: its sample is
+	// not needed there again, whichever reader position it lies after
+	// (workers that take batches in stripes spread far apart, and the
+	// batches they finished lie ahead of the slowest one).
+	read []atomic.Uint64
+
+	mu      sync.Mutex // guards the fields below
+	handles map[*Handle]int
+	sched   []uint64 // bit i: member i has been scheduled
+	running bool
+	wake    chan struct{}
+}
+
+func newStream(r *Reader, m *layout.Members) *stream {
+	s := &stream{r: r, m: m, handles: map[*Handle]int{}, wake: make(chan struct{}, 1), sched: make([]uint64, (m.Len()+63)/64),
+		read: make([]atomic.Uint64, (m.Len()+63)/64)}
+	top := int32(-1)
+	for i := 0; i < m.Len(); i++ {
+		top = max(top, int32(m.Sample(i)))
+	}
+	s.first = make([]int32, top+1)
+	for i := range s.first {
+		s.first[i] = -1
+	}
+	for i := 0; i < m.Len(); i++ {
+		smp := int32(m.Sample(i))
+		switch f := s.first[smp]; {
+		case f < 0:
+			s.first[smp] = int32(i)
+		default:
+			if s.more == nil {
+				s.more = map[int32][]int32{}
+			}
+			if len(s.more[smp]) == 0 {
+				s.more[smp] = []int32{f}
+			}
+			s.more[smp] = append(s.more[smp], int32(i))
+		}
+	}
+	empty := []int{}
+	s.readers.Store(&empty)
+	return s
+}
+
+// nextUse is how many bytes of this rank-epoch lie between sample smp's next
+// read and the nearest reader before it, or NoUse. A member read to its end
+// is not a next read, even where it lies ahead of a slower reader.
+func (s *stream) nextUse(smp int32) int64 {
+	ps := *s.readers.Load()
+	if len(ps) == 0 || int(smp) >= len(s.first) || s.first[smp] < 0 {
+		return cache.NoUse
+	}
+	m := int(s.first[smp])
+	if m < ps[0] || s.wasRead(m) {
+		m = -1
+		for _, i := range s.more[smp] {
+			if int(i) >= ps[0] && !s.wasRead(int(i)) {
+				m = int(i)
+				break
+			}
+		}
+		if m < 0 {
+			return cache.NoUse
+		}
+	}
+	p := ps[sort.SearchInts(ps, m+1)-1]
+	return s.m.Offset(m) - s.m.Offset(p)
+}
+
+func (s *stream) markRead(member int) {
+	if member >= 0 && member < s.m.Len() {
+		s.read[member/64].Or(1 << (member % 64))
+	}
+}
+
+func (s *stream) wasRead(member int) bool {
+	return s.read[member/64].Load()&(1<<(member%64)) != 0
+}
+
+// nextUse is the cache's NextUse: the nearest next use of k over every
+// open stream.
+func (r *Reader) nextUse(k cache.Key) int64 {
+	best := cache.NoUse
+	for _, s := range *r.live.Load() {
+		if d := s.nextUse(k.Sample); d != cache.NoUse {
+			best = min(best, d+int64(k.Chunk)*r.cfg.ChunkSize)
+		}
+	}
+	return best
+}
+
+// publishLocked makes the reader's stream set visible to nextUse. Caller holds r.mu.
+func (r *Reader) publishLocked() {
+	all := make([]*stream, 0, len(r.streams))
+	for _, s := range r.streams {
+		all = append(all, s)
+	}
+	r.live.Store(&all)
+}
+
+// publishReaders stores the sorted positions of the open handles. Caller holds s.mu.
+func (s *stream) publishReaders() {
+	if len(s.handles) == 0 {
+		return // keep the last positions: a worker between two batch files still reads on
+	}
+	ps := make([]int, 0, len(s.handles))
+	for _, pos := range s.handles {
+		ps = append(ps, pos)
+	}
+	slices.Sort(ps)
+	ps = slices.Compact(ps)
+	s.readers.Store(&ps)
+}
+
+func (s *stream) open(h *Handle, pos int) {
+	s.mu.Lock()
+	s.handles[h] = pos
+	s.openHandles.Add(1)
+	s.publishReaders()
+	start := !s.running && !s.r.cfg.Disabled
+	s.running = s.running || start
+	s.mu.Unlock()
+	if start {
+		s.r.wg.Add(1)
+		go s.pump()
+	}
+	s.poke()
+}
+
+func (s *stream) close(h *Handle) {
+	s.mu.Lock()
+	if _, ok := s.handles[h]; ok {
+		delete(s.handles, h)
+		s.openHandles.Add(-1)
+		s.publishReaders()
+	}
+	s.mu.Unlock()
+}
+
+func (s *stream) advance(h *Handle, member int) {
+	s.mu.Lock()
+	if pos, ok := s.handles[h]; ok && member > pos {
+		s.handles[h] = member
+		s.publishReaders()
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *stream) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stopIfIdle marks the pump stopped if no handle is open, atomically with open.
+func (s *stream) stopIfIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.handles) > 0 {
+		return false
+	}
+	s.running = false
+	return true
+}
+
+// positions is the sorted, distinct positions of the open handles.
+func (s *stream) positions() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.handles) == 0 {
+		return nil
+	}
+	return *s.readers.Load()
+}
+
+// activeStreams is how many rank-epochs have an open handle: they share the lead.
+func (r *Reader) activeStreams() int {
+	n := 0
+	for _, s := range *r.live.Load() {
+		if s.openHandles.Load() > 0 {
+			n++
+		}
+	}
+	return max(n, 1)
+}
