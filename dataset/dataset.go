@@ -272,7 +272,7 @@ func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifes
 	if manifest.IsTop(b) {
 		var t *manifest.Top
 		if t, err = manifest.DecodeTop(b); err == nil {
-			m = t.Header()
+			m = t.Manifest()
 		}
 	} else {
 		m, err = manifest.Decode(b)

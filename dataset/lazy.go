@@ -146,7 +146,7 @@ const (
 )
 
 func newLazyCatalog(top *manifest.Top, stores []backend.Store, log *slog.Logger) (*LazyCatalog, error) {
-	m := top.Header()
+	m := top.Manifest()
 	l := &LazyCatalog{top: top, m: m, stores: stores, log: log, timeout: 2 * time.Minute,
 		shardFirst: make([]int64, len(top.Shards)+1), views: make([][]weak.Pointer[shardRows], len(top.Shards))}
 	perShard := 48 * (top.Samples()/max(1, len(top.Shards)) + 1)

@@ -31,7 +31,7 @@ func BenchmarkLazyPinRankEpoch_2M_1000shards_W1024(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	top := &manifest.Top{Name: "big", IngestID: "x", Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 1 << 30, Stores: []string{"s"}, LabelFields: []string{"label"}}
+	top := &manifest.Top{Header: manifest.Header{Name: "big", IngestID: "x", Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 1 << 30, Stores: []string{"s"}, LabelFields: []string{"label"}}}
 	for c := range strata {
 		top.Strata = append(top.Strata, manifest.Stratum{Name: fmt.Sprintf("c%03d", c), Labels: []string{fmt.Sprint(c)}, Count: n / strata})
 	}

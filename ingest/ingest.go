@@ -262,11 +262,11 @@ func refuseCommitted(ctx context.Context, opts Options, id string, log *slog.Log
 // computes the same plan on its own. Sample and block checksums are filled
 // as shards are encoded.
 func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error) {
-	m := &manifest.Manifest{
-		Version: manifest.Version, Name: opts.Name, IngestID: ingestID, CreatedUnix: time.Now().Unix(),
+	m := &manifest.Manifest{Version: manifest.Version, Header: manifest.Header{
+		Name: opts.Name, IngestID: ingestID, CreatedUnix: time.Now().Unix(),
 		Seed: opts.Seed, Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize, ShardSize: opts.ShardSize,
 		LabelFields: src.LabelFields,
-	}
+	}}
 	for _, s := range opts.Stores {
 		m.Stores = append(m.Stores, s.String())
 	}

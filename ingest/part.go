@@ -712,9 +712,9 @@ func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manif
 			owner[ps.Shard] = ps
 		}
 	}
-	m := &manifest.Manifest{Version: manifest.Version, Name: name, IngestID: r0.IngestID, CreatedUnix: time.Now().Unix(),
+	m := &manifest.Manifest{Version: manifest.Version, Header: manifest.Header{Name: name, IngestID: r0.IngestID, CreatedUnix: time.Now().Unix(),
 		Seed: r0.Seed, Data: r0.Data, Parity: r0.Parity, BlockSize: r0.BlockSize, ShardSize: r0.ShardSize,
-		LabelFields: r0.LabelFields, Strata: slices.Clone(r0.Strata), Shards: make([]manifest.Shard, r0.Shards), Stores: stores}
+		LabelFields: r0.LabelFields, Strata: slices.Clone(r0.Strata), Stores: stores}, Shards: make([]manifest.Shard, r0.Shards)}
 	for si, ps := range owner {
 		if ps == nil {
 			return nil, bad("no part holds shard %d (part %d of %d should)", si, si%r0.Parts, r0.Parts)

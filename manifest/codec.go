@@ -30,21 +30,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func Encode(m *Manifest) ([]byte, error) {
 	return frame(magic, Version, func(e *encoder) {
 		e.uvarint(Version)
-		e.str(m.Name)
-		e.str(m.IngestID)
-		e.uvarint(uint64(m.CreatedUnix))
-		e.uvarint(m.Seed)
-		e.uvarint(uint64(m.Data))
-		e.uvarint(uint64(m.Parity))
-		e.uvarint(uint64(m.BlockSize))
-		e.uvarint(uint64(m.ShardSize))
-		e.strs(m.Stores)
-		e.strs(m.LabelFields)
-		e.uvarint(uint64(len(m.Strata)))
-		for _, st := range m.Strata {
-			e.str(st.Name)
-			e.strs(st.Labels)
-		}
+		e.header(&m.Header)
 		e.uvarint(uint64(len(m.Shards)))
 		for _, sh := range m.Shards {
 			e.uvarint(uint64(len(sh.Sums)))
@@ -121,6 +107,25 @@ func (c *countWriter) Write(p []byte) (int, error) {
 type encoder struct {
 	w   *bufio.Writer
 	buf [binary.MaxVarintLen64]byte
+}
+
+// header writes h: the part of a manifest both formats share.
+func (e *encoder) header(h *Header) {
+	e.str(h.Name)
+	e.str(h.IngestID)
+	e.uvarint(uint64(h.CreatedUnix))
+	e.uvarint(h.Seed)
+	e.uvarint(uint64(h.Data))
+	e.uvarint(uint64(h.Parity))
+	e.uvarint(uint64(h.BlockSize))
+	e.uvarint(uint64(h.ShardSize))
+	e.strs(h.Stores)
+	e.strs(h.LabelFields)
+	e.uvarint(uint64(len(h.Strata)))
+	for _, st := range h.Strata {
+		e.str(st.Name)
+		e.strs(st.Labels)
+	}
 }
 
 func (e *encoder) uvarint(v uint64) { e.w.Write(binary.AppendUvarint(e.buf[:0], v)) }
@@ -207,22 +212,8 @@ func decodeBody(r io.Reader, bodyLen int64) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: body version %d", ErrCorrupt, v)
 	}
 	m.Version = Version
-	m.Name = d.str()
-	m.IngestID = d.str()
-	m.CreatedUnix = int64(d.uvarint())
-	m.Seed = d.uvarint()
-	m.Data = d.small("data fragments", 256)
-	m.Parity = d.small("parity fragments", 256)
-	m.BlockSize = d.small("block size", 1<<20)
-	m.ShardSize = int64(d.small("shard size", MaxShardSize))
-	m.Stores = d.strs()
-	m.LabelFields = d.strs()
-	n := d.count(2)
-	m.Strata = make([]Stratum, 0, n)
-	for i := 0; i < n && d.err == nil; i++ {
-		m.Strata = append(m.Strata, Stratum{Name: d.str(), Labels: d.strs()})
-	}
-	n = d.count(1)
+	d.header(&m.Header)
+	n := d.count(1)
 	m.Shards = make([]Shard, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		ns := d.count(4)
@@ -400,6 +391,25 @@ func (d *decoder) strs() []string {
 		out = append(out, d.str())
 	}
 	return out
+}
+
+// header reads what encoder.header wrote into h.
+func (d *decoder) header(h *Header) {
+	h.Name = d.str()
+	h.IngestID = d.str()
+	h.CreatedUnix = int64(d.uvarint())
+	h.Seed = d.uvarint()
+	h.Data = d.small("data fragments", 256)
+	h.Parity = d.small("parity fragments", 256)
+	h.BlockSize = d.small("block size", 1<<20)
+	h.ShardSize = int64(d.small("shard size", MaxShardSize))
+	h.Stores = d.strs()
+	h.LabelFields = d.strs()
+	n := d.count(2)
+	h.Strata = make([]Stratum, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		h.Strata = append(h.Strata, Stratum{Name: d.str(), Labels: d.strs()})
+	}
 }
 
 // rawBody returns the decompressed body of an encoded manifest, for tests and tools.

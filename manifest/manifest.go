@@ -45,7 +45,22 @@ type Shard struct {
 
 // Manifest is a dataset's durable description.
 type Manifest struct {
-	Version     int
+	Version int
+	Header
+	Shards  []Shard
+	Samples Samples
+
+	// Top is set when the dataset is stored in format 2: the top-level
+	// manifest it was read from, or written as. A manifest read from the
+	// stores holds only the header until its shard indexes are loaded
+	// (Expand).
+	Top *Top
+}
+
+// Header is what both metadata formats say of a dataset before its shards:
+// its name and ingest, the erasure code, the stores and the strata. One
+// codec (encodeHeader, decodeHeader) writes and reads it for both.
+type Header struct {
 	Name        string
 	IngestID    string // names the object prefix of this ingest's fragments
 	CreatedUnix int64
@@ -56,15 +71,7 @@ type Manifest struct {
 	Stores                  []string // store names at ingest, for messages only
 	LabelFields             []string
 
-	Strata  []Stratum
-	Shards  []Shard
-	Samples Samples
-
-	// Top is set when the dataset is stored in format 2: the top-level
-	// manifest it was read from, or written as. A manifest read from the
-	// stores holds only the header until its shard indexes are loaded
-	// (Expand).
-	Top *Top
+	Strata []Stratum // Count is the dataset's samples of each stratum
 }
 
 // Samples is the columnar sample table.

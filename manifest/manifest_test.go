@@ -17,9 +17,9 @@ import (
 // synthetic builds a finished manifest of n samples in nStrata strata.
 func synthetic(n, nStrata, perShard int, seed uint64) *Manifest {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	m := &Manifest{Name: "synthetic", IngestID: "ing1", CreatedUnix: 1700000000, Seed: seed,
+	m := &Manifest{Header: Header{Name: "synthetic", IngestID: "ing1", CreatedUnix: 1700000000, Seed: seed,
 		Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 64 << 20,
-		Stores: []string{"s0", "s1", "s2", "s3", "s4", "s5"}, LabelFields: []string{"label"}}
+		Stores: []string{"s0", "s1", "s2", "s3", "s4", "s5"}, LabelFields: []string{"label"}}}
 	for i := 0; i < nStrata; i++ {
 		name := fmt.Sprintf("class%04d", i)
 		m.Strata = append(m.Strata, Stratum{Name: name, Labels: []string{name}})

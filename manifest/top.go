@@ -35,17 +35,7 @@ const (
 
 // Top is the top-level manifest of format 2.
 type Top struct {
-	Name        string
-	IngestID    string
-	CreatedUnix int64
-	Seed        uint64
-
-	Data, Parity, BlockSize int
-	ShardSize               int64
-	Stores                  []string
-	LabelFields             []string
-
-	Strata []Stratum // Count is the dataset's samples of each stratum
+	Header
 	Shards []TopShard
 
 	// Class counts of every shard, in two arenas: a shard whose counts fit
@@ -129,21 +119,7 @@ func EncodeTop(t *Top) ([]byte, error) {
 	}
 	row := make([]int, len(t.Strata))
 	return frame(topMagic, TopVersion, func(e *encoder) {
-		e.str(t.Name)
-		e.str(t.IngestID)
-		e.uvarint(uint64(t.CreatedUnix))
-		e.uvarint(t.Seed)
-		e.uvarint(uint64(t.Data))
-		e.uvarint(uint64(t.Parity))
-		e.uvarint(uint64(t.BlockSize))
-		e.uvarint(uint64(t.ShardSize))
-		e.strs(t.Stores)
-		e.strs(t.LabelFields)
-		e.uvarint(uint64(len(t.Strata)))
-		for _, st := range t.Strata {
-			e.str(st.Name)
-			e.strs(st.Labels)
-		}
+		e.header(&t.Header)
 		e.uvarint(uint64(len(t.Shards)))
 		for s, sh := range t.Shards {
 			e.uvarint(uint64(sh.Size))
@@ -176,22 +152,8 @@ func DecodeTop(b []byte) (*Top, error) {
 	err := unframe(b, topMagic, TopVersion, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64) error {
 		d := newDecoder(r, bodyLen)
 		t = &Top{}
-		t.Name = d.str()
-		t.IngestID = d.str()
-		t.CreatedUnix = int64(d.uvarint())
-		t.Seed = d.uvarint()
-		t.Data = d.small("data fragments", 256)
-		t.Parity = d.small("parity fragments", 256)
-		t.BlockSize = d.small("block size", 1<<20)
-		t.ShardSize = int64(d.small("shard size", MaxShardSize))
-		t.Stores = d.strs()
-		t.LabelFields = d.strs()
-		n := d.count(2)
-		t.Strata = make([]Stratum, 0, n)
-		for i := 0; i < n && d.err == nil; i++ {
-			t.Strata = append(t.Strata, Stratum{Name: d.str(), Labels: d.strs()})
-		}
-		n = d.count(7)
+		d.header(&t.Header)
+		n := d.count(7)
 		t.Shards = make([]TopShard, 0, n)
 		// A dense row of 2·C bytes holds at least C/3 listed strata of 2 or
 		// more body bytes each, so 3× the body bounds the dense arena.
@@ -377,10 +339,10 @@ func IndexSum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // Header is the manifest of t without its samples: what choosing among
 // the stores' copies needs. Expand fills in the rest.
-func (t *Top) Header() *Manifest {
-	m := &Manifest{Version: TopVersion, Name: t.Name, IngestID: t.IngestID, CreatedUnix: t.CreatedUnix, Seed: t.Seed,
-		Data: t.Data, Parity: t.Parity, BlockSize: t.BlockSize, ShardSize: t.ShardSize,
-		Stores: t.Stores, LabelFields: t.LabelFields, Strata: slices.Clone(t.Strata), Top: t}
+func (t *Top) Manifest() *Manifest {
+	h := t.Header
+	h.Strata = slices.Clone(t.Strata)
+	m := &Manifest{Version: TopVersion, Header: h, Top: t}
 	m.Shards = make([]Shard, len(t.Shards))
 	return m
 }
@@ -392,9 +354,8 @@ func NewTop(m *Manifest, indexSize []int64, indexSum []uint32) (*Top, error) {
 	if len(indexSize) != len(m.Shards) || len(indexSum) != len(m.Shards) {
 		return nil, fmt.Errorf("manifest: %d and %d index references for %d shards", len(indexSize), len(indexSum), len(m.Shards))
 	}
-	t := &Top{Name: m.Name, IngestID: m.IngestID, CreatedUnix: m.CreatedUnix, Seed: m.Seed,
-		Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
-		Stores: m.Stores, LabelFields: m.LabelFields, Strata: slices.Clone(m.Strata)}
+	t := &Top{Header: m.Header}
+	t.Strata = slices.Clone(m.Strata)
 	row := make([]int, len(m.Strata))
 	for si, sh := range m.Shards {
 		clear(row)
@@ -429,7 +390,7 @@ func Expand(t *Top, idx []*ShardIndex) (*Manifest, error) {
 	if len(idx) != len(t.Shards) {
 		return nil, fmt.Errorf("%w: %d shard indexes for %d shards", ErrCorrupt, len(idx), len(t.Shards))
 	}
-	m := t.Header()
+	m := t.Manifest()
 	for si, x := range idx {
 		m.Shards[si].Sums = x.Sums
 		for j := range x.Keys {

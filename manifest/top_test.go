@@ -12,9 +12,9 @@ import (
 // samples stored stratum by stratum within each shard.
 func testTop(t testing.TB) (*Top, []*ShardIndex) {
 	t.Helper()
-	top := &Top{Name: "ds", IngestID: "i1", CreatedUnix: 7, Seed: 3, Data: 2, Parity: 1, BlockSize: 64, ShardSize: 1 << 20,
+	top := &Top{Header: Header{Name: "ds", IngestID: "i1", CreatedUnix: 7, Seed: 3, Data: 2, Parity: 1, BlockSize: 64, ShardSize: 1 << 20,
 		Stores: []string{"a", "b", "c"}, LabelFields: []string{"label"},
-		Strata: []Stratum{{Name: "cat", Labels: []string{"cat"}}, {Name: "dog", Labels: []string{"dog"}}, {Name: "eel", Labels: []string{"eel"}}}}
+		Strata: []Stratum{{Name: "cat", Labels: []string{"cat"}}, {Name: "dog", Labels: []string{"dog"}}, {Name: "eel", Labels: []string{"eel"}}}}}
 	counts := [][]int{{2, 1, 0}, {0, 0, 3}, {1, 1, 1}, {4, 0, 2}}
 	var idx []*ShardIndex
 	for s, row := range counts {

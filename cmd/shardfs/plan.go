@@ -621,8 +621,8 @@ func printCountsPlan(ctx context.Context, out io.Writer, n int, of *orderFlags) 
 // into 64 MiB shards by stratified round-robin as ingest does.
 func syntheticManifest(n int) *manifest.Manifest {
 	rng := rand.New(rand.NewPCG(1, 2))
-	m := &manifest.Manifest{Name: fmt.Sprintf("synthetic-%d", n), Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 64 << 20,
-		LabelFields: []string{"label"}}
+	m := &manifest.Manifest{Header: manifest.Header{Name: fmt.Sprintf("synthetic-%d", n), Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 64 << 20,
+		LabelFields: []string{"label"}}}
 	const nStrata = 100
 	for c := 0; c < nStrata; c++ {
 		name := fmt.Sprintf("class%03d", c)

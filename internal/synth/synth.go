@@ -80,8 +80,8 @@ func Write(dir string, s Spec) (int64, error) {
 // and strata, each shard holding its share of every stratum, samples of
 // 100 kB: issue 13's scale, without a row per sample.
 func BigTop(n, shards, strata int) *manifest.Top {
-	t := &manifest.Top{Name: "big", IngestID: "x", Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 1 << 30,
-		Stores: []string{"s0", "s1", "s2", "s3", "s4", "s5"}, LabelFields: []string{"label"}}
+	t := &manifest.Top{Header: manifest.Header{Name: "big", IngestID: "x", Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 1 << 30,
+		Stores: []string{"s0", "s1", "s2", "s3", "s4", "s5"}, LabelFields: []string{"label"}}}
 	for c := 0; c < strata; c++ {
 		name := fmt.Sprintf("class%04d", c)
 		t.Strata = append(t.Strata, manifest.Stratum{Name: name, Labels: []string{name}})
