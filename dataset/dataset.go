@@ -361,41 +361,22 @@ func (d *Dataset) replaced(ctx context.Context) error {
 	return d.replacedErr
 }
 
+// readRangeV is the one range reader, for both formats: a range that is
+// exactly whole samples is read as it is and accepted only if every
+// sample's checksum matches; any other is read widened to checksum blocks.
 func (d *Dataset) readRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
-	n := int64(backend.VecLen(bufs))
-	if d.Lazy != nil {
-		return d.readRangeLazy(ctx, shard, off, bufs)
-	}
-	first, last, whole := d.wholeSamples(shard, off, n)
-	if !whole {
-		return d.Reader.ReadRangeV(ctx, d.Shard(shard), off, bufs)
-	}
-	s := &d.Manifest.Samples
-	return d.Reader.ReadExactV(ctx, d.Shard(shard), off, bufs, func(v [][]byte) bool {
-		for i := first; i < last; i++ {
-			o := int64(s.Offset[i]) - off
-			if erasure.ChecksumV(v, o, o+int64(s.Size[i])) != s.Sum[i] {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-// readRangeLazy is readRangeV with the shard's rows and block checksums
-// from its index, fetched if no one holds them.
-func (d *Dataset) readRangeLazy(ctx context.Context, shard int, off int64, bufs [][]byte) error {
-	sh, r, first, last, whole, err := d.Lazy.readView(ctx, shard, off, int64(backend.VecLen(bufs)))
+	sh, rs, err := d.rangeView(ctx, shard, off, int64(backend.VecLen(bufs)))
 	if err != nil {
 		return err
 	}
+	first, last, whole := rs.wholeSamples(off, int64(backend.VecLen(bufs)))
 	if !whole {
 		return d.Reader.ReadRangeV(ctx, sh, off, bufs)
 	}
 	return d.Reader.ReadExactV(ctx, sh, off, bufs, func(v [][]byte) bool {
 		for k := first; k < last; k++ {
-			o := int64(r.off[k]) - off
-			if erasure.ChecksumV(v, o, o+int64(r.size[k])) != r.sum[k] {
+			o := int64(rs.off[k]) - off
+			if erasure.ChecksumV(v, o, o+int64(rs.size[k])) != rs.sum[k] {
 				return false
 			}
 		}
@@ -403,19 +384,38 @@ func (d *Dataset) readRangeLazy(ctx context.Context, shard int, off int64, bufs 
 	})
 }
 
-// wholeSamples reports whether [off, off+n) of shard is exactly samples [first, last).
-func (d *Dataset) wholeSamples(shard int, off, n int64) (first, last int, ok bool) {
-	sh := &d.Manifest.Shards[shard]
+// rangeView is shard's erasure view and rows that hold [off, off+n) if any
+// do: the manifest's, or (lazy indexes) those held or fetched.
+func (d *Dataset) rangeView(ctx context.Context, shard int, off, n int64) (*erasure.Shard, rows, error) {
+	if d.Lazy != nil {
+		sh, r, err := d.Lazy.readView(ctx, shard, off, n)
+		if err != nil {
+			return nil, rows{}, err
+		}
+		return sh, r.rows(), nil
+	}
+	m := &d.Manifest.Shards[shard]
 	s := &d.Manifest.Samples
-	lo, hi := sh.FirstSample, sh.FirstSample+sh.NumSamples
-	first = lo + sort.Search(hi-lo, func(i int) bool { return int64(s.Offset[lo+i]) >= off })
-	if first == hi || int64(s.Offset[first]) != off {
+	lo, hi := m.FirstSample, m.FirstSample+m.NumSamples
+	return d.Shard(shard), rows{off: s.Offset[lo:hi], size: s.Size[lo:hi], sum: s.Sum[lo:hi]}, nil
+}
+
+// rows is what a range read needs of some samples of a shard, ascending by
+// offset: each one's offset, size and checksum.
+type rows struct{ off, size, sum []uint32 }
+
+// wholeSamples reports whether [off, off+n) of the shard is exactly rows
+// [first, last), back to back.
+func (r rows) wholeSamples(off, n int64) (first, last int, ok bool) {
+	first = sort.Search(len(r.off), func(k int) bool { return int64(r.off[k]) >= off })
+	if first == len(r.off) || int64(r.off[first]) != off {
 		return 0, 0, false
 	}
-	end := off + n
-	last = first + sort.Search(hi-first, func(i int) bool { return int64(s.Offset[first+i]) >= end })
-	if last < hi {
-		return first, last, int64(s.Offset[last]) == end
+	end, at := off+n, off
+	last = first
+	for last < len(r.off) && at < end && int64(r.off[last]) == at {
+		at += int64(r.size[last])
+		last++
 	}
-	return first, last, sh.Size == end
+	return first, last, at == end
 }

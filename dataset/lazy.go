@@ -478,39 +478,28 @@ func (l *LazyCatalog) SampleSum(i int) uint32 {
 }
 
 // readView is the erasure view of shard s and rows that hold every sample
-// of [off, off+n) when someone holds such rows (whole reports it), for the
-// read path; with no rows of the shard held, its index is fetched.
-func (l *LazyCatalog) readView(ctx context.Context, s int, off, n int64) (sh *erasure.Shard, r *shardRows, first, last int, whole bool, err error) {
+// of [off, off+n) when someone holds such rows, for the read path; with no
+// rows of the shard held, its index is fetched.
+func (l *LazyCatalog) readView(ctx context.Context, s int, off, n int64) (*erasure.Shard, *shardRows, error) {
+	var r *shardRows
 	l.held(s, func(v *shardRows) bool {
 		if r == nil {
 			r = v // any view's block checksums will do
 		}
-		if f, z, ok := v.wholeSamples(off, n); ok {
-			r, first, last, whole = v, f, z, true
+		if _, _, ok := v.rows().wholeSamples(off, n); ok {
+			r = v
+			return true
 		}
-		return whole
+		return false
 	})
 	if r == nil {
+		var err error
 		if r, err = l.full(ctx, s); err != nil {
-			return nil, nil, 0, 0, false, err
+			return nil, nil, err
 		}
-		first, last, whole = r.wholeSamples(off, n)
 	}
-	return &erasure.Shard{ID: s, FragSize: l.m.FragSize(s), Sums: r.sums}, r, first, last, whole, nil
+	return &erasure.Shard{ID: s, FragSize: l.m.FragSize(s), Sums: r.sums}, r, nil
 }
 
-// wholeSamples reports whether [off, off+n) of the shard is exactly the
-// held rows [first, last), back to back.
-func (r *shardRows) wholeSamples(off, n int64) (first, last int, ok bool) {
-	first = sort.Search(len(r.off), func(k int) bool { return int64(r.off[k]) >= off })
-	if first == len(r.off) || int64(r.off[first]) != off {
-		return 0, 0, false
-	}
-	end, at := off+n, off
-	last = first
-	for last < len(r.off) && at < end && int64(r.off[last]) == at {
-		at += int64(r.size[last])
-		last++
-	}
-	return first, last, at == end
-}
+// rows is what a range read needs of the rows held.
+func (r *shardRows) rows() rows { return rows{off: r.off, size: r.size, sum: r.sum} }
