@@ -429,7 +429,7 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 const mergeGap = 64 << 10
 
 func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) error {
-	p0, err := of.params(0, of.ranks()[0])
+	p0, err := of.params(0, 0) // checks the flags; rank 0 is in every world
 	if err != nil {
 		return err
 	}
@@ -464,7 +464,7 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 }
 
 func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *orderFlags, lookahead, compareWindow int) error {
-	p0, err := of.params(0, of.ranks()[0])
+	p0, err := of.params(0, 0) // checks the flags; rank 0 is in every world
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err != nil {
 		return err
 	}
-	p0, err := f.order.params(f.epoch, f.order.ranks()[0])
+	p0, err := f.order.params(f.epoch, 0) // checks the flags; rank 0 is in every world
 	if err != nil {
 		return err
 	}
