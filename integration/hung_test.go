@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -329,4 +330,75 @@ func TestSlowStoreStillHedged(t *testing.T) {
 		t.Fatalf("%d samples read with one store 2 s away and no read hedged: %+v", res.samples, st)
 	}
 	t.Logf("%d samples read with store 2 answering after 2 s; hedged %d, degraded %d", res.samples, st.HedgedReads, st.DegradedReads)
+}
+
+// Issue 24 item 4: the --read-timeout bound holds on a busy machine. With
+// 3 of 6 stores black-holed (more than m=2) and both cores kept busy by
+// other work, the first read that cannot be served fails (EIO) within
+// 1.5 x --read-timeout, and later ones, with the stores known to be down,
+// within 2 s. Reads whose data fragment is on a healthy store still return
+// the right bytes. Batch files are read too, with prefetch on.
+func TestMoreThanMStoresHungBusy(t *testing.T) {
+	pc := startProxiedCluster(t, 6)
+	src := ingestSynthetic(t, pc.urls, 200, "ds", 4, 2)
+	const readTimeout = 5 * time.Second
+	mnt := mountShardfs(t, "--stores="+strings.Join(pc.urls, ","), "--batch-size=16", "--read-timeout="+readTimeout.String(), "ds")
+	files := sampleFiles(t, mnt)
+	// Busy as a training node: goroutines here and processes beside the
+	// daemon spin on both cores.
+	stop := burnCPU(4)
+	defer stop()
+	for range 4 {
+		burner := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		if err := burner.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { burner.Process.Kill(); burner.Wait() }()
+	}
+	for _, i := range []int{0, 2, 5} {
+		toxitest.BlackHole(t, pc.proxies[i])
+	}
+	var eio []time.Duration
+	var eioFiles []string
+	read := func(f string) {
+		t0 := time.Now()
+		got, err := os.ReadFile(f)
+		d := time.Since(t0)
+		switch {
+		case err == nil:
+			if rel, err := filepath.Rel(filepath.Join(mnt, "samples"), f); err == nil && !strings.HasPrefix(rel, "..") {
+				want, _ := os.ReadFile(filepath.Join(src, rel))
+				if !bytes.Equal(got, want) {
+					t.Fatalf("%s: wrong bytes with 3 stores hung", rel)
+				}
+			}
+		case errors.Is(err, syscall.EIO):
+			eio = append(eio, d)
+			eioFiles = append(eioFiles, f)
+		default:
+			t.Fatalf("%s with 3 of 6 stores hung: %v, want EIO or the right bytes", f, err)
+		}
+	}
+	for _, f := range files[:40] {
+		read(f)
+	}
+	for b := range 4 {
+		read(filepath.Join(mnt, fmt.Sprintf("epochs/0000/rank-000/batch-%06d.tar", b)))
+	}
+	if len(eio) < 10 {
+		t.Fatalf("only %d of 44 reads failed with 3 of 6 stores hung; the test needs more", len(eio))
+	}
+	if eio[0] > readTimeout*3/2 {
+		t.Errorf("first EIO after %v, want within 1.5 x --read-timeout %v", eio[0].Round(time.Millisecond), readTimeout)
+	}
+	var slow []string
+	for i, d := range eio[1:] {
+		if d > 2*time.Second {
+			slow = append(slow, fmt.Sprintf("%s: %v", filepath.Base(eioFiles[i+1]), d.Round(time.Millisecond)))
+		}
+	}
+	if len(slow) > 0 {
+		t.Errorf("with the stores known to be down, reads must fail within 2 s; %d of %d were slower: %v", len(slow), len(eio)-1, slow)
+	}
+	t.Logf("%d EIOs; first after %v; the rest: %v", len(eio), eio[0].Round(time.Millisecond), eio[1:])
 }
