@@ -39,6 +39,12 @@ type Store interface {
 	// only when all len(p) bytes were read. A missing object is ErrNotExist;
 	// an object that ends before off+len(p) is ErrShortRead.
 	ReadAt(ctx context.Context, key string, p []byte, off int64) error
+	// ReadAtV is ReadAt into several buffers: the bytes of key from off
+	// fill bufs[0], then bufs[1], and so on, so a coalesced GET lands in
+	// the buffers its callers keep, with no copy. Its errors are ReadAt's.
+	// Every store and every wrapper implements it, so no wrapper can hide
+	// the path production reads by.
+	ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error
 	// Put stores data under key, replacing any previous object atomically:
 	// a concurrent or later reader sees the old object or the new one, never a mix.
 	Put(ctx context.Context, key string, data []byte) error

@@ -132,19 +132,52 @@ func TestFaulty(t *testing.T) {
 	}
 }
 
-// TestOpenedStoresReadVectors: the stores Open returns read a range into
-// several buffers themselves (the prefetch path's GETs land in the cache's
-// buffers), not through ReadAtV's one-buffer-and-copy fallback.
-func TestOpenedStoresReadVectors(t *testing.T) {
-	srv := miniotest.Start(t, "bucket")
-	creds := &backend.Credentials{AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}
-	for _, url := range []string{"file://" + t.TempDir(), srv.URL("bucket/p")} {
-		s, err := backend.Open(url, backend.OpenOptions{Credentials: creds})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := s.(backend.VectorReader); !ok {
-			t.Errorf("%s: %T has no ReadAtV", url, s)
-		}
+// The wrappers pass every call on, vectored reads as vectored reads: the
+// conformance suite runs through Faulty (with no fault set) and Timeout,
+// and a Faulty's vectored read reaches the store below as one.
+func TestWrappersConform(t *testing.T) {
+	t.Run("faulty", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) backend.Store {
+			s, err := backend.NewLocal(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return backend.NewFaulty(s)
+		})
+	})
+	t.Run("timeout", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) backend.Store {
+			s, err := backend.NewLocal(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return backend.WithTimeout(s, 10*time.Second)
+		})
+	})
+	rec := &vectorRecorder{}
+	s, _ := backend.NewLocal(t.TempDir())
+	rec.Store = s
+	f := backend.NewFaulty(rec)
+	ctx := context.Background()
+	f.Put(ctx, "k", []byte("0123456789"))
+	bufs := [][]byte{make([]byte, 3), make([]byte, 4)}
+	if err := f.ReadAtV(ctx, "k", bufs, 2); err != nil || string(bufs[0])+string(bufs[1]) != "2345678" {
+		t.Fatalf("ReadAtV through Faulty: %q %q, %v", bufs[0], bufs[1], err)
 	}
+	if rec.vectors != 1 {
+		t.Fatalf("the store below saw %d vectored reads, want 1", rec.vectors)
+	}
+}
+
+// vectorRecorder counts the vectored reads of more than one buffer it passes on.
+type vectorRecorder struct {
+	backend.Store
+	vectors int
+}
+
+func (v *vectorRecorder) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
+	if len(bufs) > 1 {
+		v.vectors++
+	}
+	return v.Store.ReadAtV(ctx, key, bufs, off)
 }

@@ -81,7 +81,16 @@ func (f *Faulty) before(ctx context.Context, op string) error {
 	return nil
 }
 
+var _ Store = (*Faulty)(nil)
+
 func (f *Faulty) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	return f.ReadAtV(ctx, key, [][]byte{p}, off)
+}
+
+// ReadAtV applies the faults to a vectored read and passes it on as a
+// vectored read, so what is measured through Faulty is the path production
+// reads by.
+func (f *Faulty) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
 	if err := f.before(ctx, "read"); err != nil {
 		return err
 	}
@@ -98,22 +107,34 @@ func (f *Faulty) ReadAt(ctx context.Context, key string, p []byte, off int64) er
 			return ctx.Err()
 		}
 	}
-	if short && len(p) > 0 {
+	n := VecLen(bufs)
+	if short && n > 0 {
 		// Read one byte less and leave the last byte zeroed: a silent truncation.
-		if err := f.Store.ReadAt(ctx, key, p[:len(p)-1], off); err != nil {
+		last := len(bufs) - 1
+		for last > 0 && len(bufs[last]) == 0 {
+			last--
+		}
+		head := append(bufs[:last:last], bufs[last][:len(bufs[last])-1])
+		if err := f.Store.ReadAtV(ctx, key, head, off); err != nil {
 			return err
 		}
-		p[len(p)-1] = 0
+		bufs[last][len(bufs[last])-1] = 0
 		return nil
 	}
-	if err := f.Store.ReadAt(ctx, key, p, off); err != nil {
+	if err := f.Store.ReadAtV(ctx, key, bufs, off); err != nil {
 		return err
 	}
-	if flip && len(p) > 0 {
+	if flip && n > 0 {
 		f.mu.Lock()
-		i := f.rng.IntN(len(p))
+		i := f.rng.IntN(n)
 		f.mu.Unlock()
-		p[i] ^= 0x10
+		for _, b := range bufs {
+			if i < len(b) {
+				b[i] ^= 0x10
+				break
+			}
+			i -= len(b)
+		}
 	}
 	return nil
 }

@@ -42,6 +42,8 @@ func (t *Timeout) timedOut(parent, ctx context.Context, op, key string, err erro
 	return err
 }
 
+var _ Store = (*Timeout)(nil)
+
 func (t *Timeout) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
 	c, cancel := t.bound(ctx, len(p))
 	defer cancel()
@@ -52,7 +54,7 @@ func (t *Timeout) ReadAt(ctx context.Context, key string, p []byte, off int64) e
 func (t *Timeout) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
 	c, cancel := t.bound(ctx, VecLen(bufs))
 	defer cancel()
-	return t.timedOut(ctx, c, "read", key, ReadAtV(c, t.Store, key, bufs, off))
+	return t.timedOut(ctx, c, "read", key, t.Store.ReadAtV(c, key, bufs, off))
 }
 
 func (t *Timeout) Put(ctx context.Context, key string, data []byte) error {

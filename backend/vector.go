@@ -1,36 +1,10 @@
 package backend
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 )
-
-// VectorReader is a Store that reads a range straight into several buffers:
-// the bytes of key from off fill bufs[0], then bufs[1], and so on, so a
-// coalesced GET lands in the buffers its callers keep, with no copy.
-type VectorReader interface {
-	ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error
-}
-
-// ReadAtV fills bufs, in turn, with the bytes of key from off: with the
-// store's own ReadAtV where it has one, else with one ReadAt and a copy.
-// Errors are those of ReadAt.
-func ReadAtV(ctx context.Context, s Store, key string, bufs [][]byte, off int64) error {
-	if len(bufs) == 1 {
-		return s.ReadAt(ctx, key, bufs[0], off)
-	}
-	if v, ok := s.(VectorReader); ok {
-		return v.ReadAtV(ctx, key, bufs, off)
-	}
-	p := make([]byte, VecLen(bufs))
-	if err := s.ReadAt(ctx, key, p, off); err != nil {
-		return err
-	}
-	Scatter(p, bufs)
-	return nil
-}
 
 // Scatter copies p into bufs in turn.
 func Scatter(p []byte, bufs [][]byte) {

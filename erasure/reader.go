@@ -674,7 +674,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 			defer wg.Done()
 			start := time.Now()
 			pr := r.health.begin(store, fb)
-			err := backend.ReadAtV(backend.WithFirstByte(ectx, fb), r.stores[store], r.key(sh.ID, frag), dst, a)
+			err := r.stores[store].ReadAtV(backend.WithFirstByte(ectx, fb), r.key(sh.ID, frag), dst, a)
 			r.health.end(store, pr)
 			d := time.Since(start)
 			r.metrics.BackendRead(store, int(b-a), d, err)

@@ -50,7 +50,7 @@ func Run(t *testing.T, newStore func(t *testing.T) backend.Store) {
 			total += n
 		}
 		const off = 17
-		if err := backend.ReadAtV(ctx, s, "ds/a/frag", bufs, off); err != nil {
+		if err := s.ReadAtV(ctx, "ds/a/frag", bufs, off); err != nil {
 			t.Fatal(err)
 		}
 		if got := bytes.Join(bufs, nil); !bytes.Equal(got, data[off:off+total]) {
@@ -58,10 +58,10 @@ func Run(t *testing.T, newStore func(t *testing.T) backend.Store) {
 		}
 		// Past the end: the last buffer cannot be filled.
 		short := [][]byte{make([]byte, 10), make([]byte, 10)}
-		if err := backend.ReadAtV(ctx, s, "ds/a/frag", short, int64(len(data)-15)); !errors.Is(err, backend.ErrShortRead) {
+		if err := s.ReadAtV(ctx, "ds/a/frag", short, int64(len(data)-15)); !errors.Is(err, backend.ErrShortRead) {
 			t.Fatalf("ReadAtV past end: %v, want ErrShortRead", err)
 		}
-		if err := backend.ReadAtV(ctx, s, "nope", [][]byte{make([]byte, 2), make([]byte, 2)}, 0); !errors.Is(err, backend.ErrNotExist) {
+		if err := s.ReadAtV(ctx, "nope", [][]byte{make([]byte, 2), make([]byte, 2)}, 0); !errors.Is(err, backend.ErrNotExist) {
 			t.Fatalf("ReadAtV missing: %v, want ErrNotExist", err)
 		}
 	})
