@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/backend/storetest"
 	"github.com/shardfs/shardfs/internal/miniotest"
 )
@@ -92,7 +93,7 @@ func TestFaulty(t *testing.T) {
 	if err := local.Put(ctx, "k", data); err != nil {
 		t.Fatal(err)
 	}
-	f := backend.NewFaulty(local)
+	f := faultstore.New(local)
 	p := make([]byte, 100)
 
 	f.SetDown(true)
@@ -142,7 +143,7 @@ func TestWrappersConform(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return backend.NewFaulty(s)
+			return faultstore.New(s)
 		})
 	})
 	t.Run("timeout", func(t *testing.T) {
@@ -157,7 +158,7 @@ func TestWrappersConform(t *testing.T) {
 	rec := &vectorRecorder{}
 	s, _ := backend.NewLocal(t.TempDir())
 	rec.Store = s
-	f := backend.NewFaulty(rec)
+	f := faultstore.New(rec)
 	ctx := context.Background()
 	f.Put(ctx, "k", []byte("0123456789"))
 	bufs := [][]byte{make([]byte, 3), make([]byte, 4)}

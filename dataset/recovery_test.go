@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/ingest"
 	"github.com/shardfs/shardfs/internal/synth"
@@ -120,10 +121,10 @@ func TestRecoveryPerBlockStripe(t *testing.T) {
 // marked down is not damage.
 func TestVerifyReadsStoresMarkedDown(t *testing.T) {
 	ctx := context.Background()
-	var faulty *backend.Faulty
+	var faulty *faultstore.Faulty
 	stores, _, _, err := ingestLocal(t, func(i int, s backend.Store) backend.Store {
 		if i == 1 {
-			faulty = backend.NewFaulty(s)
+			faulty = faultstore.New(s)
 			return faulty
 		}
 		return s

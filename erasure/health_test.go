@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/faultstore"
 )
 
 type countMetrics struct {
@@ -24,13 +25,13 @@ func (m *countMetrics) DegradedRead()               { m.degraded.Add(1) }
 func (m *countMetrics) StoreState(s int, down bool) { m.down[s].Store(down) }
 
 // faultyShard is testShard with every store wrapped in a Faulty.
-func faultyShard(t *testing.T, p Params, data []byte, opts HealthOptions) (*Reader, *Shard, []*backend.Faulty, *countMetrics) {
+func faultyShard(t *testing.T, p Params, data []byte, opts HealthOptions) (*Reader, *Shard, []*faultstore.Faulty, *countMetrics) {
 	t.Helper()
 	r, sh, _ := testShard(t, p, 0, data)
-	var faulty []*backend.Faulty
+	var faulty []*faultstore.Faulty
 	var stores []backend.Store
 	for _, s := range r.stores {
-		f := backend.NewFaulty(s)
+		f := faultstore.New(s)
 		faulty = append(faulty, f)
 		stores = append(stores, f)
 	}

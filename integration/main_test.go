@@ -17,7 +17,10 @@ import (
 	"github.com/shardfs/shardfs/internal/miniotest"
 )
 
-var binary string
+// binary is shardfs as it ships; testBinary is its test build (build tag
+// shardfs_testhooks), which adds mount's hidden --inject-latency, for the
+// tests that need it.
+var binary, testBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "shardfs-bin")
@@ -25,11 +28,14 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "shardfs")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/shardfs")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build shardfs:", err)
-		os.Exit(1)
+	testBinary = filepath.Join(dir, "shardfs-testhooks")
+	for _, b := range [][]string{{"-o", binary}, {"-tags", "shardfs_testhooks", "-o", testBinary}} {
+		build := exec.Command("go", append(append([]string{"build"}, b...), "../cmd/shardfs")...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build shardfs:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -100,8 +106,11 @@ func (r result) String() string {
 }
 
 // execShardfs prepares a shardfs command with the test credentials, for tests that signal it.
-func execShardfs(args ...string) *exec.Cmd {
-	cmd := exec.Command(binary, args...)
+func execShardfs(args ...string) *exec.Cmd { return execBinary(binary, args...) }
+
+// execBinary is execShardfs with another build of the binary.
+func execBinary(bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
 	return cmd
 }

@@ -65,6 +65,12 @@ type mountProc struct {
 // mountShardfsEnv is mountShardfs with extra environment, returning the process.
 func mountShardfsEnv(t *testing.T, env []string, args ...string) *mountProc {
 	t.Helper()
+	return mountBinary(t, binary, env, args...)
+}
+
+// mountBinary is mountShardfsEnv with another build of the binary.
+func mountBinary(t *testing.T, bin string, env []string, args ...string) *mountProc {
+	t.Helper()
 	requireTool(t, "fusermount3")
 	dir := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -74,7 +80,7 @@ func mountShardfsEnv(t *testing.T, env []string, args ...string) *mountProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := execShardfs(append(append([]string{"mount"}, args...), dir)...)
+	cmd := execBinary(bin, append(append([]string{"mount"}, args...), dir)...)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

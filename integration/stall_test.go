@@ -51,7 +51,7 @@ func TestStallsPrefetch(t *testing.T) {
 		if !prefetch {
 			args = append(args, "--no-prefetch")
 		}
-		mnt := mountShardfs(t, append(args, "demo")...)
+		mnt := mountBinary(t, testBinary, nil, append(args, "demo")...).dir
 		dir := filepath.Join(mnt, "epochs", "0000", "rank-000")
 		var res result
 		before := daemonStalls(t, mnt)

@@ -500,3 +500,31 @@ func TestSignalWithAFileOpen(t *testing.T) {
 		})
 	}
 }
+
+// Issue 24: the shipped binary holds no test double. Its packages include
+// no fault-injecting store and no FUSE ceiling, and it has neither mount's
+// --inject-latency nor the ceiling-mount command; the test build has both.
+func TestShippedBinaryHasNoTestDoubles(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "../cmd/shardfs").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "github.com/shardfs/shardfs/backend\n") {
+		t.Fatalf("go list -deps ../cmd/shardfs lists no backend: the check reads the wrong thing:\n%s", out)
+	}
+	for _, double := range []string{"internal/faultstore", "internal/ceiling"} {
+		if strings.Contains(string(out), double) {
+			t.Errorf("the shipped binary depends on %s", double)
+		}
+	}
+	r := run(t, time.Minute, nil, "mount", "--inject-latency=1ms", "x", t.TempDir())
+	if r.code == 0 || !strings.Contains(r.stderr, "unknown flag: --inject-latency") {
+		t.Errorf("shipped mount with --inject-latency: %v", r)
+	}
+	if r := run(t, time.Minute, nil, "ceiling-mount", t.TempDir()); r.code == 0 || !strings.Contains(r.stderr, "unknown command") {
+		t.Errorf("shipped ceiling-mount: %v", r)
+	}
+	if out, err := execBinary(testBinary, "ceiling-mount", "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "in-memory file") {
+		t.Errorf("test build's ceiling-mount --help: %v\n%s", err, out)
+	}
+}

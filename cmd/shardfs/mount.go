@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/cache"
@@ -45,10 +46,17 @@ type mountFlags struct {
 	noPrefetch   bool
 	directIO     bool
 	readTimeout  time.Duration
-	// injectLatency wraps every store in the fault-injecting wrapper with
-	// this delay ("20ms" or "20ms±10ms"), for stall measurements only.
+	// injectLatency is set only in the test build (testhooks.go).
 	injectLatency string
 }
+
+// Set only by the test build of the binary (build tag shardfs_testhooks,
+// testhooks.go): hidden flags of mount, and a wrapper around its stores.
+var (
+	mountFlagHooks []func(fl *pflag.FlagSet, f *mountFlags)
+	wrapStores     func(stores []backend.Store, f *mountFlags, log *slog.Logger) ([]backend.Store, error)
+	testCommands   []func(g *globals) *cobra.Command
+)
 
 func newMountCmd(g *globals) *cobra.Command {
 	f := &mountFlags{}
@@ -120,8 +128,9 @@ errors on their open files).`,
 		"such files cannot be mmap'ed, and a second read of one is served by the daemon again")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
-	fl.StringVar(&f.injectLatency, "inject-latency", "", "testing only: delay every store request, e.g. 20ms±10ms")
-	fl.MarkHidden("inject-latency")
+	for _, hook := range mountFlagHooks {
+		hook(fl, f)
+	}
 	return cmd
 }
 
@@ -153,17 +162,10 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if err := fs.CheckMountpoint(dir, log); err != nil {
 		return nil, err
 	}
-	if f.injectLatency != "" {
-		d, j, err := parseLatency(f.injectLatency)
-		if err != nil {
+	if wrapStores != nil {
+		if stores, err = wrapStores(stores, f, log); err != nil {
 			return nil, err
 		}
-		for i, s := range stores {
-			fs := backend.NewFaulty(s)
-			fs.SetDelay(d, j)
-			stores[i] = fs
-		}
-		log.Warn("injecting store latency (testing only)", "delay", d, "jitter", j)
 	}
 	var names []string
 	for _, s := range stores {
@@ -593,20 +595,6 @@ func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, 
 		prev = s
 	}
 	return nil
-}
-
-// parseLatency parses "20ms" or "20ms±10ms" (also "20ms+-10ms").
-func parseLatency(s string) (d, jitter time.Duration, err error) {
-	base, jit, ok := strings.Cut(strings.ReplaceAll(s, "+-", "±"), "±")
-	if d, err = time.ParseDuration(base); err != nil {
-		return 0, 0, fmt.Errorf("--inject-latency %q: %v", s, err)
-	}
-	if ok {
-		if jitter, err = time.ParseDuration(jit); err != nil || jitter > d {
-			return 0, 0, fmt.Errorf("--inject-latency %q: jitter must be a duration no larger than the delay", s)
-		}
-	}
-	return d, jitter, nil
 }
 
 // alphaByEpoch lists the alpha of each epoch shown (the first 1,000 when open-ended).

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/ingest"
@@ -20,7 +21,7 @@ import (
 type DS struct {
 	*dataset.Dataset
 	Src    string            // source tree: Src/<key> holds each sample's bytes
-	Faulty []*backend.Faulty // the stores as the dataset reads them
+	Faulty []*faultstore.Faulty // the stores as the dataset reads them
 }
 
 // New ingests spec and opens the dataset through Faulty wrappers.
@@ -32,13 +33,13 @@ func New(t testing.TB, spec synth.Spec, metrics erasure.Metrics) *DS {
 		t.Fatal(err)
 	}
 	var plain, wrapped []backend.Store
-	var faulty []*backend.Faulty
+	var faulty []*faultstore.Faulty
 	for i := 0; i < 6; i++ {
 		s, err := backend.NewLocal(filepath.Join(base, fmt.Sprint("store", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := backend.NewFaulty(s)
+		f := faultstore.New(s)
 		plain, wrapped, faulty = append(plain, s), append(wrapped, f), append(faulty, f)
 	}
 	source, err := ingest.Scan(src, nil)

@@ -1,4 +1,8 @@
-package backend
+// Package faultstore is the fault-injecting store wrapper, for tests and
+// benchmarks only: it is imported by test files and by the test build of
+// the shardfs binary (build tag shardfs_testhooks), never by the shipped
+// binary.
+package faultstore
 
 import (
 	"context"
@@ -6,13 +10,15 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/shardfs/shardfs/backend"
 )
 
 // Faulty wraps a Store and injects faults, for tests of degraded paths only.
 // Its zero faults pass every call through. All setters are safe to call
 // while other goroutines use the store.
 type Faulty struct {
-	Store
+	backend.Store
 
 	mu        sync.Mutex // guards the fields below
 	down      bool
@@ -26,8 +32,8 @@ type Faulty struct {
 	rng       *rand.Rand
 }
 
-// NewFaulty wraps s with no faults enabled.
-func NewFaulty(s Store) *Faulty {
+// New wraps s with no faults enabled.
+func New(s backend.Store) *Faulty {
 	return &Faulty{Store: s, rng: rand.New(rand.NewPCG(1, 2))}
 }
 
@@ -67,7 +73,7 @@ func (f *Faulty) before(ctx context.Context, op string) error {
 	}
 	f.mu.Unlock()
 	if fail {
-		return &Error{Store: f.String(), Op: op, Err: fmt.Errorf("%w: injected fault", ErrUnavailable)}
+		return &backend.Error{Store: f.String(), Op: op, Err: fmt.Errorf("%w: injected fault", backend.ErrUnavailable)}
 	}
 	if d > 0 {
 		t := time.NewTimer(d)
@@ -81,7 +87,7 @@ func (f *Faulty) before(ctx context.Context, op string) error {
 	return nil
 }
 
-var _ Store = (*Faulty)(nil)
+var _ backend.Store = (*Faulty)(nil)
 
 func (f *Faulty) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
 	return f.ReadAtV(ctx, key, [][]byte{p}, off)
@@ -98,7 +104,7 @@ func (f *Faulty) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int
 	short, flip, stream := f.shortBody, f.flipBits, f.stream
 	f.mu.Unlock()
 	if stream > 0 {
-		MarkFirstByte(ctx)
+		backend.MarkFirstByte(ctx)
 		t := time.NewTimer(stream)
 		select {
 		case <-t.C:
@@ -107,7 +113,7 @@ func (f *Faulty) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int
 			return ctx.Err()
 		}
 	}
-	n := VecLen(bufs)
+	n := backend.VecLen(bufs)
 	if short && n > 0 {
 		// Read one byte less and leave the last byte zeroed: a silent truncation.
 		last := len(bufs) - 1

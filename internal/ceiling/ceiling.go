@@ -1,4 +1,7 @@
-package fs
+// Package ceiling is the FUSE ceiling of the benchmarks: one in-memory
+// file served by go-fuse with shardfs's node settings. Only the test build
+// of the shardfs binary (build tag shardfs_testhooks) mounts it.
+package ceiling
 
 import (
 	"context"
@@ -8,11 +11,13 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// NewCeilingRoot is the FUSE ceiling for benchmarks: a root holding one
+const fileMode = fuse.S_IFREG | 0o444
+
+// NewRoot is the FUSE ceiling for benchmarks: a root holding one
 // in-memory file "data" of size bytes, served with the same node settings
 // (KEEP_CACHE, attributes, read path shape) as the real tree, so a run of
 // both under Mount measures what the kernel and go-fuse cost by themselves.
-func NewCeilingRoot(size int64) gofs.InodeEmbedder {
+func NewRoot(size int64) gofs.InodeEmbedder {
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte(i * 7)
