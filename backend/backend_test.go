@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/backend/storetest"
+	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/internal/miniotest"
 )
 

@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/ingest"
+	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/internal/synth"
 )
 

@@ -10,17 +10,17 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/ingest"
+	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/internal/synth"
 )
 
 // DS is an ingested test dataset.
 type DS struct {
 	*dataset.Dataset
-	Src    string            // source tree: Src/<key> holds each sample's bytes
+	Src    string               // source tree: Src/<key> holds each sample's bytes
 	Faulty []*faultstore.Faulty // the stores as the dataset reads them
 }
 
