@@ -214,7 +214,13 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	} = dataset.Catalog{M: ds.Manifest}
 	var fetch prefetch.Fetcher = ds
 	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
-	params, err := f.order.params(0, 0)
+	// The order flags are parsed once, here; the tree asks the schedule for
+	// every rank-epoch it opens.
+	sched, err := f.order.schedule()
+	if err != nil {
+		return nil, err
+	}
+	params, err := sched.Params(0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +294,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		return nil, err
 	}
 	root := fs.NewRoot(fs.Options{
-		Catalog: cat, Input: in, Reader: reader, Order: params, ParamsAt: f.order.params, Epochs: f.order.epochs, Ranks: ranks, DirectIO: f.directIO,
+		Catalog: cat, Input: in, Reader: reader, Order: params, ParamsAt: sched.Params, Epochs: f.order.epochs, Ranks: ranks, DirectIO: f.directIO,
 		Info: info, Stats: mt.statsJSON, Created: time.Unix(ds.Manifest.CreatedUnix, 0), Logger: log,
 	})
 	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: name, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, Logger: log})
@@ -603,13 +609,13 @@ func alphaByEpoch(f *mountFlags) []float64 {
 	if n == 0 || n > 1000 {
 		n = 1000
 	}
+	s, err := f.order.schedule()
+	if err != nil {
+		return nil
+	}
 	out := make([]float64, 0, n)
 	for e := 0; e < n; e++ {
-		p, err := f.order.params(e, 0)
-		if err != nil {
-			return nil
-		}
-		out = append(out, p.Alpha)
+		out = append(out, s.AlphaAt(e))
 	}
 	return out
 }

@@ -35,7 +35,7 @@ type orderFlags struct {
 	rank                                    string // see parseRanks
 	affinity                                bool
 	resumeAt                                string // "E:N", see resume
-	alphaSchedule                           string // "E:A,E:A,...", see alphaAt
+	alphaSchedule                           string // "E:A,E:A,...", see alphaPoints
 	mix                                     string // "NAME:W,NAME:W,...", see mixParts
 	version                                 int    // order version; see layout.OrderVersion
 	flags                                   *pflag.FlagSet
@@ -67,50 +67,55 @@ func (f *orderFlags) orderVersion() int {
 	return f.version
 }
 
+// params is the order of rank's epoch, from the flags.
 func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
+	s, err := f.schedule()
+	if err != nil {
+		return layout.Params{Seed: f.seed, Epoch: epoch, World: f.world, Rank: rank, Batch: f.batch}, err
+	}
+	return s.Params(epoch, rank)
+}
+
+// schedule parses and checks the order flags into the run's schedule: once
+// per mount, which then asks it for every rank-epoch.
+func (f *orderFlags) schedule() (*layout.Schedule, error) {
 	tail, err := layout.ParseTail(f.tail)
 	if err != nil {
-		return layout.Params{}, err
+		return nil, err
 	}
-	p := layout.Params{Seed: f.seed, Epoch: epoch, World: f.world, Rank: rank, Batch: f.batch,
-		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity, Version: f.version}
+	s := &layout.Schedule{Base: layout.Params{Seed: f.seed, World: f.world, Batch: f.batch,
+		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity, Version: f.version}, ResumeEpoch: -1}
 	if f.version != 0 && (f.version < layout.MinOrderVersion || f.version > layout.OrderVersion) {
-		return p, fmt.Errorf("--order-version %d: this shardfs computes order versions %d to %d: pin one of them, or run the shardfs release the job started with on every node", f.version, layout.MinOrderVersion, layout.OrderVersion)
+		return nil, fmt.Errorf("--order-version %d: this shardfs computes order versions %d to %d: pin one of them, or run the shardfs release the job started with on every node", f.version, layout.MinOrderVersion, layout.OrderVersion)
 	}
 	if f.epochs < 0 {
-		return p, fmt.Errorf("--epochs %d: must be at least 1, or 0 for open-ended epochs (mount only)", f.epochs)
+		return nil, fmt.Errorf("--epochs %d: must be at least 1, or 0 for open-ended epochs (mount only)", f.epochs)
 	}
 	if _, err := parseRanks(f.rank, f.world); err != nil {
-		return p, err
+		return nil, err
 	}
 	if f.alphaSchedule != "" {
 		if f.flags != nil && f.flags.Changed("alpha") {
-			return p, fmt.Errorf("--alpha and --alpha-schedule both given: use one (a schedule with one point is a constant)")
+			return nil, fmt.Errorf("--alpha and --alpha-schedule both given: use one (a schedule with one point is a constant)")
 		}
 		if f.window > 0 || f.affinity {
-			return p, fmt.Errorf("--alpha-schedule: window and affinity keep each pool's own class mix (alpha 1)")
+			return nil, fmt.Errorf("--alpha-schedule: window and affinity keep each pool's own class mix (alpha 1)")
 		}
-		a, err := f.alphaAt(epoch)
-		if err != nil {
-			return p, err
+		if s.AlphaPoints, err = f.alphaPoints(); err != nil {
+			return nil, err
 		}
-		p.Alpha = a
 	}
 	if f.mix != "" {
 		_, weights, err := f.mixParts()
 		if err != nil {
-			return p, err
+			return nil, err
 		}
-		p.Mix = weights
+		s.Base.Mix = weights
 	}
-	re, n, err := f.resume()
-	if err != nil {
-		return p, err
+	if s.ResumeEpoch, s.ResumeSkip, err = f.resume(); err != nil {
+		return nil, err
 	}
-	if re == epoch {
-		p.Skip = n
-	}
-	return p, p.Validate()
+	return s, nil
 }
 
 // mixParts parses --mix into dataset names and weights, in the order given.
@@ -190,35 +195,22 @@ func (f *orderFlags) checkMix(n int) error {
 	return nil
 }
 
-// alphaAt is --alpha-schedule's alpha for epoch e: linear between the
-// given points, constant before the first and after the last.
-func (f *orderFlags) alphaAt(e int) (float64, error) {
-	type point struct {
-		epoch int
-		alpha float64
-	}
-	var pts []point
+// alphaPoints parses --alpha-schedule's EPOCH:ALPHA points.
+func (f *orderFlags) alphaPoints() ([]layout.AlphaPoint, error) {
+	var pts []layout.AlphaPoint
 	for _, part := range strings.Split(f.alphaSchedule, ",") {
 		ep, al, ok := strings.Cut(strings.TrimSpace(part), ":")
 		epoch, err1 := strconv.Atoi(ep)
 		alpha, err2 := strconv.ParseFloat(al, 64)
 		if !ok || err1 != nil || err2 != nil || epoch < 0 || alpha < 0 || math.IsNaN(alpha) || math.IsInf(alpha, 0) {
-			return 0, fmt.Errorf("--alpha-schedule %q: use EPOCH:ALPHA points, e.g. 0:0.3,30:1.0 (alpha >= 0)", f.alphaSchedule)
+			return nil, fmt.Errorf("--alpha-schedule %q: use EPOCH:ALPHA points, e.g. 0:0.3,30:1.0 (alpha >= 0)", f.alphaSchedule)
 		}
-		if len(pts) > 0 && epoch <= pts[len(pts)-1].epoch {
-			return 0, fmt.Errorf("--alpha-schedule %q: give the epochs in increasing order", f.alphaSchedule)
+		if len(pts) > 0 && epoch <= pts[len(pts)-1].Epoch {
+			return nil, fmt.Errorf("--alpha-schedule %q: give the epochs in increasing order", f.alphaSchedule)
 		}
-		pts = append(pts, point{epoch, alpha})
+		pts = append(pts, layout.AlphaPoint{Epoch: epoch, Alpha: alpha})
 	}
-	switch {
-	case e <= pts[0].epoch:
-		return pts[0].alpha, nil
-	case e >= pts[len(pts)-1].epoch:
-		return pts[len(pts)-1].alpha, nil
-	}
-	i := sort.Search(len(pts), func(i int) bool { return pts[i].epoch > e })
-	a, b := pts[i-1], pts[i]
-	return a.alpha + (b.alpha-a.alpha)*float64(e-a.epoch)/float64(b.epoch-a.epoch), nil
+	return pts, nil
 }
 
 // resume parses --resume-at E:N; without it the epoch is -1.
