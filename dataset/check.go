@@ -396,62 +396,90 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 		}
 		return 0, fmt.Errorf("%w %s: %v; nothing was written: fix --stores, or pass --force to overwrite those stores with this dataset", ErrForeignStore, d.Name, names)
 	}
-	skip := map[int]bool{} // shards left as they are
-	for _, si := range rep.Unrecoverable {
-		skip[si] = true
+	rp := &repair{d: d, rep: rep, skip: map[int]bool{}, progress: progress}
+	for _, si := range append(slices.Clone(rep.Unrecoverable), rep.LostIndexes...) {
+		rp.skip[si] = true // left as they are
 	}
-	for _, si := range rep.LostIndexes {
-		skip[si] = true
+	indexes := rp.indexSources(ctx)
+	if err := rp.rebuildFragments(ctx); err != nil {
+		return int(rp.written.Load()), err
 	}
-	var failed []string // shards whose repair failed, in words
-	// Every index copy to rewrite needs an intact copy to come from: found
-	// before anything is written.
-	indexBytes := map[int][]byte{}
-	var badIndexes []IndexCopy
-	candidates := slices.Clone(rep.BadIndexes)
+	if err := rp.rewriteMetadata(ctx, indexes); err != nil {
+		return int(rp.written.Load()), err
+	}
+	return int(rp.written.Load()), rp.verdict()
+}
+
+// repair is one run of Repair.
+type repair struct {
+	d        *Dataset
+	rep      *Report
+	skip     map[int]bool // shards left as they are
+	progress func(bytes int64)
+	written  atomic.Int64
+
+	mu     sync.Mutex // guards failed
+	failed []string   // what could not be mended, in words
+}
+
+func (rp *repair) fail(why string) {
+	rp.mu.Lock()
+	rp.failed = append(rp.failed, why)
+	rp.mu.Unlock()
+}
+
+// indexSources finds, before anything is written, an intact copy for every
+// index copy to rewrite; a shard with none is left as it is.
+func (rp *repair) indexSources(ctx context.Context) map[IndexCopy][]byte {
+	d := rp.d
+	candidates := slices.Clone(rp.rep.BadIndexes)
 	if t := d.Manifest.Top; t != nil {
 		// A foreign store overwritten (force) gets every index copy too:
 		// verify does not read its copies, which are the other dataset's.
-		for _, i := range rep.Foreign {
+		for _, i := range rp.rep.Foreign {
 			for si := range t.Shards {
 				candidates = append(candidates, IndexCopy{Store: i, Shard: si})
 			}
 		}
 	}
+	intact := map[int][]byte{}
+	out := map[IndexCopy][]byte{}
 	for _, ic := range candidates {
-		if skip[ic.Shard] {
+		if rp.skip[ic.Shard] {
 			continue
 		}
-		if indexBytes[ic.Shard] == nil {
+		if intact[ic.Shard] == nil {
 			b, err := d.intactIndex(ctx, ic.Shard)
 			if err != nil {
-				skip[ic.Shard] = true
-				failed = append(failed, err.Error())
+				rp.skip[ic.Shard] = true
+				rp.fail(err.Error())
 				continue
 			}
-			indexBytes[ic.Shard] = b
+			intact[ic.Shard] = b
 		}
-		badIndexes = append(badIndexes, ic)
+		out[IndexCopy{Store: ic.Store, Shard: ic.Shard}] = intact[ic.Shard]
 	}
+	return out
+}
+
+// rebuildFragments decodes every damaged fragment of the shards not left
+// as they are from verified blocks of the others, and writes it back. A
+// shard too few survivors answer for now is named; the others are mended.
+func (rp *repair) rebuildFragments(ctx context.Context) error {
+	d := rp.d
 	byShard := map[int][]int{}
-	for _, dm := range rep.Damaged {
-		if !skip[dm.Shard] {
+	for _, dm := range rp.rep.Damaged {
+		if !rp.skip[dm.Shard] {
 			byShard[dm.Shard] = append(byShard[dm.Shard], dm.Frag)
 		}
 	}
-	var written atomic.Int64
-	var failMu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(2)
 	for shard, frags := range byShard {
 		g.Go(func() error {
-			sh := d.Shard(shard)
-			rebuilt, err := d.Reader.Rebuild(gctx, sh, frags)
+			rebuilt, err := d.Reader.Rebuild(gctx, d.Shard(shard), frags)
 			if err != nil && gctx.Err() == nil {
-				// Too few survivors answer now: the others are still mended.
-				failMu.Lock()
-				failed = append(failed, fmt.Sprintf("rebuild shard %d: %v", shard, err))
-				failMu.Unlock()
+				rp.fail(fmt.Sprintf("rebuild shard %d: %v", shard, err))
 				return nil
 			}
 			if err != nil {
@@ -462,35 +490,39 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 				if err := d.Stores[store].Put(gctx, FragmentKey(d.Name, d.Manifest.IngestID, shard, f), b); err != nil {
 					return fmt.Errorf("write rebuilt shard %d fragment %d: %w", shard, f, err)
 				}
-				written.Add(1)
-				if progress != nil {
-					progress(int64(len(b)))
+				rp.written.Add(1)
+				if rp.progress != nil {
+					rp.progress(int64(len(b)))
 				}
 			}
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return int(written.Load()), err
-	}
+	return g.Wait()
+}
+
+// rewriteMetadata writes the index copies (an intact copy's bytes, checked
+// against the top-level manifest's checksum, never a re-encoding), the
+// manifest copies and the identities that are missing or wrong, and then
+// removes the pending keys of a finished commit.
+func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]byte) error {
+	d, rep := rp.d, rp.rep
 	enc, err := manifest.EncodeStored(d.Manifest)
 	if err != nil {
-		return int(written.Load()), err
+		return err
 	}
-	// Missing or corrupt index copies get an intact copy's bytes, checked
-	// against the top-level manifest's checksum, never a re-encoding.
-	for _, ic := range badIndexes {
-		if err := d.Stores[ic.Store].Put(ctx, IndexKey(d.Name, d.Manifest.IngestID, ic.Shard), indexBytes[ic.Shard]); err != nil {
-			return int(written.Load()), fmt.Errorf("rewrite shard %d's index on store %d: %w", ic.Shard, ic.Store, err)
+	for ic, b := range indexes {
+		if err := d.Stores[ic.Store].Put(ctx, IndexKey(d.Name, d.Manifest.IngestID, ic.Shard), b); err != nil {
+			return fmt.Errorf("rewrite shard %d's index on store %d: %w", ic.Shard, ic.Store, err)
 		}
-		written.Add(1)
+		rp.written.Add(1)
 	}
 	manifests := map[int]bool{}
-	for _, i := range append(rep.BadManifests, rep.Foreign...) {
+	for _, i := range append(slices.Clone(rep.BadManifests), rep.Foreign...) {
 		manifests[i] = true
 	}
 	identities := map[int]bool{}
-	for _, i := range append(rep.NoIdentity, rep.Foreign...) {
+	for _, i := range append(slices.Clone(rep.NoIdentity), rep.Foreign...) {
 		identities[i] = true
 	}
 	for _, i := range rep.Pending {
@@ -499,26 +531,32 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 	for i := range d.Stores {
 		if manifests[i] {
 			if err := d.Stores[i].Put(ctx, ManifestKey(d.Name), enc); err != nil {
-				return int(written.Load()), fmt.Errorf("rewrite manifest copy: %w", err)
+				return fmt.Errorf("rewrite manifest copy: %w", err)
 			}
-			written.Add(1)
+			rp.written.Add(1)
 		}
 		if identities[i] {
 			if err := WriteIdentity(ctx, d.Stores[i], d.Manifest, i); err != nil {
-				return int(written.Load()), fmt.Errorf("write identity of store %d: %w", i, err)
+				return fmt.Errorf("write identity of store %d: %w", i, err)
 			}
-			written.Add(1)
+			rp.written.Add(1)
 		}
 	}
-	// The real keys are in place: the pending ones of a finished commit go.
 	for _, i := range rep.Pending {
 		d.Stores[i].Delete(ctx, PendingManifestKey(d.Name))
 		d.Stores[i].Delete(ctx, PendingIdentityKey(d.Name))
 	}
-	n := int(written.Load())
-	slices.Sort(failed)
+	return nil
+}
+
+// verdict names what the repair left: shards that cannot be mended
+// (ErrUnrecoverable), or stores whose objects were neither checked nor
+// mended (ErrIncomplete).
+func (rp *repair) verdict() error {
+	d, rep := rp.d, rp.rep
+	slices.Sort(rp.failed)
 	switch {
-	case len(rep.LostIndexes) > 0 || len(rep.Unrecoverable) > 0 || len(failed) > 0 && rep.Complete():
+	case len(rep.LostIndexes) > 0 || len(rep.Unrecoverable) > 0 || len(rp.failed) > 0 && rep.Complete():
 		var why []string
 		if len(rep.Unrecoverable) > 0 {
 			why = append(why, fmt.Sprintf("shards %v lost more than m=%d blocks of one stripe", rep.Unrecoverable, d.Manifest.Parity))
@@ -526,17 +564,17 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 		if len(rep.LostIndexes) > 0 {
 			why = append(why, fmt.Sprintf("shards %v lost every copy of their index", rep.LostIndexes))
 		}
-		why = append(why, failed...)
-		return n, fmt.Errorf("%w: %s; everything else that verify found was repaired", ErrUnrecoverable, strings.Join(why, "; "))
+		why = append(why, rp.failed...)
+		return fmt.Errorf("%w: %s; everything else that verify found was repaired", ErrUnrecoverable, strings.Join(why, "; "))
 	case !rep.Complete():
 		var why []string
 		for _, i := range rep.Unreachable {
 			why = append(why, fmt.Sprintf("store %d (%s) %s", i, d.Stores[i], rep.StoreProblem(i)))
 		}
-		why = append(why, failed...) // with those stores back, these may be rebuilt
-		return n, fmt.Errorf("%w: %s: what they hold was not checked or repaired; the rest of the damage found was repaired", ErrIncomplete, strings.Join(why, "; "))
+		why = append(why, rp.failed...) // with those stores back, these may be rebuilt
+		return fmt.Errorf("%w: %s: what they hold was not checked or repaired; the rest of the damage found was repaired", ErrIncomplete, strings.Join(why, "; "))
 	}
-	return n, nil
+	return nil
 }
 
 // intactIndex is shard si's index object from the first store whose copy
