@@ -1,8 +1,8 @@
 // Package fs owns the mounted tree: the go-fuse nodes of every view, their
 // inode numbers and attributes, and the translation of a kernel read into a
 // ReadAt on the prefetching reader. It holds every go-fuse node and file
-// handle; cmd/shardfs, which assembles the mount, only passes go-fuse's
-// mount options through.
+// handle; package mount, which assembles a mount, only calls NewRoot and
+// Mount.
 //
 //	.shardfs/info.json                      dataset, EC and order parameters
 //	.shardfs/stats.json                     live counters (read anew on every open)

@@ -92,7 +92,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 	}
 	defer func() {
 		if mt != nil {
-			mt.close()
+			mt.Close()
 		}
 	}()
 	fmt.Fprintf(out, "== mounted at %s (2 ranks, batch size 32, 2 epochs)\n", mnt)
@@ -114,7 +114,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 	if err := demoReadEpoch(out, filepath.Join(mnt, "epochs", "0000", "rank-001"), src, "rank 1, 2 of 6 stores lost"); err != nil {
 		return err
 	}
-	s := mt.metrics.Snapshot()
+	s := mt.Metrics.Snapshot()
 	fmt.Fprintf(out, "   stats: %s served, cache hits %d / misses %d, stalls %d (%.3fs), degraded reads %d, checksum failures %d\n",
 		humanize.IBytes(uint64(s.BytesServed)), s.CacheHits, s.CacheMisses, s.Stalls, s.StallSeconds, s.DegradedReads, s.ChecksumFailures)
 	fmt.Fprintln(out, "== verify (expect damage, exit status 1)")
@@ -136,7 +136,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 	}
 	fmt.Fprintf(out, "== serving %s until Ctrl-C. Try:\n   ls %s/epochs/0001/rank-001 | head\n   tar tvf %s/epochs/0000/rank-000/batch-000000.tar | head\n   shardfs stats %s\n",
 		mnt, mnt, mnt, mnt)
-	err = mt.serve(ctx)
+	err = mt.Serve(ctx)
 	mt = nil
 	return err
 }

@@ -5,34 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
-	"os/signal"
-	"runtime/debug"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/dustin/go-humanize"
-	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
-	"github.com/shardfs/shardfs/fs"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
 	"github.com/shardfs/shardfs/metrics"
-	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/mount"
 )
 
 type mountFlags struct {
@@ -111,8 +95,8 @@ errors on their open files).`,
 				names, weights, _ := f.order.mixParts()
 				log.Info("mix of datasets", "shares_served", describeMix(names, weights))
 			}
-			log.Info("mounted; stop with Ctrl-C or umount", "dataset", mt.name, "mountpoint", args[1])
-			return mt.serve(cmd.Context())
+			log.Info("mounted; stop with Ctrl-C or umount", "dataset", mt.Name, "mountpoint", args[1])
+			return mt.Serve(cmd.Context())
 		},
 	}
 	f.order.register(cmd.Flags(), "all")
@@ -134,24 +118,8 @@ errors on their open files).`,
 	return cmd
 }
 
-type mounted struct {
-	server  *fuse.Server
-	reader  *prefetch.Reader
-	disk    *cache.Disk // nil without --cache-dir
-	metrics *metrics.Metrics
-	http    *http.Server
-	dir     string
-	log     *slog.Logger
-	ds      *dataset.Dataset // the first dataset of a mix
-	mix     *dataset.Mix     // nil for one dataset
-	name    string
-	input   *layout.Input
-	params  layout.Params
-	ranks   []int
-	epochs  int
-}
-
-func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store, name, dir string, f *mountFlags) (*mounted, error) {
+// mountDataset parses the mount's flags into a mount.Config and mounts.
+func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store, name, dir string, f *mountFlags) (*mount.Mount, error) {
 	cacheSize, err := humanize.ParseBytes(f.cacheSize)
 	if err != nil || cacheSize < 16<<20 {
 		return nil, fmt.Errorf("--cache-size %q: use a size of at least 16MiB, e.g. 2GiB", f.cacheSize)
@@ -159,313 +127,49 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if f.readTimeout <= 0 {
 		return nil, fmt.Errorf("--read-timeout %v: must be positive, e.g. 10s: a read that waits longer returns EIO", f.readTimeout)
 	}
-	if err := fs.CheckMountpoint(dir, log); err != nil {
-		return nil, err
+	var cacheDirSize uint64
+	if f.cacheDir != "" {
+		if cacheDirSize, err = humanize.ParseBytes(f.cacheDirSize); err != nil {
+			return nil, fmt.Errorf("--cache-dir-size %q: use a size such as 200GiB", f.cacheDirSize)
+		}
 	}
 	if wrapStores != nil {
 		if stores, err = wrapStores(stores, f, log); err != nil {
 			return nil, err
 		}
 	}
-	var names []string
-	for _, s := range stores {
-		names = append(names, s.String())
-	}
-	// The access check runs beside the manifest load: a hung store costs one
-	// request timeout, not two.
-	failingc := make(chan []string, 1)
-	go func() { failingc <- checkStores(ctx, stores) }()
-	met := metrics.New(names)
-	var mix *dataset.Mix
-	var ds *dataset.Dataset
-	if f.order.mix != "" {
-		mix, err = openMix(ctx, stores, f, log, met)
-		if err == nil {
-			ds, name = mix.Parts[0], f.order.mix
-		}
-	} else {
-		ds, err = dataset.Open(ctx, stores, name, dataset.Options{Logger: log, Metrics: met, LazyIndexes: true})
-	}
-	failing := <-failingc
-	if err != nil {
-		if len(failing) > 0 {
-			return nil, fmt.Errorf("%w\nstores failing their access check:\n  %s", err, strings.Join(failing, "\n  "))
-		}
-		return nil, err
-	}
-	parity := ds.Manifest.Parity
-	if mix != nil {
-		for _, p := range mix.Parts {
-			parity = min(parity, p.Manifest.Parity)
-		}
-	}
-	if len(failing) > parity {
-		return nil, fmt.Errorf("%d stores fail their access check, more than m=%d can be read around:\n  %s",
-			len(failing), parity, strings.Join(failing, "\n  "))
-	}
-	for _, f := range failing {
-		log.Warn("store failing; mounting degraded, reads decode around it", "store", f)
-	}
-	// What the tree and the read path see: one dataset, or the mix of several.
-	var cat interface {
-		fs.Catalog
-		layout.Geometry
-		prefetch.DiskIndex
-	} = dataset.Catalog{M: ds.Manifest}
-	var fetch prefetch.Fetcher = ds
-	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
 	// The order flags are parsed once, here; the tree asks the schedule for
 	// every rank-epoch it opens.
 	sched, err := f.order.schedule()
 	if err != nil {
 		return nil, err
 	}
-	params, err := sched.Params(0, 0)
-	if err != nil {
-		return nil, err
+	cfg := mount.Config{Name: name, Schedule: sched, Epochs: f.order.epochs, Ranks: f.order.ranks(),
+		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
+		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Logger: log,
+		CheckOrder: func(in *layout.Input) error {
+			if err := f.order.checkResumeInEpochs(); err != nil {
+				return err
+			}
+			_, err := f.order.checkSteps(in)
+			return err
+		},
+		Info: func(m *mount.Mount) ([]byte, error) { return mountInfo(m, f, int64(cacheSize)) },
 	}
-	in, err := dataset.OrderInput(ds, params)
-	switch {
-	case mix != nil:
-		cat, fetch, ns = mix, mix, mix.Namespace()
-		in, err = mix.Input()
-	case ds.Lazy != nil:
-		// Format 2: no shard index is read until a rank-epoch or a samples/
-		// directory needs its shard, and the order comes from the counts.
-		cat = lazyTree{ds.Lazy}
-		if f.cacheDir != "" {
-			ds.Lazy.PinWholeShards() // the disk tier keeps shards sample by sample
-		}
-		met.SetIndex(func() metrics.IndexSnapshot {
-			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), TierHits: ds.Lazy.TierHits.Load(), Unpinned: ds.Lazy.Unpinned.Load()}
-		})
-	}
-	if err != nil {
-		return nil, err
-	}
-	ranks := f.order.ranks()
-	if err := f.order.checkResumeInEpochs(); err != nil {
-		return nil, err
-	}
-	if _, err := f.order.checkSteps(in); err != nil {
-		return nil, err
-	}
-	// One budget, --cache-size, holds the verified chunks (prefetched ones
-	// included) and the bytes of prefetch GETs in flight, which are reserved
-	// in the cache when issued; the lead, shared by all open rank-epochs, may
-	// fill half of it. What lies outside: demand reads (DemandGET chunks at
-	// most) and the stores' response buffers of GETs in flight (InFlight at
-	// most). A soft limit keeps the Go heap's garbage from doubling that, so
-	// RSS stays near --cache-size + InFlight + the daemon's own ~100 MiB.
-	cfg := prefetch.DefaultConfig()
-	cfg.Budget = int64(cacheSize) / 2
-	cfg.InFlight = min(cfg.InFlight, int64(cacheSize)/4)
-	debug.SetMemoryLimit(int64(cacheSize) + cfg.InFlight + 128<<20)
-	c := cache.New(int64(cacheSize), func(n int64) { met.CacheBytes.Store(n) })
-	met.CacheEvictions = c.Evictions.Load
-	cfg.Disabled = f.noPrefetch
-	cfg.ReadTimeout = f.readTimeout
-	if f.cacheDir != "" {
-		size, err := humanize.ParseBytes(f.cacheDirSize)
-		if err != nil {
-			return nil, fmt.Errorf("--cache-dir-size %q: use a size such as 200GiB", f.cacheDirSize)
-		}
-		// The namespace is the ingest, so a re-ingested dataset never meets stale bytes.
-		disk, err := cache.OpenDisk(f.cacheDir, ns, int64(size))
+	if f.order.mix != "" {
+		names, _, err := f.order.mixParts()
 		if err != nil {
 			return nil, err
 		}
-		cfg.Disk = disk
-		if mix == nil && ds.Lazy != nil {
-			ds.Lazy.SetTier(disk) // shard indexes too, so a remount fetches none
-		}
-		met.SetDisk(func() metrics.DiskSnapshot {
-			return metrics.DiskSnapshot{Hits: disk.Hits.Load(), HitBytes: disk.HitBytes.Load(), Misses: disk.Misses.Load(),
-				Writes: disk.Writes.Load(), WriteBytes: disk.WriteBytes.Load(), Evictions: disk.Evictions.Load(),
-				Corrupt: disk.Corrupt.Load(), Limit: disk.Limit()}
-		})
-		log.Info("disk tier", "dir", f.cacheDir, "limit", humanize.IBytes(size))
+		cfg.Name, cfg.Mix = f.order.mix, names
 	}
-	reader := prefetch.New(fetch, cat, c, met, cfg, log)
-	mt := &mounted{reader: reader, disk: cfg.Disk, metrics: met, dir: dir, log: log, ds: ds, mix: mix, name: name, input: in, params: params, ranks: ranks, epochs: f.order.epochs}
-	info, err := mt.info(f, int64(cacheSize))
-	if err != nil {
-		mt.shutdown()
-		return nil, err
-	}
-	root := fs.NewRoot(fs.Options{
-		Catalog: cat, Input: in, Reader: reader, Order: params, ParamsAt: sched.Params, Epochs: f.order.epochs, Ranks: ranks, DirectIO: f.directIO,
-		Info: info, Stats: mt.statsJSON, Created: time.Unix(ds.Manifest.CreatedUnix, 0), Logger: log,
-	})
-	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: name, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, Logger: log})
-	if err != nil {
-		mt.shutdown()
-		return nil, err
-	}
-	if f.metricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		if err := met.Register(reg); err != nil {
-			mt.close()
-			return nil, err
-		}
-		l, err := net.Listen("tcp", f.metricsAddr)
-		if err != nil {
-			mt.close()
-			return nil, fmt.Errorf("--metrics-addr %s: %w", f.metricsAddr, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		// Profiles for diagnosing a slow mount; the address is loopback by default.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mt.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go mt.http.Serve(l)
-		log.Info("metrics", "url", "http://"+l.Addr().String()+"/metrics")
-	}
-	return mt, nil
+	return mount.Open(ctx, stores, dir, cfg)
 }
 
-// lazyTree gives the tree a format-2 dataset's rows to pin.
-type lazyTree struct{ *dataset.LazyCatalog }
-
-func (l lazyTree) Pin(ctx context.Context, samples []int32) (fs.Catalog, error) {
-	p, err := l.LazyCatalog.Pin(ctx, samples)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, []int32, error) {
-	p, samples, err := l.LazyCatalog.PinStratum(ctx, c)
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, samples, nil
-}
-
-// checkStores pings every store in parallel and describes the failing ones.
-func checkStores(ctx context.Context, stores []backend.Store) []string {
-	errs := backend.OnEvery(stores, func(_ int, s backend.Store) error {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return backend.Ping(pctx, s)
-	})
-	var out []string
-	for i, err := range errs {
-		if err != nil {
-			out = append(out, fmt.Sprintf("store %d: %v", i, err))
-		}
-	}
-	return out
-}
-
-// serve runs until ctx is cancelled (SIGINT, SIGTERM) or the mount is unmounted.
-func (mt *mounted) serve(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		mt.server.Wait()
-		close(done)
-	}()
-	select {
-	case <-ctx.Done():
-	case <-done:
-		mt.log.Info("unmounted externally", "mountpoint", mt.dir)
-		mt.shutdown()
-		return nil
-	}
-	// The first signal asked for a clean unmount; a second one is ours to
-	// see, and unmounts lazily.
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(again)
-	mt.log.Info("unmounting", "mountpoint", mt.dir)
-	for {
-		err := mt.server.Unmount()
-		if err == nil {
-			mt.server.Wait()
-			mt.shutdown()
-			return nil
-		}
-		mt.log.Warn("the mount is busy: files in it are open; retrying every 2s. Close them, or signal again (Ctrl-C) to unmount lazily and exit",
-			"mountpoint", mt.dir, "held_by", holders(mt.dir), "err", err)
-		select {
-		case <-again:
-			held := holders(mt.dir)
-			if err := unix.Unmount(mt.dir, unix.MNT_DETACH); err != nil {
-				mt.log.Error("lazy unmount failed; run fusermount3 -uz "+mt.dir, "err", err)
-			} else {
-				mt.log.Warn("unmounted lazily: the processes that hold files in it get errors (ENOTCONN) on them", "mountpoint", mt.dir, "held_by", held)
-			}
-			mt.shutdown()
-			return nil
-		case <-done:
-			mt.shutdown()
-			return nil
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-// holders names the processes with a file or working directory below dir
-// (read from /proc), for the message that says why an unmount is refused.
-func holders(dir string) []string {
-	procs, _ := os.ReadDir("/proc")
-	var out []string
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		links, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-		paths := make([]string, 0, len(links)+1)
-		for _, l := range links {
-			paths = append(paths, fmt.Sprintf("/proc/%d/fd/%s", pid, l.Name()))
-		}
-		paths = append(paths, fmt.Sprintf("/proc/%d/cwd", pid))
-		for _, link := range paths {
-			if target, err := os.Readlink(link); err == nil && (target == dir || strings.HasPrefix(target, dir+"/")) {
-				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-				out = append(out, fmt.Sprintf("%s (pid %d)", strings.TrimSpace(string(comm)), pid))
-				break
-			}
-		}
-		if len(out) == 10 {
-			out = append(out, "...")
-			break
-		}
-	}
-	return out
-}
-
-// close unmounts and stops background work.
-func (mt *mounted) close() {
-	if err := mt.server.Unmount(); err != nil {
-		mt.log.Warn("unmount", "err", err)
-	}
-	mt.server.Wait()
-	mt.shutdown()
-}
-
-func (mt *mounted) shutdown() {
-	if mt.http != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		mt.http.Shutdown(ctx)
-		cancel()
-	}
-	mt.reader.Close()
-	if mt.disk != nil {
-		mt.disk.Close()
-	}
-}
-
-func (mt *mounted) statsJSON() []byte {
-	b, _ := json.MarshalIndent(mt.metrics.Snapshot(), "", "  ")
-	return append(b, '\n')
-}
-
-func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
-	m := mt.ds.Manifest
+// mountInfo is the content of .shardfs/info.json: the dataset, the erasure
+// code, the order and the mount's settings.
+func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) {
+	m := mt.Dataset.Manifest
 	type stratum struct {
 		Name   string   `json:"name"`
 		Labels []string `json:"labels"`
@@ -479,22 +183,22 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 		return map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
 			"samples": samples(m), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata}
 	}
-	steps, err := layout.Steps(mt.input, mt.params)
+	steps, err := layout.Steps(mt.Input, mt.Params)
 	if err != nil {
 		return nil, err
 	}
 	v := map[string]any{
 		"dataset": describe(m),
-		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.metrics.Snapshot().Stores},
-		"order": map[string]any{"version": f.order.orderVersion(), "seed": f.order.seed, "world_size": f.order.world, "ranks": mt.ranks, "batch_size": f.order.batch,
+		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.Metrics.Snapshot().Stores},
+		"order": map[string]any{"version": f.order.orderVersion(), "seed": f.order.seed, "world_size": f.order.world, "ranks": f.order.ranks(), "batch_size": f.order.batch,
 			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize, "direct_io": f.directIO},
 	}
-	if mt.mix != nil {
+	if mt.Mix != nil {
 		names, weights, _ := f.order.mixParts()
 		var parts []map[string]any
-		for i, p := range mt.mix.Parts {
+		for i, p := range mt.Mix.Parts {
 			d := describe(p.Manifest)
 			d["weight"] = weights[i]
 			d["share"] = mixShares(weights)[i]
@@ -505,23 +209,6 @@ func (mt *mounted) info(f *mountFlags, cacheSize int64) ([]byte, error) {
 	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	return append(b, '\n'), err
-}
-
-// openMix opens every dataset of --mix on the same stores.
-func openMix(ctx context.Context, stores []backend.Store, f *mountFlags, log *slog.Logger, met *metrics.Metrics) (*dataset.Mix, error) {
-	names, _, err := f.order.mixParts()
-	if err != nil {
-		return nil, err
-	}
-	var parts []*dataset.Dataset
-	for _, n := range names {
-		ds, err := dataset.Open(ctx, stores, n, dataset.Options{Logger: log, Metrics: met})
-		if err != nil {
-			return nil, fmt.Errorf("--mix: %w", err)
-		}
-		parts = append(parts, ds)
-	}
-	return dataset.NewMix(parts)
 }
 
 func newStatsCmd() *cobra.Command {

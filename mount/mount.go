@@ -1,0 +1,338 @@
+// Package mount assembles a mount: it opens the dataset (or the mix of
+// several) on its stores, chooses the catalog and the order's input, sizes
+// the memory cache and opens the disk tier, builds the prefetching reader
+// and the go-fuse tree, serves metrics, and unmounts on a signal. Tests
+// build a mount in-process with Open, on any stores, fault-injecting ones
+// included; cmd/shardfs only parses flags into a Config.
+package mount
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/fs"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
+	"github.com/shardfs/shardfs/prefetch"
+)
+
+// Config is what a mount serves, and how.
+type Config struct {
+	// Name is the dataset to serve; with Mix, the name the mix is shown by.
+	Name string
+	// Mix names the datasets of a mix, in the order of Schedule.Base.Mix's
+	// weights; nil serves Name alone.
+	Mix      []string
+	Schedule *layout.Schedule // the order; parsed once, asked per rank-epoch
+	Epochs   int              // 0: open-ended
+	Ranks    []int            // the ranks shown
+
+	CacheSize    int64  // the memory budget, at least 16 MiB
+	CacheDir     string // the disk tier; empty: none
+	CacheDirSize int64
+	NoPrefetch   bool
+	DirectIO     bool
+	ReadTimeout  time.Duration // a read that waits longer fails with EIO
+	AllowOther   bool
+	ReadAheadKB  int
+	MetricsAddr  string // serve Prometheus metrics here; empty: none
+	Logger       *slog.Logger
+
+	// CheckOrder, if set, checks the order against the dataset's input
+	// before anything is mounted (the caller words its errors).
+	CheckOrder func(in *layout.Input) error
+	// Info, if set, renders .shardfs/info.json.
+	Info func(m *Mount) ([]byte, error)
+}
+
+// Mount is a served dataset.
+type Mount struct {
+	Dataset *dataset.Dataset // the first dataset of a mix
+	Mix     *dataset.Mix     // nil for one dataset
+	Name    string
+	Input   *layout.Input
+	Params  layout.Params // rank 0's of epoch 0
+	Metrics *metrics.Metrics
+
+	server *fuse.Server
+	reader *prefetch.Reader
+	disk   *cache.Disk // nil without a disk tier
+	http   *http.Server
+	dir    string
+	log    *slog.Logger
+}
+
+// Open mounts cfg's dataset at dir and returns once the tree is served.
+func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (*Mount, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.CacheSize < 16<<20 {
+		return nil, fmt.Errorf("cache size %d: use at least 16MiB", cfg.CacheSize)
+	}
+	if cfg.ReadTimeout <= 0 {
+		return nil, fmt.Errorf("read timeout %v: must be positive", cfg.ReadTimeout)
+	}
+	if err := fs.CheckMountpoint(dir, log); err != nil {
+		return nil, err
+	}
+	mt := &Mount{Name: cfg.Name, dir: dir, log: log}
+	if err := mt.openSource(ctx, stores, cfg); err != nil {
+		return nil, err
+	}
+	cat, fetch, ns, err := mt.readPath(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := mt.newReader(cfg, cat, fetch, ns); err != nil {
+		return nil, err
+	}
+	info := []byte("{}\n")
+	if cfg.Info != nil {
+		if info, err = cfg.Info(mt); err != nil {
+			mt.shutdown()
+			return nil, err
+		}
+	}
+	root := fs.NewRoot(fs.Options{
+		Catalog: cat, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Schedule.Params, Epochs: cfg.Epochs, Ranks: cfg.Ranks, DirectIO: cfg.DirectIO,
+		Info: info, Stats: mt.StatsJSON, Created: time.Unix(mt.Dataset.Manifest.CreatedUnix, 0), Logger: log,
+	})
+	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, Logger: log})
+	if err != nil {
+		mt.shutdown()
+		return nil, err
+	}
+	if cfg.MetricsAddr != "" {
+		if err := mt.serveMetrics(cfg.MetricsAddr); err != nil {
+			mt.Close()
+			return nil, err
+		}
+	}
+	return mt, nil
+}
+
+// openSource opens the dataset, or every dataset of the mix, while the
+// stores' access check runs beside it: a hung store costs one request
+// timeout, not two. More failing stores than m refuse the mount.
+func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Config) error {
+	var names []string
+	for _, s := range stores {
+		names = append(names, s.String())
+	}
+	failingc := make(chan []string, 1)
+	go func() { failingc <- checkStores(ctx, stores) }()
+	mt.Metrics = metrics.New(names)
+	var err error
+	if cfg.Mix != nil {
+		mt.Mix, err = openMix(ctx, stores, cfg.Mix, mt.log, mt.Metrics)
+		if err == nil {
+			mt.Dataset = mt.Mix.Parts[0]
+		}
+	} else {
+		mt.Dataset, err = dataset.Open(ctx, stores, cfg.Name, dataset.Options{Logger: mt.log, Metrics: mt.Metrics, LazyIndexes: true})
+	}
+	failing := <-failingc
+	if err != nil {
+		if len(failing) > 0 {
+			return fmt.Errorf("%w\nstores failing their access check:\n  %s", err, strings.Join(failing, "\n  "))
+		}
+		return err
+	}
+	parity := mt.Dataset.Manifest.Parity
+	if mt.Mix != nil {
+		for _, p := range mt.Mix.Parts {
+			parity = min(parity, p.Manifest.Parity)
+		}
+	}
+	if len(failing) > parity {
+		return fmt.Errorf("%d stores fail their access check, more than m=%d can be read around:\n  %s",
+			len(failing), parity, strings.Join(failing, "\n  "))
+	}
+	for _, f := range failing {
+		mt.log.Warn("store failing; mounting degraded, reads decode around it", "store", f)
+	}
+	return nil
+}
+
+// catalog is what the tree and the read path see of the dataset.
+type catalog interface {
+	fs.Catalog
+	layout.Geometry
+	prefetch.DiskIndex
+}
+
+// readPath chooses what the tree and the read path see: one dataset held
+// whole, a format-2 dataset whose rows are fetched on demand, or the mix of
+// several; and the order's input. It returns the catalog, the fetcher and
+// the disk tier's namespace (the ingest, so a re-ingested dataset never
+// meets stale bytes).
+func (mt *Mount) readPath(cfg Config) (catalog, prefetch.Fetcher, string, error) {
+	ds := mt.Dataset
+	var cat catalog = dataset.Catalog{M: ds.Manifest}
+	var fetch prefetch.Fetcher = ds
+	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
+	params, err := cfg.Schedule.Params(0, 0)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	mt.Params = params
+	in, err := dataset.OrderInput(ds, params)
+	switch {
+	case mt.Mix != nil:
+		cat, fetch, ns = mt.Mix, mt.Mix, mt.Mix.Namespace()
+		in, err = mt.Mix.Input()
+	case ds.Lazy != nil:
+		// Format 2: no shard index is read until a rank-epoch or a samples/
+		// directory needs its shard, and the order comes from the counts.
+		cat = lazyTree{ds.Lazy}
+		if cfg.CacheDir != "" {
+			ds.Lazy.PinWholeShards() // the disk tier keeps shards sample by sample
+		}
+		mt.Metrics.SetIndex(func() metrics.IndexSnapshot {
+			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), TierHits: ds.Lazy.TierHits.Load(), Unpinned: ds.Lazy.Unpinned.Load()}
+		})
+	}
+	if err != nil {
+		return nil, nil, "", err
+	}
+	mt.Input = in
+	if cfg.CheckOrder != nil {
+		if err := cfg.CheckOrder(in); err != nil {
+			return nil, nil, "", err
+		}
+	}
+	return cat, fetch, ns, nil
+}
+
+// newReader builds the memory cache, the disk tier and the prefetching
+// reader. One budget, the cache size, holds the verified chunks
+// (prefetched ones included) and the bytes of prefetch GETs in flight,
+// which are reserved in the cache when issued; the lead, shared by all open
+// rank-epochs, may fill half of it. What lies outside: demand reads
+// (DemandGET chunks at most) and the stores' response buffers of GETs in
+// flight (InFlight at most). A soft limit keeps the Go heap's garbage from
+// doubling that, so RSS stays near the cache size + InFlight + the daemon's
+// own ~100 MiB.
+func (mt *Mount) newReader(cfg Config, cat catalog, fetch prefetch.Fetcher, ns string) error {
+	met := mt.Metrics
+	pc := prefetch.DefaultConfig()
+	pc.Budget = cfg.CacheSize / 2
+	pc.InFlight = min(pc.InFlight, cfg.CacheSize/4)
+	debug.SetMemoryLimit(cfg.CacheSize + pc.InFlight + 128<<20)
+	c := cache.New(cfg.CacheSize, func(n int64) { met.CacheBytes.Store(n) })
+	met.CacheEvictions = c.Evictions.Load
+	pc.Disabled = cfg.NoPrefetch
+	pc.ReadTimeout = cfg.ReadTimeout
+	if cfg.CacheDir != "" {
+		disk, err := cache.OpenDisk(cfg.CacheDir, ns, cfg.CacheDirSize)
+		if err != nil {
+			return err
+		}
+		pc.Disk = disk
+		if mt.Mix == nil && mt.Dataset.Lazy != nil {
+			mt.Dataset.Lazy.SetTier(disk) // shard indexes too, so a remount fetches none
+		}
+		met.SetDisk(func() metrics.DiskSnapshot {
+			return metrics.DiskSnapshot{Hits: disk.Hits.Load(), HitBytes: disk.HitBytes.Load(), Misses: disk.Misses.Load(),
+				Writes: disk.Writes.Load(), WriteBytes: disk.WriteBytes.Load(), Evictions: disk.Evictions.Load(),
+				Corrupt: disk.Corrupt.Load(), Limit: disk.Limit()}
+		})
+		mt.log.Info("disk tier", "dir", cfg.CacheDir, "limit", humanize.IBytes(uint64(cfg.CacheDirSize)))
+	}
+	mt.disk = pc.Disk
+	mt.reader = prefetch.New(fetch, cat, c, met, pc, mt.log)
+	return nil
+}
+
+// serveMetrics serves Prometheus metrics and profiles at addr.
+func (mt *Mount) serveMetrics(addr string) error {
+	reg := prometheus.NewRegistry()
+	if err := mt.Metrics.Register(reg); err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// Profiles for diagnosing a slow mount; the address is loopback by default.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mt.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go mt.http.Serve(l)
+	mt.log.Info("metrics", "url", "http://"+l.Addr().String()+"/metrics")
+	return nil
+}
+
+// StatsJSON is the content of .shardfs/stats.json.
+func (mt *Mount) StatsJSON() []byte {
+	b, _ := json.MarshalIndent(mt.Metrics.Snapshot(), "", "  ")
+	return append(b, '\n')
+}
+
+// openMix opens every dataset of a mix on the same stores.
+func openMix(ctx context.Context, stores []backend.Store, names []string, log *slog.Logger, met *metrics.Metrics) (*dataset.Mix, error) {
+	var parts []*dataset.Dataset
+	for _, n := range names {
+		ds, err := dataset.Open(ctx, stores, n, dataset.Options{Logger: log, Metrics: met})
+		if err != nil {
+			return nil, fmt.Errorf("--mix: %w", err)
+		}
+		parts = append(parts, ds)
+	}
+	return dataset.NewMix(parts)
+}
+
+// lazyTree gives the tree a format-2 dataset's rows to pin.
+type lazyTree struct{ *dataset.LazyCatalog }
+
+func (l lazyTree) Pin(ctx context.Context, samples []int32) (fs.Catalog, error) {
+	p, err := l.LazyCatalog.Pin(ctx, samples)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, []int32, error) {
+	p, samples, err := l.LazyCatalog.PinStratum(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, samples, nil
+}
+
+// checkStores pings every store in parallel and describes the failing ones.
+func checkStores(ctx context.Context, stores []backend.Store) []string {
+	errs := backend.OnEvery(stores, func(_ int, s backend.Store) error {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return backend.Ping(pctx, s)
+	})
+	var out []string
+	for i, err := range errs {
+		if err != nil {
+			out = append(out, fmt.Sprintf("store %d: %v", i, err))
+		}
+	}
+	return out
+}
