@@ -78,6 +78,9 @@ func (m *Mix) ShardSamples(shard int) (first, n int) {
 }
 func (m *Mix) SampleSum(i int) uint32 { p, j := m.sample(i); return m.cats[p].SampleSum(j) }
 
+// Complete is true: the datasets of a mix are held whole.
+func (m *Mix) Complete(shard int) bool { return true }
+
 // ReadRange reads verified bytes of a shard from the dataset holding it.
 func (m *Mix) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
 	p, sh := locate(m.shards, shard)

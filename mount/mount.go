@@ -175,8 +175,7 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 // catalog is what the tree and the read path see of the dataset.
 type catalog interface {
 	fs.Catalog
-	layout.Geometry
-	prefetch.DiskIndex
+	prefetch.Catalog
 }
 
 // readPath chooses what the tree and the read path see: one dataset held

@@ -12,7 +12,7 @@ import (
 
 // chunkRange is where chunk c of sample s lives: shard, offset in the shard, length.
 func (r *Reader) chunkRange(k cache.Key) (shard int, off, n int64) {
-	shard, soff, size := r.geo.Locate(int(k.Sample))
+	shard, soff, size := r.cat.Locate(int(k.Sample))
 	start := int64(k.Chunk) * r.cfg.ChunkSize
 	return shard, soff + start, min(r.cfg.ChunkSize, size-start)
 }
@@ -115,7 +115,7 @@ func (r *Reader) boundRead() time.Time {
 // ReadSample serves the samples/ view: sample s's bytes at off. No prefetch.
 func (r *Reader) ReadSample(ctx context.Context, s int, p []byte, off int64) (int, error) {
 	deadline := r.boundRead()
-	_, _, size := r.geo.Locate(s)
+	_, _, size := r.cat.Locate(s)
 	if size < 0 {
 		return 0, errUnlocated(s)
 	}
@@ -145,6 +145,6 @@ func (r *Reader) account(n int, waited time.Duration) {
 }
 
 func (r *Reader) sampleSize(s int) int64 {
-	_, _, size := r.geo.Locate(s)
+	_, _, size := r.cat.Locate(s)
 	return size
 }

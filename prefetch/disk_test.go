@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/cache"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
@@ -27,6 +28,12 @@ func (c *countingFetcher) ReadRange(ctx context.Context, shard int, off, n int64
 	c.ranges.Add(1)
 	c.bytes.Add(n)
 	return c.Fetcher.ReadRange(ctx, shard, off, n)
+}
+
+func (c *countingFetcher) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	c.ranges.Add(1)
+	c.bytes.Add(int64(backend.VecLen(bufs)))
+	return c.Fetcher.ReadRangeV(ctx, shard, off, bufs)
 }
 
 // TestDiskTierServesAfterRemount reads one epoch through a reader with a

@@ -13,28 +13,6 @@ import (
 	"github.com/shardfs/shardfs/cache"
 )
 
-// DiskIndex locates samples in their shards for the disk tier.
-type DiskIndex interface {
-	// ShardSamples is the range [first, first+n) of sample indexes in shard.
-	ShardSamples(shard int) (first, n int)
-	// SampleSum is sample i's checksum written at ingest.
-	SampleSum(i int) uint32
-}
-
-// Partial is a geometry that may know only some samples of a shard (a
-// format-2 dataset whose rank holds just its own rows): bridging between
-// samples, and the disk tier, which walk every sample of a shard, use a
-// shard only when it is Complete.
-type Partial interface {
-	Complete(shard int) bool
-}
-
-// complete reports whether every sample of shard can be looked up.
-func (r *Reader) complete(shard int) bool {
-	p, ok := r.geo.(Partial)
-	return !ok || p.Complete(shard)
-}
-
 // maxDiskSample: larger samples bypass the disk tier, so a chunk read never
 // has to read and verify a huge sample from disk.
 const maxDiskSample = 16 << 20
@@ -76,7 +54,7 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 		}
 	}
 	lo, hi := pieces[0].off, pieces[len(pieces)-1].off+int64(len(pieces[len(pieces)-1].buf))
-	if r.disk == nil || !r.complete(shard) {
+	if r.disk == nil || !r.cat.Complete(shard) {
 		// One GET per run of pieces at most MergeGap apart: a span's pieces
 		// are what it claimed, and a sample between them that it did not
 		// claim (fetched on demand meanwhile) must not be read twice.
@@ -93,14 +71,14 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 		}
 		return nil
 	}
-	first, count := r.didx.ShardSamples(shard)
+	first, count := r.cat.ShardSamples(shard)
 	i := first + sort.Search(count, func(i int) bool {
-		_, o, size := r.geo.Locate(first + i)
+		_, o, size := r.cat.Locate(first + i)
 		return o+size > lo
 	})
 	slot := func(i int) cache.Slot {
-		_, o, size := r.geo.Locate(i)
-		return cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: r.didx.SampleSum(i)}
+		_, o, size := r.cat.Locate(i)
+		return cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: r.cat.SampleSum(i)}
 	}
 	type run struct {
 		lo, hi      int64
@@ -234,9 +212,9 @@ func (r *Reader) Warm(ctx context.Context, samples []int32, progress func(bytes 
 
 // diskSlot is where sample s lives in the disk tier.
 func (r *Reader) diskSlot(s int) cache.Slot {
-	shard, off, size := r.geo.Locate(s)
-	first, _ := r.didx.ShardSamples(shard)
-	return cache.Slot{Shard: shard, Index: s - first, Off: off, Size: size, Sum: r.didx.SampleSum(s)}
+	shard, off, size := r.cat.Locate(s)
+	first, _ := r.cat.ShardSamples(shard)
+	return cache.Slot{Shard: shard, Index: s - first, Off: off, Size: size, Sum: r.cat.SampleSum(s)}
 }
 
 // serveFromDisk fills p with the whole of sample s straight from the disk

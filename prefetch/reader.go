@@ -14,9 +14,28 @@ import (
 	"github.com/shardfs/shardfs/metrics"
 )
 
-// Fetcher reads verified byte ranges of shards.
+// Fetcher reads verified byte ranges of shards: into a new buffer, or
+// straight into several buffers that the range's bytes fill in turn, so a
+// coalesced GET lands where its callers keep the bytes.
 type Fetcher interface {
 	ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error)
+	ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error
+}
+
+// Catalog is what the read path needs to know of the samples: where each
+// lies (layout.Geometry), which samples a shard holds and their checksums,
+// for the disk tier, and whether every sample of a shard can be looked up
+// (a format-2 dataset whose rank holds just its own rows cannot): bridging
+// between samples, and the disk tier, which walk every sample of a shard,
+// use a shard only when it is Complete.
+type Catalog interface {
+	layout.Geometry
+	// ShardSamples is the range [first, first+n) of sample indexes in shard.
+	ShardSamples(shard int) (first, n int)
+	// SampleSum is sample i's checksum written at ingest.
+	SampleSum(i int) uint32
+	// Complete reports whether every sample of shard can be looked up.
+	Complete(shard int) bool
 }
 
 // Config tunes the reader. Zero fields take the defaults of DefaultConfig.
@@ -34,8 +53,7 @@ type Config struct {
 	Disabled    bool          // no prefetch: every miss is a demand read
 	IdleAfter   time.Duration // a rank-epoch without readers this long is dropped
 	// Disk, if set, is the persistent tier below the memory cache: every
-	// fetch looks there first and stores what it fetched. The geometry
-	// given to New must then implement DiskIndex.
+	// fetch looks there first and stores what it fetched.
 	Disk *cache.Disk
 }
 
@@ -73,14 +91,13 @@ func (c *Config) fill() {
 // Reader serves virtual files. It is safe for concurrent use.
 type Reader struct {
 	fetch Fetcher
-	geo   layout.Geometry
+	cat   Catalog
 	cache *cache.Cache
 	m     *metrics.Metrics
 	cfg   Config
 	log   *slog.Logger
 
 	disk *cache.Disk
-	didx DiskIndex
 	// One kind of limit, semaphore.Weighted, for all three: it waits on a
 	// context, which every acquirer has, and counts in any unit.
 	demand   *semaphore.Weighted // demand GET slots
@@ -102,19 +119,15 @@ type Reader struct {
 }
 
 // New returns a reader. Close stops its background work.
-func New(fetch Fetcher, geo layout.Geometry, c *cache.Cache, m *metrics.Metrics, cfg Config, log *slog.Logger) *Reader {
+func New(fetch Fetcher, cat Catalog, c *cache.Cache, m *metrics.Metrics, cfg Config, log *slog.Logger) *Reader {
 	cfg.fill()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Reader{fetch: fetch, geo: geo, cache: c, m: m, cfg: cfg, log: log,
+	r := &Reader{fetch: fetch, cat: cat, cache: c, disk: cfg.Disk, m: m, cfg: cfg, log: log,
 		demand: semaphore.NewWeighted(int64(cfg.DemandGET)), prefGets: semaphore.NewWeighted(int64(cfg.PrefetchGET)),
 		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
-	r.didx, _ = geo.(DiskIndex)
-	if cfg.Disk != nil && r.didx != nil {
-		r.disk = cfg.Disk
-	}
 	r.publishLocked()
 	c.SetNextUse(r.nextUse)
 	r.wg.Add(1)

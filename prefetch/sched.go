@@ -214,17 +214,17 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 // be claimed with the span. readInto never reads the former again: the
 // span's GET splits around them when they are more than MergeGap long.
 func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) {
-	if r.didx == nil || to-from > r.cfg.MaxGET || !r.complete(shard) {
+	if to-from > r.cfg.MaxGET || !r.cat.Complete(shard) {
 		return nil, false
 	}
-	first, count := r.didx.ShardSamples(shard)
+	first, count := r.cat.ShardSamples(shard)
 	i := first + sort.Search(count, func(i int) bool {
-		_, o, size := r.geo.Locate(first + i)
+		_, o, size := r.cat.Locate(first + i)
 		return o+size > from
 	})
 	var keys []cache.Key
 	for ; i < first+count; i++ {
-		_, o, size := r.geo.Locate(i)
+		_, o, size := r.cat.Locate(i)
 		if o >= to {
 			break
 		}

@@ -32,6 +32,11 @@ func (l *rangeLog) ReadRange(ctx context.Context, shard int, off, n int64) ([]by
 	return l.Fetcher.ReadRange(ctx, shard, off, n)
 }
 
+func (l *rangeLog) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	l.record(off, int64(backend.VecLen(bufs)))
+	return l.Fetcher.ReadRangeV(ctx, shard, off, bufs)
+}
+
 // TestSpanSkipsWhatItDidNotClaim: a prefetch span planned over samples
 // a, b, c whose middle sample was meanwhile fetched on demand (so the span
 // claims only a and c) must not read b's bytes again. Found by
@@ -75,17 +80,6 @@ func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
 	}
 }
 
-// vecLog records the ranges asked of a VectorFetcher.
-type vecLog struct {
-	rangeLog
-	vf VectorFetcher
-}
-
-func (l *vecLog) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
-	l.record(off, int64(backend.VecLen(bufs)))
-	return l.vf.ReadRangeV(ctx, shard, off, bufs)
-}
-
 // TestSpanReadsIntoItsPieces: pieces within MergeGap of each other are one
 // GET whose bytes land in the pieces' own buffers, the sample between them
 // in scratch, and every piece holds its sample's verified bytes.
@@ -93,7 +87,7 @@ func TestSpanReadsIntoItsPieces(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{30}, MinSize: 100_000, MaxSize: 120_000, Seed: 9}, met)
 	cat := dataset.Catalog{M: ds.Manifest}
-	log := &vecLog{rangeLog: rangeLog{Fetcher: ds}, vf: ds}
+	log := &rangeLog{Fetcher: ds}
 	cfg := DefaultConfig()
 	cfg.MergeGap = 256 << 10
 	r := New(log, cat, cache.New(64<<20, nil), met, cfg, nil)
