@@ -1,13 +1,7 @@
 package fs_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"io"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,48 +23,7 @@ func TestEpochThroughFaultyStores(t *testing.T) {
 	mnt := mountTree(t, ds, met, 2, []int{0, 1}, layout.Params{Seed: 3, World: 2, Batch: 8, Alpha: 1})
 	ds.Faulty[1].SetFlipBits(true)
 	ds.Faulty[4].SetDelay(400*time.Millisecond, 100*time.Millisecond)
-	entries, err := os.ReadDir(ds.Src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	classIndex := map[string]string{} // ReadDir sorts, as ingest numbers strata
-	for i, e := range entries {
-		classIndex[e.Name()] = strconv.Itoa(i)
-	}
-	check := func(rel string) int {
-		f, err := os.Open(filepath.Join(mnt, rel))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		tr := tar.NewReader(f)
-		n := 0
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", rel, err)
-			}
-			got, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatalf("%s member %s: %v", rel, h.Name, err)
-			}
-			if stratum, ok := strings.CutSuffix(h.Name, ".cls"); ok {
-				if class, _, _ := strings.Cut(stratum, "/"); strings.TrimSpace(string(got)) != classIndex[class] {
-					t.Fatalf("%s: %s says %q, want stratum %q (%s)", rel, h.Name, got, classIndex[class], class)
-				}
-				continue
-			}
-			want, err := os.ReadFile(filepath.Join(ds.Src, h.Name))
-			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("%s member %s: %d bytes differ from the source's %d (%v)", rel, h.Name, len(got), len(want), err)
-			}
-			n++
-		}
-		return n
-	}
+	check := func(rel string) int { return testds.CheckTar(t, filepath.Join(mnt, rel), ds.Src) }
 	n := check("epochs/0000/rank-000/epoch.tar")
 	ds.Faulty[4].SetDelay(0, 0)
 	ds.Faulty[4].SetDown(true)

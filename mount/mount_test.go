@@ -1,13 +1,8 @@
 package mount_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,47 +39,9 @@ func TestOpenInProcessWithFaultyStores(t *testing.T) {
 	t.Cleanup(mt.Close)
 	ds.Faulty[2].SetFlipBits(true)
 	ds.Faulty[5].SetDelay(300*time.Millisecond, 100*time.Millisecond)
-	classes, err := os.ReadDir(ds.Src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stratum := map[string]string{}
-	for i, c := range classes {
-		stratum[c.Name()] = strconv.Itoa(i)
-	}
 	samples := 0
 	for _, rank := range []string{"rank-000", "rank-001"} {
-		f, err := os.Open(filepath.Join(dir, "epochs/0001", rank, "epoch.tar"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := tar.NewReader(f)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", rank, err)
-			}
-			got, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatalf("%s %s: %v", rank, h.Name, err)
-			}
-			if key, ok := strings.CutSuffix(h.Name, ".cls"); ok {
-				class, _, _ := strings.Cut(key, "/")
-				if strings.TrimSpace(string(got)) != stratum[class] {
-					t.Fatalf("%s: %s is %q, want %q", rank, h.Name, got, stratum[class])
-				}
-				continue
-			}
-			want, err := os.ReadFile(filepath.Join(ds.Src, h.Name))
-			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("%s %s: %d bytes differ from the source's %d (%v)", rank, h.Name, len(got), len(want), err)
-			}
-			samples++
-		}
-		f.Close()
+		samples += testds.CheckTar(t, filepath.Join(dir, "epochs/0001", rank, "epoch.tar"), ds.Src)
 	}
 	if samples != 96 { // 100 samples over 2 ranks of batch 8, the tail dropped
 		t.Fatalf("read %d samples over both ranks, want 96", samples)
