@@ -320,29 +320,21 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	launched := time.Now()
 	go func() { results <- result{fr: r.readFrag(pctx, sh, frag, A, B, false, fb)} }()
 	var timer <-chan time.Time
-	deadline := r.health.deadline(store, int(B-A))
+	var hg *hedger
 	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
-		t := time.NewTimer(deadline)
-		defer t.Stop()
-		timer = t.C
+		hg = r.health.newHedger(r.health.deadline(store, int(B-A)), int(B-A))
+		defer hg.stop()
+		timer = hg.C()
 	}
-	pending, hedging, extended := 1, false, false
+	pending, hedging := 1, false
 	var lastErr error
 	for pending > 0 {
 		select {
 		case <-timer:
-			timer = nil
-			if !extended && (fb.Arrived() || !r.health.lagging(store, launched, r.codec.Data)) {
-				// The store answered and its bytes are streaming: it shares
-				// the bandwidth with our other reads, it is not slow. Or the
-				// whole set lags with it: load, not one slow store. It gets
-				// an allowance to finish; a stall mid-body is hedged after it.
-				extended = true
-				t := time.NewTimer(r.health.streamAllowance(deadline, int(B-A)))
-				defer t.Stop()
-				timer = t.C
-				continue
+			if !hg.late(r.health.streaming(fb, store, launched, r.codec.Data)) {
+				continue // streaming: it gets its allowance
 			}
+			timer = nil
 			hedging = true
 			pending++
 			r.metrics.HedgedRead()
@@ -481,10 +473,8 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 		}
 		return k - worst
 	}
-	hedge := r.health.maxDeadline(L)
-	timer := time.NewTimer(hedge)
-	defer timer.Stop()
-	extended := false
+	hg := r.health.newHedger(r.health.maxDeadline(L), L)
+	defer hg.stop()
 wait:
 	for {
 		if readAll {
@@ -508,20 +498,13 @@ wait:
 				forced[res.f], state[res.f] = true, untried
 				cands = append(cands, res.f)
 			}
-		case <-timer.C:
+		case <-hg.C():
 			streaming := true
 			for f := 0; f < total; f++ {
-				streaming = streaming && (state[f] != pending || answered[f].Arrived() ||
-					!r.health.lagging(r.codec.Placement(sh.ID, f), launched[f], 1))
+				streaming = streaming && (state[f] != pending || r.health.streaming(&answered[f], r.codec.Placement(sh.ID, f), launched[f], 1))
 			}
-			if streaming && !extended {
-				// Every store asked has answered, and their bytes share our
-				// bandwidth; or the whole set lags with them. That is load,
-				// not slowness: they get an allowance to finish before one
-				// more fragment is asked.
-				extended = true
-				timer.Reset(r.health.streamAllowance(hedge, L))
-				continue
+			if !hg.late(streaming) {
+				continue // every store asked is streaming: load, not slowness
 			}
 			// What is in flight is late: ask one more fragment beside it.
 			// With none left to ask, probe the late stores: once every
@@ -542,7 +525,7 @@ wait:
 					break wait
 				}
 			}
-			timer.Reset(hedge)
+			hg.again()
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -695,43 +678,40 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 		pos += b - a
 	}
 	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
 	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
 		// Past the deadline, a store that has not answered at all is slow;
 		// one whose bytes are streaming only shares our bandwidth, and gets
 		// an allowance to finish: a stall mid-body is hedged after it.
-		hedgeNow := func() {
+		hg := r.health.newHedger(deadline, int(n))
+		defer hg.stop()
+		launched := time.Now()
+	wait:
+		for {
 			select {
 			case <-finished:
-			default:
-				hedged.Store(true)
-				cancel()
-			}
-		}
-		var mu sync.Mutex
-		var second *time.Timer
-		launched := time.Now()
-		first := time.AfterFunc(deadline, func() {
-			for i, fb := range answered {
-				if !fb.Arrived() && r.health.lagging(pieceStores[i], launched, r.codec.Data) {
-					hedgeNow()
-					return
+				break wait
+			case <-hg.C():
+				select {
+				case <-finished:
+					break wait
+				default:
+				}
+				streaming := true
+				for i, fb := range answered {
+					streaming = streaming && r.health.streaming(fb, pieceStores[i], launched, r.codec.Data)
+				}
+				if hg.late(streaming) {
+					hedged.Store(true)
+					cancel()
+					<-finished
+					break wait
 				}
 			}
-			mu.Lock()
-			second = time.AfterFunc(r.health.streamAllowance(deadline, int(n)), hedgeNow)
-			mu.Unlock()
-		})
-		defer func() {
-			first.Stop()
-			mu.Lock()
-			if second != nil {
-				second.Stop()
-			}
-			mu.Unlock()
-		}()
+		}
+	} else {
+		<-finished
 	}
-	wg.Wait()
-	close(finished)
 	if firstErr == nil && verify(bufs) {
 		return nil
 	}

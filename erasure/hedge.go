@@ -1,0 +1,55 @@
+package erasure
+
+import (
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+// hedger is the one rule, used by every read path, for when the reads in
+// flight of one request are late and another fragment should be asked.
+// At the hedge deadline, reads that are all streaming (their first byte
+// arrived, or their store lags no more than the rest of the set: load, not
+// one slow store) get one streaming allowance to finish; past it, or at
+// once when one of them is neither, they are late. The caller then asks
+// another fragment and makes the late stores suspects (health.suspect):
+// slowness alone never marks a store down.
+type hedger struct {
+	deadline, allowance time.Duration
+	extended            bool
+	timer               *time.Timer
+}
+
+// newHedger starts the clock of a request of n bytes whose slowest store's
+// hedge deadline is deadline.
+func (h *health) newHedger(deadline time.Duration, n int) *hedger {
+	return &hedger{deadline: deadline, allowance: h.streamAllowance(deadline, n), timer: time.NewTimer(deadline)}
+}
+
+// C fires when the reads in flight are due.
+func (hg *hedger) C() <-chan time.Time { return hg.timer.C }
+
+// late is called when C fired, with whether every read in flight is
+// streaming: it reports whether they are late, or else grants the one
+// streaming allowance (C fires again when it ends).
+func (hg *hedger) late(streaming bool) bool {
+	if streaming && !hg.extended {
+		hg.extended = true
+		hg.timer.Reset(hg.allowance)
+		return false
+	}
+	return true
+}
+
+// again gives the reads in flight, one more asked beside them, another
+// deadline.
+func (hg *hedger) again() { hg.timer.Reset(hg.deadline) }
+
+func (hg *hedger) stop() { hg.timer.Stop() }
+
+// streaming reports whether a read launched at start on store, whose first
+// byte is fb, is on time though past its deadline: its first byte arrived,
+// or fewer than need other stores keep up while it lags.
+func (h *health) streaming(fb *backend.FirstByte, store int, start time.Time, need int) bool {
+	return fb.Arrived() || !h.lagging(store, start, need)
+}
