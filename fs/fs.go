@@ -32,10 +32,10 @@ type Catalog interface {
 	NumStrata() int
 }
 
-// Pinner is a Catalog whose sample rows are fetched on demand (a dataset in
-// metadata format 2): the tree pins the rows a rank-epoch or a samples/
-// directory needs before it uses them, and keeps the pinned catalog for as
-// long as it does.
+// Pinner fetches the sample rows of a catalog that does not hold them all
+// (a dataset in metadata format 2): the tree pins the rows a rank-epoch or
+// a samples/ directory needs before it uses them, and keeps the pinned
+// catalog for as long as it does. Options.Pinner says whether there is one.
 type Pinner interface {
 	// Pin fetches the rows of samples.
 	Pin(ctx context.Context, samples []int32) (Catalog, error)
@@ -50,9 +50,12 @@ const pinTimeout = 10 * time.Minute
 // Options describe the tree.
 type Options struct {
 	Catalog Catalog
-	Input   *layout.Input
-	Reader  *prefetch.Reader
-	Order   layout.Params // Epoch and Rank are set per directory
+	// Pinner, if set, fetches the rows Catalog does not hold (format 2);
+	// nil: Catalog holds every row.
+	Pinner Pinner
+	Input  *layout.Input
+	Reader *prefetch.Reader
+	Order  layout.Params // Epoch and Rank are set per directory
 	// ParamsAt, if set, gives the order of one rank-epoch instead (an
 	// elastic resume changes one epoch's parameters).
 	ParamsAt func(epoch, rank int) (layout.Params, error)
@@ -382,8 +385,8 @@ func (d *rankDir) load(ctx context.Context) (*layout.Members, error) {
 	if d.members != nil {
 		return d.members, nil
 	}
-	p, ok := d.t.Catalog.(Pinner)
-	if !ok {
+	p := d.t.Pinner
+	if p == nil {
 		o, err := layout.Order(d.t.Input, d.params)
 		if err != nil {
 			return nil, err
@@ -595,8 +598,8 @@ type weakPinnedDir = weak.Pointer[classDir]
 // class returns stratum c's sorted samples. With a Pinner their rows are
 // fetched on first use and kept while a directory or file below uses them.
 func (t *tree) class(ctx context.Context, c int) (*classDir, error) {
-	p, ok := t.Catalog.(Pinner)
-	if !ok {
+	p := t.Pinner
+	if p == nil {
 		return &classDir{cat: t.Catalog, entries: t.sampleIndex()[c]}, nil
 	}
 	t.pinMu.Lock()

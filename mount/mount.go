@@ -97,7 +97,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if err := mt.openSource(ctx, stores, cfg); err != nil {
 		return nil, err
 	}
-	cat, fetch, ns, err := mt.readPath(cfg)
+	cat, pinner, fetch, ns, err := mt.readPath(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		}
 	}
 	root := fs.NewRoot(fs.Options{
-		Catalog: cat, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Schedule.Params, Epochs: cfg.Epochs, Ranks: cfg.Ranks, DirectIO: cfg.DirectIO,
+		Catalog: cat, Pinner: pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Schedule.Params, Epochs: cfg.Epochs, Ranks: cfg.Ranks, DirectIO: cfg.DirectIO,
 		Info: info, Stats: mt.StatsJSON, Created: time.Unix(mt.Dataset.Manifest.CreatedUnix, 0), Logger: log,
 	})
 	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, Logger: log})
@@ -180,17 +180,19 @@ type catalog interface {
 
 // readPath chooses what the tree and the read path see: one dataset held
 // whole, a format-2 dataset whose rows are fetched on demand, or the mix of
-// several; and the order's input. It returns the catalog, the fetcher and
+// several; and the order's input. It returns the catalog, what pins its
+// rows when it does not hold them all (nil when it does), the fetcher and
 // the disk tier's namespace (the ingest, so a re-ingested dataset never
 // meets stale bytes).
-func (mt *Mount) readPath(cfg Config) (catalog, prefetch.Fetcher, string, error) {
+func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, string, error) {
 	ds := mt.Dataset
 	var cat catalog = dataset.Catalog{M: ds.Manifest}
 	var fetch prefetch.Fetcher = ds
+	var pinner fs.Pinner
 	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
 	params, err := cfg.Schedule.Params(0, 0)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
 	mt.Params = params
 	in, err := dataset.OrderInput(ds, params)
@@ -201,7 +203,8 @@ func (mt *Mount) readPath(cfg Config) (catalog, prefetch.Fetcher, string, error)
 	case ds.Lazy != nil:
 		// Format 2: no shard index is read until a rank-epoch or a samples/
 		// directory needs its shard, and the order comes from the counts.
-		cat = lazyTree{ds.Lazy}
+		lazy := lazyTree{ds.Lazy}
+		cat, pinner = lazy, lazy
 		if cfg.CacheDir != "" {
 			ds.Lazy.PinWholeShards() // the disk tier keeps shards sample by sample
 		}
@@ -210,15 +213,15 @@ func (mt *Mount) readPath(cfg Config) (catalog, prefetch.Fetcher, string, error)
 		})
 	}
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
 	mt.Input = in
 	if cfg.CheckOrder != nil {
 		if err := cfg.CheckOrder(in); err != nil {
-			return nil, nil, "", err
+			return nil, nil, nil, "", err
 		}
 	}
-	return cat, fetch, ns, nil
+	return cat, pinner, fetch, ns, nil
 }
 
 // newReader builds the memory cache, the disk tier and the prefetching
