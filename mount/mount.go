@@ -84,6 +84,9 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Schedule == nil {
+		return nil, fmt.Errorf("mount %s: no order schedule given", cfg.Name)
+	}
 	if cfg.CacheSize < 16<<20 {
 		return nil, fmt.Errorf("cache size %d: use at least 16MiB", cfg.CacheSize)
 	}
