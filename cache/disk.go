@@ -199,7 +199,7 @@ func (d *Disk) Put(s Slot, b []byte) bool {
 		if err != nil || !ok {
 			return err
 		}
-		f := d.openForWrite(s.Shard)
+		f := d.open(s.Shard, true)
 		if f == nil {
 			return nil
 		}
@@ -258,15 +258,19 @@ func (d *Disk) metaPath(shard int) string {
 }
 
 // open returns the open files of shard, reopening them if another mount's
-// eviction unlinked them; with create, missing files are created.
+// eviction unlinked them; with create (a write, under the tier's lock),
+// missing files are created, and the files are always checked, since a
+// write into a file another process evicted would take disk space that no
+// one counts or frees.
 func (d *Disk) open(shard int, create bool) *shardFiles {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if f := d.files[shard]; f != nil {
-		// Another mount's eviction may have unlinked the files: look at most
-		// once a second (two fstat calls per sample were a tenth of a warm read).
+		// Another mount's eviction may have unlinked the files: a read looks
+		// at most once a second (two fstat calls per sample were a tenth of
+		// a warm read).
 		now := time.Now().UnixNano()
-		if now-f.checked.Load() < int64(time.Second) {
+		if !create && now-f.checked.Load() < int64(time.Second) {
 			return f
 		}
 		if linked(f.idx) && linked(f.dat) {
@@ -295,20 +299,6 @@ func (d *Disk) open(shard int, create bool) *shardFiles {
 	f := &shardFiles{dat: dat, idx: idx}
 	d.files[shard] = f
 	return f
-}
-
-// openForWrite is open for a write under the tier's lock: it always checks
-// that the files are still linked, since a write into a file another
-// process evicted would take disk space that no one counts or frees.
-func (d *Disk) openForWrite(shard int) *shardFiles {
-	d.mu.Lock()
-	if f := d.files[shard]; f != nil && !(linked(f.idx) && linked(f.dat)) {
-		f.dat.Close()
-		f.idx.Close()
-		delete(d.files, shard)
-	}
-	d.mu.Unlock()
-	return d.open(shard, true)
 }
 
 func linked(f *os.File) bool {

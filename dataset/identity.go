@@ -24,12 +24,8 @@ type Identity struct {
 
 const identityFormat = 1
 
-// maxIdentitySize bounds what readIdentity accepts.
+// maxIdentitySize bounds what readIdentityKey accepts.
 const maxIdentitySize = 4 << 10
-
-func readIdentity(ctx context.Context, s backend.Store, name string) (*Identity, error) {
-	return readIdentityKey(ctx, s, name, IdentityKey(name))
-}
 
 func readIdentityKey(ctx context.Context, s backend.Store, name, key string) (*Identity, error) {
 	size, err := s.Stat(ctx, key)

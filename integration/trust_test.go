@@ -248,14 +248,13 @@ func TestLostIndexDoesNotBlockRepair(t *testing.T) {
 	}
 	for i := range 3 {
 		s := c.store(t, i)
-		foreign := make([]byte, 0)
-		ok := keyOf(s, "other", "index", 5)
-		size, err := s.Stat(ctx, ok)
+		other := keyOf(s, "other", "index", 5)
+		size, err := s.Stat(ctx, other)
 		if err != nil {
 			t.Fatal(err)
 		}
-		foreign = make([]byte, size)
-		if err := s.ReadAt(ctx, ok, foreign, 0); err != nil {
+		foreign := make([]byte, size)
+		if err := s.ReadAt(ctx, other, foreign, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Put(ctx, keyOf(s, "ds", "index", 5), foreign); err != nil {
