@@ -33,7 +33,7 @@ func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
 			return nil, errUnlocated(int(k.Sample))
 		}
 		start := time.Now()
-		b, err := r.readRange(ctx, shard, off, n)
+		b, err := r.src.ReadRange(ctx, shard, off, n)
 		r.observeLatency(time.Since(start))
 		return b, err
 	}

@@ -128,3 +128,63 @@ func TestDiskTierServesAfterRemount(t *testing.T) {
 		t.Fatalf("%d corrupt samples counted and %d ranges re-fetched after flipping a byte in each of %d shard files", disk3.Corrupt.Load(), rot.ranges.Load(), len(files))
 	}
 }
+
+// TestDiskTierIsAFetcher uses the tier alone, as any Fetcher is used: its
+// bytes are the stores' bytes, through ReadRange and through ReadRangeV
+// with the range cut at points that are not sample bounds, and a second
+// tier on the same directory serves a range it stored without asking the
+// Fetcher it wraps.
+func TestDiskTierIsAFetcher(t *testing.T) {
+	met := metrics.New(make([]string, 6))
+	ds := testds.New(t, synth.Spec{Counts: []int{40, 20}, MinSize: 1000, MaxSize: 30_000, Seed: 9}, met)
+	cat := dataset.Catalog{M: ds.Manifest}
+	dir, ns := t.TempDir(), ds.Manifest.Name+"-"+ds.Manifest.IngestID
+	shard := 0
+	first, count := cat.ShardSamples(shard)
+	if count < 8 {
+		t.Fatalf("shard 0 holds %d samples, want 8 or more", count)
+	}
+	_, lo, _ := cat.Locate(first + 2)
+	_, last, lastSize := cat.Locate(first + count - 3)
+	hi := last + lastSize - 17 // ends inside a sample
+	lo += 5                    // starts inside one
+	want, err := ds.ReadRange(context.Background(), shard, lo, hi-lo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tier := func() (*prefetch.DiskTier, *countingFetcher) {
+		disk, err := cache.OpenDisk(dir, ns, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { disk.Close() })
+		next := &countingFetcher{Fetcher: ds}
+		tr := prefetch.NewDiskTier(next, disk, cat, 64<<10)
+		if tr.Unwrap() != prefetch.Fetcher(next) {
+			t.Fatal("Unwrap does not return the wrapped Fetcher")
+		}
+		return tr, next
+	}
+	cold, coldNext := tier()
+	got, err := cold.ReadRange(context.Background(), shard, lo, hi-lo)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("cold ReadRange: %v, equal %v", err, bytes.Equal(got, want))
+	}
+	if coldNext.ranges.Load() == 0 {
+		t.Fatal("a cold tier served a range without asking the Fetcher it wraps")
+	}
+	warm, warmNext := tier()
+	n := hi - lo
+	bufs := [][]byte{make([]byte, 3), make([]byte, n/2-3), nil, make([]byte, n-n/2)}
+	if err := warm.ReadRangeV(context.Background(), shard, lo, bufs); err != nil {
+		t.Fatal(err)
+	}
+	if got := bytes.Join(bufs, nil); !bytes.Equal(got, want) {
+		t.Fatal("warm ReadRangeV: wrong bytes")
+	}
+	// The first and last samples are only partly in the range: the cold
+	// read fetched and stored them whole, so nothing is asked again.
+	if r := warmNext.ranges.Load(); r != 0 {
+		t.Fatalf("a warm tier asked the Fetcher it wraps for %d ranges; want 0", r)
+	}
+}

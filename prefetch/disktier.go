@@ -1,14 +1,8 @@
 package prefetch
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"fmt"
-	"slices"
 	"sort"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/shardfs/shardfs/cache"
 )
@@ -23,25 +17,118 @@ type piece struct {
 	buf []byte
 }
 
-// readRange returns the verified bytes [off, off+n) of shard (see readInto).
-func (r *Reader) readRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
-	if r.disk == nil {
-		return r.fetch.ReadRange(ctx, shard, off, n) // no copy into a buffer of our own
-	}
-	out := make([]byte, n)
-	return out, r.readInto(ctx, shard, []piece{{off, out}})
+// source is how the reader gets verified shard bytes: a Fetcher that can
+// also fill several pieces of a shard that need not touch (readPieces). It
+// is either the stores' Fetcher as given (direct) or a DiskTier wrapping it.
+type source interface {
+	Fetcher
+	// readPieces fills each piece (sorted by offset, not overlapping) with
+	// the verified bytes of shard at its offset.
+	readPieces(ctx context.Context, shard int, pieces []piece) error
 }
 
-// readInto fills each piece (sorted by offset, not overlapping) with the
-// verified bytes of shard at its offset: from the disk tier where it holds
-// whole samples, from the stores for the rest, which then go to the disk
-// tier. A piece that is exactly one sample is read from the tier straight
-// into its buffer. Missing samples at most MergeGap apart are fetched as one
-// range; samples no piece overlaps are not read at all unless they lie in
-// such a gap.
-func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error {
+// direct reads pieces from the Fetcher with one GET per run of pieces at
+// most mergeGap apart: a span's pieces are what it claimed, and a sample
+// between them that it did not claim (fetched on demand meanwhile) must not
+// be read twice, except as the few bytes of a merged gap.
+type direct struct {
+	Fetcher
+	mergeGap int64
+}
+
+func (d direct) readPieces(ctx context.Context, shard int, pieces []piece) error {
+	for i := 0; i < len(pieces); {
+		z := pieces[i].off + int64(len(pieces[i].buf))
+		j := i + 1
+		for ; j < len(pieces) && pieces[j].off-z <= d.mergeGap; j++ {
+			z = pieces[j].off + int64(len(pieces[j].buf))
+		}
+		if err := readRun(ctx, d.Fetcher, shard, pieces[i:j], d.mergeGap); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+// DiskTier is a Fetcher in front of another Fetcher that keeps whole,
+// verified samples on local disk (cache.Disk): it serves the samples it
+// holds from disk and fetches the rest from next, storing what it fetched.
+// It wraps next as restic's cache backend wraps a backend, so the reader
+// sees one Fetcher whether or not the tier is there. A shard whose samples
+// cannot all be looked up (Catalog.Complete is false) passes straight to
+// next.
+type DiskTier struct {
+	next     Fetcher
+	direct   direct
+	disk     *cache.Disk
+	cat      Catalog
+	mergeGap int64
+}
+
+// NewDiskTier returns the tier disk in front of next. Missing samples at
+// most mergeGap apart are fetched from next as one range.
+func NewDiskTier(next Fetcher, disk *cache.Disk, cat Catalog, mergeGap int64) *DiskTier {
+	return &DiskTier{next: next, direct: direct{next, mergeGap}, disk: disk, cat: cat, mergeGap: mergeGap}
+}
+
+// Unwrap returns the Fetcher the tier is in front of.
+func (t *DiskTier) Unwrap() Fetcher { return t.next }
+
+// ReadRange returns the verified bytes [off, off+n) of shard.
+func (t *DiskTier) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	out := make([]byte, n)
+	return out, t.readPieces(ctx, shard, []piece{{off, out}})
+}
+
+// ReadRangeV fills bufs in turn with the verified bytes of shard from off.
+func (t *DiskTier) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	pieces := make([]piece, 0, len(bufs))
+	for _, b := range bufs {
+		if len(b) > 0 {
+			pieces = append(pieces, piece{off, b})
+			off += int64(len(b))
+		}
+	}
+	return t.readPieces(ctx, shard, pieces)
+}
+
+// slot is where sample i of shard lies in the tier; first is the shard's
+// first sample.
+func (t *DiskTier) slot(shard, first, i int) cache.Slot {
+	_, o, size := t.cat.Locate(i)
+	return cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: t.cat.SampleSum(i)}
+}
+
+// sampleSlot is where sample s lies in the tier.
+func (t *DiskTier) sampleSlot(s int) cache.Slot {
+	shard, _, _ := t.cat.Locate(s)
+	first, _ := t.cat.ShardSamples(shard)
+	return t.slot(shard, first, s)
+}
+
+// holds reports whether the tier holds sample s (a marker; not verified).
+func (t *DiskTier) holds(s int) bool { return t.disk.Has(t.sampleSlot(s)) }
+
+// advise asks the kernel to bring sample s into its page cache, if the tier
+// holds it, and reports whether it does.
+func (t *DiskTier) advise(s int) bool { return t.disk.Advise(t.sampleSlot(s)) }
+
+// serve fills p, exactly the size of sample s, from the tier, verified.
+func (t *DiskTier) serve(s int, p []byte) bool { return t.disk.Serve(t.sampleSlot(s), p) }
+
+// readPieces fills each piece with the verified bytes of shard at its
+// offset: from the disk where it holds whole samples, from next for the
+// rest, which then go to the disk. A piece that is exactly one sample is
+// read from disk straight into its buffer. Missing samples at most mergeGap
+// apart are fetched as one range; samples no piece overlaps are not read at
+// all unless they lie in such a gap.
+func (t *DiskTier) readPieces(ctx context.Context, shard int, pieces []piece) error {
 	if len(pieces) == 0 {
 		return nil
+	}
+	if !t.cat.Complete(shard) {
+		return t.direct.readPieces(ctx, shard, pieces)
 	}
 	// copyIn copies the part of b (shard bytes from at) that falls in the pieces.
 	copyIn := func(b []byte, at int64) {
@@ -54,32 +141,11 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 		}
 	}
 	lo, hi := pieces[0].off, pieces[len(pieces)-1].off+int64(len(pieces[len(pieces)-1].buf))
-	if r.disk == nil || !r.cat.Complete(shard) {
-		// One GET per run of pieces at most MergeGap apart: a span's pieces
-		// are what it claimed, and a sample between them that it did not
-		// claim (fetched on demand meanwhile) must not be read twice.
-		for i := 0; i < len(pieces); {
-			z := pieces[i].off + int64(len(pieces[i].buf))
-			j := i + 1
-			for ; j < len(pieces) && pieces[j].off-z <= r.cfg.MergeGap; j++ {
-				z = pieces[j].off + int64(len(pieces[j].buf))
-			}
-			if err := r.readPieces(ctx, shard, pieces[i:j]); err != nil {
-				return err
-			}
-			i = j
-		}
-		return nil
-	}
-	first, count := r.cat.ShardSamples(shard)
+	first, count := t.cat.ShardSamples(shard)
 	i := first + sort.Search(count, func(i int) bool {
-		_, o, size := r.cat.Locate(first + i)
+		_, o, size := t.cat.Locate(first + i)
 		return o+size > lo
 	})
-	slot := func(i int) cache.Slot {
-		_, o, size := r.cat.Locate(i)
-		return cache.Slot{Shard: shard, Index: i - first, Off: o, Size: size, Sum: r.cat.SampleSum(i)}
-	}
 	type run struct {
 		lo, hi      int64
 		first, last int // samples [first, last]
@@ -88,7 +154,7 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 	var buf []byte
 	pi := 0
 	for ; i < first+count; i++ {
-		sl := slot(i)
+		sl := t.slot(shard, first, i)
 		if sl.Off >= hi {
 			break
 		}
@@ -103,7 +169,7 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 		}
 		if sl.Size > maxDiskSample {
 			a, z := max(sl.Off, lo), min(sl.Off+sl.Size, hi)
-			b, err := r.fetch.ReadRange(ctx, shard, a, z-a)
+			b, err := t.next.ReadRange(ctx, shard, a, z-a)
 			if err != nil {
 				return err
 			}
@@ -112,123 +178,36 @@ func (r *Reader) readInto(ctx context.Context, shard int, pieces []piece) error 
 		}
 		p := pieces[pi]
 		if p.off == sl.Off && int64(len(p.buf)) == sl.Size {
-			if r.disk.Get(sl, p.buf) {
+			if t.disk.Get(sl, p.buf) {
 				continue
 			}
 		} else {
 			if int64(cap(buf)) < sl.Size {
 				buf = make([]byte, sl.Size)
 			}
-			if r.disk.Get(sl, buf[:sl.Size]) {
+			if t.disk.Get(sl, buf[:sl.Size]) {
 				copyIn(buf[:sl.Size], sl.Off)
 				continue
 			}
 		}
-		if k := len(runs) - 1; k >= 0 && sl.Off-runs[k].hi <= r.cfg.MergeGap {
+		if k := len(runs) - 1; k >= 0 && sl.Off-runs[k].hi <= t.mergeGap {
 			runs[k].hi, runs[k].last = sl.Off+sl.Size, i
 		} else {
 			runs = append(runs, run{sl.Off, sl.Off + sl.Size, i, i})
 		}
 	}
 	for _, rn := range runs {
-		b, err := r.fetch.ReadRange(ctx, shard, rn.lo, rn.hi-rn.lo)
+		b, err := t.next.ReadRange(ctx, shard, rn.lo, rn.hi-rn.lo)
 		if err != nil {
 			return err
 		}
 		copyIn(b, rn.lo)
 		for i := rn.first; i <= rn.last; i++ {
 			// A sample between two wanted ones may already be held.
-			if sl := slot(i); sl.Size <= maxDiskSample && !r.disk.Has(sl) {
-				r.disk.Put(sl, b[sl.Off-rn.lo:sl.Off-rn.lo+sl.Size])
+			if sl := t.slot(shard, first, i); sl.Size <= maxDiskSample && !t.disk.Has(sl) {
+				t.disk.Put(sl, b[sl.Off-rn.lo:sl.Off-rn.lo+sl.Size])
 			}
 		}
 	}
 	return nil
-}
-
-// Warm fetches the given samples into the disk tier, skipping those it
-// already holds: exactly what a set of ranks will read, before they read it.
-// Samples are grouped by shard and fetched as ranges of up to MaxGET bytes,
-// PrefetchGET at a time. progress, if set, receives the sample bytes handled.
-func (r *Reader) Warm(ctx context.Context, samples []int32, progress func(bytes int64)) error {
-	if r.disk == nil {
-		return errors.New("warm needs a disk tier: pass --cache-dir")
-	}
-	type want struct {
-		off, size int64
-	}
-	byShard := map[int][]want{}
-	seen := map[int32]bool{}
-	for _, s := range samples {
-		if seen[s] {
-			continue
-		}
-		seen[s] = true
-		sl := r.diskSlot(int(s))
-		shard, off, size := sl.Shard, sl.Off, sl.Size
-		if size > maxDiskSample || r.disk.Has(sl) {
-			if progress != nil {
-				progress(size)
-			}
-			continue
-		}
-		byShard[shard] = append(byShard[shard], want{off, size})
-	}
-	shards := make([]int, 0, len(byShard))
-	for sh := range byShard {
-		shards = append(shards, sh)
-	}
-	slices.Sort(shards)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(r.cfg.PrefetchGET)
-	for _, sh := range shards {
-		ws := byShard[sh]
-		slices.SortFunc(ws, func(a, b want) int { return cmp.Compare(a.off, b.off) })
-		for i := 0; i < len(ws); {
-			lo, hi, j := ws[i].off, ws[i].off+ws[i].size, i+1
-			// Only back-to-back samples merge: warm fetches exactly what the ranks read.
-			for j < len(ws) && ws[j].off == hi && ws[j].off+ws[j].size-lo <= r.cfg.MaxGET {
-				hi = max(hi, ws[j].off+ws[j].size)
-				j++
-			}
-			var bytes int64
-			for _, w := range ws[i:j] {
-				bytes += w.size
-			}
-			g.Go(func() error {
-				if _, err := r.readRange(gctx, sh, lo, hi-lo); err != nil {
-					return fmt.Errorf("warm shard %d: %w", sh, err)
-				}
-				if progress != nil {
-					progress(bytes)
-				}
-				return nil
-			})
-			i = j
-		}
-	}
-	return g.Wait()
-}
-
-// diskSlot is where sample s lives in the disk tier.
-func (r *Reader) diskSlot(s int) cache.Slot {
-	shard, off, size := r.cat.Locate(s)
-	first, _ := r.cat.ShardSamples(shard)
-	return cache.Slot{Shard: shard, Index: s - first, Off: off, Size: size, Sum: r.cat.SampleSum(s)}
-}
-
-// serveFromDisk fills p with the whole of sample s straight from the disk
-// tier, verified, when p is the whole sample, the tier holds it and the
-// memory cache does not: one copy out of the kernel's page cache, where
-// prefetch has asked the kernel to bring it (Disk.Advise), instead of a
-// copy into a cached chunk and another out of it.
-func (r *Reader) serveFromDisk(s int, p []byte, off int64) bool {
-	if r.disk == nil || off != 0 {
-		return false
-	}
-	size := r.sampleSize(s)
-	if int64(len(p)) != size || size > maxDiskSample || size > r.cfg.ChunkSize || r.cache.Contains(cache.Key{Sample: int32(s)}) {
-		return false
-	}
-	return r.disk.Serve(r.diskSlot(s), p)
 }

@@ -20,9 +20,12 @@
 //	             served) and GET latency, both measured
 //	demand.go    a read that misses the cache: one chunk fetched on demand
 //	             within the read's timeout, and the samples/ view
-//	disktier.go  the disk tier below the memory cache: what it serves whole,
-//	             what a GET merges with it, and Warm, which fills it
-//	vector.go    a span's GET that lands in the cache's chunk buffers
+//	disktier.go  how the reader gets shard bytes (source): straight from its
+//	             Fetcher, or through DiskTier, a Fetcher in front of it that
+//	             keeps whole verified samples on local disk
+//	warm.go      Warm, which fills the disk tier, and the samples a read
+//	             takes from the tier directly, bypassing the memory cache
+//	vector.go    one GET whose response lands in its pieces' own buffers
 //	handle.go    Handle, one open file: its extents and its position
 //	stream.go    one open rank-epoch: its handles' positions, and each
 //	             sample's next use, which the cache evicts by

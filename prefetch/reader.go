@@ -52,8 +52,8 @@ type Config struct {
 	ReadTimeout time.Duration // bound on one backend read
 	Disabled    bool          // no prefetch: every miss is a demand read
 	IdleAfter   time.Duration // a rank-epoch without readers this long is dropped
-	// Disk, if set, is the persistent tier below the memory cache: every
-	// fetch looks there first and stores what it fetched.
+	// Disk, if set, is the persistent tier below the memory cache: the
+	// reader fetches through a DiskTier in front of its Fetcher.
 	Disk *cache.Disk
 }
 
@@ -90,14 +90,14 @@ func (c *Config) fill() {
 
 // Reader serves virtual files. It is safe for concurrent use.
 type Reader struct {
-	fetch Fetcher
+	src   source   // the Fetcher given to New, or the disk tier in front of it
+	tier  *DiskTier // nil without a disk tier
 	cat   Catalog
 	cache *cache.Cache
 	m     *metrics.Metrics
 	cfg   Config
 	log   *slog.Logger
 
-	disk *cache.Disk
 	// One kind of limit, semaphore.Weighted, for all three: it waits on a
 	// context, which every acquirer has, and counts in any unit.
 	demand   *semaphore.Weighted // demand GET slots
@@ -125,9 +125,13 @@ func New(fetch Fetcher, cat Catalog, c *cache.Cache, m *metrics.Metrics, cfg Con
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Reader{fetch: fetch, cat: cat, cache: c, disk: cfg.Disk, m: m, cfg: cfg, log: log,
+	r := &Reader{src: direct{fetch, cfg.MergeGap}, cat: cat, cache: c, m: m, cfg: cfg, log: log,
 		demand: semaphore.NewWeighted(int64(cfg.DemandGET)), prefGets: semaphore.NewWeighted(int64(cfg.PrefetchGET)),
 		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
+	if cfg.Disk != nil {
+		r.tier = NewDiskTier(fetch, cfg.Disk, cat, cfg.MergeGap)
+		r.src = r.tier
+	}
 	r.publishLocked()
 	c.SetNextUse(r.nextUse)
 	r.wg.Add(1)

@@ -144,8 +144,7 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 	for _, i := range members {
 		smp := s.m.Sample(i)
 		size := r.sampleSize(smp)
-		if r.disk != nil && size <= maxDiskSample && size <= r.cfg.ChunkSize &&
-			!r.cache.Contains(cache.Key{Sample: int32(smp)}) && r.disk.Advise(r.diskSlot(smp)) {
+		if r.adviseDisk(smp, size) {
 			continue // served from the tier through the page cache (serveFromDisk)
 		}
 		for c := int64(0); c*r.cfg.ChunkSize < size; c++ {
@@ -211,7 +210,7 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 // bridge reports whether the samples of shard lying in [from, to) may join
 // their neighbours' span: each is cached or in flight, or is one chunk whose
 // next read is within horizon bytes. It returns the keys of the latter, to
-// be claimed with the span. readInto never reads the former again: the
+// be claimed with the span. readPieces never reads the former again: the
 // span's GET splits around them when they are more than MergeGap long.
 func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) {
 	if to-from > r.cfg.MaxGET || !r.cat.Complete(shard) {
@@ -263,7 +262,7 @@ func (r *Reader) fetchSpan(sp span) {
 		total += n
 	}
 	// Keys were claimed in shard order; a repeated chunk was skipped.
-	err := r.readInto(ctx, sp.shard, pieces)
+	err := r.src.readPieces(ctx, sp.shard, pieces)
 	r.observeLatency(time.Since(start))
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {

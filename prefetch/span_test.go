@@ -58,7 +58,7 @@ func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
 	shard, aOff, aLen := r.chunkRange(a)
 	_, cOff, cLen := r.chunkRange(c)
 	pieces := []piece{{aOff, make([]byte, aLen)}, {cOff, make([]byte, cLen)}}
-	if err := r.readInto(context.Background(), shard, pieces); err != nil {
+	if err := r.src.readPieces(context.Background(), shard, pieces); err != nil {
 		t.Fatal(err)
 	}
 	for i, k := range []cache.Key{a, c} {
@@ -106,7 +106,7 @@ func TestSpanReadsIntoItsPieces(t *testing.T) {
 		pieces = append(pieces, piece{off, make([]byte, n)})
 		want = off + n - pieces[0].off
 	}
-	if err := r.readInto(context.Background(), 0, pieces); err != nil {
+	if err := r.src.readPieces(context.Background(), 0, pieces); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pieces {

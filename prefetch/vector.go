@@ -9,10 +9,10 @@ import (
 // (at most MergeGap each), read only to be dropped.
 var gapPool = sync.Pool{New: func() any { return new([]byte) }}
 
-// readPieces fills pieces (sorted, not overlapping) with one GET from the
+// readRun fills pieces (sorted, not overlapping) with one GET from the
 // first's offset to the last's end: the response lands in the pieces' own
-// buffers, the bytes between them in pooled scratch.
-func (r *Reader) readPieces(ctx context.Context, shard int, pieces []piece) error {
+// buffers, the bytes between them in pooled scratch of at least mergeGap.
+func readRun(ctx context.Context, f Fetcher, shard int, pieces []piece, mergeGap int64) error {
 	a := pieces[0].off
 	bufs := make([][]byte, 0, 2*len(pieces))
 	var gaps []*[]byte
@@ -26,7 +26,7 @@ func (r *Reader) readPieces(ctx context.Context, shard int, pieces []piece) erro
 		if gap := p.off - pos; gap > 0 {
 			g := gapPool.Get().(*[]byte)
 			if int64(cap(*g)) < gap {
-				*g = make([]byte, max(gap, r.cfg.MergeGap))
+				*g = make([]byte, max(gap, mergeGap))
 			}
 			gaps = append(gaps, g)
 			bufs = append(bufs, (*g)[:gap])
@@ -34,5 +34,5 @@ func (r *Reader) readPieces(ctx context.Context, shard int, pieces []piece) erro
 		bufs = append(bufs, p.buf)
 		pos = p.off + int64(len(p.buf))
 	}
-	return r.fetch.ReadRangeV(ctx, shard, a, bufs)
+	return f.ReadRangeV(ctx, shard, a, bufs)
 }
