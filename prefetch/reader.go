@@ -90,7 +90,7 @@ func (c *Config) fill() {
 
 // Reader serves virtual files. It is safe for concurrent use.
 type Reader struct {
-	src   source   // the Fetcher given to New, or the disk tier in front of it
+	src   source    // the Fetcher given to New, or the disk tier in front of it
 	tier  *DiskTier // nil without a disk tier
 	cat   Catalog
 	cache *cache.Cache
