@@ -24,6 +24,9 @@ func WithTimeout(s Store, base time.Duration) *Timeout {
 	return &Timeout{Store: s, Base: base, MinRate: 1e6}
 }
 
+// Unwrap returns the store whose requests are bounded.
+func (t *Timeout) Unwrap() Store { return t.Store }
+
 func (t *Timeout) bound(ctx context.Context, bytes int) (context.Context, context.CancelFunc) {
 	d := t.Base
 	if t.MinRate > 0 {

@@ -31,7 +31,7 @@ func faultyShard(t *testing.T, p Params, data []byte, opts HealthOptions) (*Read
 	var faulty []*faultstore.Faulty
 	var stores []backend.Store
 	for _, s := range r.stores {
-		f := faultstore.New(s)
+		f := faultstore.New(s.Unwrap())
 		faulty = append(faulty, f)
 		stores = append(stores, f)
 	}

@@ -12,7 +12,7 @@ import (
 // arrived, or their store lags no more than the rest of the set: load, not
 // one slow store) get one streaming allowance to finish; past it, or at
 // once when one of them is neither, they are late. The caller then asks
-// another fragment and makes the late stores suspects (health.suspect):
+// another fragment and makes the late stores suspects (Health.Suspect):
 // slowness alone never marks a store down.
 type hedger struct {
 	deadline, allowance time.Duration
@@ -22,8 +22,16 @@ type hedger struct {
 
 // newHedger starts the clock of a request of n bytes whose slowest store's
 // hedge deadline is deadline.
-func (h *health) newHedger(deadline time.Duration, n int) *hedger {
-	return &hedger{deadline: deadline, allowance: h.streamAllowance(deadline, n), timer: time.NewTimer(deadline)}
+func newHedger(deadline time.Duration, n int) *hedger {
+	return &hedger{deadline: deadline, allowance: streamAllowance(deadline, n), timer: time.NewTimer(deadline)}
+}
+
+// streamAllowance is how much longer than its hedge deadline a read may
+// take once its store has answered: its bytes may share our bandwidth with
+// many other reads, but a store that stalls mid-body is still hedged
+// around, after three more deadlines plus n bytes at 5 MB/s.
+func streamAllowance(deadline time.Duration, n int) time.Duration {
+	return 3*deadline + time.Duration(float64(n)/5e6*float64(time.Second))
 }
 
 // C fires when the reads in flight are due.
@@ -50,6 +58,6 @@ func (hg *hedger) stop() { hg.timer.Stop() }
 // streaming reports whether a read launched at start on store, whose first
 // byte is fb, is on time though past its deadline: its first byte arrived,
 // or fewer than need other stores keep up while it lags.
-func (h *health) streaming(fb *backend.FirstByte, store int, start time.Time, need int) bool {
-	return fb.Arrived() || !h.lagging(store, start, need)
+func (r *Reader) streaming(fb *backend.FirstByte, store int, start time.Time, need int) bool {
+	return fb.Arrived() || !r.lagging(store, start, need)
 }

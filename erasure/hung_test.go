@@ -67,7 +67,12 @@ func TestMarkedDownPrimaryIsALastResort(t *testing.T) {
 	p := Params{4, 2, 256}
 	data := bytes.Repeat([]byte("marked down, not lost "), 400)
 	r, sh, faulty, _ := faultyShard(t, p, data, HealthOptions{})
-	r.health.strike(0, r.health.opts.Strikes) // store 0 marked down, but it answers
+	// Store 0 fails three reads in a row, is marked down, then answers again.
+	faulty[0].SetDown(true)
+	for range 3 {
+		r.stores[0].ReadAt(context.Background(), fragKey(sh.ID, 0), make([]byte, 1), 0)
+	}
+	faulty[0].SetDown(false)
 	if !r.StoreDown(0) {
 		t.Fatal("store 0 not marked down")
 	}

@@ -98,12 +98,13 @@ type KeyFunc func(shard, frag int) string
 
 // Reader reads verified byte ranges of shards from the stores.
 type Reader struct {
-	codec   *Codec
-	stores  []backend.Store
-	key     KeyFunc
-	metrics Metrics
-	log     *slog.Logger
-	health  *health
+	codec    *Codec
+	stores   []*backend.Health // each store, observed
+	excluded []bool            // stores never read; set once, by NewReader
+	hedge    bool
+	key      KeyFunc
+	metrics  Metrics
+	log      *slog.Logger
 }
 
 // ReaderOptions are optional parts of a Reader; zero values are fine.
@@ -132,36 +133,36 @@ func NewReader(c *Codec, stores []backend.Store, key KeyFunc, opts ReaderOptions
 	if len(stores) != c.Total() {
 		return nil, fmt.Errorf("%d stores given, the dataset needs k+m = %d", len(stores), c.Total())
 	}
-	r := &Reader{codec: c, stores: stores, key: key, metrics: opts.Metrics, log: opts.Logger}
+	r := &Reader{codec: c, key: key, metrics: opts.Metrics, log: opts.Logger, hedge: !opts.Health.DisableHedge,
+		excluded: make([]bool, len(stores))}
 	if r.metrics == nil {
 		r.metrics = nopMetrics{}
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.health = newHealth(len(stores), opts.Health, func(store int, down bool) {
-		r.metrics.StoreState(store, down)
-		if down {
-			r.log.Warn("store marked down; reading around it", "store", store, "name", stores[store].String())
-		} else {
-			r.log.Info("store healthy again", "store", store, "name", stores[store].String())
-		}
-	})
-	// A probe reads one byte of the store's fragment of shard 0; the store
-	// need not hold it: any answer proves the store is up.
-	r.health.probe = func(ctx context.Context, store int) error {
-		return stores[store].ReadAt(ctx, key(0, store), make([]byte, 1), 0)
+	for i, s := range stores {
+		// A probe reads one byte of the store's fragment of shard 0; the
+		// store need not hold it: any answer proves the store is up.
+		r.stores = append(r.stores, backend.WithHealth(s, key(0, i), opts.Health, func(down bool) {
+			r.metrics.StoreState(i, down)
+			if down {
+				r.log.Warn("store marked down; reading around it", "store", i, "name", s.String())
+			} else {
+				r.log.Info("store healthy again", "store", i, "name", s.String())
+			}
+		}))
 	}
 	for _, i := range opts.Exclude {
 		if i >= 0 && i < len(stores) {
-			r.health.excluded[i] = true
+			r.excluded[i] = true
 		}
 	}
 	return r, nil
 }
 
 // StoreDown reports whether store is currently marked down.
-func (r *Reader) StoreDown(store int) bool { return r.health.skip(store) }
+func (r *Reader) StoreDown(store int) bool { return r.stores[store].Down() }
 
 // Codec returns the reader's codec.
 func (r *Reader) Codec() *Codec { return r.codec }
@@ -188,10 +189,10 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 	fail := func(err error) *FragmentError {
 		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
 	}
-	if r.health.excluded[store] {
+	if r.excluded[store] {
 		return fragRead{err: fail(ErrExcluded)}
 	}
-	if !force && r.health.skip(store) {
+	if !force && r.stores[store].Down() {
 		return fragRead{err: fail(ErrStoreDown)}
 	}
 	p := make([]byte, B-A)
@@ -199,25 +200,18 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 		fb = &backend.FirstByte{}
 	}
 	start := time.Now()
-	pr := r.health.begin(store, fb)
 	err := r.stores[store].ReadAt(backend.WithFirstByte(ctx, fb), r.key(sh.ID, frag), p, A)
-	r.health.end(store, pr)
-	d := time.Since(start)
-	r.metrics.BackendRead(store, len(p), d, err)
+	r.metrics.BackendRead(store, len(p), time.Since(start), err)
 	if err != nil {
-		if storeFault(err) {
-			r.health.fail(store)
-		}
 		return fragRead{err: fail(err)}
 	}
-	r.health.ok(store, responseTime(fb, start, d))
 	bad, first, n := r.codec.badBlocks(sh, frag, A, p)
 	if n == 0 {
-		r.health.verified(store)
+		r.stores[store].Verified()
 		return fragRead{data: p}
 	}
 	r.metrics.ChecksumFailure(store)
-	r.health.corrupted(store)
+	r.stores[store].Corrupted()
 	fr := fragRead{err: fail(fmt.Errorf("%w in block %d (%d of %d blocks bad)", ErrChecksum, first, n, len(bad)))}
 	if n < len(bad) {
 		fr.data, fr.bad = p, bad // the good blocks still count, stripe by stripe
@@ -276,15 +270,6 @@ func (r *Reader) readRangeInto(ctx context.Context, sh *Shard, p []byte, off int
 	return errors.Join(errs...)
 }
 
-// responseTime is what a read says about its store: the time to its first
-// byte where the store reports it, else the whole read.
-func responseTime(fb *backend.FirstByte, start time.Time, whole time.Duration) time.Duration {
-	if d, ok := fb.Since(start); ok {
-		return d
-	}
-	return whole
-}
-
 // readFragmentRange fills dst with data fragment frag's bytes [a,b). When
 // the read outlives its store's hedge deadline, a decode from the other
 // fragments is started too, and the first good answer wins. Losing the race
@@ -302,7 +287,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 		}
 		return err
 	}
-	if r.codec.Parity > 0 && (slow || r.health.excluded[store] || r.health.skip(store)) {
+	if r.codec.Parity > 0 && (slow || r.excluded[store] || r.stores[store].Down()) {
 		if slow {
 			return decode(ctx, slowRead)
 		}
@@ -321,8 +306,8 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	go func() { results <- result{fr: r.readFrag(pctx, sh, frag, A, B, false, fb)} }()
 	var timer <-chan time.Time
 	var hg *hedger
-	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
-		hg = r.health.newHedger(r.health.deadline(store, int(B-A)), int(B-A))
+	if r.codec.Parity > 0 && r.hedge {
+		hg = newHedger(r.stores[store].Deadline(int(B-A)), int(B-A))
 		defer hg.stop()
 		timer = hg.C()
 	}
@@ -331,14 +316,14 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	for pending > 0 {
 		select {
 		case <-timer:
-			if !hg.late(r.health.streaming(fb, store, launched, r.codec.Data)) {
+			if !hg.late(r.streaming(fb, store, launched, r.codec.Data)) {
 				continue // streaming: it gets its allowance
 			}
 			timer = nil
 			hedging = true
 			pending++
 			r.metrics.HedgedRead()
-			r.health.suspect(store)
+			r.stores[store].Suspect()
 			go func() {
 				frags, err := r.decode(pctx, sh, A, B, map[int]fragRead{frag: slowRead}, false, false)
 				res := result{err: err, hedged: true}
@@ -365,7 +350,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 				lastErr = res.fr.err
 			default:
 				lastErr = res.err
-				if r.health.skip(store) {
+				if r.stores[store].Down() {
 					// The decode failed and the primary's store is proven
 					// down: its read will not come back either.
 					return lastErr
@@ -409,17 +394,17 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 		store := r.codec.Placement(sh.ID, f)
 		fr, isKnown := known[f]
 		switch {
-		case r.health.excluded[store]:
+		case r.excluded[store]:
 			state[f], reads[f] = done, r.readFrag(ctx, sh, f, A, B, false, nil) // fails at once, naming why
 		case isKnown && fr.err != nil && (errors.Is(fr.err.Err, errSlow) || errors.Is(fr.err.Err, ErrStoreDown)):
 			// Late, or on a store marked down: not lost. Asked again only
 			// as a last resort, a store marked down only briefly.
 			lastResort = append(lastResort, f)
 			reads[f] = fr
-			forced[f] = errors.Is(fr.err.Err, ErrStoreDown) || r.health.skip(store)
+			forced[f] = errors.Is(fr.err.Err, ErrStoreDown) || r.stores[store].Down()
 		case isKnown:
 			state[f], reads[f] = done, fr
-		case r.health.skip(store):
+		case r.stores[store].Down():
 			lastResort = append(lastResort, f)
 			forced[f] = true
 		default:
@@ -450,7 +435,7 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 			c := pctx
 			if forced[f] {
 				var cancel context.CancelFunc
-				c, cancel = context.WithTimeout(pctx, r.health.probeTimeout(L))
+				c, cancel = context.WithTimeout(pctx, r.stores[r.codec.Placement(sh.ID, f)].ProbeTimeout(L))
 				defer cancel()
 			}
 			results <- result{f, r.readFrag(c, sh, f, A, B, forced[f], &answered[f])}
@@ -473,7 +458,7 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 		}
 		return k - worst
 	}
-	hg := r.health.newHedger(r.health.maxDeadline(L), L)
+	hg := newHedger(r.maxDeadline(L), L)
 	defer hg.stop()
 wait:
 	for {
@@ -501,7 +486,7 @@ wait:
 		case <-hg.C():
 			streaming := true
 			for f := 0; f < total; f++ {
-				streaming = streaming && (state[f] != pending || r.health.streaming(&answered[f], r.codec.Placement(sh.ID, f), launched[f], 1))
+				streaming = streaming && (state[f] != pending || r.streaming(&answered[f], r.codec.Placement(sh.ID, f), launched[f], 1))
 			}
 			if !hg.late(streaming) {
 				continue // every store asked is streaming: load, not slowness
@@ -517,8 +502,8 @@ wait:
 						continue
 					}
 					store := r.codec.Placement(sh.ID, f)
-					r.health.suspect(store)
-					allDown = allDown && r.health.skip(store)
+					r.stores[store].Suspect()
+					allDown = allDown && r.stores[store].Down()
 				}
 				if allDown {
 					inFlight = 0
@@ -633,10 +618,10 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 	var deadline time.Duration
 	for pos := off; pos < off+n; pos = (pos/F + 1) * F {
 		store := r.codec.Placement(sh.ID, int(pos/F))
-		if r.health.skip(store) || r.health.excluded[store] {
+		if r.stores[store].Down() || r.excluded[store] {
 			return r.readRangeV(ctx, sh, off, n, bufs, nil)
 		}
-		deadline = max(deadline, r.health.deadline(store, int(n)))
+		deadline = max(deadline, r.stores[store].Deadline(int(n)))
 	}
 	ectx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -656,16 +641,8 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			pr := r.health.begin(store, fb)
 			err := r.stores[store].ReadAtV(backend.WithFirstByte(ectx, fb), r.key(sh.ID, frag), dst, a)
-			r.health.end(store, pr)
-			d := time.Since(start)
-			r.metrics.BackendRead(store, int(b-a), d, err)
-			if err == nil {
-				r.health.ok(store, responseTime(fb, start, d))
-			} else if storeFault(err) {
-				r.health.fail(store)
-			}
+			r.metrics.BackendRead(store, int(b-a), time.Since(start), err)
 			if err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)
@@ -679,11 +656,11 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	if r.codec.Parity > 0 && !r.health.opts.DisableHedge {
+	if r.codec.Parity > 0 && r.hedge {
 		// Past the deadline, a store that has not answered at all is slow;
 		// one whose bytes are streaming only shares our bandwidth, and gets
 		// an allowance to finish: a stall mid-body is hedged after it.
-		hg := r.health.newHedger(deadline, int(n))
+		hg := newHedger(deadline, int(n))
 		defer hg.stop()
 		launched := time.Now()
 	wait:
@@ -699,7 +676,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 				}
 				streaming := true
 				for i, fb := range answered {
-					streaming = streaming && r.health.streaming(fb, pieceStores[i], launched, r.codec.Data)
+					streaming = streaming && r.streaming(fb, pieceStores[i], launched, r.codec.Data)
 				}
 				if hg.late(streaming) {
 					hedged.Store(true)
@@ -718,7 +695,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 	if hedged.Load() && ctx.Err() == nil {
 		r.metrics.HedgedRead()
 		for store := range slow {
-			r.health.suspect(store)
+			r.stores[store].Suspect()
 		}
 	}
 	if ctx.Err() != nil {
@@ -766,13 +743,4 @@ func subVec(bufs [][]byte, from, to int64) [][]byte {
 		pos = end
 	}
 	return out
-}
-
-// storeFault reports whether err says the store itself is sick (unreachable,
-// failing, not answering within its request timeout, refusing our
-// credentials), as opposed to one object being missing or damaged, or the
-// caller giving up or running out of time.
-func storeFault(err error) bool {
-	return errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrAccessDenied) ||
-		errors.Is(err, backend.ErrNoBucket)
 }

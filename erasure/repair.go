@@ -18,7 +18,7 @@ func (r *Reader) CheckFragment(ctx context.Context, sh *Shard, frag int) *Fragme
 	fail := func(err error) *FragmentError {
 		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
 	}
-	if r.health.excluded[store] {
+	if r.excluded[store] {
 		return fail(ErrExcluded)
 	}
 	size, err := r.stores[store].Stat(ctx, r.key(sh.ID, frag))

@@ -1,0 +1,316 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Health wraps a Store and keeps what its reads say about it: recent
+// latency and failures. A store that fails several times in a row is marked
+// down, so its callers read around it without paying a timeout. It stays
+// down until something it answers proves it back: when its backoff period
+// ends, one small probe (at most one at a time) asks it, and a last-resort
+// read through the wrapper that succeeds counts too. No read need wait on a
+// store marked down beyond ProbeTimeout.
+//
+// Slowness is not failure: a read that loses a hedge race only makes the
+// store a suspect (Suspect), and one small probe decides. A store that
+// cannot answer the probe within SuspectTimeout is down; one that answers
+// was merely busy.
+//
+// The wrapper sees every ReadAt and ReadAtV, their latency and their store
+// faults. What it cannot see — bytes that failed or passed the caller's
+// checksums, a read that lost a hedge race — the caller tells it (Corrupted,
+// Verified, Suspect). Other methods pass through unobserved.
+type Health struct {
+	Store
+	opts     HealthOptions
+	probeKey string          // what a probe reads one byte of
+	report   func(down bool) // called outside the lock when the state flips
+
+	mu        sync.Mutex // guards the fields below
+	strikes   int
+	corrupt   int // checksum failures since its last read that verified
+	downUntil time.Time
+	backoff   time.Duration
+	down      bool
+	probing   bool
+	lat       [64]time.Duration // ring of recent successful latencies
+	n         int
+	reads     map[*pendingRead]struct{} // reads in flight
+}
+
+// HealthOptions tune health tracking and the hedge deadlines derived from
+// it. Zero fields take defaults.
+type HealthOptions struct {
+	Strikes      int           // consecutive failures that mark a store down (3)
+	MinBackoff   time.Duration // first down period (1s)
+	MaxBackoff   time.Duration // longest down period (10s)
+	HedgeFloor   time.Duration // smallest hedge deadline (150ms)
+	HedgeFactor  float64       // deadline = factor × recent p95 latency (3)
+	HedgeRate    float64       // plus bytes / this many bytes per second (100 MB/s)
+	DisableHedge bool          // for the reader of a set: never hedge
+	// SuspectTimeout bounds the probe of a store that lost a hedge race (2s).
+	SuspectTimeout time.Duration
+	// ProbeTimeout bounds a last-resort read from a store marked down (1s),
+	// so reads fail fast while the stores a range needs stay down.
+	ProbeTimeout time.Duration
+}
+
+func (o *HealthOptions) fill() {
+	if o.Strikes <= 0 {
+		o.Strikes = 3
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 10 * time.Second
+	}
+	if o.HedgeFloor <= 0 {
+		o.HedgeFloor = 150 * time.Millisecond
+	}
+	if o.HedgeFactor <= 0 {
+		o.HedgeFactor = 3
+	}
+	if o.HedgeRate <= 0 {
+		o.HedgeRate = 100e6
+	}
+	if o.SuspectTimeout <= 0 {
+		o.SuspectTimeout = 2 * time.Second
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = time.Second
+	}
+}
+
+// pendingRead is a read in flight, for Stalled.
+type pendingRead struct {
+	start time.Time
+	fb    *FirstByte
+}
+
+// WithHealth wraps s. A probe reads one byte of probeKey: the store need not
+// hold it, since any answer, even "no such object", proves it up. report, if
+// set, is told each time the store is marked down (true) or healthy again.
+func WithHealth(s Store, probeKey string, opts HealthOptions, report func(down bool)) *Health {
+	opts.fill()
+	if report == nil {
+		report = func(bool) {}
+	}
+	return &Health{Store: s, opts: opts, probeKey: probeKey, report: report}
+}
+
+// Unwrap returns the store the wrapper observes.
+func (h *Health) Unwrap() Store { return h.Store }
+
+// ReadAt reads through the store and records the outcome.
+func (h *Health) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	return h.observe(ctx, func(ctx context.Context) error { return h.Store.ReadAt(ctx, key, p, off) })
+}
+
+// ReadAtV reads through the store and records the outcome.
+func (h *Health) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
+	return h.observe(ctx, func(ctx context.Context) error { return h.Store.ReadAtV(ctx, key, bufs, off) })
+}
+
+// observe runs read as a read in flight, then records a success with the
+// time to its first byte, or a strike for a store fault. A missing object,
+// a short one or a caller that gave up says nothing about the store.
+func (h *Health) observe(ctx context.Context, read func(context.Context) error) error {
+	fb, _ := ctx.Value(firstByteKey{}).(*FirstByte)
+	if fb == nil {
+		fb = &FirstByte{}
+		ctx = WithFirstByte(ctx, fb)
+	}
+	start := time.Now()
+	rd := &pendingRead{start: start, fb: fb}
+	h.mu.Lock()
+	if h.reads == nil {
+		h.reads = map[*pendingRead]struct{}{}
+	}
+	h.reads[rd] = struct{}{}
+	h.mu.Unlock()
+	err := read(ctx)
+	h.mu.Lock()
+	delete(h.reads, rd)
+	h.mu.Unlock()
+	switch {
+	case err == nil:
+		d := time.Since(start)
+		if first, ok := fb.Since(start); ok {
+			d = first
+		}
+		h.ok(d)
+	case IsStoreFault(err):
+		h.strike(1)
+	}
+	return err
+}
+
+// IsStoreFault reports whether err says the store itself is sick
+// (unreachable, failing, not answering within its request timeout, refusing
+// our credentials), as opposed to one object being missing or damaged, or
+// the caller giving up or running out of time.
+func IsStoreFault(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrNoBucket)
+}
+
+// Down reports whether the store is marked down. Past its backoff, it
+// starts a probe that can bring the store back, and still says down until
+// the probe answers.
+func (h *Health) Down() bool {
+	h.mu.Lock()
+	if !h.down {
+		h.mu.Unlock()
+		return false
+	}
+	if time.Now().Before(h.downUntil) || h.probing {
+		h.mu.Unlock()
+		return true
+	}
+	h.probing = true
+	h.mu.Unlock()
+	go h.runProbe(h.opts.ProbeTimeout)
+	return true
+}
+
+// MarkedDown reports whether the store is marked down, without probing it.
+func (h *Health) MarkedDown() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.down
+}
+
+// ok records a success: the store is healthy again.
+func (h *Health) ok(d time.Duration) {
+	h.mu.Lock()
+	h.lat[h.n%len(h.lat)] = d
+	h.n++
+	h.strikes = 0
+	wasDown := h.down
+	h.down = false
+	if h.corrupt == 0 {
+		// A store that served wrong bytes keeps its backoff until a read
+		// from it verifies: its next checksum failure sends it down for
+		// longer, not for the first period again.
+		h.backoff = 0
+	}
+	h.mu.Unlock()
+	if wasDown {
+		h.report(false)
+	}
+}
+
+// Corrupted records a read whose bytes failed the caller's checksums: the
+// store answers, with wrong bytes. Strikes of this kind are cleared only by
+// a read that verifies (Verified), not by a probe or an answer alone, so a
+// store that keeps serving flipped bytes stays down, for ever longer
+// periods, and reads stop going to it first.
+func (h *Health) Corrupted() {
+	h.mu.Lock()
+	h.corrupt++
+	n := h.corrupt
+	h.mu.Unlock()
+	if n >= h.opts.Strikes {
+		h.strike(h.opts.Strikes)
+	}
+}
+
+// Verified records a read from the store whose bytes passed their checksums.
+func (h *Health) Verified() {
+	h.mu.Lock()
+	h.corrupt = 0
+	h.mu.Unlock()
+}
+
+// strike adds n strikes; enough of them in a row mark the store down.
+func (h *Health) strike(n int) {
+	h.mu.Lock()
+	h.strikes += n
+	mark := false
+	if h.strikes >= h.opts.Strikes && (!h.down || !time.Now().Before(h.downUntil)) {
+		if h.backoff == 0 {
+			h.backoff = h.opts.MinBackoff
+		} else {
+			h.backoff = min(2*h.backoff, h.opts.MaxBackoff)
+		}
+		h.downUntil = time.Now().Add(h.backoff)
+		mark = !h.down
+		h.down = true
+	}
+	h.mu.Unlock()
+	if mark {
+		h.report(true)
+	}
+}
+
+// Stalled reports whether a read through the wrapper that started at least
+// age before now has not had its first byte yet.
+func (h *Health) Stalled(now time.Time, age time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for rd := range h.reads {
+		if !rd.fb.Arrived() && now.Sub(rd.start) >= age {
+			return true
+		}
+	}
+	return false
+}
+
+// Deadline is how long a read of n bytes may take before it is hedged:
+// HedgeFactor × the store's recent p95 latency, at least HedgeFloor, plus n
+// bytes at HedgeRate.
+func (h *Health) Deadline(n int) time.Duration {
+	h.mu.Lock()
+	k := min(h.n, len(h.lat))
+	lat := slices.Clone(h.lat[:k])
+	h.mu.Unlock()
+	d := h.opts.HedgeFloor
+	if k >= 8 {
+		slices.Sort(lat)
+		p95 := lat[k*95/100]
+		d = max(d, time.Duration(h.opts.HedgeFactor*float64(p95)))
+	}
+	return d + time.Duration(float64(n)/h.opts.HedgeRate*float64(time.Second))
+}
+
+// ProbeTimeout bounds a last-resort read of n bytes from the store while it
+// is marked down.
+func (h *Health) ProbeTimeout(n int) time.Duration {
+	return h.opts.ProbeTimeout + time.Duration(float64(n)/h.opts.HedgeRate*float64(time.Second))
+}
+
+// Suspect probes a store that was slower than its hedge deadline, unless a
+// probe of it is already running. No answer within SuspectTimeout marks it
+// down at once; an answer of any kind clears it: slowness is not loss.
+func (h *Health) Suspect() {
+	h.mu.Lock()
+	if h.probing {
+		h.mu.Unlock()
+		return
+	}
+	h.probing = true
+	h.mu.Unlock()
+	go h.runProbe(h.opts.SuspectTimeout)
+}
+
+// runProbe asks the store once; the caller set probing.
+func (h *Health) runProbe(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	start := time.Now()
+	err := h.Store.ReadAt(ctx, h.probeKey, make([]byte, 1), 0)
+	cancel()
+	switch {
+	case err == nil || errors.Is(err, ErrNotExist) || errors.Is(err, ErrShortRead):
+		h.ok(time.Since(start))
+	case errors.Is(err, context.DeadlineExceeded) || IsStoreFault(err):
+		h.strike(h.opts.Strikes)
+	}
+	h.mu.Lock()
+	h.probing = false
+	h.mu.Unlock()
+}

@@ -1,0 +1,118 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/faultstore"
+)
+
+// TestHealthMarksDownAndBack: the wrapper counts what its own reads say.
+// A missing object says nothing about the store; three store faults in a
+// row mark it down, reported once; a read that hangs is Stalled; once the
+// store answers again, the probe started past the backoff brings it back,
+// reported once. Other methods pass through.
+func TestHealthMarksDownAndBack(t *testing.T) {
+	ctx := context.Background()
+	local, err := backend.Open("file://"+t.TempDir(), backend.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := local.Put(ctx, "obj", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	faulty := faultstore.New(local)
+	var downs, ups atomic.Int32
+	h := backend.WithHealth(faulty, "obj", backend.HealthOptions{MinBackoff: 50 * time.Millisecond}, func(down bool) {
+		if down {
+			downs.Add(1)
+		} else {
+			ups.Add(1)
+		}
+	})
+	if h.Unwrap() != backend.Store(faulty) {
+		t.Fatal("Unwrap does not return the wrapped store")
+	}
+	p := make([]byte, 4)
+	for range 5 {
+		if err := h.ReadAt(ctx, "missing", p, 0); !errors.Is(err, backend.ErrNotExist) {
+			t.Fatalf("read of a missing object: %v", err)
+		}
+	}
+	if h.Down() || downs.Load() != 0 {
+		t.Fatal("missing objects marked the store down")
+	}
+	if err := h.ReadAt(ctx, "obj", p, 3); err != nil || string(p) != "3456" {
+		t.Fatalf("read: %v, %q", err, p)
+	}
+	faulty.SetDown(true)
+	for i := range 3 {
+		if h.MarkedDown() {
+			t.Fatalf("down after %d faults; want 3", i)
+		}
+		if err := h.ReadAtV(ctx, "obj", [][]byte{p}, 0); !backend.IsStoreFault(err) {
+			t.Fatalf("read of a store that is down: %v", err)
+		}
+	}
+	if !h.Down() || downs.Load() != 1 {
+		t.Fatalf("after 3 faults: down %v, reported down %d times; want true, 1", h.MarkedDown(), downs.Load())
+	}
+	// A read in flight with no first byte is Stalled once old enough.
+	faulty.SetDown(false)
+	faulty.SetDelay(300*time.Millisecond, 0)
+	done := make(chan error, 1)
+	go func() { done <- h.ReadAt(ctx, "obj", make([]byte, 2), 0) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !h.Stalled(time.Now(), 100*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a read hung for 5s was never Stalled")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if h.Stalled(time.Now(), 0) {
+		t.Fatal("a finished read is still Stalled")
+	}
+	// That read succeeded: the store is back, reported once.
+	if h.MarkedDown() || ups.Load() != 1 {
+		t.Fatalf("after a read that succeeded: down %v, reported up %d times; want false, 1", h.MarkedDown(), ups.Load())
+	}
+	n, err := h.Stat(ctx, "obj")
+	if err != nil || n != 10 {
+		t.Fatalf("Stat through the wrapper: %d, %v", n, err)
+	}
+}
+
+// TestHealthProbeBringsBack: a store marked down is not read again by a
+// caller that asks Down first; past its backoff, Down starts one probe,
+// which finds the store answering and brings it back.
+func TestHealthProbeBringsBack(t *testing.T) {
+	ctx := context.Background()
+	local, err := backend.Open("file://"+t.TempDir(), backend.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	faulty := faultstore.New(local)
+	h := backend.WithHealth(faulty, "never-written", backend.HealthOptions{MinBackoff: 50 * time.Millisecond}, nil)
+	faulty.SetDown(true)
+	for range 3 {
+		h.ReadAt(ctx, "x", make([]byte, 1), 0)
+	}
+	if !h.Down() {
+		t.Fatal("not down after 3 faults")
+	}
+	faulty.SetDown(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for h.Down() {
+		if time.Now().After(deadline) {
+			t.Fatal("a store answering again (\"no such object\") was not brought back by a probe within 5s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
