@@ -194,10 +194,12 @@ func TestBenchmarks(t *testing.T) {
 		{"degraded", func() { degraded(t, r, work, src) }},
 		{"epochs", func() { epochsBeyondRAM(t, r, work) }},
 		{"latency", func() { latencyRegime(t, r, work) }},
+		// Only when asked: SHARDFS_BENCH_ONLY=baseline SHARDFS_BENCH_BASELINE=<rev>.
+		{"baseline", func() { againstBaseline(t, r, work) }},
 	}
 	only := os.Getenv("SHARDFS_BENCH_ONLY")
 	for _, sc := range scenarios {
-		if only == "" || slices.Contains(strings.Split(only, ","), sc.name) {
+		if only == "" && sc.name != "baseline" || slices.Contains(strings.Split(only, ","), sc.name) {
 			sc.run()
 		}
 	}

@@ -1,0 +1,126 @@
+//go:build benchharness
+
+package bench
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shardfs/shardfs/internal/miniotest"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/internal/toxitest"
+)
+
+// baselineBinary builds the shardfs binary of git revision rev (a commit,
+// tag or branch of this repository) in a worktree of its own, removed when
+// the test ends.
+func baselineBinary(t *testing.T, rev, work string) string {
+	t.Helper()
+	top := strings.TrimSpace(run(t, "git", "rev-parse", "--show-toplevel"))
+	tree := filepath.Join(work, "baseline-tree")
+	run(t, "git", "-C", top, "worktree", "add", "--detach", tree, rev)
+	t.Cleanup(func() { exec.Command("git", "-C", top, "worktree", "remove", "--force", tree).Run() })
+	bin := filepath.Join(work, "shardfs-baseline")
+	cmd := exec.Command("go", "build", "-tags", "shardfs_testhooks", "-o", bin, "./cmd/shardfs")
+	cmd.Dir = tree
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", rev, err, out)
+	}
+	return bin
+}
+
+// againstBaseline is the latency regime's shardfs rows, read by this tree's
+// binary and by the binary of SHARDFS_BENCH_BASELINE (a git revision) in
+// the same run, on the same dataset, proxy and MinIO: for each latency and
+// mode, reps pairs, the two binaries alternating which reads first. Each
+// pair gives one ratio, this tree over the baseline; a ratio near 1 is no
+// change. The machine's noise moves both reads of a pair together, so the
+// ratios vary much less than the rates.
+func againstBaseline(t *testing.T, r *report, work string) {
+	rev := os.Getenv("SHARDFS_BENCH_BASELINE")
+	if rev == "" {
+		t.Fatal("SHARDFS_BENCH_ONLY=baseline needs SHARDFS_BENCH_BASELINE=<git revision> to compare with")
+	}
+	base := baselineBinary(t, rev, work)
+	const samples, batch = 4_000, 64
+	src := filepath.Join(work, "baseline-src")
+	if _, err := synth.Write(src, synth.Imbalanced(samples, 10, 0.75, 50_000, 150_000, 13)); err != nil {
+		t.Fatal(err)
+	}
+	srv := miniotest.Start(t, "store0", "store1", "store2", "store3", "store4", "store5")
+	tp := toxitest.Start(t)
+	proxy := tp.Proxy("minio-baseline", srv.Addr)
+	var urls []string
+	for i := 0; i < 6; i++ {
+		urls = append(urls, fmt.Sprintf("http://%s/store%d/ds", proxy.Listen, i))
+	}
+	stores := "--stores=" + strings.Join(urls, ",")
+	// The baseline ingests: a dataset it can read is one this tree must read too.
+	run(t, base, "ingest", stores, "--data=4", "--parity=2", src, "lat")
+	head := strings.TrimSpace(run(t, "git", "rev-parse", "--short", "HEAD"))
+	baseRev := strings.TrimSpace(run(t, "git", "rev-parse", "--short", rev))
+
+	n := 0
+	read := func(bin string, flags []string) float64 {
+		n++
+		mnt := filepath.Join(work, fmt.Sprintf("baseline-%d", n))
+		args := append([]string{"mount", stores, "--rank=0", "--batch-size=64"}, flags...)
+		args = append(args, "lat", mnt)
+		d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, bin, args...)
+		defer d.stop()
+		rd := filepath.Join(mnt, "epochs/0000/rank-000")
+		tars := tarBatches(rd, samples/batch)
+		return float64(len(tars)*batch) / secs(func() { readBatches(tars) })
+	}
+	modes := []struct {
+		name  string
+		flags []string
+	}{{"global", []string{"--window=0"}}, {"--window 4", []string{"--window=4"}}, {"--window 4 --direct-io", []string{"--window=4", "--direct-io"}}}
+	r.printf("## This tree (%s) against %s, the latency regime\n\n", head, baseRev)
+	r.printf("Cold reads of rank 0's epoch 0 (%d samples of 50–150 kB, RS(4,2) over 6 buckets of one MinIO behind one toxiproxy), 8 reader threads. For each cell, %d pairs of runs, the two binaries alternating which goes first; each pair gives one ratio, this tree's samples/s over the baseline's. Median ratio (min–max), then each side's median samples/s.\n\n", samples, reps)
+	r.printf("| latency | mode | ratio this / baseline | this tree, samples/s | baseline, samples/s |\n|---|---|---|---|---|\n")
+	var all []float64
+	for _, lat := range []struct{ ms, jitter int }{{0, 0}, {20, 5}, {50, 10}} {
+		toxitest.Heal(t, proxy)
+		if lat.ms > 0 {
+			toxitest.Latency(t, proxy, lat.ms, lat.jitter)
+		}
+		for _, m := range modes {
+			var ratios, mine, theirs []float64
+			for i := 0; i < reps; i++ {
+				var a, b float64
+				if i%2 == 0 {
+					a = read(binary, m.flags)
+					b = read(base, m.flags)
+				} else {
+					b = read(base, m.flags)
+					a = read(binary, m.flags)
+				}
+				mine, theirs, ratios = append(mine, a), append(theirs, b), append(ratios, a/b)
+			}
+			all = append(all, ratios...)
+			rs := summarize(ratios)
+			r.printf("| %d ± %d ms | %s | %.2f (%.2f–%.2f) | %s | %s |\n", lat.ms, lat.jitter, m.name, rs.med, rs.lo, rs.hi, summarize(mine), summarize(theirs))
+		}
+	}
+	toxitest.Heal(t, proxy)
+	logSum := 0.0
+	for _, x := range all {
+		logSum += math.Log(x)
+	}
+	slices.Sort(all)
+	r.printf("\nAll %d pairs: geometric mean ratio %.3f, median %.3f, %d of %d pairs at or above 1.\n\n",
+		len(all), math.Exp(logSum/float64(len(all))), all[len(all)/2], len(all)-sort0(all, 1), len(all))
+}
+
+// sort0 is how many of the sorted xs are below v.
+func sort0(xs []float64, v float64) int {
+	i, _ := slices.BinarySearch(xs, v)
+	return i
+}
