@@ -52,6 +52,7 @@ type S3 struct {
 	bucket string
 	prefix string // "" or "dir/"
 	name   string
+	region string
 }
 
 var _ Store = (*S3)(nil)
@@ -97,7 +98,7 @@ func NewS3(cfg S3Config) (*S3, error) {
 	if prefix != "" {
 		prefix += "/"
 	}
-	return &S3{client: client, bucket: cfg.Bucket, prefix: prefix, name: name}, nil
+	return &S3{client: client, bucket: cfg.Bucket, prefix: prefix, name: name, region: cfg.Region}, nil
 }
 
 func redactedS3Name(cfg S3Config) string {

@@ -46,7 +46,7 @@ func CheckMountpoint(dir string, log *slog.Logger) error {
 	}
 	fi, err := os.Stat(dir)
 	if err != nil && !errors.Is(err, syscall.ENOTCONN) {
-		return fmt.Errorf("mountpoint %s: %w: create it with mkdir -p %s", dir, err, dir)
+		return fmt.Errorf("mountpoint %s: %w: create it with mkdir -p %s, or pass --mkdir", dir, err, dir)
 	}
 	if err == nil && !fi.IsDir() {
 		return fmt.Errorf("mountpoint %s is not a directory", dir)

@@ -127,7 +127,7 @@ func TestIngestBadInput(t *testing.T) {
 		{"empty source", []string{"ingest", stores, "--data=2", "--parity=1", empty, "x"}, "no samples found"},
 		{"dotdot key", []string{"ingest", stores, "--data=2", "--parity=1", listing, "x"}, `".."`},
 		{"duplicate key", []string{"ingest", stores, "--data=2", "--parity=1", dup, "x"}, "duplicate key"},
-		{"missing bucket", []string{"ingest", "--stores=" + strings.Replace(strings.Join(c.urls, ","), "/shardfs/", "/nobucket/", 1), "--data=2", "--parity=1", src, "x"}, "bucket does not exist"},
+		{"missing bucket, not to be created", []string{"ingest", "--no-create-buckets", "--stores=" + strings.Replace(strings.Join(c.urls, ","), "/shardfs/", "/nobucket/", 1), "--data=2", "--parity=1", src, "x"}, "bucket does not exist"},
 		{"credentials in URL", []string{"ingest", "--stores=http://user:hunter2@127.0.0.1:1/b,x,y", "--data=2", "--parity=1", src, "x"}, "credentials in URLs are refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,6 +140,21 @@ func TestIngestBadInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("missing bucket is created", func(t *testing.T) {
+		urls := strings.Replace(strings.Join(c.urls, ","), "/shardfs/", "/newbucket/", 1)
+		r := run(t, 2*time.Minute, nil, "ingest", "--stores="+urls, "--data=2", "--parity=1", src, "fresh")
+		if r.code != 0 || !strings.Contains(r.stdout, "created the bucket of store 0") || strings.Contains(r.stdout, "store 1,") {
+			t.Fatalf("ingest into a missing bucket: want it created (store 0 only) and the ingest done: %v", r)
+		}
+		if v := run(t, 2*time.Minute, nil, "verify", "--stores="+urls, "fresh"); v.code != 0 {
+			t.Fatalf("verify after ingest into a created bucket: %v", v)
+		}
+		// Run again: the bucket exists now, and nothing says it was made.
+		r = run(t, 2*time.Minute, nil, "ingest", "--stores="+urls, "--data=2", "--parity=1", "--force", src, "fresh")
+		if r.code != 0 || strings.Contains(r.stdout, "created the bucket") {
+			t.Fatalf("second ingest: %v", r)
+		}
+	})
 	t.Run("wrong credentials", func(t *testing.T) {
 		r := run(t, time.Minute, []string{"AWS_SECRET_ACCESS_KEY=not-the-secret"}, "ingest", stores, "--data=2", "--parity=1", src, "x")
 		if r.code == 0 || !strings.Contains(r.stderr, "access denied") || !strings.Contains(r.stderr, c.urls[0][len("http://"):len("http://")+10]) {

@@ -23,10 +23,12 @@ type ingestFlags struct {
 	blockSize    string
 	seed         uint64
 	force        bool
-	labelFields  []string
-	followLinks  bool
-	part, job    string
-	format       int
+	// noCreateBuckets: a missing bucket is an error, not created.
+	noCreateBuckets bool
+	labelFields     []string
+	followLinks     bool
+	part, job       string
+	format          int
 }
 
 func newIngestCmd(g *globals) *cobra.Command {
@@ -70,6 +72,11 @@ never writes over this one's fragments.`,
 			if err != nil {
 				return err
 			}
+			if !f.noCreateBuckets {
+				if err := createBuckets(cmd.Context(), cmd.OutOrStdout(), stores); err != nil {
+					return err
+				}
+			}
 			if cmd.Flags().Changed("part") {
 				return runIngestPart(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
 			}
@@ -87,6 +94,7 @@ never writes over this one's fragments.`,
 	fl.StringVar(&f.blockSize, "block-size", "64KiB", "checksum block size (at most 1MiB); smaller blocks read less beyond each sample")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the stratified placement into shards")
 	fl.BoolVar(&f.force, "force", false, "replace an existing dataset of the same name")
+	fl.BoolVar(&f.noCreateBuckets, "no-create-buckets", false, "fail on an S3 store whose bucket does not exist, instead of creating it")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "listing fields that form the stratum, e.g. class,site (listings only; default: the field named label, or a CSV's only column besides path; other columns are ignored)")
 	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
@@ -237,4 +245,22 @@ nothing. Pass the same --stores, in the same order, as the parts.`,
 	cmd.Flags().StringVar(&copts.IngestID, "ingest-id", "", "the distributed ingest to commit, when the stores hold finished parts of several")
 	cmd.Flags().BoolVar(&copts.Force, "force", false, "replace an existing dataset of the same name")
 	return cmd
+}
+
+// createBuckets makes the bucket of every S3 store that lacks one, all at
+// once, and says which it made.
+func createBuckets(ctx context.Context, out io.Writer, stores []backend.Store) error {
+	created := make([]bool, len(stores))
+	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
+		var err error
+		created[i], err = backend.EnsureBucket(ctx, s)
+		return err
+	})
+	_, failed := backend.Split(errs)
+	for i, c := range created {
+		if c {
+			fmt.Fprintf(out, "created the bucket of store %d, %s\n", i, stores[i])
+		}
+	}
+	return errors.Join(failed...)
 }

@@ -30,6 +30,9 @@ type mountFlags struct {
 	noPrefetch   bool
 	directIO     bool
 	readTimeout  time.Duration
+	daemon       bool
+	logFile      string
+	mkdir        bool
 	// injectLatency is set only in the test build (testhooks.go).
 	injectLatency string
 }
@@ -58,19 +61,19 @@ func newMountCmd(g *globals) *cobra.Command {
 Every node computes the same global order from --seed with no coordination;
 each rank sees its share. --rank picks the ranks this mount serves: one
 (3), a range (8-15: one mount for a node's 8 GPUs, with one cache), or a
-list; by default every rank 0..W-1 is shown. --epochs 0 makes epochs
-open-ended: any epoch number opens, and the listing shows the epochs opened
-so far and the next few (at most 10,000), so runs of hundreds of epochs need
-no count. The
-daemon prefetches exactly what the order says comes next. Every byte is
+list; by default every rank 0..W-1 is shown. Epochs are open-ended by
+default: any epoch number opens, and the listing shows the epochs opened so
+far and the next few (at most 10,000), so a loop of any number of epochs
+needs no count; --epochs N shows exactly N. The daemon prefetches exactly what the order says comes next. Every byte is
 verified against checksums written at ingest; up to m stores may fail.
 
 Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT. While files in the mount are
 open, the daemon names the processes that hold them and retries the unmount;
 a second Ctrl-C or SIGTERM unmounts lazily and exits (those processes then get
 errors on their open files).`,
-		Example: `  shardfs mount --stores $STORES --rank 3 --world-size 8 --batch-size 256 --seed 17 imagenet-train /mnt/data
-  shardfs mount --stores $STORES --mix web:0.7,books:0.3 --batch-size 256 /mnt/mix`,
+		Example: `  shardfs mount --stores $SHARDFS_STORES --rank 3 --world-size 8 --batch-size 256 --seed 17 imagenet-train /mnt/data
+  shardfs mount --daemon --epochs 0 imagenet-train /mnt/data && python3 train.py /mnt/data
+  shardfs mount --stores $SHARDFS_STORES --mix web:0.7,books:0.3 --batch-size 256 /mnt/mix`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -82,12 +85,23 @@ errors on their open files).`,
 			if f.order.mix != "" {
 				args = []string{"", args[0]}
 			}
+			if f.mkdir {
+				if err := os.MkdirAll(args[1], 0o755); err != nil {
+					return fmt.Errorf("--mkdir: %w", err)
+				}
+			}
+			if f.daemon {
+				return startDaemon(cmd.OutOrStdout(), args[1], f.logFile)
+			}
+			ready := readyPipe()
 			stores, err := g.openStores()
 			if err != nil {
+				reportReady(ready, err)
 				return err
 			}
 			log := g.logger()
 			mt, err := mountDataset(cmd.Context(), log, stores, args[0], args[1], f)
+			reportReady(ready, err)
 			if err != nil {
 				return err
 			}
@@ -99,7 +113,7 @@ errors on their open files).`,
 			return mt.Serve(cmd.Context())
 		},
 	}
-	f.order.register(cmd.Flags(), "all")
+	f.order.register(cmd.Flags(), "all", 0, "number of epochs to show; 0 (the default) is open-ended: any epoch number opens, as a training loop of any length expects")
 	fl := cmd.Flags()
 	fl.StringVar(&f.cacheSize, "cache-size", "2GiB", "memory for verified chunks; half of it may hold prefetched data")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "persistent disk tier below the memory cache, on local disk or NVMe: survives remounts and crashes, shared safely by several mounts")
@@ -112,6 +126,10 @@ errors on their open files).`,
 		"such files cannot be mmap'ed, and a second read of one is served by the daemon again")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
+	fl.BoolVar(&f.daemon, "daemon", false, "run in the background: return once the tree is served (exit 0), or with the mount's error;\n"+
+		"stop the daemon with umount MOUNTPOINT")
+	fl.BoolVar(&f.mkdir, "mkdir", false, "create MOUNTPOINT (and its parents) if missing, as a container whose volume holds only the parent needs")
+	fl.StringVar(&f.logFile, "log-file", "", "with --daemon, where the daemon logs (default: a file in $TMPDIR, printed)")
 	for _, hook := range mountFlagHooks {
 		hook(fl, f)
 	}
@@ -249,6 +267,8 @@ func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, 
 		"uptime", "MB/s", "hit%", "disk%", "lead MB", "lead s", "stalls", "stall s", "degraded", "csum", "hedged")
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	// The totals since the mount started close the output, however it ends.
+	defer func() { printTotals(out, prev) }()
 	for i := 0; count == 0 || i < count; i++ {
 		select {
 		case <-ctx.Done():
@@ -288,6 +308,17 @@ func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, 
 		prev = s
 	}
 	return nil
+}
+
+// printTotals prints the mount's counters since it started.
+func printTotals(out interface{ Write([]byte) (int, error) }, s metrics.Snapshot) {
+	hit := 0.0
+	if s.CacheHits+s.CacheMisses > 0 {
+		hit = 100 * float64(s.CacheHits) / float64(s.CacheHits+s.CacheMisses)
+	}
+	fmt.Fprintf(out, "total since mount (%.0fs): %s served (%.1f MB/s), hit %.1f%%, %d stalls (%.2fs), %d degraded reads, %d checksum failures, %d hedged reads\n",
+		s.UptimeSeconds, humanize.IBytes(uint64(max(s.BytesServed, 0))), float64(s.BytesServed)/1e6/max(s.UptimeSeconds, 1e-9), hit,
+		s.Stalls, s.StallSeconds, s.DegradedReads, s.ChecksumFailures, s.HedgedReads)
 }
 
 // alphaByEpoch lists the alpha of each epoch shown (the first 1,000 when open-ended).

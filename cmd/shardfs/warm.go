@@ -40,8 +40,8 @@ this one trains; mounts with the same --cache-dir then read from local disk.
 
 The order flags must match the mount's (--seed, --world-size, --batch-size,
 --rank, --alpha, --window, --tail, --epoch-size).`,
-		Example: `  shardfs warm --stores $STORES --cache-dir /nvme/shardfs --rank 8-15 --world-size 64 --batch-size 256 --seed 17 imagenet-train
-  shardfs warm --stores $STORES --cache-dir /nvme/shardfs --epoch 1 --batches 100 --rank 3 --world-size 8 --seed 17 imagenet-train`,
+		Example: `  shardfs warm --stores $SHARDFS_STORES --cache-dir /nvme/shardfs --rank 8-15 --world-size 64 --batch-size 256 --seed 17 imagenet-train
+  shardfs warm --stores $SHARDFS_STORES --cache-dir /nvme/shardfs --epoch 1 --batches 100 --rank 3 --world-size 8 --seed 17 imagenet-train`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if f.order.mix != "" {
 				return fmt.Errorf("warm does not take --mix: a mount with --mix fills its own disk tier as it reads")
@@ -56,7 +56,7 @@ The order flags must match the mount's (--seed, --world-size, --batch-size,
 			return runWarm(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, args[0], f)
 		},
 	}
-	f.order.register(cmd.Flags(), "all")
+	f.order.register(cmd.Flags(), "all", 1, "number of epochs to warm, starting at --epoch")
 	fl := cmd.Flags()
 	fl.MarkHidden("mix")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "the disk tier to fill (the mount's --cache-dir)")

@@ -1,0 +1,84 @@
+package backend
+
+// What commands ask of a store beyond its objects: its bucket (ingest
+// creates a missing one) and its clock (doctor measures the skew).
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// EnsureBucket creates the bucket of an S3 store when it does not exist,
+// as restic's init and rclone's mkdir do, and reports whether it did. It
+// finds the S3 store below s's decorators (Unwrap). Other stores have no
+// bucket: a file:// store's directory is made when it is opened.
+func EnsureBucket(ctx context.Context, s Store) (created bool, err error) {
+	if st := s3Below(s); st != nil {
+		return st.ensureBucket(ctx)
+	}
+	return false, nil
+}
+
+// s3Below is the S3 store below s's decorators, or nil if s is not one.
+func s3Below(s Store) *S3 {
+	for {
+		switch st := s.(type) {
+		case *S3:
+			return st
+		case interface{ Unwrap() Store }:
+			s = st.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+func (s *S3) ensureBucket(ctx context.Context) (bool, error) {
+	ok, err := s.client.BucketExists(ctx, s.bucket)
+	if err != nil {
+		return false, s.convert("check bucket", "", err)
+	}
+	if ok {
+		return false, nil
+	}
+	err = s.client.MakeBucket(ctx, s.bucket, minio.MakeBucketOptions{Region: s.region})
+	if minio.ToErrorResponse(err).Code == "BucketAlreadyOwnedByYou" {
+		return false, nil // made meanwhile, by another part of a distributed ingest
+	}
+	if err != nil {
+		return false, s.convert("create bucket", "", err)
+	}
+	return true, nil
+}
+
+// ServerTime asks the S3 store below s's decorators for its clock (the Date
+// header of an unsigned request to its endpoint), to measure the skew that
+// makes signed requests fail. ok is false for stores without a clock
+// (file://).
+func ServerTime(ctx context.Context, s Store) (t time.Time, ok bool, err error) {
+	if st := s3Below(s); st != nil {
+		return st.serverTime(ctx)
+	}
+	return time.Time{}, false, nil
+}
+
+func (s *S3) serverTime(ctx context.Context) (time.Time, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, s.client.EndpointURL().String()+"/", nil)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return time.Time{}, false, &Error{Store: s.name, Op: "read the clock", Err: err}
+	}
+	resp.Body.Close()
+	t, err := http.ParseTime(resp.Header.Get("Date"))
+	if err != nil {
+		return time.Time{}, false, &Error{Store: s.name, Op: "read the clock", Err: fmt.Errorf("no Date header in its answer (%s)", resp.Status)}
+	}
+	return t, true, nil
+}
