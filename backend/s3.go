@@ -129,7 +129,7 @@ func (s *S3) convert(op, key string, err error) error {
 		case "NoSuchKey", "NotFound":
 			err = ErrNotExist
 		case "NoSuchBucket":
-			err = fmt.Errorf("%w %q: create it (mc mb) or fix the store URL", ErrNoBucket, s.bucket)
+			err = fmt.Errorf("%w %q: shardfs ingest creates it; else fix the store URL", ErrNoBucket, s.bucket)
 		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
 			err = fmt.Errorf("%w (%s): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the credentials in the config file", ErrAccessDenied, resp.Code)
 		case "InvalidRange":

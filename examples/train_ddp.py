@@ -56,7 +56,7 @@ def main():
     loader = shardfs.Loader(args.mount, num_workers=args.workers, transform=to_tensor, keys=True)
     classes = loader.classes()
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, len(classes))))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     steps = []
     if os.path.exists(args.checkpoint):
         ck = torch.load(args.checkpoint, weights_only=False)
@@ -76,6 +76,7 @@ def main():
     loss = None
     for epoch in range(loader.epoch, args.epochs):
         loader.set_epoch(epoch)
+        first = loader.batch
         for images, labels, keys in loader:
             loss = nn.functional.cross_entropy(model(images), labels)
             opt.zero_grad()
@@ -98,7 +99,8 @@ def main():
             if args.step_delay:
                 time.sleep(args.step_delay)
         if rank == 0 and loss is not None:
-            print("epoch %d done, loss %.3f" % (epoch, loss.item()), flush=True)
+            print("epoch %d done: batches %d-%d of %d samples on each of %d ranks, loss %.3f"
+                  % (epoch, first, loader.batch - 1, loader.batch_size, world, loss.item()), flush=True)
     if rank == 0 and args.record:
         with open(args.record, "w") as f:
             json.dump({"classes": classes, "steps": steps}, f)

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -136,6 +138,9 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 	}
 	fmt.Fprintf(out, "== serving %s until Ctrl-C. Try:\n   ls %s/epochs/0001/rank-001 | head\n   tar tvf %s/epochs/0000/rank-000/batch-000000.tar | head\n   shardfs stats %s\n",
 		mnt, mnt, mnt, mnt)
+	if _, err := exec.LookPath("shardfs"); err != nil {
+		fmt.Fprintln(out, "   (shardfs is not on PATH: go install ./cmd/shardfs puts it in $(go env GOPATH)/bin)")
+	}
 	err = mt.Serve(ctx)
 	mt = nil
 	return err
@@ -191,11 +196,28 @@ func demoBatchTable(out io.Writer, rankDir string, batches int) error {
 		}
 		counts[r[3]][b]++
 	}
-	total := map[string]int{}
-	for _, r := range rows[1:] {
-		total[r[3]]++
+	// The target is the class's share of the dataset, from info.json.
+	var info struct {
+		Dataset struct {
+			Strata []struct {
+				Name  string `json:"name"`
+				Count int    `json:"count"`
+			} `json:"strata"`
+		} `json:"dataset"`
 	}
-	fmt.Fprintln(out, "   class mix of the first batches of rank 0 (from index.csv; target = 32 x the class's share):")
+	b, err := os.ReadFile(filepath.Join(rankDir, "..", "..", "..", ".shardfs", "info.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return err
+	}
+	total, all := map[string]int{}, 0
+	for _, st := range info.Dataset.Strata {
+		total[st.Name] = st.Count
+		all += st.Count
+	}
+	fmt.Fprintln(out, "   class mix of the first batches of rank 0 (from index.csv; target = 32 x the class's share of the dataset):")
 	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "     class\t")
 	for b := 0; b < batches; b++ {
@@ -208,7 +230,7 @@ func demoBatchTable(out io.Writer, rankDir string, batches int) error {
 		for b := 0; b < batches; b++ {
 			fmt.Fprintf(tw, "%d\t", counts[c][b])
 		}
-		fmt.Fprintf(tw, "%.2f\t\n", 32*float64(total[c])/float64(len(rows)-1))
+		fmt.Fprintf(tw, "%.2f\t\n", 32*float64(total[c])/float64(max(all, 1)))
 	}
 	return tw.Flush()
 }

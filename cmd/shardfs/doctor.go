@@ -97,7 +97,7 @@ func runDoctor(ctx context.Context, out io.Writer, g *globals, name string, f *d
 		c.fail("stores", "%v", err)
 		return errNotReady
 	}
-	up := doctorStores(ctx, c, stores, f.maxSkew)
+	up := doctorStores(ctx, c, stores, f.maxSkew, name != "")
 	if name != "" {
 		switch {
 		case up < len(stores)/2+1:
@@ -121,7 +121,9 @@ func runDoctor(ctx context.Context, out io.Writer, g *globals, name string, f *d
 }
 
 // doctorStores checks every store at once; it returns how many answered.
-func doctorStores(ctx context.Context, c *checker, stores []backend.Store, maxSkew time.Duration) int {
+// Without a dataset to check, a missing bucket is what a node sees before
+// its first ingest, which creates it: not a failure.
+func doctorStores(ctx context.Context, c *checker, stores []backend.Store, maxSkew time.Duration, dataset bool) int {
 	type answer struct {
 		ttfb  time.Duration
 		skew  time.Duration
@@ -152,8 +154,11 @@ func doctorStores(ctx context.Context, c *checker, stores []backend.Store, maxSk
 		switch {
 		case errors.Is(a.err, backend.ErrAccessDenied):
 			c.fail(what, "%v: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the config file's credentials for this host", a.err)
+		case errors.Is(a.err, backend.ErrNoBucket) && dataset:
+			c.fail(what, "%v", a.err)
 		case errors.Is(a.err, backend.ErrNoBucket):
-			c.fail(what, "%v: ingest creates it; or create it yourself", a.err)
+			up++
+			c.ok(what, "%s answered in %v; its bucket does not exist yet: ingest creates it", stores[i], a.ttfb.Round(time.Millisecond))
 		case a.err != nil:
 			c.fail(what, "%v: is the server up, and the URL's host and port right?", a.err)
 		default:
