@@ -2,6 +2,7 @@ package integration
 
 import (
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,11 @@ func TestDemoOnce(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("demo output lacks %q:\n%v", want, r)
 		}
+	}
+	// The target column is 32 x the class's share of the dataset: class00
+	// holds 400 of 1,125 samples.
+	if !regexp.MustCompile(`(?m)^ +class00( +\d+){6} +11\.38$`).MatchString(r.stdout) {
+		t.Fatalf("demo's class table: want class00's target 32 x 400/1125 = 11.38:\n%v", r)
 	}
 	if isMounted(filepath.Join(dir, "mnt")) {
 		t.Fatal("demo --once left its mount up")
