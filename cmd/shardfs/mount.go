@@ -238,7 +238,10 @@ func newStatsCmd() *cobra.Command {
 		Long: `Stats reads MOUNTPOINT/.shardfs/stats.json once a second and prints a
 compact line: throughput, memory cache hit ratio, disk tier hit ratio (with
 --cache-dir), prefetch lead, stalls, degraded reads, checksum failures and
-hedged reads, then each store's state.`,
+hedged reads, then each store's state. It ends with the totals since the
+mount started.`,
+		Example: `  shardfs stats /mnt/data                       # until Ctrl-C
+  shardfs stats --count 10 --interval 5s /mnt/data`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStats(cmd.Context(), cmd.OutOrStdout(), args[0], count, interval)

@@ -54,6 +54,9 @@ Exit status: 0 intact; 1 damaged but recoverable (run shardfs repair);
 every copy of its index);
 3 could not check (a store did not answer, the stores are wrong or out of
 order, the dataset was not found, or the run was interrupted).`,
+		Example: `  shardfs verify imagenet-train                 # stores from SHARDFS_STORES or the config file
+  shardfs verify imagenet-train || shardfs repair imagenet-train
+  shardfs verify --stores http://10.0.0.1:9000/b/ds,...,http://10.0.0.6:9000/b/ds imagenet-train`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stores, err := g.openStores()
@@ -200,6 +203,8 @@ index, are left as they are and named (exit 2); stores that did not answer
 or refused us are named with the cause (exit 3). It writes nothing at all
 when the stores are out of order, or when a store holds another dataset of
 this name, unless --force says to overwrite that store.`,
+		Example: `  shardfs repair imagenet-train                 # after replacing a failed store with an empty one
+  shardfs repair --force imagenet-train         # also overwrite a store that holds another dataset of this name`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stores, err := g.openStores()
