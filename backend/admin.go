@@ -1,12 +1,16 @@
 package backend
 
 // What commands ask of a store beyond its objects: its bucket (ingest
-// creates a missing one) and its clock (doctor measures the skew).
+// creates a missing one), its clock (doctor measures the skew) and the
+// names at its top (list).
 
 import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -81,4 +85,50 @@ func (s *S3) serverTime(ctx context.Context) (time.Time, bool, error) {
 		return time.Time{}, false, &Error{Store: s.name, Op: "read the clock", Err: fmt.Errorf("no Date header in its answer (%s)", resp.Status)}
 	}
 	return t, true, nil
+}
+
+// TopNames lists the first path elements of the keys in s — the names of
+// the datasets it may hold — without listing every key: one delimited
+// listing on S3, one directory read on file://. Other stores list nothing.
+func TopNames(ctx context.Context, s Store) ([]string, error) {
+	for {
+		switch st := s.(type) {
+		case *S3:
+			return st.topNames(ctx)
+		case *Local:
+			return st.topNames()
+		case interface{ Unwrap() Store }:
+			s = st.Unwrap()
+		default:
+			return nil, nil
+		}
+	}
+}
+
+func (s *S3) topNames(ctx context.Context) ([]string, error) {
+	var names []string
+	for obj := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix, Recursive: false}) {
+		if obj.Err != nil {
+			return nil, s.convert("list", "", obj.Err)
+		}
+		if name, ok := strings.CutSuffix(strings.TrimPrefix(obj.Key, s.prefix), "/"); ok && name != "" {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func (l *Local) topNames() ([]string, error) {
+	entries, err := os.ReadDir(l.root)
+	if err != nil {
+		return nil, &Error{Store: l.name, Op: "list", Err: err}
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
 }

@@ -84,7 +84,7 @@ Start with:  shardfs demo`,
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.DurationVar(&g.requestTimeout, "request-timeout", backend.DefaultRequestTimeout,
 		"bound on one store request (plus 1s per MB moved): a store that hangs costs at most this, once")
-	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g))
+	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g), newListCmd(g))
 	for _, c := range testCommands {
 		root.AddCommand(c(g))
 	}

@@ -1,0 +1,42 @@
+package integration
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/dataset"
+)
+
+// TestList: list names every dataset on the stores with its ingest, size
+// and code, and on how many stores its manifest is; a prefix that holds no
+// manifest is not a dataset.
+func TestList(t *testing.T) {
+	c := startCluster(t, 3)
+	ingestSynthetic(t, c.urls, 50, "alpha", 2, 1)
+	ingestSynthetic(t, c.urls, 80, "beta", 2, 1)
+	ctx := context.Background()
+	if err := c.store(t, 0).Put(ctx, "junk/x", []byte("not a dataset")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.store(t, 2).Delete(ctx, dataset.ManifestKey("beta")); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, time.Minute, nil, "list", "--stores="+strings.Join(c.urls, ","))
+	if r.code != 0 {
+		t.Fatalf("list: %v", r)
+	}
+	for _, re := range []string{
+		`(?m)^alpha +\d{8}T\d{6}Z-[0-9a-f]+ +50 +\S+ \S+ +\d+ +RS\(2,1\) +3 of 3 stores$`,
+		`(?m)^beta +\d{8}T\d{6}Z-[0-9a-f]+ +80 +\S+ \S+ +\d+ +RS\(2,1\) +2 of 3 stores$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Fatalf("list output does not match %s:\n%v", re, r)
+		}
+	}
+	if strings.Contains(r.stdout, "junk") || strings.Count(strings.TrimSpace(r.stdout), "\n") != 2 {
+		t.Fatalf("list: want a header and exactly two datasets:\n%v", r)
+	}
+}
