@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,6 +48,34 @@ func writeImages(t *testing.T, counts []int) (src string, pixel map[string][3]in
 		}
 	}
 	return src, pixel
+}
+
+// writeClassImages writes counts[name] one-colour PNG images under
+// dir/<name>/, classes in sorted order.
+func writeClassImages(t *testing.T, dir string, counts map[string]int) {
+	t.Helper()
+	names := make([]string, 0, len(counts))
+	for n := range counts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for c, name := range names {
+		os.MkdirAll(filepath.Join(dir, name), 0o755)
+		for i := 0; i < counts[name]; i++ {
+			img := image.NewRGBA(image.Rect(0, 0, 32, 24))
+			for p := 0; p < len(img.Pix); p += 4 {
+				copy(img.Pix[p:], []byte{uint8(i), uint8(c * 60), uint8(i / 256 * 32), 255})
+			}
+			f, err := os.Create(filepath.Join(dir, name, fmt.Sprintf("%04d.png", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := png.Encode(f, img); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
 }
 
 // orderRow is one row of a rank-epoch's index.csv.

@@ -1,0 +1,153 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/internal/miniotest"
+)
+
+// readmeStep is one "$ " line of a README console block: the command, the
+// output lines shown under it, and the exit status it is said to have.
+type readmeStep struct {
+	line   int
+	cmd    string
+	output []string
+	exit   int
+}
+
+var exitComment = regexp.MustCompile(`#\s*exit (\d+)\s*$`)
+
+// readmeSteps extracts the console blocks of the README section titled
+// section, in order.
+func readmeSteps(t *testing.T, readme, section string) []readmeStep {
+	t.Helper()
+	var steps []readmeStep
+	in, block := false, false
+	sc := bufio.NewScanner(strings.NewReader(readme))
+	for n := 1; sc.Scan(); n++ {
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "## "):
+			in = l == "## "+section
+		case !in:
+		case l == "```console":
+			block = true
+		case block && l == "```":
+			block = false
+		case block && strings.HasPrefix(l, "$ "):
+			st := readmeStep{line: n, cmd: strings.TrimPrefix(l, "$ ")}
+			if m := exitComment.FindStringSubmatch(l); m != nil {
+				st.exit, _ = strconv.Atoi(m[1])
+			}
+			steps = append(steps, st)
+		case block && len(steps) > 0:
+			steps[len(steps)-1].output = append(steps[len(steps)-1].output, l)
+		}
+	}
+	if len(steps) == 0 {
+		t.Fatalf("README has no console blocks under %q", section)
+	}
+	return steps
+}
+
+// normalize makes a line comparable "modulo numbers": every run of digits,
+// with the hex letters and decimal points around it (ids, times, sizes,
+// pids), becomes '#', and runs of spaces one space.
+var numberish = regexp.MustCompile(`[0-9a-f.]*[0-9][0-9a-f.]*`)
+
+func normalize(l string) string {
+	return strings.Join(strings.Fields(numberish.ReplaceAllString(l, "#")), " ")
+}
+
+// TestREADMEWorkflow runs the README's "From zero to a training loop"
+// workflow as written, every "$" line in order in one environment, on six
+// MinIO servers, with a PNG ImageFolder tree of the README's classes. Only
+// the machine-specific parts are replaced: the servers' addresses, ./pets,
+// /mnt/pets and /tmp/pets.ckpt, in the commands and in the output. Each
+// command must exit as the README says, and print each line shown under it,
+// in order (other lines may come between), numbers aside.
+func TestREADMEWorkflow(t *testing.T) {
+	requireTorch(t)
+	requireTool(t, "torchrun")
+	requireTool(t, "fusermount3")
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := readmeSteps(t, string(readme), "From zero to a training loop")
+	repo, _ := filepath.Abs("..")
+	work := t.TempDir()
+	src := filepath.Join(work, "pets")
+	writeClassImages(t, src, map[string]int{"cat": 300, "dog": 200, "bird": 100, "fish": 40})
+	mnt := filepath.Join(work, "mnt", "pets")
+	gobin := filepath.Join(work, "gobin")
+	replace := []string{"./pets", src, "/mnt/pets", mnt, "/tmp/pets.ckpt", filepath.Join(work, "pets.ckpt"),
+		"shardfs-demo-secret", miniotest.SecretKey, "shardfs-demo", miniotest.AccessKey}
+	for i := 0; i < 6; i++ {
+		s := miniotest.Start(t) // no bucket: ingest makes them
+		replace = append(replace, fmt.Sprintf("127.0.0.1:910%d", i), s.Addr)
+	}
+	sub := strings.NewReplacer(replace...)
+	t.Cleanup(func() {
+		if isMounted(mnt) {
+			exec.Command("umount", mnt).Run()
+			if isMounted(mnt) {
+				exec.Command("fusermount3", "-uz", mnt).Run()
+			}
+		}
+	})
+	env := append(os.Environ(), "GOBIN="+gobin, "PATH="+gobin+":"+os.Getenv("PATH"), "PYTHONUNBUFFERED=1")
+	for _, st := range steps {
+		cmdline := sub.Replace(st.cmd)
+		if rest, ok := strings.CutPrefix(cmdline, "export "); ok {
+			for _, kv := range strings.Fields(rest) {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					env = append(env, k+"="+v)
+				}
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+		cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", cmdline)
+		cmd.Dir, cmd.Env = repo, env
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		runErr := cmd.Run()
+		cancel()
+		code := 0
+		if ee, ok := runErr.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if runErr != nil {
+			t.Fatalf("README line %d: %s: %v", st.line, st.cmd, runErr)
+		}
+		if code != st.exit {
+			t.Fatalf("README line %d: %s\nexit %d, the README says %d\nstdout:\n%s\nstderr:\n%s", st.line, st.cmd, code, st.exit, out.String(), errb.String())
+		}
+		got := strings.Split(out.String(), "\n")
+		i := 0
+		for _, want := range st.output {
+			w := normalize(sub.Replace(want))
+			for i < len(got) && normalize(got[i]) != w {
+				i++
+			}
+			if i == len(got) {
+				t.Fatalf("README line %d: %s\nthe README shows\n  %s\nwhich the output lacks (in order, numbers aside):\n%s\nstderr:\n%s", st.line, st.cmd, want, out.String(), errb.String())
+			}
+			i++
+		}
+		t.Logf("README line %d: %s: exit %d, %d lines checked", st.line, st.cmd, code, len(st.output))
+	}
+	if isMounted(mnt) {
+		t.Fatal("the README's workflow ends with umount, but the mount is still up")
+	}
+}
