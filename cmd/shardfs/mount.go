@@ -113,7 +113,8 @@ errors on their open files).`,
 			return mt.Serve(cmd.Context())
 		},
 	}
-	f.order.register(cmd.Flags(), "all", 0, "number of epochs to show; 0 (the default) is open-ended: any epoch number opens, as a training loop of any length expects")
+	f.order.register(cmd.Flags(), orderDefaults{rank: "all", rankHelp: "the ranks to show (8-15: one mount serving a node's 8 GPUs, with one cache; a rank's bytes are fetched only when its files are read)",
+		epochs: 0, epochsHelp: "number of epochs to show; 0 (the default) is open-ended: any epoch number opens, as a training loop of any length expects"})
 	fl := cmd.Flags()
 	fl.StringVar(&f.cacheSize, "cache-size", "2GiB", "memory for verified chunks; half of it may hold prefetched data")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "persistent disk tier below the memory cache, on local disk or NVMe: survives remounts and crashes, shared safely by several mounts")

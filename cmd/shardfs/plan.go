@@ -41,17 +41,25 @@ type orderFlags struct {
 	flags                                   *pflag.FlagSet
 }
 
+// orderDefaults are what differs between the commands that take the order
+// flags: which ranks and how many epochs they handle by default, in words
+// of their own.
+type orderDefaults struct {
+	rank, rankHelp string
+	epochs         int
+	epochsHelp     string
+}
+
 // register adds the order flags to a command. Their defaults are the same
-// in every command but for --epochs, given by the command with its own help:
-// a mount is open-ended, warm and plan handle a count.
-func (f *orderFlags) register(fs *pflag.FlagSet, rankDefault string, epochs int, epochsHelp string) {
+// in every command but for --rank and --epochs (orderDefaults).
+func (f *orderFlags) register(fs *pflag.FlagSet, d orderDefaults) {
 	f.flags = fs
 	fs.StringVar(&f.alphaSchedule, "alpha-schedule", "", "alpha per epoch, linear between points E:A, e.g. 0:0.3,30:1.0 (temperature annealing); before the first and after the last point it holds")
-	fs.StringVar(&f.rank, "rank", rankDefault, "the ranks to show: one (3), a range (8-15: one mount serving a node's 8 GPUs), a list (0,2,5), or all")
+	fs.StringVar(&f.rank, "rank", d.rank, d.rankHelp+": one (3), a range (8-15), a list (0,2,5), or all (also -1)")
 	fs.IntVar(&f.world, "world-size", 1, "number of ranks W; every rank gets the same number of batches")
 	fs.IntVar(&f.batch, "batch-size", 256, "samples per batch B")
 	fs.Uint64Var(&f.seed, "seed", 0, "order seed: same seed, same global order on every node")
-	fs.IntVar(&f.epochs, "epochs", epochs, epochsHelp)
+	fs.IntVar(&f.epochs, "epochs", d.epochs, d.epochsHelp)
 	fs.Float64Var(&f.alpha, "alpha", 1, "class weighting: π_c ∝ n_c^alpha; 1 mirrors the data, 0 balances the classes")
 	fs.IntVar(&f.window, "window", 0, "shards per locality window; 0 shuffles globally (one small GET per sample), S>0 reads whole shards S at a time")
 	fs.StringVar(&f.tail, "tail", "drop", "last partial step: drop (each sample at most once) or pad (each at least once)")
@@ -411,7 +419,8 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 			return printPlan(cmd.Context(), cmd.OutOrStdout(), m, of, lookahead, compareWindow)
 		},
 	}
-	of.register(cmd.Flags(), "0", 1, "number of epochs to plan")
+	of.register(cmd.Flags(), orderDefaults{rank: "0", rankHelp: "the ranks to plan (only rank 0 unless asked: planning every rank of a large world costs as much as serving it)",
+		epochs: 1, epochsHelp: "number of epochs to plan"})
 	cmd.Flags().StringVar(&emit, "emit", "", "write one file of the mount instead of the report: index")
 	cmd.Flags().IntVar(&epoch, "epoch", 0, "epoch for --emit")
 	cmd.Flags().IntVar(&synthetic, "synthetic", 0, "plan a synthetic dataset of N samples (100 classes, 64 MiB shards of ~100 kB samples)")

@@ -56,7 +56,8 @@ The order flags must match the mount's (--seed, --world-size, --batch-size,
 			return runWarm(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, args[0], f)
 		},
 	}
-	f.order.register(cmd.Flags(), "all", 1, "number of epochs to warm, starting at --epoch")
+	f.order.register(cmd.Flags(), orderDefaults{rank: "all", rankHelp: "the ranks whose samples to fetch (the mount's --rank)",
+		epochs: 1, epochsHelp: "number of epochs to warm, starting at --epoch"})
 	fl := cmd.Flags()
 	fl.MarkHidden("mix")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "the disk tier to fill (the mount's --cache-dir)")
