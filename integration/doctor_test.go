@@ -20,7 +20,7 @@ func TestDoctor(t *testing.T) {
 	cache := t.TempDir()
 
 	r := run(t, 2*time.Minute, nil, "doctor", stores, "--cache-dir", cache, "train")
-	for _, want := range []string{"OK    fuse ", "OK    fuse3", "OK    open files", "OK    cache dir", "OK    store 0 ", "OK    store 2 clock", "OK    dataset      train: ingest", "this node is ready"} {
+	for _, want := range []string{"OK    fuse ", "OK    fuse3", "OK    open files", "OK    cache dir", "OK    store 0 ", "OK    store 2 clock", "OK    dataset      train: ingest", "OK    identity     every store is in its place", "this node is ready"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("healthy node: no %q: %v", want, r)
 		}
@@ -53,6 +53,13 @@ func TestDoctor(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(ro); len(entries) != 0 {
 		t.Fatalf("doctor left %d files in the cache dir", len(entries))
+	}
+
+	// Stores given out of order: the dataset check says which order to pass.
+	swapped := "--stores=" + strings.Join([]string{c.urls[2], c.urls[1], c.urls[0]}, ",")
+	r = run(t, 2*time.Minute, nil, "doctor", swapped, "train")
+	if r.code != 1 || !strings.Contains(r.stdout, "FAIL  dataset") || !strings.Contains(r.stdout, "not in the order of its ingest") || !strings.Contains(r.stdout, "--stores "+strings.Join(c.urls, ",")) {
+		t.Fatalf("stores out of order: want exit 1 and the order to pass: %v", r)
 	}
 
 	c.servers[1].Kill()

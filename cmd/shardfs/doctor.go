@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,20 +98,19 @@ func runDoctor(ctx context.Context, out io.Writer, g *globals, name string, f *d
 		c.fail("stores", "%v", err)
 		return errNotReady
 	}
-	up := doctorStores(ctx, c, stores, f.maxSkew, name != "")
+	answered := doctorStores(ctx, c, stores, f.maxSkew, name != "")
+	up := 0
+	for _, a := range answered {
+		if a {
+			up++
+		}
+	}
 	if name != "" {
 		switch {
 		case up < len(stores)/2+1:
 			c.fail("dataset", "%s: not checked: only %d of %d stores answer", name, up, len(stores))
 		default:
-			hctx, cancel := context.WithTimeout(ctx, time.Minute)
-			m, err := dataset.LoadHeader(hctx, stores, name, nil)
-			cancel()
-			if err != nil {
-				c.fail("dataset", "%v", err)
-			} else {
-				c.ok("dataset", "%s: ingest %s, %d samples in %d shards, RS(%d,%d)", name, m.IngestID, samples(m), len(m.Shards), m.Data, m.Parity)
-			}
+			doctorDataset(ctx, c, stores, name, answered)
 		}
 	}
 	if c.failed > 0 {
@@ -120,10 +120,41 @@ func runDoctor(ctx context.Context, out io.Writer, g *globals, name string, f *d
 	return nil
 }
 
-// doctorStores checks every store at once; it returns how many answered.
+// doctorDataset opens the dataset as a mount does (its manifest on a
+// quorum, and every store's identity against its place) and says what it
+// found.
+// Stores that did not answer were named already.
+func doctorDataset(ctx context.Context, c *checker, stores []backend.Store, name string, answered []bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	ds, err := dataset.Open(ctx, stores, name, dataset.Options{LazyIndexes: true, LostIndexesOK: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		c.fail("dataset", "%v", err)
+		return
+	}
+	m := ds.Manifest
+	c.ok("dataset", "%s: ingest %s, %d samples in %d shards, RS(%d,%d)", name, m.IngestID, samples(m), len(m.Shards), m.Data, m.Parity)
+	inPlace := 0
+	for i, p := range ds.Places {
+		switch {
+		case !answered[i]:
+		case p.State == dataset.InPlace:
+			inPlace++
+		case p.State == dataset.Foreign:
+			c.fail("identity", "store %d (%s) holds %s, another dataset or ingest of this name: check --stores, or shardfs repair --force %s to overwrite it", i, stores[i], p.Detail, name)
+		default:
+			c.fail("identity", "store %d (%s): %s: a new or replaced store, or one that did not answer: shardfs verify %s, then shardfs repair %s", i, stores[i], p.Detail, name, name)
+		}
+	}
+	if inPlace == len(stores) {
+		c.ok("identity", "every store is in its place in the ingest's order")
+	}
+}
+
+// doctorStores checks every store at once; it returns which answered.
 // Without a dataset to check, a missing bucket is what a node sees before
 // its first ingest, which creates it: not a failure.
-func doctorStores(ctx context.Context, c *checker, stores []backend.Store, maxSkew time.Duration, dataset bool) int {
+func doctorStores(ctx context.Context, c *checker, stores []backend.Store, maxSkew time.Duration, dataset bool) []bool {
 	type answer struct {
 		ttfb  time.Duration
 		skew  time.Duration
@@ -148,7 +179,7 @@ func doctorStores(ctx context.Context, c *checker, stores []backend.Store, maxSk
 		}
 		return nil
 	})
-	up := 0
+	up := make([]bool, len(stores))
 	for i, a := range answers {
 		what := fmt.Sprintf("store %d", i)
 		switch {
@@ -157,12 +188,12 @@ func doctorStores(ctx context.Context, c *checker, stores []backend.Store, maxSk
 		case errors.Is(a.err, backend.ErrNoBucket) && dataset:
 			c.fail(what, "%v", a.err)
 		case errors.Is(a.err, backend.ErrNoBucket):
-			up++
+			up[i] = true
 			c.ok(what, "%s answered in %v; its bucket does not exist yet: ingest creates it", stores[i], a.ttfb.Round(time.Millisecond))
 		case a.err != nil:
 			c.fail(what, "%v: is the server up, and the URL's host and port right?", a.err)
 		default:
-			up++
+			up[i] = true
 			c.ok(what, "%s answered in %v", stores[i], a.ttfb.Round(time.Millisecond))
 		}
 		switch {
