@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,8 @@ func TestMountDaemonSaysWhenReady(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "mnt")
 	os.Mkdir(dir, 0o755)
 	logFile := dir + ".log"
-	r := run(t, 2*time.Minute, nil, "mount", "--daemon", "--log-file", logFile, stores, "--batch-size=16", "train", dir)
+	readyFile := dir + ".ready"
+	r := run(t, 2*time.Minute, nil, "mount", "--daemon", "--log-file", logFile, "--ready-file", readyFile, stores, "--batch-size=16", "train", dir)
 	m := regexp.MustCompile(`daemon pid (\d+)`).FindStringSubmatch(r.stdout)
 	if r.code != 0 || m == nil {
 		log, _ := os.ReadFile(logFile)
@@ -46,6 +48,9 @@ func TestMountDaemonSaysWhenReady(t *testing.T) {
 			t.Errorf("daemon %d still ran 15s after umount", pid)
 		}
 	})
+	if b, err := os.ReadFile(readyFile); err != nil || string(b) != fmt.Sprintf("%d\n%s\n", pid, dir) {
+		t.Fatalf("--ready-file %s: %q, %v; want the daemon's pid %d and the mountpoint", readyFile, b, err, pid)
+	}
 	// No wait: the command returned, so the tree is there.
 	var info struct {
 		Dataset struct {
@@ -94,6 +99,9 @@ func TestMountDaemonSaysWhenReady(t *testing.T) {
 			t.Fatalf("daemon %d still runs 15s after umount", pid)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(readyFile); !os.IsNotExist(err) {
+		t.Fatalf("--ready-file %s still there after the mount ended: %v", readyFile, err)
 	}
 }
 

@@ -107,3 +107,17 @@ func reportReady(p *os.File, err error) {
 	}
 	p.Close()
 }
+
+// writeReadyFile writes the daemon's pid and the mountpoint to name, whole
+// or not at all (a waiter never sees half of it).
+func writeReadyFile(name, mountpoint string) error {
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d\n%s\n", os.Getpid(), mountpoint)), 0o644); err != nil {
+		return fmt.Errorf("--ready-file: %w", err)
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("--ready-file: %w", err)
+	}
+	return nil
+}

@@ -33,6 +33,7 @@ type mountFlags struct {
 	daemon       bool
 	logFile      string
 	mkdir        bool
+	readyFile    string
 	// injectLatency is set only in the test build (testhooks.go).
 	injectLatency string
 }
@@ -101,6 +102,13 @@ errors on their open files).`,
 			}
 			log := g.logger()
 			mt, err := mountDataset(cmd.Context(), log, stores, args[0], args[1], f)
+			if err == nil && f.readyFile != "" {
+				if err = writeReadyFile(f.readyFile, args[1]); err != nil {
+					mt.Close()
+				} else {
+					defer os.Remove(f.readyFile)
+				}
+			}
 			reportReady(ready, err)
 			if err != nil {
 				return err
@@ -130,6 +138,8 @@ errors on their open files).`,
 	fl.BoolVar(&f.daemon, "daemon", false, "run in the background: return once the tree is served (exit 0), or with the mount's error;\n"+
 		"stop the daemon with umount MOUNTPOINT")
 	fl.BoolVar(&f.mkdir, "mkdir", false, "create MOUNTPOINT (and its parents) if missing, as a container whose volume holds only the parent needs")
+	fl.StringVar(&f.readyFile, "ready-file", "", "write this file (the daemon's pid and the mountpoint) once the tree is served, and remove it when the mount ends:\n"+
+		"for supervisors and init containers that wait for a file")
 	fl.StringVar(&f.logFile, "log-file", "", "with --daemon, where the daemon logs (default: a file in $TMPDIR, printed)")
 	for _, hook := range mountFlagHooks {
 		hook(fl, f)
