@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: MinIO and toxiproxy
 # (built with go install, reused when already in the Go bin directory), fio,
-# fuse3, python3-torch, python3-torchvision and python3-pil. Under CI=true
-# anything missing afterwards is a failure.
+# fuse3, python3-torch, python3-torchvision, python3-pil, python3-pip and
+# python3-setuptools. Under CI=true anything missing afterwards is a failure.
 set -euo pipefail
 
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
@@ -29,6 +29,9 @@ command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need_apt+=(python3-torch)
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || need_apt+=(python3-torchvision)
 /usr/bin/python3 -c 'import PIL' 2>/dev/null || need_apt+=(python3-pil)
+# pip and setuptools: the test that installs python/ as the README says.
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
+/usr/bin/python3 -c 'import setuptools' 2>/dev/null || need_apt+=(python3-setuptools)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: apt-get install ${need_apt[*]}"
@@ -47,6 +50,8 @@ command -v fusermount3 >/dev/null || missing+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || missing+=(python3-torchvision)
 /usr/bin/python3 -c 'import PIL' 2>/dev/null || missing+=(python3-pil)
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+/usr/bin/python3 -c 'import setuptools' 2>/dev/null || missing+=(python3-setuptools)
 if [ ${#missing[@]} -gt 0 ]; then
 	if [ "${CI:-}" = true ]; then
 		echo "deps: CI=true and still missing: ${missing[*]}" >&2
