@@ -36,6 +36,8 @@ and checks every sample against its source, then wipes one store and corrupts
 another and reads rank 1's epoch through the damage. Finally it repairs the
 stores and verifies again. With --once it unmounts and exits; otherwise it
 keeps serving DIR/mnt until Ctrl-C.`,
+		Example: `  shardfs demo --once                # run it all and exit
+  shardfs demo /tmp/demo             # then, in another shell: ls /tmp/demo/mnt/epochs/0000/rank-000`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := "shardfs-demo"
