@@ -180,7 +180,13 @@ func latencyRegime(t *testing.T, r *report, work string) {
 		cpuSteady           cpuUse
 		// CPU seconds per GB moved, by role: the 8 MiB ceiling and window mode.
 		cpuCeil, cpuWin, cpuWinDirect cpuUse
+		// At 20 ms: cold global; the same epoch read again from memory
+		// (--direct-io, so the daemon serves it, not the page cache); an
+		// epoch from the disk tier after a remount; each peer's daemon.
+		cpuGlobal, cpuMem, cpuDisk cpuUse
+		cpuPeer                    []cpuUse
 		peer                          []stat
+		diskTier                      stat // samples/s of an epoch from the disk tier
 		trainerSFS, trPeer            stat
 	}
 	latencies := []struct{ ms, jitter int }{{0, 0}, {20, 5}, {50, 10}}
@@ -209,7 +215,10 @@ func latencyRegime(t *testing.T, r *report, work string) {
 			res.cpuCeil.add(before, procTimes(), b*3)
 			return b / avgSample
 		})
-		shardfs := func(cpu *cpuUse, flags ...string) (stat, stat) {
+		// shardfs reads rank 0's epoch cold with flags, reps times; cpu, if
+		// set, gets the CPU of the cold read, and again, if set, that of a
+		// second read of the same epoch from the same mount.
+		shardfs := func(cpu, again *cpuUse, flags ...string) (stat, stat) {
 			var rate, hedges []float64
 			for i := 0; i < reps; i++ {
 				n++
@@ -231,6 +240,11 @@ func latencyRegime(t *testing.T, r *report, work string) {
 				rate = append(rate, float64(nb*batch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
 				if cpu != nil {
 					cpu.add(before, procTimes(), float64(nb*batch)*avgSample)
+				}
+				if again != nil {
+					before := procTimes()
+					readBatches(tarBatches(rd, nb))
+					again.add(before, procTimes(), float64(nb*batch)*avgSample)
 				}
 				if stop != nil {
 					stop()
@@ -292,12 +306,43 @@ func latencyRegime(t *testing.T, r *report, work string) {
 			}
 			return summarize(rate), summarize(fromStore)
 		}
+		// fromDiskTier reads an epoch into a disk tier (untimed), remounts
+		// on the same tier and times the same epoch read again from it.
+		fromDiskTier := func(cpu *cpuUse) stat {
+			var rate []float64
+			for i := 0; i < reps; i++ {
+				n++
+				tier := filepath.Join(work, fmt.Sprintf("latency-tier-%d", n))
+				mount := func() (*daemon, string) {
+					n++
+					mnt := filepath.Join(work, fmt.Sprintf("latency-disk-%d", n))
+					d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, "mount", stores, "--rank=0", "--batch-size=64",
+						"--window=4", "--direct-io", "--cache-dir="+tier, "lat", mnt)
+					return d, filepath.Join(mnt, "epochs/0000/rank-000")
+				}
+				d, rd := mount()
+				readBatches(tarBatches(rd, nb))
+				d.stop()
+				d, rd = mount()
+				before := procTimes()
+				rate = append(rate, float64(nb*batch)/secs(func() { readBatches(tarBatches(rd, nb)) }))
+				cpu.add(before, procTimes(), float64(nb*batch)*avgSample)
+				d.stop()
+			}
+			return summarize(rate)
+		}
 		if lat.ms == 20 {
 			res.steady, res.steadyStore = steady(&res.cpuSteady)
 		}
-		res.global, res.hedgeG = shardfs(nil, "--window=0")
-		res.window, res.hedgeW = shardfs(&res.cpuWin, "--window=4")
-		res.windowDirect, _ = shardfs(&res.cpuWinDirect, "--window=4", "--direct-io")
+		var cpuGlobal, cpuMem *cpuUse
+		if lat.ms == 20 {
+			cpuGlobal, cpuMem = &res.cpuGlobal, &res.cpuMem
+			res.diskTier = fromDiskTier(&res.cpuDisk)
+		}
+		res.global, res.hedgeG = shardfs(cpuGlobal, nil, "--window=0")
+		res.window, res.hedgeW = shardfs(&res.cpuWin, nil, "--window=4")
+		res.windowDirect, _ = shardfs(&res.cpuWinDirect, cpuMem, "--window=4", "--direct-io")
+		res.cpuPeer = make([]cpuUse, len(peers))
 		for pi, p := range peers {
 			res.peer = append(res.peer, repeat(func() float64 {
 				n++
@@ -305,7 +350,10 @@ func latencyRegime(t *testing.T, r *report, work string) {
 				name, args := p.cmd(mnt)
 				d := startMount(t, mnt, exists(filepath.Join(mnt, "class00")), nil, name, args...)
 				defer d.stop()
-				return readBatches(peerFiles(mnt))
+				before := procTimes()
+				rate := readBatches(peerFiles(mnt))
+				res.cpuPeer[pi].add(before, procTimes(), float64(peerBatch*batch)*avgSample)
+				return rate
 			}))
 		}
 		if lat.ms == 20 {
@@ -402,6 +450,32 @@ func latencyRegime(t *testing.T, r *report, work string) {
 			res = results[i]
 		}
 	}
+	// CPU per GB served: what the daemon costs a training node's cores,
+	// against the bare client receiving the same bytes in the same run.
+	bare := res.cpuCeil.perGB("reader")
+	r.printf("**CPU seconds per GB served at 20 ms** (the serving process's user + system time from /proc, over the bytes it served; the bare client is minio-go receiving 8 MiB GETs through the same proxy, in this test process; one run of each row per repetition):\n\n")
+	r.printf("| | CPU s per GB | of which in the kernel | minor page faults per GB | × the bare client | samples/s |\n|---|---|---|---|---|---|\n")
+	r.printf("| bare minio-go client, 8 MiB GETs | %.2f | %.2f | %.0f | 1.00× | %s |\n", bare, res.cpuCeil.sysPerGB("reader"), res.cpuCeil.faultsPerGB("reader"), res.large)
+	for _, row := range []struct {
+		name string
+		c    *cpuUse
+		rate stat
+	}{{"shardfs, cold, global order", &res.cpuGlobal, res.global}, {"shardfs, cold, --window 4", &res.cpuWin, res.window},
+		{"shardfs, cold, --window 4 --direct-io", &res.cpuWinDirect, res.windowDirect},
+		{"shardfs, steady state (3× the cache, epoch 1)", &res.cpuSteady, res.steady},
+		{"shardfs, the same epoch again from memory (--direct-io)", &res.cpuMem, stat{}},
+		{"shardfs, an epoch from the disk tier after a remount", &res.cpuDisk, res.diskTier}} {
+		rate := "-"
+		if row.rate.med > 0 {
+			rate = row.rate.String()
+		}
+		r.printf("| %s | %.2f | %.2f | %.0f | %.2f× | %s |\n", row.name, row.c.perGB("shardfs daemon"), row.c.sysPerGB("shardfs daemon"), row.c.faultsPerGB("shardfs daemon"), row.c.perGB("shardfs daemon")/bare, rate)
+	}
+	for i, p := range peers {
+		c := &res.cpuPeer[i]
+		r.printf("| %s (first %d batches) | %.2f | %.2f | %.0f | %.2f× | %s |\n", p.name, peerBatch, c.perGB("peer daemon"), c.sysPerGB("peer daemon"), c.faultsPerGB("peer daemon"), c.perGB("peer daemon")/bare, res.peer[i])
+	}
+	r.printf("\n")
 	// Where the cores go: the limit of any reader through FUSE on this machine.
 	r.printf("**Where the cores go at 20 ms** (CPU seconds per GB moved, all repetitions; kernel time is charged to the process whose system call it is, so FUSE's copies are in the reader's and the daemon's):\n\n")
 	r.printf("| | MinIO | toxiproxy | shardfs daemon | reader | total | GB/s on %d cores at this cost |\n|---|---|---|---|---|---|---|\n", runtime.NumCPU())
@@ -559,6 +633,8 @@ func roleOf(name string) string {
 		return "shardfs daemon"
 	case strings.HasSuffix(name, ".test"):
 		return "reader"
+	case name == "rclone" || name == "s3fs":
+		return "peer daemon"
 	}
 	return ""
 }
