@@ -499,9 +499,7 @@ func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string
 		for _, prefix := range []string{dataset.DataPrefix(name), dataset.IndexPrefix(name)} {
 			ks, err := s.List(ctx, prefix)
 			errs = append(errs, err)
-			for _, k := range ks {
-				keys = append(keys, k)
-			}
+			keys = append(keys, ks...)
 		}
 		if err := errors.Join(errs...); err != nil {
 			log.Warn("could not list old fragments and indexes", "store", s.String(), "err", err)

@@ -65,7 +65,6 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 		}
 		fmt.Fprintf(out, "== wrote demo dataset %s: %s in 10 classes\n", src, humanize.IBytes(uint64(n)))
 	}
-	var urls []string
 	var stores []backend.Store
 	for i := 0; i < 6; i++ {
 		u := "file://" + filepath.Join(dir, fmt.Sprintf("store%d", i))
@@ -73,7 +72,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 		if err != nil {
 			return err
 		}
-		urls, stores = append(urls, u), append(stores, s)
+		stores = append(stores, s)
 	}
 	fmt.Fprintf(out, "== ingest into 6 local stores %s/store{0..5}, RS(4,2)\n", dir)
 	if _, err := runIngest(ctx, log, out, stores, &ingestFlags{data: 4, parity: 2, shardSize: "8MiB", blockSize: "64KiB", force: true}, src, "demo"); err != nil {

@@ -34,8 +34,6 @@ type mountFlags struct {
 	logFile      string
 	mkdir        bool
 	readyFile    string
-	// injectLatency is set only in the test build (testhooks.go).
-	injectLatency string
 }
 
 // Set only by the test build of the binary (build tag shardfs_testhooks,

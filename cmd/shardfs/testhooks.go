@@ -22,9 +22,12 @@ import (
 	"github.com/shardfs/shardfs/internal/faultstore"
 )
 
+// injectLatencyFlag is mount's hidden --inject-latency, in this build only.
+var injectLatencyFlag string
+
 func init() {
 	mountFlagHooks = append(mountFlagHooks, func(fl *pflag.FlagSet, f *mountFlags) {
-		fl.StringVar(&f.injectLatency, "inject-latency", "", "testing only: delay every store request, e.g. 20ms±10ms")
+		fl.StringVar(&injectLatencyFlag, "inject-latency", "", "testing only: delay every store request, e.g. 20ms±10ms")
 		fl.MarkHidden("inject-latency")
 	})
 	wrapStores = injectLatency
@@ -34,10 +37,10 @@ func init() {
 // injectLatency wraps every store in the fault-injecting store with
 // --inject-latency's delay, for stall measurements only.
 func injectLatency(stores []backend.Store, f *mountFlags, log *slog.Logger) ([]backend.Store, error) {
-	if f.injectLatency == "" {
+	if injectLatencyFlag == "" {
 		return stores, nil
 	}
-	d, j, err := parseLatency(f.injectLatency)
+	d, j, err := parseLatency(injectLatencyFlag)
 	if err != nil {
 		return nil, err
 	}
