@@ -145,12 +145,20 @@ func exists(p string) func() bool {
 }
 
 // report accumulates BENCHMARKS.md.
+// report is the markdown a run writes: its head (what was measured, on
+// what), then the tables that lead (CPU per GB served), then each
+// scenario's section in turn.
 type report struct {
-	b      strings.Builder
-	charts []chart
+	head, lead, b strings.Builder
+	charts        []chart
 }
 
 func (r *report) printf(format string, args ...any) { fmt.Fprintf(&r.b, format, args...) }
+
+// leadf writes to the part that comes right after the head.
+func (r *report) leadf(format string, args ...any) { fmt.Fprintf(&r.lead, format, args...) }
+
+func (r *report) text() string { return r.head.String() + r.lead.String() + r.b.String() }
 
 func TestBenchmarks(t *testing.T) {
 	for _, tool := range []string{"fio", "fusermount3", "rclone", "s3fs"} {
@@ -177,9 +185,9 @@ func TestBenchmarks(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &report{}
-	r.printf("# shardfs benchmarks\n\nMeasured by `scripts/bench.sh` on %s. Every figure is the median of %d repetitions in the same run, with min–max in parentheses; compare ratios, not absolute numbers, across machines.\n\n",
+	fmt.Fprintf(&r.head, "# shardfs benchmarks\n\nMeasured by `scripts/bench.sh` on %s. Every figure is the median of %d repetitions in the same run, with min–max in parentheses; compare ratios, not absolute numbers, across machines.\n\n",
 		machine(), reps)
-	r.printf("Workload: %d samples of 50–150 kB in 10 imbalanced classes (%.0f MB), read whole for one epoch by 8 reader threads unless stated.\n\n", 10_000, float64(total)/1e6)
+	fmt.Fprintf(&r.head, "Workload: %d samples of 50–150 kB in 10 imbalanced classes (%.0f MB), read whole for one epoch by 8 reader threads unless stated.\n\n", 10_000, float64(total)/1e6)
 
 	// SHARDFS_BENCH_ONLY=epochs (a comma-separated list) runs only those
 	// scenarios and writes their section to docs/bench/<names>.md, leaving
@@ -205,7 +213,7 @@ func TestBenchmarks(t *testing.T) {
 	}
 	if only != "" {
 		md := filepath.Join(outDir, strings.ReplaceAll(only, ",", "-")+".md")
-		if err := os.WriteFile(md, []byte(r.b.String()), 0o644); err != nil {
+		if err := os.WriteFile(md, []byte(r.text()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("wrote %s", md)
@@ -223,7 +231,7 @@ func TestBenchmarks(t *testing.T) {
 	}
 	// The numbers first: a chart that fails to draw must not lose a run.
 	md := filepath.Join(outDir, "..", "..", "BENCHMARKS.md")
-	if err := os.WriteFile(md, []byte(r.b.String()), 0o644); err != nil {
+	if err := os.WriteFile(md, []byte(r.text()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s", md)
