@@ -185,9 +185,9 @@ func latencyRegime(t *testing.T, r *report, work string) {
 		// epoch from the disk tier after a remount; each peer's daemon.
 		cpuGlobal, cpuMem, cpuDisk cpuUse
 		cpuPeer                    []cpuUse
-		peer                          []stat
-		diskTier                      stat // samples/s of an epoch from the disk tier
-		trainerSFS, trPeer            stat
+		peer                       []stat
+		diskTier                   stat // samples/s of an epoch from the disk tier
+		trainerSFS, trPeer         stat
 	}
 	latencies := []struct{ ms, jitter int }{{0, 0}, {20, 5}, {50, 10}}
 	// SHARDFS_BENCH_PROFILE=DIR: only 20 ms, and a CPU profile of each shardfs
