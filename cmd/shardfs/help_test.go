@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -31,5 +33,26 @@ func TestEveryCommandTeaches(t *testing.T) {
 	}
 	if n < 12 {
 		t.Fatalf("%d commands found, want at least the 12 shipped ones", n)
+	}
+}
+
+// TestHelpConfigExampleParses: the config file shown in shardfs --help is
+// one the config loader accepts, with its stores and both credentials.
+func TestHelpConfigExampleParses(t *testing.T) {
+	long := newRoot().Long
+	start, end := strings.Index(long, "{\"stores\""), strings.LastIndex(long, "}}}")
+	if start < 0 || end < start {
+		t.Fatal("shardfs --help shows no config file")
+	}
+	name := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(name, []byte(long[start:end+3]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := (&globals{configPath: name}).loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Stores) != 2 || c.Credentials["default"].AccessKeyID != "..." || c.Credentials["10.0.0.2:9000"].SecretAccessKey != "..." {
+		t.Fatalf("the help's config parsed as %+v", c)
 	}
 }

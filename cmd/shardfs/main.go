@@ -74,7 +74,17 @@ Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
 AWS_SESSION_TOKEN, the AWS shared credentials file, or the shardfs config
 file. They are never accepted in argv and never printed.
 
-Start with:  shardfs demo`,
+The stores come from --stores, else SHARDFS_STORES, else the config file
+(--config, else SHARDFS_CONFIG, else ~/.config/shardfs/config.json):
+
+  {"stores": ["http://10.0.0.1:9000/b0/ds", "http://10.0.0.2:9000/b1/ds"],
+   "credentials": {"default": {"access_key_id": "...", "secret_access_key": "..."},
+                   "10.0.0.2:9000": {"access_key_id": "...", "secret_access_key": "..."}}}
+
+Credentials are looked up by the store's host:port, then "default", then
+the AWS environment and shared credentials file.
+
+Start with:  shardfs demo            Check a node with:  shardfs doctor NAME`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
