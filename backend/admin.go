@@ -21,23 +21,24 @@ import (
 // finds the S3 store below s's decorators (Unwrap). Other stores have no
 // bucket: a file:// store's directory is made when it is opened.
 func EnsureBucket(ctx context.Context, s Store) (created bool, err error) {
-	if st := s3Below(s); st != nil {
+	if st, ok := below[*S3](s); ok {
 		return st.ensureBucket(ctx)
 	}
 	return false, nil
 }
 
-// s3Below is the S3 store below s's decorators, or nil if s is not one.
-func s3Below(s Store) *S3 {
+// below finds the store of type T below s's decorators (Unwrap), if s is one.
+func below[T Store](s Store) (T, bool) {
 	for {
-		switch st := s.(type) {
-		case *S3:
-			return st
-		case interface{ Unwrap() Store }:
-			s = st.Unwrap()
-		default:
-			return nil
+		if t, ok := s.(T); ok {
+			return t, true
 		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			var none T
+			return none, false
+		}
+		s = u.Unwrap()
 	}
 }
 
@@ -64,7 +65,7 @@ func (s *S3) ensureBucket(ctx context.Context) (bool, error) {
 // makes signed requests fail. ok is false for stores without a clock
 // (file://).
 func ServerTime(ctx context.Context, s Store) (t time.Time, ok bool, err error) {
-	if st := s3Below(s); st != nil {
+	if st, ok := below[*S3](s); ok {
 		return st.serverTime(ctx)
 	}
 	return time.Time{}, false, nil
@@ -91,18 +92,13 @@ func (s *S3) serverTime(ctx context.Context) (time.Time, bool, error) {
 // the datasets it may hold — without listing every key: one delimited
 // listing on S3, one directory read on file://. Other stores list nothing.
 func TopNames(ctx context.Context, s Store) ([]string, error) {
-	for {
-		switch st := s.(type) {
-		case *S3:
-			return st.topNames(ctx)
-		case *Local:
-			return st.topNames()
-		case interface{ Unwrap() Store }:
-			s = st.Unwrap()
-		default:
-			return nil, nil
-		}
+	if st, ok := below[*S3](s); ok {
+		return st.topNames(ctx)
 	}
+	if l, ok := below[*Local](s); ok {
+		return l.topNames()
+	}
+	return nil, nil
 }
 
 func (s *S3) topNames(ctx context.Context) ([]string, error) {

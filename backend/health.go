@@ -109,46 +109,55 @@ func (h *Health) Unwrap() Store { return h.Store }
 
 // ReadAt reads through the store and records the outcome.
 func (h *Health) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
-	return h.observe(ctx, func(ctx context.Context) error { return h.Store.ReadAt(ctx, key, p, off) })
+	ctx, rd := h.begin(ctx)
+	err := h.Store.ReadAt(ctx, key, p, off)
+	h.end(rd, err)
+	return err
 }
 
 // ReadAtV reads through the store and records the outcome.
 func (h *Health) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
-	return h.observe(ctx, func(ctx context.Context) error { return h.Store.ReadAtV(ctx, key, bufs, off) })
+	ctx, rd := h.begin(ctx)
+	err := h.Store.ReadAtV(ctx, key, bufs, off)
+	h.end(rd, err)
+	return err
 }
 
-// observe runs read as a read in flight, then records a success with the
-// time to its first byte, or a strike for a store fault. A missing object,
-// a short one or a caller that gave up says nothing about the store.
-func (h *Health) observe(ctx context.Context, read func(context.Context) error) error {
+// begin registers a read in flight, with a FirstByte in its context (the
+// caller's, if it passed one).
+func (h *Health) begin(ctx context.Context) (context.Context, *pendingRead) {
 	fb, _ := ctx.Value(firstByteKey{}).(*FirstByte)
 	if fb == nil {
 		fb = &FirstByte{}
 		ctx = WithFirstByte(ctx, fb)
 	}
-	start := time.Now()
-	rd := &pendingRead{start: start, fb: fb}
+	rd := &pendingRead{start: time.Now(), fb: fb}
 	h.mu.Lock()
 	if h.reads == nil {
 		h.reads = map[*pendingRead]struct{}{}
 	}
 	h.reads[rd] = struct{}{}
 	h.mu.Unlock()
-	err := read(ctx)
+	return ctx, rd
+}
+
+// end records the read's outcome: a success with the time to its first
+// byte, or a strike for a store fault. A missing object, a short one or a
+// caller that gave up says nothing about the store.
+func (h *Health) end(rd *pendingRead, err error) {
 	h.mu.Lock()
 	delete(h.reads, rd)
 	h.mu.Unlock()
 	switch {
 	case err == nil:
-		d := time.Since(start)
-		if first, ok := fb.Since(start); ok {
+		d := time.Since(rd.start)
+		if first, ok := rd.fb.Since(rd.start); ok {
 			d = first
 		}
 		h.ok(d)
 	case IsStoreFault(err):
 		h.strike(1)
 	}
-	return err
 }
 
 // IsStoreFault reports whether err says the store itself is sick

@@ -116,11 +116,11 @@ func againstBaseline(t *testing.T, r *report, work string) {
 	}
 	slices.Sort(all)
 	r.printf("\nAll %d pairs: geometric mean ratio %.3f, median %.3f, %d of %d pairs at or above 1.\n\n",
-		len(all), math.Exp(logSum/float64(len(all))), all[len(all)/2], len(all)-sort0(all, 1), len(all))
+		len(all), math.Exp(logSum/float64(len(all))), all[len(all)/2], len(all)-countBelow(all, 1), len(all))
 }
 
-// sort0 is how many of the sorted xs are below v.
-func sort0(xs []float64, v float64) int {
+// countBelow is how many of the sorted xs are below v.
+func countBelow(xs []float64, v float64) int {
 	i, _ := slices.BinarySearch(xs, v)
 	return i
 }

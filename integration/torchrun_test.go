@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"image"
-	"image/color"
 	"image/png"
 	"os"
 	"os/exec"
@@ -17,43 +16,12 @@ import (
 	"time"
 )
 
-// writeImages writes counts[c] PNG images of class c under src/c<c>/, each
-// one colour: red and green number the image, blue is 40 × its class, so
-// the first pixel of a decoded sample names it.
-func writeImages(t *testing.T, counts []int) (src string, pixel map[string][3]int) {
-	t.Helper()
-	src, pixel = t.TempDir(), map[string][3]int{}
-	id := 0
-	for c, n := range counts {
-		dir := filepath.Join(src, fmt.Sprintf("c%d", c))
-		os.MkdirAll(dir, 0o755)
-		for i := 0; i < n; i++ {
-			id++
-			px := [3]int{id % 256, id / 256 * 16, 40 * c}
-			img := image.NewRGBA(image.Rect(0, 0, 20, 12))
-			for y := 0; y < 12; y++ {
-				for x := 0; x < 20; x++ {
-					img.Set(x, y, color.RGBA{uint8(px[0]), uint8(px[1]), uint8(px[2]), 255})
-				}
-			}
-			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%04d.png", i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := png.Encode(f, img); err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
-			pixel[fmt.Sprintf("c%d/%04d", c, i)] = px
-		}
-	}
-	return src, pixel
-}
-
 // writeClassImages writes counts[name] one-colour PNG images under
-// dir/<name>/, classes in sorted order.
-func writeClassImages(t *testing.T, dir string, counts map[string]int) {
+// dir/<name>/NNNN.png, classes in sorted order, and returns each image's
+// colour by key (<name>/NNNN), so a decoded sample's first pixel names it.
+func writeClassImages(t *testing.T, dir string, counts map[string]int) map[string][3]int {
 	t.Helper()
+	pixel := map[string][3]int{}
 	names := make([]string, 0, len(counts))
 	for n := range counts {
 		names = append(names, n)
@@ -62,9 +30,11 @@ func writeClassImages(t *testing.T, dir string, counts map[string]int) {
 	for c, name := range names {
 		os.MkdirAll(filepath.Join(dir, name), 0o755)
 		for i := 0; i < counts[name]; i++ {
+			px := [3]int{i % 256, c * 60 % 256, i / 256 * 32 % 256}
+			pixel[fmt.Sprintf("%s/%04d", name, i)] = px
 			img := image.NewRGBA(image.Rect(0, 0, 32, 24))
 			for p := 0; p < len(img.Pix); p += 4 {
-				copy(img.Pix[p:], []byte{uint8(i), uint8(c * 60), uint8(i / 256 * 32), 255})
+				copy(img.Pix[p:], []byte{uint8(px[0]), uint8(px[1]), uint8(px[2]), 255})
 			}
 			f, err := os.Create(filepath.Join(dir, name, fmt.Sprintf("%04d.png", i)))
 			if err != nil {
@@ -76,6 +46,7 @@ func writeClassImages(t *testing.T, dir string, counts map[string]int) {
 			f.Close()
 		}
 	}
+	return pixel
 }
 
 // orderRow is one row of a rank-epoch's index.csv.
@@ -135,7 +106,8 @@ func TestTorchrunKillAndResume(t *testing.T) {
 	torchrun := requireTool(t, "torchrun")
 	c := startCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
-	src, pixel := writeImages(t, []int{150, 100, 70, 40}) // 360 images
+	src := t.TempDir()
+	pixel := writeClassImages(t, src, map[string]int{"c0": 150, "c1": 100, "c2": 70, "c3": 40}) // 360 images
 	if r := run(t, 3*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=256KiB", src, "pets"); r.code != 0 {
 		t.Fatalf("ingest: %v", r)
 	}

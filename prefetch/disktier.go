@@ -59,21 +59,19 @@ func (d direct) readPieces(ctx context.Context, shard int, pieces []piece) error
 // cannot all be looked up (Catalog.Complete is false) passes straight to
 // next.
 type DiskTier struct {
-	next     Fetcher
-	direct   direct
-	disk     *cache.Disk
-	cat      Catalog
-	mergeGap int64
+	next direct // the wrapped Fetcher, and how it reads pieces
+	disk *cache.Disk
+	cat  Catalog
 }
 
 // NewDiskTier returns the tier disk in front of next. Missing samples at
 // most mergeGap apart are fetched from next as one range.
 func NewDiskTier(next Fetcher, disk *cache.Disk, cat Catalog, mergeGap int64) *DiskTier {
-	return &DiskTier{next: next, direct: direct{next, mergeGap}, disk: disk, cat: cat, mergeGap: mergeGap}
+	return &DiskTier{next: direct{next, mergeGap}, disk: disk, cat: cat}
 }
 
 // Unwrap returns the Fetcher the tier is in front of.
-func (t *DiskTier) Unwrap() Fetcher { return t.next }
+func (t *DiskTier) Unwrap() Fetcher { return t.next.Fetcher }
 
 // ReadRange returns the verified bytes [off, off+n) of shard.
 func (t *DiskTier) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
@@ -102,13 +100,10 @@ func (t *DiskTier) slot(shard, first, i int) cache.Slot {
 
 // sampleSlot is where sample s lies in the tier.
 func (t *DiskTier) sampleSlot(s int) cache.Slot {
-	shard, _, _ := t.cat.Locate(s)
+	shard, off, size := t.cat.Locate(s)
 	first, _ := t.cat.ShardSamples(shard)
-	return t.slot(shard, first, s)
+	return cache.Slot{Shard: shard, Index: s - first, Off: off, Size: size, Sum: t.cat.SampleSum(s)}
 }
-
-// holds reports whether the tier holds sample s (a marker; not verified).
-func (t *DiskTier) holds(s int) bool { return t.disk.Has(t.sampleSlot(s)) }
 
 // advise asks the kernel to bring sample s into its page cache, if the tier
 // holds it, and reports whether it does.
@@ -128,7 +123,7 @@ func (t *DiskTier) readPieces(ctx context.Context, shard int, pieces []piece) er
 		return nil
 	}
 	if !t.cat.Complete(shard) {
-		return t.direct.readPieces(ctx, shard, pieces)
+		return t.next.readPieces(ctx, shard, pieces)
 	}
 	// copyIn copies the part of b (shard bytes from at) that falls in the pieces.
 	copyIn := func(b []byte, at int64) {
@@ -190,7 +185,7 @@ func (t *DiskTier) readPieces(ctx context.Context, shard int, pieces []piece) er
 				continue
 			}
 		}
-		if k := len(runs) - 1; k >= 0 && sl.Off-runs[k].hi <= t.mergeGap {
+		if k := len(runs) - 1; k >= 0 && sl.Off-runs[k].hi <= t.next.mergeGap {
 			runs[k].hi, runs[k].last = sl.Off+sl.Size, i
 		} else {
 			runs = append(runs, run{sl.Off, sl.Off + sl.Size, i, i})

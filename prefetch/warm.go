@@ -30,14 +30,14 @@ func (r *Reader) Warm(ctx context.Context, samples []int32, progress func(bytes 
 			continue
 		}
 		seen[s] = true
-		shard, off, size := r.cat.Locate(int(s))
-		if size > maxDiskSample || r.tier.holds(int(s)) {
+		sl := r.tier.sampleSlot(int(s))
+		if sl.Size > maxDiskSample || r.tier.disk.Has(sl) {
 			if progress != nil {
-				progress(size)
+				progress(sl.Size)
 			}
 			continue
 		}
-		byShard[shard] = append(byShard[shard], want{off, size})
+		byShard[sl.Shard] = append(byShard[sl.Shard], want{sl.Off, sl.Size})
 	}
 	shards := make([]int, 0, len(byShard))
 	for sh := range byShard {

@@ -63,15 +63,16 @@ each rank sees its share. --rank picks the ranks this mount serves: one
 list; by default every rank 0..W-1 is shown. Epochs are open-ended by
 default: any epoch number opens, and the listing shows the epochs opened so
 far and the next few (at most 10,000), so a loop of any number of epochs
-needs no count; --epochs N shows exactly N. The daemon prefetches exactly what the order says comes next. Every byte is
-verified against checksums written at ingest; up to m stores may fail.
+needs no count; --epochs N shows exactly N. The daemon prefetches exactly
+what the order says comes next. Every byte is verified against checksums
+written at ingest; up to m stores may fail.
 
 Stop with Ctrl-C, SIGTERM or umount MOUNTPOINT. While files in the mount are
 open, the daemon names the processes that hold them and retries the unmount;
 a second Ctrl-C or SIGTERM unmounts lazily and exits (those processes then get
 errors on their open files).`,
 		Example: `  shardfs mount --stores $SHARDFS_STORES --rank 3 --world-size 8 --batch-size 256 --seed 17 imagenet-train /mnt/data
-  shardfs mount --daemon --epochs 0 imagenet-train /mnt/data && python3 train.py /mnt/data
+  shardfs mount --daemon --mkdir imagenet-train /mnt/data && python3 train.py /mnt/data
   shardfs mount --stores $SHARDFS_STORES --mix web:0.7,books:0.3 --batch-size 256 /mnt/mix`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -83,9 +83,8 @@ class BatchDataset(IterableDataset):
         self.decode, self.transform, self.keys = decode, transform, keys
         self.epoch, self.start = 0, 0
 
-    def rank_dir(self, epoch=None):
-        e = self.epoch if epoch is None else epoch
-        return os.path.join(self.mount, "epochs", "%04d" % e, "rank-%03d" % self.rank)
+    def rank_dir(self):
+        return os.path.join(self.mount, "epochs", "%04d" % self.epoch, "rank-%03d" % self.rank)
 
     def batches(self):
         """The batch tars of this rank-epoch, in order."""
@@ -166,6 +165,7 @@ class Loader:
             self.epoch, self.batch = epoch, 0
 
     def __len__(self):
+        """Batches of this rank in the current epoch, from its first."""
         self.dataset.epoch = self.epoch
         return len(self.dataset.batches())
 
