@@ -262,10 +262,10 @@ func refuseCommitted(ctx context.Context, opts Options, id string, log *slog.Log
 // computes the same plan on its own. Sample and block checksums are filled
 // as shards are encoded.
 func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error) {
-	m := &manifest.Manifest{Version: manifest.Version, Header: manifest.Header{
+	m := &manifest.Manifest{Header: manifest.Header{
 		Name: opts.Name, IngestID: ingestID, CreatedUnix: time.Now().Unix(),
 		Seed: opts.Seed, Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize, ShardSize: opts.ShardSize,
-		LabelFields: src.LabelFields,
+		LabelFields: src.LabelFields, Fields: src.Fields, Derived: src.Derived,
 	}}
 	for _, s := range opts.Stores {
 		m.Stores = append(m.Stores, s.String())
@@ -287,6 +287,9 @@ func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error
 	for si, shard := range shards {
 		for _, it := range shard {
 			m.Samples.Append(src.Items[it].Key, strata[it], uint32(si), uint32(src.Items[it].Size), 0)
+			if src.Fields != nil {
+				m.Samples.AppendFields(strings.Join(src.Items[it].Fields, manifest.FieldSep))
+			}
 		}
 	}
 	if err := m.Finish(); err != nil {

@@ -102,6 +102,10 @@ func partIngestID(src *Source, opts Options, job string, parts int) string {
 			h.Write([]byte{0})
 			h.Write([]byte(l))
 		}
+		for _, f := range it.Fields {
+			h.Write([]byte{2})
+			h.Write([]byte(f))
+		}
 		h.Write([]byte{1})
 	}
 	return "job-" + hex.EncodeToString(h.Sum(nil)[:8])
@@ -118,6 +122,8 @@ type partRecord struct {
 	Data, Parity, BlockSize int
 	ShardSize               int64
 	LabelFields             []string
+	Fields                  []string
+	Derived                 []manifest.Derived
 	Strata                  []manifest.Stratum
 	Shards, Samples         int // in the whole plan
 	Owned                   []partShard
@@ -265,7 +271,7 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	}
 	rec := &partRecord{Format: 1, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count,
 		Seed: m.Seed, Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
-		LabelFields: m.LabelFields, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len()}
+		LabelFields: m.LabelFields, Fields: m.Fields, Derived: m.Derived, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len()}
 	for _, si := range owned {
 		ps := partShard{ShardIndex: *manifest.ShardIndexOf(m, si), FragLen: m.FragSize(si)}
 		if indexSize != nil {
@@ -695,7 +701,8 @@ func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manif
 	owner := make([]*partShard, r0.Shards)
 	for _, r := range recs {
 		if r.Metadata != r0.Metadata || r.Seed != r0.Seed || r.Data != r0.Data || r.Parity != r0.Parity || r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize ||
-			r.Shards != r0.Shards || r.Samples != r0.Samples || !slices.Equal(r.LabelFields, r0.LabelFields) || !sameStrata(r.Strata, r0.Strata) {
+			r.Shards != r0.Shards || r.Samples != r0.Samples || !slices.Equal(r.LabelFields, r0.LabelFields) || !sameStrata(r.Strata, r0.Strata) ||
+			!slices.Equal(r.Fields, r0.Fields) || fmt.Sprint(r.Derived) != fmt.Sprint(r0.Derived) {
 			return nil, bad("part %d's plan differs from part 0's", r.Part)
 		}
 		for k := range r.Owned {
@@ -706,15 +713,16 @@ func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manif
 			if owner[ps.Shard] != nil {
 				return nil, bad("shard %d appears twice", ps.Shard)
 			}
-			if len(ps.Stratum) != len(ps.Keys) || len(ps.Size) != len(ps.Keys) || len(ps.Sum) != len(ps.Keys) {
+			if len(ps.Stratum) != len(ps.Keys) || len(ps.Size) != len(ps.Keys) || len(ps.Sum) != len(ps.Keys) ||
+				(len(r0.Fields) > 0 || len(r0.Derived) > 0) != (ps.Fields != nil) || ps.Fields != nil && len(ps.Fields) != len(ps.Keys) {
 				return nil, bad("shard %d's sample columns differ in length", ps.Shard)
 			}
 			owner[ps.Shard] = ps
 		}
 	}
-	m := &manifest.Manifest{Version: manifest.Version, Header: manifest.Header{Name: name, IngestID: r0.IngestID, CreatedUnix: time.Now().Unix(),
+	m := &manifest.Manifest{Header: manifest.Header{Name: name, IngestID: r0.IngestID, CreatedUnix: time.Now().Unix(),
 		Seed: r0.Seed, Data: r0.Data, Parity: r0.Parity, BlockSize: r0.BlockSize, ShardSize: r0.ShardSize,
-		LabelFields: r0.LabelFields, Strata: slices.Clone(r0.Strata), Stores: stores}, Shards: make([]manifest.Shard, r0.Shards)}
+		LabelFields: r0.LabelFields, Fields: r0.Fields, Derived: r0.Derived, Strata: slices.Clone(r0.Strata), Stores: stores}, Shards: make([]manifest.Shard, r0.Shards)}
 	for si, ps := range owner {
 		if ps == nil {
 			return nil, bad("no part holds shard %d (part %d of %d should)", si, si%r0.Parts, r0.Parts)
@@ -724,6 +732,9 @@ func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manif
 				return nil, bad("shard %d names stratum %d of %d", si, ps.Stratum[j], len(m.Strata))
 			}
 			m.Samples.Append(key, ps.Stratum[j], uint32(si), ps.Size[j], ps.Sum[j])
+			if ps.Fields != nil {
+				m.Samples.AppendFields(ps.Fields[j])
+			}
 		}
 		m.Shards[si].Sums = ps.Sums
 	}

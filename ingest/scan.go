@@ -26,6 +26,10 @@ type Item struct {
 	Key    string   // relative path, the sample's key
 	Labels []string // one per Source.LabelFields
 	Size   int64
+	// Fields are the listing's values, one per Source.Fields ("" where a
+	// line has none); Line is the item's line in the listing.
+	Fields []string
+	Line   int
 }
 
 // Source is a scanned input.
@@ -33,6 +37,16 @@ type Source struct {
 	Root        string
 	LabelFields []string
 	Items       []Item
+	// Fields are a listing's field names besides path, in the listing's
+	// order; nil for a directory tree, and for a listing that holds only
+	// its label fields and derives none (so its metadata is written as
+	// before fields existed).
+	Fields []string
+	// Derived are the label fields cut from a field (ScanOptions.TimeBuckets, Bins).
+	Derived []manifest.Derived
+	// Warnings say what the scan noticed but accepted: strata with a
+	// single sample, or very many strata.
+	Warnings []string
 	// Symlinks counts the symbolic links the scan followed; Outside, those
 	// of them that lead out of the source (followed only when asked).
 	Symlinks, Outside int
@@ -64,6 +78,10 @@ type ScanOptions struct {
 	LabelFields []string // listings: the fields that form the stratum (default "label")
 	// FollowSymlinks follows symbolic links that lead out of the source.
 	FollowSymlinks bool
+	// TimeBuckets and Bins add label fields cut from a listing field: a
+	// timestamp into buckets, a number into ranges (see fields.go).
+	TimeBuckets []TimeBucket
+	Bins        []Bins
 }
 
 // MaxLabelBytes bounds one label, and MaxStratumBytes the stratum name made
@@ -96,6 +114,12 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 	}
 	if len(s.Items) == 0 {
 		return nil, fmt.Errorf("source %s: %w: expected %s/<class>/<file> or a .csv/.jsonl listing of path,label", src, ErrEmpty, src)
+	}
+	if fi.IsDir() && (len(o.TimeBuckets) > 0 || len(o.Bins) > 0) {
+		return nil, fmt.Errorf("source %s: --time-bucket and --bins cut a listing's fields: list the samples in a .csv or .jsonl with those fields", src)
+	}
+	if err := s.derive(o); err != nil {
+		return nil, fmt.Errorf("source %s: %w", src, err)
 	}
 	seen := make(map[string]string, len(s.Items))
 	for _, it := range s.Items {
@@ -263,6 +287,9 @@ func scanCSV(name string, o ScanOptions) (*Source, error) {
 			if err != nil {
 				return nil, fmt.Errorf("listing %s: %w", name, err)
 			}
+			for _, h := range rec[1:] {
+				s.Fields = append(s.Fields, strings.TrimSpace(h))
+			}
 			continue
 		}
 		var labels []string
@@ -275,6 +302,15 @@ func scanCSV(name string, o ScanOptions) (*Source, error) {
 		it, err := listedItem(s, strings.TrimSpace(rec[0]), labels, o.FollowSymlinks)
 		if err != nil {
 			return nil, fmt.Errorf("listing %s line %d: %w", name, line, err)
+		}
+		it.Line = line
+		if s.Fields != nil {
+			it.Fields = make([]string, len(s.Fields))
+			for i := range it.Fields {
+				if i+1 < len(rec) {
+					it.Fields[i] = strings.TrimSpace(rec[i+1])
+				}
+			}
 		}
 		s.Items = append(s.Items, it)
 	}
@@ -357,12 +393,51 @@ func scanJSONL(name string, o ScanOptions) (*Source, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listing %s line %d: %w", name, line, err)
 		}
+		it.Line = line
+		if it.Fields, err = jsonFields(s, obj); err != nil {
+			return nil, fmt.Errorf("listing %s line %d: %w", name, line, err)
+		}
 		s.Items = append(s.Items, it)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("listing %s: %w", name, err)
 	}
+	for i := range s.Items { // fields first seen on a later line
+		for len(s.Items[i].Fields) < len(s.Fields) {
+			s.Items[i].Fields = append(s.Items[i].Fields, "")
+		}
+	}
 	return s, nil
+}
+
+// jsonFields returns obj's values of s.Fields, adding the names it has not
+// seen before (sorted, so a line's key order does not matter).
+func jsonFields(s *Source, obj map[string]any) ([]string, error) {
+	var added []string
+	for k := range obj {
+		if k != "path" && !slices.Contains(s.Fields, k) {
+			added = append(added, k)
+		}
+	}
+	sort.Strings(added)
+	s.Fields = append(s.Fields, added...)
+	out := make([]string, len(s.Fields))
+	for i, f := range s.Fields {
+		v, ok := obj[f]
+		if !ok || v == nil {
+			continue
+		}
+		if l, err := jsonLabel(v); err == nil {
+			out[i] = l
+			continue
+		}
+		b, err := json.Marshal(v) // a list or an object is kept as its JSON text
+		if err != nil {
+			return nil, fmt.Errorf("field %q: %v", f, err)
+		}
+		out[i] = string(b)
+	}
+	return out, nil
 }
 
 // jsonLabel accepts a string, number or boolean label; null, lists and

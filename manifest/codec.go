@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"slices"
 
 	"github.com/klauspost/compress/zstd"
@@ -28,9 +29,16 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Encode serializes m. Call Finish first.
 func Encode(m *Manifest) ([]byte, error) {
-	return frame(magic, Version, func(e *encoder) {
-		e.uvarint(Version)
-		e.header(&m.Header)
+	v := uint32(VersionLabels)
+	if m.HasFields() {
+		v = Version
+		if !m.Samples.HasFields() {
+			return nil, fmt.Errorf("manifest: dataset %s has fields %v but its samples carry no values", m.Name, m.Fields)
+		}
+	}
+	return frame(magic, v, func(e *encoder) {
+		e.uvarint(uint64(v))
+		e.header(&m.Header, v)
 		e.uvarint(uint64(len(m.Shards)))
 		for _, sh := range m.Shards {
 			e.uvarint(uint64(len(sh.Sums)))
@@ -54,6 +62,9 @@ func Encode(m *Manifest) ([]byte, error) {
 			prevShard = s.Shard[i]
 			e.uvarint(uint64(s.Size[i]))
 			e.u32(s.Sum[i])
+			if v >= Version {
+				e.str(s.FieldsJoined(i))
+			}
 		}
 	})
 }
@@ -109,8 +120,9 @@ type encoder struct {
 	buf [binary.MaxVarintLen64]byte
 }
 
-// header writes h: the part of a manifest both formats share.
-func (e *encoder) header(h *Header) {
+// header writes h: the part of a manifest both formats share. Format
+// version v >= Version adds the fields and derived label fields.
+func (e *encoder) header(h *Header, v uint32) {
 	e.str(h.Name)
 	e.str(h.IngestID)
 	e.uvarint(uint64(h.CreatedUnix))
@@ -125,6 +137,19 @@ func (e *encoder) header(h *Header) {
 	for _, st := range h.Strata {
 		e.str(st.Name)
 		e.strs(st.Labels)
+	}
+	if v < Version {
+		return
+	}
+	e.strs(h.Fields)
+	e.uvarint(uint64(len(h.Derived)))
+	for _, d := range h.Derived {
+		e.str(d.Field)
+		e.uvarint(uint64(d.Width))
+		e.uvarint(uint64(len(d.Edges)))
+		for _, x := range d.Edges {
+			e.w.Write(binary.LittleEndian.AppendUint64(e.buf[:0], math.Float64bits(x)))
+		}
 	}
 }
 
@@ -144,16 +169,16 @@ func (e *encoder) strs(ss []string) {
 // allocate more than a small multiple of the stated, checksummed body size.
 func Decode(b []byte) (*Manifest, error) {
 	var m *Manifest
-	err := unframe(b, magic, Version, "a shardfs manifest", func(r io.Reader, bodyLen int64) (err error) {
-		m, err = decodeBody(r, bodyLen)
+	err := unframe(b, magic, VersionLabels, Version, "a shardfs manifest", func(r io.Reader, bodyLen int64, v uint32) (err error) {
+		m, err = decodeBody(r, bodyLen, v)
 		return err
 	})
 	return m, err
 }
 
 // unframe checks the header and checksums frame wrote and hands the
-// decompressed body to body.
-func unframe(b []byte, magic string, version uint32, what string, body func(r io.Reader, bodyLen int64) error) error {
+// decompressed body, and its format version (oldest..newest), to body.
+func unframe(b []byte, magic string, oldest, newest uint32, what string, body func(r io.Reader, bodyLen int64, v uint32) error) error {
 	if len(b) < headerSize {
 		return fmt.Errorf("%w: %d bytes, shorter than the %d-byte header (truncated?)", ErrCorrupt, len(b), headerSize)
 	}
@@ -163,8 +188,9 @@ func unframe(b []byte, magic string, version uint32, what string, body func(r io
 	if crc32.Checksum(b[:36], castagnoli) != binary.LittleEndian.Uint32(b[36:]) {
 		return fmt.Errorf("%w: header checksum mismatch", ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != version {
-		return fmt.Errorf("%w: format version %d, this shardfs reads version %d: upgrade shardfs", ErrCorrupt, v, version)
+	version := binary.LittleEndian.Uint32(b[8:])
+	if version < oldest || version > newest {
+		return fmt.Errorf("%w: format version %d, this shardfs reads versions %d to %d: upgrade shardfs", ErrCorrupt, version, oldest, newest)
 	}
 	bodyLen := binary.LittleEndian.Uint64(b[16:])
 	payloadLen := binary.LittleEndian.Uint64(b[24:])
@@ -186,14 +212,14 @@ func unframe(b []byte, magic string, version uint32, what string, body func(r io
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
-		return body(bytes.NewReader(out[:min(uint64(len(out)), bodyLen)]), int64(bodyLen))
+		return body(bytes.NewReader(out[:min(uint64(len(out)), bodyLen)]), int64(bodyLen), version)
 	}
 	zr, err := zstd.NewReader(bytes.NewReader(payload), zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(1<<34))
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	defer zr.Close()
-	return body(io.LimitReader(zr, int64(bodyLen)), int64(bodyLen))
+	return body(io.LimitReader(zr, int64(bodyLen)), int64(bodyLen), version)
 }
 
 // smallBody is the largest body decoded whole by smallDecoder.
@@ -205,14 +231,14 @@ const smallBody = 16 << 20
 var smallDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(smallBody+1<<20))
 
 // decodeBody parses a body of bodyLen bytes from r.
-func decodeBody(r io.Reader, bodyLen int64) (*Manifest, error) {
+func decodeBody(r io.Reader, bodyLen int64, version uint32) (*Manifest, error) {
 	d := newDecoder(r, bodyLen)
 	m := &Manifest{}
-	if v := d.uvarint(); d.err == nil && v != Version {
-		return nil, fmt.Errorf("%w: body version %d", ErrCorrupt, v)
+	if v := d.uvarint(); d.err == nil && v != uint64(version) {
+		return nil, fmt.Errorf("%w: body version %d in a version %d frame", ErrCorrupt, v, version)
 	}
-	m.Version = Version
-	d.header(&m.Header)
+	m.Version = int(version)
+	d.header(&m.Header, version)
 	n := d.count(1)
 	m.Shards = make([]Shard, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
@@ -230,6 +256,9 @@ func decodeBody(r io.Reader, bodyLen int64) (*Manifest, error) {
 	s.Shard = make([]uint32, 0, n)
 	s.Size = make([]uint32, 0, n)
 	s.Sum = make([]uint32, 0, n)
+	if version >= Version {
+		s.fieldEnd = make([]uint64, 0, n)
+	}
 	// Keys are front-coded, so their total may exceed the body; the
 	// preallocation is still capped by the body size against corrupt totals.
 	s.keys = make([]byte, 0, min(d.uvarint(), uint64(4*d.left+1<<20)))
@@ -257,6 +286,10 @@ func decodeBody(r io.Reader, bodyLen int64) (*Manifest, error) {
 		s.Shard = append(s.Shard, uint32(shard))
 		s.Size = append(s.Size, uint32(size))
 		s.Sum = append(s.Sum, d.u32())
+		if version >= Version {
+			s.fieldVals = d.appendBytes(s.fieldVals)
+			s.fieldEnd = append(s.fieldEnd, uint64(len(s.fieldVals)))
+		}
 	}
 	if d.err == nil && d.left != 0 {
 		d.fail("%d trailing bytes", d.left)
@@ -393,8 +426,8 @@ func (d *decoder) strs() []string {
 	return out
 }
 
-// header reads what encoder.header wrote into h.
-func (d *decoder) header(h *Header) {
+// header reads what encoder.header wrote for format version v into h.
+func (d *decoder) header(h *Header, v uint32) {
 	h.Name = d.str()
 	h.IngestID = d.str()
 	h.CreatedUnix = int64(d.uvarint())
@@ -409,6 +442,27 @@ func (d *decoder) header(h *Header) {
 	h.Strata = make([]Stratum, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		h.Strata = append(h.Strata, Stratum{Name: d.str(), Labels: d.strs()})
+	}
+	if v < Version {
+		return
+	}
+	h.Fields = d.strs()
+	n = d.count(3)
+	h.Derived = make([]Derived, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		x := Derived{Field: d.str(), Width: int64(d.small("bucket width", 1<<62))}
+		ne := d.count(8)
+		for j := 0; j < ne && d.err == nil; j++ {
+			var b [8]byte
+			d.read(b[:])
+			x.Edges = append(x.Edges, math.Float64frombits(binary.LittleEndian.Uint64(b[:])))
+		}
+		h.Derived = append(h.Derived, x)
+	}
+	if d.err == nil {
+		if err := h.validateFields(); err != nil {
+			d.fail("%v", err)
+		}
 	}
 }
 

@@ -15,12 +15,19 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
 
-// Version is the format version this package writes.
-const Version = 1
+// Version is the format version this package writes for a dataset with
+// fields (Header.Fields or Header.Derived); a dataset without them is
+// written as VersionLabels, byte for byte as before fields existed, so
+// older readers still read it.
+const Version = 2
+
+// VersionLabels is the format of a dataset whose samples carry labels only.
+const VersionLabels = 1
 
 // MaxShardSize bounds a shard (and so a sample), so offsets fit in 32 bits.
 const MaxShardSize = 1<<31 - 1
@@ -72,7 +79,34 @@ type Header struct {
 	LabelFields             []string
 
 	Strata []Stratum // Count is the dataset's samples of each stratum
+
+	// Fields are the listing's fields kept per sample (Samples.Fields), in
+	// the listing's order; empty when the listing had only a path and the
+	// label fields.
+	Fields []string
+	// Derived are the label fields computed from a field at ingest (time
+	// buckets, bins) rather than read as they are.
+	Derived []Derived
 }
+
+// Derived is a label field computed from a listing field: a timestamp cut
+// into buckets of Width seconds (aligned to Unix time 0), or a number cut
+// into bins by Edges.
+type Derived struct {
+	Field string // the listing field, and its name in LabelFields
+	// Width is the length of a time bucket in seconds; 0 for bins.
+	Width int64
+	// Edges are the bins' bounds, ascending: bin i holds Edges[i] <= v <
+	// Edges[i+1], and the last bin also holds its upper edge.
+	Edges []float64
+}
+
+// HasFields reports whether h needs format Version rather than VersionLabels.
+func (h *Header) HasFields() bool { return len(h.Fields) > 0 || len(h.Derived) > 0 }
+
+// FieldSep separates the values of one sample's fields in Samples; listing
+// values may not contain it (or any other control character).
+const FieldSep = "\x1f"
 
 // Samples is the columnar sample table.
 type Samples struct {
@@ -83,6 +117,33 @@ type Samples struct {
 	Offset  []uint32 // within the shard
 	Size    []uint32
 	Sum     []uint32 // CRC32C of the sample bytes
+
+	// Per sample, its Header.Fields values joined by FieldSep, back to
+	// back; nil when the dataset has no fields.
+	fieldVals []byte
+	fieldEnd  []uint64
+}
+
+// HasFields reports whether the samples carry field values.
+func (s *Samples) HasFields() bool { return s.fieldEnd != nil }
+
+// FieldsJoined returns sample i's field values joined by FieldSep.
+func (s *Samples) FieldsJoined(i int) string {
+	if s.fieldEnd == nil {
+		return ""
+	}
+	start := uint64(0)
+	if i > 0 {
+		start = s.fieldEnd[i-1]
+	}
+	return string(s.fieldVals[start:s.fieldEnd[i]])
+}
+
+// AppendFields records the next sample's field values, joined by FieldSep.
+// Call it once per Append, for every sample or for none.
+func (s *Samples) AppendFields(joined string) {
+	s.fieldVals = append(s.fieldVals, joined...)
+	s.fieldEnd = append(s.fieldEnd, uint64(len(s.fieldVals)))
 }
 
 // Len is the number of samples.
@@ -298,6 +359,12 @@ func (m *Manifest) Validate() error {
 		}
 		seen[st.Name] = true
 	}
+	if err := m.Header.validateFields(); err != nil {
+		return bad("%v", err)
+	}
+	if s := &m.Samples; s.HasFields() && len(s.fieldEnd) != s.Len() {
+		return bad("%d samples with field values, %d samples", len(s.fieldEnd), s.Len())
+	}
 	for i := range m.Shards {
 		if want := (m.Data + m.Parity) * m.Blocks(i); len(m.Shards[i].Sums) != want {
 			return bad("shard %d has %d checksums, want %d", i, len(m.Shards[i].Sums), want)
@@ -319,6 +386,29 @@ func (m *Manifest) Validate() error {
 func checkName(n string) error {
 	if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") || !utf8.ValidString(n) {
 		return fmt.Errorf("invalid name %q", n)
+	}
+	return nil
+}
+
+// validateFields checks that every derived label field is a label field and
+// is cut sensibly.
+func (h *Header) validateFields() error {
+	for _, d := range h.Derived {
+		switch {
+		case !slices.Contains(h.LabelFields, d.Field):
+			return fmt.Errorf("derived field %q is not a label field", d.Field)
+		case (d.Width > 0) == (len(d.Edges) > 0):
+			return fmt.Errorf("derived field %q: either a bucket width or bin edges", d.Field)
+		case d.Width < 0:
+			return fmt.Errorf("derived field %q: bucket width %d", d.Field, d.Width)
+		case len(d.Edges) == 1:
+			return fmt.Errorf("derived field %q: one bin edge", d.Field)
+		}
+		for i := 1; i < len(d.Edges); i++ {
+			if !(d.Edges[i] > d.Edges[i-1]) {
+				return fmt.Errorf("derived field %q: bin edges not ascending", d.Field)
+			}
+		}
 	}
 	return nil
 }

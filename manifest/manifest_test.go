@@ -134,6 +134,8 @@ func TestValidateRejects(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	b, _ := Encode(synthetic(20, 3, 5, 1))
 	f.Add(b)
+	b, _ = Encode(withFields(synthetic(20, 3, 5, 1)))
+	f.Add(b)
 	f.Add([]byte(magic))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := Decode(data)
@@ -154,10 +156,15 @@ func FuzzDecodeBody(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(body)
+	b, _ = Encode(withFields(m))
+	if body, err = rawBody(b); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(body)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
-		decodeBody(bytes.NewReader(data), int64(len(data)))
+		decodeBody(bytes.NewReader(data), int64(len(data)), uint32(1+len(data)%2))
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > uint64(64*len(data))+8<<20 {

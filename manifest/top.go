@@ -25,8 +25,29 @@ import (
 // CRC32C of header and payload, zstd body), and decoding never trusts a
 // length before the checksummed bytes can hold it.
 
-// TopVersion is the format of the top-level manifest.
-const TopVersion = 2
+// TopVersion is the format of the top-level manifest and the shard
+// indexes of a dataset without fields; TopVersionFields adds the fields
+// (Header.Fields, Header.Derived, ShardIndex.Fields).
+const (
+	TopVersion       = 2
+	TopVersionFields = 3
+)
+
+// topVersion is the format t is written in.
+func (h *Header) topVersion() uint32 {
+	if h.HasFields() {
+		return TopVersionFields
+	}
+	return TopVersion
+}
+
+// headerVersion maps a format-2 frame version to the header's.
+func headerVersion(v uint32) uint32 {
+	if v >= TopVersionFields {
+		return Version
+	}
+	return VersionLabels
+}
 
 const (
 	topMagic   = "SHFSTOP2"
@@ -118,8 +139,9 @@ func EncodeTop(t *Top) ([]byte, error) {
 		return nil, fmt.Errorf("manifest: counts of %d shards set, %d shards", len(t.denseAt), len(t.Shards))
 	}
 	row := make([]int, len(t.Strata))
-	return frame(topMagic, TopVersion, func(e *encoder) {
-		e.header(&t.Header)
+	v := t.topVersion()
+	return frame(topMagic, v, func(e *encoder) {
+		e.header(&t.Header, headerVersion(v))
 		e.uvarint(uint64(len(t.Shards)))
 		for s, sh := range t.Shards {
 			e.uvarint(uint64(sh.Size))
@@ -149,10 +171,10 @@ func EncodeTop(t *Top) ([]byte, error) {
 // ErrCorrupt, and stratum totals, shard sizes and sample counts must agree.
 func DecodeTop(b []byte) (*Top, error) {
 	var t *Top
-	err := unframe(b, topMagic, TopVersion, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64) error {
+	err := unframe(b, topMagic, TopVersion, TopVersionFields, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64, v uint32) error {
 		d := newDecoder(r, bodyLen)
 		t = &Top{}
-		d.header(&t.Header)
+		d.header(&t.Header, headerVersion(v))
 		n := d.count(7)
 		t.Shards = make([]TopShard, 0, n)
 		// A dense row of 2·C bytes holds at least C/3 listed strata of 2 or
@@ -216,15 +238,22 @@ type ShardIndex struct {
 	Stratum []uint32
 	Size    []uint32
 	Sum     []uint32 // CRC32C of each sample's bytes
+	// Fields are each sample's field values joined by FieldSep; nil when
+	// the dataset has no fields.
+	Fields []string
 }
 
 // EncodeIndex serializes x.
 func EncodeIndex(x *ShardIndex) ([]byte, error) {
 	n := len(x.Keys)
-	if len(x.Stratum) != n || len(x.Size) != n || len(x.Sum) != n {
-		return nil, fmt.Errorf("manifest: shard %d index columns of %d, %d, %d and %d rows", x.Shard, n, len(x.Stratum), len(x.Size), len(x.Sum))
+	if len(x.Stratum) != n || len(x.Size) != n || len(x.Sum) != n || x.Fields != nil && len(x.Fields) != n {
+		return nil, fmt.Errorf("manifest: shard %d index columns of %d, %d, %d, %d and %d rows", x.Shard, n, len(x.Stratum), len(x.Size), len(x.Sum), len(x.Fields))
 	}
-	return frame(indexMagic, TopVersion, func(e *encoder) {
+	v := uint32(TopVersion)
+	if x.Fields != nil {
+		v = TopVersionFields
+	}
+	return frame(indexMagic, v, func(e *encoder) {
 		e.uvarint(uint64(x.Shard))
 		e.uvarint(uint64(len(x.Sums)))
 		for _, v := range x.Sums {
@@ -240,6 +269,9 @@ func EncodeIndex(x *ShardIndex) ([]byte, error) {
 			e.uvarint(uint64(x.Stratum[i]))
 			e.uvarint(uint64(x.Size[i]))
 			e.u32(x.Sum[i])
+			if v >= TopVersionFields {
+				e.str(x.Fields[i])
+			}
 		}
 	})
 }
@@ -254,7 +286,10 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 	}
 	want := t.Shards[shard]
 	x := &ShardIndex{}
-	err := unframe(b, indexMagic, TopVersion, "a shardfs shard index", func(r io.Reader, bodyLen int64) error {
+	err := unframe(b, indexMagic, TopVersion, TopVersionFields, "a shardfs shard index", func(r io.Reader, bodyLen int64, v uint32) error {
+		if v != t.topVersion() {
+			return fmt.Errorf("%w: shard %d index: format %d in a dataset of format %d", ErrCorrupt, shard, v, t.topVersion())
+		}
 		d := newDecoder(r, bodyLen)
 		x.Shard = int(d.uvarint())
 		ns := d.count(4)
@@ -267,6 +302,9 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 		x.Stratum = make([]uint32, 0, n)
 		x.Size = make([]uint32, 0, n)
 		x.Sum = make([]uint32, 0, n)
+		if v >= TopVersionFields {
+			x.Fields = make([]string, 0, n)
+		}
 		var key []byte
 		for i := 0; i < n && d.err == nil; i++ {
 			shared := int(d.uvarint())
@@ -279,6 +317,9 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 			x.Stratum = append(x.Stratum, uint32(min(d.uvarint(), 1<<32-1)))
 			x.Size = append(x.Size, uint32(min(d.uvarint(), MaxShardSize+1)))
 			x.Sum = append(x.Sum, d.u32())
+			if v >= TopVersionFields {
+				x.Fields = append(x.Fields, d.str())
+			}
 		}
 		if d.err == nil && d.left != 0 {
 			d.fail("%d trailing bytes", d.left)
@@ -342,7 +383,7 @@ func IndexSum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 func (t *Top) Manifest() *Manifest {
 	h := t.Header
 	h.Strata = slices.Clone(t.Strata)
-	m := &Manifest{Version: TopVersion, Header: h, Top: t}
+	m := &Manifest{Version: int(t.topVersion()), Header: h, Top: t}
 	m.Shards = make([]Shard, len(t.Shards))
 	return m
 }
@@ -380,6 +421,9 @@ func ShardIndexOf(m *Manifest, si int) *ShardIndex {
 		x.Stratum = append(x.Stratum, m.Samples.Stratum[j])
 		x.Size = append(x.Size, m.Samples.Size[j])
 		x.Sum = append(x.Sum, m.Samples.Sum[j])
+		if m.Samples.HasFields() {
+			x.Fields = append(x.Fields, m.Samples.FieldsJoined(j))
+		}
 	}
 	return x
 }
@@ -395,6 +439,13 @@ func Expand(t *Top, idx []*ShardIndex) (*Manifest, error) {
 		m.Shards[si].Sums = x.Sums
 		for j := range x.Keys {
 			m.Samples.Append(x.Keys[j], x.Stratum[j], uint32(si), x.Size[j], x.Sum[j])
+			if t.HasFields() {
+				f := ""
+				if x.Fields != nil {
+					f = x.Fields[j]
+				}
+				m.Samples.AppendFields(f)
+			}
 		}
 	}
 	if err := m.Finish(); err != nil {

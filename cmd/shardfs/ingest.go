@@ -26,6 +26,8 @@ type ingestFlags struct {
 	// noCreateBuckets: a missing bucket is an error, not created.
 	noCreateBuckets bool
 	labelFields     []string
+	timeBuckets     []string
+	bins            []string
 	followLinks     bool
 	part, job       string
 	format          int
@@ -46,7 +48,15 @@ directory), or a listing: a .csv of path,label (an optional header row
 "path,label[,field...]" names the columns; the stratum is the label column
 unless --label-fields names others) or a .jsonl of {"path": ..., "label": ...}.
 Listed paths are relative to the listing's directory. Keys are the relative
-paths. Labels have at most 200 bytes. A symbolic link that leads out of SRC
+paths. Labels have at most 200 bytes.
+
+A listing's other fields (strings, numbers, timestamps) are kept with each
+sample: index.csv shows them. Strata can be cut from them too, added to the
+label fields' tuple: --time-bucket time=30d cuts a timestamp (RFC 3339 or
+Unix seconds) into 30-day buckets, and --bins len=8 cuts a number into 8
+quantile ranges computed from the data (or --bins len=0,128,512,2048 into
+explicit ones). A mount can then weight the time buckets by age
+(--recency-half-life) or read only the newest (--time-window). A symbolic link that leads out of SRC
 is refused unless --follow-symlinks is given.
 
 Interrupting an ingest (even kill -9) leaves no visible dataset; run the same
@@ -65,7 +75,10 @@ never writes over this one's fragments.`,
   AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... shardfs ingest \
     --stores http://10.0.0.1:9000/ds,http://10.0.0.2:9000/ds,... --data 4 --parity 2 ./imagenet/train imagenet-train
   # on 4 machines, I = 0..3, then once: shardfs commit imagenet-train --stores ...
-  shardfs ingest --stores ... --data 4 --parity 2 --part I/4 --job run-7 /data/imagenet/train imagenet-train`,
+  shardfs ingest --stores ... --data 4 --parity 2 --part I/4 --job run-7 /data/imagenet/train imagenet-train
+  # strata of label x month x 8 ranges of the sequence length, from a listing
+  # of {"path": ..., "label": ..., "time": "2026-03-01T12:00:00Z", "len": 412}
+  shardfs ingest --stores ... --time-bucket time=30d --bins len=8 ./logs.jsonl logs`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stores, err := g.openStores()
@@ -96,6 +109,8 @@ never writes over this one's fragments.`,
 	fl.BoolVar(&f.force, "force", false, "replace an existing dataset of the same name")
 	fl.BoolVar(&f.noCreateBuckets, "no-create-buckets", false, "fail on an S3 store whose bucket does not exist, instead of creating it")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "listing fields that form the stratum, e.g. class,site (listings only; default: the field named label, or a CSV's only column besides path; other columns are ignored)")
+	fl.StringArrayVar(&f.timeBuckets, "time-bucket", nil, "FIELD=SPAN: add to the stratum the bucket of a timestamp field, e.g. time=30d (units s, m, h, d, w; buckets align to Unix time 0); repeatable")
+	fl.StringArrayVar(&f.bins, "bins", nil, "FIELD=N or FIELD=E0,E1,...: add to the stratum the range of a numeric field, N quantile ranges of the data or explicit edges, e.g. len=8 or len=0,128,512,2048; repeatable")
 	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
 	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 0 (default): 2 from %d samples up, else 1", format2From))
@@ -123,9 +138,27 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	if f.format != 0 && f.format != 1 && f.format != 2 {
 		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1 or 2, or 0 to choose by the dataset's size", f.format)
 	}
-	source, err := ingest.ScanWith(src, ingest.ScanOptions{LabelFields: f.labelFields, FollowSymlinks: f.followLinks})
+	so := ingest.ScanOptions{LabelFields: f.labelFields, FollowSymlinks: f.followLinks}
+	for _, v := range f.timeBuckets {
+		tb, err := ingest.ParseTimeBucket(v)
+		if err != nil {
+			return nil, ingest.Options{}, err
+		}
+		so.TimeBuckets = append(so.TimeBuckets, tb)
+	}
+	for _, v := range f.bins {
+		b, err := ingest.ParseBins(v)
+		if err != nil {
+			return nil, ingest.Options{}, err
+		}
+		so.Bins = append(so.Bins, b)
+	}
+	source, err := ingest.ScanWith(src, so)
 	if err != nil {
 		return nil, ingest.Options{}, err
+	}
+	for _, w := range source.Warnings {
+		fmt.Fprintf(os.Stderr, "warning: source %s: %s\n", src, w)
 	}
 	if source.Symlinks > 0 {
 		fmt.Fprintf(os.Stderr, "source %s: followed %d symbolic links, %d of them out of the source\n", src, source.Symlinks, source.Outside)
