@@ -98,6 +98,19 @@
 // a mix. Orders without a mix are unchanged, so the version stays. See
 // mix.go and TestMixBounds.
 //
+// # Time weights and windows
+//
+// Params.Weights multiply the targets per stratum: π_c ∝ n_c^α·w_c, so
+// every guarantee above (the per-batch bound, exact totals, W-independence,
+// a new order every epoch) holds for the re-weighted target, and a stratum
+// of weight 0 is left out of the epoch, whose size then defaults to the
+// samples of the others. Recency (recency.go) computes the weights of a
+// dataset cut into time buckets: decay by a half-life, a window of the
+// newest buckets, and a window that slides forward by epoch. It is a new
+// mode with flags of its own, so the orders of existing flags, and the
+// order version, did not change; TestGoldenOrder pins it separately.
+// Window and affinity modes, and mixes, refuse weights.
+//
 // # Order versions
 //
 // OrderVersion names this construction. Nodes of one job must compute the

@@ -18,6 +18,12 @@ var goldenAffinity = map[int]string{
 	2: "86f4f9f6037b12f21a7b324dc4a4ac43ed1d5a399926a6b5b27d31c20210a19b", // affinity is unchanged in version 2
 }
 
+// goldenRecency pins the orders with time weights and windows.
+var goldenRecency = map[int]string{
+	1: "e57587c5f9eca883c05af714fbf7eef04e6fbe44913040659fd6a8997a1dda84",
+	2: "251732589af5faf77f056d906ea685af7af480ee0e2cea5af74c8245012f4a9a",
+}
+
 var goldenOrders = map[int]string{
 	1: "746164cc62cf27be75fad3476c935ffbe5903e0d6351a67d6d625876f90df44b",
 	2: "5138481d5dae9999f1d3a23daf940c46c0ec06aab12675aac2dba2ba20ba6ed3",
@@ -61,6 +67,40 @@ func TestGoldenOrder(t *testing.T) {
 		if !ok || got != want {
 			t.Errorf("order version %d hashes to %s, pinned %q: the order changed. If on purpose, bump layout.OrderVersion and pin the new hash under it; never change a pinned hash",
 				v, got, want)
+		}
+		// Time weights and windows (recency.go), pinned on their own: a
+		// new mode, so the hashes above did not change when it came.
+		h = sha256.New()
+		starts := []int64{0, 0, 86400, 2 * 86400, 2 * 86400, 5 * 86400, 9 * 86400}
+		for _, tc := range []struct {
+			rec layout.Recency
+			p   layout.Params
+		}{
+			{layout.Recency{HalfLife: 2 * 86400}, layout.Params{Seed: 3, World: 4, Batch: 32, Alpha: 1}},
+			{layout.Recency{HalfLife: 86400, Window: 6 * 86400}, layout.Params{Seed: 4, World: 3, Batch: 20, Alpha: 0.5, Tail: layout.Pad}},
+			{layout.Recency{Window: 3 * 86400, Step: 2 * 86400}, layout.Params{Seed: 5, World: 2, Batch: 16, Alpha: 1}},
+		} {
+			tc.rec.Start = starts
+			tc.p.Version = v
+			sched := layout.Schedule{Base: tc.p, ResumeEpoch: -1, Recency: &tc.rec}
+			for e := 0; e < 3; e++ {
+				for r := 0; r < tc.p.World; r++ {
+					p, err := sched.Params(e, r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					o, err := layout.Order(in, p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					binary.Write(h, binary.LittleEndian, int64(o.Batches))
+					binary.Write(h, binary.LittleEndian, o.Samples)
+				}
+			}
+		}
+		got = hex.EncodeToString(h.Sum(nil))
+		if want := goldenRecency[v]; got != want {
+			t.Errorf("time-weighted order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", v, got, want)
 		}
 		// Rank affinity, pinned on its own.
 		h = sha256.New()

@@ -67,6 +67,10 @@ type Params struct {
 	// Mix weights the datasets (Input.SetGroups) whose samples the order
 	// mixes; nil for one dataset (see mix.go).
 	Mix []float64
+	// Weights, per stratum, multiply n_c^α in the targets: π_c ∝ n_c^α·w_c
+	// (recency.go). A stratum of weight 0 is left out of the epoch, and the
+	// epoch size defaults to the samples of the others. nil: every weight 1.
+	Weights []float64
 	// Version is the order construction; 0 means OrderVersion.
 	Version int
 }
@@ -114,6 +118,10 @@ func (p Params) Validate() error {
 		return errors.New("a mix of datasets is dealt over the global order: leave out --window and --affinity")
 	case p.Skip > 0 && p.Affinity:
 		return errors.New("affinity has no world-size-independent global order to resume in: resume at an epoch boundary")
+	case p.Weights != nil && (p.Window > 0 || p.Affinity || p.Mix != nil):
+		return errors.New("time weights and windows re-weight the global order: leave out --window, --affinity and --mix")
+	case slices.ContainsFunc(p.Weights, func(w float64) bool { return !(w >= 0) || math.IsInf(w, 0) }):
+		return errors.New("stratum weights must be finite numbers >= 0")
 	}
 	return nil
 }
@@ -302,6 +310,18 @@ func newEpoch(in *Input, p Params) (*epoch, error) {
 		return nil, err
 	}
 	l := p.EpochSize
+	if p.Weights != nil {
+		if len(p.Weights) != in.NumStrata {
+			return nil, fmt.Errorf("%d stratum weights for %d strata", len(p.Weights), in.NumStrata)
+		}
+		n := weightedSamples(in, p.Weights)
+		if n == 0 {
+			return nil, errors.New("every stratum with samples has weight 0: the epoch holds no sample")
+		}
+		if l == 0 {
+			l = n
+		}
+	}
 	if l == 0 {
 		l = in.N()
 	}
@@ -490,7 +510,7 @@ func newGlobalCycle(in *Input, p Params, cyc, m int) *globalCycle {
 			func(active []int, rng *rand.Rand) []int { return groupedChain(active, in.Group, in.NumGroups, rng) })
 		return g
 	}
-	counts := apportionTargets(in, p.Alpha, m*p.Batch)
+	counts := apportionTargets(in, p.Alpha, p.Weights, m*p.Batch)
 	g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.version, g.draw, shuffledChain)
 	return g
 }
@@ -542,10 +562,41 @@ func Targets(in *Input, alpha float64) []float64 {
 	return w
 }
 
-// apportionTargets splits total slots over strata by π_c ∝ n_c^α, largest
-// remainder first (ties to the lower stratum). α=1 and α=0 use exact
-// integer arithmetic.
-func apportionTargets(in *Input, alpha float64, total int) []int {
+// TargetsOf returns the π an order with p aims at: π_c ∝ n_c^α·w_c.
+func TargetsOf(in *Input, p Params) []float64 {
+	pi := Targets(in, p.Alpha)
+	if p.Weights == nil {
+		return pi
+	}
+	sum := 0.0
+	for c := range pi {
+		pi[c] *= p.Weights[c]
+		sum += pi[c]
+	}
+	for c := range pi {
+		pi[c] /= sum
+	}
+	return pi
+}
+
+// weightedSamples counts the samples of strata of weight > 0.
+func weightedSamples(in *Input, w []float64) int {
+	n := 0
+	for c, x := range w {
+		if x > 0 {
+			n += in.Count(c)
+		}
+	}
+	return n
+}
+
+// apportionTargets splits total slots over strata by π_c ∝ n_c^α·w_c,
+// largest remainder first (ties to the lower stratum). Without weights,
+// α=1 and α=0 use exact integer arithmetic.
+func apportionTargets(in *Input, alpha float64, weights []float64, total int) []int {
+	if weights != nil {
+		return apportionFloat(total, TargetsOf(in, Params{Alpha: alpha, Weights: weights}))
+	}
 	counts := make([]int, in.NumStrata)
 	for c := range counts {
 		counts[c] = in.Count(c)

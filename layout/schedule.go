@@ -14,6 +14,9 @@ type Schedule struct {
 	// ResumeEpoch is the epoch a resumed job starts in (-1: none), of which
 	// ResumeSkip global batches were consumed.
 	ResumeEpoch, ResumeSkip int
+	// Recency, when set, weights time strata by age and picks each epoch's
+	// time window (recency.go).
+	Recency *Recency
 }
 
 // AlphaPoint is alpha at one epoch of a schedule.
@@ -45,6 +48,12 @@ func (s *Schedule) Params(e, rank int) (Params, error) {
 	p.Alpha = s.AlphaAt(e)
 	if e == s.ResumeEpoch {
 		p.Skip = s.ResumeSkip
+	}
+	if s.Recency != nil {
+		var err error
+		if p.Weights, _, _, err = s.Recency.Weights(e); err != nil {
+			return p, err
+		}
 	}
 	return p, p.Validate()
 }
