@@ -116,31 +116,6 @@ func ParseTime(v string) (time.Time, error) {
 	return time.Time{}, errors.New("not a timestamp: use RFC 3339 (2026-03-01T12:00:00Z) or Unix seconds")
 }
 
-// BucketStart is the start of the bucket of width seconds that holds t.
-func BucketStart(t time.Time, width int64) int64 {
-	u := t.Unix()
-	q := u / width
-	if u%width < 0 {
-		q--
-	}
-	return q * width
-}
-
-// BucketLabel names the bucket that starts at start: its date when buckets
-// are whole days, else its RFC 3339 time.
-func BucketLabel(start, width int64) string {
-	t := time.Unix(start, 0).UTC()
-	if width%86400 == 0 {
-		return t.Format(time.DateOnly)
-	}
-	return t.Format(time.RFC3339)
-}
-
-// BinLabel names bin i of edges.
-func BinLabel(edges []float64, i int) string {
-	return strconv.FormatFloat(edges[i], 'g', -1, 64) + ".." + strconv.FormatFloat(edges[i+1], 'g', -1, 64)
-}
-
 // derive checks the listing's fields, and appends to every item's labels
 // the derived label fields o asks for.
 func (s *Source) derive(o ScanOptions) error {
@@ -174,7 +149,7 @@ func (s *Source) derive(o ScanOptions) error {
 			if err != nil {
 				return fmt.Errorf("line %d (%s): field %s=%q is %v", it.Line, it.Key, tb.Field, clip(v), err)
 			}
-			labels[i] = BucketLabel(BucketStart(t, width), width)
+			labels[i] = manifest.BucketLabel(manifest.BucketStart(t.Unix(), width), width)
 		}
 		s.addLabel(tb.Field, labels, manifest.Derived{Field: tb.Field, Width: width})
 	}
@@ -211,7 +186,7 @@ func (s *Source) derive(o ScanOptions) error {
 				it := &s.Items[i]
 				return fmt.Errorf("line %d (%s): field %s=%v is outside the --bins edges %v..%v: widen the first or last edge", it.Line, it.Key, b.Field, x, edges[0], edges[len(edges)-1])
 			}
-			labels[i] = BinLabel(edges, binOf(edges, x))
+			labels[i] = manifest.BinLabel(edges, binOf(edges, x))
 		}
 		s.addLabel(b.Field, labels, manifest.Derived{Field: b.Field, Edges: edges})
 	}

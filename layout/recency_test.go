@@ -228,4 +228,3 @@ func TestRecencyWeightsAndWindows(t *testing.T) {
 		}
 	}
 }
-

@@ -46,18 +46,81 @@ func Stats(o *RankOrder, in *Input, pi []float64) BatchStats {
 
 // UniformOrder is the baseline a plain DistributedSampler gives: one seeded
 // permutation of all samples (keyed, so it needs no memory per sample),
-// dealt to ranks in contiguous batches, drop tail.
+// dealt to ranks in contiguous batches, drop tail. With weights, it is the
+// permutation of the samples of strata of weight > 0 (a time window's),
+// found by skipping the others.
 func UniformOrder(in *Input, p Params) *RankOrder {
 	perm := newFeistel(uint64(in.N()), seedOf(p.Seed, uint64(p.Epoch), 0x756e69))
-	steps := in.N() / p.Batch / p.World
+	n := in.N()
+	skip := p.Weights != nil && slices.Contains(p.Weights, 0)
+	if skip {
+		n = weightedSamples(in, p.Weights)
+	}
+	steps := n / p.Batch / p.World
 	o := &RankOrder{Params: p, Batches: steps, Samples: make([]int32, 0, steps*p.Batch)}
+	next := uint64(0) // with skip: the permutation position after the last sample taken
+	taken := 0
 	for t := 0; t < steps; t++ {
 		g := t*p.World + p.Rank
-		for i := g * p.Batch; i < (g+1)*p.Batch; i++ {
-			o.Samples = append(o.Samples, int32(perm.at(uint64(i))))
+		if !skip {
+			for i := g * p.Batch; i < (g+1)*p.Batch; i++ {
+				o.Samples = append(o.Samples, int32(perm.at(uint64(i))))
+			}
+			continue
+		}
+		for taken < (g+1)*p.Batch {
+			s := int32(perm.at(next))
+			next++
+			if p.Weights[in.StratumOf(s)] == 0 {
+				continue
+			}
+			if taken >= g*p.Batch {
+				o.Samples = append(o.Samples, s)
+			}
+			taken++
 		}
 	}
 	return o
+}
+
+// FieldStats measures batches on one field of the stratum tuple.
+type FieldStats struct {
+	MeanTV, MaxTV float64   // of a batch's mix of the field's values from the target's
+	Holding       []float64 // per value: the fraction of batches holding at least one sample of it
+}
+
+// StatsBy measures o's batches on a field: value[c] is stratum c's value
+// (0..n-1), and pi the strata's target, summed per value.
+func StatsBy(o *RankOrder, in *Input, value []int, n int, pi []float64) FieldStats {
+	target := make([]float64, n)
+	for c, v := range value {
+		target[v] += pi[c]
+	}
+	st := FieldStats{Holding: make([]float64, n)}
+	counts := make([]int, n)
+	B := o.Params.Batch
+	for b := 0; b < o.Batches; b++ {
+		clear(counts)
+		for _, s := range o.BatchSamples(b) {
+			counts[value[in.StratumOf(s)]]++
+		}
+		tv := 0.0
+		for v, x := range counts {
+			tv += math.Abs(float64(x)/float64(B) - target[v])
+			if x > 0 {
+				st.Holding[v]++
+			}
+		}
+		st.MeanTV += tv / 2
+		st.MaxTV = max(st.MaxTV, tv/2)
+	}
+	if o.Batches > 0 {
+		st.MeanTV /= float64(o.Batches)
+		for v := range st.Holding {
+			st.Holding[v] /= float64(o.Batches)
+		}
+	}
+	return st
 }
 
 // Geometry locates sample bytes in a shard's data fragments.

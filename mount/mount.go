@@ -28,6 +28,7 @@ import (
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/fs"
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
 )
@@ -54,6 +55,9 @@ type Config struct {
 	MetricsAddr  string // serve Prometheus metrics here; empty: none
 	Logger       *slog.Logger
 
+	// Complete, if set, completes Schedule from the dataset's header
+	// before any order is computed: time weights need the strata's times.
+	Complete func(h *manifest.Header) error
 	// CheckOrder, if set, checks the order against the dataset's input
 	// before anything is mounted (the caller words its errors).
 	CheckOrder func(in *layout.Input) error
@@ -193,6 +197,11 @@ func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, str
 	var fetch prefetch.Fetcher = ds
 	var pinner fs.Pinner
 	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
+	if cfg.Complete != nil {
+		if err := cfg.Complete(&ds.Manifest.Header); err != nil {
+			return nil, nil, nil, "", err
+		}
+	}
 	params, err := cfg.Schedule.Params(0, 0)
 	if err != nil {
 		return nil, nil, nil, "", err

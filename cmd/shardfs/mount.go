@@ -175,6 +175,13 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	cfg := mount.Config{Name: name, Schedule: sched, Epochs: f.order.epochs, Ranks: f.order.ranks(),
 		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Logger: log,
+		Complete: func(h *manifest.Header) error {
+			if err := f.order.setTimes(h); err != nil || sched.Recency == nil {
+				return err
+			}
+			sched.Recency.Start = f.order.times
+			return sched.Recency.Validate()
+		},
 		CheckOrder: func(in *layout.Input) error {
 			if err := f.order.checkResumeInEpochs(); err != nil {
 				return err

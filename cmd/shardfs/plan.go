@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/ingest"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
 )
@@ -38,7 +40,11 @@ type orderFlags struct {
 	alphaSchedule                           string // "E:A,E:A,...", see alphaPoints
 	mix                                     string // "NAME:W,NAME:W,...", see mixParts
 	version                                 int    // order version; see layout.OrderVersion
-	flags                                   *pflag.FlagSet
+	halfLife, timeWindow, windowStep, asOf  string // time weights; see recency
+	// times are the strata's time bucket starts, set from the dataset's
+	// header (setTimes) before the schedule is asked for an order.
+	times []int64
+	flags *pflag.FlagSet
 }
 
 // orderDefaults are what differs between the commands that take the order
@@ -67,6 +73,10 @@ func (f *orderFlags) register(fs *pflag.FlagSet, d orderDefaults) {
 	fs.StringVar(&f.resumeAt, "resume-at", "", "elastic resume E:N: epoch E continues after N global batches consumed (by any world size), dealt to these ranks; later epochs as usual")
 	fs.StringVar(&f.mix, "mix", "", "mix datasets on the same stores by weight, NAME:W,NAME:W (e.g. web:0.7,books:0.3): every batch holds each in floor(B*w)..ceil(B*w), classes by --alpha within each; give the mount point alone")
 	fs.IntVar(&f.version, "order-version", layout.OrderVersion, fmt.Sprintf("order construction, %d to %d: a job pins the version it started with, so a newer shardfs on any node computes the same order (%d: materialised permutations, 4 bytes a sample; %d: keyed Feistel permutations, O(1) a class)", layout.MinOrderVersion, layout.OrderVersion, 1, 2))
+	fs.StringVar(&f.halfLife, "recency-half-life", "", "weight each time bucket by 2^(-age/SPAN), e.g. 90d: a bucket 90 days older than the newest counts half as much (a dataset ingested with --time-bucket; combines with --alpha)")
+	fs.StringVar(&f.timeWindow, "time-window", "", "read only the time buckets that start within SPAN of the newest (or of --as-of), e.g. 180d")
+	fs.StringVar(&f.windowStep, "time-window-step", "", "slide the --time-window forward by SPAN each epoch, from the oldest bucket until it reaches the newest (or --as-of); a resumed job gets its epoch's window")
+	fs.StringVar(&f.asOf, "as-of", "", "the newest time read (RFC 3339 or Unix seconds): later buckets are left out, and a fixed --time-window ends here")
 	fs.BoolVar(&f.affinity, "affinity", false, "each rank reads the same shards in every epoch (about 1/W of the dataset), so a node's disk tier holds its share; batches stay stratified; see shardfs plan for the randomness traded")
 }
 
@@ -126,7 +136,74 @@ func (f *orderFlags) schedule() (*layout.Schedule, error) {
 	if s.ResumeEpoch, s.ResumeSkip, err = f.resume(); err != nil {
 		return nil, err
 	}
+	if s.Recency, err = f.recency(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// timed reports whether a time weighting flag is given.
+func (f *orderFlags) timed() bool {
+	return f.halfLife != "" || f.timeWindow != "" || f.windowStep != "" || f.asOf != ""
+}
+
+// recency parses the time weighting flags against the strata's times (nil
+// when no flag is given).
+func (f *orderFlags) recency() (*layout.Recency, error) {
+	if !f.timed() {
+		return nil, nil
+	}
+	if f.window > 0 || f.affinity || f.mix != "" {
+		return nil, errors.New("--recency-half-life, --time-window and --as-of re-weight the global order: leave out --window, --affinity and --mix")
+	}
+	r := &layout.Recency{Start: f.times}
+	for _, x := range []struct {
+		flag, v string
+		dst     *int64
+	}{{"--recency-half-life", f.halfLife, &r.HalfLife}, {"--time-window", f.timeWindow, &r.Window}, {"--time-window-step", f.windowStep, &r.Step}} {
+		if x.v == "" {
+			continue
+		}
+		d, err := ingest.ParseSpan(x.v)
+		if err != nil {
+			return nil, fmt.Errorf("%s %v", x.flag, err)
+		}
+		if d < time.Second {
+			return nil, fmt.Errorf("%s %s: must be at least 1s (a half-life of zero or below weighs nothing)", x.flag, x.v)
+		}
+		*x.dst = int64(d / time.Second)
+	}
+	if f.asOf != "" {
+		t, err := ingest.ParseTime(f.asOf)
+		if err != nil {
+			return nil, fmt.Errorf("--as-of %q: %v", f.asOf, err)
+		}
+		r.AsOf = t.Unix()
+	}
+	if f.times == nil {
+		// Checked again once the dataset is known (setTimes); the flags
+		// alone are fine.
+		r.Start = []int64{0}
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	r.Start = f.times
+	return r, nil
+}
+
+// setTimes records the strata's time bucket starts from a dataset's header,
+// and refuses time weighting flags on a dataset without time buckets.
+func (f *orderFlags) setTimes(h *manifest.Header) error {
+	if !f.timed() {
+		return nil
+	}
+	times, err := manifest.StratumTimes(h)
+	if err != nil {
+		return fmt.Errorf("dataset %s: %v", h.Name, err)
+	}
+	f.times = times
+	return nil
 }
 
 // mixParts parses --mix into dataset names and weights, in the order given.
@@ -354,7 +431,7 @@ func (f *orderFlags) ranks() []int {
 func newPlanCmd(g *globals) *cobra.Command {
 	of := &orderFlags{}
 	var emit string
-	var epoch, synthetic, lookahead, compareWindow int
+	var epoch, synthetic, syntheticBuckets, lookahead, compareWindow int
 	cmd := &cobra.Command{
 		Use:   "plan --stores URL,... [order flags] NAME | --mix NAME:W,...",
 		Short: "Show the epoch order: batches, class mix per batch, ranged reads",
@@ -374,7 +451,8 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 		Example: `  shardfs plan --stores $SHARDFS_STORES --world-size 8 --batch-size 256 imagenet-train
   shardfs plan --stores $SHARDFS_STORES --emit index --epoch 0 --rank 3 --world-size 8 imagenet-train > index.csv
   shardfs plan --synthetic 1000000 --world-size 8
-  shardfs plan --synthetic 1000000000 --world-size 4096 --rank 0-3`,
+  shardfs plan --synthetic 1000000000 --world-size 4096 --rank 0-3
+  shardfs plan --synthetic 1000000 --synthetic-time-buckets 12 --recency-half-life 90d --time-window 180d`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var m *manifest.Manifest
@@ -393,9 +471,9 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 				if emit != "" {
 					return fmt.Errorf("--emit with --synthetic above %d samples: the keys are not modelled; use a smaller --synthetic", maxSyntheticRows)
 				}
-				return printCountsPlan(cmd.Context(), cmd.OutOrStdout(), synthetic, of)
+				return printCountsPlan(cmd.Context(), cmd.OutOrStdout(), synthetic, syntheticBuckets, of)
 			case synthetic > 0:
-				m = syntheticManifest(synthetic)
+				m = syntheticManifest(synthetic, syntheticBuckets)
 			case len(args) == 1:
 				stores, err := g.openStores()
 				if err != nil {
@@ -406,6 +484,9 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 				}
 			default:
 				return fmt.Errorf("name a dataset, or pass --synthetic N")
+			}
+			if err := of.setTimes(&m.Header); err != nil {
+				return err
 			}
 			if of.epochs < 1 {
 				return fmt.Errorf("--epochs %d: plan shows a finite number of epochs: pass 1 or more", of.epochs)
@@ -424,6 +505,7 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 	cmd.Flags().StringVar(&emit, "emit", "", "write one file of the mount instead of the report: index")
 	cmd.Flags().IntVar(&epoch, "epoch", 0, "epoch for --emit")
 	cmd.Flags().IntVar(&synthetic, "synthetic", 0, "plan a synthetic dataset of N samples (100 classes, 64 MiB shards of ~100 kB samples)")
+	cmd.Flags().IntVar(&syntheticBuckets, "synthetic-time-buckets", 0, "with --synthetic: cut every class into this many 30-day time buckets, each 10% larger than the one before (strata: classes x buckets)")
 	cmd.Flags().IntVar(&lookahead, "lookahead", 8, "batches a reader fetches at once, for the ranged-GET count")
 	cmd.Flags().IntVar(&compareWindow, "compare-window", 8, "window to compare with when --window is 0 (and the reverse)")
 	return cmd
@@ -484,10 +566,20 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	}
 	cat := dataset.Catalog{M: m}
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
-	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v alpha-schedule=%q tail=%s window=%d affinity=%v resume-at=%q\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.alphaSchedule, of.tail, of.window, of.affinity, of.resumeAt)
-	pi := layout.Targets(in, p0.Alpha) // epoch 0's, for the class mix table
+	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v alpha-schedule=%q tail=%s window=%d affinity=%v resume-at=%q\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.alphaSchedule, of.tail, of.window, of.affinity, of.resumeAt)
+	if err := printStrataByField(out, m); err != nil {
+		return err
+	}
+	if of.timed() {
+		if err := printTimeWindows(out, of); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(out)
+	pi := layout.TargetsOf(in, p0) // epoch 0's, for the class mix table
 	other := *of
 	other.affinity = false
+	other.halfLife, other.timeWindow, other.windowStep, other.asOf = "", "", "", "" // a window keeps each pool's own mix
 	if of.window == 0 {
 		// A window keeps each pool's own class mix: the comparison has alpha 1.
 		other.window, other.alpha, other.alphaSchedule, other.epochSize = compareWindow, 1, "", 0
@@ -499,11 +591,11 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	fmt.Fprintf(tw, "epoch\trank\tbatches\tsamples\tTV mean\tTV max\tuniform TV mean\tuniform TV max\tGETs (window=%d)\tread\tGETs (window=%d)\tread\t\n", of.window, other.window)
 	var first layout.BatchStats
 	err = eachOrder(ctx, of, in, func(e, r int, p layout.Params, o *layout.RankOrder) error {
-		st := layout.Stats(o, in, layout.Targets(in, p.Alpha))
+		st := layout.Stats(o, in, layout.TargetsOf(in, p))
 		if e == 0 && r == of.ranks()[0] {
 			first = st
 		}
-		uni := layout.Stats(layout.UniformOrder(in, p), in, layout.Targets(in, 1))
+		uni := layout.Stats(layout.UniformOrder(in, p), in, uniformTargets(in, p))
 		gets, bytes := layout.ReadPlan(o, cat, lookahead, mergeGap)
 		op, err := other.params(e, r)
 		if err != nil {
@@ -527,7 +619,16 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 			return err
 		}
 	}
-	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d (target π ∝ n^%v):\n", of.ranks()[0], p0.Alpha)
+	if len(m.LabelFields) > 1 {
+		if err := printFieldPlan(out, m, in, p0); err != nil {
+			return err
+		}
+	}
+	target := fmt.Sprintf("π ∝ n^%v", p0.Alpha)
+	if p0.Weights != nil {
+		target += "·w, w the time weight"
+	}
+	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d (target %s):\n", of.ranks()[0], target)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "stratum\tsamples\tdata share\ttarget\tserved\t\n")
 	limit := len(m.Strata)
@@ -545,13 +646,163 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	return nil
 }
 
+// uniformTargets is what a uniform shuffle of p's samples aims at: the
+// data's mix of the strata p reads.
+func uniformTargets(in *layout.Input, p layout.Params) []float64 {
+	if p.Weights == nil {
+		return layout.Targets(in, 1)
+	}
+	read := make([]float64, len(p.Weights))
+	for c, w := range p.Weights {
+		if w > 0 {
+			read[c] = 1
+		}
+	}
+	return layout.TargetsOf(in, layout.Params{Alpha: 1, Weights: read})
+}
+
+// printStrataByField says how many strata the label fields make, how many
+// values each field has, and how the fields were cut.
+func printStrataByField(out io.Writer, m *manifest.Manifest) error {
+	if len(m.LabelFields) < 2 && len(m.Derived) == 0 {
+		return nil
+	}
+	lo, hi := math.MaxInt, 0
+	for _, st := range m.Strata {
+		lo, hi = min(lo, st.Count), max(hi, st.Count)
+	}
+	fmt.Fprintf(out, "strata: %d of the fields %s, %d to %d samples each\n", len(m.Strata), strings.Join(m.LabelFields, " x "), lo, hi)
+	for i, f := range m.LabelFields {
+		values := map[string]bool{}
+		for _, st := range m.Strata {
+			values[st.Labels[i]] = true
+		}
+		how := "as listed"
+		if j := slices.IndexFunc(m.Derived, func(d manifest.Derived) bool { return d.Field == f }); j >= 0 {
+			d := m.Derived[j]
+			if d.Width > 0 {
+				how = "time buckets of " + spanText(d.Width)
+			} else {
+				how = fmt.Sprintf("bins with edges %v", d.Edges)
+			}
+		}
+		fmt.Fprintf(out, "  %s: %d values, %s\n", f, len(values), how)
+	}
+	return nil
+}
+
+// printTimeWindows shows the time weighting and the first epochs' windows.
+func printTimeWindows(out io.Writer, of *orderFlags) error {
+	s, err := of.schedule()
+	if err != nil {
+		return err
+	}
+	r := s.Recency
+	fmt.Fprintf(out, "time: half-life %s, window %s, step %s, as of %s\n", cmp.Or(of.halfLife, "none"), cmp.Or(of.timeWindow, "all"), cmp.Or(of.windowStep, "none"), cmp.Or(of.asOf, "the newest bucket"))
+	for e := 0; e < min(of.epochs, 3); e++ {
+		w, from, to, err := r.Weights(e)
+		if err != nil {
+			return err
+		}
+		n, first, last := 0, to, from
+		for c, x := range w {
+			if x > 0 {
+				n++
+				first, last = min(first, r.Start[c]), max(last, r.Start[c])
+			}
+		}
+		fmt.Fprintf(out, "  epoch %d reads the buckets that start from %s to %s (%d strata)\n", e, when(first), when(last), n)
+	}
+	return nil
+}
+
+// when prints Unix seconds as a date, or a UTC time when not midnight.
+func when(t int64) string {
+	u := time.Unix(t, 0).UTC()
+	if t%86400 == 0 {
+		return u.Format(time.DateOnly)
+	}
+	return u.Format(time.RFC3339)
+}
+
+// spanText prints seconds in the largest unit that divides them: 30d, 12h, 90s.
+func spanText(sec int64) string {
+	for _, u := range []struct {
+		n    int64
+		unit string
+	}{{7 * 86400, "w"}, {86400, "d"}, {3600, "h"}, {60, "m"}} {
+		if sec%u.n == 0 {
+			return fmt.Sprintf("%d%s", sec/u.n, u.unit)
+		}
+	}
+	return fmt.Sprintf("%ds", sec)
+}
+
+// printFieldPlan measures epoch 0's batches of the first rank on each label
+// field alone (each time window, each bin): the TV of a batch's mix of the
+// field's values from the target's, and how many batches hold each value,
+// against a uniform shuffle of the same samples.
+func printFieldPlan(out io.Writer, m *manifest.Manifest, in *layout.Input, p layout.Params) error {
+	o, err := layout.Order(in, p)
+	if err != nil {
+		return err
+	}
+	uni := layout.UniformOrder(in, p)
+	pi := layout.TargetsOf(in, p)
+	for i, f := range m.LabelFields {
+		index := map[string]int{}
+		var names []string
+		value := make([]int, len(m.Strata))
+		for c, st := range m.Strata {
+			v, ok := index[st.Labels[i]]
+			if !ok {
+				v = len(names)
+				index[st.Labels[i]] = v
+				names = append(names, st.Labels[i])
+			}
+			value[c] = v
+		}
+		ours := layout.StatsBy(o, in, value, len(names), pi)
+		base := layout.StatsBy(uni, in, value, len(names), pi)
+		fmt.Fprintf(out, "\nfield %s, epoch 0 rank %d: TV of a batch's mix of %d values from the target: mean %.4f max %.4f; uniform shuffle mean %.4f max %.4f\n",
+			f, p.Rank, len(names), ours.MeanTV, ours.MaxTV, base.MeanTV, base.MaxTV)
+		share := make([]float64, len(names))
+		data := make([]int, len(names))
+		for c, v := range value {
+			share[v] += pi[c]
+			data[v] += m.Strata[c].Count
+		}
+		var rows []int
+		for v := range names {
+			if share[v] > 0 { // not read this epoch: outside the time window
+				rows = append(rows, v)
+			}
+		}
+		if left := len(names) - len(rows); left > 0 {
+			fmt.Fprintf(out, "(%d values outside the time window are not read)\n", left)
+		}
+		// Rarest first: the values a uniform shuffle starves.
+		slices.SortStableFunc(rows, func(a, b int) int { return cmp.Compare(share[a], share[b]) })
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "%s\tsamples\ttarget\tbatches holding it\tuniform shuffle\t\n", f)
+		for _, v := range rows[:min(len(rows), 12)] {
+			fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.3f\t%.3f\t\n", names[v], data[v], share[v], ours.Holding[v], base.Holding[v])
+		}
+		tw.Flush()
+		if len(rows) > 12 {
+			fmt.Fprintf(out, "(%d more values)\n", len(rows)-12)
+		}
+	}
+	return nil
+}
+
 // maxSyntheticRows: above it, --synthetic models per-shard class counts only.
 const maxSyntheticRows = 10_000_000
 
 // syntheticShare is the synthetic datasets' class mix: class c about
 // e^(-c/14) of the samples, the tail lumped into the last of 100 classes
 // (what syntheticManifest draws sample by sample).
-func syntheticShare() []float64 {
+func syntheticShare(buckets int) []float64 {
 	const nStrata = 100
 	pi := make([]float64, nStrata)
 	q := math.Exp(-1.0 / 14)
@@ -559,13 +810,29 @@ func syntheticShare() []float64 {
 		pi[c] = math.Pow(q, float64(c)) * (1 - q)
 	}
 	pi[nStrata-1] = math.Pow(q, nStrata-1)
-	return pi
+	if buckets == 0 {
+		return pi
+	}
+	// Each class cut into time buckets, each 10% larger than the one before.
+	t := make([]float64, buckets)
+	sum := 0.0
+	for b := range t {
+		t[b] = math.Pow(1.1, float64(b))
+		sum += t[b]
+	}
+	out := make([]float64, 0, nStrata*buckets)
+	for _, x := range pi {
+		for _, y := range t {
+			out = append(out, x*y/sum)
+		}
+	}
+	return out
 }
 
 // printCountsPlan plans a synthetic dataset of n samples from per-shard
 // class counts alone: 64 MiB shards of ~100 kB samples, each holding its
 // share of every class, as ingest's stratified placement gives.
-func printCountsPlan(ctx context.Context, out io.Writer, n int, of *orderFlags) error {
+func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *orderFlags) error {
 	if n > math.MaxInt32 {
 		return fmt.Errorf("--synthetic %d: at most %d samples", n, math.MaxInt32)
 	}
@@ -574,7 +841,11 @@ func printCountsPlan(ctx context.Context, out io.Writer, n int, of *orderFlags) 
 	}
 	start := time.Now()
 	const perShard = 671 // 64 MiB of 100 kB samples
-	pi := syntheticShare()
+	h := syntheticHeader(buckets)
+	if err := of.setTimes(&h); err != nil {
+		return err
+	}
+	pi := syntheticShare(buckets)
 	shards := (n + perShard - 1) / perShard
 	full := layout.ApportionShares(perShard, pi) // every shard but the last
 	in, err := layout.NewCountInputFunc(shards, len(pi), func(s int, row []int) {
@@ -587,7 +858,7 @@ func printCountsPlan(ctx context.Context, out io.Writer, n int, of *orderFlags) 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "synthetic dataset: %d samples, %d classes, %d shards of %d samples (class counts per shard only; input built in %s)\n",
+	fmt.Fprintf(out, "synthetic dataset: %d samples, %d strata, %d shards of %d samples (class counts per shard only; input built in %s)\n",
 		n, len(pi), shards, perShard, time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
 	if _, err := of.checkSteps(in); err != nil {
@@ -597,7 +868,7 @@ func printCountsPlan(ctx context.Context, out io.Writer, n int, of *orderFlags) 
 	fmt.Fprintf(tw, "epoch\trank\tbatches\tsamples\tTV mean\tTV max\tuniform TV mean\tuniform TV max\torder time\t\n")
 	var first layout.BatchStats
 	err = eachOrderTimed(ctx, of, in, func(e, r int, p layout.Params, o *layout.RankOrder, took time.Duration) error {
-		targets := layout.Targets(in, p.Alpha)
+		targets := layout.TargetsOf(in, p)
 		st := layout.Stats(o, in, targets)
 		if e == 0 && r == of.ranks()[0] {
 			first = st
@@ -611,37 +882,69 @@ func printCountsPlan(ctx context.Context, out io.Writer, n int, of *orderFlags) 
 		return err
 	}
 	tw.Flush()
-	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d: the first 5 of %d classes\n", of.ranks()[0], len(pi))
+	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d: the first 5 of %d strata\n", of.ranks()[0], len(pi))
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "class\tsamples\tdata share\tserved\t\n")
+	fmt.Fprintf(tw, "stratum\tsamples\tdata share\tserved\t\n")
 	for c := 0; c < 5; c++ {
-		fmt.Fprintf(tw, "class%03d\t%d\t%.4f\t%.4f\t\n", c, in.Count(c), float64(in.Count(c))/float64(n), first.Share[c])
+		fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.4f\t\n", h.Strata[c].Name, in.Count(c), float64(in.Count(c))/float64(n), first.Share[c])
 	}
 	return tw.Flush()
+}
+
+// syntheticHeader names the synthetic strata: 100 classes, each cut into
+// buckets 30-day time buckets ending with the one that starts 2026-01-01
+// (none: classes alone).
+func syntheticHeader(buckets int) manifest.Header {
+	h := manifest.Header{Name: "synthetic", LabelFields: []string{"label"}}
+	const nClasses, width = 100, 30 * 86400
+	if buckets > 0 {
+		h.LabelFields = append(h.LabelFields, "time")
+		h.Derived = []manifest.Derived{{Field: "time", Width: width}}
+	}
+	last := manifest.BucketStart(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), width)
+	for c := 0; c < nClasses; c++ {
+		class := fmt.Sprintf("class%03d", c)
+		if buckets == 0 {
+			h.Strata = append(h.Strata, manifest.Stratum{Name: class, Labels: []string{class}})
+			continue
+		}
+		for b := 0; b < buckets; b++ {
+			t := manifest.BucketLabel(last-int64(buckets-1-b)*width, width)
+			h.Strata = append(h.Strata, manifest.Stratum{Name: class + "+" + t, Labels: []string{class, t}})
+		}
+	}
+	return h
 }
 
 // syntheticManifest builds an imbalanced in-memory manifest of n samples in
 // 100 strata (class sizes falling geometrically), 50-150 kB samples, placed
 // into 64 MiB shards by stratified round-robin as ingest does.
-func syntheticManifest(n int) *manifest.Manifest {
+func syntheticManifest(n, buckets int) *manifest.Manifest {
 	rng := rand.New(rand.NewPCG(1, 2))
-	m := &manifest.Manifest{Header: manifest.Header{Name: fmt.Sprintf("synthetic-%d", n), Data: 4, Parity: 2, BlockSize: 64 << 10, ShardSize: 64 << 20,
-		LabelFields: []string{"label"}}}
+	m := &manifest.Manifest{Header: syntheticHeader(buckets)}
+	m.Name, m.Data, m.Parity, m.BlockSize, m.ShardSize = fmt.Sprintf("synthetic-%d", n), 4, 2, 64<<10, 64<<20
 	const nStrata = 100
-	for c := 0; c < nStrata; c++ {
-		name := fmt.Sprintf("class%03d", c)
-		m.Strata = append(m.Strata, manifest.Stratum{Name: name, Labels: []string{name}})
+	var bucketOf func() int
+	if buckets > 0 {
+		// Bucket b about 1.1^b: the inverse of its cumulative share.
+		bucketOf = func() int {
+			x := rng.Float64() * (math.Pow(1.1, float64(buckets)) - 1)
+			return min(buckets-1, int(math.Log1p(x)/math.Log(1.1)))
+		}
 	}
 	var shard uint32
 	var size int64
 	for i := 0; i < n; i++ {
 		st := uint32(min(nStrata-1, int(-14.0*logf(1-rng.Float64()))))
+		if buckets > 0 {
+			st = st*uint32(buckets) + uint32(bucketOf())
+		}
 		sz := uint32(50_000 + rng.IntN(100_000))
 		if size+int64(sz) > m.ShardSize {
 			shard, size = shard+1, 0
 		}
 		size += int64(sz)
-		m.Samples.Append(fmt.Sprintf("class%03d/%09d.jpg", st, i), st, shard, sz, 0)
+		m.Samples.Append(fmt.Sprintf("%s/%09d.jpg", m.Strata[st].Name, i), st, shard, sz, 0)
 	}
 	m.Shards = make([]manifest.Shard, shard+1)
 	if err := m.Finish(); err != nil {
