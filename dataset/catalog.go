@@ -1,6 +1,8 @@
 package dataset
 
 import (
+	"strings"
+
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
 )
@@ -45,3 +47,23 @@ func (c Catalog) SampleSum(i int) uint32 { return c.M.Samples.Sum[i] }
 
 // Complete is true: a manifest held whole knows every sample of a shard.
 func (c Catalog) Complete(shard int) bool { return true }
+
+// FieldNames are the listing's fields each sample carries (none: nil).
+func (c Catalog) FieldNames() []string { return c.M.Fields }
+
+// Fields are sample i's field values, one per FieldNames.
+func (c Catalog) Fields(i int) []string {
+	return splitFields(c.M.Samples.FieldsJoined(i), len(c.M.Fields))
+}
+
+// splitFields splits a sample's joined field values into n, "" for any
+// missing (a lost index's placeholder).
+func splitFields(joined string, n int) []string {
+	out := strings.SplitN(joined, manifest.FieldSep, n)
+	for len(out) < n {
+		out = append(out, "")
+	}
+	return out
+}
+
+var _ layout.FieldCatalog = Catalog{}

@@ -81,11 +81,12 @@ type shardRows struct {
 	off, size, sum, stratum []uint32
 	keyEnd                  []uint32 // end of each key in keys
 	keys                    []byte
+	fields                  []string // per held row, its field values joined; nil: no fields
 }
 
 func newShardRows(x *manifest.ShardIndex, first int) *shardRows {
 	n := len(x.Keys)
-	r := &shardRows{shard: x.Shard, first: first, sums: x.Sums, off: make([]uint32, n), size: x.Size, sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n)}
+	r := &shardRows{shard: x.Shard, first: first, sums: x.Sums, off: make([]uint32, n), size: x.Size, sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n), fields: x.Fields}
 	total := 0
 	for _, k := range x.Keys {
 		total += len(k)
@@ -110,6 +111,9 @@ func (r *shardRows) subset(pos []int32) *shardRows {
 		v.off[k], v.size[k], v.sum[k], v.stratum[k] = r.off[j], r.size[j], r.sum[j], r.stratum[j]
 		v.keys = append(v.keys, r.key(int(j))...)
 		v.keyEnd[k] = uint32(len(v.keys))
+		if r.fields != nil {
+			v.fields = append(v.fields, r.fields[j])
+		}
 	}
 	return v
 }
@@ -133,7 +137,11 @@ func (r *shardRows) key(k int) []byte {
 
 // bytes is what the rows hold in memory, the shared block checksums aside.
 func (r *shardRows) bytes() int64 {
-	return int64(4*(len(r.pos)+len(r.off)+len(r.size)+len(r.sum)+len(r.stratum)+len(r.keyEnd)) + len(r.keys))
+	n := int64(4*(len(r.pos)+len(r.off)+len(r.size)+len(r.sum)+len(r.stratum)+len(r.keyEnd)) + len(r.keys))
+	for _, f := range r.fields {
+		n += 16 + int64(len(f))
+	}
+	return n
 }
 
 // recentShards and recentBytes bound the whole rows the catalog keeps
@@ -421,12 +429,25 @@ func (p *Pinned) StratumName(c int) string {
 }
 func (p *Pinned) NumStrata() int { return len(p.l.top.Strata) }
 
+// FieldNames are the listing's fields each sample carries (none: nil).
+func (p *Pinned) FieldNames() []string { return p.l.top.Fields }
+
+// Fields are sample i's field values, one per FieldNames.
+func (p *Pinned) Fields(i int) []string {
+	joined := ""
+	if r, k := p.row(i); r.fields != nil {
+		joined = r.fields[k]
+	}
+	return splitFields(joined, len(p.l.top.Fields))
+}
+
 // The LazyCatalog answers by sample for the read path, the prefetcher and
 // the tree: see rowOf for a sample nobody holds.
 var (
-	_ layout.Catalog  = (*LazyCatalog)(nil)
-	_ layout.Geometry = (*LazyCatalog)(nil)
-	_ layout.Catalog  = (*Pinned)(nil)
+	_ layout.Catalog      = (*LazyCatalog)(nil)
+	_ layout.Geometry     = (*LazyCatalog)(nil)
+	_ layout.Catalog      = (*Pinned)(nil)
+	_ layout.FieldCatalog = (*Pinned)(nil)
 )
 
 func (l *LazyCatalog) KeyBytes(i int) []byte {

@@ -6,10 +6,11 @@
 //
 //	.shardfs/info.json                      dataset, EC and order parameters
 //	.shardfs/stats.json                     live counters (read anew on every open)
-//	samples/<stratum>/<key>                 the dataset as-is, ImageFolder style
+//	samples/<stratum>/<key>                 the dataset as-is, ImageFolder style;
+//	                                        a listing's fields as xattrs user.shardfs.<field>
 //	epochs/<EEEE>/rank-<RRR>/batch-<BBBBBB>.tar
 //	epochs/<EEEE>/rank-<RRR>/epoch.tar
-//	epochs/<EEEE>/rank-<RRR>/index.csv
+//	epochs/<EEEE>/rank-<RRR>/index.csv      a row per member, a column per listing field
 //
 // Directories are built lazily on lookup, so mounting a 10M-sample dataset
 // costs nothing until a directory is listed, and listing epochs fetches no

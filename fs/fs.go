@@ -759,7 +759,47 @@ var (
 	_ = (gofs.NodeOpener)((*sampleFile)(nil))
 	_ = (gofs.NodeReader)((*sampleFile)(nil))
 	_ = (gofs.NodeGetattrer)((*sampleFile)(nil))
+	_ = (gofs.NodeGetxattrer)((*sampleFile)(nil))
+	_ = (gofs.NodeListxattrer)((*sampleFile)(nil))
 )
+
+// fieldXattr prefixes a field's name to form its extended attribute.
+const fieldXattr = "user.shardfs."
+
+// fields returns the sample's listing fields, names and values.
+func (f *sampleFile) fields() (names, values []string) {
+	fc, ok := f.cat.(layout.FieldCatalog)
+	if !ok || len(fc.FieldNames()) == 0 {
+		return nil, nil
+	}
+	return fc.FieldNames(), fc.Fields(f.sample)
+}
+
+// Getxattr serves a listing field as user.shardfs.<field>.
+func (f *sampleFile) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	names, values := f.fields()
+	i := slices.Index(names, strings.TrimPrefix(attr, fieldXattr))
+	if i < 0 || !strings.HasPrefix(attr, fieldXattr) || i >= len(values) {
+		return 0, syscall.ENODATA
+	}
+	if len(dest) < len(values[i]) {
+		return uint32(len(values[i])), syscall.ERANGE
+	}
+	return uint32(copy(dest, values[i])), 0
+}
+
+// Listxattr lists user.shardfs.<field> for every field.
+func (f *sampleFile) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names, _ := f.fields()
+	var b []byte
+	for _, n := range names {
+		b = append(append(b, fieldXattr+n...), 0)
+	}
+	if len(dest) < len(b) {
+		return uint32(len(b)), syscall.ERANGE
+	}
+	return uint32(copy(dest, b)), 0
+}
 
 func (f *sampleFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	f.t.setAttr(&out.Attr, fileMode, f.cat.Size(f.sample))

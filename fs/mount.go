@@ -23,6 +23,10 @@ type MountOptions struct {
 	ReadAheadKB int    // written to the mount's bdi read_ahead_kb; 0 leaves the kernel default
 	Debug       bool
 	Logger      *slog.Logger
+	// XAttrs serves extended attributes: a dataset's fields on its sample
+	// files. Off, the kernel learns once that there are none and never
+	// asks again (ls -l would ask for ACLs on every file).
+	XAttrs bool
 }
 
 // slogWriter routes go-fuse's log lines to slog at debug level.
@@ -146,7 +150,7 @@ func Mount(dir string, root gofs.InodeEmbedder, o MountOptions) (*fuse.Server, e
 			// Concurrent direct I/O reads reach the daemon in parallel.
 			ExtraCapabilities: fuse.CAP_ASYNC_DIO,
 			MaxBackground:     64,
-			DisableXAttrs:     true,
+			DisableXAttrs:     !o.XAttrs,
 			// Reads are served from memory; splice of 1 MiB reads does not fit
 			// the default 1 MiB pipe and falls back on every read: pure overhead.
 			DisableSplice: true,

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,15 @@ type Catalog interface {
 	Size(i int) int64
 	Stratum(i int) int
 	StratumName(c int) string
+}
+
+// FieldCatalog is a Catalog whose samples carry a listing's fields:
+// index.csv shows them as columns after its own. Fields returns sample
+// i's values, one per FieldNames.
+type FieldCatalog interface {
+	Catalog
+	FieldNames() []string
+	Fields(i int) []string
 }
 
 // Tar member geometry: each sample is a ustar header, its bytes padded to
@@ -34,11 +44,13 @@ func memberLen(size int64) int64 { return block + padded(size) + 2*block }
 // Members is the member table of one rank-epoch: the samples of its batches,
 // in order, with their offsets in epoch.tar and their rows in index.csv.
 type Members struct {
-	order  *RankOrder
-	cat    Catalog
-	off    []int64  // off[i]: start of member i in epoch.tar; off[n] = end of members
-	dup    []uint32 // occurrence of member i's tar name before it in this rank-epoch
-	rowOff []int64  // rowOff[i]: start of row i in index.csv (after the header); rowOff[n] = size
+	order   *RankOrder
+	cat     Catalog
+	off     []int64      // off[i]: start of member i in epoch.tar; off[n] = end of members
+	dup     []uint32     // occurrence of member i's tar name before it in this rank-epoch
+	rowOff  []int64      // rowOff[i]: start of row i in index.csv (after the header); rowOff[n] = size
+	csvHead string       // index.csv's header row
+	fields  FieldCatalog // nil: the catalog has no fields
 	// Member i's size and stratum, kept beside off so that a read's extents
 	// touch only this rank-epoch's arrays, not the dataset's columns.
 	size    []int64
@@ -52,7 +64,17 @@ func NewMembers(o *RankOrder, cat Catalog) *Members {
 		size: make([]int64, n), stratum: make([]int32, n)}
 	seen := make(map[uint64]uint32, n)
 	var row bytes.Buffer
-	m.rowOff[0] = int64(len(csvHeader))
+	m.csvHead = csvHeader
+	if fc, ok := cat.(FieldCatalog); ok && len(fc.FieldNames()) > 0 {
+		m.fields = fc
+		row.WriteString(strings.TrimSuffix(csvHeader, "\n"))
+		cw := csv.NewWriter(&row)
+		cw.Write(append([]string{""}, fieldColumns(fc.FieldNames())...))
+		cw.Flush()
+		m.csvHead = row.String()
+		row.Reset()
+	}
+	m.rowOff[0] = int64(len(m.csvHead))
 	for i, s := range o.Samples {
 		size := cat.Size(int(s))
 		m.size[i], m.stratum[i] = size, int32(cat.Stratum(int(s)))
@@ -232,8 +254,8 @@ func digits(v int) int64 {
 const csvHeader = "position,batch,key,stratum,size,alpha\n"
 
 func (f *FileMap) csvExtents(dst []Extent, off, end int64) []Extent {
-	if off < int64(len(csvHeader)) {
-		l := min(int64(len(csvHeader)), end) - off
+	if off < int64(len(f.m.csvHead)) {
+		l := min(int64(len(f.m.csvHead)), end) - off
 		dst = append(dst, Extent{Piece: PieceRow, Member: -1, Off: off, Len: l, FileOff: off})
 		off += l
 	}
@@ -259,7 +281,7 @@ func (f *FileMap) Render(e Extent, p []byte) {
 		copy(p, strconv.Itoa(int(f.m.stratum[e.Member]))[e.Off:])
 	case PieceRow:
 		if e.Member < 0 {
-			copy(p, csvHeader[e.Off:])
+			copy(p, f.m.csvHead[e.Off:])
 			return
 		}
 		var buf bytes.Buffer
@@ -363,12 +385,29 @@ func tarHeader(name string, size int64) []byte {
 func (m *Members) writeRow(w *bytes.Buffer, i int) {
 	s := m.Sample(i)
 	cw := csv.NewWriter(w)
-	cw.Write([]string{
+	row := []string{
 		strconv.Itoa(i), strconv.Itoa(i / m.order.Params.Batch), m.cat.Key(s),
 		m.cat.StratumName(m.cat.Stratum(s)), strconv.FormatInt(m.cat.Size(s), 10),
 		strconv.FormatFloat(m.order.Params.Alpha, 'g', -1, 64),
-	})
+	}
+	if m.fields != nil {
+		row = append(row, m.fields.Fields(s)...)
+	}
+	cw.Write(row)
 	cw.Flush()
+}
+
+// fieldColumns names the field columns of index.csv: a field whose name is
+// one of index.csv's own columns gets the prefix "field_".
+func fieldColumns(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = n
+		if slices.Contains(strings.Split(strings.TrimSpace(csvHeader), ","), n) {
+			out[i] = "field_" + n
+		}
+	}
+	return out
 }
 
 // Name limits: every member name fits the 100-byte ustar name field, with

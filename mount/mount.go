@@ -122,7 +122,8 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		Catalog: cat, Pinner: pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Schedule.Params, Epochs: cfg.Epochs, Ranks: cfg.Ranks, DirectIO: cfg.DirectIO,
 		Info: info, Stats: mt.StatsJSON, Created: time.Unix(mt.Dataset.Manifest.CreatedUnix, 0), Logger: log,
 	})
-	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, Logger: log})
+	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, Logger: log,
+		XAttrs: mt.Mix == nil && len(mt.Dataset.Manifest.Fields) > 0})
 	if err != nil {
 		mt.shutdown()
 		return nil, err
