@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -17,7 +18,7 @@ func TestPlanFromClassCounts(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("plan: %v", r)
 	}
-	if !strings.Contains(r.stdout, "12000000 samples, 100 classes, 17884 shards of 671 samples (class counts per shard only") {
+	if !strings.Contains(r.stdout, "12000000 samples, 100 strata, 17884 shards of about 670 samples (each stratum spread evenly over the shards") {
 		t.Fatalf("plan did not take the counts-only path:\n%s", r.stdout)
 	}
 	rows := 0
@@ -49,4 +50,52 @@ func TestPlanFromClassCounts(t *testing.T) {
 			t.Errorf("%v: want a refusal naming --synthetic: %v", bad, r)
 		}
 	}
+}
+
+// Issue 27: a billion samples in 100 classes x 12 monthly time buckets,
+// weighted by recency, plan in bounded time and memory: 2 minutes (a
+// hang bound, not a speed target) and 2 GiB of resident memory, measured
+// from the process's own rusage.
+func TestPlanBillionTimeStrata(t *testing.T) {
+	cmd := execShardfs("plan", "--synthetic=1000000000", "--synthetic-time-buckets=12", "--world-size=4096", "--recency-half-life=90d", "--time-window=180d")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("plan: %v\n%s", err, out.String())
+		}
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("plan of a billion samples in 1,200 strata took over 2 minutes:\n%s", out.String())
+	}
+	maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	if maxRSS > 2<<30 {
+		t.Fatalf("plan held %d MiB, more than 2 GiB", maxRSS>>20)
+	}
+	text := out.String()
+	if !strings.Contains(text, "1000000000 samples, 1200 strata") || !strings.Contains(text, "epoch 0 reads the buckets that start from 2025-07-11 to 2025-12-08 (600 strata)") {
+		t.Fatalf("plan:\n%s", text)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || f[0] != "0" || f[1] != "0" {
+			continue
+		}
+		var tv, uni float64
+		fmt.Sscan(f[4], &tv)
+		fmt.Sscan(f[6], &uni)
+		if f[2] == "0" || tv <= 0 || tv >= uni {
+			t.Fatalf("rank 0: %s batches, TV %v against a uniform shuffle's %v:\n%s", f[2], tv, uni, text)
+		}
+		t.Logf("1e9 samples, 1,200 strata: max RSS %d MiB; %s", maxRSS>>20, line)
+		return
+	}
+	t.Fatalf("no row for epoch 0 rank 0:\n%s", text)
 }

@@ -70,6 +70,15 @@ func NewCountInputFunc(shards, numStrata int, fill func(s int, row []int)) (*Inp
 	return &Input{NumStrata: numStrata, NumShards: shards, counted: ix}, nil
 }
 
+// counts is what the order needs of a counts-only input.
+type counts interface {
+	samples() int
+	count(c int) int
+	member(c, k int) int32
+	stratumOf(x int32) uint32
+}
+
+func (ix *countIndex) samples() int    { return ix.n }
 func (ix *countIndex) count(c int) int { return int(ix.prefix[c][len(ix.prefix[c])-1]) }
 
 // member is stratum c's k-th sample, 0 <= k < count(c).
@@ -87,4 +96,77 @@ func (ix *countIndex) stratumOf(x int32) uint32 {
 	row := ix.inShard[s*w : (s+1)*w]
 	c := sort.Search(len(row)-1, func(c int) bool { return row[c+1] > pos })
 	return uint32(c)
+}
+
+// evenIndex models a dataset whose strata are spread evenly over its
+// shards, as ingest's stratified placement spreads them: shard s holds
+// ⌊(s+1)·perStratum/S⌋ − ⌊s·perStratum/S⌋ samples of stratum c. It holds O(S + C)
+// numbers, so a plan of a billion samples in thousands of strata fits in
+// a few MiB; a lookup costs O(C). Samples are numbered as in countIndex.
+type evenIndex struct {
+	n          int
+	perStratum []int64
+	shards     int64
+	shardFirst []int64 // [S+1]
+}
+
+// NewEvenCountInput builds a counts-only Input of shards shards holding
+// counts[c] samples of stratum c each, spread evenly (see evenIndex).
+func NewEvenCountInput(counts []int, shards int) (*Input, error) {
+	if len(counts) < 1 || shards < 1 {
+		return nil, errors.New("an even counts input needs at least one stratum and one shard")
+	}
+	ix := &evenIndex{perStratum: make([]int64, len(counts)), shards: int64(shards), shardFirst: make([]int64, shards+1)}
+	var total int64
+	for c, k := range counts {
+		if k < 0 {
+			return nil, fmt.Errorf("stratum %d has %d samples", c, k)
+		}
+		ix.perStratum[c] = int64(k)
+		total += int64(k)
+	}
+	if total > math.MaxInt32 {
+		return nil, fmt.Errorf("more than %d samples", math.MaxInt32)
+	}
+	ix.n = int(total)
+	for s := 0; s < shards; s++ {
+		ix.shardFirst[s+1] = ix.shardFirst[s] + ix.before(int64(s), len(counts))
+	}
+	return &Input{NumStrata: len(counts), NumShards: shards, counted: ix}, nil
+}
+
+// in is stratum c's count in shard s.
+func (ix *evenIndex) in(s int64, c int) int64 {
+	return (s+1)*ix.perStratum[c]/ix.shards - s*ix.perStratum[c]/ix.shards
+}
+
+// before is the samples of strata below c in shard s.
+func (ix *evenIndex) before(s int64, c int) int64 {
+	var n int64
+	for x := 0; x < c; x++ {
+		n += ix.in(s, x)
+	}
+	return n
+}
+
+func (ix *evenIndex) samples() int    { return ix.n }
+func (ix *evenIndex) count(c int) int { return int(ix.perStratum[c]) }
+
+func (ix *evenIndex) member(c, k int) int32 {
+	n := ix.perStratum[c]
+	// The shard s with ⌊s·n/S⌋ <= k < ⌊(s+1)·n/S⌋.
+	s := ((int64(k)+1)*ix.shards+n-1)/n - 1
+	return int32(ix.shardFirst[s] + ix.before(s, c) + int64(k) - s*n/ix.shards)
+}
+
+func (ix *evenIndex) stratumOf(x int32) uint32 {
+	s := sort.Search(len(ix.shardFirst)-1, func(s int) bool { return ix.shardFirst[s+1] > int64(x) })
+	pos := int64(x) - ix.shardFirst[s]
+	for c := range ix.perStratum {
+		pos -= ix.in(int64(s), c)
+		if pos < 0 {
+			return uint32(c)
+		}
+	}
+	return uint32(len(ix.perStratum) - 1)
 }

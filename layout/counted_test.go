@@ -96,3 +96,53 @@ func TestCountInputRefuses(t *testing.T) {
 		t.Error("a negative count was accepted")
 	}
 }
+
+// The even model answers exactly as per-shard counts of the same even
+// spread do, and so computes the same order.
+func TestEvenCountInputMatchesCounts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for trial := 0; trial < 40; trial++ {
+		shards, strata := 1+rng.IntN(40), 1+rng.IntN(30)
+		perStratum := make([]int, strata)
+		for c := range perStratum {
+			perStratum[c] = rng.IntN(200)
+		}
+		perStratum[0]++ // at least one sample
+		rows := make([][]int, shards)
+		for s := range rows {
+			rows[s] = make([]int, strata)
+			for c, n := range perStratum {
+				rows[s][c] = (s+1)*n/shards - s*n/shards
+			}
+		}
+		want, err := NewCountInput(rows, strata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := NewEvenCountInput(perStratum, shards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.N() != want.N() {
+			t.Fatalf("trial %d: N %d, want %d", trial, got.N(), want.N())
+		}
+		for c := 0; c < strata; c++ {
+			for k := 0; k < want.Count(c); k++ {
+				if a, b := got.member(c, k), want.member(c, k); a != b {
+					t.Fatalf("trial %d: stratum %d member %d: %d, want %d", trial, c, k, a, b)
+				}
+			}
+		}
+		for s := int32(0); s < int32(want.N()); s++ {
+			if got.StratumOf(s) != want.StratumOf(s) {
+				t.Fatalf("trial %d: sample %d stratum %d, want %d", trial, s, got.StratumOf(s), want.StratumOf(s))
+			}
+		}
+		p := Params{Seed: rng.Uint64(), World: 1 + rng.IntN(4), Batch: 1 + rng.IntN(16), Alpha: 1}
+		a, err1 := Order(want, p)
+		b, err2 := Order(got, p)
+		if err1 != nil || err2 != nil || !slices.Equal(a.Samples, b.Samples) {
+			t.Fatalf("trial %d: orders differ (%v, %v)", trial, err1, err2)
+		}
+	}
+}

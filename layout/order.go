@@ -136,9 +136,9 @@ type Input struct {
 	Group     []int // per stratum: its dataset, when several are mixed (SetGroups)
 	NumGroups int
 
-	members      [][]int32   // sample indexes per stratum, ascending
-	shardMembers [][]int32   // sample indexes per shard, ascending
-	counted      *countIndex // instead of the per-sample columns: see NewCountInput
+	members      [][]int32 // sample indexes per stratum, ascending
+	shardMembers [][]int32 // sample indexes per shard, ascending
+	counted      counts    // instead of the per-sample columns: see NewCountInput
 }
 
 // NewInput indexes the samples' strata and shards.
@@ -187,7 +187,7 @@ func group(of []uint32, n int, what string) ([][]int32, error) {
 // N is the number of samples.
 func (in *Input) N() int {
 	if in.counted != nil {
-		return in.counted.n
+		return in.counted.samples()
 	}
 	return len(in.Stratum)
 }

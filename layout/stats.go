@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"sort"
 )
 
 // BatchStats summarizes how far batch compositions are from the targets.
@@ -46,38 +47,35 @@ func Stats(o *RankOrder, in *Input, pi []float64) BatchStats {
 
 // UniformOrder is the baseline a plain DistributedSampler gives: one seeded
 // permutation of all samples (keyed, so it needs no memory per sample),
-// dealt to ranks in contiguous batches, drop tail. With weights, it is the
-// permutation of the samples of strata of weight > 0 (a time window's),
-// found by skipping the others.
+// dealt to ranks in contiguous batches, drop tail. With weights it
+// permutes the samples of strata of weight > 0 (a time window's): position
+// j of the permutation is the j-th of them, strata in index order.
 func UniformOrder(in *Input, p Params) *RankOrder {
-	perm := newFeistel(uint64(in.N()), seedOf(p.Seed, uint64(p.Epoch), 0x756e69))
 	n := in.N()
-	skip := p.Weights != nil && slices.Contains(p.Weights, 0)
-	if skip {
-		n = weightedSamples(in, p.Weights)
+	var read []int // with weights: strata of weight > 0
+	var before []int
+	if p.Weights != nil && slices.Contains(p.Weights, 0) {
+		n = 0
+		for c, w := range p.Weights {
+			if w > 0 && in.Count(c) > 0 {
+				read, before = append(read, c), append(before, n)
+				n += in.Count(c)
+			}
+		}
 	}
+	perm := newFeistel(uint64(n), seedOf(p.Seed, uint64(p.Epoch), 0x756e69))
 	steps := n / p.Batch / p.World
 	o := &RankOrder{Params: p, Batches: steps, Samples: make([]int32, 0, steps*p.Batch)}
-	next := uint64(0) // with skip: the permutation position after the last sample taken
-	taken := 0
 	for t := 0; t < steps; t++ {
 		g := t*p.World + p.Rank
-		if !skip {
-			for i := g * p.Batch; i < (g+1)*p.Batch; i++ {
-				o.Samples = append(o.Samples, int32(perm.at(uint64(i))))
-			}
-			continue
-		}
-		for taken < (g+1)*p.Batch {
-			s := int32(perm.at(next))
-			next++
-			if p.Weights[in.StratumOf(s)] == 0 {
+		for i := g * p.Batch; i < (g+1)*p.Batch; i++ {
+			j := int(perm.at(uint64(i)))
+			if read == nil {
+				o.Samples = append(o.Samples, int32(j))
 				continue
 			}
-			if taken >= g*p.Batch {
-				o.Samples = append(o.Samples, s)
-			}
-			taken++
+			x := sort.Search(len(before), func(x int) bool { return before[x] > j }) - 1
+			o.Samples = append(o.Samples, in.member(read[x], j-before[x]))
 		}
 	}
 	return o

@@ -829,9 +829,9 @@ func syntheticShare(buckets int) []float64 {
 	return out
 }
 
-// printCountsPlan plans a synthetic dataset of n samples from per-shard
-// class counts alone: 64 MiB shards of ~100 kB samples, each holding its
-// share of every class, as ingest's stratified placement gives.
+// printCountsPlan plans a synthetic dataset of n samples from counts
+// alone: 64 MiB shards of ~100 kB samples, each stratum spread evenly over
+// them, as ingest's stratified placement gives.
 func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *orderFlags) error {
 	if n > math.MaxInt32 {
 		return fmt.Errorf("--synthetic %d: at most %d samples", n, math.MaxInt32)
@@ -847,20 +847,21 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 	}
 	pi := syntheticShare(buckets)
 	shards := (n + perShard - 1) / perShard
-	full := layout.ApportionShares(perShard, pi) // every shard but the last
-	in, err := layout.NewCountInputFunc(shards, len(pi), func(s int, row []int) {
-		if size := min(perShard, n-s*perShard); size == perShard {
-			copy(row, full)
-		} else {
-			copy(row, layout.ApportionShares(size, pi))
-		}
-	})
+	// Each stratum spread evenly over the shards, as ingest's stratified
+	// placement spreads it: O(shards + strata) numbers, not their product.
+	in, err := layout.NewEvenCountInput(layout.ApportionShares(n, pi), shards)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "synthetic dataset: %d samples, %d strata, %d shards of %d samples (class counts per shard only; input built in %s)\n",
-		n, len(pi), shards, perShard, time.Since(start).Round(time.Millisecond))
-	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
+	fmt.Fprintf(out, "synthetic dataset: %d samples, %d strata, %d shards of about %d samples (each stratum spread evenly over the shards; input built in %s)\n",
+		n, len(pi), shards, n/shards, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
+	if of.timed() {
+		if err := printTimeWindows(out, of); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(out)
 	if _, err := of.checkSteps(in); err != nil {
 		return err
 	}
@@ -873,7 +874,7 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 		if e == 0 && r == of.ranks()[0] {
 			first = st
 		}
-		uni := layout.Stats(layout.UniformOrder(in, p), in, layout.Targets(in, 1))
+		uni := layout.Stats(layout.UniformOrder(in, p), in, uniformTargets(in, p))
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%s\t\n", e, r, o.Batches, len(o.Samples),
 			st.MeanTV, st.MaxTV, uni.MeanTV, uni.MaxTV, took.Round(time.Millisecond))
 		return nil
