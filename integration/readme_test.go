@@ -107,6 +107,18 @@ func TestREADMEWorkflow(t *testing.T) {
 		}
 	})
 	env := append(os.Environ(), "GOBIN="+gobin, "PATH="+gobin+":"+os.Getenv("PATH"), "PYTHONUNBUFFERED=1")
+	runReadmeSteps(t, steps, sub, env, repo)
+	if isMounted(mnt) {
+		t.Fatal("the README's workflow ends with umount, but the mount is still up")
+	}
+}
+
+// runReadmeSteps runs README steps in order in one environment: "export"
+// lines set env, every other line runs in bash in dir, must exit as the
+// README says and print each line shown under it, in order (other lines
+// may come between), numbers aside. With -v it logs what each printed.
+func runReadmeSteps(t *testing.T, steps []readmeStep, sub *strings.Replacer, env []string, dir string) {
+	t.Helper()
 	for _, st := range steps {
 		cmdline := sub.Replace(st.cmd)
 		if rest, ok := strings.CutPrefix(cmdline, "export "); ok {
@@ -119,7 +131,7 @@ func TestREADMEWorkflow(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", cmdline)
-		cmd.Dir, cmd.Env = repo, env
+		cmd.Dir, cmd.Env = dir, env
 		var out, errb strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		runErr := cmd.Run()
@@ -146,8 +158,33 @@ func TestREADMEWorkflow(t *testing.T) {
 			i++
 		}
 		t.Logf("README line %d: %s: exit %d, %d lines checked", st.line, st.cmd, code, len(st.output))
+		if testing.Verbose() {
+			t.Logf("stdout:\n%s", out.String())
+		}
 	}
+}
+
+// TestREADMETimeStrata runs the README's "Strata beyond labels" section as
+// written on file:// stores, with the test's 600-sample listing in ./logs.
+func TestREADMETimeStrata(t *testing.T) {
+	requireTool(t, "fusermount3")
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := readmeSteps(t, string(readme), "Strata beyond labels: time buckets, ranges, recency")
+	work := t.TempDir()
+	listing, _, _ := timeListing(t, 600)
+	mnt := filepath.Join(work, "mnt", "logs")
+	sub := strings.NewReplacer("./logs", filepath.Dir(listing), "/mnt/logs", mnt, "/tmp/logs-", filepath.Join(work, "logs-"))
+	t.Cleanup(func() {
+		if isMounted(mnt) {
+			exec.Command("umount", mnt).Run()
+		}
+	})
+	env := append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"))
+	runReadmeSteps(t, steps, sub, env, work)
 	if isMounted(mnt) {
-		t.Fatal("the README's workflow ends with umount, but the mount is still up")
+		t.Fatal("the README's steps end with umount, but the mount is still up")
 	}
 }

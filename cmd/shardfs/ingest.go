@@ -238,11 +238,17 @@ func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, 
 			float64(res.StoredBytes)/float64(max(res.Bytes, 1)), res.Elapsed.Round(1e6))
 	}
 	var parts []string
-	for _, st := range m.Strata {
+	for _, st := range m.Strata[:min(len(m.Strata), maxStrataShown)] {
 		parts = append(parts, fmt.Sprintf("%s=%d", st.Name, st.Count))
+	}
+	if more := len(m.Strata) - maxStrataShown; more > 0 {
+		parts = append(parts, fmt.Sprintf("(%d more: shardfs plan shows them by field)", more))
 	}
 	fmt.Fprintf(out, "  strata: %s\n", strings.Join(parts, " "))
 }
+
+// maxStrataShown bounds the strata an ingest prints.
+const maxStrataShown = 20
 
 func newCommitCmd(g *globals) *cobra.Command {
 	var copts ingest.CommitOptions
