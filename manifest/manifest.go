@@ -93,12 +93,12 @@ type Header struct {
 // into buckets of Width seconds (aligned to Unix time 0), or a number cut
 // into bins by Edges.
 type Derived struct {
-	Field string // the listing field, and its name in LabelFields
+	Field string `json:"field"` // the listing field, and its name in LabelFields
 	// Width is the length of a time bucket in seconds; 0 for bins.
-	Width int64
+	Width int64 `json:"bucket_seconds,omitempty"`
 	// Edges are the bins' bounds, ascending: bin i holds Edges[i] <= v <
 	// Edges[i+1], and the last bin also holds its upper edge.
-	Edges []float64
+	Edges []float64 `json:"bin_edges,omitempty"`
 }
 
 // HasFields reports whether h needs format Version rather than VersionLabels.

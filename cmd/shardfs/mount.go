@@ -215,8 +215,12 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 		for _, s := range m.Strata {
 			strata = append(strata, stratum{s.Name, s.Labels, s.Count})
 		}
-		return map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
-			"samples": samples(m), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "strata": strata}
+		d := map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
+			"samples": samples(m), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "num_strata": len(m.Strata), "strata": strata}
+		if m.HasFields() {
+			d["fields"], d["derived"] = m.Fields, m.Derived
+		}
+		return d
 	}
 	steps, err := layout.Steps(mt.Input, mt.Params)
 	if err != nil {
@@ -227,7 +231,8 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.Metrics.Snapshot().Stores},
 		"order": map[string]any{"version": f.order.orderVersion(), "seed": f.order.seed, "world_size": f.order.world, "ranks": f.order.ranks(), "batch_size": f.order.batch,
 			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "tail": f.order.tail,
-			"epoch_size": f.order.epochSize, "batches_per_rank": steps},
+			"epoch_size": f.order.epochSize, "batches_per_rank": steps,
+			"recency_half_life": f.order.halfLife, "time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf},
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize, "direct_io": f.directIO},
 	}
 	if mt.Mix != nil {

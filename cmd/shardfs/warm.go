@@ -85,6 +85,9 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err != nil {
 		return err
 	}
+	if err := f.order.setTimes(&ds.Manifest.Header); err != nil {
+		return err
+	}
 	p0, err := f.order.params(f.epoch, 0) // checks the flags; rank 0 is in every world
 	if err != nil {
 		return err
