@@ -96,26 +96,12 @@ func TestGoldenOrder(t *testing.T) {
 			tc.rec.Start = starts
 			tc.p.Version = v
 			sched := layout.Schedule{Base: tc.p, ResumeEpoch: -1, Recency: &tc.rec}
-			for e := 0; e < 3; e++ {
-				for r := 0; r < tc.p.World; r++ {
-					p, err := sched.Params(e, r)
-					if err != nil {
-						t.Fatal(err)
-					}
-					o, err := layout.Order(in, p)
-					if err != nil {
-						t.Fatal(err)
-					}
-					binary.Write(h, binary.LittleEndian, int64(o.Batches))
-					binary.Write(h, binary.LittleEndian, o.Samples)
-				}
-			}
+			hashSchedule(t, h, in, &sched)
 			got := hex.EncodeToString(h.Sum(nil))
 			if want := goldenRecency[tc.mode][v]; got != want {
 				t.Errorf("%s order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", tc.mode, v, got, want)
 			}
 		}
-		h = sha256.New()
 		// Rank affinity, pinned on its own.
 		h = sha256.New()
 		hashOrders(t, h, in, layout.Params{Seed: 9, World: 3, Batch: 16, Alpha: 1, Affinity: true, Version: v})
@@ -128,9 +114,18 @@ func TestGoldenOrder(t *testing.T) {
 
 func hashOrders(t *testing.T, h io.Writer, in *layout.Input, p layout.Params) {
 	t.Helper()
+	hashSchedule(t, h, in, &layout.Schedule{Base: p, ResumeEpoch: -1})
+}
+
+// hashSchedule hashes every rank's orders of epochs 0 to 2.
+func hashSchedule(t *testing.T, h io.Writer, in *layout.Input, s *layout.Schedule) {
+	t.Helper()
 	for e := 0; e < 3; e++ {
-		for r := 0; r < p.World; r++ {
-			p.Epoch, p.Rank = e, r
+		for r := 0; r < s.Base.World; r++ {
+			p, err := s.Params(e, r)
+			if err != nil {
+				t.Fatal(err)
+			}
 			o, err := layout.Order(in, p)
 			if err != nil {
 				t.Fatal(err)

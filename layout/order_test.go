@@ -87,6 +87,28 @@ func cases(t *testing.T) int {
 	return 150
 }
 
+// interleaved is the ranks' batches step by step: what the global order
+// must be, whatever W.
+func interleaved(orders []*RankOrder) []int32 {
+	var out []int32
+	for step := 0; step < orders[0].Batches; step++ {
+		for _, o := range orders {
+			out = append(out, o.BatchSamples(step)...)
+		}
+	}
+	return out
+}
+
+// globalOf is the first batches of G that orders cover.
+func globalOf(t testing.TB, in *Input, p Params, orders []*RankOrder) []int32 {
+	t.Helper()
+	g, err := GlobalBatches(in, p, orders[0].Batches*p.World)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // bounds returns ⌊B·π_c⌋ and ⌈B·π_c⌉ for α=1 with exact integers.
 func bounds(in *Input, b, c int) (lo, hi int) {
 	num, den := b*in.Count(c), in.N()
@@ -206,18 +228,7 @@ func TestPropertyWorldSizeIndependent(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			p.Window = 1 + rng.IntN(in.NumShards)
 		}
-		orders := allRanks(t, in, p)
-		var inter []int32
-		for step := 0; step < orders[0].Batches; step++ {
-			for _, o := range orders {
-				inter = append(inter, o.BatchSamples(step)...)
-			}
-		}
-		g, err := GlobalBatches(in, p, orders[0].Batches*p.World)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(inter, g) {
+		if !slices.Equal(interleaved(allRanks(t, in, p)), globalOf(t, in, p, allRanks(t, in, p))) {
 			t.Fatalf("case %d (W=%d B=%d %v window=%d): interleaved ranks differ from the global order", i, p.World, p.Batch, p.Tail, p.Window)
 		}
 	}

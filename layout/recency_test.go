@@ -122,17 +122,8 @@ func TestPropertyRecency(t *testing.T) {
 					t.Fatalf("case %d epoch %d: stratum %d at %d has weight %v, window %d..%d", i, e, c, start[c], x, from, to)
 				}
 			}
-			var inter []int32
-			for step := 0; step < orders[0].Batches; step++ {
-				for _, o := range orders {
-					inter = append(inter, o.BatchSamples(step)...)
-				}
-			}
-			g, err := GlobalBatches(in, p, orders[0].Batches*p.World)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(inter, g) {
+			g := globalOf(t, in, p, orders)
+			if !slices.Equal(interleaved(orders), g) {
 				t.Fatalf("case %d epoch %d: interleaved ranks differ from the global order", i, e)
 			}
 			if len(g) > 2*p.Batch && slices.Equal(g, prev) {
