@@ -265,3 +265,39 @@ func TestTimeStrataRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A distributed ingest of a listing with fields, in both metadata
+// formats, commits the fields and derived strata of a single-process
+// ingest: plan --emit index (every row with its fields) is byte for byte
+// the same.
+func TestTimeStrataDistributed(t *testing.T) {
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	listing, _, _ := timeListing(t, 300)
+	for _, format := range []string{"1", "2"} {
+		common := []string{stores, "--data=2", "--parity=1", "--shard-size=64KiB", "--format=" + format, "--time-bucket=time=30d", "--bins=len=3"}
+		single, dist := "single"+format, "dist"+format
+		if r := run(t, 2*time.Minute, nil, append(append([]string{"ingest"}, common...), listing, single)...); r.code != 0 {
+			t.Fatalf("ingest: %v", r)
+		}
+		for i := 0; i < 3; i++ {
+			if r := run(t, 2*time.Minute, nil, append(append([]string{"ingest"}, common...), fmt.Sprintf("--part=%d/3", i), "--job=j"+format, listing, dist)...); r.code != 0 {
+				t.Fatalf("part %d/3: %v", i, r)
+			}
+		}
+		if r := run(t, 2*time.Minute, nil, "commit", stores, dist); r.code != 0 {
+			t.Fatalf("commit: %v", r)
+		}
+		emit := func(name string) string {
+			r := run(t, time.Minute, nil, "plan", stores, "--emit=index", "--batch-size=16", "--recency-half-life=45d", name)
+			if r.code != 0 {
+				t.Fatalf("plan --emit index %s: %v", name, r)
+			}
+			return r.stdout
+		}
+		a, b := emit(single), emit(dist)
+		if a != b || !strings.HasPrefix(a, "position,batch,key,stratum,size,alpha,label,len,note,time\n") || strings.Count(a, "\n") < 200 {
+			t.Fatalf("format %s: the distributed ingest's index.csv differs from the single one's:\n%.600s\n---\n%.600s", format, a, b)
+		}
+	}
+}
