@@ -14,14 +14,32 @@ import (
 // gives its per-sample columns. The orders are equal, whichever it is
 // (TestOrderInputAgrees).
 func OrderInput(ds *Dataset, p layout.Params) (*layout.Input, error) {
+	var in *layout.Input
+	var err error
 	switch {
 	case ds.Lazy == nil:
-		return LayoutInput(ds.Manifest)
+		in, err = LayoutInput(ds.Manifest)
 	case p.Window == 0 && !p.Affinity && p.OrderVersion() >= 2:
-		return TopInput(ds.Manifest.Top)
+		in, err = TopInput(ds.Manifest.Top)
 	default:
-		return CountsInput(ds.Manifest.Top)
+		in, err = CountsInput(ds.Manifest.Top)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return in, groupByTime(in, &ds.Manifest.Header)
+}
+
+// groupByTime groups the strata of a dataset cut into time buckets by
+// bucket, so that the global order deals each bucket's extras together
+// and every batch holds each bucket within one sample of every other batch
+// (layout: time groups).
+func groupByTime(in *layout.Input, h *manifest.Header) error {
+	group, n, ok, err := manifest.TimeGroups(h)
+	if !ok || err != nil {
+		return err
+	}
+	return in.SetGroups(group, n)
 }
 
 // TopInput is the order's input from a format-2 top-level manifest: its

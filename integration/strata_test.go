@@ -147,6 +147,8 @@ func timeStrata(t *testing.T, c *cluster, format, listing string, content map[st
 	}
 	batches := 0
 	for e := 0; e < 2; e++ {
+		// Per time bucket, the fewest and most samples a batch of this epoch holds.
+		bucketLo, bucketHi := map[string]int{}, map[string]int{}
 		for rank := 0; rank < W; rank++ {
 			rdir := filepath.Join(mnt, "epochs", fmt.Sprintf("%04d", e), fmt.Sprintf("rank-%03d", rank))
 			idx, err := csv.NewReader(strings.NewReader(string(mustRead(t, filepath.Join(rdir, "index.csv"))))).ReadAll()
@@ -180,13 +182,29 @@ func timeStrata(t *testing.T, c *cluster, format, listing string, content map[st
 					}
 					counts[cls]++
 				}
+				perBucket := map[string]int{}
 				for s, n := range counts {
 					lo, hi := math.Floor(B*pi[s]-1e-9), math.Ceil(B*pi[s]+1e-9)
 					if float64(n) < lo || float64(n) > hi {
 						t.Fatalf("epoch %d rank %d batch %d: stratum %s has %d, target %.3f (%v..%v)", e, rank, b, info.Dataset.Strata[s].Name, n, B*pi[s], lo, hi)
 					}
+					perBucket[info.Dataset.Strata[s].Labels[1]] += n
+				}
+				for _, st := range info.Dataset.Strata {
+					m := st.Labels[1]
+					if _, ok := bucketLo[m]; !ok || perBucket[m] < bucketLo[m] {
+						bucketLo[m] = perBucket[m]
+					}
+					bucketHi[m] = max(bucketHi[m], perBucket[m])
 				}
 				batches++
+			}
+		}
+		// Every batch holds each month within one sample of every other
+		// batch: every month in every batch once its share reaches one.
+		for m, lo := range bucketLo {
+			if bucketHi[m]-lo > 1 {
+				t.Fatalf("epoch %d: batches hold %d to %d samples of the month %s", e, lo, bucketHi[m], m)
 			}
 		}
 	}

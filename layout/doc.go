@@ -111,6 +111,15 @@
 // order version, did not change; TestGoldenOrder pins it separately.
 // Window and affinity modes, and mixes, refuse weights.
 //
+// A dataset cut into time buckets groups its strata by bucket
+// (Input.SetGroups, as a mix groups datasets): the chain that deals the
+// extras lays each bucket's strata together, so a bucket's extras fill a
+// contiguous cyclic stretch of batches and every batch holds each bucket
+// within one sample of every other batch — every month in every batch once
+// its share of a batch reaches one — besides each stratum within
+// ⌊B·π_c⌋..⌈B·π_c⌉. Only such datasets (new with time buckets) are grouped,
+// so no earlier order changed.
+//
 // # Order versions
 //
 // OrderVersion names this construction. Nodes of one job must compute the

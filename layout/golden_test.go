@@ -30,6 +30,9 @@ var goldenRecency = map[string]map[int]string{
 	"sliding window": {
 		1: "1f8c5ff8d29fa18b9c4047e405ecfe66adaeebaa41d3d9ff8f884cef37043c3b",
 		2: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857"},
+	"time groups": {
+		1: "781bfb00a4859bf0e056189403f8f138c2d1d1abc3649639e964960f93f9d2ab",
+		2: "0f4a203307e0ffed62e1e26374902aa11ff4329f45ef06e4925cdbc8ddd447da"},
 	"window as of": {
 		1: "6732926c8712a145c0e20eb5b467ad043759d18159b36d7666e443868e3ae296",
 		2: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94"},
@@ -91,12 +94,23 @@ func TestGoldenOrder(t *testing.T) {
 			{"half-life+window+alpha+pad", layout.Recency{HalfLife: 86400, Window: 6 * 86400}, layout.Params{Seed: 4, World: 3, Batch: 20, Alpha: 0.5, Tail: layout.Pad}},
 			{"sliding window", layout.Recency{Window: 3 * 86400, Step: 2 * 86400}, layout.Params{Seed: 5, World: 2, Batch: 16, Alpha: 1}},
 			{"window as of", layout.Recency{Window: 4 * 86400, AsOf: 3 * 86400}, layout.Params{Seed: 6, World: 2, Batch: 8, Alpha: 1}},
+			{"time groups", layout.Recency{HalfLife: 3 * 86400}, layout.Params{Seed: 7, World: 3, Batch: 24, Alpha: 1}},
 		} {
 			h := sha256.New()
 			tc.rec.Start = starts
 			tc.p.Version = v
 			sched := layout.Schedule{Base: tc.p, ResumeEpoch: -1, Recency: &tc.rec}
-			hashSchedule(t, h, in, &sched)
+			input := in
+			if tc.mode == "time groups" {
+				// Strata grouped by bucket, as a dataset cut into time buckets is.
+				if input, err = layout.NewInput(stratum, strata, shard, (n+perShard-1)/perShard); err != nil {
+					t.Fatal(err)
+				}
+				if err := input.SetGroups([]int{0, 0, 1, 2, 2, 3, 4}, 5); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hashSchedule(t, h, input, &sched)
 			got := hex.EncodeToString(h.Sum(nil))
 			if want := goldenRecency[tc.mode][v]; got != want {
 				t.Errorf("%s order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", tc.mode, v, got, want)

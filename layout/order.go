@@ -511,7 +511,12 @@ func newGlobalCycle(in *Input, p Params, cyc, m int) *globalCycle {
 		return g
 	}
 	counts := apportionTargets(in, p.Alpha, p.Weights, m*p.Batch)
-	g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.version, g.draw, shuffledChain)
+	chain := shuffledChain
+	if in.Group != nil {
+		// Time groups: each group's extras dealt together (see mix.go).
+		chain = func(active []int, rng *rand.Rand) []int { return groupedChain(active, in.Group, in.NumGroups, rng) }
+	}
+	g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.version, g.draw, chain)
 	return g
 }
 

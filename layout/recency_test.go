@@ -98,6 +98,10 @@ func TestPropertyRecency(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 1))
 	for i := 0; i < cases(t); i++ {
 		in, start := timeInput(t, rng)
+		grouped := rng.IntN(2) == 0
+		if grouped {
+			groupByStart(t, in, start)
+		}
 		rec := randomRecency(rng, start)
 		p := Params{Seed: rng.Uint64(), World: 1 + rng.IntN(8), Batch: 1 + rng.IntN(64), Alpha: []float64{1, 1, 0.5, 0, rng.Float64()}[rng.IntN(5)],
 			Tail: []Tail{Drop, Pad}[rng.IntN(2)], Version: 1 + rng.IntN(2)}
@@ -117,6 +121,9 @@ func TestPropertyRecency(t *testing.T) {
 			if err := checkWeighted(in, p, orders); err != nil {
 				t.Fatalf("case %d epoch %d (%+v, W=%d B=%d α=%v): %v", i, e, *rec, p.World, p.Batch, p.Alpha, err)
 			}
+			if err := groupSpreadIf(grouped, in, orders); err != nil {
+				t.Fatalf("case %d epoch %d (%+v, W=%d B=%d α=%v): %v", i, e, *rec, p.World, p.Batch, p.Alpha, err)
+			}
 			for c, x := range w {
 				if (x > 0) != (start[c] >= from && start[c] <= to) {
 					t.Fatalf("case %d epoch %d: stratum %d at %d has weight %v, window %d..%d", i, e, c, start[c], x, from, to)
@@ -132,6 +139,55 @@ func TestPropertyRecency(t *testing.T) {
 			prev = g
 		}
 	}
+}
+
+// groupByStart groups in's strata by time bucket, as a dataset cut into
+// time buckets is (dataset.OrderInput).
+func groupByStart(t testing.TB, in *Input, start []int64) {
+	t.Helper()
+	distinct := slices.Compact(slices.Sorted(slices.Values(start)))
+	group := make([]int, len(start))
+	for c, s := range start {
+		group[c], _ = slices.BinarySearch(distinct, s)
+	}
+	if err := in.SetGroups(group, len(distinct)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkGroupSpread checks that every batch of the epoch (all ranks) holds
+// each group within one sample of every other batch: every month in every
+// batch once its share reaches one.
+func checkGroupSpread(in *Input, orders []*RankOrder) error {
+	lo, hi := make([]int, in.NumGroups), make([]int, in.NumGroups)
+	for g := range lo {
+		lo[g] = math.MaxInt
+	}
+	counts := make([]int, in.NumGroups)
+	for _, o := range orders {
+		for b := 0; b < o.Batches; b++ {
+			clear(counts)
+			for _, s := range o.BatchSamples(b) {
+				counts[in.Group[in.StratumOf(s)]]++
+			}
+			for g, n := range counts {
+				lo[g], hi[g] = min(lo[g], n), max(hi[g], n)
+			}
+		}
+	}
+	for g := range lo {
+		if hi[g]-lo[g] > 1 {
+			return fmt.Errorf("time group %d: batches hold %d to %d of it", g, lo[g], hi[g])
+		}
+	}
+	return nil
+}
+
+func groupSpreadIf(grouped bool, in *Input, orders []*RankOrder) error {
+	if !grouped {
+		return nil
+	}
+	return checkGroupSpread(in, orders)
 }
 
 // The mutation check: checkWeighted catches a batch that breaks the bound
@@ -172,6 +228,21 @@ func TestCheckWeightedCatchesBrokenBatches(t *testing.T) {
 	}
 	if caught < 10 {
 		t.Fatalf("only %d cases could be mutated", caught)
+	}
+	// Without grouping, the spread check fails somewhere: it can fail.
+	spread := 0
+	for i := 0; i < 30; i++ {
+		in, start := timeInput(t, rng)
+		p := Params{Seed: uint64(i), World: 2, Batch: 32, Alpha: 1}
+		p.Weights, _, _, _ = (&Recency{Start: start, HalfLife: 20 * 86400}).Weights(0)
+		orders := allRanks(t, in, p)
+		groupByStart(t, in, start) // groups known to the check, not to the order
+		if checkGroupSpread(in, orders) != nil {
+			spread++
+		}
+	}
+	if spread == 0 {
+		t.Fatal("no ungrouped order broke the time-group spread: the check cannot fail")
 	}
 	in, start := timeInput(t, rand.New(rand.NewPCG(3, 3)))
 	p := Params{World: 1, Batch: 4, Alpha: 1}

@@ -56,5 +56,24 @@ func StratumTimes(h *Header) ([]int64, error) {
 	return out, nil
 }
 
+// TimeGroups numbers the time buckets of h's strata (oldest first) and
+// gives each stratum its bucket's number; ok is false when h has no time
+// buckets.
+func TimeGroups(h *Header) (group []int, n int, ok bool, err error) {
+	if !slices.ContainsFunc(h.Derived, func(d Derived) bool { return d.Width > 0 }) {
+		return nil, 0, false, nil
+	}
+	times, err := StratumTimes(h)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	distinct := slices.Compact(slices.Sorted(slices.Values(times)))
+	group = make([]int, len(times))
+	for c, t := range times {
+		group[c], _ = slices.BinarySearch(distinct, t)
+	}
+	return group, len(distinct), true, nil
+}
+
 // formatEdge prints a bin edge as short as it reads back exactly.
 func formatEdge(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }

@@ -853,6 +853,13 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 	if err != nil {
 		return err
 	}
+	if group, groups, ok, err := manifest.TimeGroups(&h); err != nil {
+		return err
+	} else if ok {
+		if err := in.SetGroups(group, groups); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(out, "synthetic dataset: %d samples, %d strata, %d shards of about %d samples (each stratum spread evenly over the shards; input built in %s)\n",
 		n, len(pi), shards, n/shards, time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
