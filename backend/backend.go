@@ -1,7 +1,7 @@
 // Package backend owns the storage boundary of shardfs: the small Store
 // interface every object store implements, the file:// and S3
 // implementations, the decorators that wrap a Store with one concern each
-// (Timeout, Health), each with Unwrap, and the one fan-out over a set of
+// (Limit, Timeout, Health), each with Unwrap, and the one fan-out over a set of
 // stores (OnEvery). The fault-injecting store for tests lives outside, in
 // internal/faultstore.
 //

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/faultstore"
 )
 
 // Issue 9 item 7: two of six stores (m=2) hang before either is known to be
@@ -202,5 +205,53 @@ func TestSetSlowTogetherIsNotHedged(t *testing.T) {
 	readAll()
 	if m.hedged.Load() == 0 {
 		t.Fatal("a store 1 s slow among stores answering at once was not hedged")
+	}
+}
+
+// Issue 25 item 5: a hedge never piles onto a store that is already
+// queueing (backend.Limit) while another can answer. The data fragment's
+// store hangs, so the read hedges into a decode; of the parity stores, 4
+// has every slot taken by reads that wait on it. The decode asks 5, not
+// 4, and the read finishes with store 4 asked nothing more.
+func TestHedgeSkipsAQueueingStore(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := make([]byte, 4*256*8)
+	rng := rand.New(rand.NewPCG(25, 5))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	r, sh, _ := testShard(t, p, 0, data)
+	var faulty []*faultstore.Faulty
+	var stores []backend.Store
+	var limits []*backend.Limit
+	for _, s := range r.stores {
+		f := faultstore.New(s.Unwrap())
+		l := backend.WithLimit(f, 2)
+		faulty, limits, stores = append(faulty, f), append(limits, l), append(stores, l)
+	}
+	r, err := NewReader(r.codec, stores, fragKey, ReaderOptions{Health: HealthOptions{HedgeFloor: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	faulty[1].SetDelay(time.Hour, 0) // the primary of fragment 1 hangs
+	faulty[4].SetDelay(time.Hour, 0) // store 4 is behind: its two slots stay taken
+	hold, release := context.WithCancel(context.Background())
+	defer release()
+	for range 2 {
+		go limits[4].ReadAt(hold, fragKey(sh.ID, 4), make([]byte, 1), 0)
+	}
+	for !limits[4].Queueing() {
+		time.Sleep(time.Millisecond)
+	}
+	asked := faulty[4].Calls()
+	F := sh.FragSize
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got, err := r.ReadRange(ctx, sh, F+100, 700)
+	if err != nil || !bytes.Equal(got, data[F+100:F+800]) {
+		t.Fatalf("read of fragment 1 with its store hung and store 4 queueing: %v", err)
+	}
+	if n := faulty[4].Calls() - asked; n != 0 || limits[4].Waiting() != 0 {
+		t.Fatalf("the decode asked the queueing store 4 (%d calls reached it, %d waiting for a slot)", n, limits[4].Waiting())
 	}
 }

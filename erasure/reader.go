@@ -411,6 +411,7 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 			cands = append(cands, f)
 		}
 	}
+	healthy := len(cands)
 	cands = append(cands, lastResort...)
 	type result struct {
 		f  int
@@ -425,6 +426,18 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 	launch := func() bool {
 		if next >= len(cands) {
 			return false
+		}
+		// Ask a store that is not queueing before one that is (backend.Limit):
+		// a hedge never piles onto a store already behind while another can answer.
+		if next < healthy && backend.Queueing(r.stores[r.codec.Placement(sh.ID, cands[next])]) {
+			for i := next + 1; i < healthy; i++ {
+				if !backend.Queueing(r.stores[r.codec.Placement(sh.ID, cands[i])]) {
+					c := cands[i]
+					copy(cands[next+1:i+1], cands[next:i])
+					cands[next] = c
+					break
+				}
+			}
 		}
 		f := cands[next]
 		next++

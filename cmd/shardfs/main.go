@@ -54,6 +54,8 @@ type globals struct {
 	configPath     string
 	logLevel       string
 	requestTimeout time.Duration
+	// storeConcurrency bounds the requests in flight to one store.
+	storeConcurrency int
 }
 
 func newRoot() *cobra.Command {
@@ -94,6 +96,8 @@ Start with:  shardfs demo            Check a node with:  shardfs doctor NAME`,
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.DurationVar(&g.requestTimeout, "request-timeout", backend.DefaultRequestTimeout,
 		"bound on one store request (plus 1s per MB moved): a store that hangs costs at most this, once")
+	pf.IntVar(&g.storeConcurrency, "store-concurrency", backend.DefaultStoreConcurrency,
+		"most requests in flight to one store; more wait in shardfs, and hedges go to stores that are not queueing")
 	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g), newListCmd(g))
 	for _, c := range testCommands {
 		root.AddCommand(c(g))
@@ -165,6 +169,9 @@ func (g *globals) openStores() ([]backend.Store, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("no stores: pass --stores URL,URL,... (k+m of them), set SHARDFS_STORES, or list \"stores\" in the config file")
 	}
+	if g.storeConcurrency < 1 {
+		return nil, fmt.Errorf("--store-concurrency %d: must be at least 1, e.g. %d", g.storeConcurrency, backend.DefaultStoreConcurrency)
+	}
 	if g.requestTimeout <= 0 {
 		return nil, fmt.Errorf("--request-timeout %v: must be positive, e.g. 10s", g.requestTimeout)
 	}
@@ -183,7 +190,9 @@ func (g *globals) openStores() ([]backend.Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store %d: %w", i, err)
 		}
-		stores = append(stores, backend.WithTimeout(s, g.requestTimeout))
+		// The limit outside the timeout: a request's time bound starts when
+		// it leaves the queue.
+		stores = append(stores, backend.WithLimit(backend.WithTimeout(s, g.requestTimeout), g.storeConcurrency))
 	}
 	if err := backend.CheckDistinct(stores); err != nil {
 		return nil, err

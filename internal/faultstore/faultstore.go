@@ -26,6 +26,7 @@ type Faulty struct {
 	jitter    time.Duration
 	failNth   int // fail the n-th call from now (1 = the next); 0 = never
 	calls     int
+	total     int // every call since New
 	shortBody bool
 	flipBits  bool
 	stream    time.Duration // a read answers at once, then takes this long to finish
@@ -36,6 +37,9 @@ type Faulty struct {
 func New(s backend.Store) *Faulty {
 	return &Faulty{Store: s, rng: rand.New(rand.NewPCG(1, 2))}
 }
+
+// Calls is the number of calls the store has received.
+func (f *Faulty) Calls() int { f.mu.Lock(); defer f.mu.Unlock(); return f.total }
 
 // SetDown makes every call fail with ErrUnavailable.
 func (f *Faulty) SetDown(down bool) { f.mu.Lock(); f.down = down; f.mu.Unlock() }
@@ -66,6 +70,7 @@ func (f *Faulty) SetStreaming(d time.Duration) { f.mu.Lock(); f.stream = d; f.mu
 func (f *Faulty) before(ctx context.Context, op string) error {
 	f.mu.Lock()
 	f.calls++
+	f.total++
 	fail := f.down || (f.failNth > 0 && f.calls == f.failNth)
 	d := f.delay
 	if f.jitter > 0 {
