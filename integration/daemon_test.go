@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardfs/shardfs/internal/synth"
 )
 
 // TestMountDaemonSaysWhenReady: `mount --daemon` returns only once the tree
@@ -114,4 +116,38 @@ func zombie(pid int) bool {
 	}
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	return len(f) > 0 && f[0] == "Z"
+}
+
+// Issue 29 item 5: --log-format json makes every log line of the daemon
+// one JSON object with time, level and msg, for a log collector; a bad
+// format is refused before anything runs.
+func TestLogFormatJSON(t *testing.T) {
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	src := writeSource(t, synth.Imbalanced(60, 3, 0.5, 1_000, 4_000, 29))
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	mp := mountShardfsEnv(t, nil, "--log-format=json", "--log-level=debug", stores, "--batch-size=8", "ds")
+	mustRead(t, filepath.Join(mp.dir, "epochs", "0000", "rank-000", "batch-000000.tar"))
+	mp.cmd.Process.Signal(syscall.SIGTERM)
+	<-mp.exited
+	lines := strings.Split(strings.TrimSpace(string(mustRead(t, mp.log))), "\n")
+	logged := 0
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q (%v)", l, err)
+		}
+		if rec["time"] == nil || rec["level"] == nil || rec["msg"] == nil {
+			t.Fatalf("log line %q lacks time, level or msg", l)
+		}
+		logged++
+	}
+	if logged < 2 {
+		t.Fatalf("the daemon logged %d lines at debug level: %q", logged, lines)
+	}
+	if r := run(t, time.Minute, nil, "--log-format=xml", "list", stores); r.code == 0 || !strings.Contains(r.stderr, `--log-format "xml"`) {
+		t.Fatalf("a bad --log-format must be refused: %v", r)
+	}
 }

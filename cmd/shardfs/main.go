@@ -53,6 +53,7 @@ type globals struct {
 	stores         string
 	configPath     string
 	logLevel       string
+	logFormat      string
 	requestTimeout time.Duration
 	// storeConcurrency bounds the requests in flight to one store.
 	storeConcurrency int
@@ -89,11 +90,22 @@ the AWS environment and shared credentials file.
 Start with:  shardfs demo            Check a node with:  shardfs doctor NAME`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: use debug, info, warn or error", g.logLevel)
+			}
+			if g.logFormat != "text" && g.logFormat != "json" {
+				return fmt.Errorf("--log-format %q: use text, or json for a log collector (one JSON object a line)", g.logFormat)
+			}
+			return nil
+		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.stores, "stores", "", "comma-separated store URLs, k+m of them, in order (or SHARDFS_STORES, or \"stores\" in the config file)")
 	pf.StringVar(&g.configPath, "config", "", "config file (default $SHARDFS_CONFIG or ~/.config/shardfs/config.json)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text (key=value), or json (one object a line, for a log collector)")
 	pf.DurationVar(&g.requestTimeout, "request-timeout", backend.DefaultRequestTimeout,
 		"bound on one store request (plus 1s per MB moved): a store that hangs costs at most this, once")
 	pf.IntVar(&g.storeConcurrency, "store-concurrency", backend.DefaultStoreConcurrency,
@@ -110,7 +122,11 @@ func (g *globals) logger() *slog.Logger {
 	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
 		lvl = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if g.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
 
 // config is the optional config file:
