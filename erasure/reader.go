@@ -74,7 +74,9 @@ func (e *TooFewError) Stores() []int {
 // Metrics receives read events. Implementations must be safe for concurrent use.
 type Metrics interface {
 	// BackendRead reports one ranged GET on store.
-	BackendRead(store int, bytes int, d time.Duration, err error)
+	// BackendRead reports one GET: its time, its time to first byte (0:
+	// not reported by the store) and its outcome.
+	BackendRead(store int, bytes int, d, firstByte time.Duration, err error)
 	// ChecksumFailure reports a fragment range that failed its checksum.
 	ChecksumFailure(store int)
 	// DegradedRead reports a range decoded from survivors.
@@ -87,7 +89,7 @@ type Metrics interface {
 
 type nopMetrics struct{}
 
-func (nopMetrics) BackendRead(int, int, time.Duration, error) {}
+func (nopMetrics) BackendRead(int, int, time.Duration, time.Duration, error) {}
 func (nopMetrics) ChecksumFailure(int)                        {}
 func (nopMetrics) DegradedRead()                              {}
 func (nopMetrics) HedgedRead()                                {}
@@ -201,7 +203,8 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 	}
 	start := time.Now()
 	err := r.stores[store].ReadAt(backend.WithFirstByte(ctx, fb), r.key(sh.ID, frag), p, A)
-	r.metrics.BackendRead(store, len(p), time.Since(start), err)
+	ttfb, _ := fb.Since(start)
+	r.metrics.BackendRead(store, len(p), time.Since(start), ttfb, err)
 	if err != nil {
 		return fragRead{err: fail(err)}
 	}
@@ -655,7 +658,8 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 			defer wg.Done()
 			start := time.Now()
 			err := r.stores[store].ReadAtV(backend.WithFirstByte(ectx, fb), r.key(sh.ID, frag), dst, a)
-			r.metrics.BackendRead(store, int(b-a), time.Since(start), err)
+			ttfb, _ := fb.Since(start)
+			r.metrics.BackendRead(store, int(b-a), time.Since(start), ttfb, err)
 			if err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)

@@ -5,6 +5,8 @@ package metrics
 
 import (
 	"math"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +40,11 @@ type Metrics struct {
 	stores []*StoreCounters
 	names  []string
 	start  time.Time
+
+	// Latency, where it is spent: per store, a GET's whole time and its
+	// time to first byte; per rank, each read's wait on the data path.
+	getSeconds, firstByteSeconds, readWaitSeconds *prometheus.HistogramVec
+	rankWait                                      sync.Map // rank label -> prometheus.Observer
 	disk   func() DiskSnapshot  // nil without a disk tier
 	index  func() IndexSnapshot // nil unless shard indexes are fetched lazily
 }
@@ -77,13 +84,24 @@ type StoreCounters struct {
 	Bytes, Requests, Errors atomic.Int64
 	Nanos                   atomic.Int64
 	State                   atomic.Int32
+	get, firstByte          prometheus.Observer
 }
+
+// latencyBuckets span 0.5 ms to about 16 s, doubling.
+var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 
 // New returns counters for stores named names (never secrets).
 func New(names []string) *Metrics {
-	m := &Metrics{names: names, start: time.Now()}
-	for range names {
-		m.stores = append(m.stores, &StoreCounters{})
+	m := &Metrics{names: names, start: time.Now(),
+		getSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardfs_store_get_seconds",
+			Help: "Time of a ranged GET on a store, from send to the last byte (successful GETs).", Buckets: latencyBuckets}, []string{"store"}),
+		firstByteSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardfs_store_first_byte_seconds",
+			Help: "Time from sending a ranged GET to a store to the first byte of its answer (stores that report it: S3).", Buckets: latencyBuckets}, []string{"store"}),
+		readWaitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardfs_read_wait_seconds",
+			Help: "Time each read of a rank's files waited on the data path (0 when its bytes were ready); rank=\"samples\" for the samples/ view.", Buckets: latencyBuckets}, []string{"rank"}),
+	}
+	for _, name := range names {
+		m.stores = append(m.stores, &StoreCounters{get: m.getSeconds.WithLabelValues(name), firstByte: m.firstByteSeconds.WithLabelValues(name)})
 	}
 	return m
 }
@@ -97,16 +115,35 @@ func (m *Metrics) SetLeadSeconds(s float64) { m.leadSeconds.Store(math.Float64bi
 // LeadSeconds is the last SetLeadSeconds value.
 func (m *Metrics) LeadSeconds() float64 { return math.Float64frombits(m.leadSeconds.Load()) }
 
-// BackendRead implements erasure.Metrics.
-func (m *Metrics) BackendRead(store int, bytes int, d time.Duration, err error) {
+// BackendRead implements erasure.Metrics: firstByte is 0 when the store
+// does not report it.
+func (m *Metrics) BackendRead(store int, bytes int, d, firstByte time.Duration, err error) {
 	s := m.stores[store]
 	s.Requests.Add(1)
 	s.Nanos.Add(int64(d))
+	if firstByte > 0 {
+		s.firstByte.Observe(firstByte.Seconds())
+	}
 	if err != nil {
 		s.Errors.Add(1)
 		return
 	}
 	s.Bytes.Add(int64(bytes))
+	s.get.Observe(d.Seconds())
+}
+
+// ReadWait records how long one read of rank's files (rank < 0: the
+// samples/ view) waited on the data path.
+func (m *Metrics) ReadWait(rank int, d time.Duration) {
+	o, ok := m.rankWait.Load(rank)
+	if !ok {
+		label := "samples"
+		if rank >= 0 {
+			label = strconv.Itoa(rank)
+		}
+		o, _ = m.rankWait.LoadOrStore(rank, m.readWaitSeconds.WithLabelValues(label))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // ChecksumFailure implements erasure.Metrics.
@@ -235,6 +272,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_evictions_total", Help: "Chunks evicted from the memory tier."},
 			func() float64 { return float64(m.cacheEvictions()) }),
 		gauge("prefetch_streams", "Rank-epochs with prefetch state.", func() float64 { return float64(m.PrefetchStreams.Load()) }),
+		m.getSeconds, m.firstByteSeconds, m.readWaitSeconds,
 	}
 	if m.disk != nil {
 		disk := func(name, help string, f func(DiskSnapshot) int64) prometheus.Collector {

@@ -124,21 +124,27 @@ func (r *Reader) ReadSample(ctx context.Context, s int, p []byte, off int64) (in
 	}
 	p = p[:min(int64(len(p)), size-off)]
 	if r.serveFromDisk(s, p, off) {
-		r.account(len(p), 0)
+		r.account(len(p), 0, samplesView)
 		return len(p), nil
 	}
 	waited, err := r.readSample(ctx, deadline, s, p, off)
-	r.account(len(p), waited)
+	r.account(len(p), waited, samplesView)
 	if err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-func (r *Reader) account(n int, waited time.Duration) {
+// samplesView is the rank account charges reads of samples/ to.
+const samplesView = -1
+
+// account counts a read of n bytes by rank (samplesView: of samples/) that
+// waited on the data path.
+func (r *Reader) account(n int, waited time.Duration, rank int) {
 	r.m.Reads.Add(1)
 	r.m.BytesServed.Add(int64(n))
 	r.served.Add(int64(n))
+	r.m.ReadWait(rank, waited)
 	if waited > 0 {
 		r.m.Stall(waited)
 	}

@@ -64,6 +64,9 @@ func (r *Reader) drop(s *stream) bool {
 	return true
 }
 
+// rank is the rank whose file the handle reads.
+func (h *Handle) rank() int { return h.f.Members().Order().Params.Rank }
+
 // Close releases the handle.
 func (h *Handle) Close() {
 	if h.st != nil {
@@ -106,7 +109,7 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		w, err := h.r.readSample(ctx, deadline, s, dst, e.Off)
 		waited += w
 		if err != nil {
-			h.r.account(0, waited)
+			h.r.account(0, waited, h.rank())
 			return 0, err
 		}
 		if h.st != nil && e.Off+e.Len >= h.r.sampleSize(s) {
@@ -114,7 +117,7 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			h.r.done(s)
 		}
 	}
-	h.r.account(len(p), waited)
+	h.r.account(len(p), waited, h.rank())
 	if h.st != nil && lastMember >= 0 {
 		h.st.advance(h, int(lastMember))
 	}
