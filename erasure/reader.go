@@ -90,10 +90,10 @@ type Metrics interface {
 type nopMetrics struct{}
 
 func (nopMetrics) BackendRead(int, int, time.Duration, time.Duration, error) {}
-func (nopMetrics) ChecksumFailure(int)                        {}
-func (nopMetrics) DegradedRead()                              {}
-func (nopMetrics) HedgedRead()                                {}
-func (nopMetrics) StoreState(int, bool)                       {}
+func (nopMetrics) ChecksumFailure(int)                                       {}
+func (nopMetrics) DegradedRead()                                             {}
+func (nopMetrics) HedgedRead()                                               {}
+func (nopMetrics) StoreState(int, bool)                                      {}
 
 // KeyFunc names the object of fragment frag of shard.
 type KeyFunc func(shard, frag int) string

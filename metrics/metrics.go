@@ -44,9 +44,9 @@ type Metrics struct {
 	// Latency, where it is spent: per store, a GET's whole time and its
 	// time to first byte; per rank, each read's wait on the data path.
 	getSeconds, firstByteSeconds, readWaitSeconds *prometheus.HistogramVec
-	rankWait                                      sync.Map // rank label -> prometheus.Observer
-	disk   func() DiskSnapshot  // nil without a disk tier
-	index  func() IndexSnapshot // nil unless shard indexes are fetched lazily
+	rankWait                                      sync.Map             // rank label -> prometheus.Observer
+	disk                                          func() DiskSnapshot  // nil without a disk tier
+	index                                         func() IndexSnapshot // nil unless shard indexes are fetched lazily
 }
 
 // IndexSnapshot counts the shard indexes a format-2 mount fetched when
