@@ -18,7 +18,7 @@ type countMetrics struct {
 	reads            [16]atomic.Int64
 }
 
-func (m *countMetrics) BackendRead(s, n int, d, ttfb time.Duration, err error) { m.reads[s].Add(1) }
+func (m *countMetrics) BackendRead(s, sh, n int, d, ttfb time.Duration, err error) { m.reads[s].Add(1) }
 
 func (m *countMetrics) HedgedRead()                 { m.hedged.Add(1) }
 func (m *countMetrics) DegradedRead()               { m.degraded.Add(1) }

@@ -76,7 +76,7 @@ type Metrics interface {
 	// BackendRead reports one ranged GET on store.
 	// BackendRead reports one GET: its time, its time to first byte (0:
 	// not reported by the store) and its outcome.
-	BackendRead(store int, bytes int, d, firstByte time.Duration, err error)
+	BackendRead(store, shard int, bytes int, d, firstByte time.Duration, err error)
 	// ChecksumFailure reports a fragment range that failed its checksum.
 	ChecksumFailure(store int)
 	// DegradedRead reports a range decoded from survivors.
@@ -89,11 +89,11 @@ type Metrics interface {
 
 type nopMetrics struct{}
 
-func (nopMetrics) BackendRead(int, int, time.Duration, time.Duration, error) {}
-func (nopMetrics) ChecksumFailure(int)                                       {}
-func (nopMetrics) DegradedRead()                                             {}
-func (nopMetrics) HedgedRead()                                               {}
-func (nopMetrics) StoreState(int, bool)                                      {}
+func (nopMetrics) BackendRead(int, int, int, time.Duration, time.Duration, error) {}
+func (nopMetrics) ChecksumFailure(int)                                            {}
+func (nopMetrics) DegradedRead()                                                  {}
+func (nopMetrics) HedgedRead()                                                    {}
+func (nopMetrics) StoreState(int, bool)                                           {}
 
 // KeyFunc names the object of fragment frag of shard.
 type KeyFunc func(shard, frag int) string
@@ -204,7 +204,7 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 	start := time.Now()
 	err := r.stores[store].ReadAt(backend.WithFirstByte(ctx, fb), r.key(sh.ID, frag), p, A)
 	ttfb, _ := fb.Since(start)
-	r.metrics.BackendRead(store, len(p), time.Since(start), ttfb, err)
+	r.metrics.BackendRead(store, sh.ID, len(p), time.Since(start), ttfb, err)
 	if err != nil {
 		return fragRead{err: fail(err)}
 	}
@@ -659,7 +659,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 			start := time.Now()
 			err := r.stores[store].ReadAtV(backend.WithFirstByte(ectx, fb), r.key(sh.ID, frag), dst, a)
 			ttfb, _ := fb.Since(start)
-			r.metrics.BackendRead(store, int(b-a), time.Since(start), ttfb, err)
+			r.metrics.BackendRead(store, sh.ID, int(b-a), time.Since(start), ttfb, err)
 			if err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -94,4 +95,53 @@ func TestLatencyHistograms(t *testing.T) {
 		t.Fatalf("%v reads in the read-wait histograms, %v reads served", waits, reads)
 	}
 	t.Logf("mean time to first byte per store: %.4f %.4f %.4f s", mean[0], mean[1], mean[2])
+
+	// Issue 29 item 2: shard hotness and the spread over stores.
+	var st struct {
+		HotShards []struct {
+			Shard int   `json:"shard"`
+			Bytes int64 `json:"bytes"`
+		} `json:"hot_shards"`
+		ShardsRead int     `json:"shards_read"`
+		StoreSkew  float64 `json:"store_skew"`
+		Stores     []struct {
+			Bytes int64 `json:"bytes"`
+		} `json:"stores"`
+	}
+	var info struct {
+		Dataset struct {
+			Shards int `json:"shards"`
+		} `json:"dataset"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mp.dir, ".shardfs", "stats.json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mp.dir, ".shardfs", "info.json")), &info); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, s := range st.Stores {
+		total += s.Bytes
+	}
+	if st.ShardsRead != info.Dataset.Shards || len(st.HotShards) != min(5, st.ShardsRead) {
+		t.Fatalf("%d shards read of %d, %d listed hot: every rank of the epoch reads every shard", st.ShardsRead, info.Dataset.Shards, len(st.HotShards))
+	}
+	for i, h := range st.HotShards {
+		if h.Shard < 0 || h.Shard >= info.Dataset.Shards || i > 0 && h.Bytes > st.HotShards[i-1].Bytes {
+			t.Fatalf("hot shards %+v: not shards of the dataset, most read first", st.HotShards)
+		}
+	}
+	if top := st.HotShards[0].Bytes; float64(top) < float64(total)/float64(st.ShardsRead) {
+		t.Fatalf("the hottest shard's %d bytes are below the mean %d of %d bytes over %d shards", top, total/int64(st.ShardsRead), total, st.ShardsRead)
+	}
+	if st.StoreSkew < 1 || st.StoreSkew > 3 {
+		t.Fatalf("store skew %v: most bytes over the mean of 3 stores is 1..3", st.StoreSkew)
+	}
+	if g := regexp.MustCompile(`(?m)^shardfs_store_read_skew (\S+)$`).FindStringSubmatch(scrape(t, mp)); g == nil {
+		t.Fatal("no shardfs_store_read_skew gauge")
+	}
+	r := run(t, time.Minute, nil, "stats", "--count=1", "--interval=100ms", mp.dir)
+	if want := fmt.Sprintf("hottest of %d shards read: %d (", st.ShardsRead, st.HotShards[0].Shard); r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Fatalf("shardfs stats does not say %q: %v", want, r)
+	}
 }

@@ -5,6 +5,8 @@ package metrics
 
 import (
 	"math"
+	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -41,12 +43,15 @@ type Metrics struct {
 	names  []string
 	start  time.Time
 
+	shardBytes sync.Map // shard -> *atomic.Int64: bytes read from the stores, for the hottest shards
+
 	// Latency, where it is spent: per store, a GET's whole time and its
 	// time to first byte; per rank, each read's wait on the data path.
 	getSeconds, firstByteSeconds, readWaitSeconds *prometheus.HistogramVec
-	rankWait                                      sync.Map             // rank label -> prometheus.Observer
-	disk                                          func() DiskSnapshot  // nil without a disk tier
-	index                                         func() IndexSnapshot // nil unless shard indexes are fetched lazily
+	rankWait                                      sync.Map // rank label -> prometheus.Observer
+
+	disk  func() DiskSnapshot  // nil without a disk tier
+	index func() IndexSnapshot // nil unless shard indexes are fetched lazily
 }
 
 // IndexSnapshot counts the shard indexes a format-2 mount fetched when
@@ -117,7 +122,7 @@ func (m *Metrics) LeadSeconds() float64 { return math.Float64frombits(m.leadSeco
 
 // BackendRead implements erasure.Metrics: firstByte is 0 when the store
 // does not report it.
-func (m *Metrics) BackendRead(store int, bytes int, d, firstByte time.Duration, err error) {
+func (m *Metrics) BackendRead(store, shard int, bytes int, d, firstByte time.Duration, err error) {
 	s := m.stores[store]
 	s.Requests.Add(1)
 	s.Nanos.Add(int64(d))
@@ -130,6 +135,54 @@ func (m *Metrics) BackendRead(store int, bytes int, d, firstByte time.Duration, 
 	}
 	s.Bytes.Add(int64(bytes))
 	s.get.Observe(d.Seconds())
+	n, ok := m.shardBytes.Load(shard)
+	if !ok {
+		n, _ = m.shardBytes.LoadOrStore(shard, new(atomic.Int64))
+	}
+	n.(*atomic.Int64).Add(int64(bytes))
+}
+
+// hotShards is how many of the most read shards a snapshot lists.
+const hotShards = 5
+
+// ShardBytes is the bytes read from the stores for one shard.
+type ShardBytes struct {
+	Shard int   `json:"shard"`
+	Bytes int64 `json:"bytes"`
+}
+
+// hottest returns the most read shards, most first, and how many were read.
+func (m *Metrics) hottest() ([]ShardBytes, int) {
+	var top []ShardBytes
+	n := 0
+	m.shardBytes.Range(func(k, v any) bool {
+		n++
+		sb := ShardBytes{k.(int), v.(*atomic.Int64).Load()}
+		i := sort.Search(len(top), func(i int) bool {
+			return top[i].Bytes < sb.Bytes || top[i].Bytes == sb.Bytes && top[i].Shard > sb.Shard
+		})
+		if i < hotShards {
+			top = slices.Insert(top, i, sb)
+			top = top[:min(len(top), hotShards)]
+		}
+		return true
+	})
+	return top, n
+}
+
+// storeSkew is the most bytes any store served over the mean of the
+// stores that served any: 1 when reads spread evenly.
+func storeSkew(stores []StoreSnapshot) float64 {
+	var most, sum, n int64
+	for _, s := range stores {
+		if s.Bytes > 0 {
+			most, sum, n = max(most, s.Bytes), sum+s.Bytes, n+1
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(most) / (float64(sum) / float64(n))
 }
 
 // ReadWait records how long one read of rank's files (rank < 0: the
@@ -191,6 +244,12 @@ type Snapshot struct {
 	Disk              *DiskSnapshot   `json:"disk,omitempty"`
 	Index             *IndexSnapshot  `json:"shard_indexes,omitempty"`
 	Stores            []StoreSnapshot `json:"stores"`
+	// HotShards are the shards most read from the stores, most first, of
+	// ShardsRead shards read at all; StoreSkew is the most bytes a store
+	// served over the stores' mean (1: even).
+	HotShards  []ShardBytes `json:"hot_shards"`
+	ShardsRead int          `json:"shards_read"`
+	StoreSkew  float64      `json:"store_skew"`
 }
 
 // StoreSnapshot is one store's counters.
@@ -243,6 +302,8 @@ func (m *Metrics) Snapshot() Snapshot {
 		}
 		s.Stores = append(s.Stores, ss)
 	}
+	s.HotShards, s.ShardsRead = m.hottest()
+	s.StoreSkew = storeSkew(s.Stores)
 	return s
 }
 
@@ -273,6 +334,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 			func() float64 { return float64(m.cacheEvictions()) }),
 		gauge("prefetch_streams", "Rank-epochs with prefetch state.", func() float64 { return float64(m.PrefetchStreams.Load()) }),
 		m.getSeconds, m.firstByteSeconds, m.readWaitSeconds,
+		gauge("store_read_skew", "Most bytes any store served over the stores' mean: 1 when reads spread evenly.", func() float64 { return storeSkew(m.Snapshot().Stores) }),
 	}
 	if m.disk != nil {
 		disk := func(name, help string, f func(DiskSnapshot) int64) prometheus.Collector {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -344,6 +345,13 @@ func printTotals(out interface{ Write([]byte) (int, error) }, s metrics.Snapshot
 	fmt.Fprintf(out, "total since mount (%.0fs): %s served (%.1f MB/s), hit %.1f%%, %d stalls (%.2fs), %d degraded reads, %d checksum failures, %d hedged reads\n",
 		s.UptimeSeconds, humanize.IBytes(uint64(max(s.BytesServed, 0))), float64(s.BytesServed)/1e6/max(s.UptimeSeconds, 1e-9), hit,
 		s.Stalls, s.StallSeconds, s.DegradedReads, s.ChecksumFailures, s.HedgedReads)
+	if s.ShardsRead > 0 {
+		var hot []string
+		for _, h := range s.HotShards {
+			hot = append(hot, fmt.Sprintf("%d (%s)", h.Shard, humanize.IBytes(uint64(h.Bytes))))
+		}
+		fmt.Fprintf(out, "hottest of %d shards read: %s; store bytes, most over mean: %.2f\n", s.ShardsRead, strings.Join(hot, ", "), s.StoreSkew)
+	}
 }
 
 // alphaByEpoch lists the alpha of each epoch shown (the first 1,000 when open-ended).
