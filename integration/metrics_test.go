@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,4 +146,84 @@ func TestLatencyHistograms(t *testing.T) {
 	if want := fmt.Sprintf("hottest of %d shards read: %d (", st.ShardsRead, st.HotShards[0].Shard); r.code != 0 || !strings.Contains(r.stdout, want) {
 		t.Fatalf("shardfs stats does not say %q: %v", want, r)
 	}
+}
+
+// Issue 29 item 3: the slow-store anomaly on real traffic. A reader reads
+// epoch after epoch (a cache smaller than the dataset keeps the GETs
+// coming) from three MinIO stores behind toxiproxy. Healthy: no anomaly.
+// Store 1 slowed by 150 ms: within 30 s stats.json names it as a slow
+// store, and so do the gauge and shardfs stats. Healed: the anomaly clears.
+func TestSlowStoreAnomalyLive(t *testing.T) {
+	pc := startProxiedCluster(t, 3)
+	stores := "--stores=" + strings.Join(pc.urls, ",")
+	src := writeSource(t, synth.Imbalanced(500, 4, 0.6, 20_000, 80_000, 31))
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=2MiB", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	mp := mountShardfsEnv(t, nil, stores, "--batch-size=16", "--cache-size=16MiB", "--metrics-addr=127.0.0.1:0", "ds")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := 0; ; e++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			os.ReadFile(filepath.Join(mp.dir, "epochs", fmt.Sprintf("%04d", e), "rank-000", "epoch.tar"))
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	anomalies := func() []string {
+		var st struct {
+			Anomalies []struct {
+				Kind, Subject string
+			} `json:"anomalies"`
+		}
+		if err := json.Unmarshal(mustRead(t, filepath.Join(mp.dir, ".shardfs", "stats.json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, a := range st.Anomalies {
+			out = append(out, a.Kind+" "+a.Subject)
+		}
+		return out
+	}
+	for range 8 {
+		if a := anomalies(); len(a) != 0 {
+			t.Fatalf("healthy stores raised %v", a)
+		}
+		time.Sleep(time.Second)
+	}
+	toxitest.Latency(t, pc.proxies[1], 150, 0)
+	start := time.Now()
+	want := "slow_store " + pc.urls[1]
+	for !slices.Contains(anomalies(), want) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("30 s after store 1 slowed by 150 ms, anomalies are %v; want %q", anomalies(), want)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	fired := time.Since(start)
+	if a := anomalies(); len(a) != 1 {
+		t.Fatalf("anomalies %v: only store 1 is slow", a)
+	}
+	if !regexp.MustCompile(`(?m)^shardfs_anomaly\{kind="slow_store",subject="` + regexp.QuoteMeta(pc.urls[1]) + `"\} 1$`).MatchString(scrape(t, mp)) {
+		t.Fatal("no shardfs_anomaly gauge at 1 for the slow store")
+	}
+	if r := run(t, time.Minute, nil, "stats", "--count=1", "--interval=100ms", mp.dir); r.code != 0 || !strings.Contains(r.stdout, "anomaly slow_store since") || !strings.Contains(r.stdout, pc.urls[1]) {
+		t.Fatalf("shardfs stats does not name the slow store: %v", r)
+	}
+	if err := pc.proxies[1].RemoveToxic("latency"); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	for len(anomalies()) != 0 {
+		if time.Since(start) > 45*time.Second {
+			t.Fatalf("45 s after store 1 healed, anomalies are %v", anomalies())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("slow store named %v after it slowed, cleared %v after it healed", fired.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
 }

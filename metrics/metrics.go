@@ -44,6 +44,7 @@ type Metrics struct {
 	start  time.Time
 
 	shardBytes sync.Map // shard -> *atomic.Int64: bytes read from the stores, for the hottest shards
+	anomalies  *anomalies
 
 	// Latency, where it is spent: per store, a GET's whole time and its
 	// time to first byte; per rank, each read's wait on the data path.
@@ -90,6 +91,7 @@ type StoreCounters struct {
 	Nanos                   atomic.Int64
 	State                   atomic.Int32
 	get, firstByte          prometheus.Observer
+	recent                  firstBytes // for anomaly detection
 }
 
 // latencyBuckets span 0.5 ms to about 16 s, doubling.
@@ -97,7 +99,7 @@ var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 
 // New returns counters for stores named names (never secrets).
 func New(names []string) *Metrics {
-	m := &Metrics{names: names, start: time.Now(),
+	m := &Metrics{names: names, start: time.Now(), anomalies: newAnomalies(),
 		getSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardfs_store_get_seconds",
 			Help: "Time of a ranged GET on a store, from send to the last byte (successful GETs).", Buckets: latencyBuckets}, []string{"store"}),
 		firstByteSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardfs_store_first_byte_seconds",
@@ -128,6 +130,7 @@ func (m *Metrics) BackendRead(store, shard int, bytes int, d, firstByte time.Dur
 	s.Nanos.Add(int64(d))
 	if firstByte > 0 {
 		s.firstByte.Observe(firstByte.Seconds())
+		s.recent.add(time.Now(), firstByte)
 	}
 	if err != nil {
 		s.Errors.Add(1)
@@ -247,6 +250,7 @@ type Snapshot struct {
 	// HotShards are the shards most read from the stores, most first, of
 	// ShardsRead shards read at all; StoreSkew is the most bytes a store
 	// served over the stores' mean (1: even).
+	Anomalies  []Anomaly    `json:"anomalies"`
 	HotShards  []ShardBytes `json:"hot_shards"`
 	ShardsRead int          `json:"shards_read"`
 	StoreSkew  float64      `json:"store_skew"`
@@ -303,6 +307,7 @@ func (m *Metrics) Snapshot() Snapshot {
 		s.Stores = append(s.Stores, ss)
 	}
 	s.HotShards, s.ShardsRead = m.hottest()
+	s.Anomalies = m.Anomalies()
 	s.StoreSkew = storeSkew(s.Stores)
 	return s
 }
@@ -333,7 +338,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_evictions_total", Help: "Chunks evicted from the memory tier."},
 			func() float64 { return float64(m.cacheEvictions()) }),
 		gauge("prefetch_streams", "Rank-epochs with prefetch state.", func() float64 { return float64(m.PrefetchStreams.Load()) }),
-		m.getSeconds, m.firstByteSeconds, m.readWaitSeconds,
+		m.getSeconds, m.firstByteSeconds, m.readWaitSeconds, m.anomalies.gauge,
 		gauge("store_read_skew", "Most bytes any store served over the stores' mean: 1 when reads spread evenly.", func() float64 { return storeSkew(m.Snapshot().Stores) }),
 	}
 	if m.disk != nil {

@@ -78,8 +78,10 @@ type Mount struct {
 	reader *prefetch.Reader
 	disk   *cache.Disk // nil without a disk tier
 	http   *http.Server
-	dir    string
-	log    *slog.Logger
+	// stopAnomalies ends the anomaly detector.
+	stopAnomalies chan struct{}
+	dir           string
+	log           *slog.Logger
 }
 
 // Open mounts cfg's dataset at dir and returns once the tree is served.
@@ -134,7 +136,27 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 			return nil, err
 		}
 	}
+	mt.Metrics.SetLogger(log)
+	mt.stopAnomalies = make(chan struct{})
+	go mt.detectAnomalies(mt.stopAnomalies)
 	return mt, nil
+}
+
+// anomalyEvery is how often the daemon looks for anomalies.
+const anomalyEvery = 2 * time.Second
+
+// detectAnomalies evaluates the anomaly rules (metrics.Evaluate) until stop closes.
+func (mt *Mount) detectAnomalies(stop chan struct{}) {
+	t := time.NewTicker(anomalyEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			mt.Metrics.Evaluate(now)
+		}
+	}
 }
 
 // openSource opens the dataset, or every dataset of the mix, while the

@@ -101,6 +101,10 @@ func (mt *Mount) Close() {
 }
 
 func (mt *Mount) shutdown() {
+	if mt.stopAnomalies != nil {
+		close(mt.stopAnomalies)
+		mt.stopAnomalies = nil
+	}
 	if mt.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		mt.http.Shutdown(ctx)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -331,6 +332,7 @@ func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, 
 			s.UptimeSeconds, float64(s.BytesServed-prev.BytesServed)/1e6/max(dt, 1e-9), hit, disk,
 			float64(s.PrefetchLeadBytes)/1e6, s.PrefetchLeadSecs, s.Stalls, s.StallSeconds,
 			s.DegradedReads, s.ChecksumFailures, s.HedgedReads, stores)
+		printNewAnomalies(out, prev.Anomalies, s.Anomalies)
 		prev = s
 	}
 	return nil
@@ -345,12 +347,25 @@ func printTotals(out interface{ Write([]byte) (int, error) }, s metrics.Snapshot
 	fmt.Fprintf(out, "total since mount (%.0fs): %s served (%.1f MB/s), hit %.1f%%, %d stalls (%.2fs), %d degraded reads, %d checksum failures, %d hedged reads\n",
 		s.UptimeSeconds, humanize.IBytes(uint64(max(s.BytesServed, 0))), float64(s.BytesServed)/1e6/max(s.UptimeSeconds, 1e-9), hit,
 		s.Stalls, s.StallSeconds, s.DegradedReads, s.ChecksumFailures, s.HedgedReads)
+	if len(s.Anomalies) == 0 {
+		fmt.Fprintln(out, "anomalies now: none")
+	}
+	printNewAnomalies(out, nil, s.Anomalies)
 	if s.ShardsRead > 0 {
 		var hot []string
 		for _, h := range s.HotShards {
 			hot = append(hot, fmt.Sprintf("%d (%s)", h.Shard, humanize.IBytes(uint64(h.Bytes))))
 		}
 		fmt.Fprintf(out, "hottest of %d shards read: %s; store bytes, most over mean: %.2f\n", s.ShardsRead, strings.Join(hot, ", "), s.StoreSkew)
+	}
+}
+
+// printNewAnomalies prints the anomalies of now that were not active before.
+func printNewAnomalies(out interface{ Write([]byte) (int, error) }, before, now []metrics.Anomaly) {
+	for _, a := range now {
+		if !slices.ContainsFunc(before, func(b metrics.Anomaly) bool { return b.Kind == a.Kind && b.Subject == a.Subject }) {
+			fmt.Fprintf(out, "anomaly %s since %s: %s. Fix: %s\n", a.Kind, a.Since.Format(time.TimeOnly), a.Reason, a.Fix)
+		}
 	}
 }
 
