@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: MinIO and toxiproxy
 # (built with go install, reused when already in the Go bin directory), fio,
-# fuse3, python3-torch, python3-torchvision, python3-pil, python3-pip and
-# python3-setuptools. Under CI=true anything missing afterwards is a failure.
+# fuse3, python3-torch, python3-torchvision, python3-pil, python3-pip,
+# python3-setuptools and prometheus (promtool). Under CI=true anything
+# missing afterwards is a failure.
 set -euo pipefail
 
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
@@ -32,6 +33,8 @@ command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 # pip and setuptools: the test that installs python/ as the README says.
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 /usr/bin/python3 -c 'import setuptools' 2>/dev/null || need_apt+=(python3-setuptools)
+# promtool (and the server) for the monitoring tests.
+command -v promtool >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: apt-get install ${need_apt[*]}"
@@ -52,6 +55,7 @@ command -v fusermount3 >/dev/null || missing+=(fuse3)
 /usr/bin/python3 -c 'import PIL' 2>/dev/null || missing+=(python3-pil)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 /usr/bin/python3 -c 'import setuptools' 2>/dev/null || missing+=(python3-setuptools)
+command -v promtool >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
 	if [ "${CI:-}" = true ]; then
 		echo "deps: CI=true and still missing: ${missing[*]}" >&2
