@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -18,14 +21,23 @@ import (
 	"github.com/shardfs/shardfs/internal/toxitest"
 )
 
-// scrape returns the /metrics text of the mount whose log names its URL.
+// metricsURL is the /metrics URL the mount logs once it serves it.
+func metricsURL(t *testing.T, mp *mountProc) string {
+	t.Helper()
+	re := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/metrics)`)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := re.FindStringSubmatch(string(mustRead(t, mp.log))); m != nil {
+			return m[1]
+		}
+	}
+	t.Fatalf("no metrics URL in the log after 10 s:\n%s", mustRead(t, mp.log))
+	return ""
+}
+
+// scrape returns the /metrics text of the mount.
 func scrape(t *testing.T, mp *mountProc) string {
 	t.Helper()
-	m := regexp.MustCompile(`url=(http://127\.0\.0\.1:\d+/metrics)`).FindStringSubmatch(string(mustRead(t, mp.log)))
-	if m == nil {
-		t.Fatalf("no metrics URL in the log:\n%s", mustRead(t, mp.log))
-	}
-	resp, err := http.Get(m[1])
+	resp, err := http.Get(metricsURL(t, mp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,4 +238,140 @@ func TestSlowStoreAnomalyLive(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Logf("slow store named %v after it slowed, cleared %v after it healed", fired.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// promQuery runs an instant query on a Prometheus server and returns its
+// result's series.
+func promQuery(t *testing.T, base, q string) []map[string]any {
+	t.Helper()
+	resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string `json:"status"`
+		Data   struct {
+			Result []map[string]any `json:"result"`
+		} `json:"data"`
+		Error string `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || r.Status != "success" {
+		t.Fatalf("query %q: %v %s %s", q, err, r.Status, r.Error)
+	}
+	return r.Data.Result
+}
+
+// Issue 29 item 4: Debian's Prometheus server scrapes a real mount that
+// reads through toxiproxy, with the shipped alert rules. With one store
+// slowed, ShardfsSlowStore fires and names that store; every query of the
+// shipped dashboard returns series (checked over Prometheus's HTTP API).
+func TestPrometheusScrapesAMount(t *testing.T) {
+	prom := requireTool(t, "prometheus")
+	pc := startProxiedCluster(t, 3)
+	stores := "--stores=" + strings.Join(pc.urls, ",")
+	src := writeSource(t, synth.Imbalanced(500, 4, 0.6, 20_000, 80_000, 33))
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=2MiB", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	mp := mountShardfsEnv(t, nil, stores, "--batch-size=16", "--cache-size=16MiB", "--metrics-addr=127.0.0.1:0", "ds")
+	target := strings.TrimSuffix(strings.TrimPrefix(metricsURL(t, mp), "http://"), "/metrics")
+	dir := t.TempDir()
+	rules, err := filepath.Abs("../examples/monitoring/shardfs-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - %s\nscrape_configs:\n  - job_name: shardfs\n    static_configs:\n      - targets: ['%s']\n", rules, target)
+	os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644)
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	srv := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
+	logf, _ := os.Create(filepath.Join(dir, "prometheus.log"))
+	srv.Stdout, srv.Stderr = logf, logf
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait(); logf.Close() })
+
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := 0; ; e++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			os.ReadFile(filepath.Join(mp.dir, "epochs", fmt.Sprintf("%04d", e), "rank-000", "epoch.tar"))
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	toxitest.Latency(t, pc.proxies[2], 150, 0)
+	start := time.Now()
+	var named string
+	for named == "" {
+		if time.Since(start) > 3*time.Minute {
+			log, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
+			t.Fatalf("ShardfsSlowStore did not fire in 3 minutes; stats:\n%s\nprometheus log:\n%s", mustRead(t, filepath.Join(mp.dir, ".shardfs", "stats.json")), log)
+		}
+		time.Sleep(2 * time.Second)
+		resp, err := http.Get(base + "/api/v1/alerts")
+		if err != nil {
+			continue
+		}
+		var a struct {
+			Data struct {
+				Alerts []struct {
+					Labels map[string]string `json:"labels"`
+					State  string            `json:"state"`
+				} `json:"alerts"`
+			} `json:"data"`
+		}
+		json.NewDecoder(resp.Body).Decode(&a)
+		resp.Body.Close()
+		for _, al := range a.Data.Alerts {
+			if al.Labels["alertname"] == "ShardfsSlowStore" && al.State == "firing" {
+				named = al.Labels["subject"]
+			}
+		}
+	}
+	if named != pc.urls[2] {
+		t.Fatalf("ShardfsSlowStore names %q, the slow store is %q", named, pc.urls[2])
+	}
+	t.Logf("ShardfsSlowStore fired %v after store 2 slowed, naming it", time.Since(start).Round(time.Second))
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(mustRead(t, "../examples/monitoring/shardfs-dashboard.json"), &dash); err != nil {
+		t.Fatal(err)
+	}
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			if len(promQuery(t, base, tg.Expr)) == 0 {
+				t.Errorf("dashboard panel %q: query %q returns no series", p.Title, tg.Expr)
+			}
+			queries++
+		}
+	}
+	if queries < 10 {
+		t.Fatalf("the dashboard has %d queries", queries)
+	}
 }

@@ -23,7 +23,9 @@ import (
 //     others, so one slow store of three cannot raise the bar it is
 //     measured against, and the floor keeps sub-millisecond noise on
 //     loopback from counting. At least minFirstBytes answers of the store
-//     in the window, so a handful of reads never decides.
+//     in the window, so a handful of reads never decides: a slow store
+//     that answers fewer (reads hedge around it) stays flagged until it
+//     answers enough, and fast.
 //   - store_down: a store marked down (it failed several reads in a row).
 const (
 	AnomalyWindow = 30 * time.Second
@@ -131,6 +133,13 @@ func (m *Metrics) Evaluate(now time.Time) {
 	a := m.anomalies
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	for k, old := range a.active {
+		if _, ok := found[k]; !ok && old.Kind == "slow_store" {
+			if i := slices.Index(m.names, old.Subject); i >= 0 && p90[i] < 0 {
+				found[k] = old // too few answers to clear it
+			}
+		}
+	}
 	for k, x := range found {
 		if old, ok := a.active[k]; ok {
 			x.Since = old.Since
