@@ -160,33 +160,46 @@ func TestLatencyHistograms(t *testing.T) {
 	}
 }
 
-// Issue 29 item 3: the slow-store anomaly on real traffic. A reader reads
-// epoch after epoch (a cache smaller than the dataset keeps the GETs
-// coming) from three MinIO stores behind toxiproxy. Healthy: no anomaly.
-// Store 1 slowed by 150 ms: within 30 s stats.json names it as a slow
-// store, and so do the gauge and shardfs stats. Healed: the anomaly clears.
-func TestSlowStoreAnomalyLive(t *testing.T) {
+// readingMount mounts a 500-sample dataset on three MinIO stores behind
+// toxiproxy, with a cache smaller than the dataset so that every epoch
+// reads from the stores, and Prometheus metrics on.
+func readingMount(t *testing.T, seed uint64) (*proxiedCluster, *mountProc) {
+	t.Helper()
 	pc := startProxiedCluster(t, 3)
 	stores := "--stores=" + strings.Join(pc.urls, ",")
-	src := writeSource(t, synth.Imbalanced(500, 4, 0.6, 20_000, 80_000, 31))
+	src := writeSource(t, synth.Imbalanced(500, 4, 0.6, 20_000, 80_000, seed))
 	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=2MiB", src, "ds"); r.code != 0 {
 		t.Fatalf("ingest: %v", r)
 	}
-	mp := mountShardfsEnv(t, nil, stores, "--batch-size=16", "--cache-size=16MiB", "--metrics-addr=127.0.0.1:0", "ds")
-	stop := make(chan struct{})
-	done := make(chan struct{})
+	return pc, mountShardfsEnv(t, nil, stores, "--batch-size=16", "--cache-size=16MiB", "--metrics-addr=127.0.0.1:0", "ds")
+}
+
+// readEpochs reads rank 0's epochs one after another until the returned
+// stop is called.
+func readEpochs(mp *mountProc) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for e := 0; ; e++ {
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			default:
 			}
 			os.ReadFile(filepath.Join(mp.dir, "epochs", fmt.Sprintf("%04d", e), "rank-000", "epoch.tar"))
 		}
 	}()
-	defer func() { close(stop); <-done }()
+	return func() { close(quit); <-done }
+}
+
+// Issue 29 item 3: the slow-store anomaly on real traffic. A reader reads
+// epoch after epoch (a cache smaller than the dataset keeps the GETs
+// coming) from three MinIO stores behind toxiproxy. Healthy: no anomaly.
+// Store 1 slowed by 150 ms: within 30 s stats.json names it as a slow
+// store, and so do the gauge and shardfs stats. Healed: the anomaly clears.
+func TestSlowStoreAnomalyLive(t *testing.T) {
+	pc, mp := readingMount(t, 31)
+	defer readEpochs(mp)()
 	anomalies := func() []string {
 		var st struct {
 			Anomalies []struct {
@@ -279,13 +292,7 @@ func promQuery(t *testing.T, base, q string) []map[string]any {
 // shipped dashboard returns series (checked over Prometheus's HTTP API).
 func TestPrometheusScrapesAMount(t *testing.T) {
 	prom := requireTool(t, "prometheus")
-	pc := startProxiedCluster(t, 3)
-	stores := "--stores=" + strings.Join(pc.urls, ",")
-	src := writeSource(t, synth.Imbalanced(500, 4, 0.6, 20_000, 80_000, 33))
-	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=2MiB", src, "ds"); r.code != 0 {
-		t.Fatalf("ingest: %v", r)
-	}
-	mp := mountShardfsEnv(t, nil, stores, "--batch-size=16", "--cache-size=16MiB", "--metrics-addr=127.0.0.1:0", "ds")
+	pc, mp := readingMount(t, 33)
 	target := strings.TrimSuffix(strings.TrimPrefix(metricsURL(t, mp), "http://"), "/metrics")
 	dir := t.TempDir()
 	rules, err := filepath.Abs("../examples/monitoring/shardfs-alerts.yml")
@@ -305,19 +312,7 @@ func TestPrometheusScrapesAMount(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait(); logf.Close() })
 
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := 0; ; e++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			os.ReadFile(filepath.Join(mp.dir, "epochs", fmt.Sprintf("%04d", e), "rank-000", "epoch.tar"))
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	defer readEpochs(mp)()
 	toxitest.Latency(t, pc.proxies[2], 150, 0)
 	start := time.Now()
 	var named string

@@ -356,7 +356,11 @@ func printTotals(out interface{ Write([]byte) (int, error) }, s metrics.Snapshot
 		for _, h := range s.HotShards {
 			hot = append(hot, fmt.Sprintf("%d (%s)", h.Shard, humanize.IBytes(uint64(h.Bytes))))
 		}
-		fmt.Fprintf(out, "hottest of %d shards read: %s; store bytes, most over mean: %.2f\n", s.ShardsRead, strings.Join(hot, ", "), s.StoreSkew)
+		shards := "shards"
+		if s.ShardsRead == 1 {
+			shards = "shard"
+		}
+		fmt.Fprintf(out, "hottest of %d %s read: %s; store bytes, most over mean: %.2f\n", s.ShardsRead, shards, strings.Join(hot, ", "), s.StoreSkew)
 	}
 }
 
