@@ -138,17 +138,12 @@ func (s *Source) derive(o ScanOptions) error {
 			return err
 		}
 		width := int64(tb.Width / time.Second)
-		labels := make([]string, len(s.Items))
-		for i := range s.Items {
-			it := &s.Items[i]
-			v := it.Fields[col]
-			if v == "" {
-				return fmt.Errorf("line %d (%s): no value for field %q: --time-bucket needs a timestamp on every line", it.Line, it.Key, tb.Field)
-			}
-			t, err := ParseTime(v)
-			if err != nil {
-				return fmt.Errorf("line %d (%s): field %s=%q is %v", it.Line, it.Key, tb.Field, clip(v), err)
-			}
+		times, err := parseColumn(s, col, tb.Field, "--time-bucket", "a timestamp", ParseTime)
+		if err != nil {
+			return err
+		}
+		labels := make([]string, len(times))
+		for i, t := range times {
 			labels[i] = manifest.BucketLabel(manifest.BucketStart(t.Unix(), width), width)
 		}
 		s.addLabel(tb.Field, labels, manifest.Derived{Field: tb.Field, Width: width})
@@ -158,18 +153,9 @@ func (s *Source) derive(o ScanOptions) error {
 		if err != nil {
 			return err
 		}
-		values := make([]float64, len(s.Items))
-		for i := range s.Items {
-			it := &s.Items[i]
-			v := it.Fields[col]
-			if v == "" {
-				return fmt.Errorf("line %d (%s): no value for field %q: --bins needs a number on every line", it.Line, it.Key, b.Field)
-			}
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-				return fmt.Errorf("line %d (%s): field %s=%q is not a number: --bins needs a number on every line", it.Line, it.Key, b.Field, clip(v))
-			}
-			values[i] = x
+		values, err := parseColumn(s, col, b.Field, "--bins", "a number", parseNumber)
+		if err != nil {
+			return err
 		}
 		edges := b.Edges
 		if edges == nil {
@@ -213,6 +199,34 @@ func (s *Source) derive(o ScanOptions) error {
 	}
 	s.warnStrata()
 	return nil
+}
+
+// parseColumn parses field col of every item; a missing value, or one
+// parse refuses, is an error naming the line and the field.
+func parseColumn[T any](s *Source, col int, field, flag, want string, parse func(string) (T, error)) ([]T, error) {
+	out := make([]T, len(s.Items))
+	for i := range s.Items {
+		it := &s.Items[i]
+		v := it.Fields[col]
+		if v == "" {
+			return nil, fmt.Errorf("line %d (%s): no value for field %q: %s needs %s on every line", it.Line, it.Key, field, flag, want)
+		}
+		x, err := parse(v)
+		if err != nil {
+			return nil, fmt.Errorf("line %d (%s): field %s=%q is %v", it.Line, it.Key, field, clip(v), err)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+// parseNumber parses a finite number.
+func parseNumber(v string) (float64, error) {
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0, errors.New("not a number: --bins needs a number on every line")
+	}
+	return x, nil
 }
 
 // addLabel appends a derived label field to the stratum tuple.

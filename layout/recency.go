@@ -33,11 +33,9 @@ type Recency struct {
 	AsOf     int64 // math.MaxInt64 or 0: the newest bucket
 }
 
-// Validate explains what is wrong with r.
+// Validate explains what is wrong with r's spans; Weights also needs Start.
 func (r *Recency) Validate() error {
 	switch {
-	case len(r.Start) == 0:
-		return errors.New("time weighting needs a dataset cut into time buckets: ingest it with --time-bucket FIELD=SPAN")
 	case r.HalfLife < 0:
 		return fmt.Errorf("recency half-life %s: must be > 0", span(r.HalfLife))
 	case r.Window < 0:
@@ -59,6 +57,9 @@ func span(s int64) string { return (time.Duration(s) * time.Second).String() }
 func (r *Recency) Weights(e int) (w []float64, from, to int64, err error) {
 	if err := r.Validate(); err != nil {
 		return nil, 0, 0, err
+	}
+	if len(r.Start) == 0 {
+		return nil, 0, 0, errors.New("time weighting needs a dataset cut into time buckets: ingest it with --time-bucket FIELD=SPAN")
 	}
 	first, last := slices.Min(r.Start), slices.Max(r.Start)
 	asOf := r.AsOf

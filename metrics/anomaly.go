@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -169,19 +170,7 @@ func (m *Metrics) Anomalies() []Anomaly {
 		out = append(out, x)
 	}
 	slices.SortFunc(out, func(x, y Anomaly) int {
-		if c := x.Since.Compare(y.Since); c != 0 {
-			return c
-		}
-		if x.Kind != y.Kind {
-			if x.Kind < y.Kind {
-				return -1
-			}
-			return 1
-		}
-		if x.Subject < y.Subject {
-			return -1
-		}
-		return 1
+		return cmp.Or(x.Since.Compare(y.Since), cmp.Compare(x.Kind, y.Kind), cmp.Compare(x.Subject, y.Subject))
 	})
 	return out
 }

@@ -175,11 +175,11 @@ func (m *Metrics) hottest() ([]ShardBytes, int) {
 
 // storeSkew is the most bytes any store served over the mean of the
 // stores that served any: 1 when reads spread evenly.
-func storeSkew(stores []StoreSnapshot) float64 {
+func (m *Metrics) storeSkew() float64 {
 	var most, sum, n int64
-	for _, s := range stores {
-		if s.Bytes > 0 {
-			most, sum, n = max(most, s.Bytes), sum+s.Bytes, n+1
+	for _, s := range m.stores {
+		if b := s.Bytes.Load(); b > 0 {
+			most, sum, n = max(most, b), sum+b, n+1
 		}
 	}
 	if n == 0 {
@@ -308,7 +308,7 @@ func (m *Metrics) Snapshot() Snapshot {
 	}
 	s.HotShards, s.ShardsRead = m.hottest()
 	s.Anomalies = m.Anomalies()
-	s.StoreSkew = storeSkew(s.Stores)
+	s.StoreSkew = m.storeSkew()
 	return s
 }
 
@@ -339,7 +339,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 			func() float64 { return float64(m.cacheEvictions()) }),
 		gauge("prefetch_streams", "Rank-epochs with prefetch state.", func() float64 { return float64(m.PrefetchStreams.Load()) }),
 		m.getSeconds, m.firstByteSeconds, m.readWaitSeconds, m.anomalies.gauge,
-		gauge("store_read_skew", "Most bytes any store served over the stores' mean: 1 when reads spread evenly.", func() float64 { return storeSkew(m.Snapshot().Stores) }),
+		gauge("store_read_skew", "Most bytes any store served over the stores' mean: 1 when reads spread evenly.", m.storeSkew),
 	}
 	if m.disk != nil {
 		disk := func(name, help string, f func(DiskSnapshot) int64) prometheus.Collector {

@@ -180,15 +180,9 @@ func (f *orderFlags) recency() (*layout.Recency, error) {
 		}
 		r.AsOf = t.Unix()
 	}
-	if f.times == nil {
-		// Checked again once the dataset is known (setTimes); the flags
-		// alone are fine.
-		r.Start = []int64{0}
-	}
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	r.Start = f.times
 	return r, nil
 }
 
