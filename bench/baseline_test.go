@@ -67,7 +67,9 @@ func againstBaseline(t *testing.T, r *report, work string) {
 	baseRev := strings.TrimSpace(run(t, "git", "rev-parse", "--short", rev))
 
 	n := 0
-	read := func(bin string, flags []string) float64 {
+	// read returns a binary's samples/s and its daemon's CPU seconds per GB
+	// served (user + system, from /proc, over the read alone).
+	read := func(bin string, flags []string) (float64, float64) {
 		n++
 		mnt := filepath.Join(work, fmt.Sprintf("baseline-%d", n))
 		args := append([]string{"mount", stores, "--rank=0", "--batch-size=64"}, flags...)
@@ -76,50 +78,80 @@ func againstBaseline(t *testing.T, r *report, work string) {
 		defer d.stop()
 		rd := filepath.Join(mnt, "epochs/0000/rank-000")
 		tars := tarBatches(rd, samples/batch)
-		return float64(len(tars)*batch) / secs(func() { readBatches(tars) })
+		var bytes int64
+		for _, b := range tars {
+			fi, err := os.Stat(b[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			bytes += fi.Size()
+		}
+		before := procTimes()
+		rate := float64(len(tars)*batch) / secs(func() { readBatches(tars) })
+		cpu := cpuDelta(before, procTimes(), func(name string) string {
+			if strings.HasPrefix(name, "shardfs") {
+				return "daemon"
+			}
+			return ""
+		})["daemon"]
+		return rate, cpu / (float64(bytes) / 1e9)
 	}
 	modes := []struct {
 		name  string
 		flags []string
 	}{{"global", []string{"--window=0"}}, {"--window 4", []string{"--window=4"}}, {"--window 4 --direct-io", []string{"--window=4", "--direct-io"}}}
 	r.printf("## This tree (%s) against %s, the latency regime\n\n", head, baseRev)
-	r.printf("Cold reads of rank 0's epoch 0 (%d samples of 50–150 kB, RS(4,2) over 6 buckets of one MinIO behind one toxiproxy), 8 reader threads. For each cell, %d pairs of runs, the two binaries alternating which goes first; each pair gives one ratio, this tree's samples/s over the baseline's. Median ratio (min–max), then each side's median samples/s.\n\n", samples, reps)
-	r.printf("| latency | mode | ratio this / baseline | this tree, samples/s | baseline, samples/s |\n|---|---|---|---|---|\n")
-	var all []float64
+	r.printf("Cold reads of rank 0's epoch 0 (%d samples of 50–150 kB, RS(4,2) over 6 buckets of one MinIO behind one toxiproxy), 8 reader threads. For each cell, %d pairs of runs, the two binaries alternating which goes first; each pair gives one ratio, this tree's samples/s over the baseline's, and one of the daemons' CPU seconds per GB served (user + system from /proc, over the read). Median ratio (min–max), then each side's median.\n\n", samples, reps)
+	r.printf("| latency | mode | samples/s, this / baseline | this tree, samples/s | baseline, samples/s | CPU s per GB, this / baseline | this tree, CPU s per GB | baseline, CPU s per GB |\n|---|---|---|---|---|---|---|---|\n")
+	var all, allCPU []float64
 	for _, lat := range []struct{ ms, jitter int }{{0, 0}, {20, 5}, {50, 10}} {
 		toxitest.Heal(t, proxy)
 		if lat.ms > 0 {
 			toxitest.Latency(t, proxy, lat.ms, lat.jitter)
 		}
 		for _, m := range modes {
-			var ratios, mine, theirs []float64
+			var ratios, mine, theirs, cpuRatios, myCPU, theirCPU []float64
 			for i := 0; i < reps; i++ {
-				var a, b float64
+				var a, b, ca, cb float64
 				if i%2 == 0 {
-					a = read(binary, m.flags)
-					b = read(base, m.flags)
+					a, ca = read(binary, m.flags)
+					b, cb = read(base, m.flags)
 				} else {
-					b = read(base, m.flags)
-					a = read(binary, m.flags)
+					b, cb = read(base, m.flags)
+					a, ca = read(binary, m.flags)
 				}
 				mine, theirs, ratios = append(mine, a), append(theirs, b), append(ratios, a/b)
+				myCPU, theirCPU, cpuRatios = append(myCPU, ca), append(theirCPU, cb), append(cpuRatios, ca/cb)
 			}
-			all = append(all, ratios...)
-			rs := summarize(ratios)
-			r.printf("| %d ± %d ms | %s | %.2f (%.2f–%.2f) | %s | %s |\n", lat.ms, lat.jitter, m.name, rs.med, rs.lo, rs.hi, summarize(mine), summarize(theirs))
+			all, allCPU = append(all, ratios...), append(allCPU, cpuRatios...)
+			rs, cs, mc, tc := summarize(ratios), summarize(cpuRatios), summarize(myCPU), summarize(theirCPU)
+			r.printf("| %d ± %d ms | %s | %.2f (%.2f–%.2f) | %s | %s | %.3f (%.3f–%.3f) | %.2f (%.2f–%.2f) | %.2f (%.2f–%.2f) |\n", lat.ms, lat.jitter, m.name, rs.med, rs.lo, rs.hi, summarize(mine), summarize(theirs),
+				cs.med, cs.lo, cs.hi, mc.med, mc.lo, mc.hi, tc.med, tc.lo, tc.hi)
 		}
 	}
 	toxitest.Heal(t, proxy)
-	logSum := 0.0
-	for _, x := range all {
-		logSum += math.Log(x)
-	}
-	slices.Sort(all)
-	r.printf("\nAll %d pairs: geometric mean ratio %.3f, median %.3f, %d of %d pairs at or above 1.\n\n",
-		len(all), math.Exp(logSum/float64(len(all))), all[len(all)/2], len(all)-countBelow(all, 1), len(all))
+	r.printf("\nAll %d pairs, samples/s: geometric mean ratio %.3f, median %.3f, %d of %d pairs at or above 1.\n\n",
+		len(all), geomean(all), median(all), len(all)-countBelow(all, 1), len(all))
+	r.printf("All %d pairs, the daemon's CPU seconds per GB served: geometric mean ratio %.3f, median %.3f, %d of %d pairs at or below 1.\n\n",
+		len(allCPU), geomean(allCPU), median(allCPU), countBelow(allCPU, 1.0000001), len(allCPU))
 }
 
-// countBelow is how many of the sorted xs are below v.
+// geomean is the geometric mean of xs.
+func geomean(xs []float64) float64 {
+	logSum := 0.0
+	for _, x := range xs {
+		logSum += math.Log(x)
+	}
+	return math.Exp(logSum / float64(len(xs)))
+}
+
+// median sorts xs in place and returns its middle.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+// countBelow is how many of the sorted xs are below v (median sorts them).
 func countBelow(xs []float64, v float64) int {
 	i, _ := slices.BinarySearch(xs, v)
 	return i

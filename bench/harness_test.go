@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -114,7 +115,64 @@ func startMount(t *testing.T, dir string, ready func() bool, env []string, name 
 	return d
 }
 
+// anomalyTally sums the anomaly detector's findings over every shardfs
+// mount the run stops: on healthy runs, each one is a false positive.
+var anomalyTally struct {
+	sync.Mutex
+	mounts, checks int64
+	fired          map[string]int64
+}
+
+// tallyAnomalies adds a shardfs mount's fired anomalies to anomalyTally.
+func (d *daemon) tallyAnomalies() {
+	b, err := os.ReadFile(filepath.Join(d.dir, ".shardfs", "stats.json"))
+	if err != nil {
+		return // not a shardfs mount (a peer, the ceiling), or one that failed
+	}
+	var st struct {
+		Fired  map[string]int64 `json:"anomalies_fired"`
+		Checks int64            `json:"anomaly_checks"`
+	}
+	if json.Unmarshal(b, &st) != nil {
+		return
+	}
+	anomalyTally.Lock()
+	defer anomalyTally.Unlock()
+	if anomalyTally.fired == nil {
+		anomalyTally.fired = map[string]int64{}
+	}
+	anomalyTally.mounts++
+	anomalyTally.checks += st.Checks
+	for k, n := range st.Fired {
+		anomalyTally.fired[k] += n
+	}
+}
+
+// resetAnomalies starts a new tally and returns a function that describes it.
+func resetAnomalies() (describe func() string) {
+	anomalyTally.Lock()
+	anomalyTally.mounts, anomalyTally.checks, anomalyTally.fired = 0, 0, map[string]int64{}
+	anomalyTally.Unlock()
+	return func() string {
+		anomalyTally.Lock()
+		defer anomalyTally.Unlock()
+		var total int64
+		var kinds []string
+		for k, n := range anomalyTally.fired {
+			total += n
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
+		slices.Sort(kinds)
+		s := fmt.Sprintf("%d anomalies fired over %d shardfs mounts and %d evaluations of the detector", total, anomalyTally.mounts, anomalyTally.checks)
+		if total > 0 {
+			s += " (" + strings.Join(kinds, ", ") + ")"
+		}
+		return s
+	}
+}
+
 func (d *daemon) stop() {
+	d.tallyAnomalies()
 	exec.Command("fusermount3", "-u", d.dir).Run()
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})

@@ -65,6 +65,7 @@ type flight struct {
 	err      error
 	waiters  int   // callers waiting on it; guarded by Cache.mu
 	reserved int64 // budget bytes held for it until it completes
+	taken    bool  // a caller takes its bytes (Get's own fetch, or a waiter)
 }
 
 type entry struct {
@@ -73,6 +74,7 @@ type entry struct {
 	at   int    // index in Cache.all
 	used uint64 // access clock, for ties and when no NextUse is set
 	done bool   // queued in Cache.done
+	read bool   // a reader took its bytes: evicted unread, it was fetched for nothing
 }
 
 // Cache is safe for concurrent use.
@@ -91,8 +93,12 @@ type Cache struct {
 	rng      *rand.Rand
 	reserved int64
 
-	// Evictions counts entries evicted to stay within the budget.
-	Evictions atomic.Int64
+	// Evictions counts entries evicted to stay within the budget;
+	// EvictedUnread those of them no reader had taken: prefetched for
+	// nothing, the sign of a cache too small for its readers (thrash).
+	Evictions, EvictedUnread atomic.Int64
+	// Inserted counts chunks added.
+	Inserted atomic.Int64
 }
 
 // New returns a cache holding at most budget bytes. onSize, if not nil, is
@@ -147,8 +153,15 @@ func (c *Cache) Lookup(k Key) ([]byte, bool) {
 		return nil, false
 	}
 	c.clock++
-	e.used = c.clock
+	e.used, e.read = c.clock, true
 	return e.v, true
+}
+
+// Ready reports whether k's bytes are in the cache (not only being fetched).
+func (c *Cache) Ready(k Key) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[k] != nil
 }
 
 // Get returns k's bytes: from the cache, by waiting for a fetch in flight,
@@ -157,12 +170,13 @@ func (c *Cache) Get(ctx context.Context, k Key, fetch func(ctx context.Context) 
 	c.mu.Lock()
 	if e := c.entries[k]; e != nil {
 		c.clock++
-		e.used = c.clock
+		e.used, e.read = c.clock, true
 		c.mu.Unlock()
 		return e.v, Hit, nil
 	}
 	if f := c.flights[k]; f != nil {
 		f.waiters++
+		f.taken = true
 		c.mu.Unlock()
 		select {
 		case <-f.done:
@@ -171,7 +185,7 @@ func (c *Cache) Get(ctx context.Context, k Key, fetch func(ctx context.Context) 
 			return nil, Waited, ctx.Err()
 		}
 	}
-	f := &flight{done: make(chan struct{})}
+	f := &flight{done: make(chan struct{}), taken: true} // this caller takes the bytes it fetches
 	c.flights[k] = f
 	c.mu.Unlock()
 	v, err := fetch(ctx)
@@ -230,7 +244,7 @@ func (c *Cache) complete(k Key, f *flight, v []byte, err error) {
 	c.used -= f.reserved
 	c.reserved -= f.reserved
 	if err == nil {
-		c.addLocked(k, v)
+		c.addLocked(k, v, f.taken)
 	}
 	c.onSize(c.used)
 	c.mu.Unlock()
@@ -238,13 +252,14 @@ func (c *Cache) complete(k Key, f *flight, v []byte, err error) {
 	close(f.done)
 }
 
-func (c *Cache) addLocked(k Key, v []byte) {
+func (c *Cache) addLocked(k Key, v []byte, read bool) {
 	c.clock++
 	if e := c.entries[k]; e != nil {
 		c.used += int64(len(v)) - int64(len(e.v))
-		e.v, e.used = v, c.clock
+		e.v, e.used, e.read = v, c.clock, e.read || read
 	} else {
-		e := &entry{k: k, v: v, at: len(c.all), used: c.clock}
+		e := &entry{k: k, v: v, at: len(c.all), used: c.clock, read: read}
+		c.Inserted.Add(1)
 		c.entries[k] = e
 		c.all = append(c.all, e)
 		c.used += int64(len(v))
@@ -255,8 +270,12 @@ func (c *Cache) addLocked(k Key, v []byte) {
 // evictLocked evicts until the budget holds or only reservations are left.
 func (c *Cache) evictLocked() {
 	for c.used > c.budget && len(c.all) > 0 {
-		c.removeLocked(c.victimLocked())
+		e := c.victimLocked()
+		c.removeLocked(e)
 		c.Evictions.Add(1)
+		if !e.read {
+			c.EvictedUnread.Add(1)
+		}
 	}
 }
 

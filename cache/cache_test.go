@@ -295,3 +295,49 @@ func TestLookupServesOnlyHits(t *testing.T) {
 		t.Fatal("Lookup after Fill did not return the filled bytes")
 	}
 }
+
+// A chunk prefetched (Claim, Fill) and evicted before any reader took it
+// counts as thrash; one a reader took (a hit, its own fetch, or waiting on
+// the fetch) does not.
+func TestEvictedUnreadCountsThrash(t *testing.T) {
+	c := New(300, nil) // three chunks of 100 bytes
+	val := bytes.Repeat([]byte{1}, 100)
+	for _, k := range c.Claim([]Key{{1, 0}, {2, 0}, {3, 0}}, size100) {
+		c.Fill(k, val)
+	}
+	if _, ok := c.Lookup(Key{1, 0}); !ok {
+		t.Fatal("prefetched chunk 1 not cached")
+	}
+	// Two more prefetched: 2 and 3 (unread, least recently used) go.
+	for _, k := range c.Claim([]Key{{4, 0}, {5, 0}}, size100) {
+		c.Fill(k, val)
+	}
+	if e, u := c.Evictions.Load(), c.EvictedUnread.Load(); e != 2 || u != 2 {
+		t.Fatalf("evictions %d, unread %d: want 2 and 2", e, u)
+	}
+	if c.Ready(Key{2, 0}) || !c.Ready(Key{1, 0}) {
+		t.Fatal("chunk 2 should be evicted and chunk 1, read, kept")
+	}
+	// Read everything held, then fetch three more on demand: the three
+	// evicted had all been read.
+	for _, k := range []Key{{1, 0}, {4, 0}, {5, 0}} {
+		if _, ok := c.Lookup(k); !ok {
+			t.Fatalf("%v not cached", k)
+		}
+	}
+	for s := int32(6); s <= 8; s++ {
+		if _, res, err := c.Get(context.Background(), Key{s, 0}, func(context.Context) ([]byte, error) { return val, nil }); err != nil || res != Fetched {
+			t.Fatalf("get %d: %v %v", s, res, err)
+		}
+	}
+	if e, u := c.Evictions.Load(), c.EvictedUnread.Load(); e != 5 || u != 2 {
+		t.Fatalf("evictions %d, unread %d: want 5 and 2", e, u)
+	}
+	// Chunks fetched on demand were taken by their callers: evicting them is not thrash.
+	for _, k := range c.Claim([]Key{{9, 0}, {10, 0}, {11, 0}}, size100) {
+		c.Fill(k, val)
+	}
+	if e, u := c.Evictions.Load(), c.EvictedUnread.Load(); e != 8 || u != 2 {
+		t.Fatalf("evictions %d, unread %d: want 8 and 2", e, u)
+	}
+}

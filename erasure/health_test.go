@@ -3,6 +3,7 @@ package erasure
 import (
 	"bytes"
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,12 +17,36 @@ type countMetrics struct {
 	hedged, degraded atomic.Int64
 	down             [16]atomic.Bool
 	reads            [16]atomic.Int64
+	rebuilt          [16]atomic.Int64 // degraded reads that rebuilt the store's fragment
+	mu               sync.Mutex
+	reasons          map[string]int
 }
 
 func (m *countMetrics) BackendRead(s, sh, n int, d, ttfb time.Duration, err error) { m.reads[s].Add(1) }
 
-func (m *countMetrics) HedgedRead()                 { m.hedged.Add(1) }
-func (m *countMetrics) DegradedRead()               { m.degraded.Add(1) }
+func (m *countMetrics) HedgedRead(reason string) {
+	m.hedged.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reasons == nil {
+		m.reasons = map[string]int{}
+	}
+	m.reasons[reason]++
+}
+
+// hedgesFor is how many hedges were for reason.
+func (m *countMetrics) hedgesFor(reason string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reasons[reason]
+}
+
+func (m *countMetrics) DegradedRead(stores []int) {
+	m.degraded.Add(1)
+	for _, s := range stores {
+		m.rebuilt[s].Add(1)
+	}
+}
 func (m *countMetrics) StoreState(s int, down bool) { m.down[s].Store(down) }
 
 // faultyShard is testShard with every store wrapped in a Faulty.
@@ -67,6 +92,17 @@ func TestHedgeAroundHungStore(t *testing.T) {
 	}
 	if m.hedged.Load() == 0 || m.degraded.Load() == 0 {
 		t.Fatalf("hedged %d, degraded %d: want both > 0", m.hedged.Load(), m.degraded.Load())
+	}
+	// Every hedge was for a store that never answered, and every degraded
+	// read rebuilt the hung store's fragment, no other.
+	if n := m.hedgesFor(HedgeNoFirstByte); n != int(m.hedged.Load()) {
+		t.Fatalf("%d of %d hedges for %s", n, m.hedged.Load(), HedgeNoFirstByte)
+	}
+	hung := p.Placement(0, 0)
+	for s := range p.Total() {
+		if got, want := m.rebuilt[s].Load(), map[bool]int64{true: m.degraded.Load()}[s == hung]; got != want {
+			t.Fatalf("store %d rebuilt in %d degraded reads, want %d (the hung store is %d)", s, got, want, hung)
+		}
 	}
 }
 

@@ -49,6 +49,24 @@ func (hg *hedger) late(streaming bool) bool {
 	return true
 }
 
+// Why a read was hedged (Metrics.HedgedRead).
+const (
+	// HedgeNoFirstByte: its store had not begun to answer by the deadline
+	// while the others of its set kept up.
+	HedgeNoFirstByte = "no_first_byte"
+	// HedgeStalled: its store answered, then delivered too slowly to finish
+	// within the streaming allowance.
+	HedgeStalled = "stalled"
+)
+
+// reason is why the reads in flight were found late.
+func (hg *hedger) reason() string {
+	if hg.extended {
+		return HedgeStalled
+	}
+	return HedgeNoFirstByte
+}
+
 // again gives the reads in flight, one more asked beside them, another
 // deadline.
 func (hg *hedger) again() { hg.timer.Reset(hg.deadline) }

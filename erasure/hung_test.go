@@ -148,6 +148,9 @@ func TestStoreStalledMidBodyIsHedged(t *testing.T) {
 	if m.hedged.Load() == 0 {
 		t.Fatal("no read hedged around a store stalled mid-body")
 	}
+	if n := m.hedgesFor(HedgeStalled); n != int(m.hedged.Load()) {
+		t.Fatalf("%d of %d hedges around a store stalled mid-body counted as %s", n, m.hedged.Load(), HedgeStalled)
+	}
 }
 
 // Issue 11 item 3: when the whole store set answers slowly at once (the

@@ -73,16 +73,17 @@ func (e *TooFewError) Stores() []int {
 
 // Metrics receives read events. Implementations must be safe for concurrent use.
 type Metrics interface {
-	// BackendRead reports one ranged GET on store.
-	// BackendRead reports one GET: its time, its time to first byte (0:
+	// BackendRead reports one ranged GET: its time, its time to first byte (0:
 	// not reported by the store) and its outcome.
 	BackendRead(store, shard int, bytes int, d, firstByte time.Duration, err error)
 	// ChecksumFailure reports a fragment range that failed its checksum.
 	ChecksumFailure(store int)
-	// DegradedRead reports a range decoded from survivors.
-	DegradedRead()
-	// HedgedRead reports a slow read raced against a parity decode.
-	HedgedRead()
+	// DegradedRead reports a range decoded from survivors, with the stores
+	// whose fragments were rebuilt (missing, late or bad there).
+	DegradedRead(stores []int)
+	// HedgedRead reports a slow read raced against a parity decode, and why
+	// (HedgeNoFirstByte, HedgeStalled).
+	HedgedRead(reason string)
 	// StoreState reports a store marked down (true) or healthy again (false).
 	StoreState(store int, down bool)
 }
@@ -91,8 +92,8 @@ type nopMetrics struct{}
 
 func (nopMetrics) BackendRead(int, int, int, time.Duration, time.Duration, error) {}
 func (nopMetrics) ChecksumFailure(int)                                            {}
-func (nopMetrics) DegradedRead()                                                  {}
-func (nopMetrics) HedgedRead()                                                    {}
+func (nopMetrics) DegradedRead([]int)                                             {}
+func (nopMetrics) HedgedRead(string)                                              {}
 func (nopMetrics) StoreState(int, bool)                                           {}
 
 // KeyFunc names the object of fragment frag of shard.
@@ -325,7 +326,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 			timer = nil
 			hedging = true
 			pending++
-			r.metrics.HedgedRead()
+			r.metrics.HedgedRead(hg.reason())
 			r.stores[store].Suspect()
 			go func() {
 				frags, err := r.decode(pctx, sh, A, B, map[int]fragRead{frag: slowRead}, false, false)
@@ -556,7 +557,7 @@ wait:
 			out[f] = make([]byte, L)
 		}
 	}
-	decoded := false
+	var rebuilt []int // stores whose fragments were decoded
 	set := make([]bool, total)
 	setOf := func(b int) {
 		for f := range set {
@@ -586,6 +587,9 @@ wait:
 			case out[f] != nil:
 				shards[f] = out[f][lo:hi][:0] // reconstructed in place
 				missing = true
+				if s := r.codec.Placement(sh.ID, f); !slices.Contains(rebuilt, s) {
+					rebuilt = append(rebuilt, s)
+				}
 			}
 		}
 		if missing {
@@ -598,12 +602,12 @@ wait:
 			if err != nil {
 				return nil, fmt.Errorf("shard %d: decode: %w", sh.ID, err)
 			}
-			decoded = true
 		}
 		b0 = b1
 	}
-	if decoded {
-		r.metrics.DegradedRead()
+	if len(rebuilt) > 0 {
+		slices.Sort(rebuilt)
+		r.metrics.DegradedRead(rebuilt)
 	}
 	return out, nil
 }
@@ -644,6 +648,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 	var answered []*backend.FirstByte
 	var pieceStores []int
 	var hedged atomic.Bool
+	hedgeReason := ""
 	for pos := off; pos < off+n; {
 		frag := int(pos / F)
 		a := pos - int64(frag)*F
@@ -696,6 +701,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 					streaming = streaming && r.streaming(fb, pieceStores[i], launched, r.codec.Data)
 				}
 				if hg.late(streaming) {
+					hedgeReason = hg.reason()
 					hedged.Store(true)
 					cancel()
 					<-finished
@@ -710,7 +716,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 		return nil
 	}
 	if hedged.Load() && ctx.Err() == nil {
-		r.metrics.HedgedRead()
+		r.metrics.HedgedRead(hedgeReason)
 		for store := range slow {
 			r.stores[store].Suspect()
 		}

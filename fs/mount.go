@@ -27,6 +27,9 @@ type MountOptions struct {
 	// files. Off, the kernel learns once that there are none and never
 	// asks again (ls -l would ask for ACLs on every file).
 	XAttrs bool
+	// OpLatency, if set, returns the observer of each FUSE op's time in
+	// the daemon (timedOps names the ops); it is called once per op.
+	OpLatency func(op string) func(time.Duration)
 }
 
 // slogWriter routes go-fuse's log lines to slog at debug level.
@@ -162,7 +165,7 @@ func Mount(dir string, root gofs.InodeEmbedder, o MountOptions) (*fuse.Server, e
 	if o.AllowOther {
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
 	}
-	server, err := gofs.Mount(dir, root, opts)
+	server, err := serve(dir, root, opts, o.OpLatency)
 	if err != nil {
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) {
 			return nil, fmt.Errorf("mount %s: %w: mounting needs root or CAP_SYS_ADMIN (or fusermount3 from fuse3 for users)", dir, err)
@@ -174,6 +177,23 @@ func Mount(dir string, root gofs.InodeEmbedder, o MountOptions) (*fuse.Server, e
 			// Not fatal: reads work, only larger sequential reads are lost.
 			fmt.Fprintf(os.Stderr, "shardfs: could not raise read-ahead: %v\n", err)
 		}
+	}
+	return server, nil
+}
+
+// serve is gofs.Mount, with every op timed when opLatency is set.
+func serve(dir string, root gofs.InodeEmbedder, opts *gofs.Options, opLatency func(op string) func(time.Duration)) (*fuse.Server, error) {
+	var raw fuse.RawFileSystem = gofs.NewNodeFS(root, opts)
+	if opLatency != nil {
+		raw = newTimedFS(raw, opLatency)
+	}
+	server, err := fuse.NewServer(raw, dir, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		return nil, err // as gofs.Mount: a mount that failed has no serve loop to stop
 	}
 	return server, nil
 }

@@ -66,12 +66,7 @@ func sample(text, name, label, value string) float64 {
 // is in its GET-time histogram; every read of each rank's files is in the
 // read-wait histogram of that rank.
 func TestLatencyHistograms(t *testing.T) {
-	pc := startProxiedCluster(t, 3)
-	stores := "--stores=" + strings.Join(pc.urls, ",")
-	src := writeSource(t, synth.Imbalanced(240, 4, 0.6, 4_000, 40_000, 29))
-	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=512KiB", src, "ds"); r.code != 0 {
-		t.Fatalf("ingest: %v", r)
-	}
+	pc, stores := proxiedDataset(t, synth.Imbalanced(240, 4, 0.6, 4_000, 40_000, 29), "512KiB")
 	toxitest.Latency(t, pc.proxies[1], 120, 0)
 	mp := mountShardfsEnv(t, nil, stores, "--world-size=2", "--rank=all", "--batch-size=8", "--epochs=1", "--metrics-addr=127.0.0.1:0", "ds")
 	for rank := 0; rank < 2; rank++ {
@@ -169,12 +164,7 @@ func TestLatencyHistograms(t *testing.T) {
 // reads from the stores, and Prometheus metrics on.
 func readingMount(t *testing.T, seed uint64) (*proxiedCluster, *mountProc) {
 	t.Helper()
-	pc := startProxiedCluster(t, 3)
-	stores := "--stores=" + strings.Join(pc.urls, ",")
-	src := writeSource(t, synth.Imbalanced(500, 4, 0.6, 20_000, 80_000, seed))
-	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=2MiB", src, "ds"); r.code != 0 {
-		t.Fatalf("ingest: %v", r)
-	}
+	pc, stores := proxiedDataset(t, synth.Imbalanced(500, 4, 0.6, 20_000, 80_000, seed), "2MiB")
 	return pc, mountShardfsEnv(t, nil, stores, "--batch-size=16", "--cache-size=16MiB", "--metrics-addr=127.0.0.1:0", "ds")
 }
 

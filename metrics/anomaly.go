@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,11 +30,42 @@ import (
 //     that answers fewer (reads hedge around it) stays flagged until it
 //     answers enough, and fast.
 //   - store_down: a store marked down (it failed several reads in a row).
+//   - starving_rank: a rank whose reads waited on the data path for at
+//     least StallFraction of the window (their waits summed, per second of
+//     wall time), while the median of the other ranks read on this node
+//     waited at most 1/SlowFactor of that: the data reaches the others, so
+//     the cause is this rank's order or its readers, not the stores.
+//   - lead_at_zero: a rank whose prefetcher found less than the next batch
+//     ready ahead of its slowest reader (so its next read waits) in at
+//     least LeadZeroShare of its checks over the last LeadZeroFor, while its
+//     reads waited at least StallFraction of that time: the readers
+//     consume faster than the stores deliver.
+//   - thrash: over the window, at least ThrashShare of the chunks added to
+//     the memory tier (and at least minThrash) were evicted before any
+//     reader took them: the cache is too small for the readers' spread.
+//   - read_amplification: over the window, the bytes fetched were at least
+//     AmplificationLimit times what the readers needed (the bytes served
+//     plus the growth of the cache: what was fetched ahead and is still
+//     held), with at least minAmplified bytes fetched. The order needs
+//     each byte fetched once; merged gaps and hedges add a few percent.
+//
+// Rates over the window are divided by at least minSpan, so the first
+// seconds of a mount (or of an epoch, when every reader waits once) cannot
+// make a short burst look like a lasting one.
 const (
-	AnomalyWindow = 30 * time.Second
-	SlowFactor    = 4
-	SlowFloor     = 50 * time.Millisecond
-	minFirstBytes = 20
+	AnomalyWindow      = 30 * time.Second
+	SlowFactor         = 4
+	SlowFloor          = 50 * time.Millisecond
+	StallFraction      = 0.10
+	LeadZeroFor        = 10 * time.Second
+	LeadZeroShare      = 0.8
+	ThrashShare        = 0.25
+	AmplificationLimit = 1.5
+	minFirstBytes      = 20
+	minSpan            = 10 * time.Second
+	minThrash          = 64
+	minAmplified       = 64 << 20
+	minRankReads       = 20
 )
 
 // Anomaly is one cause that is active now.
@@ -81,16 +114,64 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // anomalies is the detector's state.
 type anomalies struct {
-	mu     sync.Mutex
-	active map[string]Anomaly // by kind + subject
-	gauge  *prometheus.GaugeVec
-	log    *slog.Logger
+	mu      sync.Mutex
+	active  map[string]Anomaly // by kind + subject
+	history []tick             // one per Evaluate, the last AnomalyWindow and one before
+	gauge   *prometheus.GaugeVec
+	fired   *prometheus.CounterVec
+	counts  map[string]int64 // anomalies started, by kind
+	checks  int64            // Evaluate calls
+	log     *slog.Logger
 }
 
 func newAnomalies() *anomalies {
-	return &anomalies{active: map[string]Anomaly{}, log: slog.New(slog.DiscardHandler),
+	a := &anomalies{active: map[string]Anomaly{}, counts: map[string]int64{}, log: slog.New(slog.DiscardHandler),
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardfs_anomaly",
-			Help: "1 while the daemon sees the anomaly kind about subject (a store or a rank); see shardfs stats for the reason and the fix."}, []string{"kind", "subject"})}
+			Help: "1 while the daemon sees the anomaly kind about subject (a store or a rank); see shardfs stats for the reason and the fix."}, []string{"kind", "subject"}),
+		fired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardfs_anomalies_total",
+			Help: "Anomalies that started since the mount, by kind."}, []string{"kind"})}
+	for _, k := range AnomalyKinds {
+		a.fired.WithLabelValues(k)
+	}
+	return a
+}
+
+// AnomalyKinds are every kind the detector reports.
+var AnomalyKinds = []string{"slow_store", "store_down", "starving_rank", "lead_at_zero", "thrash", "read_amplification"}
+
+// tick is the counters the detector compares across its window.
+type tick struct {
+	at                                            time.Time
+	served, fetched, cacheBytes, inserted, unread int64
+	ranks                                         map[int]rankTick
+}
+
+type rankTick struct{ reads, wait, leadChecks, leadZero int64 }
+
+func (m *Metrics) tick(now time.Time) tick {
+	t := tick{at: now, served: m.BytesServed.Load(), fetched: m.fetched(), cacheBytes: m.CacheBytes.Load(),
+		inserted: orZero(m.CacheInserted), unread: orZero(m.CacheEvictedUnread), ranks: map[int]rankTick{}}
+	m.ranks.Range(func(k, v any) bool {
+		if rank, rc := k.(int), v.(*RankCounters); rank != SamplesView {
+			t.ranks[rank] = rankTick{rc.Reads.Load(), rc.WaitNanos.Load(), rc.leadChecks.Load(), rc.leadZero.Load()}
+		}
+		return true
+	})
+	return t
+}
+
+// since returns the oldest tick of h at or after t (h is oldest first).
+func since(h []tick, t time.Time) tick {
+	i, _ := slices.BinarySearchFunc(h, t, func(x tick, t time.Time) int { return x.at.Compare(t) })
+	return h[min(i, len(h)-1)]
+}
+
+// anomaliesFired is how many anomalies started, by kind, in how many checks.
+func (m *Metrics) anomaliesFired() (map[string]int64, int64) {
+	a := m.anomalies
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.counts), a.checks
 }
 
 // SetLogger makes the detector log each cause once when it starts and once
@@ -134,6 +215,13 @@ func (m *Metrics) Evaluate(now time.Time) {
 	a := m.anomalies
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.checks++
+	cur := m.tick(now)
+	a.history = append(a.history, cur)
+	for len(a.history) > 2 && a.history[1].at.Before(now.Add(-AnomalyWindow)) {
+		a.history = a.history[1:]
+	}
+	m.evaluateFlow(since(a.history, now.Add(-AnomalyWindow)), since(a.history, now.Add(-LeadZeroFor)), cur, add)
 	for k, old := range a.active {
 		if _, ok := found[k]; !ok && old.Kind == "slow_store" {
 			if i := slices.Index(m.names, old.Subject); i >= 0 && p90[i] < 0 {
@@ -146,6 +234,8 @@ func (m *Metrics) Evaluate(now time.Time) {
 			x.Since = old.Since
 		} else {
 			x.Since = now
+			a.counts[x.Kind]++
+			a.fired.WithLabelValues(x.Kind).Inc()
 			a.log.Warn("anomaly", "kind", x.Kind, "subject", x.Subject, "reason", x.Reason, "fix", x.Fix)
 			a.gauge.WithLabelValues(x.Kind, x.Subject).Set(1)
 		}
@@ -157,6 +247,61 @@ func (m *Metrics) Evaluate(now time.Time) {
 			a.log.Info("anomaly cleared", "kind", old.Kind, "subject", old.Subject, "after", now.Sub(old.Since).Round(time.Second))
 			a.gauge.WithLabelValues(old.Kind, old.Subject).Set(0)
 		}
+	}
+}
+
+// evaluateFlow finds the anomalies of the data's flow: ranks that starve,
+// a lead that stays at zero, thrash and read amplification, from the
+// counters' change since base (the window's start) and leadBase
+// (LeadZeroFor ago) to cur.
+func (m *Metrics) evaluateFlow(base, leadBase, cur tick, add func(Anomaly)) {
+	span := max(cur.at.Sub(base.at), minSpan).Seconds()
+	// Each rank's wait per second over the window, of those that read.
+	stall := map[int]float64{}
+	for rank, rt := range cur.ranks {
+		if b := base.ranks[rank]; rt.reads-b.reads >= minRankReads {
+			stall[rank] = float64(rt.wait-b.wait) / 1e9 / span
+		}
+	}
+	for rank, f := range stall {
+		var others []float64
+		for o, g := range stall {
+			if o != rank {
+				others = append(others, g)
+			}
+		}
+		if len(others) == 0 || f < StallFraction {
+			continue
+		}
+		slices.Sort(others)
+		if med := others[len(others)/2]; med*SlowFactor <= f {
+			add(Anomaly{Kind: "starving_rank", Subject: strconv.Itoa(rank),
+				Reason: fmt.Sprintf("rank %d's reads waited %.0f%% of the last %v, the other ranks' median %.0f%%", rank, 100*f, AnomalyWindow, 100*med),
+				Fix:    "the stores keep up with the other ranks: check this rank's readers (more DataLoader workers, or workers that read their batches in order), and that its epoch directory is not read through the samples/ view; shardfs_read_wait_seconds{rank} shows it"})
+		}
+	}
+	leadSpan := max(cur.at.Sub(leadBase.at), minSpan).Seconds()
+	for rank, rt := range cur.ranks {
+		b := leadBase.ranks[rank]
+		checks, zero := rt.leadChecks-b.leadChecks, rt.leadZero-b.leadZero
+		waited := float64(rt.wait-b.wait) / 1e9 / leadSpan
+		if checks >= 5 && float64(zero) >= LeadZeroShare*float64(checks) && rt.reads-b.reads >= minRankReads && waited >= StallFraction {
+			add(Anomaly{Kind: "lead_at_zero", Subject: strconv.Itoa(rank),
+				Reason: fmt.Sprintf("rank %d had less than its next batch ready ahead of its readers in %d of %d checks over the last %v, and its reads waited %.0f%% of that time: the readers consume faster than the stores deliver", rank, zero, checks, LeadZeroFor, 100*waited),
+				Fix:    "give the stores more bandwidth or fewer readers per node; --window 4 turns many small GETs into few large ones; check shardfs_store_get_seconds for a store near its limit"})
+		}
+	}
+	if ins, unread := cur.inserted-base.inserted, cur.unread-base.unread; unread >= minThrash && float64(unread) >= ThrashShare*float64(ins) {
+		add(Anomaly{Kind: "thrash", Subject: "cache",
+			Reason: fmt.Sprintf("%d of the %d chunks added to the memory cache over the last %v were evicted before any reader took them", unread, ins, AnomalyWindow),
+			Fix:    "the cache is too small for how far apart the readers are: raise --cache-size, or read with fewer, closer readers (shardfs_cache_evicted_unread_total shows it)"})
+	}
+	fetched := cur.fetched - base.fetched
+	needed := cur.served - base.served + max(0, cur.cacheBytes-base.cacheBytes)
+	if fetched >= minAmplified && float64(fetched) >= AmplificationLimit*float64(max(needed, 1)) {
+		add(Anomaly{Kind: "read_amplification", Subject: "stores",
+			Reason: fmt.Sprintf("%d MB fetched from the stores over the last %v for %d MB the readers needed (%.1f×)", fetched>>20, AnomalyWindow, needed>>20, float64(fetched)/float64(max(needed, 1))),
+			Fix:    "bytes are fetched and dropped unread: a cache too small (see thrash), readers that read only part of each sample, or many hedges (shardfs_hedges_total); raise --cache-size first"})
 	}
 }
 

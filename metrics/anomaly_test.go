@@ -88,3 +88,146 @@ func TestStoreDownAnomaly(t *testing.T) {
 		t.Fatalf("after the store came back: %+v", a)
 	}
 }
+
+// kinds lists the active anomalies as kind/subject.
+func kinds(m *Metrics) []string {
+	var out []string
+	for _, a := range m.Anomalies() {
+		out = append(out, a.Kind+"/"+a.Subject)
+	}
+	return out
+}
+
+// readFor makes rank's readers do n reads that waited wait in all.
+func readFor(m *Metrics, rank, n int, wait time.Duration) {
+	for i := range n {
+		d := wait / time.Duration(n)
+		if i == 0 {
+			d += wait % time.Duration(n)
+		}
+		m.ReadWait(rank, d)
+	}
+}
+
+// A rank whose reads wait while the others' do not is starving; when all
+// wait alike (the stores are slow for everyone), no rank is; one that
+// stops waiting clears. Rates are per second over at least minSpan.
+func TestStarvingRankAnomaly(t *testing.T) {
+	m := New([]string{"s0"})
+	t0 := time.Now()
+	m.Evaluate(t0)
+	readFor(m, 0, 100, 10*time.Millisecond)
+	readFor(m, 1, 100, 5*time.Second) // 50% of 10 s
+	readFor(m, 2, 100, 0)
+	readFor(m, SamplesView, 100, time.Minute) // the samples/ view is not a rank
+	m.Evaluate(t0.Add(2 * time.Second))
+	if got := kinds(m); len(got) != 1 || got[0] != "starving_rank/1" {
+		t.Fatalf("anomalies %v, want starving_rank/1", got)
+	}
+	if a := m.Anomalies()[0]; !strings.Contains(a.Reason, "rank 1's reads waited 50%") {
+		t.Fatalf("reason %q", a.Reason)
+	}
+	if s := m.Snapshot(); s.AnomaliesFired["starving_rank"] != 1 || len(s.Ranks) != 3 || s.Ranks[1].WaitSeconds != 5 {
+		t.Fatalf("snapshot: fired %v, ranks %+v", s.AnomaliesFired, s.Ranks)
+	}
+	// Everyone waits as much: the stores, not one rank.
+	readFor(m, 0, 100, 5*time.Second)
+	readFor(m, 2, 100, 5*time.Second)
+	m.Evaluate(t0.Add(4 * time.Second))
+	if got := kinds(m); len(got) != 0 {
+		t.Fatalf("all ranks waiting alike raised %v", got)
+	}
+	// Under 10% of the time is no starvation, however uneven.
+	m2 := New([]string{"s0"})
+	m2.Evaluate(t0)
+	readFor(m2, 0, 100, 900*time.Millisecond) // 9% of minSpan
+	readFor(m2, 1, 100, 0)
+	m2.Evaluate(t0.Add(time.Second))
+	if got := kinds(m2); len(got) != 0 {
+		t.Fatalf("a rank waiting 9%% of the time raised %v", got)
+	}
+	// One rank alone: nothing to compare it with.
+	m3 := New([]string{"s0"})
+	m3.Evaluate(t0)
+	readFor(m3, 0, 100, 10*time.Second)
+	m3.Evaluate(t0.Add(time.Second))
+	if got := kinds(m3); len(got) != 0 {
+		t.Fatalf("a single rank raised %v", got)
+	}
+}
+
+// A rank with less than its next batch ready in most checks while its
+// reads wait has its lead at zero; a zero lead without waits (a reader slower than the
+// stores, served from the disk tier) is not an anomaly.
+func TestLeadAtZeroAnomaly(t *testing.T) {
+	m := New([]string{"s0"})
+	t0 := time.Now()
+	m.Evaluate(t0)
+	rc := m.Rank(3)
+	for i := range 40 {
+		rc.SetLead(map[bool]int64{true: 1 << 20}[i%10 == 0], i%10 != 0) // 4 of 40 checks found a batch ready
+	}
+	readFor(m, 3, 50, 3*time.Second)
+	m.Evaluate(t0.Add(2 * time.Second))
+	if got := kinds(m); len(got) != 1 || got[0] != "lead_at_zero/3" {
+		t.Fatalf("anomalies %v, want lead_at_zero/3", got)
+	}
+	// The lead builds up: cleared once the window holds mostly ready checks.
+	for range 200 {
+		rc.SetLead(64<<20, false)
+	}
+	readFor(m, 3, 50, 0)
+	m.Evaluate(t0.Add(4 * time.Second))
+	if got := kinds(m); len(got) != 0 {
+		t.Fatalf("with the lead back: %v", got)
+	}
+	m2 := New([]string{"s0"})
+	m2.Evaluate(t0)
+	for range 40 {
+		m2.Rank(0).SetLead(0, true)
+	}
+	readFor(m2, 0, 50, 0)
+	m2.Evaluate(t0.Add(2 * time.Second))
+	if got := kinds(m2); len(got) != 0 {
+		t.Fatalf("a zero lead with no waits raised %v", got)
+	}
+}
+
+// Thrash: a quarter or more of the chunks added evicted unread. Read
+// amplification: fetched at least 1.5 times what readers needed, where
+// bytes the cache still holds count as needed.
+func TestThrashAndAmplificationAnomalies(t *testing.T) {
+	var inserted, unread int64
+	m := New([]string{"s0", "s1"})
+	m.CacheInserted = func() int64 { return inserted }
+	m.CacheEvictedUnread = func() int64 { return unread }
+	t0 := time.Now()
+	m.Evaluate(t0)
+	inserted, unread = 1000, 200 // 20%
+	m.BackendRead(0, 1, 100<<20, time.Millisecond, time.Millisecond, nil)
+	m.BackendRead(1, 2, 100<<20, time.Millisecond, time.Millisecond, nil)
+	m.BytesServed.Add(150 << 20)
+	m.CacheBytes.Store(20 << 20) // 200 MiB fetched for 170 MiB needed: 1.18x
+	m.Evaluate(t0.Add(2 * time.Second))
+	if got := kinds(m); len(got) != 0 {
+		t.Fatalf("20%% thrash and 1.18x amplification raised %v", got)
+	}
+	inserted, unread = 2000, 500 // 300 of the last 1000
+	m.BackendRead(0, 1, 400<<20, time.Millisecond, time.Millisecond, nil)
+	m.Evaluate(t0.Add(4 * time.Second)) // 600 MiB fetched for 170 MiB needed
+	if got := kinds(m); len(got) != 2 || got[0] != "read_amplification/stores" || got[1] != "thrash/cache" {
+		t.Fatalf("anomalies %v, want read_amplification and thrash", got)
+	}
+	if s := m.Snapshot(); s.BytesFetched != 600<<20 || s.ReadAmplification != 4 || s.CacheEvictedUnread != 500 {
+		t.Fatalf("snapshot: fetched %d, amplification %v, unread %d", s.BytesFetched, s.ReadAmplification, s.CacheEvictedUnread)
+	}
+	// Both age out of the window.
+	m.Evaluate(t0.Add(4*time.Second + AnomalyWindow))
+	m.Evaluate(t0.Add(5*time.Second + AnomalyWindow))
+	if got := kinds(m); len(got) != 0 {
+		t.Fatalf("after the window: %v", got)
+	}
+	if f := m.Snapshot().AnomaliesFired; f["thrash"] != 1 || f["read_amplification"] != 1 {
+		t.Fatalf("fired %v", f)
+	}
+}

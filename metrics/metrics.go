@@ -37,7 +37,9 @@ type Metrics struct {
 	leadSeconds      atomic.Uint64
 	CacheBytes       atomic.Int64
 	PrefetchStreams  atomic.Int64 // rank-epochs with prefetch state
-	CacheEvictions   func() int64 // memory tier evictions; nil reads as 0
+	// The memory tier's chunks added, evicted, and evicted before any
+	// reader took them (thrash); nil reads as 0.
+	CacheInserted, CacheEvictions, CacheEvictedUnread func() int64
 
 	stores []*StoreCounters
 	names  []string
@@ -47,9 +49,11 @@ type Metrics struct {
 	anomalies  *anomalies
 
 	// Latency, where it is spent: per store, a GET's whole time and its
-	// time to first byte; per rank, each read's wait on the data path.
-	getSeconds, firstByteSeconds, readWaitSeconds *prometheus.HistogramVec
-	rankWait                                      sync.Map // rank label -> prometheus.Observer
+	// time to first byte; per rank, each read's wait on the data path;
+	// per FUSE operation, its time in the daemon.
+	getSeconds, firstByteSeconds, readWaitSeconds, fuseOpSeconds *prometheus.HistogramVec
+	hedges                                                       *prometheus.CounterVec // by reason
+	ranks                                                        sync.Map               // rank -> *RankCounters
 
 	disk  func() DiskSnapshot  // nil without a disk tier
 	index func() IndexSnapshot // nil unless shard indexes are fetched lazily
@@ -89,13 +93,18 @@ func (m *Metrics) SetDisk(f func() DiskSnapshot) { m.disk = f }
 type StoreCounters struct {
 	Bytes, Requests, Errors atomic.Int64
 	Nanos                   atomic.Int64
+	Degraded                atomic.Int64 // degraded reads that rebuilt this store's fragment
 	State                   atomic.Int32
 	get, firstByte          prometheus.Observer
 	recent                  firstBytes // for anomaly detection
 }
 
-// latencyBuckets span 0.5 ms to about 16 s, doubling.
-var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
+// latencyBuckets span 0.5 ms to about 16 s, doubling; fuseBuckets 10 µs
+// to about 20 s, since most FUSE operations are served from memory.
+var (
+	latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
+	fuseBuckets    = prometheus.ExponentialBuckets(0.00001, 4, 12)
+)
 
 // New returns counters for stores named names (never secrets).
 func New(names []string) *Metrics {
@@ -106,6 +115,13 @@ func New(names []string) *Metrics {
 			Help: "Time from sending a ranged GET to a store to the first byte of its answer (stores that report it: S3).", Buckets: latencyBuckets}, []string{"store"}),
 		readWaitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardfs_read_wait_seconds",
 			Help: "Time each read of a rank's files waited on the data path (0 when its bytes were ready); rank=\"samples\" for the samples/ view.", Buckets: latencyBuckets}, []string{"rank"}),
+		fuseOpSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shardfs_fuse_op_seconds",
+			Help: "Time the daemon spent on each FUSE operation, by op (lookup, getattr, open, read, release, opendir, readdir, readdirplus, releasedir, getxattr, listxattr, statfs).", Buckets: fuseBuckets}, []string{"op"}),
+		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardfs_hedges_total",
+			Help: "Reads raced against a parity decode, by reason: no_first_byte (the store had not begun to answer by its deadline), stalled (it answered, then delivered too slowly)."}, []string{"reason"}),
+	}
+	for _, reason := range []string{"no_first_byte", "stalled"} { // erasure.Hedge*: every series from the start
+		m.hedges.WithLabelValues(reason)
 	}
 	for _, name := range names {
 		m.stores = append(m.stores, &StoreCounters{get: m.getSeconds.WithLabelValues(name), firstByte: m.firstByteSeconds.WithLabelValues(name)})
@@ -188,28 +204,152 @@ func (m *Metrics) storeSkew() float64 {
 	return float64(most) / (float64(sum) / float64(n))
 }
 
-// ReadWait records how long one read of rank's files (rank < 0: the
-// samples/ view) waited on the data path.
-func (m *Metrics) ReadWait(rank int, d time.Duration) {
-	o, ok := m.rankWait.Load(rank)
-	if !ok {
-		label := "samples"
-		if rank >= 0 {
-			label = strconv.Itoa(rank)
-		}
-		o, _ = m.rankWait.LoadOrStore(rank, m.readWaitSeconds.WithLabelValues(label))
+// SamplesView is the rank the samples/ view's reads are counted under.
+const SamplesView = -1
+
+// RankCounters are one rank's progress and waits on this node.
+type RankCounters struct {
+	// Epoch is the latest epoch of the rank a reader opened.
+	Epoch atomic.Int64
+	// BatchesServed counts batches whose every member was read to its end.
+	BatchesServed atomic.Int64
+	// LeadBytes is the bytes ready in memory ahead of the rank's slowest
+	// reader, as the prefetcher last measured it.
+	LeadBytes atomic.Int64
+	// Reads and WaitNanos are its reads and their summed wait on the data path.
+	Reads, WaitNanos     atomic.Int64
+	leadChecks, leadZero atomic.Int64
+	wait                 prometheus.Observer
+}
+
+// SetLead records a measure of the bytes ready ahead of the rank's slowest
+// reader, and whether they fall short of the batch it reads next: then its
+// next read waits, and the lead is, for that reader, at zero.
+func (rc *RankCounters) SetLead(bytes int64, short bool) {
+	rc.LeadBytes.Store(bytes)
+	rc.leadChecks.Add(1)
+	if short {
+		rc.leadZero.Add(1)
 	}
-	o.(prometheus.Observer).Observe(d.Seconds())
+}
+
+// SetEpoch records that a reader opened the rank's epoch; the latest wins.
+func (rc *RankCounters) SetEpoch(epoch int) {
+	for cur := rc.Epoch.Load(); int64(epoch) > cur && !rc.Epoch.CompareAndSwap(cur, int64(epoch)); cur = rc.Epoch.Load() {
+	}
+}
+
+// Rank returns rank's counters (SamplesView: the samples/ view's).
+func (m *Metrics) Rank(rank int) *RankCounters {
+	if rc, ok := m.ranks.Load(rank); ok {
+		return rc.(*RankCounters)
+	}
+	label := "samples"
+	if rank != SamplesView {
+		label = strconv.Itoa(rank)
+	}
+	rc, _ := m.ranks.LoadOrStore(rank, &RankCounters{wait: m.readWaitSeconds.WithLabelValues(label)})
+	return rc.(*RankCounters)
+}
+
+// ReadWait records how long one read of rank's files (SamplesView: of
+// samples/) waited on the data path.
+func (m *Metrics) ReadWait(rank int, d time.Duration) {
+	rc := m.Rank(rank)
+	rc.Reads.Add(1)
+	rc.WaitNanos.Add(int64(d))
+	rc.wait.Observe(d.Seconds())
+}
+
+// FuseOp returns the observer of FUSE operation op's time in the daemon.
+func (m *Metrics) FuseOp(op string) func(time.Duration) {
+	o := m.fuseOpSeconds.WithLabelValues(op)
+	return func(d time.Duration) { o.Observe(d.Seconds()) }
 }
 
 // ChecksumFailure implements erasure.Metrics.
 func (m *Metrics) ChecksumFailure(store int) { m.ChecksumFailures.Add(1) }
 
 // DegradedRead implements erasure.Metrics.
-func (m *Metrics) DegradedRead() { m.DegradedReads.Add(1) }
+func (m *Metrics) DegradedRead(stores []int) {
+	m.DegradedReads.Add(1)
+	for _, s := range stores {
+		m.stores[s].Degraded.Add(1)
+	}
+}
 
-// HedgedRead counts a read raced against a parity decode.
-func (m *Metrics) HedgedRead() { m.HedgedReads.Add(1) }
+// HedgedRead implements erasure.Metrics.
+func (m *Metrics) HedgedRead(reason string) {
+	m.HedgedReads.Add(1)
+	m.hedges.WithLabelValues(reason).Inc()
+}
+
+// fetched is the bytes read from every store.
+func (m *Metrics) fetched() int64 {
+	var n int64
+	for _, s := range m.stores {
+		n += s.Bytes.Load()
+	}
+	return n
+}
+
+// rankCollector exports every rank's progress: ranks appear as readers
+// open them, so the series are made at each scrape.
+type rankCollector struct{ m *Metrics }
+
+var (
+	rankEpochDesc   = prometheus.NewDesc("shardfs_rank_epoch", "The latest epoch of the rank a reader opened.", []string{"rank"}, nil)
+	rankBatchesDesc = prometheus.NewDesc("shardfs_rank_batches_served_total", "Batches of the rank whose every member was read to its end.", []string{"rank"}, nil)
+	rankLeadDesc    = prometheus.NewDesc("shardfs_rank_prefetch_lead_bytes", "Bytes ready in memory ahead of the rank's slowest reader.", []string{"rank"}, nil)
+)
+
+func (c rankCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- rankEpochDesc
+	ch <- rankBatchesDesc
+	ch <- rankLeadDesc
+}
+
+func (c rankCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.ranks.Range(func(k, v any) bool {
+		rank, rc := k.(int), v.(*RankCounters)
+		if rank == SamplesView {
+			return true
+		}
+		label := strconv.Itoa(rank)
+		ch <- prometheus.MustNewConstMetric(rankEpochDesc, prometheus.GaugeValue, float64(rc.Epoch.Load()), label)
+		ch <- prometheus.MustNewConstMetric(rankBatchesDesc, prometheus.CounterValue, float64(rc.BatchesServed.Load()), label)
+		ch <- prometheus.MustNewConstMetric(rankLeadDesc, prometheus.GaugeValue, float64(rc.LeadBytes.Load()), label)
+		return true
+	})
+}
+
+// RankSnapshot is one rank's progress.
+type RankSnapshot struct {
+	Rank          int   `json:"rank"`
+	Epoch         int64 `json:"epoch"`
+	BatchesServed int64 `json:"batches_served"`
+	LeadBytes     int64 `json:"prefetch_lead_bytes"`
+	// LeadChecks counts the prefetcher's measures of the lead, LeadZero
+	// those that found less than the slowest reader's next batch ready.
+	LeadChecks  int64   `json:"lead_checks"`
+	LeadZero    int64   `json:"lead_zero_checks"`
+	Reads       int64   `json:"reads"`
+	WaitSeconds float64 `json:"read_wait_seconds"`
+}
+
+// rankSnapshots lists the ranks read on this node, lowest first.
+func (m *Metrics) rankSnapshots() []RankSnapshot {
+	out := []RankSnapshot{}
+	m.ranks.Range(func(k, v any) bool {
+		if rank, rc := k.(int), v.(*RankCounters); rank != SamplesView {
+			out = append(out, RankSnapshot{Rank: rank, Epoch: rc.Epoch.Load(), BatchesServed: rc.BatchesServed.Load(),
+				LeadBytes: rc.LeadBytes.Load(), LeadChecks: rc.leadChecks.Load(), LeadZero: rc.leadZero.Load(), Reads: rc.Reads.Load(), WaitSeconds: float64(rc.WaitNanos.Load()) / 1e9})
+		}
+		return true
+	})
+	slices.SortFunc(out, func(a, b RankSnapshot) int { return a.Rank - b.Rank })
+	return out
+}
 
 // StoreState implements erasure.Metrics.
 func (m *Metrics) StoreState(store int, down bool) {
@@ -228,32 +368,44 @@ func (m *Metrics) Stall(d time.Duration) {
 
 // Snapshot is the JSON form of the counters.
 type Snapshot struct {
-	UptimeSeconds     float64         `json:"uptime_seconds"`
-	BytesServed       int64           `json:"bytes_served"`
-	Reads             int64           `json:"reads"`
-	CacheHits         int64           `json:"cache_hits"`
-	CacheMisses       int64           `json:"cache_misses"`
-	CacheBytes        int64           `json:"cache_bytes"`
-	CacheEvictions    int64           `json:"cache_evictions"`
-	Stalls            int64           `json:"stalls"`
-	StallSeconds      float64         `json:"stall_seconds"`
-	DegradedReads     int64           `json:"degraded_reads"`
-	ChecksumFailures  int64           `json:"checksum_failures"`
-	HedgedReads       int64           `json:"hedged_reads"`
-	PrefetchBytes     int64           `json:"prefetch_bytes"`
-	PrefetchLeadBytes int64           `json:"prefetch_lead_bytes"`
-	PrefetchLeadSecs  float64         `json:"prefetch_lead_seconds"`
-	PrefetchStreams   int64           `json:"prefetch_streams"`
-	Disk              *DiskSnapshot   `json:"disk,omitempty"`
-	Index             *IndexSnapshot  `json:"shard_indexes,omitempty"`
-	Stores            []StoreSnapshot `json:"stores"`
+	UptimeSeconds    float64 `json:"uptime_seconds"`
+	BytesServed      int64   `json:"bytes_served"`
+	Reads            int64   `json:"reads"`
+	CacheHits        int64   `json:"cache_hits"`
+	CacheMisses      int64   `json:"cache_misses"`
+	CacheBytes       int64   `json:"cache_bytes"`
+	CacheEvictions   int64   `json:"cache_evictions"`
+	Stalls           int64   `json:"stalls"`
+	StallSeconds     float64 `json:"stall_seconds"`
+	DegradedReads    int64   `json:"degraded_reads"`
+	ChecksumFailures int64   `json:"checksum_failures"`
+	HedgedReads      int64   `json:"hedged_reads"`
+	// BytesFetched is the bytes read from the stores; ReadAmplification
+	// is it over BytesServed (below 1 when reads hit the caches).
+	BytesFetched      int64   `json:"bytes_fetched"`
+	ReadAmplification float64 `json:"read_amplification"`
+	// CacheEvictedUnread counts chunks evicted before any reader took
+	// them: fetched for nothing (thrash).
+	CacheEvictedUnread int64           `json:"cache_evicted_unread"`
+	PrefetchBytes      int64           `json:"prefetch_bytes"`
+	PrefetchLeadBytes  int64           `json:"prefetch_lead_bytes"`
+	PrefetchLeadSecs   float64         `json:"prefetch_lead_seconds"`
+	PrefetchStreams    int64           `json:"prefetch_streams"`
+	Disk               *DiskSnapshot   `json:"disk,omitempty"`
+	Index              *IndexSnapshot  `json:"shard_indexes,omitempty"`
+	Stores             []StoreSnapshot `json:"stores"`
 	// HotShards are the shards most read from the stores, most first, of
 	// ShardsRead shards read at all; StoreSkew is the most bytes a store
 	// served over the stores' mean (1: even).
-	Anomalies  []Anomaly    `json:"anomalies"`
-	HotShards  []ShardBytes `json:"hot_shards"`
-	ShardsRead int          `json:"shards_read"`
-	StoreSkew  float64      `json:"store_skew"`
+	Anomalies []Anomaly `json:"anomalies"`
+	// AnomaliesFired counts the anomalies that started since the mount, by
+	// kind, over AnomalyChecks evaluations of the detector.
+	AnomaliesFired map[string]int64 `json:"anomalies_fired"`
+	AnomalyChecks  int64            `json:"anomaly_checks"`
+	Ranks          []RankSnapshot   `json:"ranks"`
+	HotShards      []ShardBytes     `json:"hot_shards"`
+	ShardsRead     int              `json:"shards_read"`
+	StoreSkew      float64          `json:"store_skew"`
 }
 
 // StoreSnapshot is one store's counters.
@@ -263,6 +415,7 @@ type StoreSnapshot struct {
 	Bytes        int64   `json:"bytes"`
 	Requests     int64   `json:"requests"`
 	Errors       int64   `json:"errors"`
+	Degraded     int64   `json:"degraded_reads"`
 	MeanLatencyS float64 `json:"mean_latency_seconds"`
 }
 
@@ -273,12 +426,14 @@ func stateName(s int32) string {
 	return "healthy"
 }
 
-func (m *Metrics) cacheEvictions() int64 {
-	if m.CacheEvictions == nil {
+func orZero(f func() int64) int64 {
+	if f == nil {
 		return 0
 	}
-	return m.CacheEvictions()
+	return f()
 }
+
+func (m *Metrics) cacheEvictions() int64 { return orZero(m.CacheEvictions) }
 
 // Snapshot reads every counter.
 func (m *Metrics) Snapshot() Snapshot {
@@ -289,6 +444,10 @@ func (m *Metrics) Snapshot() Snapshot {
 		DegradedReads: m.DegradedReads.Load(), ChecksumFailures: m.ChecksumFailures.Load(), HedgedReads: m.HedgedReads.Load(),
 		PrefetchBytes: m.PrefetchBytes.Load(), PrefetchLeadBytes: m.PrefetchLead.Load(), PrefetchLeadSecs: m.LeadSeconds(),
 		PrefetchStreams: m.PrefetchStreams.Load(), CacheEvictions: m.cacheEvictions(),
+		BytesFetched: m.fetched(), CacheEvictedUnread: orZero(m.CacheEvictedUnread),
+	}
+	if s.BytesServed > 0 {
+		s.ReadAmplification = float64(s.BytesFetched) / float64(s.BytesServed)
 	}
 	if m.disk != nil {
 		d := m.disk()
@@ -300,7 +459,7 @@ func (m *Metrics) Snapshot() Snapshot {
 	}
 	for i, st := range m.stores {
 		ss := StoreSnapshot{Name: m.names[i], State: stateName(st.State.Load()), Bytes: st.Bytes.Load(),
-			Requests: st.Requests.Load(), Errors: st.Errors.Load()}
+			Requests: st.Requests.Load(), Errors: st.Errors.Load(), Degraded: st.Degraded.Load()}
 		if ss.Requests > 0 {
 			ss.MeanLatencyS = float64(st.Nanos.Load()) / 1e9 / float64(ss.Requests)
 		}
@@ -308,7 +467,9 @@ func (m *Metrics) Snapshot() Snapshot {
 	}
 	s.HotShards, s.ShardsRead = m.hottest()
 	s.Anomalies = m.Anomalies()
+	s.AnomaliesFired, s.AnomalyChecks = m.anomaliesFired()
 	s.StoreSkew = m.storeSkew()
+	s.Ranks = m.rankSnapshots()
 	return s
 }
 
@@ -338,7 +499,14 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_evictions_total", Help: "Chunks evicted from the memory tier."},
 			func() float64 { return float64(m.cacheEvictions()) }),
 		gauge("prefetch_streams", "Rank-epochs with prefetch state.", func() float64 { return float64(m.PrefetchStreams.Load()) }),
-		m.getSeconds, m.firstByteSeconds, m.readWaitSeconds, m.anomalies.gauge,
+		m.getSeconds, m.firstByteSeconds, m.readWaitSeconds, m.fuseOpSeconds, m.hedges, rankCollector{m},
+		m.anomalies.gauge, m.anomalies.fired,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_bytes_fetched_total", Help: "Bytes read from the stores, parity and hedges included: over shardfs_bytes_served_total, the read amplification."},
+			func() float64 { return float64(m.fetched()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_inserted_total", Help: "Chunks added to the memory tier."},
+			func() float64 { return float64(orZero(m.CacheInserted)) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_evicted_unread_total", Help: "Chunks evicted from the memory tier before any reader took them: fetched for nothing (thrash)."},
+			func() float64 { return float64(orZero(m.CacheEvictedUnread)) }),
 		gauge("store_read_skew", "Most bytes any store served over the stores' mean: 1 when reads spread evenly.", m.storeSkew),
 	}
 	if m.disk != nil {
@@ -377,6 +545,8 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 				func() float64 { return float64(st.Errors.Load()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardfs_store_down", Help: "1 when the store is marked down.", ConstLabels: labels},
 				func() float64 { return float64(st.State.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_store_degraded_reads_total", Help: "Degraded reads that rebuilt this store's fragment from parity (it was missing, late or bad there).", ConstLabels: labels},
+				func() float64 { return float64(st.Degraded.Load()) }),
 		)
 	}
 	for _, c := range cs {

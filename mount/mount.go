@@ -125,7 +125,8 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		Info: info, Stats: mt.StatsJSON, Created: time.Unix(mt.Dataset.Manifest.CreatedUnix, 0), Logger: log,
 	})
 	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, Logger: log,
-		XAttrs: mt.Mix == nil && len(mt.Dataset.Manifest.Fields) > 0})
+		OpLatency: mt.Metrics.FuseOp,
+		XAttrs:    mt.Mix == nil && len(mt.Dataset.Manifest.Fields) > 0})
 	if err != nil {
 		mt.shutdown()
 		return nil, err
@@ -276,6 +277,7 @@ func (mt *Mount) newReader(cfg Config, cat catalog, fetch prefetch.Fetcher, ns s
 	debug.SetMemoryLimit(cfg.CacheSize + pc.InFlight + 128<<20)
 	c := cache.New(cfg.CacheSize, func(n int64) { met.CacheBytes.Store(n) })
 	met.CacheEvictions = c.Evictions.Load
+	met.CacheInserted, met.CacheEvictedUnread = c.Inserted.Load, c.EvictedUnread.Load
 	pc.Disabled = cfg.NoPrefetch
 	pc.ReadTimeout = cfg.ReadTimeout
 	if cfg.CacheDir != "" {

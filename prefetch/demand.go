@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/metrics"
 )
 
 // chunkRange is where chunk c of sample s lives: shard, offset in the shard, length.
@@ -124,21 +125,18 @@ func (r *Reader) ReadSample(ctx context.Context, s int, p []byte, off int64) (in
 	}
 	p = p[:min(int64(len(p)), size-off)]
 	if r.serveFromDisk(s, p, off) {
-		r.account(len(p), 0, samplesView)
+		r.account(len(p), 0, metrics.SamplesView)
 		return len(p), nil
 	}
 	waited, err := r.readSample(ctx, deadline, s, p, off)
-	r.account(len(p), waited, samplesView)
+	r.account(len(p), waited, metrics.SamplesView)
 	if err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-// samplesView is the rank account charges reads of samples/ to.
-const samplesView = -1
-
-// account counts a read of n bytes by rank (samplesView: of samples/) that
+// account counts a read of n bytes by rank (metrics.SamplesView: of samples/) that
 // waited on the data path.
 func (r *Reader) account(n int, waited time.Duration, rank int) {
 	r.m.Reads.Add(1)

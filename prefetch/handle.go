@@ -60,6 +60,7 @@ func (r *Reader) drop(s *stream) bool {
 		delete(r.streams, s.m)
 		r.publishLocked()
 		r.m.PrefetchStreams.Add(-1)
+		s.rank.LeadBytes.Store(0) // no reader: nothing is ahead of one
 	}
 	return true
 }

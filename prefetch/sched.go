@@ -70,6 +70,7 @@ func (s *stream) pump() {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	idle := 0
+	var measured time.Time // when the lead was last measured
 	for {
 		select {
 		case <-s.r.ctx.Done():
@@ -103,16 +104,22 @@ func (s *stream) pump() {
 				return
 			}
 		}
-		ahead := int64(0)
-		if len(ts) > 0 {
-			ahead = ts[len(ts)-1].dist
-		}
-		s.r.m.PrefetchLead.Store(ahead)
-		if rate := s.r.currentRate(); rate > 0 {
-			s.r.m.SetLeadSeconds(float64(ahead) / rate)
+		if now := time.Now(); now.Sub(measured) >= leadEvery {
+			measured = now
+			ahead := s.readyLead(ps[0], lead)
+			next := s.m.Offset(min(ps[0]+max(s.m.Order().Params.Batch, 1), s.m.Len())) - s.m.Offset(ps[0])
+			s.rank.SetLead(ahead, ahead < next)
+			s.r.m.PrefetchLead.Store(ahead)
+			if rate := s.r.currentRate(); rate > 0 {
+				s.r.m.SetLeadSeconds(float64(ahead) / rate)
+			}
 		}
 	}
 }
+
+// leadEvery is how often a stream measures the bytes ready ahead of its
+// slowest reader.
+const leadEvery = 250 * time.Millisecond
 
 // span is a coalesced ranged read of one shard and the chunks it fills.
 type span struct {

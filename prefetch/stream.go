@@ -8,12 +8,16 @@ import (
 
 	"github.com/shardfs/shardfs/cache"
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
 )
 
 // stream prefetches one rank-epoch.
 type stream struct {
-	r *Reader
-	m *layout.Members
+	r    *Reader
+	m    *layout.Members
+	rank *metrics.RankCounters
+	// batchLeft[b] is how many members of batch b are not yet read to their end.
+	batchLeft []atomic.Int32
 
 	// Where each sample is read in this rank-epoch, for the cache's ranker:
 	// first[s] is sample s's first member index (-1: none) and more holds
@@ -38,8 +42,15 @@ type stream struct {
 }
 
 func newStream(r *Reader, m *layout.Members) *stream {
-	s := &stream{r: r, m: m, handles: map[*Handle]int{}, wake: make(chan struct{}, 1), sched: make([]uint64, (m.Len()+63)/64),
+	p := m.Order().Params
+	s := &stream{r: r, m: m, rank: r.m.Rank(p.Rank), handles: map[*Handle]int{}, wake: make(chan struct{}, 1), sched: make([]uint64, (m.Len()+63)/64),
 		read: make([]atomic.Uint64, (m.Len()+63)/64)}
+	s.rank.SetEpoch(p.Epoch)
+	batch := max(p.Batch, 1)
+	s.batchLeft = make([]atomic.Int32, (m.Len()+batch-1)/batch)
+	for b := range s.batchLeft {
+		s.batchLeft[b].Store(int32(min(batch, m.Len()-b*batch)))
+	}
 	top := int32(-1)
 	for i := 0; i < m.Len(); i++ {
 		top = max(top, int32(m.Sample(i)))
@@ -93,10 +104,42 @@ func (s *stream) nextUse(smp int32) int64 {
 	return s.m.Offset(m) - s.m.Offset(p)
 }
 
+// markRead records member read to its end; the last member of a batch
+// read makes the batch served.
 func (s *stream) markRead(member int) {
-	if member >= 0 && member < s.m.Len() {
-		s.read[member/64].Or(1 << (member % 64))
+	if member < 0 || member >= s.m.Len() {
+		return
 	}
+	bit := uint64(1) << (member % 64)
+	if s.read[member/64].Or(bit)&bit == 0 {
+		if s.batchLeft[member/max(s.m.Order().Params.Batch, 1)].Add(-1) == 0 {
+			s.rank.BatchesServed.Add(1)
+		}
+	}
+}
+
+// maxLeadWalk bounds the members readyLead looks at: beyond it, the lead
+// is long enough for any decision made on it.
+const maxLeadWalk = 4096
+
+// readyLead is the bytes in the memory cache ahead of the reader at p,
+// up to the first member not ready (or limit bytes, or maxLeadWalk
+// members). Members a faster worker already read are passed over.
+func (s *stream) readyLead(p int, limit int64) int64 {
+	var ready int64
+	for m := p; m < s.m.Len() && m < p+maxLeadWalk && ready < limit; m++ {
+		if s.wasRead(m) {
+			continue
+		}
+		smp := s.m.Sample(m)
+		for c := int64(0); c*s.r.cfg.ChunkSize < max(s.r.sampleSize(smp), 1); c++ {
+			if !s.r.cache.Ready(cache.Key{Sample: int32(smp), Chunk: int32(c)}) {
+				return ready
+			}
+		}
+		ready += s.m.Offset(m+1) - s.m.Offset(m)
+	}
+	return ready
 }
 
 func (s *stream) wasRead(member int) bool {

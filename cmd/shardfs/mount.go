@@ -362,6 +362,14 @@ func printTotals(out interface{ Write([]byte) (int, error) }, s metrics.Snapshot
 		}
 		fmt.Fprintf(out, "hottest of %d %s read: %s; store bytes, most over mean: %.2f\n", s.ShardsRead, shards, strings.Join(hot, ", "), s.StoreSkew)
 	}
+	if s.BytesFetched > 0 {
+		fmt.Fprintf(out, "fetched from the stores: %s (%.2f× the bytes served); chunks evicted unread: %d\n",
+			humanize.IBytes(uint64(s.BytesFetched)), s.ReadAmplification, s.CacheEvictedUnread)
+	}
+	for _, r := range s.Ranks {
+		fmt.Fprintf(out, "rank %d: epoch %d, %d batches served, %s ready ahead, reads waited %.2fs\n",
+			r.Rank, r.Epoch, r.BatchesServed, humanize.IBytes(uint64(max(r.LeadBytes, 0))), r.WaitSeconds)
+	}
 }
 
 // printNewAnomalies prints the anomalies of now that were not active before.

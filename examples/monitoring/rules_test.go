@@ -22,12 +22,13 @@ func promtool(t *testing.T) string {
 }
 
 // The rules parse (promtool check rules) and fire exactly as their unit
-// tests say: a slow store and a store down name the store, stalls at 30%
+// tests say: a slow store and a store down name the store, a starving
+// rank names the rank, thrash alerts after two minutes, stalls at 30%
 // of the time alert and 5% do not, one checksum failure alerts.
 func TestAlertRules(t *testing.T) {
 	tool := promtool(t)
 	out, err := exec.Command(tool, "check", "rules", "shardfs-alerts.yml").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "SUCCESS: 4 rules found") {
+	if err != nil || !strings.Contains(string(out), "SUCCESS: 6 rules found") {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
 	out, err = exec.Command(tool, "test", "rules", "shardfs-alerts_test.yml").CombinedOutput()

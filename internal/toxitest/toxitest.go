@@ -138,3 +138,12 @@ func FreeAddr(t testing.TB) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// Bandwidth limits every response through p to kbps KB/s: the store
+// answers at once, then its bytes trickle.
+func Bandwidth(t testing.TB, p *toxiproxy.Proxy, kbps int) {
+	t.Helper()
+	if _, err := p.AddToxic("bandwidth", "bandwidth", "downstream", 1, toxiproxy.Attributes{"rate": kbps}); err != nil {
+		t.Fatalf("toxiproxy: bandwidth on %s: %v", p.Name, err)
+	}
+}
