@@ -120,7 +120,8 @@ func startMount(t *testing.T, dir string, ready func() bool, env []string, name 
 var anomalyTally struct {
 	sync.Mutex
 	mounts, checks int64
-	fired          map[string]int64
+	fired          map[string]int64 // by kind
+	where          []string         // the mounts that fired any, with what
 }
 
 // tallyAnomalies adds a shardfs mount's fired anomalies to anomalyTally.
@@ -143,15 +144,23 @@ func (d *daemon) tallyAnomalies() {
 	}
 	anomalyTally.mounts++
 	anomalyTally.checks += st.Checks
+	var here []string
 	for k, n := range st.Fired {
 		anomalyTally.fired[k] += n
+		if n > 0 {
+			here = append(here, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	if len(here) > 0 {
+		slices.Sort(here)
+		anomalyTally.where = append(anomalyTally.where, filepath.Base(d.dir)+": "+strings.Join(here, ", "))
 	}
 }
 
 // resetAnomalies starts a new tally and returns a function that describes it.
 func resetAnomalies() (describe func() string) {
 	anomalyTally.Lock()
-	anomalyTally.mounts, anomalyTally.checks, anomalyTally.fired = 0, 0, map[string]int64{}
+	anomalyTally.mounts, anomalyTally.checks, anomalyTally.fired, anomalyTally.where = 0, 0, map[string]int64{}, nil
 	anomalyTally.Unlock()
 	return func() string {
 		anomalyTally.Lock()
@@ -165,7 +174,7 @@ func resetAnomalies() (describe func() string) {
 		slices.Sort(kinds)
 		s := fmt.Sprintf("%d anomalies fired over %d shardfs mounts and %d evaluations of the detector", total, anomalyTally.mounts, anomalyTally.checks)
 		if total > 0 {
-			s += " (" + strings.Join(kinds, ", ") + ")"
+			s += " (" + strings.Join(kinds, ", ") + "; in " + strings.Join(anomalyTally.where, "; ") + ")"
 		}
 		return s
 	}

@@ -38,8 +38,10 @@ import (
 //   - lead_at_zero: a rank whose prefetcher found less than the next batch
 //     ready ahead of its slowest reader (so its next read waits) in at
 //     least LeadZeroShare of its checks over the last LeadZeroFor, while its
-//     reads waited at least StallFraction of that time: the readers
-//     consume faster than the stores deliver.
+//     reads waited at least StallFraction of that time (summed over its
+//     readers): the readers consume faster than the data path delivers.
+//     The waits are summed, not counted: a reader that catches up with
+//     each large GET waits on few reads, but long.
 //   - thrash: over the window, at least ThrashShare of the chunks added to
 //     the memory tier (and at least minThrash) were evicted before any
 //     reader took them: the cache is too small for the readers' spread.
@@ -146,14 +148,14 @@ type tick struct {
 	ranks                                         map[int]rankTick
 }
 
-type rankTick struct{ reads, wait, leadChecks, leadZero int64 }
+type rankTick struct{ reads, waited, wait, leadChecks, leadZero int64 }
 
 func (m *Metrics) tick(now time.Time) tick {
 	t := tick{at: now, served: m.BytesServed.Load(), fetched: m.fetched(), cacheBytes: m.CacheBytes.Load(),
 		inserted: orZero(m.CacheInserted), unread: orZero(m.CacheEvictedUnread), ranks: map[int]rankTick{}}
 	m.ranks.Range(func(k, v any) bool {
 		if rank, rc := k.(int), v.(*RankCounters); rank != SamplesView {
-			t.ranks[rank] = rankTick{rc.Reads.Load(), rc.WaitNanos.Load(), rc.leadChecks.Load(), rc.leadZero.Load()}
+			t.ranks[rank] = rankTick{rc.Reads.Load(), rc.ReadsWaited.Load(), rc.WaitNanos.Load(), rc.leadChecks.Load(), rc.leadZero.Load()}
 		}
 		return true
 	})
@@ -284,11 +286,12 @@ func (m *Metrics) evaluateFlow(base, leadBase, cur tick, add func(Anomaly)) {
 	for rank, rt := range cur.ranks {
 		b := leadBase.ranks[rank]
 		checks, zero := rt.leadChecks-b.leadChecks, rt.leadZero-b.leadZero
+		reads, readsWaited := rt.reads-b.reads, rt.waited-b.waited
 		waited := float64(rt.wait-b.wait) / 1e9 / leadSpan
-		if checks >= 5 && float64(zero) >= LeadZeroShare*float64(checks) && rt.reads-b.reads >= minRankReads && waited >= StallFraction {
+		if checks >= 5 && float64(zero) >= LeadZeroShare*float64(checks) && reads >= minRankReads && waited >= StallFraction {
 			add(Anomaly{Kind: "lead_at_zero", Subject: strconv.Itoa(rank),
-				Reason: fmt.Sprintf("rank %d had less than its next batch ready ahead of its readers in %d of %d checks over the last %v, and its reads waited %.0f%% of that time: the readers consume faster than the stores deliver", rank, zero, checks, LeadZeroFor, 100*waited),
-				Fix:    "give the stores more bandwidth or fewer readers per node; --window 4 turns many small GETs into few large ones; check shardfs_store_get_seconds for a store near its limit"})
+				Reason: fmt.Sprintf("rank %d had less than its next batch ready ahead of its readers in %d of %d checks over the last %v; %d of its %d reads waited, %.0f%% of that time in all: the readers consume faster than the data path delivers", rank, zero, checks, LeadZeroFor, readsWaited, reads, 100*waited),
+				Fix:    "if shardfs_store_get_seconds shows the stores near their limit: more store bandwidth, or fewer readers per node; if not, the cache cannot hold the lead: raise --cache-size (with --window, above the window's shards); --window 4 turns many small GETs into few large ones"})
 		}
 	}
 	if ins, unread := cur.inserted-base.inserted, cur.unread-base.unread; unread >= minThrash && float64(unread) >= ThrashShare*float64(ins) {

@@ -191,6 +191,17 @@ func TestLeadAtZeroAnomaly(t *testing.T) {
 	if got := kinds(m2); len(got) != 0 {
 		t.Fatalf("a zero lead with no waits raised %v", got)
 	}
+	// A lead short in 3 of 4 checks is not one that stays at zero.
+	m3 := New([]string{"s0"})
+	m3.Evaluate(t0)
+	for i := range 40 {
+		m3.Rank(0).SetLead(0, i%4 != 0)
+	}
+	readFor(m3, 0, 50, 5*time.Second)
+	m3.Evaluate(t0.Add(2 * time.Second))
+	if got := kinds(m3); len(got) != 0 {
+		t.Fatalf("a lead short in 75%% of checks raised %v", got)
+	}
 }
 
 // Thrash: a quarter or more of the chunks added evicted unread. Read

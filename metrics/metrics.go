@@ -207,6 +207,10 @@ func (m *Metrics) storeSkew() float64 {
 // SamplesView is the rank the samples/ view's reads are counted under.
 const SamplesView = -1
 
+// WaitedFloor is the wait from which a read counts as one that waited: a
+// chunk a moment from arriving is not a reader starved.
+const WaitedFloor = time.Millisecond
+
 // RankCounters are one rank's progress and waits on this node.
 type RankCounters struct {
 	// Epoch is the latest epoch of the rank a reader opened.
@@ -216,10 +220,11 @@ type RankCounters struct {
 	// LeadBytes is the bytes ready in memory ahead of the rank's slowest
 	// reader, as the prefetcher last measured it.
 	LeadBytes atomic.Int64
-	// Reads and WaitNanos are its reads and their summed wait on the data path.
-	Reads, WaitNanos     atomic.Int64
-	leadChecks, leadZero atomic.Int64
-	wait                 prometheus.Observer
+	// Reads and WaitNanos are its reads and their summed wait on the data
+	// path; ReadsWaited those reads that waited at least WaitedFloor.
+	Reads, WaitNanos, ReadsWaited atomic.Int64
+	leadChecks, leadZero          atomic.Int64
+	wait                          prometheus.Observer
 }
 
 // SetLead records a measure of the bytes ready ahead of the rank's slowest
@@ -258,6 +263,9 @@ func (m *Metrics) ReadWait(rank int, d time.Duration) {
 	rc := m.Rank(rank)
 	rc.Reads.Add(1)
 	rc.WaitNanos.Add(int64(d))
+	if d >= WaitedFloor {
+		rc.ReadsWaited.Add(1)
+	}
 	rc.wait.Observe(d.Seconds())
 }
 
@@ -334,6 +342,7 @@ type RankSnapshot struct {
 	LeadChecks  int64   `json:"lead_checks"`
 	LeadZero    int64   `json:"lead_zero_checks"`
 	Reads       int64   `json:"reads"`
+	ReadsWaited int64   `json:"reads_waited"`
 	WaitSeconds float64 `json:"read_wait_seconds"`
 }
 
@@ -343,7 +352,7 @@ func (m *Metrics) rankSnapshots() []RankSnapshot {
 	m.ranks.Range(func(k, v any) bool {
 		if rank, rc := k.(int), v.(*RankCounters); rank != SamplesView {
 			out = append(out, RankSnapshot{Rank: rank, Epoch: rc.Epoch.Load(), BatchesServed: rc.BatchesServed.Load(),
-				LeadBytes: rc.LeadBytes.Load(), LeadChecks: rc.leadChecks.Load(), LeadZero: rc.leadZero.Load(), Reads: rc.Reads.Load(), WaitSeconds: float64(rc.WaitNanos.Load()) / 1e9})
+				LeadBytes: rc.LeadBytes.Load(), LeadChecks: rc.leadChecks.Load(), LeadZero: rc.leadZero.Load(), Reads: rc.Reads.Load(), ReadsWaited: rc.ReadsWaited.Load(), WaitSeconds: float64(rc.WaitNanos.Load()) / 1e9})
 		}
 		return true
 	})

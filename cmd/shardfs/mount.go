@@ -362,6 +362,15 @@ func printTotals(out interface{ Write([]byte) (int, error) }, s metrics.Snapshot
 		}
 		fmt.Fprintf(out, "hottest of %d %s read: %s; store bytes, most over mean: %.2f\n", s.ShardsRead, shards, strings.Join(hot, ", "), s.StoreSkew)
 	}
+	var rebuilt []string
+	for i, st := range s.Stores {
+		if st.Degraded > 0 {
+			rebuilt = append(rebuilt, fmt.Sprintf("store %d (%s) in %d", i, st.Name, st.Degraded))
+		}
+	}
+	if len(rebuilt) > 0 {
+		fmt.Fprintf(out, "degraded reads rebuilt the fragments of %s\n", strings.Join(rebuilt, ", "))
+	}
 	if s.BytesFetched > 0 {
 		fmt.Fprintf(out, "fetched from the stores: %s (%.2f× the bytes served); chunks evicted unread: %d\n",
 			humanize.IBytes(uint64(s.BytesFetched)), s.ReadAmplification, s.CacheEvictedUnread)
