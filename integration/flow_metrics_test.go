@@ -280,7 +280,7 @@ func waitAnomaly(t *testing.T, mp *mountProc, want string, limit time.Duration) 
 }
 
 // Issue 29 item 3, the rank anomalies on real traffic through toxiproxy
-// (40 ms, and 1 MB/s per connection, on each store). Rank 0's reader takes a second per
+// (40 ms, and 250 KB/s per connection, on each store). Rank 0's reader takes a second per
 // batch, as a trainer computing does: the prefetcher keeps ahead of it and
 // it hardly waits. Rank 1's reader reads as fast as it can, faster than the
 // stores deliver: it waits on most reads. Rank 1, and only rank 1, is named
@@ -290,7 +290,7 @@ func TestRankAnomaliesLive(t *testing.T) {
 	pc, stores := proxiedDataset(t, synth.Imbalanced(1600, 4, 0.6, 20_000, 60_000, 41), "1MiB")
 	for _, p := range pc.proxies {
 		toxitest.Latency(t, p, 40, 0)
-		toxitest.Bandwidth(t, p, 1000)
+		toxitest.Bandwidth(t, p, 250)
 	}
 	mp := mountShardfsEnv(t, nil, stores, "--world-size=2", "--rank=all", "--batch-size=8", "--cache-size=16MiB", "--metrics-addr=127.0.0.1:0", "ds")
 	stop0 := loopEpochs(mp, 0, time.Second)

@@ -188,9 +188,12 @@ func readEpochs(mp *mountProc) (stop func()) {
 
 // Issue 29 item 3: the slow-store anomaly on real traffic. A reader reads
 // epoch after epoch (a cache smaller than the dataset keeps the GETs
-// coming) from three MinIO stores behind toxiproxy. Healthy: no anomaly.
-// Store 1 slowed by 150 ms: within 30 s stats.json names it as a slow
-// store, and so do the gauge and shardfs stats. Healed: the anomaly clears.
+// coming) from three MinIO stores behind toxiproxy. Healthy: no anomaly
+// about a store. (The reader reads flat out, faster than the stores
+// deliver, which lead_at_zero may rightly say about rank 0: that is not
+// this test's subject.) Store 1 slowed by 150 ms: within 30 s stats.json
+// names it as a slow store, and so do the gauge and shardfs stats.
+// Healed: the anomaly clears.
 func TestSlowStoreAnomalyLive(t *testing.T) {
 	pc, mp := readingMount(t, 31)
 	defer readEpochs(mp)()
@@ -205,7 +208,9 @@ func TestSlowStoreAnomalyLive(t *testing.T) {
 		}
 		var out []string
 		for _, a := range st.Anomalies {
-			out = append(out, a.Kind+" "+a.Subject)
+			if a.Kind != "lead_at_zero" {
+				out = append(out, a.Kind+" "+a.Subject)
+			}
 		}
 		return out
 	}
