@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -131,9 +130,20 @@ func againstBaseline(t *testing.T, r *report, work string) {
 	}
 	toxitest.Heal(t, proxy)
 	r.printf("\nAll %d pairs, samples/s: geometric mean ratio %.3f, median %.3f, %d of %d pairs at or above 1.\n\n",
-		len(all), geomean(all), median(all), len(all)-countBelow(all, 1), len(all))
+		len(all), geomean(all), summarize(all).med, count(all, func(x float64) bool { return x >= 1 }), len(all))
 	r.printf("All %d pairs, the daemon's CPU seconds per GB served: geometric mean ratio %.3f, median %.3f, %d of %d pairs at or below 1.\n\n",
-		len(allCPU), geomean(allCPU), median(allCPU), countBelow(allCPU, 1.0000001), len(allCPU))
+		len(allCPU), geomean(allCPU), summarize(allCPU).med, count(allCPU, func(x float64) bool { return x <= 1 }), len(allCPU))
+}
+
+// count is how many of xs satisfy ok.
+func count(xs []float64, ok func(float64) bool) int {
+	n := 0
+	for _, x := range xs {
+		if ok(x) {
+			n++
+		}
+	}
+	return n
 }
 
 // geomean is the geometric mean of xs.
@@ -143,16 +153,4 @@ func geomean(xs []float64) float64 {
 		logSum += math.Log(x)
 	}
 	return math.Exp(logSum / float64(len(xs)))
-}
-
-// median sorts xs in place and returns its middle.
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	return xs[len(xs)/2]
-}
-
-// countBelow is how many of the sorted xs are below v (median sorts them).
-func countBelow(xs []float64, v float64) int {
-	i, _ := slices.BinarySearch(xs, v)
-	return i
 }

@@ -442,8 +442,6 @@ func orZero(f func() int64) int64 {
 	return f()
 }
 
-func (m *Metrics) cacheEvictions() int64 { return orZero(m.CacheEvictions) }
-
 // Snapshot reads every counter.
 func (m *Metrics) Snapshot() Snapshot {
 	s := Snapshot{
@@ -452,7 +450,7 @@ func (m *Metrics) Snapshot() Snapshot {
 		Stalls: m.Stalls.Load(), StallSeconds: float64(m.StallNanos.Load()) / 1e9,
 		DegradedReads: m.DegradedReads.Load(), ChecksumFailures: m.ChecksumFailures.Load(), HedgedReads: m.HedgedReads.Load(),
 		PrefetchBytes: m.PrefetchBytes.Load(), PrefetchLeadBytes: m.PrefetchLead.Load(), PrefetchLeadSecs: m.LeadSeconds(),
-		PrefetchStreams: m.PrefetchStreams.Load(), CacheEvictions: m.cacheEvictions(),
+		PrefetchStreams: m.PrefetchStreams.Load(), CacheEvictions: orZero(m.CacheEvictions),
 		BytesFetched: m.fetched(), CacheEvictedUnread: orZero(m.CacheEvictedUnread),
 	}
 	if s.BytesServed > 0 {
@@ -506,7 +504,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		gauge("prefetch_lead_seconds", "Seconds of reading the prefetch lead covers.", m.LeadSeconds),
 		gauge("cache_bytes", "Bytes held in the cache.", func() float64 { return float64(m.CacheBytes.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_evictions_total", Help: "Chunks evicted from the memory tier."},
-			func() float64 { return float64(m.cacheEvictions()) }),
+			func() float64 { return float64(orZero(m.CacheEvictions)) }),
 		gauge("prefetch_streams", "Rank-epochs with prefetch state.", func() float64 { return float64(m.PrefetchStreams.Load()) }),
 		m.getSeconds, m.firstByteSeconds, m.readWaitSeconds, m.fuseOpSeconds, m.hedges, rankCollector{m},
 		m.anomalies.gauge, m.anomalies.fired,

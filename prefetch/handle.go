@@ -60,7 +60,7 @@ func (r *Reader) drop(s *stream) bool {
 		delete(r.streams, s.m)
 		r.publishLocked()
 		r.m.PrefetchStreams.Add(-1)
-		s.rank.LeadBytes.Store(0) // no reader: nothing is ahead of one
+		s.rank.LeadBytes.Store(0) // no reader: nothing is ahead of one (another epoch's stream of the rank sets it again at its next measure)
 	}
 	return true
 }
