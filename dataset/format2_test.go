@@ -89,7 +89,7 @@ func TestFormat2ServesTheSameOrder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, s := range o.Samples {
+			for _, s := range o.Samples.All() {
 				keys[fi] = append(keys[fi], m.Samples.Key(int(s)))
 			}
 		}

@@ -329,9 +329,9 @@ func (l *LazyCatalog) Complete(s int) bool {
 // Pin fetches the rows of samples (each shard's index once, many shards in
 // parallel) and returns a catalog that holds them for as long as it is
 // referenced.
-func (l *LazyCatalog) Pin(ctx context.Context, samples []int32) (*Pinned, error) {
+func (l *LazyCatalog) Pin(ctx context.Context, samples layout.Positions) (*Pinned, error) {
 	byShard := map[int][]int32{}
-	for _, smp := range samples {
+	for _, smp := range samples.All() {
 		s := l.shardOf(int(smp))
 		byShard[s] = append(byShard[s], int32(int64(smp)-l.shardFirst[s]))
 	}

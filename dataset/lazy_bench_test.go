@@ -115,10 +115,10 @@ func BenchmarkLazyPinRankEpoch_2M_1000shards_W1024(b *testing.B) {
 		runtime.KeepAlive(l)
 		b.StartTimer()
 	}
-	b.ReportMetric(float64(len(o.Samples)), "rank-samples")
+	b.ReportMetric(float64(o.Samples.Len()), "rank-samples")
 	b.ReportMetric(touched, "shards-read")
-	b.ReportMetric(pinned/float64(len(o.Samples)), "pinned-B/rank-sample")
-	b.ReportMetric(heap/float64(len(o.Samples)), "heap-B/rank-sample")
+	b.ReportMetric(pinned/float64(o.Samples.Len()), "pinned-B/rank-sample")
+	b.ReportMetric(heap/float64(o.Samples.Len()), "heap-B/rank-sample")
 	b.ReportMetric(heap/n, "heap-B/dataset-sample")
 	b.ReportMetric(sums/n, "blocksums-B/dataset-sample")
 	var stored int64

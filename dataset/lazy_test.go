@@ -96,9 +96,9 @@ func TestLazyIndexesFetchOnlyWhatIsPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shardsOf := func(samples []int32) int {
+	shardsOf := func(samples layout.Positions) int {
 		in := map[uint32]bool{}
-		for _, smp := range samples {
+		for _, smp := range samples.All() {
 			in[m.Samples.Shard[smp]] = true
 		}
 		return len(in)
@@ -109,7 +109,7 @@ func TestLazyIndexesFetchOnlyWhatIsPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := reads(), shardsOf(batch); got != want || want >= len(m.Shards) {
-		t.Fatalf("pinning one batch of %d samples: %d index reads; its samples lie in %d of %d shards", len(batch), got, want, len(m.Shards))
+		t.Fatalf("pinning one batch of %d samples: %d index reads; its samples lie in %d of %d shards", batch.Len(), got, want, len(m.Shards))
 	}
 	// Then the whole rank-epoch: each shard's index once in all.
 	shards := shardsOf(o.Samples)
@@ -131,9 +131,9 @@ func TestLazyIndexesFetchOnlyWhatIsPinned(t *testing.T) {
 	if p.Bytes() <= 0 || 2*p.Bytes() > wholeRows {
 		t.Fatalf("rank 1 of 4 pins %d bytes of rows; every shard's rows take %d", p.Bytes(), wholeRows)
 	}
-	t.Logf("rank 1 of 4: %d samples pinned in %d bytes; all rows %d bytes", len(o.Samples), p.Bytes(), wholeRows)
+	t.Logf("rank 1 of 4: %d samples pinned in %d bytes; all rows %d bytes", o.Samples.Len(), p.Bytes(), wholeRows)
 	eager := dataset.Catalog{M: m}
-	for _, smp := range o.Samples {
+	for _, smp := range o.Samples.All() {
 		i := int(smp)
 		if p.Key(i) != eager.Key(i) || p.Size(i) != eager.Size(i) || p.Stratum(i) != eager.Stratum(i) {
 			t.Fatalf("sample %d: pinned %q %d %d, whole %q %d %d", i, p.Key(i), p.Size(i), p.Stratum(i), eager.Key(i), eager.Size(i), eager.Stratum(i))
@@ -154,7 +154,7 @@ func TestLazyIndexesFetchOnlyWhatIsPinned(t *testing.T) {
 	}
 	// A range across samples, and one that is not whole samples, verified
 	// through the block checksums from the index.
-	sh := int(m.Samples.Shard[o.Samples[0]])
+	sh := int(m.Samples.Shard[o.Samples.At(0)])
 	for _, r := range [][2]int64{{0, m.Shards[sh].Size}, {7, m.Shards[sh].Size - 20}} {
 		a, err := lazy.ReadRange(ctx, sh, r[0], r[1])
 		if err != nil {
@@ -207,14 +207,14 @@ func TestLazyIndexCorruptCopies(t *testing.T) {
 		s.Put(ctx, key(2), []byte("garbage"))
 	}
 	first := func(s int) int32 { return int32(ds.Manifest.Shards[s].FirstSample) }
-	p, err := ds.Lazy.Pin(ctx, []int32{first(1)})
+	p, err := ds.Lazy.Pin(ctx, layout.PositionsOf(int64(first(1))))
 	if err != nil {
 		t.Fatalf("shard 1 with one intact copy: %v", err)
 	}
 	if p.Size(int(first(1))) <= 0 {
 		t.Fatalf("shard 1's first sample: size %d", p.Size(int(first(1))))
 	}
-	if _, err := ds.Lazy.Pin(ctx, []int32{first(2)}); err == nil || !strings.Contains(err.Error(), "shard 2's index: no intact copy on any store") {
+	if _, err := ds.Lazy.Pin(ctx, layout.PositionsOf(int64(first(2)))); err == nil || !strings.Contains(err.Error(), "shard 2's index: no intact copy on any store") {
 		t.Fatalf("pin of shard 2 with every index copy corrupt: %v", err)
 	}
 	if _, err := ds.ReadSample(ctx, int(first(2))); err == nil {
@@ -266,7 +266,7 @@ func TestLazyIndexTier(t *testing.T) {
 	tier := &mapTier{objs: map[int][]byte{}}
 	l := open(tier)
 	first := int32(l.Manifest().Shards[1].FirstSample)
-	if _, err := l.Pin(ctx, []int32{first}); err != nil {
+	if _, err := l.Pin(ctx, layout.PositionsOf(int64(first))); err != nil {
 		t.Fatal(err)
 	}
 	intact, ok := tier.GetMeta(1)
@@ -275,7 +275,7 @@ func TestLazyIndexTier(t *testing.T) {
 	}
 	// Intact in the tier: no fetch.
 	l = open(tier)
-	if _, err := l.Pin(ctx, []int32{first}); err != nil || l.IndexLoads.Load() != 0 || l.TierHits.Load() != 1 {
+	if _, err := l.Pin(ctx, layout.PositionsOf(int64(first))); err != nil || l.IndexLoads.Load() != 0 || l.TierHits.Load() != 1 {
 		t.Fatalf("pin with the tier's copy intact: %v, %d loads, %d tier hits", err, l.IndexLoads.Load(), l.TierHits.Load())
 	}
 	// One bit flipped in the tier: fetched again, and the tier's copy replaced.
@@ -283,7 +283,7 @@ func TestLazyIndexTier(t *testing.T) {
 	bad[len(bad)/2] ^= 1
 	tier.PutMeta(1, bad)
 	l = open(tier)
-	p, err := l.Pin(ctx, []int32{first})
+	p, err := l.Pin(ctx, layout.PositionsOf(int64(first)))
 	if err != nil || l.IndexLoads.Load() != 1 || l.TierHits.Load() != 0 {
 		t.Fatalf("pin with the tier's copy damaged: %v, %d loads, %d tier hits", err, l.IndexLoads.Load(), l.TierHits.Load())
 	}

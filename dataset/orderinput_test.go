@@ -50,7 +50,7 @@ func TestOrderInputAgrees(t *testing.T) {
 					for rank := range 3 {
 						p := mode.p
 						p.Seed, p.Epoch, p.World, p.Rank, p.Batch = 17, epoch, 3, rank, 8
-						var orders [2][]int32
+						var orders [2][]int64
 						for i, ds := range []*dataset.Dataset{whole, lazy} {
 							in, err := dataset.OrderInput(ds, p)
 							if err != nil {
@@ -60,7 +60,7 @@ func TestOrderInputAgrees(t *testing.T) {
 							if err != nil {
 								t.Fatal(err)
 							}
-							orders[i] = o.Samples
+							orders[i] = o.Samples.Int64s()
 						}
 						if len(orders[0]) == 0 || !slices.Equal(orders[0], orders[1]) {
 							t.Fatalf("epoch %d rank %d: %d samples held whole, %d from the lazy input, or they differ", epoch, rank, len(orders[0]), len(orders[1]))

@@ -38,8 +38,8 @@ func BenchmarkTopToRankEpoch_100M_10000shards_W1024(b *testing.B) {
 			b.Fatal(err)
 		}
 		o, err := layout.Order(in, p)
-		if err != nil || len(o.Samples) != n/1024/256*256 {
-			b.Fatalf("order: %v, %d samples", err, len(o.Samples))
+		if err != nil || o.Samples.Len() != n/1024/256*256 {
+			b.Fatalf("order: %v, %d samples", err, o.Samples.Len())
 		}
 		b.StopTimer()
 		runtime.GC()

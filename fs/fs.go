@@ -38,7 +38,7 @@ type Catalog interface {
 // catalog for as long as it does. Options.Pinner says whether there is one.
 type Pinner interface {
 	// Pin fetches the rows of samples.
-	Pin(ctx context.Context, samples []int32) (Catalog, error)
+	Pin(ctx context.Context, samples layout.Positions) (Catalog, error)
 	// PinStratum fetches the rows of stratum c's samples, and lists them.
 	PinStratum(ctx context.Context, c int) (Catalog, []int32, error)
 }

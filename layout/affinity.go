@@ -84,7 +84,7 @@ func affinityOrder(in *Input, p Params) (*RankOrder, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &RankOrder{Params: p, Batches: a.steps, Samples: make([]int32, 0, a.steps*p.Batch)}
+	o := &RankOrder{Params: p, Batches: a.steps, Samples: MakePositions(a.steps * p.Batch)}
 	if a.steps == 0 {
 		return o, nil
 	}
@@ -110,7 +110,7 @@ func affinityOrder(in *Input, p Params) (*RankOrder, error) {
 	}
 	seed := seedOf(p.Seed, uint64(p.Epoch), uint64(p.Rank), tagAffinity)
 	perms := make([][][]int32, in.NumStrata)
-	draw := func(c, k int) int32 {
+	draw := func(c, k int) int64 {
 		mem := byStratum[c]
 		dc, pos := k/len(mem), k%len(mem)
 		for len(perms[c]) <= dc {
@@ -118,11 +118,13 @@ func affinityOrder(in *Input, p Params) (*RankOrder, error) {
 			rngOf(seed, tagDraws, uint64(c), uint64(len(perms[c]))).Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 			perms[c] = append(perms[c], perm)
 		}
-		return perms[c][dc][pos]
+		return int64(perms[c][dc][pos])
 	}
 	arr := newArrangement(counts, a.steps, rngOf(seed, tagStrataOrder), seed, false, draw)
+	batch := make([]int64, 0, p.Batch)
 	for j := 0; j < a.steps; j++ {
-		o.Samples = arr.batch(j, o.Samples)
+		batch = arr.batch(j, batch[:0])
+		o.Samples.AppendAll(batch)
 	}
 	return o, nil
 }

@@ -74,9 +74,9 @@ func TestAffinityProperties(t *testing.T) {
 		if len(seenShard) != in.NumShards {
 			t.Fatalf("case %d: %d of %d shards dealt", cs, len(seenShard), in.NumShards)
 		}
-		var first [][]int32
+		var first [][]int64
 		for e := 0; e < 2; e++ {
-			owner := map[int32]int{}
+			owner := map[int64]int{}
 			steps := -1
 			for r := 0; r < world; r++ {
 				p := layout.Params{Seed: 7, Epoch: e, World: world, Rank: r, Batch: batch, Alpha: 1, Tail: tail, Affinity: true}
@@ -88,10 +88,10 @@ func TestAffinityProperties(t *testing.T) {
 				if steps < 0 {
 					steps = o.Batches
 				}
-				if o.Batches != steps || st != steps || len(o.Samples) != steps*batch {
-					t.Fatalf("case %d: rank %d has %d batches (Steps %d, %d slots), rank 0 %d", cs, r, o.Batches, st, len(o.Samples), steps)
+				if o.Batches != steps || st != steps || o.Samples.Len() != steps*batch {
+					t.Fatalf("case %d: rank %d has %d batches (Steps %d, %d slots), rank 0 %d", cs, r, o.Batches, st, o.Samples.Len(), steps)
 				}
-				for _, s := range o.Samples {
+				for _, s := range o.Samples.All() {
 					if prev, ok := owner[s]; ok && prev != r {
 						t.Fatalf("case %d epoch %d: sample %d on ranks %d and %d", cs, e, s, prev, r)
 					}
@@ -101,7 +101,7 @@ func TestAffinityProperties(t *testing.T) {
 					}
 				}
 				if tail == layout.Drop {
-					checkUnique(t, o.Samples)
+					checkUnique(t, o.Samples.Int64s())
 				}
 				// Stratified: per stratum, counts over batches differ by at most one.
 				lo, hi := make([]int, k), make([]int, k)
@@ -110,7 +110,7 @@ func TestAffinityProperties(t *testing.T) {
 				}
 				for b := 0; b < o.Batches; b++ {
 					cnt := make([]int, k)
-					for _, s := range o.BatchSamples(b) {
+					for _, s := range o.BatchSamples(b).All() {
 						cnt[in.Stratum[s]]++
 					}
 					for c := range cnt {
@@ -123,12 +123,12 @@ func TestAffinityProperties(t *testing.T) {
 					}
 				}
 				o2, _ := layout.Order(in, p)
-				if !slices.Equal(o.Samples, o2.Samples) {
+				if !slices.Equal(o.Samples.Int64s(), o2.Samples.Int64s()) {
 					t.Fatalf("case %d: not deterministic", cs)
 				}
 				if e == 0 {
-					first = append(first, o.Samples)
-				} else if steps*batch > 1 && slices.Equal(first[r], o.Samples) {
+					first = append(first, o.Samples.Int64s())
+				} else if steps*batch > 1 && slices.Equal(first[r], o.Samples.Int64s()) {
 					t.Fatalf("case %d: rank %d reads the same order in epochs 0 and 1", cs, r)
 				}
 			}
@@ -136,9 +136,9 @@ func TestAffinityProperties(t *testing.T) {
 	}
 }
 
-func checkUnique(t *testing.T, s []int32) {
+func checkUnique(t *testing.T, s []int64) {
 	t.Helper()
-	seen := map[int32]bool{}
+	seen := map[int64]bool{}
 	for _, x := range s {
 		if seen[x] {
 			t.Fatalf("sample %d twice in one rank-epoch with tail=drop", x)

@@ -112,7 +112,7 @@ func BenchmarkRankEpoch_100M_10000shards_W1024(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(len(o.Samples)), "samples/rank")
+	b.ReportMetric(float64(o.Samples.Len()), "samples/rank")
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "input-MiB")
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(in.N()), "input-B/sample")
 }

@@ -14,11 +14,13 @@ import (
 // c's prefix sums: O(log S) a lookup, S·C numbers in all, nothing per
 // sample. It is what lets the order of a billion samples be computed on
 // one node: with order version 2 the order itself is O(1) per stratum.
-type countIndex struct {
+// The prefix sums take 4 bytes while the dataset has under 2^31 samples,
+// 8 past it.
+type countIndex[T int32 | int64] struct {
 	n          int
-	shardFirst []int64   // [S+1]: first sample of each shard
-	inShard    []int32   // [S·(C+1)]: first position of each stratum within shard s at s·(C+1)+c
-	prefix     [][]int32 // [C][S+1]: members of stratum c in shards before s (N < 2^31)
+	shardFirst []int64 // [S+1]: first sample of each shard
+	inShard    []int32 // [S·(C+1)]: first position of each stratum within shard s at s·(C+1)+c
+	prefix     [][]T   // [C][S+1]: members of stratum c in shards before s
 }
 
 // NewCountInput builds an Input from per-shard counts, counts[s][c] being
@@ -35,15 +37,45 @@ func NewCountInput(counts [][]int, numStrata int) (*Input, error) {
 }
 
 // NewCountInputFunc is NewCountInput with shard s's counts written into row
-// by fill, so that the counts need not all be held at once.
+// by fill, so that the counts need not all be held at once. fill is called
+// twice for each shard, and must give the same counts both times.
 func NewCountInputFunc(shards, numStrata int, fill func(s int, row []int)) (*Input, error) {
 	if numStrata < 1 {
 		return nil, errors.New("counts-only input needs at least one stratum")
 	}
+	row := make([]int, numStrata)
+	var total int64
+	for s := 0; s < shards; s++ {
+		clear(row)
+		fill(s, row)
+		for c, k := range row {
+			if k < 0 || k > math.MaxInt32 {
+				return nil, fmt.Errorf("shard %d: stratum %d has %d samples", s, c, k)
+			}
+			total += int64(k)
+		}
+		if total > maxSamples {
+			return nil, fmt.Errorf("more than %d samples", int64(maxSamples))
+		}
+	}
+	var ix counts
+	var err error
+	if total <= math.MaxInt32 {
+		ix, err = newCountIndex[int32](shards, numStrata, fill)
+	} else {
+		ix, err = newCountIndex[int64](shards, numStrata, fill)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Input{NumStrata: numStrata, NumShards: shards, counted: ix}, nil
+}
+
+func newCountIndex[T int32 | int64](shards, numStrata int, fill func(s int, row []int)) (*countIndex[T], error) {
 	w := numStrata + 1
-	ix := &countIndex{shardFirst: make([]int64, shards+1), inShard: make([]int32, shards*w), prefix: make([][]int32, numStrata)}
+	ix := &countIndex[T]{shardFirst: make([]int64, shards+1), inShard: make([]int32, shards*w), prefix: make([][]T, numStrata)}
 	for c := range ix.prefix {
-		ix.prefix[c] = make([]int32, shards+1)
+		ix.prefix[c] = make([]T, shards+1)
 	}
 	row := make([]int, numStrata)
 	var total int64
@@ -52,46 +84,48 @@ func NewCountInputFunc(shards, numStrata int, fill func(s int, row []int)) (*Inp
 		fill(s, row)
 		var in int64
 		for c, k := range row {
-			if k < 0 {
-				return nil, fmt.Errorf("shard %d: stratum %d has %d samples", s, c, k)
-			}
 			ix.inShard[s*w+c] = int32(in)
 			in += int64(k)
-			if total+in > math.MaxInt32 {
-				return nil, fmt.Errorf("more than %d samples", math.MaxInt32)
+			if in > math.MaxInt32 {
+				return nil, fmt.Errorf("shard %d: more than %d samples", s, math.MaxInt32)
 			}
-			ix.prefix[c][s+1] = ix.prefix[c][s] + int32(k)
+			ix.prefix[c][s+1] = ix.prefix[c][s] + T(k)
 		}
 		ix.inShard[s*w+numStrata] = int32(in)
 		total += in
 		ix.shardFirst[s+1] = total
 	}
 	ix.n = int(total)
-	return &Input{NumStrata: numStrata, NumShards: shards, counted: ix}, nil
+	return ix, nil
 }
+
+// maxSamples is the most samples an input may hold: positions are int64,
+// and 2^62 leaves every sum of two of them (and a batch's worth past
+// them) without overflow.
+const maxSamples = 1 << 62
 
 // counts is what the order needs of a counts-only input.
 type counts interface {
 	samples() int
 	count(c int) int
-	member(c, k int) int32
-	stratumOf(x int32) uint32
+	member(c, k int) int64
+	stratumOf(x int64) uint32
 }
 
-func (ix *countIndex) samples() int    { return ix.n }
-func (ix *countIndex) count(c int) int { return int(ix.prefix[c][len(ix.prefix[c])-1]) }
+func (ix *countIndex[T]) samples() int    { return ix.n }
+func (ix *countIndex[T]) count(c int) int { return int(ix.prefix[c][len(ix.prefix[c])-1]) }
 
 // member is stratum c's k-th sample, 0 <= k < count(c).
-func (ix *countIndex) member(c, k int) int32 {
+func (ix *countIndex[T]) member(c, k int) int64 {
 	pre := ix.prefix[c]
 	// The shard s with pre[s] <= k < pre[s+1].
-	s := sort.Search(len(pre)-1, func(s int) bool { return pre[s+1] > int32(k) })
-	return int32(ix.shardFirst[s] + int64(ix.inShard[s*(len(ix.prefix)+1)+c]) + int64(k) - int64(pre[s]))
+	s := sort.Search(len(pre)-1, func(s int) bool { return int64(pre[s+1]) > int64(k) })
+	return ix.shardFirst[s] + int64(ix.inShard[s*(len(ix.prefix)+1)+c]) + int64(k) - int64(pre[s])
 }
 
-func (ix *countIndex) stratumOf(x int32) uint32 {
-	s := sort.Search(len(ix.shardFirst)-1, func(s int) bool { return ix.shardFirst[s+1] > int64(x) })
-	pos := int32(int64(x) - ix.shardFirst[s])
+func (ix *countIndex[T]) stratumOf(x int64) uint32 {
+	s := sort.Search(len(ix.shardFirst)-1, func(s int) bool { return ix.shardFirst[s+1] > x })
+	pos := int32(x - ix.shardFirst[s])
 	w := len(ix.prefix) + 1
 	row := ix.inShard[s*w : (s+1)*w]
 	c := sort.Search(len(row)-1, func(c int) bool { return row[c+1] > pos })
@@ -125,8 +159,9 @@ func NewEvenCountInput(counts []int, shards int) (*Input, error) {
 		ix.perStratum[c] = int64(k)
 		total += int64(k)
 	}
-	if total > math.MaxInt32 {
-		return nil, fmt.Errorf("more than %d samples", math.MaxInt32)
+	if total > maxSamples || total > 0 && int64(shards) > math.MaxInt64/total {
+		// member and in multiply a count by the shard count.
+		return nil, fmt.Errorf("%d samples in %d shards: the even model's products overflow 64 bits", total, shards)
 	}
 	ix.n = int(total)
 	for s := 0; s < shards; s++ {
@@ -152,16 +187,16 @@ func (ix *evenIndex) before(s int64, c int) int64 {
 func (ix *evenIndex) samples() int    { return ix.n }
 func (ix *evenIndex) count(c int) int { return int(ix.perStratum[c]) }
 
-func (ix *evenIndex) member(c, k int) int32 {
+func (ix *evenIndex) member(c, k int) int64 {
 	n := ix.perStratum[c]
 	// The shard s with ⌊s·n/S⌋ <= k < ⌊(s+1)·n/S⌋.
 	s := ((int64(k)+1)*ix.shards+n-1)/n - 1
-	return int32(ix.shardFirst[s] + ix.before(s, c) + int64(k) - s*n/ix.shards)
+	return ix.shardFirst[s] + ix.before(s, c) + int64(k) - s*n/ix.shards
 }
 
-func (ix *evenIndex) stratumOf(x int32) uint32 {
-	s := sort.Search(len(ix.shardFirst)-1, func(s int) bool { return ix.shardFirst[s+1] > int64(x) })
-	pos := int64(x) - ix.shardFirst[s]
+func (ix *evenIndex) stratumOf(x int64) uint32 {
+	s := sort.Search(len(ix.shardFirst)-1, func(s int) bool { return ix.shardFirst[s+1] > x })
+	pos := x - ix.shardFirst[s]
 	for c := range ix.perStratum {
 		pos -= ix.in(int64(s), c)
 		if pos < 0 {

@@ -52,7 +52,7 @@ func TestCountInputMatchesRows(t *testing.T) {
 				}
 			}
 		}
-		for s := int32(0); s < int32(rows.N()); s++ {
+		for s := int64(0); s < int64(rows.N()); s++ {
 			if rows.StratumOf(s) != cnt.StratumOf(s) {
 				t.Fatalf("trial %d: sample %d stratum %d vs %d", trial, s, rows.StratumOf(s), cnt.StratumOf(s))
 			}
@@ -67,7 +67,7 @@ func TestCountInputMatchesRows(t *testing.T) {
 			if (errA == nil) != (errB == nil) {
 				t.Fatalf("trial %d: errors differ: %v / %v", trial, errA, errB)
 			}
-			if errA == nil && (a.Batches != b.Batches || !slices.Equal(a.Samples, b.Samples)) {
+			if errA == nil && (a.Batches != b.Batches || !slices.Equal(a.Samples.Int64s(), b.Samples.Int64s())) {
 				t.Fatalf("trial %d rank %d: orders differ", trial, r)
 			}
 		}
@@ -133,7 +133,7 @@ func TestEvenCountInputMatchesCounts(t *testing.T) {
 				}
 			}
 		}
-		for s := int32(0); s < int32(want.N()); s++ {
+		for s := int64(0); s < int64(want.N()); s++ {
 			if got.StratumOf(s) != want.StratumOf(s) {
 				t.Fatalf("trial %d: sample %d stratum %d, want %d", trial, s, got.StratumOf(s), want.StratumOf(s))
 			}
@@ -141,7 +141,7 @@ func TestEvenCountInputMatchesCounts(t *testing.T) {
 		p := Params{Seed: rng.Uint64(), World: 1 + rng.IntN(4), Batch: 1 + rng.IntN(16), Alpha: 1}
 		a, err1 := Order(want, p)
 		b, err2 := Order(got, p)
-		if err1 != nil || err2 != nil || !slices.Equal(a.Samples, b.Samples) {
+		if err1 != nil || err2 != nil || !slices.Equal(a.Samples.Int64s(), b.Samples.Int64s()) {
 			t.Fatalf("trial %d: orders differ (%v, %v)", trial, err1, err2)
 		}
 	}

@@ -59,7 +59,7 @@ type Members struct {
 
 // NewMembers computes the member table of a rank-epoch.
 func NewMembers(o *RankOrder, cat Catalog) *Members {
-	n := len(o.Samples)
+	n := o.Samples.Len()
 	m := &Members{order: o, cat: cat, off: make([]int64, n+1), dup: make([]uint32, n), rowOff: make([]int64, n+1),
 		size: make([]int64, n), stratum: make([]int32, n)}
 	seen := make(map[uint64]uint32, n)
@@ -75,7 +75,7 @@ func NewMembers(o *RankOrder, cat Catalog) *Members {
 		row.Reset()
 	}
 	m.rowOff[0] = int64(len(m.csvHead))
-	for i, s := range o.Samples {
+	for i, s := range o.Samples.All() {
 		size := cat.Size(int(s))
 		m.size[i], m.stratum[i] = size, int32(cat.Stratum(int(s)))
 		m.off[i+1] = m.off[i] + memberLen(size)
@@ -93,13 +93,13 @@ func NewMembers(o *RankOrder, cat Catalog) *Members {
 }
 
 // Len is the number of members.
-func (m *Members) Len() int { return len(m.order.Samples) }
+func (m *Members) Len() int { return m.order.Samples.Len() }
 
 // Order is the rank-epoch's order.
 func (m *Members) Order() *RankOrder { return m.order }
 
 // Sample is the sample index of member i.
-func (m *Members) Sample(i int) int { return int(m.order.Samples[i]) }
+func (m *Members) Sample(i int) int { return int(m.order.Samples.At(i)) }
 
 // Name returns member i's tar name stem (no extension) and extension.
 func (m *Members) Name(i int) (stem, ext string) {

@@ -97,7 +97,7 @@ func TestTarFilesParse(t *testing.T) {
 				t.Fatalf("batch %d: rendered %d bytes, size %d", b, len(data), f.Size())
 			}
 			tr := tar.NewReader(bytes.NewReader(data))
-			for k, s := range m.order.BatchSamples(b) {
+			for k, s := range m.order.BatchSamples(b).All() {
 				i := b*16 + k
 				stem, ext := m.Name(i)
 				hdr, err := tr.Next()

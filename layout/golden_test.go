@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"io"
+	"math"
 	"testing"
 
 	"github.com/shardfs/shardfs/layout"
@@ -145,7 +146,16 @@ func hashSchedule(t *testing.T, h io.Writer, in *layout.Input, s *layout.Schedul
 				t.Fatal(err)
 			}
 			binary.Write(h, binary.LittleEndian, int64(o.Batches))
-			binary.Write(h, binary.LittleEndian, o.Samples)
+			// Pinned as 4-byte positions, as they were stored before
+			// positions could pass 2^31.
+			narrow := make([]int32, o.Samples.Len())
+			for i, x := range o.Samples.All() {
+				if x > math.MaxInt32 {
+					t.Fatalf("position %d in a golden order of %d samples", x, in.N())
+				}
+				narrow[i] = int32(x)
+			}
+			binary.Write(h, binary.LittleEndian, narrow)
 		}
 	}
 }

@@ -72,7 +72,7 @@ func TestMixBounds(t *testing.T) {
 			}
 			for b := 0; b < o.Batches; b++ {
 				per := make([]int, datasets)
-				for _, s := range o.BatchSamples(b) {
+				for _, s := range o.BatchSamples(b).All() {
 					per[group[in.Stratum[s]]]++
 				}
 				for g, n := range per {
@@ -112,7 +112,7 @@ func TestMixBounds(t *testing.T) {
 			}
 			if n > in.Count(c) && in.Count(c) > 0 {
 				// Recycled: every sample of the class appears before any twice.
-				cnt := map[int32]int{}
+				cnt := map[int64]int{}
 				for _, s := range g {
 					if int(in.Stratum[s]) == c {
 						cnt[s]++

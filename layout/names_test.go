@@ -43,7 +43,11 @@ func memberNames(t *testing.T, m *layout.Members) int {
 }
 
 func orderOf(samples []int32) *layout.RankOrder {
-	return &layout.RankOrder{Params: layout.Params{Batch: len(samples), World: 1}, Batches: 1, Samples: samples}
+	o := &layout.RankOrder{Params: layout.Params{Batch: len(samples), World: 1}, Batches: 1}
+	for _, s := range samples {
+		o.Samples.Append(int64(s))
+	}
+	return o
 }
 
 // Issue 9 item 12: a sample named y.cls must not produce a second y.cls member.

@@ -201,15 +201,15 @@ func (in *Input) Count(c int) int {
 }
 
 // member is stratum c's k-th sample, members in ascending sample order.
-func (in *Input) member(c, k int) int32 {
+func (in *Input) member(c, k int) int64 {
 	if in.counted != nil {
 		return in.counted.member(c, k)
 	}
-	return in.members[c][k]
+	return int64(in.members[c][k])
 }
 
 // StratumOf is sample s's stratum.
-func (in *Input) StratumOf(s int32) uint32 {
+func (in *Input) StratumOf(s int64) uint32 {
 	if in.counted != nil {
 		return in.counted.stratumOf(s)
 	}
@@ -219,13 +219,13 @@ func (in *Input) StratumOf(s int32) uint32 {
 // RankOrder is one rank's sequence of batches for one epoch.
 type RankOrder struct {
 	Params
-	Batches int     // T, equal on every rank
-	Samples []int32 // T·B sample indexes, batch after batch
+	Batches int       // T, equal on every rank
+	Samples Positions // T·B sample positions, batch after batch
 }
 
-// BatchSamples returns the sample indexes of batch b.
-func (o *RankOrder) BatchSamples(b int) []int32 {
-	return o.Samples[b*o.Params.Batch : (b+1)*o.Params.Batch]
+// BatchSamples returns the sample positions of batch b.
+func (o *RankOrder) BatchSamples(b int) Positions {
+	return o.Samples.Slice(b*o.Params.Batch, (b+1)*o.Params.Batch)
 }
 
 // Order computes rank p.Rank's batches for epoch p.Epoch.
@@ -238,16 +238,18 @@ func Order(in *Input, p Params) (*RankOrder, error) {
 		return nil, err
 	}
 	o := &RankOrder{Params: p, Batches: e.steps}
-	o.Samples = make([]int32, 0, e.steps*p.Batch)
+	o.Samples = MakePositions(e.steps * p.Batch)
+	batch := make([]int64, 0, p.Batch)
 	for t := 0; t < e.steps; t++ {
-		o.Samples = e.batch(p.Skip+t*p.World+p.Rank, o.Samples)
+		batch = e.batch(p.Skip+t*p.World+p.Rank, batch[:0])
+		o.Samples.AppendAll(batch)
 	}
 	return o, nil
 }
 
 // GlobalBatches returns the first n batches of G, flattened, for tests and
 // tools. n may exceed M: batches past M come from the next cycle.
-func GlobalBatches(in *Input, p Params, n int) ([]int32, error) {
+func GlobalBatches(in *Input, p Params, n int) ([]int64, error) {
 	if p.Affinity {
 		return nil, errors.New("affinity has no world-size-independent global order")
 	}
@@ -256,7 +258,7 @@ func GlobalBatches(in *Input, p Params, n int) ([]int32, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []int32
+	var out []int64
 	for g := 0; g < n; g++ {
 		out = e.batch(g, out)
 	}
@@ -290,7 +292,7 @@ type epoch struct {
 
 // cycle is one arrangement of M batches.
 type cycle interface {
-	batch(j int, dst []int32) []int32
+	batch(j int, dst []int64) []int64
 }
 
 func newEpoch(in *Input, p Params) (*epoch, error) {
@@ -344,7 +346,7 @@ func newEpoch(in *Input, p Params) (*epoch, error) {
 	return e, nil
 }
 
-func (e *epoch) batch(g int, dst []int32) []int32 {
+func (e *epoch) batch(g int, dst []int64) []int64 {
 	if e.m == 0 {
 		return dst
 	}
@@ -397,14 +399,14 @@ type arrangement struct {
 	start  []int    // first batch of stratum c's extras
 	sigma  []int32  // G position j -> arranged batch (version 1)
 	order  *feistel // G position j -> arranged batch (version 2)
-	draw   func(c, k int) int32
+	draw   func(c, k int) int64
 	seed   uint64 // shuffles within batches
 }
 
 // newArrangement deals counts over m batches. With inOrder the batches stay
 // in dealing order (window mode: batch j covers the j-th stretch of every
 // stratum's draws, so it reads a narrow region of the shards).
-func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, draw func(c, k int) int32) *arrangement {
+func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, draw func(c, k int) int64) *arrangement {
 	return newArrangementChained(counts, m, rng, seed, inOrder, 1, draw, shuffledChain)
 }
 
@@ -412,7 +414,7 @@ func newArrangement(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bo
 // extras given by chain (see mix.go), for order version v: version 1 keeps
 // the batch order as a shuffled slice (4 bytes a batch), version 2 as a
 // keyed Feistel permutation (O(1)).
-func newArrangementChained(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, v int, draw func(c, k int) int32, chain func(active []int, rng *rand.Rand) []int) *arrangement {
+func newArrangementChained(counts []int, m int, rng *rand.Rand, seed uint64, inOrder bool, v int, draw func(c, k int) int64, chain func(active []int, rng *rand.Rand) []int) *arrangement {
 	a := &arrangement{m: m, q: make([]int, len(counts)), r: make([]int, len(counts)), start: make([]int, len(counts)), draw: draw, seed: seed}
 	for c, n := range counts {
 		if n > 0 {
@@ -470,7 +472,7 @@ func (a *arrangement) extrasBefore(b, c int) int {
 // overlap is the size of [lo,hi) ∩ [0,b).
 func overlap(lo, hi, b int) int { return max(0, min(hi, b)-lo) }
 
-func (a *arrangement) batch(j int, dst []int32) []int32 {
+func (a *arrangement) batch(j int, dst []int64) []int64 {
 	b := a.arranged(j)
 	start := len(dst)
 	for _, c := range a.active {
@@ -527,7 +529,7 @@ func shuffledChain(active []int, rng *rand.Rand) []int {
 	return order
 }
 
-func (g *globalCycle) draw(c, k int) int32 {
+func (g *globalCycle) draw(c, k int) int64 {
 	n := g.in.Count(c)
 	dc, pos := k/n, k%n
 	if g.version >= 2 {
@@ -544,7 +546,7 @@ func (g *globalCycle) draw(c, k int) int32 {
 		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 		g.perms[c] = append(g.perms[c], perm)
 	}
-	return g.perms[c][dc][pos]
+	return int64(g.perms[c][dc][pos])
 }
 
 // ApportionShares splits total into integer parts proportional to pi by

@@ -89,18 +89,18 @@ func cases(t *testing.T) int {
 
 // interleaved is the ranks' batches step by step: what the global order
 // must be, whatever W.
-func interleaved(orders []*RankOrder) []int32 {
-	var out []int32
+func interleaved(orders []*RankOrder) []int64 {
+	var out []int64
 	for step := 0; step < orders[0].Batches; step++ {
 		for _, o := range orders {
-			out = append(out, o.BatchSamples(step)...)
+			out = append(out, o.BatchSamples(step).Int64s()...)
 		}
 	}
 	return out
 }
 
 // globalOf is the first batches of G that orders cover.
-func globalOf(t testing.TB, in *Input, p Params, orders []*RankOrder) []int32 {
+func globalOf(t testing.TB, in *Input, p Params, orders []*RankOrder) []int64 {
 	t.Helper()
 	g, err := GlobalBatches(in, p, orders[0].Batches*p.World)
 	if err != nil {
@@ -135,7 +135,7 @@ func TestPropertyDisjointAndStratifiedDrop(t *testing.T) {
 				}
 				for b := 0; b < o.Batches; b++ {
 					counts := make([]int, in.NumStrata)
-					for _, s := range o.BatchSamples(b) {
+					for _, s := range o.BatchSamples(b).All() {
 						if seen[s] {
 							t.Fatalf("sample %d served twice (rank %d batch %d)", s, r, b)
 						}
@@ -171,7 +171,7 @@ func TestPropertyCoverageAndStratifiedPad(t *testing.T) {
 				}
 				for b := 0; b < o.Batches; b++ {
 					counts := make([]int, in.NumStrata)
-					for _, s := range o.BatchSamples(b) {
+					for _, s := range o.BatchSamples(b).All() {
 						times[s]++
 						counts[in.Stratum[s]]++
 					}
@@ -245,13 +245,13 @@ func TestPropertyFreshEachEpoch(t *testing.T) {
 		a, _ := Order(in, p)
 		p.Epoch = 1
 		b, _ := Order(in, p)
-		if slices.Equal(a.Samples, b.Samples) {
+		if slices.Equal(a.Samples.Int64s(), b.Samples.Int64s()) {
 			t.Fatalf("case %d: epochs 0 and 1 have the same order", i)
 		}
 		// Compositions: how many batch sample-sets of epoch 0 reappear in epoch 1?
 		sets := map[string]bool{}
-		key := func(s []int32) string {
-			c := slices.Clone(s)
+		key := func(s Positions) string {
+			c := s.Int64s()
 			slices.Sort(c)
 			return fmt.Sprint(c)
 		}
@@ -271,7 +271,7 @@ func TestPropertyFreshEachEpoch(t *testing.T) {
 		grouped, mixed := 0, 0
 		for k := 0; k < a.Batches; k++ {
 			st := make([]uint32, 0, 64)
-			for _, s := range a.BatchSamples(k) {
+			for _, s := range a.BatchSamples(k).All() {
 				st = append(st, in.Stratum[s])
 			}
 			runs := 1
@@ -315,7 +315,7 @@ func TestBalancedAndTemperature(t *testing.T) {
 		maxDev, sumTV := 0.0, 0.0
 		for b := 0; b < o.Batches; b++ {
 			counts := make([]int, in.NumStrata)
-			for _, s := range o.BatchSamples(b) {
+			for _, s := range o.BatchSamples(b).All() {
 				counts[in.Stratum[s]]++
 			}
 			tv := 0.0
@@ -345,7 +345,7 @@ func TestWindowMode(t *testing.T) {
 		p.Tail = []Tail{Drop, Pad}[i%2]
 		times := make([]int, in.N())
 		for _, o := range allRanks(t, in, p) {
-			for _, s := range o.Samples {
+			for _, s := range o.Samples.All() {
 				times[s]++
 			}
 		}
@@ -378,7 +378,7 @@ func TestWindowLocality(t *testing.T) {
 	for b := 0; b < o.Batches; b++ {
 		shards := map[uint32]bool{}
 		counts := make([]int, 10)
-		for _, s := range o.BatchSamples(b) {
+		for _, s := range o.BatchSamples(b).All() {
 			shards[shard[s]] = true
 			counts[stratum[s]]++
 		}

@@ -69,7 +69,7 @@ func checkWeighted(in *Input, p Params, orders []*RankOrder) error {
 		}
 		for b := 0; b < o.Batches; b++ {
 			counts := make([]int, in.NumStrata)
-			for _, s := range o.BatchSamples(b) {
+			for _, s := range o.BatchSamples(b).All() {
 				c := in.StratumOf(s)
 				if p.Weights[c] == 0 {
 					return fmt.Errorf("rank %d batch %d: sample %d of stratum %d, which has weight 0", r, b, s, c)
@@ -105,7 +105,7 @@ func TestPropertyRecency(t *testing.T) {
 		rec := randomRecency(rng, start)
 		p := Params{Seed: rng.Uint64(), World: 1 + rng.IntN(8), Batch: 1 + rng.IntN(64), Alpha: []float64{1, 1, 0.5, 0, rng.Float64()}[rng.IntN(5)],
 			Tail: []Tail{Drop, Pad}[rng.IntN(2)], Version: 1 + rng.IntN(2)}
-		var prev []int32
+		var prev []int64
 		for e := 0; e < 3; e++ {
 			p.Epoch = e
 			w, from, to, err := rec.Weights(e)
@@ -167,7 +167,7 @@ func checkGroupSpread(in *Input, orders []*RankOrder) error {
 	for _, o := range orders {
 		for b := 0; b < o.Batches; b++ {
 			clear(counts)
-			for _, s := range o.BatchSamples(b) {
+			for _, s := range o.BatchSamples(b).All() {
 				counts[in.Group[in.StratumOf(s)]]++
 			}
 			for g, n := range counts {
@@ -210,7 +210,8 @@ func TestCheckWeightedCatchesBrokenBatches(t *testing.T) {
 			continue
 		}
 		// Move every sample of batch 1's most common stratum into batch 0.
-		b0, b1 := o.BatchSamples(0), o.BatchSamples(1)
+		all := o.Samples.Int64s()
+		b0, b1 := all[:p.Batch], all[p.Batch:2*p.Batch]
 		moved, x := 0, in.StratumOf(b1[0])
 		for k, s := range b1 {
 			if k < len(b0) && in.StratumOf(s) == x && in.StratumOf(b0[k]) != x {
@@ -221,6 +222,7 @@ func TestCheckWeightedCatchesBrokenBatches(t *testing.T) {
 		if moved < 2 {
 			continue
 		}
+		o.Samples = PositionsOf(all...)
 		if err := checkWeighted(in, p, orders); err == nil {
 			t.Fatalf("case %d: moving %d samples between batches passed the check", i, moved)
 		}
@@ -249,7 +251,7 @@ func TestCheckWeightedCatchesBrokenBatches(t *testing.T) {
 	p.Weights, _, _, _ = (&Recency{Start: start}).Weights(0)
 	orders := allRanks(t, in, p)
 	p.Weights = slices.Clone(p.Weights)
-	p.Weights[in.StratumOf(orders[0].Samples[0])] = 0
+	p.Weights[in.StratumOf(orders[0].Samples.At(0))] = 0
 	if checkWeighted(in, p, orders) == nil {
 		t.Fatal("a sample of a stratum of weight 0 passed the check")
 	}

@@ -47,7 +47,7 @@ func TestElasticResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Old part: the first `consumed` steps of every old rank, step-interleaved.
-		var old []int32
+		var old []int64
 		orders := make([]*layout.RankOrder, w1)
 		for r := range orders {
 			p := p1
@@ -56,7 +56,7 @@ func TestElasticResume(t *testing.T) {
 		}
 		for step := 0; step < consumed; step++ {
 			for r := 0; r < w1; r++ {
-				old = append(old, orders[r].BatchSamples(step)...)
+				old = append(old, orders[r].BatchSamples(step).Int64s()...)
 			}
 		}
 		// New part: W2 ranks with Skip = n.
@@ -81,7 +81,7 @@ func TestElasticResume(t *testing.T) {
 		resumed := slices.Clone(old)
 		for step := 0; step < t2; step++ {
 			for r := 0; r < w2; r++ {
-				resumed = append(resumed, news[r].BatchSamples(step)...)
+				resumed = append(resumed, news[r].BatchSamples(step).Int64s()...)
 			}
 		}
 		if want := full[:(n+t2*w2)*batch]; !slices.Equal(resumed, want) {
@@ -98,7 +98,7 @@ func TestElasticResume(t *testing.T) {
 		fresh := base
 		fresh.Epoch, fresh.World = base.Epoch+1, w2
 		b, _ := layout.Order(in, fresh)
-		if !slices.Equal(a.Samples, b.Samples) {
+		if !slices.Equal(a.Samples.Int64s(), b.Samples.Int64s()) {
 			t.Fatalf("case %d: the epoch after a resume differs from a plain one", cs)
 		}
 	}

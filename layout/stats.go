@@ -23,7 +23,7 @@ func Stats(o *RankOrder, in *Input, pi []float64) BatchStats {
 	B := o.Params.Batch
 	for b := 0; b < o.Batches; b++ {
 		clear(counts)
-		for _, s := range o.BatchSamples(b) {
+		for _, s := range o.BatchSamples(b).All() {
 			c := in.StratumOf(s)
 			counts[c]++
 			st.Share[c]++
@@ -40,7 +40,7 @@ func Stats(o *RankOrder, in *Input, pi []float64) BatchStats {
 		st.MeanTV /= float64(o.Batches)
 	}
 	for c := range st.Share {
-		st.Share[c] /= float64(max(1, len(o.Samples)))
+		st.Share[c] /= float64(max(1, o.Samples.Len()))
 	}
 	return st
 }
@@ -65,17 +65,17 @@ func UniformOrder(in *Input, p Params) *RankOrder {
 	}
 	perm := newFeistel(uint64(n), seedOf(p.Seed, uint64(p.Epoch), 0x756e69))
 	steps := n / p.Batch / p.World
-	o := &RankOrder{Params: p, Batches: steps, Samples: make([]int32, 0, steps*p.Batch)}
+	o := &RankOrder{Params: p, Batches: steps, Samples: MakePositions(steps * p.Batch)}
 	for t := 0; t < steps; t++ {
 		g := t*p.World + p.Rank
 		for i := g * p.Batch; i < (g+1)*p.Batch; i++ {
 			j := int(perm.at(uint64(i)))
 			if read == nil {
-				o.Samples = append(o.Samples, int32(j))
+				o.Samples.Append(int64(j))
 				continue
 			}
 			x := sort.Search(len(before), func(x int) bool { return before[x] > j }) - 1
-			o.Samples = append(o.Samples, in.member(read[x], j-before[x]))
+			o.Samples.Append(in.member(read[x], j-before[x]))
 		}
 	}
 	return o
@@ -99,7 +99,7 @@ func StatsBy(o *RankOrder, in *Input, value []int, n int, pi []float64) FieldSta
 	B := o.Params.Batch
 	for b := 0; b < o.Batches; b++ {
 		clear(counts)
-		for _, s := range o.BatchSamples(b) {
+		for _, s := range o.BatchSamples(b).All() {
 			counts[value[in.StratumOf(s)]]++
 		}
 		tv := 0.0
@@ -139,7 +139,7 @@ func ReadPlan(o *RankOrder, g Geometry, lookahead int, gap int64) (gets int, byt
 	B := o.Params.Batch
 	for first := 0; first < o.Batches; first += lookahead {
 		rs = rs[:0]
-		for _, s := range o.Samples[first*B : min(o.Batches, first+lookahead)*B] {
+		for _, s := range o.Samples.Slice(first*B, min(o.Batches, first+lookahead)*B).All() {
 			shard, off, size := g.Locate(int(s))
 			f := g.FragSize(shard)
 			for pos := off; pos < off+size; {
@@ -171,20 +171,20 @@ func ReadPlan(o *RankOrder, g Geometry, lookahead int, gap int64) (gets int, byt
 // a, the fraction that share a batch again in b. a and b each hold every
 // rank's batches of one epoch. A uniform shuffle repeats about (B-1)/(N-1);
 // rank affinity about W times that, since a sample only meets its rank's.
-func PairRepeat(a, b [][]int32, limit int) float64 {
-	where := map[int32]int{}
+func PairRepeat(a, b []Positions, limit int) float64 {
+	where := map[int64]int{}
 	for i, bt := range b {
-		for _, s := range bt {
+		for _, s := range bt.All() {
 			where[s] = i
 		}
 	}
 	var pairs, again int
 	for _, bt := range a[:min(limit, len(a))] {
-		for i := range bt {
-			wi, ok := where[bt[i]]
-			for j := i + 1; j < len(bt); j++ {
+		for i := range bt.Len() {
+			wi, ok := where[bt.At(i)]
+			for j := i + 1; j < bt.Len(); j++ {
 				pairs++
-				if wj, ok2 := where[bt[j]]; ok && ok2 && wi == wj {
+				if wj, ok2 := where[bt.At(j)]; ok && ok2 && wi == wj {
 					again++
 				}
 			}

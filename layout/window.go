@@ -57,11 +57,15 @@ func newWindowCycle(in *Input, p Params, cyc, m int) *windowCycle {
 		} else {
 			counts = apportionInt(mw*p.Batch, avail)
 		}
-		arr := newArrangement(counts, mw, rng, seedOf(seed, uint64(w), tagShuffle), true, func(c, k int) int32 {
-			return pool[c][k%len(pool[c])]
+		arr := newArrangement(counts, mw, rng, seedOf(seed, uint64(w), tagShuffle), true, func(c, k int) int64 {
+			return int64(pool[c][k%len(pool[c])])
 		})
+		batch := make([]int64, 0, p.Batch)
 		for j := 0; j < mw; j++ {
-			wc.samples = arr.batch(j, wc.samples)
+			// Window mode needs per-sample input, so positions fit 31 bits.
+			for _, s := range arr.batch(j, batch[:0]) {
+				wc.samples = append(wc.samples, int32(s))
+			}
 		}
 		for c := range pool {
 			if counts[c] < len(pool[c]) {
@@ -75,6 +79,9 @@ func newWindowCycle(in *Input, p Params, cyc, m int) *windowCycle {
 	return wc
 }
 
-func (wc *windowCycle) batch(j int, dst []int32) []int32 {
-	return append(dst, wc.samples[j*wc.batchSize:(j+1)*wc.batchSize]...)
+func (wc *windowCycle) batch(j int, dst []int64) []int64 {
+	for _, s := range wc.samples[j*wc.batchSize : (j+1)*wc.batchSize] {
+		dst = append(dst, int64(s))
+	}
+	return dst
 }

@@ -344,7 +344,7 @@ func openMix(ctx context.Context, stores []backend.Store, names []string, log *s
 // lazyTree gives the tree a format-2 dataset's rows to pin.
 type lazyTree struct{ *dataset.LazyCatalog }
 
-func (l lazyTree) Pin(ctx context.Context, samples []int32) (fs.Catalog, error) {
+func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.Catalog, error) {
 	p, err := l.LazyCatalog.Pin(ctx, samples)
 	if err != nil {
 		return nil, err

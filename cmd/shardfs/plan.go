@@ -600,7 +600,7 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 			return err
 		}
 		ogets, obytes := layout.ReadPlan(oo, cat, lookahead, mergeGap)
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%d\t%s\t%d\t%s\t\n", e, r, o.Batches, len(o.Samples),
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%d\t%s\t%d\t%s\t\n", e, r, o.Batches, o.Samples.Len(),
 			st.MeanTV, st.MaxTV, uni.MeanTV, uni.MaxTV, gets, humanize.IBytes(uint64(bytes)), ogets, humanize.IBytes(uint64(obytes)))
 		return nil
 	})
@@ -827,9 +827,6 @@ func syntheticShare(buckets int) []float64 {
 // alone: 64 MiB shards of ~100 kB samples, each stratum spread evenly over
 // them, as ingest's stratified placement gives.
 func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *orderFlags) error {
-	if n > math.MaxInt32 {
-		return fmt.Errorf("--synthetic %d: at most %d samples", n, math.MaxInt32)
-	}
 	if of.window > 0 || of.affinity || of.orderVersion() < 2 {
 		return fmt.Errorf("--synthetic above %d samples plans the global order of order version 2 from class counts: leave out --window, --affinity and --order-version 1", maxSyntheticRows)
 	}
@@ -876,7 +873,7 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 			first = st
 		}
 		uni := layout.Stats(layout.UniformOrder(in, p), in, uniformTargets(in, p))
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%s\t\n", e, r, o.Batches, len(o.Samples),
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\t%s\t\n", e, r, o.Batches, o.Samples.Len(),
 			st.MeanTV, st.MaxTV, uni.MeanTV, uni.MaxTV, took.Round(time.Millisecond))
 		return nil
 	})
@@ -969,7 +966,7 @@ func printAffinity(out io.Writer, in *layout.Input, of *orderFlags) error {
 	type mode struct {
 		name    string
 		f       *orderFlags
-		batches [2][][]int32
+		batches [2][]layout.Positions
 		tv      float64
 	}
 	modes := []*mode{{name: "affinity", f: of}, {name: "global order", f: &global}}
@@ -1050,7 +1047,7 @@ func printMixPlan(ctx context.Context, out io.Writer, stores []backend.Store, of
 		served = make([]int, len(names))
 		for b := 0; b < o.Batches; b++ {
 			per := make([]int, len(names))
-			for _, smp := range o.BatchSamples(b) {
+			for _, smp := range o.BatchSamples(b).All() {
 				per[in.Group[in.Stratum[smp]]]++
 			}
 			tv := 0.0

@@ -114,7 +114,10 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 			if f.batches > 0 {
 				n = min(n, f.batches)
 			}
-			samples = append(samples, o.Samples[:n*p.Batch]...)
+			// Warming reads a format-1 manifest held whole: its positions fit 31 bits.
+			for _, s := range o.Samples.Slice(0, n*p.Batch).All() {
+				samples = append(samples, int32(s))
+			}
 		}
 	}
 	var total int64
