@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -14,8 +15,8 @@ import (
 // c's prefix sums: O(log S) a lookup, S·C numbers in all, nothing per
 // sample. It is what lets the order of a billion samples be computed on
 // one node: with order version 2 the order itself is O(1) per stratum.
-// The prefix sums take 4 bytes while the dataset has under 2^31 samples,
-// 8 past it.
+// The prefix sums take 4 bytes while every stratum has under 2^31
+// samples, 8 once one has more.
 type countIndex[T int32 | int64] struct {
 	n          int
 	shardFirst []int64 // [S+1]: first sample of each shard
@@ -44,6 +45,7 @@ func NewCountInputFunc(shards, numStrata int, fill func(s int, row []int)) (*Inp
 		return nil, errors.New("counts-only input needs at least one stratum")
 	}
 	row := make([]int, numStrata)
+	perStratum := make([]int64, numStrata)
 	var total int64
 	for s := 0; s < shards; s++ {
 		clear(row)
@@ -52,6 +54,7 @@ func NewCountInputFunc(shards, numStrata int, fill func(s int, row []int)) (*Inp
 			if k < 0 || k > math.MaxInt32 {
 				return nil, fmt.Errorf("shard %d: stratum %d has %d samples", s, c, k)
 			}
+			perStratum[c] += int64(k)
 			total += int64(k)
 		}
 		if total > maxSamples {
@@ -60,7 +63,7 @@ func NewCountInputFunc(shards, numStrata int, fill func(s int, row []int)) (*Inp
 	}
 	var ix counts
 	var err error
-	if total <= math.MaxInt32 {
+	if slices.Max(perStratum) <= math.MaxInt32 {
 		ix, err = newCountIndex[int32](shards, numStrata, fill)
 	} else {
 		ix, err = newCountIndex[int64](shards, numStrata, fill)
@@ -110,6 +113,28 @@ type counts interface {
 	count(c int) int
 	member(c, k int) int64
 	stratumOf(x int64) uint32
+	split(x int64) (unit, stratum int, k int64)
+}
+
+// Split is where sample x of a counts-only input lies: its unit (the
+// shard whose counts the input was built from; for a format-3 root, the
+// group of shards), its stratum, and which of the stratum's members in
+// that unit it is (0 the first).
+func (in *Input) Split(x int64) (unit, stratum int, k int64, err error) {
+	if in.counted == nil {
+		return 0, 0, 0, errors.New("Split needs a counts-only input")
+	}
+	if x < 0 || x >= int64(in.counted.samples()) {
+		return 0, 0, 0, fmt.Errorf("sample %d of %d", x, in.counted.samples())
+	}
+	unit, stratum, k = in.counted.split(x)
+	return unit, stratum, k, nil
+}
+
+func (ix *countIndex[T]) split(x int64) (unit, stratum int, k int64) {
+	s := sort.Search(len(ix.shardFirst)-1, func(s int) bool { return ix.shardFirst[s+1] > x })
+	c := int(ix.stratumOf(x))
+	return s, c, x - ix.shardFirst[s] - int64(ix.inShard[s*(len(ix.prefix)+1)+c])
 }
 
 func (ix *countIndex[T]) samples() int    { return ix.n }
@@ -192,6 +217,12 @@ func (ix *evenIndex) member(c, k int) int64 {
 	// The shard s with ⌊s·n/S⌋ <= k < ⌊(s+1)·n/S⌋.
 	s := ((int64(k)+1)*ix.shards+n-1)/n - 1
 	return ix.shardFirst[s] + ix.before(s, c) + int64(k) - s*n/ix.shards
+}
+
+func (ix *evenIndex) split(x int64) (unit, stratum int, k int64) {
+	s := sort.Search(len(ix.shardFirst)-1, func(s int) bool { return ix.shardFirst[s+1] > x })
+	c := int(ix.stratumOf(x))
+	return s, c, x - ix.shardFirst[s] - ix.before(int64(s), c)
 }
 
 func (ix *evenIndex) stratumOf(x int64) uint32 {

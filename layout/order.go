@@ -96,8 +96,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("batch size %d: must be at least 1", p.Batch)
 	case p.Alpha < 0 || math.IsNaN(p.Alpha) || math.IsInf(p.Alpha, 0):
 		return fmt.Errorf("alpha %v: must be a finite number >= 0 (1 = proportional, 0 = balanced)", p.Alpha)
-	case p.EpochSize < 0 || p.EpochSize > math.MaxInt32:
-		return fmt.Errorf("epoch size %d: must be in 0..%d", p.EpochSize, math.MaxInt32)
+	case p.EpochSize < 0 || p.EpochSize > maxSamples:
+		return fmt.Errorf("epoch size %d: must be in 0..%d", p.EpochSize, int64(maxSamples))
 	case p.Window < 0:
 		return fmt.Errorf("window %d: must be >= 0 (0 = global shuffle)", p.Window)
 	case p.Window > 0 && p.Alpha != 1:
@@ -147,7 +147,8 @@ func NewInput(stratum []uint32, numStrata int, shard []uint32, numShards int) (*
 		return nil, fmt.Errorf("%d shard entries for %d samples", len(shard), len(stratum))
 	}
 	if len(stratum) > math.MaxInt32 {
-		return nil, fmt.Errorf("%d samples: at most %d", len(stratum), math.MaxInt32)
+		// 8 bytes a sample held per sample: past this, build the input from counts.
+		return nil, fmt.Errorf("%d samples: at most %d with per-sample columns; larger datasets are described by counts (format 2 or 3)", len(stratum), math.MaxInt32)
 	}
 	in := &Input{Stratum: stratum, NumStrata: numStrata, Shard: shard, NumShards: numShards}
 	var err error

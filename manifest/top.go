@@ -58,12 +58,15 @@ const (
 type Top struct {
 	Header
 	Shards []TopShard
+	shardCounts
+}
 
-	// Class counts of every shard, in two arenas: a shard whose counts fit
-	// 16 bits and cover at least a third of the strata keeps a dense row
-	// in dense[denseAt[s]:][:len(Strata)] (2 bytes a stratum); any other
-	// keeps its nonzero counts as (stratum, count) pairs, strata ascending,
-	// in pairs[pairAt[s]:pairAt[s+1]] (8 bytes a stratum present).
+// shardCounts holds the class counts of a run of shards, in two arenas: a
+// shard whose counts fit 16 bits and cover at least a third of the strata
+// keeps a dense row in dense[denseAt[s]:][:strata] (2 bytes a stratum);
+// any other keeps its nonzero counts as (stratum, count) pairs, strata
+// ascending, in pairs[pairAt[s]:pairAt[s+1]] (8 bytes a stratum present).
+type shardCounts struct {
 	dense   []uint16
 	denseAt []int // -1: the shard's counts are pairs
 	pairs   []uint32
@@ -78,9 +81,9 @@ type TopShard struct {
 	IndexSum   uint32 // CRC32C of its index object
 }
 
-// SetCounts records shard s's samples per stratum (len(counts) =
-// len(t.Strata)); shards must be set in order 0, 1, 2, ...
-func (t *Top) SetCounts(s int, counts []int) {
+// SetCounts records shard s's samples per stratum (len(counts): the
+// strata); shards must be set in order 0, 1, 2, ...
+func (t *shardCounts) SetCounts(s int, counts []int) {
 	if len(t.pairAt) == 0 {
 		t.pairAt = append(t.pairAt, 0)
 	}
@@ -110,8 +113,8 @@ func (t *Top) SetCounts(s int, counts []int) {
 	t.pairAt = append(t.pairAt, len(t.pairs))
 }
 
-// Counts writes shard s's samples per stratum into row (len(t.Strata)).
-func (t *Top) Counts(s int, row []int) {
+// Counts writes shard s's samples per stratum into row (len(row): the strata).
+func (t *shardCounts) Counts(s int, row []int) {
 	if at := t.denseAt[s]; at >= 0 {
 		for c, n := range t.dense[at : at+len(row)] {
 			row[c] = int(n)
