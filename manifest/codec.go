@@ -265,13 +265,14 @@ func decodeBody(r io.Reader, bodyLen int64, version uint32) (*Manifest, error) {
 	var shard uint64
 	prevStart := 0
 	for i := 0; i < n && d.err == nil; i++ {
-		shared := int(d.uvarint())
-		if prevLen := len(s.keys) - prevStart; shared > prevLen {
+		// Compared as read: a value past 2^63 would turn negative as an int.
+		shared := d.uvarint()
+		if prevLen := len(s.keys) - prevStart; shared > uint64(prevLen) {
 			d.fail("sample %d shares %d key bytes with a %d-byte key", i, shared, prevLen)
 			break
 		}
 		start := len(s.keys)
-		s.keys = append(s.keys, s.keys[prevStart:prevStart+shared]...)
+		s.keys = append(s.keys, s.keys[prevStart:prevStart+int(shared)]...)
 		s.keys = d.appendBytes(s.keys)
 		prevStart = start
 		s.keyEnd = append(s.keyEnd, uint64(len(s.keys)))

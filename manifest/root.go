@@ -3,6 +3,7 @@ package manifest
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 )
@@ -230,8 +231,8 @@ func decodeRootBody(rd io.Reader, bodyLen int64) (*Root, error) {
 				d.fail("group %d: stratum %d listed twice", g, st)
 			case st >= uint64(len(r.Strata)):
 				d.fail("group %d: stratum %d of %d", g, st, len(r.Strata))
-			case c == 0 || c > uint64(gr.Shards)*MaxShardSize:
-				d.fail("group %d: stratum %d has %d samples in %d shards", g, st, c, gr.Shards)
+			case c == 0 || c > math.MaxInt32:
+				d.fail("group %d: stratum %d has %d samples (a group holds 1 to 2^31-1 of a stratum listed)", g, st, c)
 			}
 			if d.err != nil {
 				break
@@ -275,26 +276,38 @@ type Group struct {
 	Group  int
 	First  int        // the group's first shard
 	Shards []TopShard // NumSamples is set from the counts
-	shardCounts
 
-	strata int
-	prefix [][]int64 // [C][S+1]: members of stratum c in the group's shards before s; built by Locate
+	strata, shards int
+	// prefix[c·(S+1)+j]: members of stratum c in the group's shards before
+	// j. Counts and positions both come from it; a stratum's members in a
+	// group fit 31 bits (DecodeRoot).
+	prefix []int32
 }
 
 // NewGroup starts group g of r, whose shards are added with AddShard.
 func NewGroup(r *Root, g int) *Group {
-	return &Group{Group: g, First: r.FirstShard(g), strata: len(r.Strata)}
+	n := r.Groups[g].Shards
+	return &Group{Group: g, First: r.FirstShard(g), strata: len(r.Strata), shards: n, prefix: make([]int32, len(r.Strata)*(n+1))}
 }
 
 // AddShard appends a shard with counts[c] samples of stratum c.
 func (x *Group) AddShard(sh TopShard, counts []int) {
+	j := len(x.Shards)
 	sh.NumSamples = 0
-	for _, n := range counts {
+	for c, n := range counts {
 		sh.NumSamples += n
+		at := c*(x.shards+1) + j
+		x.prefix[at+1] = x.prefix[at] + int32(n)
 	}
-	x.SetCounts(len(x.Shards), counts)
 	x.Shards = append(x.Shards, sh)
-	x.prefix = nil
+}
+
+// Counts writes shard j of the group's samples per stratum into row.
+func (x *Group) Counts(j int, row []int) {
+	for c := range row {
+		at := c*(x.shards+1) + j
+		row[c] = int(x.prefix[at+1] - x.prefix[at])
+	}
 }
 
 // evenSplit is shard j's share of n samples spread evenly over s shards.
@@ -395,16 +408,29 @@ func decodeGroupBody(rd io.Reader, bodyLen int64, r *Root, g int) (*Group, error
 	if d.err != nil {
 		return nil, d.err
 	}
+	if n < 1 {
+		return nil, bad("no shard")
+	}
 	if name != uint64(g) || first != uint64(x.First) || n != want.Shards {
 		return nil, bad("it names group %d of %d shards from shard %d; the root says group %d of %d shards from shard %d", name, n, first, g, want.Shards, x.First)
 	}
 	row := make([]int, len(r.Strata))
 	left := slices.Clone(total) // what the shards still to come hold
+	// The even split shard by shard without a division: total = q·n + rem,
+	// and shard j gets q plus one where (j+1)·rem/n passes an integer.
+	q, rem, acc := make([]int, len(total)), make([]int, len(total)), make([]int, len(total))
+	for c, t := range total {
+		q[c], rem[c] = t/n, t%n
+	}
 	var size int64
 	for j := 0; j < n && d.err == nil; j++ {
 		sh := TopShard{Size: int64(d.small("shard size", MaxShardSize)), IndexSize: int64(d.uvarint()), IndexSum: d.u32()}
 		for c := range row {
-			row[c] = int(evenSplit(int64(total[c]), j, n))
+			row[c] = q[c]
+			if acc[c] += rem[c]; acc[c] >= n {
+				acc[c] -= n
+				row[c]++
+			}
 		}
 		k := d.count(2)
 		c := uint64(0)
@@ -456,29 +482,15 @@ func decodeGroupBody(rd io.Reader, bodyLen int64, r *Root, g int) (*Group, error
 // members in the group, shard by shard): the shard (dataset-wide) and its
 // position in that shard, which stores its samples stratum by stratum.
 func (x *Group) Locate(c int, k int64) (shard, pos int, err error) {
-	if x.prefix == nil {
-		x.prefix = make([][]int64, x.strata)
-		row := make([]int, x.strata)
-		for c := range x.prefix {
-			x.prefix[c] = make([]int64, len(x.Shards)+1)
-		}
-		for j := range x.Shards {
-			x.Counts(j, row)
-			for c, n := range row {
-				x.prefix[c][j+1] = x.prefix[c][j] + int64(n)
-			}
-		}
-	}
-	if c < 0 || c >= x.strata || k < 0 || k >= x.prefix[c][len(x.Shards)] {
+	w := x.shards + 1
+	if c < 0 || c >= x.strata || k < 0 || k >= int64(x.prefix[c*w+len(x.Shards)]) {
 		return 0, 0, fmt.Errorf("group %d: no member %d of stratum %d", x.Group, k, c)
 	}
-	pre := x.prefix[c]
-	j := sort.Search(len(x.Shards), func(j int) bool { return pre[j+1] > k })
-	row := make([]int, x.strata)
-	x.Counts(j, row)
-	pos = int(k - pre[j])
-	for _, n := range row[:c] {
-		pos += n
+	pre := x.prefix[c*w : c*w+len(x.Shards)+1]
+	j := sort.Search(len(x.Shards), func(j int) bool { return int64(pre[j+1]) > k })
+	pos = int(k - int64(pre[j]))
+	for lower := range c {
+		pos += int(x.prefix[lower*w+j+1] - x.prefix[lower*w+j]) // the shard stores strata below c first
 	}
 	return x.First + j, pos, nil
 }

@@ -310,8 +310,9 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 		}
 		var key []byte
 		for i := 0; i < n && d.err == nil; i++ {
-			shared := int(d.uvarint())
-			if shared > len(key) {
+			// Compared as read: a value past 2^63 would turn negative as an int.
+			shared := d.uvarint()
+			if shared > uint64(len(key)) {
 				d.fail("sample %d shares %d key bytes with a %d-byte key", i, shared, len(key))
 				break
 			}

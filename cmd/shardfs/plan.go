@@ -424,7 +424,7 @@ func (f *orderFlags) ranks() []int {
 
 func newPlanCmd(g *globals) *cobra.Command {
 	of := &orderFlags{}
-	var emit string
+	var emit, describe string
 	var epoch, synthetic, syntheticBuckets, lookahead, compareWindow int
 	cmd := &cobra.Command{
 		Use:   "plan --stores URL,... [order flags] NAME | --mix NAME:W,...",
@@ -465,7 +465,9 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 				if emit != "" {
 					return fmt.Errorf("--emit with --synthetic above %d samples: the keys are not modelled; use a smaller --synthetic", maxSyntheticRows)
 				}
-				return printCountsPlan(cmd.Context(), cmd.OutOrStdout(), synthetic, syntheticBuckets, of)
+				return printCountsPlan(cmd.Context(), cmd.OutOrStdout(), synthetic, syntheticBuckets, of, describe)
+			case describe != "":
+				return fmt.Errorf("--describe needs --synthetic above %d samples: it writes a dataset description of counts only", maxSyntheticRows)
 			case synthetic > 0:
 				m = syntheticManifest(synthetic, syntheticBuckets)
 			case len(args) == 1:
@@ -500,6 +502,7 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 	cmd.Flags().IntVar(&epoch, "epoch", 0, "epoch for --emit")
 	cmd.Flags().IntVar(&synthetic, "synthetic", 0, "plan a synthetic dataset of N samples (100 classes, 64 MiB shards of ~100 kB samples)")
 	cmd.Flags().IntVar(&syntheticBuckets, "synthetic-time-buckets", 0, "with --synthetic: cut every class into this many 30-day time buckets, each 10% larger than the one before (strata: classes x buckets)")
+	cmd.Flags().StringVar(&describe, "describe", "", "with --synthetic above 10,000,000: write the dataset's format-3 description (root and group objects, counts only) to this directory, then start rank --rank from it as a node would; a directory that holds it already is only read")
 	cmd.Flags().IntVar(&lookahead, "lookahead", 8, "batches a reader fetches at once, for the ranged-GET count")
 	cmd.Flags().IntVar(&compareWindow, "compare-window", 8, "window to compare with when --window is 0 (and the reverse)")
 	return cmd
@@ -826,7 +829,7 @@ func syntheticShare(buckets int) []float64 {
 // printCountsPlan plans a synthetic dataset of n samples from counts
 // alone: 64 MiB shards of ~100 kB samples, each stratum spread evenly over
 // them, as ingest's stratified placement gives.
-func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *orderFlags) error {
+func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *orderFlags, describe string) error {
 	if of.window > 0 || of.affinity || of.orderVersion() < 2 {
 		return fmt.Errorf("--synthetic above %d samples plans the global order of order version 2 from class counts: leave out --window, --affinity and --order-version 1", maxSyntheticRows)
 	}
@@ -881,6 +884,26 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 		return err
 	}
 	tw.Flush()
+	if describe != "" {
+		fmt.Fprintln(out)
+		h.IngestID, h.Data, h.Parity, h.BlockSize, h.ShardSize = "synthetic", 4, 2, 1<<20, 64<<20
+		h.Stores = []string{"store-0", "store-1", "store-2", "store-3", "store-4", "store-5"}
+		counts := make([]int, in.NumStrata)
+		for c := range counts {
+			counts[c] = in.Count(c)
+		}
+		st, err := describeSynthetic(ctx, out, describe, h, counts, shards)
+		if err != nil {
+			return err
+		}
+		p, err := of.params(0, of.ranks()[0])
+		if err != nil {
+			return err
+		}
+		if err := rankStart(ctx, out, st, h, in, p); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d: the first 5 of %d strata\n", of.ranks()[0], len(pi))
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "stratum\tsamples\tdata share\tserved\t\n")

@@ -102,3 +102,31 @@ func BigTop(n, shards, strata int) *manifest.Top {
 	}
 	return t
 }
+
+// SkewedTop is a format-2 top-level manifest of the given shards and
+// strata whose per-shard counts are drawn at random, skewed toward the
+// low strata and often zero (no index behind it).
+func SkewedTop(seed uint64, shards, strata int) *manifest.Top {
+	rng := rand.New(rand.NewPCG(seed, 0x736b6577))
+	t := &manifest.Top{Header: manifest.Header{Name: "skewed", IngestID: "x", Data: 2, Parity: 1, BlockSize: 64 << 10, ShardSize: 1 << 30,
+		Stores: []string{"s0", "s1", "s2"}, LabelFields: []string{"label"}}}
+	for c := 0; c < strata; c++ {
+		name := fmt.Sprintf("class%04d", c)
+		t.Strata = append(t.Strata, manifest.Stratum{Name: name, Labels: []string{name}, Count: 0})
+	}
+	row := make([]int, strata)
+	for s := 0; s < shards; s++ {
+		n := 0
+		for c := range row {
+			row[c] = 0
+			if rng.IntN(3) > 0 {
+				row[c] = rng.IntN(1 + 60/(c+1))
+			}
+			n += row[c]
+			t.Strata[c].Count += row[c]
+		}
+		t.Shards = append(t.Shards, manifest.TopShard{Size: int64(n)*1000 + int64(rng.IntN(100)), NumSamples: n, IndexSize: int64(n)*40 + 64, IndexSum: rng.Uint32()})
+		t.SetCounts(s, row)
+	}
+	return t
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// syntheticSampleBytes is the size of a synthetic sample: 100 kB, so that a
+// 64 MiB shard holds about 671 (printCountsPlan's perShard).
+const syntheticSampleBytes = 100_000
+
+// describeSynthetic writes the format-3 description of the synthetic
+// dataset (counts[c] samples of stratum c spread evenly over shards
+// shards) to the file store in dir: its root, and a group object per
+// DefaultGroupShards shards. Only sizes and counts: no sample, no index.
+// A dir that already holds the same description is read, not rewritten,
+// so that a second run measures a rank's start alone.
+func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifest.Header, counts []int, shards int) (*backend.Local, error) {
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		st, err := backend.NewLocal(dir)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := st.Stat(ctx, dataset.RootKey(h.Name, h.IngestID)); err != nil {
+			return nil, fmt.Errorf("--describe %s: the directory is not empty and holds no synthetic description: give an empty or new directory", dir)
+		}
+		fmt.Fprintf(out, "description: found in %s, not rewritten\n", dir)
+		return st, nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("--describe %s: %w", dir, err)
+	}
+	st, err := backend.NewLocal(dir)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	root := &manifest.Root{Header: h}
+	root.Strata = append([]manifest.Stratum(nil), h.Strata...)
+	// before is stratum c's samples in shards below s, as the even model spreads them.
+	before := func(s, c int) int64 { return int64(s) * int64(counts[c]) / int64(shards) }
+	row, total := make([]int, len(counts)), make([]int64, len(counts))
+	var groupBytes int64
+	for first := 0; first < shards; first += manifest.DefaultGroupShards {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		end := min(first+manifest.DefaultGroupShards, shards)
+		var samples int64
+		for c := range total {
+			total[c] = before(end, c) - before(first, c)
+			samples += total[c]
+		}
+		g := len(root.Groups)
+		root.AddGroup(manifest.RootGroup{Shards: end - first, Size: samples * syntheticSampleBytes}, total)
+		x := manifest.NewGroup(root, g)
+		for s := first; s < end; s++ {
+			n := 0
+			for c := range row {
+				row[c] = int(before(s+1, c) - before(s, c))
+				n += row[c]
+			}
+			x.AddShard(manifest.TopShard{Size: int64(n) * syntheticSampleBytes, IndexSize: int64(n)*40 + 64, IndexSum: uint32(s) * 2654435761}, row)
+		}
+		b, err := manifest.EncodeGroup(x, root)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.Put(ctx, dataset.GroupKey(h.Name, h.IngestID, g), b); err != nil {
+			return nil, err
+		}
+		root.SetObject(g, b)
+		groupBytes += int64(len(b))
+	}
+	enc, err := manifest.EncodeRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Put(ctx, dataset.RootKey(h.Name, h.IngestID), enc); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "description: written to %s in %s: root %s (what every node reads: %.1f bytes a shard), %d group objects of %s in all\n",
+		dir, time.Since(t0).Round(time.Millisecond), mib(int64(len(enc))), float64(len(enc))/float64(shards), len(root.Groups), mib(groupBytes))
+	return st, nil
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// rankStart is what a rank of a format-3 dataset does before it serves:
+// read and check the root, compute its order from the root's counts, and
+// locate every sample of its epoch through the group objects. Each
+// location is checked against the even model's (the same order, numbered
+// shard by shard).
+func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.Header, even *layout.Input, p layout.Params) error {
+	t0 := time.Now()
+	key := dataset.RootKey(h.Name, h.IngestID)
+	size, err := st.Stat(ctx, key)
+	if err != nil {
+		return err
+	}
+	b := make([]byte, size)
+	if err := st.ReadAt(ctx, key, b, 0); err != nil {
+		return err
+	}
+	root, err := manifest.DecodeRoot(b)
+	if err != nil {
+		return err
+	}
+	in, err := dataset.RootInput(root)
+	if err != nil {
+		return err
+	}
+	tRoot := time.Since(t0)
+	o, err := layout.Order(in, p)
+	if err != nil {
+		return err
+	}
+	tOrder := time.Since(t0) - tRoot
+	gr, err := dataset.NewGroupReader(root, in, []backend.Store{st}, 2)
+	if err != nil {
+		return err
+	}
+	locs, err := gr.LocateAll(ctx, o.Samples, 8)
+	if err != nil {
+		return err
+	}
+	tLocate := time.Since(t0) - tRoot - tOrder
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	fmt.Fprintf(out, "rank %d's start: root of %d shards read and checked in %s, order of %d samples in %s, every sample located through %d group objects in %s; %s in all, max RSS %d MiB\n",
+		p.Rank, root.NumShards(), tRoot.Round(time.Millisecond), o.Samples.Len(), tOrder.Round(time.Millisecond), gr.Fetches.Load(), tLocate.Round(time.Millisecond),
+		time.Since(t0).Round(time.Millisecond), ru.Maxrss>>10)
+	// The same order from the even model, located by its own numbering.
+	want, err := layout.Order(even, p)
+	if err != nil {
+		return err
+	}
+	if want.Samples.Len() != o.Samples.Len() {
+		return fmt.Errorf("the root's order has %d samples, the even model's %d", o.Samples.Len(), want.Samples.Len())
+	}
+	bad := 0
+	for i, x := range want.Samples.All() {
+		shard, c, k, err := even.Split(x)
+		if err != nil {
+			return err
+		}
+		pos := k
+		for lower := range c {
+			pos += int64(shard+1)*int64(even.Count(lower))/int64(root.NumShards()) - int64(shard)*int64(even.Count(lower))/int64(root.NumShards())
+		}
+		if locs[i] != (dataset.Location{Shard: int32(shard), Pos: int32(pos)}) {
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d samples located away from where the even model places them", bad, len(locs))
+	}
+	fmt.Fprintf(out, "every one of the %d samples is where the even model places it\n", len(locs))
+	return nil
+}
