@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,4 +100,74 @@ func TestPlanBillionTimeStrata(t *testing.T) {
 		return
 	}
 	t.Fatalf("no row for epoch 0 rank 0:\n%s", text)
+}
+
+// runBounded runs shardfs with a hang bound and returns its output and its
+// peak resident memory, from the process's own rusage.
+func runBounded(t *testing.T, bound time.Duration, args ...string) (string, int64) {
+	t.Helper()
+	cmd := execShardfs(args...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out.String())
+		}
+	case <-time.After(bound):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v took over %s (a hang bound):\n%s", args, bound, out.String())
+	}
+	return out.String(), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+}
+
+// Issue 30: ten billion samples in 14,903,130 shards of about 670, as a
+// format-3 description of counts and sizes only, written to a file store
+// and read back. The root, what every node reads, stays under 64 MiB; a
+// rank's start in a fresh process (read and check the root, compute its
+// order of W=16,384 from the root's counts, locate every sample of its
+// epoch through the group objects, each location checked against the even
+// model's) stays under 2 GiB. Ten minutes per run is a hang bound, not a
+// speed target: the times are logged.
+func TestFormatThreeAtFifteenMillionShards(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "description")
+	args := []string{"plan", "--synthetic=10000000000", "--world-size=16384", "--rank=0", "--describe=" + dir}
+	text, _ := runBounded(t, 10*time.Minute, args...)
+	var rootBytes, groups int64
+	var perShard float64
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, "description: written to "+dir+" in "); ok {
+			_, after, _ := strings.Cut(rest, ": ")
+			fmt.Sscanf(after, "root of %d bytes (what every node reads: %f bytes a shard), %d group objects", &rootBytes, &perShard, &groups)
+		}
+	}
+	if rootBytes <= 0 || rootBytes > 64<<20 || groups != 14554 {
+		t.Fatalf("root of %d bytes, %d group objects; want under 64 MiB, and 14,554 groups of 1,024 shards:\n%s", rootBytes, groups, text)
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, "synthetic", "group", "synthetic"))
+	if err != nil || len(ents) != int(groups) {
+		t.Fatalf("%d group objects on the store (%v), the root lists %d", len(ents), err, groups)
+	}
+	// A second run in a fresh process reads the description it finds.
+	text, rss := runBounded(t, 10*time.Minute, args...)
+	if !strings.Contains(text, "description: found in "+dir+", not rewritten") ||
+		!strings.Contains(text, fmt.Sprintf("rank 0's start: root of %d bytes and 14903130 shards read and checked", rootBytes)) ||
+		!strings.Contains(text, "610304 samples") || !strings.Contains(text, "located through 14554 group objects") ||
+		!strings.Contains(text, "every one of the 610304 samples is where the even model places it") {
+		t.Fatalf("second run:\n%s", text)
+	}
+	if rss > 2<<30 {
+		t.Fatalf("a rank's start (and the plan around it) held %d MiB, more than 2 GiB", rss>>20)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "rank 0's start") {
+			t.Logf("root %d bytes (%.2f a shard); %s; process max RSS %d MiB", rootBytes, perShard, line, rss>>20)
+		}
+	}
 }

@@ -88,8 +88,8 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 	if err := st.Put(ctx, dataset.RootKey(h.Name, h.IngestID), enc); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "description: written to %s in %s: root %s (what every node reads: %.1f bytes a shard), %d group objects of %s in all\n",
-		dir, time.Since(t0).Round(time.Millisecond), mib(int64(len(enc))), float64(len(enc))/float64(shards), len(root.Groups), mib(groupBytes))
+	fmt.Fprintf(out, "description: written to %s in %s: root of %d bytes (what every node reads: %.2f bytes a shard), %d group objects of %s in all\n",
+		dir, time.Since(t0).Round(time.Millisecond), len(enc), float64(len(enc))/float64(shards), len(root.Groups), mib(groupBytes))
 	return st, nil
 }
 
@@ -136,8 +136,8 @@ func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.
 	tLocate := time.Since(t0) - tRoot - tOrder
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	fmt.Fprintf(out, "rank %d's start: root of %d shards read and checked in %s, order of %d samples in %s, every sample located through %d group objects in %s; %s in all, max RSS %d MiB\n",
-		p.Rank, root.NumShards(), tRoot.Round(time.Millisecond), o.Samples.Len(), tOrder.Round(time.Millisecond), gr.Fetches.Load(), tLocate.Round(time.Millisecond),
+	fmt.Fprintf(out, "rank %d's start: root of %d bytes and %d shards read and checked in %s, order of %d samples in %s, every sample located through %d group objects in %s; %s in all, max RSS %d MiB\n",
+		p.Rank, size, root.NumShards(), tRoot.Round(time.Millisecond), o.Samples.Len(), tOrder.Round(time.Millisecond), gr.Fetches.Load(), tLocate.Round(time.Millisecond),
 		time.Since(t0).Round(time.Millisecond), ru.Maxrss>>10)
 	// The same order from the even model, located by its own numbering.
 	want, err := layout.Order(even, p)
