@@ -38,6 +38,10 @@ type Report struct {
 	// BadIndexes lists the shard index copies (format 2) that are missing
 	// or corrupt; repair copies an intact one over them.
 	BadIndexes []IndexCopy
+	// BadGroups lists the group object copies (format 3) that are missing
+	// or corrupt; repair copies an intact one over them. A group with no
+	// intact copy on any store keeps the dataset from opening at all.
+	BadGroups  []GroupCopy
 	NoIdentity []int // stores without this dataset's identity (new or replaced stores)
 	Foreign    []int // stores that hold another dataset or ingest of this name
 	// Pending lists stores that hold this ingest's manifest or identity only
@@ -80,9 +84,15 @@ type IndexCopy struct {
 	Err          error
 }
 
+// GroupCopy is one store's copy of one group object (format 3).
+type GroupCopy struct {
+	Store, Group int
+	Err          error
+}
+
 // Intact reports whether everything was checked and nothing is wrong.
 func (r *Report) Intact() bool {
-	return len(r.Damaged) == 0 && len(r.BadSamples) == 0 && len(r.BadManifests) == 0 && len(r.BadIndexes) == 0 &&
+	return len(r.Damaged) == 0 && len(r.BadSamples) == 0 && len(r.BadManifests) == 0 && len(r.BadIndexes) == 0 && len(r.BadGroups) == 0 &&
 		len(r.NoIdentity) == 0 && len(r.Foreign) == 0 && r.Complete()
 }
 
@@ -234,6 +244,9 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 	if err := d.checkIndexes(ctx, rep, faults); err != nil {
 		return nil, err
 	}
+	if err := d.checkGroups(ctx, rep, faults); err != nil {
+		return nil, err
+	}
 	rep.Causes = faults.cause
 	return rep, nil
 }
@@ -246,47 +259,84 @@ func (d *Dataset) checkIndexes(ctx context.Context, rep *Report, faults *storeFa
 	if t == nil {
 		return nil
 	}
+	err := d.checkCopies(ctx, rep, faults, len(t.Shards),
+		func(si int) bool { return slices.Contains(rep.LostIndexes, si) }, // reported as lost, every copy bad
+		func(ctx context.Context, s backend.Store, si int) error {
+			_, err := ReadIndexBytes(ctx, s, t, si)
+			return err
+		},
+		func(store, si int, err error) {
+			rep.BadIndexes = append(rep.BadIndexes, IndexCopy{Store: store, Shard: si, Err: err})
+		})
+	sort.Slice(rep.BadIndexes, func(a, b int) bool {
+		x, y := rep.BadIndexes[a], rep.BadIndexes[b]
+		return x.Store < y.Store || x.Store == y.Store && x.Shard < y.Shard
+	})
+	return err
+}
+
+// checkGroups is checkIndexes for the group objects of format 3.
+func (d *Dataset) checkGroups(ctx context.Context, rep *Report, faults *storeFaults) error {
+	r := d.Manifest.Root
+	if r == nil {
+		return nil
+	}
+	err := d.checkCopies(ctx, rep, faults, len(r.Groups), func(int) bool { return false },
+		func(ctx context.Context, s backend.Store, g int) error {
+			_, err := ReadGroupBytes(ctx, s, r, g)
+			return err
+		},
+		func(store, g int, err error) {
+			rep.BadGroups = append(rep.BadGroups, GroupCopy{Store: store, Group: g, Err: err})
+		})
+	sort.Slice(rep.BadGroups, func(a, b int) bool {
+		x, y := rep.BadGroups[a], rep.BadGroups[b]
+		return x.Store < y.Store || x.Store == y.Store && x.Group < y.Group
+	})
+	return err
+}
+
+// checkCopies reads every checked store's copy of each of n metadata
+// objects with read, and reports through bad (called under a lock) each
+// copy missing or not matching. A store that stops answering is reported
+// unreachable instead.
+func (d *Dataset) checkCopies(ctx context.Context, rep *Report, faults *storeFaults, n int, skip func(i int) bool,
+	read func(ctx context.Context, s backend.Store, i int) error, bad func(store, i int, err error)) error {
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
-	for i, s := range d.Stores {
-		if slices.Contains(rep.Unreachable, i) || slices.Contains(rep.Foreign, i) {
+	for st, s := range d.Stores {
+		if slices.Contains(rep.Unreachable, st) || slices.Contains(rep.Foreign, st) {
 			continue
 		}
-		for si := range t.Shards {
-			if slices.Contains(rep.LostIndexes, si) {
-				continue // reported as lost, every copy bad
+		for i := range n {
+			if skip(i) {
+				continue
 			}
 			g.Go(func() error {
-				_, err := ReadIndexBytes(gctx, s, t, si)
+				err := read(gctx, s, i)
 				if err == nil || gctx.Err() != nil {
 					return gctx.Err()
 				}
-				if unavailable(err) && !d.storeAnswers(gctx, i) {
-					faults.mark(i, err)
+				if unavailable(err) && !d.storeAnswers(gctx, st) {
+					faults.mark(st, err)
 					mu.Lock()
 					defer mu.Unlock()
-					if !slices.Contains(rep.Unreachable, i) {
-						rep.Unreachable = append(rep.Unreachable, i)
+					if !slices.Contains(rep.Unreachable, st) {
+						rep.Unreachable = append(rep.Unreachable, st)
 					}
 					return nil
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				rep.BadIndexes = append(rep.BadIndexes, IndexCopy{Store: i, Shard: si, Err: err})
+				bad(st, i, err)
 				return nil
 			})
 		}
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
+	err := g.Wait()
 	sort.Ints(rep.Unreachable)
-	sort.Slice(rep.BadIndexes, func(a, b int) bool {
-		x, y := rep.BadIndexes[a], rep.BadIndexes[b]
-		return x.Store < y.Store || x.Store == y.Store && x.Shard < y.Shard
-	})
-	return nil
+	return err
 }
 
 // stripeLoss is the most blocks any one block stripe of sh lost.
@@ -401,10 +451,11 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 		rp.skip[si] = true // left as they are
 	}
 	indexes := rp.indexSources(ctx)
+	groups := rp.groupSources(ctx)
 	if err := rp.rebuildFragments(ctx); err != nil {
 		return int(rp.written.Load()), err
 	}
-	if err := rp.rewriteMetadata(ctx, indexes); err != nil {
+	if err := rp.rewriteMetadata(ctx, indexes, groups); err != nil {
 		return int(rp.written.Load()), err
 	}
 	return int(rp.written.Load()), rp.verdict()
@@ -462,6 +513,44 @@ func (rp *repair) indexSources(ctx context.Context) map[IndexCopy][]byte {
 	return out
 }
 
+// groupSources finds, before anything is written, an intact copy for every
+// group object copy to rewrite (format 3). Every group has one: the
+// dataset opened.
+func (rp *repair) groupSources(ctx context.Context) map[GroupCopy][]byte {
+	d := rp.d
+	r := d.Manifest.Root
+	if r == nil {
+		return nil
+	}
+	candidates := slices.Clone(rp.rep.BadGroups)
+	for _, i := range rp.rep.Foreign {
+		for g := range r.Groups {
+			candidates = append(candidates, GroupCopy{Store: i, Group: g})
+		}
+	}
+	intact := map[int][]byte{}
+	out := map[GroupCopy][]byte{}
+	for _, gc := range candidates {
+		if intact[gc.Group] == nil {
+			var errs []error
+			for _, s := range d.Stores {
+				b, err := ReadGroupBytes(ctx, s, r, gc.Group)
+				if err == nil {
+					intact[gc.Group] = b
+					break
+				}
+				errs = append(errs, err)
+			}
+			if intact[gc.Group] == nil {
+				rp.fail(fmt.Sprintf("group %d's object: no intact copy to repair from (%v)", gc.Group, errors.Join(errs...)))
+				continue
+			}
+		}
+		out[GroupCopy{Store: gc.Store, Group: gc.Group}] = intact[gc.Group]
+	}
+	return out
+}
+
 // rebuildFragments decodes every damaged fragment of the shards not left
 // as they are from verified blocks of the others, and writes it back. A
 // shard too few survivors answer for now is named; the others are mended.
@@ -501,11 +590,12 @@ func (rp *repair) rebuildFragments(ctx context.Context) error {
 	return g.Wait()
 }
 
-// rewriteMetadata writes the index copies (an intact copy's bytes, checked
-// against the top-level manifest's checksum, never a re-encoding), the
+// rewriteMetadata writes the index and group object copies (an intact
+// copy's bytes, checked against the top-level manifest's or the root's
+// checksum, never a re-encoding), the
 // manifest copies and the identities that are missing or wrong, and then
 // removes the pending keys of a finished commit.
-func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]byte) error {
+func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]byte, groups map[GroupCopy][]byte) error {
 	d, rep := rp.d, rp.rep
 	enc, err := manifest.EncodeStored(d.Manifest)
 	if err != nil {
@@ -514,6 +604,12 @@ func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]b
 	for ic, b := range indexes {
 		if err := d.Stores[ic.Store].Put(ctx, IndexKey(d.Name, d.Manifest.IngestID, ic.Shard), b); err != nil {
 			return fmt.Errorf("rewrite shard %d's index on store %d: %w", ic.Shard, ic.Store, err)
+		}
+		rp.written.Add(1)
+	}
+	for gc, b := range groups {
+		if err := d.Stores[gc.Store].Put(ctx, GroupKey(d.Name, d.Manifest.IngestID, gc.Group), b); err != nil {
+			return fmt.Errorf("rewrite group %d's object on store %d: %w", gc.Group, gc.Store, err)
 		}
 		rp.written.Add(1)
 	}

@@ -97,12 +97,16 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 	if err != nil {
 		return nil, err
 	}
+	if m, err = expandRoot(ctx, stores, m); err != nil {
+		return nil, err
+	}
 	var lazy *LazyCatalog
 	var lost []int
 	if opts.LazyIndexes && m.Top != nil && m.Samples.Len() == 0 {
 		if lazy, err = newLazyCatalog(m.Top, stores, log); err != nil {
 			return nil, err
 		}
+		lazy.Manifest().Root = m.Root
 		m = lazy.Manifest()
 	} else if m, lost, err = loadIndexes(ctx, stores, m, opts.LostIndexesOK); err != nil {
 		return nil, err
@@ -140,6 +144,9 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 func LoadManifest(ctx context.Context, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
 	m, err := LoadHeader(ctx, stores, name, log)
 	if err != nil {
+		return nil, err
+	}
+	if m, err = expandRoot(ctx, stores, m); err != nil {
 		return nil, err
 	}
 	m, _, err = loadIndexes(ctx, stores, m, false)
@@ -200,7 +207,11 @@ func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manife
 		return nil, nil, err
 	}
 	slices.Sort(lost)
+	root := m.Root
 	m, err := manifest.Expand(t, idx)
+	if err == nil {
+		m.Root = root
+	}
 	return m, lost, err
 }
 
@@ -269,7 +280,12 @@ func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifes
 		}
 	}
 	var m *manifest.Manifest
-	if manifest.IsTop(b) {
+	if manifest.IsRoot(b) {
+		var r *manifest.Root
+		if r, err = manifest.DecodeRoot(b); err == nil {
+			m = r.Manifest()
+		}
+	} else if manifest.IsTop(b) {
 		var t *manifest.Top
 		if t, err = manifest.DecodeTop(b); err == nil {
 			m = t.Manifest()

@@ -16,14 +16,57 @@ import (
 	"github.com/shardfs/shardfs/manifest"
 )
 
-// RootKey is the object key of a format-3 dataset's root in ingest
-// ingestID: a copy on every store.
-func RootKey(name, ingestID string) string { return fmt.Sprintf("%s/root/%s", name, ingestID) }
-
 // GroupKey names group g's object in ingest ingestID of dataset name
-// (format 3): a copy on every store.
+// (format 3): a copy on every store. The root is the dataset's manifest
+// (ManifestKey).
 func GroupKey(name, ingestID string, g int) string {
 	return fmt.Sprintf("%s/group/%s/%08d", name, ingestID, g)
+}
+
+// GroupPrefix is the prefix of all group objects of a dataset.
+func GroupPrefix(name string) string { return name + "/group/" }
+
+// maxExpandedCounts bounds a format-3 dataset read as format 2 reads it:
+// its shards times its strata, the counts held per node (2 bytes each at
+// most in Top's dense rows, so 512 MiB).
+const maxExpandedCounts = 1 << 28
+
+// expandRoot gives a format-3 manifest its shards, from its group objects
+// (each checked against the root, from whichever store has an intact copy),
+// so that it is read, mounted, verified and repaired as format 2 is.
+func expandRoot(ctx context.Context, stores []backend.Store, m *manifest.Manifest) (*manifest.Manifest, error) {
+	r := m.Root
+	if r == nil || m.Top != nil {
+		return m, nil
+	}
+	if n := int64(r.NumShards()) * int64(len(r.Strata)); n > maxExpandedCounts {
+		return nil, fmt.Errorf("dataset %s: %d shards in %d strata: reading a format-3 dataset this large needs its group objects read as the samples are (this shardfs reads them all, and would hold %d counts): shardfs plan works at this size",
+			m.Name, r.NumShards(), len(r.Strata), n)
+	}
+	gr, err := NewGroupReader(r, nil, stores, 1)
+	if err != nil {
+		return nil, err
+	}
+	groups := make([]*manifest.Group, len(r.Groups))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(16)
+	for g := range groups {
+		eg.Go(func() error {
+			x, err := gr.fetch(ectx, g)
+			groups[g] = x
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, err
+	}
+	t, err := manifest.ExpandRoot(r, groups)
+	if err != nil {
+		return nil, err
+	}
+	out := t.Manifest()
+	out.Root = r
+	return out, nil
 }
 
 // RootInput is the order's input from a format-3 root: its per-group
@@ -82,23 +125,30 @@ func (gr *GroupReader) Group(ctx context.Context, g int) (*manifest.Group, error
 	if x, ok := gr.groups.Get(g); ok {
 		return x, nil
 	}
+	x, err := gr.fetch(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	gr.groups.Add(g, x)
+	return x, nil
+}
+
+// fetch reads and checks group g's object, keeping nothing.
+func (gr *GroupReader) fetch(ctx context.Context, g int) (*manifest.Group, error) {
 	if g < 0 || g >= len(gr.root.Groups) {
 		return nil, fmt.Errorf("group %d of %d", g, len(gr.root.Groups))
 	}
-	ref := gr.root.Groups[g]
 	key := GroupKey(gr.root.Name, gr.root.IngestID, g)
 	var errs []error
 	for k := range gr.stores {
 		st := gr.stores[(g+k)%len(gr.stores)]
-		b := make([]byte, ref.ObjectSize)
-		err := st.ReadAt(ctx, key, b, 0)
+		b, err := ReadGroupBytes(ctx, st, gr.root, g)
 		var x *manifest.Group
 		if err == nil {
 			x, err = manifest.DecodeGroup(b, gr.root, g)
 		}
 		if err == nil {
 			gr.Fetches.Add(1)
-			gr.groups.Add(g, x)
 			return x, nil
 		}
 		errs = append(errs, fmt.Errorf("store %s: %s: %w", st, key, err))
@@ -154,4 +204,19 @@ func (gr *GroupReader) LocateAll(ctx context.Context, samples layout.Positions, 
 		return nil, err
 	}
 	return out, nil
+}
+
+// ReadGroupBytes reads store s's copy of group g's object and checks its
+// size and checksum against the root.
+func ReadGroupBytes(ctx context.Context, s backend.Store, r *manifest.Root, g int) ([]byte, error) {
+	key := GroupKey(r.Name, r.IngestID, g)
+	ref := r.Groups[g]
+	b := make([]byte, ref.ObjectSize)
+	if err := s.ReadAt(ctx, key, b, 0); err != nil {
+		return nil, err
+	}
+	if manifest.IndexSum(b) != ref.ObjectSum {
+		return nil, fmt.Errorf("store %s: %s: %w: checksum mismatch", s, key, manifest.ErrCorrupt)
+	}
+	return b, nil
 }

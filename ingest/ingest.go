@@ -45,7 +45,9 @@ type Options struct {
 	Lock dataset.LockOptions
 	// Format is the metadata format written: 1 (default), one manifest
 	// with a row per sample; 2, a top-level manifest of per-shard class
-	// counts plus one index object per shard (see manifest.Top).
+	// counts plus one index object per shard (see manifest.Top); 3, format
+	// 2's indexes under a root of per-group counts and a group object per
+	// 1,024 shards (see manifest.Root).
 	Format int
 }
 
@@ -105,13 +107,18 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Format == 2 {
+	if opts.Format >= 2 {
 		sizes, sums, err := writeIndexes(ctx, opts, m, all, putObject)
 		if err != nil {
 			return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command)", opts.Name, err)
 		}
 		if m.Top, err = manifest.NewTop(m, sizes, sums); err != nil {
 			return nil, err
+		}
+		if opts.Format == 3 {
+			if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
+				return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command)", opts.Name, err)
+			}
 		}
 	}
 	enc, err := manifest.EncodeStored(m)
@@ -147,6 +154,26 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 		})
 	}
 	return sizes, sums, g.Wait()
+}
+
+// writeGroups cuts top into format 3's root and group objects and writes
+// each group object to every store; each must reach m+1 stores.
+func writeGroups(ctx context.Context, opts Options, top *manifest.Top, write writeFunc) (*manifest.Root, error) {
+	root, objs, err := manifest.RootOf(top, manifest.DefaultGroupShards)
+	if err != nil {
+		return nil, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for gi, b := range objs {
+		g.Go(func() error {
+			if err := writeSome(gctx, opts.Stores, dataset.GroupKey(top.Name, top.IngestID, gi), b, opts.Parity+1, write); err != nil {
+				return fmt.Errorf("group %d's object: %w", gi, err)
+			}
+			return nil
+		})
+	}
+	return root, g.Wait()
 }
 
 func (opts *Options) logger() *slog.Logger {
@@ -274,7 +301,7 @@ func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error
 	m.Strata, strata = src.strata()
 	order := stratifiedOrder(strata, len(m.Strata), opts.Seed)
 	shards := cutShards(src.Items, order, opts.ShardSize)
-	if opts.Format == 2 {
+	if opts.Format >= 2 {
 		// Format 2 stores a shard stratum by stratum, so a stratum's k-th
 		// member is found from per-shard counts alone. A stable sort keeps
 		// each stratum's members in the same order, and so the global
@@ -499,7 +526,8 @@ func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string
 	for _, s := range stores {
 		var keys []string
 		var errs []error
-		for _, prefix := range []string{dataset.DataPrefix(name), dataset.IndexPrefix(name)} {
+		prefixes := []string{dataset.DataPrefix(name), dataset.IndexPrefix(name), dataset.GroupPrefix(name)}
+		for _, prefix := range prefixes {
 			ks, err := s.List(ctx, prefix)
 			errs = append(errs, err)
 			keys = append(keys, ks...)
@@ -509,7 +537,11 @@ func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string
 			continue
 		}
 		for _, k := range keys {
-			id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(k, dataset.DataPrefix(name)), dataset.IndexPrefix(name)), "/")
+			rest := k
+			for _, prefix := range prefixes {
+				rest = strings.TrimPrefix(rest, prefix)
+			}
+			id, _, _ := strings.Cut(rest, "/")
 			if id == keep || running[id] {
 				continue
 			}

@@ -115,7 +115,7 @@ func partIngestID(src *Source, opts Options, job string, parts int) string {
 // every part computed alike, and per owned shard its samples and checksums.
 type partRecord struct {
 	Format                  int
-	Metadata                int // the dataset's metadata format, 1 or 2 (Options.Format)
+	Metadata                int // the dataset's metadata format, 1 to 3 (Options.Format)
 	Name, IngestID          string
 	Part, Parts             int
 	Seed                    uint64
@@ -255,7 +255,7 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	res.StoredBytes = stored
 	var indexSize []int64
 	var indexSum []uint32
-	if opts.Format == 2 {
+	if opts.Format >= 2 {
 		indexSize, indexSum, err = writeIndexes(ctx, opts, m, owned, createOrSame)
 		if errors.Is(err, ErrSourceChanged) {
 			return nil, sourceChanged(opts.Name, part, id, err, false)
@@ -298,7 +298,7 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 // the source changed since the commit, and the part says what to do.
 func compareCommitted(ctx context.Context, src *Source, m *manifest.Manifest, codec *erasure.Codec, opts Options, part Part, owned []int) error {
 	_, err := uploadShards(ctx, src, m, codec, opts, owned, sameObject)
-	if err == nil && opts.Format == 2 {
+	if err == nil && opts.Format >= 2 {
 		_, _, err = writeIndexes(ctx, opts, m, owned, sameObject)
 	}
 	switch {
@@ -497,7 +497,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	if err := checkFragments(ctx, opts.Stores, m, n); err != nil {
 		return nil, err
 	}
-	if recs[0].Metadata == 2 {
+	if recs[0].Metadata >= 2 {
 		sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
 		for _, r := range recs {
 			for _, ps := range r.Owned {
@@ -509,6 +509,13 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		}
 		if err := checkIndexes(ctx, opts.Stores, m.Top, n); err != nil {
 			return nil, err
+		}
+		if recs[0].Metadata == 3 {
+			// The commit writes the group objects: they follow from the
+			// parts' records, and a rerun commit writes the same bytes.
+			if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
+				return nil, fmt.Errorf("commit %s: %w (rerun the commit)", opts.Name, err)
+			}
 		}
 	}
 	enc, err := manifest.EncodeStored(m)

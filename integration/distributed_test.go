@@ -38,6 +38,10 @@ func TestDistributedIngest(t *testing.T) {
 	if r := run(t, 5*time.Minute, nil, "verify", stores, "format2"); r.code != 0 {
 		t.Fatalf("verify format 2: %v", r)
 	}
+	// And in format 3 (issue 30), single-process and distributed.
+	if r := run(t, 5*time.Minute, nil, append(ingest("--format=3"), "format3")...); r.code != 0 {
+		t.Fatalf("format 3 ingest: %v", r)
+	}
 
 	// All four parts at once, as four processes.
 	parts := func(name, job string, skip int) []result {
@@ -63,6 +67,29 @@ func TestDistributedIngest(t *testing.T) {
 		}
 	}
 	partTime := time.Since(start)
+	var dist3Parts [4]result
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dist3Parts[i] = run(t, 5*time.Minute, nil, append(ingest(fmt.Sprintf("--part=%d/4", i), "--job=f3", "--format=3"), "dist3")...)
+		}()
+	}
+	wg.Wait()
+	for i, r := range dist3Parts {
+		if r.code != 0 {
+			t.Fatalf("format 3 part %d/4: %v", i, r)
+		}
+	}
+	if r := run(t, 2*time.Minute, nil, "commit", stores, "dist3"); r.code != 0 || !strings.Contains(r.stdout, "committed dist3: 700 samples") {
+		t.Fatalf("commit of the format 3 parts: %v", r)
+	}
+	for _, name := range []string{"format3", "dist3"} {
+		if r := run(t, 5*time.Minute, nil, "verify", stores, name); r.code != 0 {
+			t.Fatalf("verify %s: %v", name, r)
+		}
+	}
 
 	// Part 2 is killed a third of the way through; the other three finish.
 	kill := execShardfs(append(ingest("--part=2/4", "--job=j1"), "dist")...)
@@ -112,6 +139,8 @@ func TestDistributedIngest(t *testing.T) {
 	single := mountShardfs(t, stores, "--batch-size=32", "--epochs=2", "single")
 	dist := mountShardfs(t, stores, "--batch-size=32", "--epochs=2", "dist")
 	format2 := mountShardfs(t, stores, "--batch-size=32", "--epochs=2", "format2")
+	format3 := mountShardfs(t, stores, "--batch-size=32", "--epochs=2", "format3")
+	dist3 := mountShardfs(t, stores, "--batch-size=32", "--epochs=2", "dist3")
 	for e := 0; e < 2; e++ {
 		for _, f := range []string{"epoch.tar", "index.csv"} {
 			p := filepath.Join("epochs", fmt.Sprintf("%04d", e), "rank-000", f)
@@ -119,7 +148,8 @@ func TestDistributedIngest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for name, mnt := range map[string]string{"the distributed ingest": dist, "the format 2 ingest": format2} {
+			for name, mnt := range map[string]string{"the distributed ingest": dist, "the format 2 ingest": format2,
+				"the format 3 ingest": format3, "the distributed format 3 ingest": dist3} {
 				b, err := os.ReadFile(filepath.Join(mnt, p))
 				if err != nil {
 					t.Fatal(err)

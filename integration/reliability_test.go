@@ -170,9 +170,10 @@ func TestStoreOrderChecked(t *testing.T) {
 
 // Issue 9 item 6: a store holding another dataset of the same name is
 // outvoted, reported, and not overwritten; repair --force makes it whole,
-// in both metadata formats (format 2 needs its shard index copies too).
+// in every metadata format (format 2 needs its shard index copies too,
+// format 3 its group object copies).
 func TestForeignStoreOutvoted(t *testing.T) {
-	for _, format := range []string{"--format=1", "--format=2"} {
+	for _, format := range []string{"--format=1", "--format=2", "--format=3"} {
 		t.Run(format, func(t *testing.T) { foreignStoreOutvoted(t, format) })
 	}
 }

@@ -62,6 +62,10 @@ type Manifest struct {
 	// stores holds only the header until its shard indexes are loaded
 	// (Expand).
 	Top *Top
+	// Root is set when the dataset is stored in format 3: the root it was
+	// read from, or written as. Top is then assembled from the root and
+	// its group objects (ExpandRoot), and the rest is format 2's.
+	Root *Root
 }
 
 // Header is what both metadata formats say of a dataset before its shards:

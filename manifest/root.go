@@ -253,7 +253,7 @@ func decodeRootBody(rd io.Reader, bodyLen int64) (*Root, error) {
 			d.fail("group %d: %d bytes in %d shards", g, gr.Size, gr.Shards)
 		case samples > gr.Size:
 			d.fail("group %d: %d samples in %d bytes", g, samples, gr.Size)
-		case gr.ObjectSize < headerSize || gr.ObjectSize > 1<<40:
+		case gr.ObjectSize < headerSize || gr.ObjectSize > 1<<30:
 			d.fail("group %d: a group object of %d bytes", g, gr.ObjectSize)
 		}
 		for c, x := range row {
@@ -493,4 +493,37 @@ func (x *Group) Locate(c int, k int64) (shard, pos int, err error) {
 		pos += int(x.prefix[lower*w+j+1] - x.prefix[lower*w+j]) // the shard stores strata below c first
 	}
 	return x.First + j, pos, nil
+}
+
+// Manifest is the manifest of r without its shards: what choosing among
+// the stores' copies needs. ExpandRoot gives the shards.
+func (r *Root) Manifest() *Manifest {
+	h := r.Header
+	h.Strata = slices.Clone(r.Strata)
+	return &Manifest{Version: int(h.topVersion()), Header: h, Root: r}
+}
+
+// ExpandRoot is the format-2 top-level manifest of r's dataset, from its
+// decoded group objects (groups[g] is group g, each checked by
+// DecodeGroup): the same shards, counts and index references, so that
+// the dataset is read as format 2 reads it. It holds every shard's counts:
+// for what a node holds at 15 million shards, see Root.
+func ExpandRoot(r *Root, groups []*Group) (*Top, error) {
+	if len(groups) != len(r.Groups) {
+		return nil, fmt.Errorf("%w: %d group objects for %d groups", ErrCorrupt, len(groups), len(r.Groups))
+	}
+	t := &Top{Header: r.Header}
+	t.Strata = slices.Clone(r.Strata)
+	row := make([]int, len(r.Strata))
+	for g, x := range groups {
+		if x.Group != g || x.First != len(t.Shards) || len(x.Shards) != r.Groups[g].Shards {
+			return nil, fmt.Errorf("%w: group object %d does not follow group %d", ErrCorrupt, x.Group, g-1)
+		}
+		for j, sh := range x.Shards {
+			x.Counts(j, row)
+			t.SetCounts(len(t.Shards), row)
+			t.Shards = append(t.Shards, sh)
+		}
+	}
+	return t, nil
 }

@@ -367,9 +367,13 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 	return x, nil
 }
 
-// EncodeStored encodes m in the format it is stored in: its top-level
-// manifest when m.Top is set (format 2), else format 1.
+// EncodeStored encodes m in the format it is stored in: its root when
+// m.Root is set (format 3), its top-level manifest when m.Top is (format
+// 2), else format 1.
 func EncodeStored(m *Manifest) ([]byte, error) {
+	if m.Root != nil {
+		return EncodeRoot(m.Root)
+	}
 	if m.Top != nil {
 		return EncodeTop(m.Top)
 	}

@@ -31,7 +31,7 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 		if err != nil {
 			return nil, err
 		}
-		if _, err := st.Stat(ctx, dataset.RootKey(h.Name, h.IngestID)); err != nil {
+		if _, err := st.Stat(ctx, dataset.ManifestKey(h.Name)); err != nil {
 			return nil, fmt.Errorf("--describe %s: the directory is not empty and holds no synthetic description: give an empty or new directory", dir)
 		}
 		fmt.Fprintf(out, "description: found in %s, not rewritten\n", dir)
@@ -85,7 +85,7 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Put(ctx, dataset.RootKey(h.Name, h.IngestID), enc); err != nil {
+	if err := st.Put(ctx, dataset.ManifestKey(h.Name), enc); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "description: written to %s in %s: root of %d bytes (what every node reads: %.2f bytes a shard), %d group objects of %s in all\n",
@@ -102,7 +102,7 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 // shard by shard).
 func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.Header, even *layout.Input, p layout.Params) error {
 	t0 := time.Now()
-	key := dataset.RootKey(h.Name, h.IngestID)
+	key := dataset.ManifestKey(h.Name)
 	size, err := st.Stat(ctx, key)
 	if err != nil {
 		return err

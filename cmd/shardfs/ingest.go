@@ -113,7 +113,7 @@ never writes over this one's fragments.`,
 	fl.StringArrayVar(&f.bins, "bins", nil, "FIELD=N or FIELD=E0,E1,...: add to the stratum the range of a numeric field, N quantile ranges of the data or explicit edges, e.g. len=8 or len=0,128,512,2048; repeatable")
 	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
-	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 0 (default): 2 from %d samples up, else 1", format2From))
+	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 3: format 2's index objects under a root of per-group class counts (a few bytes a shard, what every node reads) and a group object per 1,024 shards, for datasets of millions of shards; a mount reads the group objects when it starts. 0 (default): 2 from %d samples up, else 1", format2From))
 	fl.StringVar(&f.job, "job", "", "name of this distributed ingest run, the same for all its parts (default: $SHARDFS_JOB_ID, else $SLURM_ARRAY_JOB_ID)")
 	return cmd
 }
@@ -135,8 +135,8 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	if err != nil || blockSize > erasure.MaxBlockSize {
 		return nil, ingest.Options{}, fmt.Errorf("--block-size %q: use a size up to 1MiB, e.g. 64KiB", f.blockSize)
 	}
-	if f.format != 0 && f.format != 1 && f.format != 2 {
-		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1 or 2, or 0 to choose by the dataset's size", f.format)
+	if f.format < 0 || f.format > 3 {
+		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1, 2 or 3, or 0 to choose by the dataset's size", f.format)
 	}
 	so := ingest.ScanOptions{LabelFields: f.labelFields, FollowSymlinks: f.followLinks}
 	for _, v := range f.timeBuckets {

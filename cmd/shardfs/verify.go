@@ -157,6 +157,9 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	for _, ic := range rep.BadIndexes {
 		fmt.Fprintf(out, "  shard %d's index copy missing or corrupt on store %d (%s): %v\n", ic.Shard, ic.Store, ds.Stores[ic.Store], ic.Err)
 	}
+	for _, gc := range rep.BadGroups {
+		fmt.Fprintf(out, "  group %d's object copy missing or corrupt on store %d (%s): %v\n", gc.Group, gc.Store, ds.Stores[gc.Store], gc.Err)
+	}
 	for _, i := range rep.NoIdentity {
 		fmt.Fprintf(out, "  no identity on store %d (%s): a new or replaced store\n", i, ds.Stores[i])
 	}
@@ -180,8 +183,12 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	case rep.Intact():
 		fmt.Fprintln(out, "OK: every fragment, block and sample checksum verified")
 	default:
-		fmt.Fprintf(out, "DAMAGED: %d fragments, %d manifest copies, %d index copies, %d identities, %d foreign stores; all recoverable\n",
-			len(rep.Damaged), len(rep.BadManifests), len(rep.BadIndexes), len(rep.NoIdentity), len(rep.Foreign))
+		groups := ""
+		if ds.Manifest.Root != nil {
+			groups = fmt.Sprintf(" %d group object copies,", len(rep.BadGroups))
+		}
+		fmt.Fprintf(out, "DAMAGED: %d fragments, %d manifest copies, %d index copies,%s %d identities, %d foreign stores; all recoverable\n",
+			len(rep.Damaged), len(rep.BadManifests), len(rep.BadIndexes), groups, len(rep.NoIdentity), len(rep.Foreign))
 	}
 }
 
