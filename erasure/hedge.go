@@ -59,6 +59,9 @@ const (
 	HedgeStalled = "stalled"
 )
 
+// HedgeReasons are every reason a read is hedged for.
+var HedgeReasons = []string{HedgeNoFirstByte, HedgeStalled}
+
 // reason is why the reads in flight were found late.
 func (hg *hedger) reason() string {
 	if hg.extended {

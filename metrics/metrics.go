@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardfs/shardfs/erasure"
 )
 
 // Store health states.
@@ -120,7 +122,7 @@ func New(names []string) *Metrics {
 		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardfs_hedges_total",
 			Help: "Reads raced against a parity decode, by reason: no_first_byte (the store had not begun to answer by its deadline), stalled (it answered, then delivered too slowly)."}, []string{"reason"}),
 	}
-	for _, reason := range []string{"no_first_byte", "stalled"} { // erasure.Hedge*: every series from the start
+	for _, reason := range erasure.HedgeReasons { // every series from the start
 		m.hedges.WithLabelValues(reason)
 	}
 	for _, name := range names {
