@@ -261,8 +261,12 @@ func (m *Metrics) Rank(rank int) *RankCounters {
 
 // ReadWait records how long one read of rank's files (SamplesView: of
 // samples/) waited on the data path.
-func (m *Metrics) ReadWait(rank int, d time.Duration) {
-	rc := m.Rank(rank)
+func (m *Metrics) ReadWait(rank int, d time.Duration) { m.Rank(rank).ReadWait(d) }
+
+// ReadWait records how long one read of the rank's files waited on the
+// data path. The read path holds its rank's counters (Metrics.Rank, once
+// per open file), so a read finds them without a lookup.
+func (rc *RankCounters) ReadWait(d time.Duration) {
 	rc.Reads.Add(1)
 	rc.WaitNanos.Add(int64(d))
 	if d >= WaitedFloor {

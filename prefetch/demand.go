@@ -125,24 +125,24 @@ func (r *Reader) ReadSample(ctx context.Context, s int, p []byte, off int64) (in
 	}
 	p = p[:min(int64(len(p)), size-off)]
 	if r.serveFromDisk(s, p, off) {
-		r.account(len(p), 0, metrics.SamplesView)
+		r.account(len(p), 0, r.samplesView)
 		return len(p), nil
 	}
 	waited, err := r.readSample(ctx, deadline, s, p, off)
-	r.account(len(p), waited, metrics.SamplesView)
+	r.account(len(p), waited, r.samplesView)
 	if err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-// account counts a read of n bytes by rank (metrics.SamplesView: of samples/) that
-// waited on the data path.
-func (r *Reader) account(n int, waited time.Duration, rank int) {
+// account counts a read of n bytes by a rank (r.samplesView: of samples/)
+// that waited on the data path.
+func (r *Reader) account(n int, waited time.Duration, rank *metrics.RankCounters) {
 	r.m.Reads.Add(1)
 	r.m.BytesServed.Add(int64(n))
 	r.served.Add(int64(n))
-	r.m.ReadWait(rank, waited)
+	rank.ReadWait(waited)
 	if waited > 0 {
 		r.m.Stall(waited)
 	}

@@ -8,20 +8,22 @@ import (
 
 	"github.com/shardfs/shardfs/cache"
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/metrics"
 )
 
 var extentPool = sync.Pool{New: func() any { s := make([]layout.Extent, 0, 256); return &s }}
 
 // Handle is one open virtual file of a rank-epoch.
 type Handle struct {
-	r  *Reader
-	f  *layout.FileMap
-	st *stream
+	r    *Reader
+	f    *layout.FileMap
+	st   *stream
+	rank *metrics.RankCounters // of the rank whose file it reads
 }
 
 // Open returns a handle on f that drives prefetch for f's rank-epoch.
 func (r *Reader) Open(f *layout.FileMap) *Handle {
-	h := &Handle{r: r, f: f}
+	h := &Handle{r: r, f: f, rank: r.m.Rank(f.Members().Order().Params.Rank)}
 	if f.Kind() == layout.IndexCSV {
 		return h // no sample bytes: nothing to prefetch
 	}
@@ -65,9 +67,6 @@ func (r *Reader) drop(s *stream) bool {
 	return true
 }
 
-// rank is the rank whose file the handle reads.
-func (h *Handle) rank() int { return h.f.Members().Order().Params.Rank }
-
 // Close releases the handle.
 func (h *Handle) Close() {
 	if h.st != nil {
@@ -110,7 +109,7 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		w, err := h.r.readSample(ctx, deadline, s, dst, e.Off)
 		waited += w
 		if err != nil {
-			h.r.account(0, waited, h.rank())
+			h.r.account(0, waited, h.rank)
 			return 0, err
 		}
 		if h.st != nil && e.Off+e.Len >= h.r.sampleSize(s) {
@@ -118,7 +117,7 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			h.r.done(s)
 		}
 	}
-	h.r.account(len(p), waited, h.rank())
+	h.r.account(len(p), waited, h.rank)
 	if h.st != nil && lastMember >= 0 {
 		h.st.advance(h, int(lastMember))
 	}

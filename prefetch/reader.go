@@ -95,8 +95,10 @@ type Reader struct {
 	cat   Catalog
 	cache *cache.Cache
 	m     *metrics.Metrics
-	cfg   Config
-	log   *slog.Logger
+	// samplesView is the counters of the samples/ view's reads.
+	samplesView *metrics.RankCounters
+	cfg         Config
+	log         *slog.Logger
 
 	// One kind of limit, semaphore.Weighted, for all three: it waits on a
 	// context, which every acquirer has, and counts in any unit.
@@ -125,7 +127,7 @@ func New(fetch Fetcher, cat Catalog, c *cache.Cache, m *metrics.Metrics, cfg Con
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Reader{src: direct{fetch, cfg.MergeGap}, cat: cat, cache: c, m: m, cfg: cfg, log: log,
+	r := &Reader{src: direct{fetch, cfg.MergeGap}, cat: cat, cache: c, m: m, samplesView: m.Rank(metrics.SamplesView), cfg: cfg, log: log,
 		demand: semaphore.NewWeighted(int64(cfg.DemandGET)), prefGets: semaphore.NewWeighted(int64(cfg.PrefetchGET)),
 		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
 	if cfg.Disk != nil {
