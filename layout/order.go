@@ -312,6 +312,11 @@ func newEpoch(in *Input, p Params) (*epoch, error) {
 	if err := validateMix(in, p); err != nil {
 		return nil, err
 	}
+	if limit := max(in.N(), math.MaxInt32); p.EpochSize > limit {
+		// Past the dataset's size an epoch recycles samples: an epoch size
+		// of a flag's choosing must not size a rank's order without bound.
+		return nil, fmt.Errorf("epoch size %d: at most %d, the dataset's samples or 2^31-1, whichever is more", p.EpochSize, limit)
+	}
 	l := p.EpochSize
 	if p.Weights != nil {
 		if len(p.Weights) != in.NumStrata {

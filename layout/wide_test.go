@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shardfs/shardfs/layout"
@@ -133,6 +134,24 @@ func TestOrderPastTwoBillion(t *testing.T) {
 		if want := g[:len(got)]; len(got) != (100+news[0].Batches*3)*batch || !slices.Equal(got, want) {
 			t.Fatalf("alpha %v: resuming at global batch 100 with W=3 is not G's continuation (%d positions)", alpha, len(got))
 		}
+	}
+}
+
+// An epoch may pass 2^31 samples where the dataset does; on a small
+// dataset such an epoch size is refused, since it would size a rank's
+// order by a flag alone.
+func TestEpochSizePastTwoBillion(t *testing.T) {
+	even, _ := wideInputs(t)
+	p := layout.Params{World: 1000, Batch: 1000, Alpha: 1, EpochSize: 3_000_000_000, Version: 2}
+	if steps, err := layout.Steps(even, p); err != nil || steps != 3000 {
+		t.Fatalf("an epoch of 3e9 of 4.1e9 samples: %d steps (%v), want 3000", steps, err)
+	}
+	small, err := layout.NewEvenCountInput([]int{600, 400}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := layout.Steps(small, p); err == nil || !strings.Contains(err.Error(), "epoch size 3000000000") {
+		t.Fatalf("an epoch of 3e9 of 1,000 samples: %v", err)
 	}
 }
 
