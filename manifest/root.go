@@ -310,9 +310,33 @@ func (x *Group) Counts(j int, row []int) {
 	}
 }
 
-// evenSplit is shard j's share of n samples spread evenly over s shards.
-func evenSplit(n int64, j, s int) int64 {
-	return (int64(j)+1)*n/int64(s) - int64(j)*n/int64(s)
+// evenSplitter gives the even split of per-stratum totals over n shards,
+// shard after shard: shard j gets ⌊(j+1)·t/n⌋ − ⌊j·t/n⌋ of a total t. It
+// needs no division per shard: t = q·n + rem, and a shard gets q, plus one
+// where the running remainder passes n. Counts in a group object are
+// stored as their difference from it: that formula is part of the format.
+type evenSplitter struct {
+	n           int
+	q, rem, acc []int
+}
+
+func newEvenSplitter(total []int, n int) *evenSplitter {
+	s := &evenSplitter{n: n, q: make([]int, len(total)), rem: make([]int, len(total)), acc: make([]int, len(total))}
+	for c, t := range total {
+		s.q[c], s.rem[c] = t/n, t%n
+	}
+	return s
+}
+
+// next writes the next shard's even split into row.
+func (s *evenSplitter) next(row []int) {
+	for c := range row {
+		row[c] = s.q[c]
+		if s.acc[c] += s.rem[c]; s.acc[c] >= s.n {
+			s.acc[c] -= s.n
+			row[c]++
+		}
+	}
 }
 
 // EncodeGroup serializes x, group x.Group of r: each count is written as
@@ -323,7 +347,9 @@ func EncodeGroup(x *Group, r *Root) ([]byte, error) {
 	}
 	total := make([]int, len(r.Strata))
 	r.GroupCounts(x.Group, total)
-	row := make([]int, len(r.Strata))
+	row, even := make([]int, len(r.Strata)), make([]int, len(r.Strata))
+	split := newEvenSplitter(total, len(x.Shards))
+	var devs []int // stratum, difference; for one shard
 	return frame(groupMagic, RootVersion, func(e *encoder) {
 		e.uvarint(uint64(x.Group))
 		e.uvarint(uint64(x.First))
@@ -339,20 +365,19 @@ func EncodeGroup(x *Group, r *Root) ([]byte, error) {
 			e.uvarint(uint64(sh.IndexSize))
 			e.u32(sh.IndexSum)
 			x.Counts(j, row)
-			off := 0
+			split.next(even)
+			devs = devs[:0]
 			for c, n := range row {
-				if int64(n) != evenSplit(int64(total[c]), j, len(x.Shards)) {
-					off++
+				if n != even[c] {
+					devs = append(devs, c, n-even[c])
 				}
 			}
-			e.uvarint(uint64(off))
+			e.uvarint(uint64(len(devs) / 2))
 			prev := 0
-			for c, n := range row {
-				if dev := int64(n) - evenSplit(int64(total[c]), j, len(x.Shards)); dev != 0 {
-					e.uvarint(uint64(c - prev))
-					e.uvarint(zigzag(dev))
-					prev = c
-				}
+			for i := 0; i < len(devs); i += 2 {
+				e.uvarint(uint64(devs[i] - prev))
+				e.uvarint(zigzag(int64(devs[i+1])))
+				prev = devs[i]
 			}
 		}
 	})
@@ -416,22 +441,11 @@ func decodeGroupBody(rd io.Reader, bodyLen int64, r *Root, g int) (*Group, error
 	}
 	row := make([]int, len(r.Strata))
 	left := slices.Clone(total) // what the shards still to come hold
-	// The even split shard by shard without a division: total = q·n + rem,
-	// and shard j gets q plus one where (j+1)·rem/n passes an integer.
-	q, rem, acc := make([]int, len(total)), make([]int, len(total)), make([]int, len(total))
-	for c, t := range total {
-		q[c], rem[c] = t/n, t%n
-	}
+	split := newEvenSplitter(total, n)
 	var size int64
 	for j := 0; j < n && d.err == nil; j++ {
 		sh := TopShard{Size: int64(d.small("shard size", MaxShardSize)), IndexSize: int64(d.uvarint()), IndexSum: d.u32()}
-		for c := range row {
-			row[c] = q[c]
-			if acc[c] += rem[c]; acc[c] >= n {
-				acc[c] -= n
-				row[c]++
-			}
-		}
+		split.next(row)
 		k := d.count(2)
 		c := uint64(0)
 		for i := 0; i < k && d.err == nil; i++ {

@@ -192,3 +192,26 @@ func FuzzDecodeRootBody(f *testing.F) {
 		}
 	})
 }
+
+// The even split a group object's counts are stored against is part of the
+// format: shard j of n gets ⌊(j+1)·t/n⌋ − ⌊j·t/n⌋ of a total t.
+func TestEvenSplitFormula(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 200 {
+		n := 1 + rng.IntN(2000)
+		total := make([]int, 1+rng.IntN(20))
+		for c := range total {
+			total[c] = rng.IntN(5 * n)
+		}
+		s := newEvenSplitter(total, n)
+		row := make([]int, len(total))
+		for j := range n {
+			s.next(row)
+			for c, tot := range total {
+				if want := (j+1)*tot/n - j*tot/n; row[c] != want {
+					t.Fatalf("shard %d of %d, total %d: %d, want %d", j, n, tot, row[c], want)
+				}
+			}
+		}
+	}
+}

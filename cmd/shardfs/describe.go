@@ -49,6 +49,10 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 	// before is stratum c's samples in shards below s, as the even model spreads them.
 	before := func(s, c int) int64 { return int64(s) * int64(counts[c]) / int64(shards) }
 	row, total := make([]int, len(counts)), make([]int64, len(counts))
+	q, rem, acc := make([]int, len(counts)), make([]int, len(counts)), make([]int, len(counts))
+	for c, n := range counts {
+		q[c], rem[c] = n/shards, n%shards
+	}
 	var groupBytes int64
 	for first := 0; first < shards; first += manifest.DefaultGroupShards {
 		if ctx.Err() != nil {
@@ -66,7 +70,12 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 		for s := first; s < end; s++ {
 			n := 0
 			for c := range row {
-				row[c] = int(before(s+1, c) - before(s, c))
+				// ⌊(s+1)·n_c/S⌋ − ⌊s·n_c/S⌋ from a running remainder: no division a shard.
+				row[c] = q[c]
+				if acc[c] += rem[c]; acc[c] >= shards {
+					acc[c] -= shards
+					row[c]++
+				}
 				n += row[c]
 			}
 			x.AddShard(manifest.TopShard{Size: int64(n) * syntheticSampleBytes, IndexSize: int64(n)*40 + 64, IndexSum: uint32(s) * 2654435761}, row)
