@@ -120,6 +120,20 @@
 // ⌊B·π_c⌋..⌈B·π_c⌉. Only such datasets (new with time buckets) are grouped,
 // so no earlier order changed.
 //
+// # Positions past 2^31
+//
+// A sample is named by its position, an int64 (Positions: 4 bytes a
+// position while all fit 31 bits, 8 once one does not). Counts-only inputs
+// (NewCountInputFunc, NewEvenCountInput) reach 2^62 samples; the per-sample
+// columns of NewInput, which window and affinity modes and mixes need,
+// stop at 2^31−1. A counts-only input numbers samples unit by unit and,
+// within a unit, stratum by stratum: a unit is a shard for format 2's
+// top-level manifest, and a group of shards for format 3's root
+// (Input.Split names a position's unit, stratum and rank in both). Within a
+// unit, stratum c's members are in shard order in both numberings, so the
+// two draw the same samples; only the positions' numbers differ. The order
+// past 2^31 is pinned by TestGoldenOrderPastTwoBillion.
+//
 // # Order versions
 //
 // OrderVersion names this construction. Nodes of one job must compute the

@@ -8,6 +8,12 @@
 // in about 30 bytes each plus their keys. Sample i is the i-th sample in
 // (shard, offset) order; samples are packed back to back in their shard, so
 // offsets are not stored but recomputed on decode.
+//
+// Three metadata formats: format 1, that one object; format 2, a top-level
+// manifest of per-shard counts and an index object per shard (top.go);
+// format 3, format 2's indexes under a root of per-group counts and a group
+// object per group of shards (root.go), so that what every node reads
+// stays small at millions of shards.
 package manifest
 
 import (
