@@ -9,7 +9,8 @@
 //	NAME/lock                                held by the one ingest of NAME that may commit
 //	NAME/manifest.pending, identity.pending  a commit in progress (see PendingManifestKey)
 //	NAME/data/INGEST-ID/SSSSSSSS.FF          fragment FF of shard SSSSSSSS
-//	NAME/index/INGEST-ID/SSSSSSSS            shard SSSSSSSS's index (metadata format 2), a copy on every store
+//	NAME/index/INGEST-ID/SSSSSSSS            shard SSSSSSSS's index (metadata formats 2 and 3), a copy on every store
+//	NAME/group/INGEST-ID/GGGGGGGG            group GGGGGGGG's object (format 3: per shard of 1,024, counts and index reference), a copy on every store
 //	NAME/parts/JOB-ID/part-IIIIII-of-NNNNNN  a finished part of a distributed ingest, until its commit
 //	NAME/parts/JOB-ID/started                a distributed ingest is running: purges leave it alone
 //	NAME/probe/TOKEN/I                       ingest's probe that tells stores apart, removed at once

@@ -47,22 +47,28 @@ func expandRoot(ctx context.Context, stores []backend.Store, m *manifest.Manifes
 	if err != nil {
 		return nil, err
 	}
-	groups := make([]*manifest.Group, len(r.Groups))
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(16)
-	for g := range groups {
-		eg.Go(func() error {
-			x, err := gr.fetch(ectx, g)
-			groups[g] = x
-			return err
-		})
-	}
-	if err := eg.Wait(); err != nil {
-		return nil, err
-	}
-	t, err := manifest.ExpandRoot(r, groups)
-	if err != nil {
-		return nil, err
+	// 16 groups fetched at a time, added in order and dropped: the decoded
+	// groups never outgrow a batch of them.
+	const batch = 16
+	t := manifest.NewTopOf(r)
+	for first := 0; first < len(r.Groups); first += batch {
+		groups := make([]*manifest.Group, min(batch, len(r.Groups)-first))
+		eg, ectx := errgroup.WithContext(ctx)
+		for i := range groups {
+			eg.Go(func() error {
+				var err error
+				groups[i], err = gr.fetch(ectx, first+i)
+				return err
+			})
+		}
+		if err := eg.Wait(); err != nil {
+			return nil, err
+		}
+		for _, x := range groups {
+			if err := t.AddGroup(x); err != nil {
+				return nil, err
+			}
+		}
 	}
 	out := t.Manifest()
 	out.Root = r

@@ -517,27 +517,27 @@ func (r *Root) Manifest() *Manifest {
 	return &Manifest{Version: int(h.topVersion()), Header: h, Root: r}
 }
 
-// ExpandRoot is the format-2 top-level manifest of r's dataset, from its
-// decoded group objects (groups[g] is group g, each checked by
-// DecodeGroup): the same shards, counts and index references, so that
-// the dataset is read as format 2 reads it. It holds every shard's counts:
-// for what a node holds at 15 million shards, see Root.
-func ExpandRoot(r *Root, groups []*Group) (*Top, error) {
-	if len(groups) != len(r.Groups) {
-		return nil, fmt.Errorf("%w: %d group objects for %d groups", ErrCorrupt, len(groups), len(r.Groups))
-	}
+// NewTopOf starts the format-2 top-level manifest of r's dataset, whose
+// shards AddGroup adds from r's group objects in order: the same shards,
+// counts and index references, so that the dataset is read as format 2
+// reads it. It holds every shard's counts: for what a node holds at 15
+// million shards, see Root.
+func NewTopOf(r *Root) *Top {
 	t := &Top{Header: r.Header}
 	t.Strata = slices.Clone(r.Strata)
-	row := make([]int, len(r.Strata))
-	for g, x := range groups {
-		if x.Group != g || x.First != len(t.Shards) || len(x.Shards) != r.Groups[g].Shards {
-			return nil, fmt.Errorf("%w: group object %d does not follow group %d", ErrCorrupt, x.Group, g-1)
-		}
-		for j, sh := range x.Shards {
-			x.Counts(j, row)
-			t.SetCounts(len(t.Shards), row)
-			t.Shards = append(t.Shards, sh)
-		}
+	return t
+}
+
+// AddGroup appends group object x's shards: x must be the next group.
+func (t *Top) AddGroup(x *Group) error {
+	if x.First != len(t.Shards) || len(x.Shards) != x.shards {
+		return fmt.Errorf("%w: group object %d starts at shard %d, after %d shards", ErrCorrupt, x.Group, x.First, len(t.Shards))
 	}
-	return t, nil
+	row := make([]int, len(t.Strata))
+	for j, sh := range x.Shards {
+		x.Counts(j, row)
+		t.SetCounts(len(t.Shards), row)
+		t.Shards = append(t.Shards, sh)
+	}
+	return nil
 }
