@@ -11,12 +11,18 @@ import (
 )
 
 // TestList: list names every dataset on the stores with its ingest, size
-// and code, and on how many stores its manifest is; a prefix that holds no
-// manifest is not a dataset.
+// and code, and on how many stores its manifest is, in every metadata
+// format; a prefix that holds no manifest is not a dataset.
 func TestList(t *testing.T) {
 	c := startCluster(t, 3)
-	ingestSynthetic(t, c.urls, 50, "alpha", 2, 1)
+	src := ingestSynthetic(t, c.urls, 50, "alpha", 2, 1)
 	ingestSynthetic(t, c.urls, 80, "beta", 2, 1)
+	// alpha's listing again in metadata formats 2 and 3: the same row.
+	for _, f := range []string{"2", "3"} {
+		if r := run(t, 5*time.Minute, nil, "ingest", "--stores="+strings.Join(c.urls, ","), "--data=2", "--parity=1", "--shard-size=4MiB", "--format="+f, src, "alpha"+f); r.code != 0 {
+			t.Fatalf("ingest in format %s: %v", f, r)
+		}
+	}
 	ctx := context.Background()
 	if err := c.store(t, 0).Put(ctx, "junk/x", []byte("not a dataset")); err != nil {
 		t.Fatal(err)
@@ -36,7 +42,20 @@ func TestList(t *testing.T) {
 			t.Fatalf("list output does not match %s:\n%v", re, r)
 		}
 	}
-	if strings.Contains(r.stdout, "junk") || strings.Count(strings.TrimSpace(r.stdout), "\n") != 2 {
-		t.Fatalf("list: want a header and exactly two datasets:\n%v", r)
+	if strings.Contains(r.stdout, "junk") || strings.Count(strings.TrimSpace(r.stdout), "\n") != 4 {
+		t.Fatalf("list: want a header and exactly four datasets:\n%v", r)
+	}
+	// Samples, bytes and shards, whatever the format.
+	row := func(name string) string {
+		m := regexp.MustCompile(`(?m)^` + name + ` +\S+ +(\d+ +\S+ \S+ +\d+) +RS`).FindStringSubmatch(r.stdout)
+		if m == nil {
+			t.Fatalf("no row for %s:\n%v", name, r)
+		}
+		return m[1]
+	}
+	for _, name := range []string{"alpha2", "alpha3"} {
+		if got, want := row(name), row("alpha"); got != want {
+			t.Fatalf("%s lists %q, alpha (format 1) %q", name, got, want)
+		}
 	}
 }

@@ -386,13 +386,19 @@ func IsTop(b []byte) bool { return len(b) >= 8 && string(b[:8]) == topMagic }
 // IndexSum is the checksum Top keeps of an encoded shard index.
 func IndexSum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
-// Header is the manifest of t without its samples: what choosing among
-// the stores' copies needs. Expand fills in the rest.
+// Manifest is the manifest of t without its samples: what choosing among
+// the stores' copies needs, and each shard's size and samples (numbered
+// shard by shard). Expand fills in the rest.
 func (t *Top) Manifest() *Manifest {
 	h := t.Header
 	h.Strata = slices.Clone(t.Strata)
 	m := &Manifest{Version: int(t.topVersion()), Header: h, Top: t}
 	m.Shards = make([]Shard, len(t.Shards))
+	first := 0
+	for s, sh := range t.Shards {
+		m.Shards[s] = Shard{Size: sh.Size, FirstSample: first, NumSamples: sh.NumSamples}
+		first += sh.NumSamples
+	}
 	return m
 }
 
