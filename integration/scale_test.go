@@ -171,3 +171,42 @@ func TestFormatThreeAtFifteenMillionShards(t *testing.T) {
 		}
 	}
 }
+
+// plan --describe writes only into an empty or new directory, or reads the
+// same description back; anything else is refused, naming the fix, and the
+// directory is left as it was.
+func TestDescribeRefusals(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	text, _ := runBounded(t, 2*time.Minute, "plan", "--synthetic=20000000", "--world-size=64", "--describe="+dir)
+	if !strings.Contains(text, "30 group objects") || !strings.Contains(text, "every one of the 312320 samples is where the even model places it") {
+		t.Fatalf("describe 20M:\n%s", text)
+	}
+	before, err := os.ReadDir(filepath.Join(dir, "synthetic", "group", "synthetic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := t.TempDir()
+	if err := os.WriteFile(filepath.Join(full, "x"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--synthetic=30000000", "--describe=" + dir}, "holds a description of 20000000 samples in 29807 shards and 100 strata, not of this one (30000000, 44710, 100): give an empty or new directory"},
+		{[]string{"--synthetic=20000000", "--describe=" + full}, "the directory is not empty and holds no synthetic description: give an empty or new directory"},
+		{[]string{"--synthetic=2000", "--describe=" + t.TempDir()}, "--describe needs --synthetic above 10000000 samples"},
+	} {
+		r := run(t, 2*time.Minute, nil, append([]string{"plan"}, tc.args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("plan %v: want exit 1 and %q: %v", tc.args, tc.want, r)
+		}
+	}
+	after, err := os.ReadDir(filepath.Join(dir, "synthetic", "group", "synthetic"))
+	if err != nil || len(after) != len(before) {
+		t.Fatalf("the description has %d group objects after the refusals, %d before (%v)", len(after), len(before), err)
+	}
+	if b, err := os.ReadFile(filepath.Join(full, "x")); err != nil || string(b) != "mine" {
+		t.Fatalf("the non-empty directory's file: %q %v", b, err)
+	}
+}

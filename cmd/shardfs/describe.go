@@ -31,8 +31,26 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 		if err != nil {
 			return nil, err
 		}
-		if _, err := st.Stat(ctx, dataset.ManifestKey(h.Name)); err != nil {
+		key := dataset.ManifestKey(h.Name)
+		size, err := st.Stat(ctx, key)
+		if err != nil {
 			return nil, fmt.Errorf("--describe %s: the directory is not empty and holds no synthetic description: give an empty or new directory", dir)
+		}
+		b := make([]byte, size)
+		if err := st.ReadAt(ctx, key, b, 0); err != nil {
+			return nil, err
+		}
+		root, err := manifest.DecodeRoot(b)
+		if err != nil {
+			return nil, fmt.Errorf("--describe %s: %w: give an empty or new directory", dir, err)
+		}
+		var n int64
+		for _, c := range counts {
+			n += int64(c)
+		}
+		if root.Samples() != n || root.NumShards() != shards || len(root.Strata) != len(counts) {
+			return nil, fmt.Errorf("--describe %s holds a description of %d samples in %d shards and %d strata, not of this one (%d, %d, %d): give an empty or new directory",
+				dir, root.Samples(), root.NumShards(), len(root.Strata), n, shards, len(counts))
 		}
 		fmt.Fprintf(out, "description: found in %s, not rewritten\n", dir)
 		return st, nil
