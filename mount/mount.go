@@ -251,6 +251,9 @@ func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, str
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
+	if err := checkServable(ds.Manifest.Name, in); err != nil {
+		return nil, nil, nil, "", err
+	}
 	mt.Input = in
 	if cfg.CheckOrder != nil {
 		if err := cfg.CheckOrder(in); err != nil {
@@ -374,4 +377,14 @@ func checkStores(ctx context.Context, stores []backend.Store) []string {
 		}
 	}
 	return out
+}
+
+// checkServable refuses a dataset (or mix) of more samples than the read
+// path names apart (cache.MaxSamples): the order past 2^31 is exact, but
+// served, two samples would share a cache key.
+func checkServable(name string, in *layout.Input) error {
+	if n := in.N(); n > cache.MaxSamples {
+		return fmt.Errorf("%s has %d samples: a mount serves at most %d (its cache names a sample in 31 bits); shardfs plan computes the order at any size", name, n, cache.MaxSamples)
+	}
+	return nil
 }

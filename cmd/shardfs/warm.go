@@ -96,6 +96,9 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err != nil {
 		return err
 	}
+	if n := in.N(); n > cache.MaxSamples {
+		return fmt.Errorf("%s has %d samples: the disk tier names at most %d apart", ds.Manifest.Name, n, cache.MaxSamples)
+	}
 	if _, err := f.order.checkSteps(in); err != nil {
 		return err
 	}
