@@ -70,7 +70,7 @@ type Manifest struct {
 	Top *Top
 	// Root is set when the dataset is stored in format 3: the root it was
 	// read from, or written as. Top is then assembled from the root and
-	// its group objects (ExpandRoot), and the rest is format 2's.
+	// its group objects (NewTopOf, Top.AddGroup), and the rest is format 2's.
 	Root *Root
 }
 

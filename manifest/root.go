@@ -510,7 +510,7 @@ func (x *Group) Locate(c int, k int64) (shard, pos int, err error) {
 }
 
 // Manifest is the manifest of r without its shards: what choosing among
-// the stores' copies needs. ExpandRoot gives the shards.
+// the stores' copies needs. NewTopOf and Top.AddGroup give the shards.
 func (r *Root) Manifest() *Manifest {
 	h := r.Header
 	h.Strata = slices.Clone(r.Strata)
