@@ -532,19 +532,12 @@ func (rp *repair) groupSources(ctx context.Context) map[GroupCopy][]byte {
 	out := map[GroupCopy][]byte{}
 	for _, gc := range candidates {
 		if intact[gc.Group] == nil {
-			var errs []error
-			for _, s := range d.Stores {
-				b, err := ReadGroupBytes(ctx, s, r, gc.Group)
-				if err == nil {
-					intact[gc.Group] = b
-					break
-				}
-				errs = append(errs, err)
-			}
-			if intact[gc.Group] == nil {
-				rp.fail(fmt.Sprintf("group %d's object: no intact copy to repair from (%v)", gc.Group, errors.Join(errs...)))
+			b, err := firstIntact(ctx, d.Stores, 0, func(s backend.Store) ([]byte, error) { return ReadGroupBytes(ctx, s, r, gc.Group) })
+			if err != nil {
+				rp.fail(fmt.Sprintf("group %d's object: no intact copy to repair from (%v)", gc.Group, err))
 				continue
 			}
+			intact[gc.Group] = b
 		}
 		out[GroupCopy{Store: gc.Store, Group: gc.Group}] = intact[gc.Group]
 	}
@@ -676,13 +669,9 @@ func (rp *repair) verdict() error {
 // intactIndex is shard si's index object from the first store whose copy
 // matches the top-level manifest.
 func (d *Dataset) intactIndex(ctx context.Context, si int) ([]byte, error) {
-	var errs []error
-	for _, s := range d.Stores {
-		b, err := ReadIndexBytes(ctx, s, d.Manifest.Top, si)
-		if err == nil {
-			return b, nil
-		}
-		errs = append(errs, err)
+	b, err := firstIntact(ctx, d.Stores, 0, func(s backend.Store) ([]byte, error) { return ReadIndexBytes(ctx, s, d.Manifest.Top, si) })
+	if err != nil {
+		return nil, fmt.Errorf("shard %d's index: no intact copy to repair from (%w)", si, err)
 	}
-	return nil, fmt.Errorf("shard %d's index: no intact copy to repair from (%w)", si, errors.Join(errs...))
+	return b, nil
 }

@@ -228,19 +228,42 @@ func lostIndexPlaceholder(m *manifest.Manifest, si int) *manifest.ShardIndex {
 // ReadIndexBytes reads shard si's index object from s and checks it
 // against the size and checksum the top-level manifest keeps.
 func ReadIndexBytes(ctx context.Context, s backend.Store, t *manifest.Top, si int) ([]byte, error) {
-	key := IndexKey(t.Name, t.IngestID, si)
 	ref := t.Shards[si]
-	if ref.IndexSize < 0 || ref.IndexSize > 4<<30 {
-		return nil, fmt.Errorf("%w: shard %d's index of %d bytes", manifest.ErrCorrupt, si, ref.IndexSize)
+	return readChecked(ctx, s, IndexKey(t.Name, t.IngestID, si), ref.IndexSize, ref.IndexSum)
+}
+
+// readChecked reads store s's copy of a metadata object whose size and
+// CRC32C a manifest keeps (a shard index, a group object), and checks it.
+func readChecked(ctx context.Context, s backend.Store, key string, size int64, sum uint32) ([]byte, error) {
+	if size < 0 || size > 4<<30 {
+		return nil, fmt.Errorf("%w: %s of %d bytes", manifest.ErrCorrupt, key, size)
 	}
-	b := make([]byte, ref.IndexSize)
+	b := make([]byte, size)
 	if err := s.ReadAt(ctx, key, b, 0); err != nil {
 		return nil, err
 	}
-	if manifest.IndexSum(b) != ref.IndexSum {
+	if manifest.IndexSum(b) != sum {
 		return nil, fmt.Errorf("store %s: %s: %w: checksum mismatch", s, key, manifest.ErrCorrupt)
 	}
 	return b, nil
+}
+
+// firstIntact is read's result from the first store, trying them in turn
+// from stores[start], for which it succeeds; else every store's error.
+func firstIntact[T any](ctx context.Context, stores []backend.Store, start int, read func(backend.Store) (T, error)) (T, error) {
+	var errs []error
+	for k := range stores {
+		x, err := read(stores[(start+k)%len(stores)])
+		if err == nil {
+			return x, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	var zero T
+	return zero, errors.Join(errs...)
 }
 
 func readIndex(ctx context.Context, s backend.Store, t *manifest.Top, si int) (*manifest.ShardIndex, error) {

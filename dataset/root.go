@@ -2,7 +2,6 @@ package dataset
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -144,25 +143,22 @@ func (gr *GroupReader) fetch(ctx context.Context, g int) (*manifest.Group, error
 	if g < 0 || g >= len(gr.root.Groups) {
 		return nil, fmt.Errorf("group %d of %d", g, len(gr.root.Groups))
 	}
-	key := GroupKey(gr.root.Name, gr.root.IngestID, g)
-	var errs []error
-	for k := range gr.stores {
-		st := gr.stores[(g+k)%len(gr.stores)]
+	x, err := firstIntact(ctx, gr.stores, g, func(st backend.Store) (*manifest.Group, error) {
 		b, err := ReadGroupBytes(ctx, st, gr.root, g)
-		var x *manifest.Group
-		if err == nil {
-			x, err = manifest.DecodeGroup(b, gr.root, g)
+		if err != nil {
+			return nil, err
 		}
-		if err == nil {
-			gr.Fetches.Add(1)
-			return x, nil
+		x, err := manifest.DecodeGroup(b, gr.root, g)
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %s: %w", st, GroupKey(gr.root.Name, gr.root.IngestID, g), err)
 		}
-		errs = append(errs, fmt.Errorf("store %s: %s: %w", st, key, err))
-		if ctx.Err() != nil {
-			break
-		}
+		return x, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dataset %s: group %d's object: no intact copy on any store (%w)", gr.root.Name, g, err)
 	}
-	return nil, fmt.Errorf("dataset %s: group %d's object: no intact copy on any store (%w)", gr.root.Name, g, errors.Join(errs...))
+	gr.Fetches.Add(1)
+	return x, nil
 }
 
 // Location is where a sample lies: its shard and its position in it.
@@ -215,14 +211,6 @@ func (gr *GroupReader) LocateAll(ctx context.Context, samples layout.Positions, 
 // ReadGroupBytes reads store s's copy of group g's object and checks its
 // size and checksum against the root.
 func ReadGroupBytes(ctx context.Context, s backend.Store, r *manifest.Root, g int) ([]byte, error) {
-	key := GroupKey(r.Name, r.IngestID, g)
 	ref := r.Groups[g]
-	b := make([]byte, ref.ObjectSize)
-	if err := s.ReadAt(ctx, key, b, 0); err != nil {
-		return nil, err
-	}
-	if manifest.IndexSum(b) != ref.ObjectSum {
-		return nil, fmt.Errorf("store %s: %s: %w: checksum mismatch", s, key, manifest.ErrCorrupt)
-	}
-	return b, nil
+	return readChecked(ctx, s, GroupKey(r.Name, r.IngestID, g), ref.ObjectSize, ref.ObjectSum)
 }
