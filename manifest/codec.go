@@ -157,6 +157,29 @@ func (e *encoder) uvarint(v uint64) { e.w.Write(binary.AppendUvarint(e.buf[:0], 
 func (e *encoder) u32(v uint32)     { e.w.Write(binary.LittleEndian.AppendUint32(e.buf[:0], v)) }
 func (e *encoder) bytes(b []byte)   { e.uvarint(uint64(len(b))); e.w.Write(b) }
 func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.w.WriteString(s) }
+
+// sparse writes the strata below strata for which keep holds, with
+// value(c) each, as their number and then (stratum delta, value) pairs,
+// strata ascending: how a top-level manifest, a root and a group object
+// store a row of counts or of differences.
+func (e *encoder) sparse(strata int, keep func(c int) bool, value func(c int) uint64) {
+	n := 0
+	for c := range strata {
+		if keep(c) {
+			n++
+		}
+	}
+	e.uvarint(uint64(n))
+	prev := 0
+	for c := range strata {
+		if keep(c) {
+			e.uvarint(uint64(c - prev))
+			e.uvarint(value(c))
+			prev = c
+		}
+	}
+}
+
 func (e *encoder) strs(ss []string) {
 	e.uvarint(uint64(len(ss)))
 	for _, s := range ss {
@@ -391,6 +414,27 @@ func (d *decoder) count(minBytes int64) int {
 		return 0
 	}
 	return int(v)
+}
+
+// sparse reads what encoder.sparse wrote, for what idx (as "shard 7"):
+// strata must ascend and lie below strata, and take(c, v) must accept
+// each value, or the decoder fails naming the stratum.
+func (d *decoder) sparse(what string, idx, strata int, take func(c int, v uint64) bool) {
+	k := d.count(2)
+	c := uint64(0)
+	for i := 0; i < k && d.err == nil; i++ {
+		delta, v := d.uvarint(), d.uvarint()
+		c += delta
+		switch {
+		case d.err != nil:
+		case i > 0 && delta == 0:
+			d.fail("%s %d: stratum %d listed twice", what, idx, c)
+		case c >= uint64(strata):
+			d.fail("%s %d: stratum %d of %d", what, idx, c, strata)
+		case !take(int(c), v):
+			d.fail("%s %d: stratum %d: %d out of range", what, idx, c, v)
+		}
+	}
 }
 
 func (d *decoder) small(what string, max uint64) int {

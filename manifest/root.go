@@ -174,6 +174,7 @@ func EncodeRoot(r *Root) ([]byte, error) {
 	if len(r.totAt) != len(r.Groups)+1 && len(r.Groups) > 0 {
 		return nil, fmt.Errorf("manifest: counts of %d groups set, %d groups", len(r.totAt)-1, len(r.Groups))
 	}
+	row := make([]int, len(r.Strata))
 	return frame(rootMagic, RootVersion, func(e *encoder) {
 		e.header(&r.Header, Version)
 		e.uvarint(uint64(len(r.Groups)))
@@ -182,13 +183,8 @@ func EncodeRoot(r *Root) ([]byte, error) {
 			e.uvarint(uint64(gr.Size))
 			e.uvarint(uint64(gr.ObjectSize))
 			e.u32(gr.ObjectSum)
-			e.uvarint(uint64(r.totAt[g+1] - r.totAt[g]))
-			prev := uint32(0)
-			for i := r.totAt[g]; i < r.totAt[g+1]; i++ {
-				e.uvarint(uint64(r.totStratum[i] - prev)) // strata ascending: deltas
-				e.uvarint(uint64(r.totCount[i]))
-				prev = r.totStratum[i]
-			}
+			r.GroupCounts(g, row)
+			e.sparse(len(row), func(c int) bool { return row[c] > 0 }, func(c int) uint64 { return uint64(row[c]) })
 		}
 	})
 }
@@ -220,25 +216,11 @@ func decodeRootBody(rd io.Reader, bodyLen int64) (*Root, error) {
 	row := make([]int64, len(r.Strata))
 	for g := 0; g < n && d.err == nil; g++ {
 		gr := RootGroup{Shards: d.small("group shards", MaxGroupShards), Size: int64(d.uvarint()), ObjectSize: int64(d.uvarint()), ObjectSum: d.u32()}
-		k := d.count(2)
 		clear(row)
-		st := uint64(0)
-		for i := 0; i < k && d.err == nil; i++ {
-			delta, c := d.uvarint(), d.uvarint()
-			st += delta
-			switch {
-			case i > 0 && delta == 0:
-				d.fail("group %d: stratum %d listed twice", g, st)
-			case st >= uint64(len(r.Strata)):
-				d.fail("group %d: stratum %d of %d", g, st, len(r.Strata))
-			case c == 0 || c > math.MaxInt32:
-				d.fail("group %d: stratum %d has %d samples (a group holds 1 to 2^31-1 of a stratum listed)", g, st, c)
-			}
-			if d.err != nil {
-				break
-			}
-			row[st] = int64(c)
-		}
+		d.sparse("group", g, len(r.Strata), func(c int, n uint64) bool {
+			row[c] = int64(n)
+			return n > 0 && n <= math.MaxInt32 // a group holds 1 to 2^31-1 of a stratum listed
+		})
 		if d.err != nil {
 			break
 		}
@@ -349,7 +331,6 @@ func EncodeGroup(x *Group, r *Root) ([]byte, error) {
 	r.GroupCounts(x.Group, total)
 	row, even := make([]int, len(r.Strata)), make([]int, len(r.Strata))
 	split := newEvenSplitter(total, len(x.Shards))
-	var devs []int // stratum, difference; for one shard
 	return frame(groupMagic, RootVersion, func(e *encoder) {
 		e.uvarint(uint64(x.Group))
 		e.uvarint(uint64(x.First))
@@ -366,19 +347,7 @@ func EncodeGroup(x *Group, r *Root) ([]byte, error) {
 			e.u32(sh.IndexSum)
 			x.Counts(j, row)
 			split.next(even)
-			devs = devs[:0]
-			for c, n := range row {
-				if n != even[c] {
-					devs = append(devs, c, n-even[c])
-				}
-			}
-			e.uvarint(uint64(len(devs) / 2))
-			prev := 0
-			for i := 0; i < len(devs); i += 2 {
-				e.uvarint(uint64(devs[i] - prev))
-				e.uvarint(zigzag(int64(devs[i+1])))
-				prev = devs[i]
-			}
+			e.sparse(len(row), func(c int) bool { return row[c] != even[c] }, func(c int) uint64 { return zigzag(int64(row[c] - even[c])) })
 		}
 	})
 }
@@ -442,28 +411,16 @@ func decodeGroupBody(rd io.Reader, bodyLen int64, r *Root, g int) (*Group, error
 	row := make([]int, len(r.Strata))
 	left := slices.Clone(total) // what the shards still to come hold
 	split := newEvenSplitter(total, n)
+	where := fmt.Sprintf("group %d shard", g)
 	var size int64
 	for j := 0; j < n && d.err == nil; j++ {
 		sh := TopShard{Size: int64(d.small("shard size", MaxShardSize)), IndexSize: int64(d.uvarint()), IndexSum: d.u32()}
 		split.next(row)
-		k := d.count(2)
-		c := uint64(0)
-		for i := 0; i < k && d.err == nil; i++ {
-			delta, dev := d.uvarint(), unzigzag(d.uvarint())
-			c += delta
-			switch {
-			case i > 0 && delta == 0:
-				d.fail("group %d shard %d: stratum %d listed twice", g, j, c)
-			case c >= uint64(len(row)):
-				d.fail("group %d shard %d: stratum %d of %d", g, j, c, len(row))
-			case dev == 0 || int64(row[c])+dev < 0 || int64(row[c])+dev > MaxShardSize:
-				d.fail("group %d shard %d: stratum %d off its even split by %d", g, j, c, dev)
-			}
-			if d.err != nil {
-				break
-			}
-			row[c] += int(dev)
-		}
+		d.sparse(where, j, len(row), func(c int, v uint64) bool {
+			n := int64(row[c]) + unzigzag(v)
+			row[c] = int(n)
+			return v != 0 && n >= 0 && n <= MaxShardSize // a difference of 0 is not listed
+		})
 		for c, k := range row {
 			left[c] -= k
 			if left[c] < 0 {

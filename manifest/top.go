@@ -151,21 +151,7 @@ func EncodeTop(t *Top) ([]byte, error) {
 			e.uvarint(uint64(sh.IndexSize))
 			e.u32(sh.IndexSum)
 			t.Counts(s, row)
-			nonzero := 0
-			for _, n := range row {
-				if n > 0 {
-					nonzero++
-				}
-			}
-			e.uvarint(uint64(nonzero))
-			prev := 0
-			for c, n := range row {
-				if n > 0 {
-					e.uvarint(uint64(c - prev)) // strata ascending: deltas
-					e.uvarint(uint64(n))
-					prev = c
-				}
-			}
+			e.sparse(len(row), func(c int) bool { return row[c] > 0 }, func(c int) uint64 { return uint64(row[c]) })
 		}
 	})
 }
@@ -190,27 +176,16 @@ func DecodeTop(b []byte) (*Top, error) {
 		row := make([]int, len(t.Strata))
 		for s := 0; s < n && d.err == nil; s++ {
 			sh := TopShard{Size: int64(d.small("shard size", MaxShardSize)), IndexSize: int64(d.uvarint()), IndexSum: d.u32()}
-			k := d.count(2)
 			clear(row)
-			st := uint64(0)
-			for i := 0; i < k && d.err == nil; i++ {
-				delta, c := d.uvarint(), d.uvarint()
-				st += delta
-				switch {
-				case i > 0 && delta == 0:
-					d.fail("shard %d: stratum %d listed twice", s, st)
-				case st >= uint64(len(t.Strata)):
-					d.fail("shard %d: stratum %d of %d", s, st, len(t.Strata))
-				case c == 0 || c > MaxShardSize:
-					d.fail("shard %d: stratum %d has %d samples", s, st, c)
+			d.sparse("shard", s, len(t.Strata), func(c int, n uint64) bool {
+				if n == 0 || n > MaxShardSize {
+					return false
 				}
-				if d.err != nil {
-					break
-				}
-				sh.NumSamples += int(c)
-				t.Strata[st].Count += int(c)
-				row[st] = int(c)
-			}
+				sh.NumSamples += int(n)
+				t.Strata[c].Count += int(n)
+				row[c] = int(n)
+				return true
+			})
 			if sh.NumSamples > int(max(sh.Size, 0)) {
 				d.fail("shard %d: %d samples in %d bytes", s, sh.NumSamples, sh.Size)
 			}
