@@ -59,29 +59,10 @@ func TestPlanFromClassCounts(t *testing.T) {
 // hang bound, not a speed target) and 2 GiB of resident memory, measured
 // from the process's own rusage.
 func TestPlanBillionTimeStrata(t *testing.T) {
-	cmd := execShardfs("plan", "--synthetic=1000000000", "--synthetic-time-buckets=12", "--world-size=4096", "--recency-half-life=90d", "--time-window=180d")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("plan: %v\n%s", err, out.String())
-		}
-	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("plan of a billion samples in 1,200 strata took over 2 minutes:\n%s", out.String())
-	}
-	maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	text, maxRSS := runBounded(t, 2*time.Minute, "plan", "--synthetic=1000000000", "--synthetic-time-buckets=12", "--world-size=4096", "--recency-half-life=90d", "--time-window=180d")
 	if maxRSS > 2<<30 {
 		t.Fatalf("plan held %d MiB, more than 2 GiB", maxRSS>>20)
 	}
-	text := out.String()
 	if !strings.Contains(text, "1000000000 samples, 1200 strata") || !strings.Contains(text, "epoch 0 reads the buckets that start from 2025-07-11 to 2025-12-08 (600 strata)") {
 		t.Fatalf("plan:\n%s", text)
 	}

@@ -31,16 +31,10 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 		if err != nil {
 			return nil, err
 		}
-		key := dataset.ManifestKey(h.Name)
-		size, err := st.Stat(ctx, key)
-		if err != nil {
+		root, _, err := readRoot(ctx, st, h.Name)
+		if errors.Is(err, backend.ErrNotExist) {
 			return nil, fmt.Errorf("--describe %s: the directory is not empty and holds no synthetic description: give an empty or new directory", dir)
 		}
-		b := make([]byte, size)
-		if err := st.ReadAt(ctx, key, b, 0); err != nil {
-			return nil, err
-		}
-		root, err := manifest.DecodeRoot(b)
 		if err != nil {
 			return nil, fmt.Errorf("--describe %s: %w: give an empty or new directory", dir, err)
 		}
@@ -129,16 +123,7 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 // shard by shard).
 func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.Header, even *layout.Input, p layout.Params) error {
 	t0 := time.Now()
-	key := dataset.ManifestKey(h.Name)
-	size, err := st.Stat(ctx, key)
-	if err != nil {
-		return err
-	}
-	b := make([]byte, size)
-	if err := st.ReadAt(ctx, key, b, 0); err != nil {
-		return err
-	}
-	root, err := manifest.DecodeRoot(b)
+	root, size, err := readRoot(ctx, st, h.Name)
 	if err != nil {
 		return err
 	}
@@ -193,4 +178,21 @@ func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.
 	}
 	fmt.Fprintf(out, "every one of the %d samples is where the even model places it\n", len(locs))
 	return nil
+}
+
+// readRoot reads and checks the root of a description (the dataset's
+// manifest key on the one store that holds it), and its size in bytes.
+// dataset.LoadHeader is for a dataset's k+m stores and their quorum.
+func readRoot(ctx context.Context, st backend.Store, name string) (*manifest.Root, int64, error) {
+	key := dataset.ManifestKey(name)
+	size, err := st.Stat(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	b := make([]byte, size)
+	if err := st.ReadAt(ctx, key, b, 0); err != nil {
+		return nil, 0, err
+	}
+	root, err := manifest.DecodeRoot(b)
+	return root, size, err
 }
