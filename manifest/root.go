@@ -155,11 +155,6 @@ func (r *Root) FirstShard(g int) int {
 // NumShards is the dataset's number of shards.
 func (r *Root) NumShards() int { return r.FirstShard(len(r.Groups)) }
 
-// GroupOf is the group that holds shard s.
-func (r *Root) GroupOf(s int) int {
-	return sort.Search(len(r.Groups), func(g int) bool { return r.firstShard[g+1] > s })
-}
-
 // Samples is the dataset's number of samples.
 func (r *Root) Samples() int64 {
 	var n int64
