@@ -31,13 +31,9 @@ import (
 
 // Key names one chunk of one sample.
 type Key struct {
-	Sample int32
+	Sample int64
 	Chunk  int32
 }
-
-// MaxSamples is the most samples a Key can tell apart: a dataset with more
-// must not be served through the cache, or two samples would share a key.
-const MaxSamples = math.MaxInt32
 
 // Result says how a Get was served.
 type Result int

@@ -36,7 +36,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 func TestBoundedAndDeadFirst(t *testing.T) {
 	c := New(1000, nil)
 	ctx := context.Background()
-	for i := int32(0); i < 10; i++ {
+	for i := int64(0); i < 10; i++ {
 		c.Get(ctx, Key{i, 0}, func(context.Context) ([]byte, error) { return make([]byte, 100), nil })
 	}
 	if c.Used() != 1000 {
@@ -149,9 +149,9 @@ func size100(Key) int64 { return 100 }
 func TestEvictsFurthestNextUse(t *testing.T) {
 	// A cyclic scan with a hot set, the shape of epochs that share samples:
 	// LRU misses on every access of a scan larger than the cache.
-	var seq []int32
+	var seq []int64
 	for rep := 0; rep < 6; rep++ {
-		for k := int32(0); k < 12; k++ {
+		for k := int64(0); k < 12; k++ {
 			seq = append(seq, k)
 			if k%3 == 0 {
 				seq = append(seq, 100) // a hot key
@@ -159,7 +159,7 @@ func TestEvictsFurthestNextUse(t *testing.T) {
 		}
 	}
 	const slots = 5
-	nextUse := func(cursor int, k int32) int64 {
+	nextUse := func(cursor int, k int64) int64 {
 		for j := cursor + 1; j < len(seq); j++ {
 			if seq[j] == k {
 				return int64(j - cursor)
@@ -191,7 +191,7 @@ func TestEvictsFurthestNextUse(t *testing.T) {
 	// Belady's OPT, offline: on a miss, the new key joins, and if the cache
 	// is over, the key used furthest in the future goes (the new one too).
 	opt := 0
-	resident := map[int32]bool{}
+	resident := map[int64]bool{}
 	for i, k := range seq {
 		if resident[k] {
 			continue
@@ -199,7 +199,7 @@ func TestEvictsFurthestNextUse(t *testing.T) {
 		opt++
 		resident[k] = true
 		if len(resident) > slots {
-			var victim int32
+			var victim int64
 			far := int64(-1)
 			for r := range resident {
 				if d := nextUse(i, r); d > far || (d == far && r < victim) {
@@ -223,14 +223,14 @@ func TestEvictsFurthestNextUse(t *testing.T) {
 // first only if no other reader needs it.
 func TestDoneYieldsToNextUse(t *testing.T) {
 	c := New(300, nil)
-	needed := map[int32]int64{1: 10, 2: 20}
+	needed := map[int64]int64{1: 10, 2: 20}
 	c.SetNextUse(func(k Key) int64 {
 		if d, ok := needed[k.Sample]; ok {
 			return d
 		}
 		return NoUse
 	})
-	get := func(s int32) {
+	get := func(s int64) {
 		c.Get(context.Background(), Key{s, 0}, func(context.Context) ([]byte, error) { return make([]byte, 100), nil })
 	}
 	get(1)
@@ -248,7 +248,7 @@ func TestDoneYieldsToNextUse(t *testing.T) {
 // completion whether the GET succeeds or fails.
 func TestReservationsCountInTheBudget(t *testing.T) {
 	c := New(500, nil)
-	for s := int32(0); s < 5; s++ {
+	for s := int64(0); s < 5; s++ {
 		c.Get(context.Background(), Key{s, 0}, func(context.Context) ([]byte, error) { return make([]byte, 100), nil })
 	}
 	claimed := c.Claim([]Key{{10, 0}, {11, 0}}, size100)
@@ -273,7 +273,7 @@ func TestLookupServesOnlyHits(t *testing.T) {
 	if v, ok := c.Lookup(Key{0, 0}); ok || v != nil {
 		t.Fatal("Lookup of an absent key reported a hit")
 	}
-	for i := int32(0); i < 3; i++ {
+	for i := int64(0); i < 3; i++ {
 		c.Get(ctx, Key{i, 0}, func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{byte(i + 1)}, 100), nil })
 	}
 	v, ok := c.Lookup(Key{0, 0})
@@ -325,7 +325,7 @@ func TestEvictedUnreadCountsThrash(t *testing.T) {
 			t.Fatalf("%v not cached", k)
 		}
 	}
-	for s := int32(6); s <= 8; s++ {
+	for s := int64(6); s <= 8; s++ {
 		if _, res, err := c.Get(context.Background(), Key{s, 0}, func(context.Context) ([]byte, error) { return val, nil }); err != nil || res != Fetched {
 			t.Fatalf("get %d: %v %v", s, res, err)
 		}

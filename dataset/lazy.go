@@ -340,10 +340,10 @@ func (l *LazyCatalog) Pin(ctx context.Context, samples layout.Positions) (*Pinne
 
 // PinStratum is Pin of every sample of stratum c, and those samples in
 // order: the shards without any are not fetched.
-func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, []int32, error) {
+func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, layout.Positions, error) {
 	row := make([]int, len(l.top.Strata))
 	byShard := map[int][]int32{}
-	var samples []int32
+	var samples layout.Positions
 	for s := range l.top.Shards {
 		l.top.Counts(s, row)
 		if row[c] == 0 {
@@ -356,7 +356,7 @@ func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, []int32, 
 		}
 		for k := range row[c] {
 			byShard[s] = append(byShard[s], int32(at+k))
-			samples = append(samples, int32(l.shardFirst[s])+int32(at+k))
+			samples.Append(l.shardFirst[s] + int64(at+k))
 		}
 	}
 	p, err := l.pin(ctx, byShard)

@@ -175,14 +175,14 @@ func TestLazyIndexesFetchOnlyWhatIsPinned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ref []int32
+		var ref []int64
 		for i := range m.Samples.Len() {
 			if int(m.Samples.Stratum[i]) == c {
-				ref = append(ref, int32(i))
+				ref = append(ref, int64(i))
 			}
 		}
-		if !slices.Equal(samples, ref) {
-			t.Fatalf("stratum %d: %d samples listed, %d in the whole manifest", c, len(samples), len(ref))
+		if !slices.Equal(samples.Int64s(), ref) {
+			t.Fatalf("stratum %d: %d samples listed, %d in the whole manifest", c, samples.Len(), len(ref))
 		}
 	}
 }

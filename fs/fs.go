@@ -40,7 +40,7 @@ type Pinner interface {
 	// Pin fetches the rows of samples.
 	Pin(ctx context.Context, samples layout.Positions) (Catalog, error)
 	// PinStratum fetches the rows of stratum c's samples, and lists them.
-	PinStratum(ctx context.Context, c int) (Catalog, []int32, error)
+	PinStratum(ctx context.Context, c int) (Catalog, layout.Positions, error)
 }
 
 // pinTimeout bounds fetching the rows of one rank-epoch or directory: one
@@ -76,7 +76,7 @@ type tree struct {
 	log *slog.Logger
 
 	samplesOnce sync.Once
-	byStratum   [][]int32 // per stratum, sample indexes sorted by path below the stratum dir
+	byStratum   []layout.Positions // per stratum, sample indexes sorted by path below the stratum dir
 
 	pinMu  sync.Mutex      // guards pinned, ahead
 	pinned []weakPinnedDir // with a Pinner: per stratum, its sorted samples while a directory uses them
@@ -567,17 +567,17 @@ func (f *virtFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 
 // sampleIndex groups samples by stratum, each group sorted by the path
 // below the stratum directory (the key without a leading "<stratum>/").
-func (t *tree) sampleIndex() [][]int32 {
+func (t *tree) sampleIndex() []layout.Positions {
 	t.samplesOnce.Do(func() {
-		groups := make([][]int32, t.Catalog.NumStrata())
+		groups := make([]layout.Positions, t.Catalog.NumStrata())
 		n := len(t.Input.Stratum)
 		for i := 0; i < n; i++ {
 			c := t.Catalog.Stratum(i)
-			groups[c] = append(groups[c], int32(i))
+			groups[c].Append(int64(i))
 		}
 		for c, g := range groups {
 			prefix := []byte(t.Catalog.StratumName(c) + "/")
-			slices.SortFunc(g, func(a, b int32) int {
+			g.SortFunc(func(a, b int64) int {
 				return bytes.Compare(relPath(t.Catalog.KeyBytes(int(a)), prefix), relPath(t.Catalog.KeyBytes(int(b)), prefix))
 			})
 		}
@@ -590,7 +590,7 @@ func (t *tree) sampleIndex() [][]int32 {
 // the catalog that answers for them (holding their rows, with a Pinner).
 type classDir struct {
 	cat     Catalog
-	entries []int32
+	entries layout.Positions
 }
 
 type weakPinnedDir = weak.Pointer[classDir]
@@ -617,7 +617,7 @@ func (t *tree) class(ctx context.Context, c int) (*classDir, error) {
 		return nil, fmt.Errorf("samples/%s: %w", t.Catalog.StratumName(c), err)
 	}
 	prefix := []byte(t.Catalog.StratumName(c) + "/")
-	slices.SortFunc(samples, func(a, b int32) int {
+	samples.SortFunc(func(a, b int64) int {
 		return bytes.Compare(relPath(cat.KeyBytes(int(a)), prefix), relPath(cat.KeyBytes(int(b)), prefix))
 	})
 	d := &classDir{cat: cat, entries: samples}
@@ -692,7 +692,7 @@ type sampleDir struct {
 	class   *classDir // holds the rows of entries
 	stratum int
 	prefix  string // "" or "a/b/"
-	entries []int32
+	entries layout.Positions
 }
 
 var (
@@ -701,7 +701,7 @@ var (
 )
 
 func (d *sampleDir) rel(i int) string {
-	return string(relPath(d.class.cat.KeyBytes(int(d.entries[i])), []byte(d.t.Catalog.StratumName(d.stratum)+"/")))
+	return string(relPath(d.class.cat.KeyBytes(int(d.entries.At(i))), []byte(d.t.Catalog.StratumName(d.stratum)+"/")))
 }
 
 func (d *sampleDir) dirPath() string {
@@ -711,7 +711,7 @@ func (d *sampleDir) dirPath() string {
 func (d *sampleDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	var es []fuse.DirEntry
 	last := ""
-	for i := range d.entries {
+	for i := range d.entries.Len() {
 		rest := strings.TrimPrefix(d.rel(i), d.prefix)
 		name, _, isDir := strings.Cut(rest, "/")
 		if name == last {
@@ -729,12 +729,12 @@ func (d *sampleDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 
 func (d *sampleDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	target := d.prefix + name
-	lo := sort.Search(len(d.entries), func(i int) bool { return d.rel(i) >= target })
-	if lo == len(d.entries) {
+	lo := sort.Search(d.entries.Len(), func(i int) bool { return d.rel(i) >= target })
+	if lo == d.entries.Len() {
 		return nil, syscall.ENOENT
 	}
 	if d.rel(lo) == target {
-		s := int(d.entries[lo])
+		s := int(d.entries.At(lo))
 		d.t.setAttr(&out.Attr, fileMode, d.class.cat.Size(s))
 		return d.NewInode(ctx, &sampleFile{t: d.t, cat: d.class.cat, sample: s}, gofs.StableAttr{Mode: fuse.S_IFREG, Ino: ino(d.dirPath() + name)}), 0
 	}
@@ -742,9 +742,9 @@ func (d *sampleDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if !strings.HasPrefix(d.rel(lo), sub) {
 		return nil, syscall.ENOENT
 	}
-	hi := lo + sort.Search(len(d.entries)-lo, func(i int) bool { return !strings.HasPrefix(d.rel(lo+i), sub) })
+	hi := lo + sort.Search(d.entries.Len()-lo, func(i int) bool { return !strings.HasPrefix(d.rel(lo+i), sub) })
 	d.t.setAttr(&out.Attr, dirMode, 0)
-	return d.NewInode(ctx, &sampleDir{dir: dir{t: d.t}, class: d.class, stratum: d.stratum, prefix: sub, entries: d.entries[lo:hi]},
+	return d.NewInode(ctx, &sampleDir{dir: dir{t: d.t}, class: d.class, stratum: d.stratum, prefix: sub, entries: d.entries.Slice(lo, hi)},
 		gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino(d.dirPath() + name)}), 0
 }
 

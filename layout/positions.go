@@ -3,6 +3,7 @@ package layout
 import (
 	"iter"
 	"math"
+	"slices"
 )
 
 // Positions is a sequence of sample positions. It takes 4 bytes a
@@ -100,4 +101,13 @@ func (p Positions) Bytes() int64 {
 		return 8 * int64(cap(p.wide))
 	}
 	return 4 * int64(cap(p.narrow))
+}
+
+// SortFunc sorts the positions in place by cmp, as slices.SortFunc does.
+func (p Positions) SortFunc(cmp func(a, b int64) int) {
+	if p.wide != nil {
+		slices.SortFunc(p.wide, cmp)
+		return
+	}
+	slices.SortFunc(p.narrow, func(a, b int32) int { return cmp(int64(a), int64(b)) })
 }

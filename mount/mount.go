@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -251,7 +252,7 @@ func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, str
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	if err := checkServable(ds.Manifest.Name, in); err != nil {
+	if err := checkServable(ds.Manifest.Name, in, mt.Params); err != nil {
 		return nil, nil, nil, "", err
 	}
 	mt.Input = in
@@ -355,10 +356,10 @@ func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.Catalog
 	return p, nil
 }
 
-func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, []int32, error) {
+func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, layout.Positions, error) {
 	p, samples, err := l.LazyCatalog.PinStratum(ctx, c)
 	if err != nil {
-		return nil, nil, err
+		return nil, layout.Positions{}, err
 	}
 	return p, samples, nil
 }
@@ -379,12 +380,17 @@ func checkStores(ctx context.Context, stores []backend.Store) []string {
 	return out
 }
 
-// checkServable refuses a dataset (or mix) of more samples than the read
-// path names apart (cache.MaxSamples): the order past 2^31 is exact, but
-// served, two samples would share a cache key.
-func checkServable(name string, in *layout.Input) error {
-	if n := in.N(); n > cache.MaxSamples {
-		return fmt.Errorf("%s has %d samples: a mount serves at most %d (its cache names a sample in 31 bits); shardfs plan computes the order at any size", name, n, cache.MaxSamples)
+// checkServable refuses an order whose rank-epoch has more members than
+// the read path numbers (2^31-1): sample ids are 64-bit, but a member of a
+// rank-epoch is named in 32 bits. Such a rank-epoch's member table alone
+// would take tens of GB; more ranks share the epoch.
+func checkServable(name string, in *layout.Input, p layout.Params) error {
+	steps, err := layout.Steps(in, p)
+	if err != nil {
+		return err
+	}
+	if n := int64(steps) * int64(max(p.Batch, 1)); n > math.MaxInt32 {
+		return fmt.Errorf("%s: a rank-epoch of %d samples (%d samples in %d ranks): a mount serves at most %d a rank-epoch; raise --world-size or lower --epoch-size", name, n, in.N(), p.World, math.MaxInt32)
 	}
 	return nil
 }

@@ -55,7 +55,7 @@ func (r *Reader) readSample(ctx context.Context, deadline time.Time, s int, p []
 	var waited time.Duration
 	var bounded context.Context
 	for len(p) > 0 {
-		k := cache.Key{Sample: int32(s), Chunk: int32(off / r.cfg.ChunkSize)}
+		k := cache.Key{Sample: int64(s), Chunk: int32(off / r.cfg.ChunkSize)}
 		v, ok := r.cache.Lookup(k)
 		if ok {
 			r.m.CacheHits.Add(1)

@@ -131,6 +131,6 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 func (r *Reader) done(s int) {
 	size := r.sampleSize(s)
 	for c := int64(0); c*r.cfg.ChunkSize < max(size, 1); c++ {
-		r.cache.Done(cache.Key{Sample: int32(s), Chunk: int32(c)})
+		r.cache.Done(cache.Key{Sample: int64(s), Chunk: int32(c)})
 	}
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // expected renders file f from the source tree.
-func expected(t *testing.T, f *layout.FileMap, src string, cat dataset.Catalog) []byte {
+func expected(t *testing.T, f *layout.FileMap, src string, cat layout.Catalog) []byte {
 	out := make([]byte, f.Size())
 	for _, e := range f.Extents(nil, 0, f.Size()) {
 		p := out[e.FileOff : e.FileOff+e.Len]

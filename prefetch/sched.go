@@ -155,7 +155,7 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 			continue // served from the tier through the page cache (serveFromDisk)
 		}
 		for c := int64(0); c*r.cfg.ChunkSize < size; c++ {
-			k := cache.Key{Sample: int32(smp), Chunk: int32(c)}
+			k := cache.Key{Sample: int64(smp), Chunk: int32(c)}
 			if r.cache.Contains(k) {
 				continue
 			}
@@ -234,7 +234,7 @@ func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) 
 		if o >= to {
 			break
 		}
-		k := cache.Key{Sample: int32(i)}
+		k := cache.Key{Sample: int64(i)}
 		switch {
 		case size > r.cfg.ChunkSize:
 			return nil, false

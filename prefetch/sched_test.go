@@ -42,7 +42,7 @@ func TestEveryReaderGetsItsLead(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, b := range workers {
-		first := cache.Key{Sample: int32(m.Sample(10 * b))}
+		first := cache.Key{Sample: int64(m.Sample(10 * b))}
 		for !c.Contains(first) {
 			if time.Now().After(deadline) {
 				t.Fatalf("batch %d's first sample not prefetched within 10s (workers at batches %v, lead %d bytes)", b, workers, cfg.Budget)
@@ -118,7 +118,7 @@ func TestRankIsNextUse(t *testing.T) {
 				break
 			}
 		}
-		if got := r.nextUse(cache.Key{Sample: int32(s)}); got != want {
+		if got := r.nextUse(cache.Key{Sample: int64(s)}); got != want {
 			t.Fatalf("sample %d: next use %d, want %d", s, got, want)
 		}
 	}
@@ -166,7 +166,7 @@ func TestReadMembersAreNotNeeded(t *testing.T) {
 		if seen[smp] != 1 {
 			t.Fatalf("sample %d is read %d times in this epoch: the test needs each once", smp, seen[smp])
 		}
-		got := r.nextUse(cache.Key{Sample: int32(smp)})
+		got := r.nextUse(cache.Key{Sample: int64(smp)})
 		switch b := i / 10; {
 		case b == 2:
 			if got != cache.NoUse {

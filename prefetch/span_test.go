@@ -54,7 +54,7 @@ func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
 	if count < 3 {
 		t.Fatalf("shard 0 holds %d samples, want 3 or more", count)
 	}
-	a, c := cache.Key{Sample: int32(first)}, cache.Key{Sample: int32(first + 2)}
+	a, c := cache.Key{Sample: int64(first)}, cache.Key{Sample: int64(first + 2)}
 	shard, aOff, aLen := r.chunkRange(a)
 	_, cOff, cLen := r.chunkRange(c)
 	pieces := []piece{{aOff, make([]byte, aLen)}, {cOff, make([]byte, cLen)}}
@@ -99,7 +99,7 @@ func TestSpanReadsIntoItsPieces(t *testing.T) {
 	var pieces []piece
 	var want int64
 	for _, i := range []int{first, first + 2, first + 3} {
-		shard, off, n := r.chunkRange(cache.Key{Sample: int32(i)})
+		shard, off, n := r.chunkRange(cache.Key{Sample: int64(i)})
 		if shard != 0 {
 			t.Fatalf("sample %d in shard %d", i, shard)
 		}

@@ -19,11 +19,9 @@ type stream struct {
 	// batchLeft[b] is how many members of batch b are not yet read to their end.
 	batchLeft []atomic.Int32
 
-	// Where each sample is read in this rank-epoch, for the cache's ranker:
-	// first[s] is sample s's first member index (-1: none) and more holds
-	// every member index of samples read more than once (re-weighted epochs).
-	first []int32
-	more  map[int32][]int32
+	// uses finds where each sample is read in this rank-epoch, for the
+	// cache's ranker.
+	uses *memberIndex
 	// readers is the sorted positions of the open handles (or, when none is
 	// open, of the last one to close), for lock-free ranking.
 	readers     atomic.Pointer[[]int]
@@ -51,29 +49,7 @@ func newStream(r *Reader, m *layout.Members) *stream {
 	for b := range s.batchLeft {
 		s.batchLeft[b].Store(int32(min(batch, m.Len()-b*batch)))
 	}
-	top := int32(-1)
-	for i := 0; i < m.Len(); i++ {
-		top = max(top, int32(m.Sample(i)))
-	}
-	s.first = make([]int32, top+1)
-	for i := range s.first {
-		s.first[i] = -1
-	}
-	for i := 0; i < m.Len(); i++ {
-		smp := int32(m.Sample(i))
-		switch f := s.first[smp]; {
-		case f < 0:
-			s.first[smp] = int32(i)
-		default:
-			if s.more == nil {
-				s.more = map[int32][]int32{}
-			}
-			if len(s.more[smp]) == 0 {
-				s.more[smp] = []int32{f}
-			}
-			s.more[smp] = append(s.more[smp], int32(i))
-		}
-	}
+	s.uses = newMemberIndex(m)
 	empty := []int{}
 	s.readers.Store(&empty)
 	return s
@@ -82,15 +58,18 @@ func newStream(r *Reader, m *layout.Members) *stream {
 // nextUse is how many bytes of this rank-epoch lie between sample smp's next
 // read and the nearest reader before it, or NoUse. A member read to its end
 // is not a next read, even where it lies ahead of a slower reader.
-func (s *stream) nextUse(smp int32) int64 {
+func (s *stream) nextUse(smp int64) int64 {
 	ps := *s.readers.Load()
-	if len(ps) == 0 || int(smp) >= len(s.first) || s.first[smp] < 0 {
+	if len(ps) == 0 {
 		return cache.NoUse
 	}
-	m := int(s.first[smp])
+	m := int(s.uses.first(smp))
+	if m < 0 {
+		return cache.NoUse
+	}
 	if m < ps[0] || s.wasRead(m) {
 		m = -1
-		for _, i := range s.more[smp] {
+		for _, i := range s.uses.all(smp) {
 			if int(i) >= ps[0] && !s.wasRead(int(i)) {
 				m = int(i)
 				break
@@ -133,7 +112,7 @@ func (s *stream) readyLead(p int, limit int64) int64 {
 		}
 		smp := s.m.Sample(m)
 		for c := int64(0); c*s.r.cfg.ChunkSize < max(s.r.sampleSize(smp), 1); c++ {
-			if !s.r.cache.Ready(cache.Key{Sample: int32(smp), Chunk: int32(c)}) {
+			if !s.r.cache.Ready(cache.Key{Sample: int64(smp), Chunk: int32(c)}) {
 				return ready
 			}
 		}

@@ -16,7 +16,7 @@ import (
 // already holds: exactly what a set of ranks will read, before they read it.
 // Samples are grouped by shard and fetched as ranges of up to MaxGET bytes,
 // PrefetchGET at a time. progress, if set, receives the sample bytes handled.
-func (r *Reader) Warm(ctx context.Context, samples []int32, progress func(bytes int64)) error {
+func (r *Reader) Warm(ctx context.Context, samples []int64, progress func(bytes int64)) error {
 	if r.tier == nil {
 		return errors.New("warm needs a disk tier: pass --cache-dir")
 	}
@@ -24,7 +24,7 @@ func (r *Reader) Warm(ctx context.Context, samples []int32, progress func(bytes 
 		off, size int64
 	}
 	byShard := map[int][]want{}
-	seen := map[int32]bool{}
+	seen := map[int64]bool{}
 	for _, s := range samples {
 		if seen[s] {
 			continue
@@ -79,7 +79,7 @@ func (r *Reader) Warm(ctx context.Context, samples []int32, progress func(bytes 
 // straight from the disk tier rather than through the memory cache: it fits
 // one chunk, the tier may hold it and the memory cache does not.
 func (r *Reader) fromDisk(s int, size int64) bool {
-	return r.tier != nil && size <= maxDiskSample && size <= r.cfg.ChunkSize && !r.cache.Contains(cache.Key{Sample: int32(s)})
+	return r.tier != nil && size <= maxDiskSample && size <= r.cfg.ChunkSize && !r.cache.Contains(cache.Key{Sample: int64(s)})
 }
 
 // serveFromDisk fills p with the whole of sample s straight from the disk

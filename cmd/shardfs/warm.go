@@ -96,13 +96,10 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err != nil {
 		return err
 	}
-	if n := in.N(); n > cache.MaxSamples {
-		return fmt.Errorf("%s has %d samples: the disk tier names at most %d apart", ds.Manifest.Name, n, cache.MaxSamples)
-	}
 	if _, err := f.order.checkSteps(in); err != nil {
 		return err
 	}
-	var samples []int32
+	var samples []int64
 	for e := f.epoch; e < f.epoch+f.order.epochs; e++ {
 		for _, r := range f.order.ranks() {
 			p, err := f.order.params(e, r)
@@ -117,15 +114,12 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 			if f.batches > 0 {
 				n = min(n, f.batches)
 			}
-			// Warming reads a format-1 manifest held whole: its positions fit 31 bits.
-			for _, s := range o.Samples.Slice(0, n*p.Batch).All() {
-				samples = append(samples, int32(s))
-			}
+			samples = append(samples, o.Samples.Slice(0, n*p.Batch).Int64s()...)
 		}
 	}
 	var total int64
 	cat := dataset.Catalog{M: ds.Manifest}
-	seen := map[int32]bool{}
+	seen := map[int64]bool{}
 	for _, s := range samples {
 		if !seen[s] {
 			seen[s] = true
