@@ -18,6 +18,15 @@
 // A fetch in flight is a claim on one or many keys (a coalesced ranged GET
 // fills several chunks at once); readers of a claimed key wait for it
 // instead of fetching again.
+//
+// Buffers are reused (spare.go): a fetch takes its buffer from Alloc, which
+// hands out an evicted chunk's buffer of about the same size, so that a
+// cache that has filled once reads on without first touches of new memory
+// (each costs a page fault, and on some machines most of a CPU second per
+// GB). A reader holds the bytes it copies out (Held, Release): an evicted
+// chunk's buffer is reused only once nobody holds it, so no reader ever
+// sees another chunk's bytes. The spare buffers count against the budget,
+// up to a sixteenth of it.
 package cache
 
 import (
@@ -61,20 +70,30 @@ const (
 
 type flight struct {
 	done     chan struct{}
-	val      []byte
+	held     Held // the bytes, once completed without error
 	err      error
 	waiters  int   // callers waiting on it; guarded by Cache.mu
 	reserved int64 // budget bytes held for it until it completes
 	taken    bool  // a caller takes its bytes (Get's own fetch, or a waiter)
+	fetcher  bool  // Get's own fetch: its caller takes a hold too
+	// completed is set, under Cache.mu, when the entry is added and a hold
+	// taken for each waiter and the fetcher.
+	completed bool
 }
 
 type entry struct {
-	k    Key
-	v    []byte
-	at   int    // index in Cache.all
-	used uint64 // access clock, for ties and when no NextUse is set
-	done bool   // queued in Cache.done
-	read bool   // a reader took its bytes: evicted unread, it was fetched for nothing
+	k Key
+	v []byte
+	// holders is how many callers hold v (Held); dead is set once the entry
+	// left the cache. v goes back to the free list when both say nobody
+	// can read it any more; recycled (guarded by Cache.mu) makes that once.
+	holders  atomic.Int32
+	dead     atomic.Bool
+	recycled bool
+	at       int    // index in Cache.all
+	used     uint64 // access clock, for ties and when no NextUse is set
+	done     bool   // queued in Cache.done
+	read     bool   // a reader took its bytes: evicted unread, it was fetched for nothing
 }
 
 // Cache is safe for concurrent use.
@@ -92,6 +111,7 @@ type Cache struct {
 	onSize   func(int64)
 	rng      *rand.Rand
 	reserved int64
+	spare    spares // evicted chunks' buffers, for the next fetches
 
 	// Evictions counts entries evicted to stay within the budget;
 	// EvictedUnread those of them no reader had taken: prefetched for
@@ -143,18 +163,44 @@ func (c *Cache) Contains(k Key) bool {
 	return c.entries[k] != nil || c.flights[k] != nil
 }
 
+// Held is a chunk's bytes, held for the caller until it calls Release:
+// until then the buffer is not reused, even if the chunk is evicted.
+// Bytes must not be used after Release.
+type Held struct {
+	Bytes []byte
+	e     *entry // nil: the bytes are the caller's own (nothing to release)
+}
+
+// Release ends the hold. Each Held is released at most once; one never
+// released only keeps its buffer from being reused.
+func (c *Cache) Release(h Held) {
+	if h.e == nil || h.e.holders.Add(-1) != 0 || !h.e.dead.Load() {
+		return
+	}
+	c.mu.Lock()
+	c.recycleLocked(h.e, false)
+	c.mu.Unlock()
+}
+
+// holdLocked takes a hold on e for a caller. Caller holds c.mu, and e is in
+// the cache.
+func holdLocked(e *entry, n int32) Held {
+	e.holders.Add(n)
+	return Held{Bytes: e.v, e: e}
+}
+
 // Lookup returns k's bytes if they are cached, as a hit: the read path's
 // fast path, which needs no context and no fetch function.
-func (c *Cache) Lookup(k Key) ([]byte, bool) {
+func (c *Cache) Lookup(k Key) (Held, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[k]
 	if e == nil {
-		return nil, false
+		return Held{}, false
 	}
 	c.clock++
 	e.used, e.read = c.clock, true
-	return e.v, true
+	return holdLocked(e, 1), true
 }
 
 // Ready reports whether k's bytes are in the cache (not only being fetched).
@@ -164,15 +210,18 @@ func (c *Cache) Ready(k Key) bool {
 	return c.entries[k] != nil
 }
 
-// Get returns k's bytes: from the cache, by waiting for a fetch in flight,
-// or by calling fetch itself (once, however many callers ask).
-func (c *Cache) Get(ctx context.Context, k Key, fetch func(ctx context.Context) ([]byte, error)) ([]byte, Result, error) {
+// Get returns k's bytes, held (see Held): from the cache, by waiting for
+// a fetch in flight, or by calling fetch itself (once, however many
+// callers ask). fetch hands its buffer to the cache; Alloc gives one the
+// cache can reuse.
+func (c *Cache) Get(ctx context.Context, k Key, fetch func(ctx context.Context) ([]byte, error)) (Held, Result, error) {
 	c.mu.Lock()
 	if e := c.entries[k]; e != nil {
 		c.clock++
 		e.used, e.read = c.clock, true
+		h := holdLocked(e, 1)
 		c.mu.Unlock()
-		return e.v, Hit, nil
+		return h, Hit, nil
 	}
 	if f := c.flights[k]; f != nil {
 		f.waiters++
@@ -180,17 +229,28 @@ func (c *Cache) Get(ctx context.Context, k Key, fetch func(ctx context.Context) 
 		c.mu.Unlock()
 		select {
 		case <-f.done:
-			return f.val, Waited, f.err
+			return f.held, Waited, f.err
 		case <-ctx.Done():
-			return nil, Waited, ctx.Err()
+			c.mu.Lock()
+			if f.completed {
+				c.mu.Unlock()
+				c.Release(f.held) // the hold complete took for this waiter
+			} else {
+				f.waiters--
+				c.mu.Unlock()
+			}
+			return Held{}, Waited, ctx.Err()
 		}
 	}
-	f := &flight{done: make(chan struct{}), taken: true} // this caller takes the bytes it fetches
+	f := &flight{done: make(chan struct{}), taken: true, fetcher: true} // this caller takes the bytes it fetches
 	c.flights[k] = f
 	c.mu.Unlock()
 	v, err := fetch(ctx)
 	c.complete(k, f, v, err)
-	return v, Fetched, err
+	if err != nil {
+		return Held{}, Fetched, err
+	}
+	return f.held, Fetched, nil
 }
 
 // Claim marks every key that is neither cached nor in flight as in flight,
@@ -204,7 +264,7 @@ func (c *Cache) Claim(keys []Key, size func(Key) int64) []Key {
 		if c.entries[k] != nil || c.flights[k] != nil {
 			continue
 		}
-		n := size(k)
+		n := int64(sizeClass(int(size(k))))
 		c.flights[k] = &flight{done: make(chan struct{}), reserved: n}
 		c.used += n
 		c.reserved += n
@@ -244,32 +304,56 @@ func (c *Cache) complete(k Key, f *flight, v []byte, err error) {
 	c.used -= f.reserved
 	c.reserved -= f.reserved
 	if err == nil {
-		c.addLocked(k, v, f.taken)
+		e := c.addLocked(k, v, f.taken)
+		// Held for every caller that takes the bytes before anything can
+		// evict the entry.
+		if n := int32(f.waiters); f.fetcher || n > 0 {
+			if f.fetcher {
+				n++
+			}
+			f.held = holdLocked(e, n)
+		}
+		c.evictLocked()
 	}
+	f.err = err
+	f.completed = true
 	c.onSize(c.used)
 	c.mu.Unlock()
-	f.val, f.err = v, err
 	close(f.done)
 }
 
-func (c *Cache) addLocked(k Key, v []byte, read bool) {
+// addLocked caches v as k's bytes. A chunk already cached (two fetches of
+// one key) is replaced by a new entry: holders of the old one keep its
+// buffer until they release it.
+func (c *Cache) addLocked(k Key, v []byte, read bool) *entry {
 	c.clock++
-	if e := c.entries[k]; e != nil {
-		c.used += int64(len(v)) - int64(len(e.v))
-		e.v, e.used, e.read = v, c.clock, e.read || read
-	} else {
-		e := &entry{k: k, v: v, at: len(c.all), used: c.clock, read: read}
-		c.Inserted.Add(1)
-		c.entries[k] = e
-		c.all = append(c.all, e)
-		c.used += int64(len(v))
+	if old := c.entries[k]; old != nil {
+		read = read || old.read
+		c.removeLocked(old)
 	}
-	c.evictLocked()
+	e := &entry{k: k, v: v, at: len(c.all), used: c.clock, read: read}
+	c.Inserted.Add(1)
+	c.entries[k] = e
+	c.all = append(c.all, e)
+	c.used += int64(cap(v))
+	return e
 }
 
 // evictLocked evicts until the budget holds or only reservations are left.
+//
+// Spare buffers count against the budget too: they go first, down to the
+// spare target, and an evicted chunk's buffer is kept spare only while
+// the spares are below it; so the cache holds chunks up to its budget
+// less the spares it keeps for the next fetches.
 func (c *Cache) evictLocked() {
-	for c.used > c.budget && len(c.all) > 0 {
+	for c.used+c.spare.bytes > c.budget {
+		if c.spare.bytes > 0 && (c.spare.bytes > c.spareTarget() || len(c.all) == 0) {
+			c.spare.trim(max(0, min(c.spareTarget(), c.budget-c.used)))
+			continue
+		}
+		if len(c.all) == 0 {
+			return
+		}
 		e := c.victimLocked()
 		c.removeLocked(e)
 		c.Evictions.Add(1)
@@ -323,8 +407,64 @@ func (c *Cache) removeLocked(e *entry) {
 	c.all[e.at], last.at = last, e.at
 	c.all = c.all[:len(c.all)-1]
 	delete(c.entries, e.k)
-	c.used -= int64(len(e.v))
+	c.used -= int64(cap(e.v))
 	e.done = false
+	e.dead.Store(true)
+	if e.holders.Load() == 0 {
+		// Evicting: the loop that evicts keeps the budget, spares included.
+		c.recycleLocked(e, true)
+	}
+}
+
+// recycleLocked keeps a dead entry's buffer for the next fetches, once
+// and only while the spares are below their target (and, unless evicting,
+// fit the budget beside the cached chunks).
+func (c *Cache) recycleLocked(e *entry, evicting bool) {
+	if e.recycled || e.holders.Load() != 0 {
+		return
+	}
+	e.recycled = true
+	c.keepSpareLocked(e.v, evicting)
+	e.v = nil
+}
+
+// spareTarget is the most bytes of spare buffers the cache keeps: a
+// sixteenth of its budget, enough for the fetches between two evictions.
+func (c *Cache) spareTarget() int64 { return c.budget / 16 }
+
+func (c *Cache) keepSpareLocked(b []byte, evicting bool) {
+	if n := int64(cap(b)); n > 0 && c.spare.bytes+n <= c.spareTarget() && (evicting || c.used+c.spare.bytes+n <= c.budget) {
+		c.spare.put(b)
+	}
+}
+
+// Alloc returns a buffer of n bytes for a chunk's fetch: an evicted
+// chunk's, when one of its size class is spare, so that a cache that has
+// filled once reads on without touching new memory. Its contents are
+// undefined. Hand it to the cache (Fill, or Get's fetch) or back (Free).
+func (c *Cache) Alloc(n int) []byte {
+	c.mu.Lock()
+	b := c.spare.take(n)
+	c.mu.Unlock()
+	if b == nil {
+		b = make([]byte, n, sizeClass(n))
+	}
+	return b
+}
+
+// Free takes back a buffer from Alloc that was never handed to the cache.
+func (c *Cache) Free(b []byte) {
+	c.mu.Lock()
+	c.keepSpareLocked(b, false)
+	c.mu.Unlock()
+}
+
+// Spare is the bytes of evicted chunks' buffers kept for reuse: with Used,
+// never more than the budget.
+func (c *Cache) Spare() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.spare.bytes
 }
 
 // Done marks k as read to its end by one reader: unless nextUse says

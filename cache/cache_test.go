@@ -70,12 +70,12 @@ func TestSingleFlight(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, res, err := c.Get(context.Background(), Key{1, 0}, func(context.Context) ([]byte, error) {
+			h, res, err := c.Get(context.Background(), Key{1, 0}, func(context.Context) ([]byte, error) {
 				calls.Add(1)
 				<-release
 				return []byte("data"), nil
 			})
-			if err != nil || string(v) != "data" {
+			if v := h.Bytes; err != nil || string(v) != "data" {
 				t.Errorf("got %q, %v", v, err)
 			}
 			results[i] = res
@@ -108,11 +108,11 @@ func TestClaimFillFail(t *testing.T) {
 	}
 	got := make(chan []byte)
 	go func() {
-		v, res, err := c.Get(context.Background(), Key{2, 0}, nil)
+		h, res, err := c.Get(context.Background(), Key{2, 0}, nil)
 		if err != nil || res != Waited {
 			t.Errorf("waiter: %v %v", res, err)
 		}
-		got <- v
+		got <- h.Bytes
 	}()
 	waitUntil(t, func() bool { return c.waitersOf(Key{2, 0}) == 1 })
 	c.Fill(Key{2, 0}, []byte("two"))
@@ -124,7 +124,8 @@ func TestClaimFillFail(t *testing.T) {
 	if c.Contains(Key{3, 0}) {
 		t.Fatal("failed key cached")
 	}
-	v, res, err := c.Get(context.Background(), Key{3, 0}, func(context.Context) ([]byte, error) { return []byte("three"), nil })
+	h, res, err := c.Get(context.Background(), Key{3, 0}, func(context.Context) ([]byte, error) { return []byte("three"), nil })
+	v := h.Bytes
 	if err != nil || res != Fetched || string(v) != "three" {
 		t.Fatalf("refetch after failure: %q %v %v", v, res, err)
 	}
@@ -270,13 +271,14 @@ func TestReservationsCountInTheBudget(t *testing.T) {
 func TestLookupServesOnlyHits(t *testing.T) {
 	c := New(300, nil)
 	ctx := context.Background()
-	if v, ok := c.Lookup(Key{0, 0}); ok || v != nil {
+	if h, ok := c.Lookup(Key{0, 0}); ok || h.Bytes != nil {
 		t.Fatal("Lookup of an absent key reported a hit")
 	}
 	for i := int64(0); i < 3; i++ {
 		c.Get(ctx, Key{i, 0}, func(context.Context) ([]byte, error) { return bytes.Repeat([]byte{byte(i + 1)}, 100), nil })
 	}
-	v, ok := c.Lookup(Key{0, 0})
+	h, ok := c.Lookup(Key{0, 0})
+	v := h.Bytes
 	if !ok || !bytes.Equal(v, bytes.Repeat([]byte{1}, 100)) {
 		t.Fatalf("Lookup of a cached key: ok %v, %d bytes", ok, len(v))
 	}
@@ -291,7 +293,7 @@ func TestLookupServesOnlyHits(t *testing.T) {
 		t.Fatal("Lookup reported a hit for a key still in flight")
 	}
 	c.Fill(Key{9, 0}, bytes.Repeat([]byte{9}, 100))
-	if v, ok := c.Lookup(Key{9, 0}); !ok || !bytes.Equal(v, bytes.Repeat([]byte{9}, 100)) {
+	if h, ok := c.Lookup(Key{9, 0}); !ok || !bytes.Equal(h.Bytes, bytes.Repeat([]byte{9}, 100)) {
 		t.Fatal("Lookup after Fill did not return the filled bytes")
 	}
 }

@@ -3,6 +3,7 @@ package prefetch_test
 import (
 	"context"
 	"io"
+	"syscall"
 	"testing"
 
 	"github.com/shardfs/shardfs/cache"
@@ -20,7 +21,7 @@ import (
 // order's next uses) runs on every insert.
 func benchEpoch(b *testing.B, cacheSize int64) {
 	met := metrics.New(make([]string, 6))
-	ds := testds.New(b, synth.Spec{Counts: []int{300, 200, 100}, MinSize: 20_000, MaxSize: 200_000, Seed: 21}, met)
+	ds := testds.New(b, synth.Spec{Counts: []int{300, 200, 100}, MinSize: 50_000, MaxSize: 150_000, Seed: 21}, met)
 	in, err := dataset.LayoutInput(ds.Manifest)
 	if err != nil {
 		b.Fatal(err)
@@ -54,12 +55,20 @@ func benchEpoch(b *testing.B, cacheSize int64) {
 		}
 		return n
 	}
-	b.SetBytes(pass())
+	size := pass()
+	b.SetBytes(size)
 	b.ReportAllocs()
+	var before, after syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &before)
 	b.ResetTimer()
 	for range b.N {
 		pass()
 	}
+	b.StopTimer()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	// Minor page faults per GB served: memory touched for the first time
+	// (fresh heap the GC took back, or never had).
+	b.ReportMetric(float64(after.Minflt-before.Minflt)/(float64(size)*float64(b.N)/1e9), "minflt/GB")
 }
 
 // The epoch held in memory: every read a hit.

@@ -34,9 +34,17 @@ func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
 			return nil, errUnlocated(int(k.Sample))
 		}
 		start := time.Now()
-		b, err := r.src.ReadRange(ctx, shard, off, n)
+		// Into a buffer the cache may reuse once the chunk is evicted:
+		// every write into it has ended when readPieces returns (a hedged
+		// read's loser writes only its own buffer).
+		b := r.cache.Alloc(int(n))
+		err := r.src.readPieces(ctx, shard, []piece{{off, b}})
 		r.observeLatency(time.Since(start))
-		return b, err
+		if err != nil {
+			r.cache.Free(b)
+			return nil, err
+		}
+		return b, nil
 	}
 }
 
@@ -56,7 +64,7 @@ func (r *Reader) readSample(ctx context.Context, deadline time.Time, s int, p []
 	var bounded context.Context
 	for len(p) > 0 {
 		k := cache.Key{Sample: int64(s), Chunk: int32(off / r.cfg.ChunkSize)}
-		v, ok := r.cache.Lookup(k)
+		h, ok := r.cache.Lookup(k)
 		if ok {
 			r.m.CacheHits.Add(1)
 		} else {
@@ -66,15 +74,18 @@ func (r *Reader) readSample(ctx context.Context, deadline time.Time, s int, p []
 				defer cancel()
 			}
 			var err error
-			if v, waited, err = r.fetchSample(bounded, k, waited); err != nil {
+			if h, waited, err = r.fetchSample(bounded, k, waited); err != nil {
 				return waited, err
 			}
 		}
+		v := h.Bytes
 		rel := off - int64(k.Chunk)*r.cfg.ChunkSize
 		if rel >= int64(len(v)) {
+			r.cache.Release(h)
 			return waited, fmt.Errorf("sample %d chunk %d: %d bytes, need offset %d", s, k.Chunk, len(v), rel)
 		}
 		n := copy(p, v[rel:])
+		r.cache.Release(h)
 		p, off = p[n:], off+int64(n)
 	}
 	return waited, nil
@@ -82,14 +93,14 @@ func (r *Reader) readSample(ctx context.Context, deadline time.Time, s int, p []
 
 // fetchSample gets chunk k through the cache on a miss: waiting on a fetch in
 // flight, or fetching it on demand. It adds the time spent to waited.
-func (r *Reader) fetchSample(ctx context.Context, k cache.Key, waited time.Duration) ([]byte, time.Duration, error) {
+func (r *Reader) fetchSample(ctx context.Context, k cache.Key, waited time.Duration) (cache.Held, time.Duration, error) {
 	start := time.Now()
-	v, res, err := r.cache.Get(ctx, k, r.fetchChunk(k))
+	h, res, err := r.cache.Get(ctx, k, r.fetchChunk(k))
 	if err != nil && res == cache.Waited && ctx.Err() == nil {
 		// The prefetch this read waited on failed (a timeout, a store that
 		// went down): try once more on demand, with the demand path's own
 		// degraded reads.
-		v, res, err = r.cache.Get(ctx, k, r.fetchChunk(k))
+		h, res, err = r.cache.Get(ctx, k, r.fetchChunk(k))
 	}
 	if res == cache.Hit {
 		r.m.CacheHits.Add(1)
@@ -101,9 +112,9 @@ func (r *Reader) fetchSample(ctx context.Context, k cache.Key, waited time.Durat
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no verified bytes within the %v read timeout: %w", r.cfg.ReadTimeout, err)
 		}
-		return nil, waited, err
+		return cache.Held{}, waited, err
 	}
-	return v, waited, nil
+	return h, waited, nil
 }
 
 // boundRead is when one read() started now must end: ReadTimeout from its

@@ -260,12 +260,15 @@ func (r *Reader) fetchSpan(sp span) {
 	for i, k := range sp.keys {
 		_, off, n := r.chunkRange(k)
 		if n < 0 {
+			for _, p := range pieces[:i] {
+				r.cache.Free(p.buf)
+			}
 			for _, k := range sp.keys {
 				r.cache.Fail(k, errUnlocated(int(k.Sample)))
 			}
 			return
 		}
-		pieces[i] = piece{off, make([]byte, n)}
+		pieces[i] = piece{off, r.cache.Alloc(int(n))}
 		total += n
 	}
 	// Keys were claimed in shard order; a repeated chunk was skipped.
@@ -275,7 +278,8 @@ func (r *Reader) fetchSpan(sp span) {
 		if !errors.Is(err, context.Canceled) {
 			r.log.Debug("prefetch failed; readers will retry on demand", "shard", sp.shard, "err", err)
 		}
-		for _, k := range sp.keys {
+		for i, k := range sp.keys {
+			r.cache.Free(pieces[i].buf)
 			r.cache.Fail(k, err)
 		}
 		return
