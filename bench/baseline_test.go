@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
 
 	"github.com/shardfs/shardfs/internal/miniotest"
 	"github.com/shardfs/shardfs/internal/synth"
@@ -95,6 +98,10 @@ func againstBaseline(t *testing.T, r *report, work string) {
 		})["daemon"]
 		return rate, cpu / (float64(bytes) / 1e9)
 	}
+	steadyAgainstBaseline(t, r, work, base, stores, samples, head, baseRev, proxy)
+	if os.Getenv("SHARDFS_BENCH_BASELINE_STEADY") == "only" {
+		return
+	}
 	modes := []struct {
 		name  string
 		flags []string
@@ -133,6 +140,94 @@ func againstBaseline(t *testing.T, r *report, work string) {
 		len(all), geomean(all), summarize(all).med, count(all, func(x float64) bool { return x >= 1 }), len(all))
 	r.printf("All %d pairs, the daemon's CPU seconds per GB served: geometric mean ratio %.3f, median %.3f, %d of %d pairs at or below 1.\n\n",
 		len(allCPU), geomean(allCPU), summarize(allCPU).med, count(allCPU, func(x float64) bool { return x <= 1 }), len(allCPU))
+}
+
+// steadyAgainstBaseline is issue 25's steady state, this tree against the
+// baseline binary in the same run: at 20 ± 5 ms, --window 4 --direct-io
+// --cache-size 128MiB over a dataset about 3× the cache, epoch 0 read
+// untimed (the daemon's memory grows once), epoch 1 read and measured:
+// samples/s, the daemon's CPU seconds and minor page faults per GB served,
+// and the bytes fetched from the stores over the bytes served. reps pairs,
+// the binaries alternating which goes first.
+func steadyAgainstBaseline(t *testing.T, r *report, work, base, stores string, samples int, head, baseRev string, proxy *toxiproxy.Proxy) {
+	const batch = 64
+	toxitest.Heal(t, proxy)
+	toxitest.Latency(t, proxy, 20, 5)
+	defer toxitest.Heal(t, proxy)
+	n := 0
+	type result struct{ rate, cpu, faults, fetched float64 }
+	read := func(bin string) result {
+		n++
+		mnt := filepath.Join(work, fmt.Sprintf("baseline-steady-%d", n))
+		d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, bin, "mount", stores, "--rank=0", "--batch-size=64",
+			"--window=4", "--direct-io", "--cache-size=128MiB", "--epochs=2", "lat", mnt)
+		defer d.stop()
+		readBatches(tarBatches(filepath.Join(mnt, "epochs/0000/rank-000"), samples/batch))
+		tars := tarBatches(filepath.Join(mnt, "epochs/0001/rank-000"), samples/batch)
+		var served float64
+		for _, b := range tars {
+			fi, err := os.Stat(b[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			served += float64(fi.Size())
+		}
+		storeBytes := func() float64 {
+			var st mountStats
+			if err := json.Unmarshal(mustReadFile(t, filepath.Join(mnt, ".shardfs/stats.json")), &st); err != nil {
+				t.Fatal(err)
+			}
+			var b int64
+			for _, s := range st.Stores {
+				b += s.Bytes
+			}
+			return float64(b)
+		}
+		b0, before := storeBytes(), procTimes()
+		rate := float64(len(tars)*batch) / secs(func() { readBatches(tars) })
+		var use cpuUse
+		use.add(before, procTimes(), served)
+		return result{rate, use.perGB("shardfs daemon"), use.faultsPerGB("shardfs daemon"), 100 * (storeBytes() - b0) / served}
+	}
+	var mine, theirs []result
+	for i := 0; i < reps; i++ {
+		if i%2 == 0 {
+			mine, theirs = append(mine, read(binary)), append(theirs, read(base))
+		} else {
+			theirs, mine = append(theirs, read(base)), append(mine, read(binary))
+		}
+	}
+	col := func(rs []result, f func(result) float64) stat {
+		var xs []float64
+		for _, x := range rs {
+			xs = append(xs, f(x))
+		}
+		return summarize(xs)
+	}
+	ratio := func(f func(result) float64) stat {
+		var xs []float64
+		for i := range mine {
+			xs = append(xs, f(mine[i])/f(theirs[i]))
+		}
+		return summarize(xs)
+	}
+	r.printf("## The steady state, this tree (%s) against %s\n\n", head, baseRev)
+	r.printf("At 20 ± 5 ms, `--window 4 --direct-io --cache-size 128MiB`, %d samples of 50–150 kB (about 3× the cache), 8 reader threads: epoch 0 read untimed, epoch 1 measured. %d pairs, the binaries alternating which goes first; median (min–max).\n\n", samples, reps)
+	r.printf("| | this tree | baseline | this / baseline, per pair |\n|---|---|---|---|\n")
+	for _, row := range []struct {
+		name string
+		f    func(result) float64
+		fmt  string
+	}{
+		{"samples/s", func(x result) float64 { return x.rate }, "%.0f"},
+		{"daemon CPU s per GB served", func(x result) float64 { return x.cpu }, "%.2f"},
+		{"daemon minor page faults per GB served", func(x result) float64 { return x.faults }, "%.0f"},
+		{"bytes fetched, % of served", func(x result) float64 { return x.fetched }, "%.1f"},
+	} {
+		a, b, q := col(mine, row.f), col(theirs, row.f), ratio(row.f)
+		r.printf("| %s | "+row.fmt+" ("+row.fmt+"–"+row.fmt+") | "+row.fmt+" ("+row.fmt+"–"+row.fmt+") | %.3f (%.3f–%.3f) |\n", row.name, a.med, a.lo, a.hi, b.med, b.lo, b.hi, q.med, q.lo, q.hi)
+	}
+	r.printf("\n")
 }
 
 // count is how many of xs satisfy ok.

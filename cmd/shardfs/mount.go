@@ -125,7 +125,7 @@ errors on their open files).`,
 	f.order.register(cmd.Flags(), orderDefaults{rank: "all", rankHelp: "the ranks to show (8-15: one mount serving a node's 8 GPUs, with one cache; a rank's bytes are fetched only when its files are read)",
 		epochs: 0, epochsHelp: "number of epochs to show; 0 (the default) is open-ended: any epoch number opens, as a training loop of any length expects"})
 	fl := cmd.Flags()
-	fl.StringVar(&f.cacheSize, "cache-size", "2GiB", "memory for verified chunks; half of it may hold prefetched data")
+	fl.StringVar(&f.cacheSize, "cache-size", "2GiB", "memory for verified chunks; half of it may hold prefetched data, and up to a sixteenth is kept as spare buffers that evicted chunks leave for the next fetches")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "persistent disk tier below the memory cache, on local disk or NVMe: survives remounts and crashes, shared safely by several mounts")
 	fl.StringVar(&f.cacheDirSize, "cache-dir-size", "100GiB", "most bytes the disk tier holds, across every dataset in --cache-dir")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
