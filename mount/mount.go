@@ -266,8 +266,9 @@ func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, str
 
 // newReader builds the memory cache, the disk tier and the prefetching
 // reader. One budget, the cache size, holds the verified chunks
-// (prefetched ones included) and the bytes of prefetch GETs in flight,
-// which are reserved in the cache when issued; the lead, shared by all open
+// (prefetched ones included), the spare buffers evicted chunks leave for
+// the next fetches (a sixteenth at most) and the bytes of prefetch GETs in
+// flight, which are reserved in the cache when issued; the lead, shared by all open
 // rank-epochs, may fill half of it. What lies outside: demand reads
 // (DemandGET chunks at most) and the stores' response buffers of GETs in
 // flight (InFlight at most). A soft limit keeps the Go heap's garbage from
