@@ -33,7 +33,11 @@ import (
 // checksums it computed. Commit, run once when all parts are done, reads
 // the N records, checks that every fragment of every shard is on its store
 // at its size, and commits the manifest exactly as a single-process ingest
-// does. Until then nothing is visible, and a part that dies is rerun.
+// does. Until then nothing is visible, and a part that dies is rerun. In
+// metadata formats 2 and 3 the rows are in the shard indexes the parts
+// wrote: commit checks each record's rows as it reads it and keeps per
+// shard only its counts and bytes, so it holds the rows of the few records
+// it is reading (8 at a time), not the dataset's.
 
 // Part is part Index of Count of a distributed ingest.
 type Part struct{ Index, Count int }
@@ -137,6 +141,12 @@ type partShard struct {
 	FragLen   int64
 	IndexSize int64
 	IndexSum  uint32
+
+	// counts is the shard's samples per stratum, and size its bytes: what
+	// a commit of metadata format 2 or 3 keeps of the shard once its rows
+	// are checked (thin); the rows are then dropped. Not encoded.
+	counts []int
+	size   int64
 }
 
 const partMagic = "SHARDFS-PART-1\n"
@@ -490,7 +500,12 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	for _, s := range opts.Stores {
 		names = append(names, s.String())
 	}
-	m, err := assemble(opts.Name, recs, names)
+	var m *manifest.Manifest
+	if recs[0].Metadata >= 2 {
+		m, err = assembleTop(opts.Name, recs, names)
+	} else {
+		m, err = assemble(opts.Name, recs, names)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -498,15 +513,6 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		return nil, err
 	}
 	if recs[0].Metadata >= 2 {
-		sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
-		for _, r := range recs {
-			for _, ps := range r.Owned {
-				sizes[ps.Shard], sums[ps.Shard] = ps.IndexSize, ps.IndexSum
-			}
-		}
-		if m.Top, err = manifest.NewTop(m, sizes, sums); err != nil {
-			return nil, err
-		}
 		if err := checkIndexes(ctx, opts.Stores, m.Top, n); err != nil {
 			return nil, err
 		}
@@ -523,6 +529,9 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Manifest: m, Samples: m.Samples.Len(), Bytes: m.TotalBytes()}
+	if m.Top != nil {
+		res.Samples = m.Top.Samples()
+	}
 	for i := range m.Shards {
 		res.StoredBytes += int64(m.Data+m.Parity) * m.FragSize(i)
 	}
@@ -686,6 +695,13 @@ func readParts(ctx context.Context, stores []backend.Store, name, id string, n i
 					errs = append(errs, fmt.Errorf("%s: %w: it says part %d/%d of %s ingest %s", s, errBadPart, rec.Part, rec.Parts, rec.Name, rec.IngestID))
 					continue
 				}
+				if rec.Metadata >= 2 {
+					// Its rows are in the shard indexes the part wrote: the
+					// commit keeps per shard its counts, not its rows.
+					if err := thin(name, rec); err != nil {
+						return err
+					}
+				}
 				recs[i] = rec
 				return nil
 			}
@@ -695,44 +711,153 @@ func readParts(ctx context.Context, stores []backend.Store, name, id string, n i
 	return recs, g.Wait()
 }
 
-// assemble builds the manifest from the part records, in shard order, after
-// checking that they describe one plan and cover it exactly.
-func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manifest, error) {
+// notOneIngest is a commit's refusal of part records that do not form one
+// ingest.
+func notOneIngest(name, format string, args ...any) error {
+	return fmt.Errorf("commit %s: the parts do not form one ingest: %s; rerun every part with the same source, options and job", name, fmt.Sprintf(format, args...))
+}
+
+// owners checks that the records describe one plan and that each of its
+// shards is held by exactly one of them, its owner, and returns them by
+// shard.
+func owners(name string, recs []*partRecord) ([]*partShard, error) {
 	r0 := recs[0]
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("commit %s: the parts do not form one ingest: %s; rerun every part with the same source, options and job", name, fmt.Sprintf(format, args...))
-	}
 	if r0.Shards < 0 || r0.Shards > 1<<31 || r0.Samples < 0 {
-		return nil, bad("part 0 claims %d shards and %d samples", r0.Shards, r0.Samples)
+		return nil, notOneIngest(name, "part 0 claims %d shards and %d samples", r0.Shards, r0.Samples)
 	}
 	owner := make([]*partShard, r0.Shards)
 	for _, r := range recs {
 		if r.Metadata != r0.Metadata || r.Seed != r0.Seed || r.Data != r0.Data || r.Parity != r0.Parity || r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize ||
 			r.Shards != r0.Shards || r.Samples != r0.Samples || !slices.Equal(r.LabelFields, r0.LabelFields) || !sameStrata(r.Strata, r0.Strata) ||
 			!slices.Equal(r.Fields, r0.Fields) || fmt.Sprint(r.Derived) != fmt.Sprint(r0.Derived) {
-			return nil, bad("part %d's plan differs from part 0's", r.Part)
+			return nil, notOneIngest(name, "part %d's plan differs from part 0's", r.Part)
 		}
 		for k := range r.Owned {
 			ps := &r.Owned[k]
 			if ps.Shard < 0 || ps.Shard >= r0.Shards || ps.Shard%r.Parts != r.Part {
-				return nil, bad("part %d holds shard %d, which is not its own", r.Part, ps.Shard)
+				return nil, notOneIngest(name, "part %d holds shard %d, which is not its own", r.Part, ps.Shard)
 			}
 			if owner[ps.Shard] != nil {
-				return nil, bad("shard %d appears twice", ps.Shard)
-			}
-			if len(ps.Stratum) != len(ps.Keys) || len(ps.Size) != len(ps.Keys) || len(ps.Sum) != len(ps.Keys) ||
-				(len(r0.Fields) > 0 || len(r0.Derived) > 0) != (ps.Fields != nil) || ps.Fields != nil && len(ps.Fields) != len(ps.Keys) {
-				return nil, bad("shard %d's sample columns differ in length", ps.Shard)
+				return nil, notOneIngest(name, "shard %d appears twice", ps.Shard)
 			}
 			owner[ps.Shard] = ps
 		}
 	}
-	m := &manifest.Manifest{Header: manifest.Header{Name: name, IngestID: r0.IngestID, CreatedUnix: time.Now().Unix(),
-		Seed: r0.Seed, Data: r0.Data, Parity: r0.Parity, BlockSize: r0.BlockSize, ShardSize: r0.ShardSize,
-		LabelFields: r0.LabelFields, Fields: r0.Fields, Derived: r0.Derived, Strata: slices.Clone(r0.Strata), Stores: stores}, Shards: make([]manifest.Shard, r0.Shards)}
 	for si, ps := range owner {
 		if ps == nil {
-			return nil, bad("no part holds shard %d (part %d of %d should)", si, si%r0.Parts, r0.Parts)
+			return nil, notOneIngest(name, "no part holds shard %d (part %d of %d should)", si, si%r0.Parts, r0.Parts)
+		}
+	}
+	return owner, nil
+}
+
+// checkColumns checks that shard ps's sample columns are as long as its keys.
+func checkColumns(name string, r *partRecord, ps *partShard) error {
+	if len(ps.Stratum) != len(ps.Keys) || len(ps.Size) != len(ps.Keys) || len(ps.Sum) != len(ps.Keys) ||
+		(len(r.Fields) > 0 || len(r.Derived) > 0) != (ps.Fields != nil) || ps.Fields != nil && len(ps.Fields) != len(ps.Keys) {
+		return notOneIngest(name, "shard %d's sample columns differ in length", ps.Shard)
+	}
+	return nil
+}
+
+// header is the manifest header the records' plan gives.
+func header(name string, r0 *partRecord, stores []string) manifest.Header {
+	return manifest.Header{Name: name, IngestID: r0.IngestID, CreatedUnix: time.Now().Unix(),
+		Seed: r0.Seed, Data: r0.Data, Parity: r0.Parity, BlockSize: r0.BlockSize, ShardSize: r0.ShardSize,
+		LabelFields: r0.LabelFields, Fields: r0.Fields, Derived: r0.Derived, Strata: slices.Clone(r0.Strata), Stores: stores}
+}
+
+// thin checks the rows of each shard of a record of metadata format 2 or
+// 3 as a whole manifest would (columns, keys, strata stored stratum by
+// stratum, bytes within a shard's bound and its fragments' size) and
+// keeps of each its counts per stratum and bytes: the rows themselves are
+// in the shard's index, which the part wrote and commit checks by size and
+// checksum. So a commit holds a record's rows only while it reads it.
+func thin(name string, r *partRecord) error {
+	for k := range r.Owned {
+		ps := &r.Owned[k]
+		if err := checkColumns(name, r, ps); err != nil {
+			return err
+		}
+		ps.counts = make([]int, len(r.Strata))
+		for j, key := range ps.Keys {
+			c := int(ps.Stratum[j])
+			if c >= len(r.Strata) || j > 0 && ps.Stratum[j] < ps.Stratum[j-1] {
+				return notOneIngest(name, "shard %d sample %d: stratum %d out of order or of %d", ps.Shard, j, c, len(r.Strata))
+			}
+			if err := manifest.CheckKey(key); err != nil {
+				return notOneIngest(name, "shard %d sample %d: key %q %v", ps.Shard, j, key, err)
+			}
+			ps.counts[c]++
+			ps.size += int64(ps.Size[j])
+			if ps.size > manifest.MaxShardSize {
+				return notOneIngest(name, "shard %d exceeds %d bytes", ps.Shard, int64(manifest.MaxShardSize))
+			}
+		}
+		if frag := (ps.size + int64(r.Data) - 1) / int64(max(r.Data, 1)); frag != ps.FragLen {
+			return notOneIngest(name, "shard %d's fragments are %d bytes, its samples make %d", ps.Shard, ps.FragLen, frag)
+		}
+		ps.ShardIndex = manifest.ShardIndex{Shard: ps.Shard}
+	}
+	return nil
+}
+
+// assembleTop builds the top-level manifest (metadata format 2, and what
+// format 3 cuts into its root) from thinned part records: per shard its
+// bytes, counts and index reference, no rows.
+func assembleTop(name string, recs []*partRecord, stores []string) (*manifest.Manifest, error) {
+	owner, err := owners(name, recs)
+	if err != nil {
+		return nil, err
+	}
+	r0 := recs[0]
+	t := &manifest.Top{Header: header(name, r0, stores)}
+	total := make([]int, len(r0.Strata))
+	samples := 0
+	for si, ps := range owner {
+		if ps.counts == nil {
+			return nil, notOneIngest(name, "shard %d's record was not checked", si)
+		}
+		n := 0
+		for c, k := range ps.counts {
+			total[c] += k
+			n += k
+		}
+		samples += n
+		t.Shards = append(t.Shards, manifest.TopShard{Size: ps.size, NumSamples: n, IndexSize: ps.IndexSize, IndexSum: ps.IndexSum})
+		t.SetCounts(si, ps.counts)
+	}
+	if samples != r0.Samples {
+		return nil, notOneIngest(name, "the parts hold %d samples, the plan %d", samples, r0.Samples)
+	}
+	for c, st := range t.Strata {
+		if st.Count != total[c] {
+			return nil, notOneIngest(name, "stratum %s: %d samples in the shards, %d in the plan", st.Name, total[c], st.Count)
+		}
+	}
+	// The header's checks (erasure parameters, stores, strata, fields); the
+	// rows were checked by thin, and are unique by the plan every part
+	// computed from the listing.
+	if err := (&manifest.Manifest{Header: t.Header}).Validate(); err != nil {
+		return nil, notOneIngest(name, "%v", err)
+	}
+	return t.Manifest(), nil
+}
+
+// assemble builds the manifest (metadata format 1) from the part records,
+// in shard order, after checking that they describe one plan and cover it
+// exactly.
+func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manifest, error) {
+	owner, err := owners(name, recs)
+	if err != nil {
+		return nil, err
+	}
+	r0 := recs[0]
+	bad := func(format string, args ...any) error { return notOneIngest(name, format, args...) }
+	m := &manifest.Manifest{Header: header(name, r0, stores), Shards: make([]manifest.Shard, r0.Shards)}
+	for si, ps := range owner {
+		if err := checkColumns(name, r0, ps); err != nil {
+			return nil, err
 		}
 		for j, key := range ps.Keys {
 			if int(ps.Stratum[j]) >= len(m.Strata) {

@@ -68,7 +68,7 @@ func TestParsePart(t *testing.T) {
 }
 
 // localStores opens n file:// stores under dir.
-func localStores(t *testing.T, dir string, n int) []backend.Store {
+func localStores(t testing.TB, dir string, n int) []backend.Store {
 	t.Helper()
 	var out []backend.Store
 	for i := 0; i < n; i++ {
@@ -98,7 +98,7 @@ func testSource(t *testing.T, n int) *Source {
 // one's in everything but its id and time: same samples, same shards, same
 // checksums, for any number of parts, including more parts than shards.
 func TestPartsCommitTheSingleProcessManifest(t *testing.T) {
-	for _, format := range []int{1, 2} {
+	for _, format := range []int{1, 2, 3} {
 		t.Run(fmt.Sprint("format", format), func(t *testing.T) { partsCommitTheSingleProcessManifest(t, format) })
 	}
 }
@@ -128,12 +128,22 @@ func partsCommitTheSingleProcessManifest(t *testing.T, format int) {
 		if err != nil {
 			t.Fatalf("%d parts: commit: %v", n, err)
 		}
-		sameManifest(t, want.Manifest, res.Manifest)
+		if format == 1 {
+			sameManifest(t, want.Manifest, res.Manifest)
+		} else {
+			// The commit of a format-2 or -3 ingest holds each shard's
+			// counts, not its rows: its top is the single process's.
+			sameTop(t, want.Manifest.Top, res.Manifest.Top)
+			if res.Samples != want.Samples || res.Bytes != want.Bytes || res.StoredBytes != want.StoredBytes {
+				t.Fatalf("%d parts: commit reports %d samples, %d bytes, %d stored; the single process %d, %d, %d", n,
+					res.Samples, res.Bytes, res.StoredBytes, want.Samples, want.Bytes, want.StoredBytes)
+			}
+		}
 		ds, err := dataset.Open(ctx, opts.Stores, "dist", dataset.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if (ds.Manifest.Top != nil) != (format == 2) {
+		if (ds.Manifest.Top != nil) != (format >= 2) {
 			t.Fatalf("%d parts: committed in format %d, Top set %v", n, format, ds.Manifest.Top != nil)
 		}
 		sameManifest(t, want.Manifest, ds.Manifest)
@@ -146,6 +156,21 @@ func partsCommitTheSingleProcessManifest(t *testing.T, format int) {
 			if keys, _ := s.List(ctx, dataset.PartPrefix("dist")); len(keys) != 0 {
 				t.Fatalf("%d parts: part objects left after commit: %v", n, keys)
 			}
+		}
+	}
+}
+
+func sameTop(t *testing.T, a, b *manifest.Top) {
+	t.Helper()
+	if a == nil || b == nil || len(a.Shards) != len(b.Shards) || !sameStrata(a.Strata, b.Strata) {
+		t.Fatalf("tops differ: %v and %v", a != nil, b != nil)
+	}
+	ra, rb := make([]int, len(a.Strata)), make([]int, len(b.Strata))
+	for s := range a.Shards {
+		a.Counts(s, ra)
+		b.Counts(s, rb)
+		if a.Shards[s] != b.Shards[s] || !slices.Equal(ra, rb) {
+			t.Fatalf("shard %d differs: %+v %v, %+v %v", s, a.Shards[s], ra, b.Shards[s], rb)
 		}
 	}
 }
@@ -270,4 +295,70 @@ func FuzzDecodePart(f *testing.F) {
 			t.Fatalf("a decoded record does not decode again: %v", err)
 		}
 	})
+}
+
+// A commit of metadata format 2 or 3 keeps per shard its counts, not its
+// rows; what it checked in the rows it still checks, and refuses by name.
+func TestThinRecordsRefuseWhatTheRowsContradict(t *testing.T) {
+	strata := []manifest.Stratum{{Name: "a", Labels: []string{"a"}, Count: 3}, {Name: "b", Labels: []string{"b"}, Count: 1}}
+	records := func() []*partRecord {
+		rec := func(part int, owned ...partShard) *partRecord {
+			return &partRecord{Format: 1, Metadata: 2, Name: "ds", IngestID: "job-1", Part: part, Parts: 2, Data: 2, Parity: 1, BlockSize: 4096, LabelFields: []string{"label"},
+				Strata: slices.Clone(strata), Shards: 2, Samples: 4, Owned: owned}
+		}
+		shard := func(s int, keys []string, stratum []uint32, size []uint32) partShard {
+			var n int64
+			for _, x := range size {
+				n += int64(x)
+			}
+			return partShard{FragLen: (n + 1) / 2, IndexSize: 100 + int64(s), IndexSum: uint32(7 + s),
+				ShardIndex: manifest.ShardIndex{Shard: s, Keys: keys, Stratum: stratum, Size: size, Sum: make([]uint32, len(keys))}}
+		}
+		return []*partRecord{
+			rec(0, shard(0, []string{"a/1", "a/2", "b/1"}, []uint32{0, 0, 1}, []uint32{10, 11, 12})),
+			rec(1, shard(1, []string{"a/3"}, []uint32{0}, []uint32{5})),
+		}
+	}
+	stores := []string{"s0", "s1", "s2"}
+	commit := func(recs []*partRecord) (*manifest.Manifest, error) {
+		for _, r := range recs {
+			if err := thin("ds", r); err != nil {
+				return nil, err
+			}
+		}
+		return assembleTop("ds", recs, stores)
+	}
+	m, err := commit(records())
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := make([]int, 2)
+	m.Top.Counts(0, row)
+	if m.Top.Samples() != 4 || m.Shards[0].Size != 33 || m.Shards[1].Size != 5 || row[0] != 2 || row[1] != 1 ||
+		m.Top.Shards[1].IndexSize != 101 || m.Top.Shards[1].IndexSum != 8 || m.Strata[0].Count != 3 {
+		t.Fatalf("top: %d samples, shard sizes %d %d, shard 0 counts %v, %+v", m.Top.Samples(), m.Shards[0].Size, m.Shards[1].Size, row, m.Top.Shards[1])
+	}
+	for _, c := range []struct {
+		name, want string
+		damage     func(recs []*partRecord)
+	}{
+		{"strata out of order", "stratum 0 out of order", func(r []*partRecord) { r[0].Owned[0].Stratum = []uint32{0, 1, 0} }},
+		{"a stratum past the plan's", "stratum 2 out of order or of 2", func(r []*partRecord) { r[1].Owned[0].Stratum = []uint32{2} }},
+		{"fragments of another size", "shard 1's fragments are 9 bytes, its samples make 3", func(r []*partRecord) { r[1].Owned[0].FragLen = 9 }},
+		{"a column short", "shard 0's sample columns differ in length", func(r []*partRecord) { r[0].Owned[0].Size = r[0].Owned[0].Size[:2] }},
+		{"a key with ..", "shard 1 sample 0: key \"../x\"", func(r []*partRecord) { r[1].Owned[0].Keys = []string{"../x"} }},
+		{"a shard missing", "no part holds shard 1", func(r []*partRecord) { r[1].Owned = nil }},
+		{"a sample fewer than the plan", "the parts hold 3 samples, the plan 4", func(r []*partRecord) {
+			r[0].Owned[0].ShardIndex = manifest.ShardIndex{Shard: 0, Keys: []string{"a/1", "b/1"}, Stratum: []uint32{0, 1}, Size: []uint32{10, 23}, Sum: []uint32{0, 0}}
+		}},
+		{"strata counts other than the plan's", "stratum a: 4 samples in the shards, 3 in the plan", func(r []*partRecord) {
+			r[0].Owned[0].Stratum = []uint32{0, 0, 0}
+		}},
+	} {
+		recs := records()
+		c.damage(recs)
+		if _, err := commit(recs); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "the parts do not form one ingest") {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
 }
