@@ -28,7 +28,12 @@ import (
 //     loopback from counting. At least minFirstBytes answers of the store
 //     in the window, so a handful of reads never decides: a slow store
 //     that answers fewer (reads hedge around it) stays flagged until it
-//     answers enough, and fast.
+//     answers enough, and fast. Once flagged, a store stays flagged
+//     while its p90 is at least SlowClearFactor times the median: under
+//     load every store's answers slow down, and a store three times slower
+//     than the others then is still the one to look at; an alert that
+//     came and went with each swing of the ratio around SlowFactor would
+//     never reach its "for" duration.
 //   - store_down: a store marked down (it failed several reads in a row).
 //   - starving_rank: a rank whose reads waited on the data path for at
 //     least StallFraction of the window (their waits summed, per second of
@@ -57,6 +62,7 @@ import (
 const (
 	AnomalyWindow      = 30 * time.Second
 	SlowFactor         = 4
+	SlowClearFactor    = 2 // a slow store stays flagged while at least this
 	SlowFloor          = 50 * time.Millisecond
 	StallFraction      = 0.10
 	LeadZeroFor        = 10 * time.Second
@@ -188,6 +194,15 @@ func (m *Metrics) SetLogger(l *slog.Logger) {
 func (m *Metrics) Evaluate(now time.Time) {
 	found := map[string]Anomaly{}
 	add := func(a Anomaly) { found[a.Kind+"\x00"+a.Subject] = a }
+	a := m.anomalies
+	a.mu.Lock()
+	flagged := map[string]bool{}
+	for _, x := range a.active {
+		if x.Kind == "slow_store" {
+			flagged[x.Subject] = true
+		}
+	}
+	a.mu.Unlock()
 	p90 := make([]time.Duration, len(m.stores))
 	var measured []time.Duration
 	for i, s := range m.stores {
@@ -207,14 +222,17 @@ func (m *Metrics) Evaluate(now time.Time) {
 	if len(measured) >= 2 {
 		median := quantile(slices.Clone(measured), 0.5)
 		for i, d := range p90 {
-			if d >= SlowFloor && d >= SlowFactor*median {
+			factor := time.Duration(SlowFactor)
+			if flagged[m.names[i]] {
+				factor = SlowClearFactor
+			}
+			if d >= SlowFloor && d >= factor*median {
 				add(Anomaly{Kind: "slow_store", Subject: m.names[i],
 					Reason: fmt.Sprintf("store %s answers in %v (p90 of its time to first byte over the last %v), %.1f times the median store's %v", m.names[i], d.Round(time.Millisecond), AnomalyWindow, float64(d)/float64(max(median, 1)), median.Round(time.Millisecond)),
 					Fix:    "reads hedge around it, at the cost of parity decodes: check the store's load, disk and network path (shardfs_store_first_byte_seconds shows it)"})
 			}
 		}
 	}
-	a := m.anomalies
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.checks++

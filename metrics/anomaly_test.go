@@ -74,6 +74,42 @@ func TestSlowStoreAnomaly(t *testing.T) {
 	}
 }
 
+// A flagged store stays flagged while it answers at least SlowClearFactor
+// times slower than the median (every store slows under load, and the
+// ratio swings), and clears below; a store that slow but never flagged is
+// not raised. One firing, however the ratio swings between the two.
+func TestSlowStoreHysteresis(t *testing.T) {
+	m := New([]string{"s0", "s1", "s2"})
+	feed(m, 600, 20*time.Millisecond, 20*time.Millisecond, 100*time.Millisecond) // 5x: flagged
+	m.Evaluate(time.Now())
+	if got := kinds(m); len(got) != 1 || got[0] != "slow_store/s2" {
+		t.Fatalf("at 5x the median: %v", got)
+	}
+	for range 3 {
+		feed(m, 600, 40*time.Millisecond, 40*time.Millisecond, 120*time.Millisecond) // 3x
+		m.Evaluate(time.Now())
+		if got := kinds(m); len(got) != 1 {
+			t.Fatalf("a flagged store at 3x the median cleared: %v", got)
+		}
+		feed(m, 600, 20*time.Millisecond, 20*time.Millisecond, 100*time.Millisecond) // 5x
+		m.Evaluate(time.Now())
+	}
+	if n := m.anomalies.counts["slow_store"]; n != 1 {
+		t.Fatalf("the ratio swinging between 3x and 5x fired %d times, want 1", n)
+	}
+	feed(m, 600, 40*time.Millisecond, 40*time.Millisecond, 60*time.Millisecond) // 1.5x
+	m.Evaluate(time.Now())
+	if got := kinds(m); len(got) != 0 {
+		t.Fatalf("at 1.5x the median the store is still flagged: %v", got)
+	}
+	fresh := New([]string{"s0", "s1", "s2"})
+	feed(fresh, 600, 40*time.Millisecond, 40*time.Millisecond, 120*time.Millisecond)
+	fresh.Evaluate(time.Now())
+	if got := kinds(fresh); len(got) != 0 {
+		t.Fatalf("a store never flagged, at 3x the median, was raised: %v", got)
+	}
+}
+
 // A store marked down is an anomaly until it is healthy again.
 func TestStoreDownAnomaly(t *testing.T) {
 	m := New([]string{"s0", "s1"})
