@@ -21,8 +21,12 @@ import (
 // and clears, within seconds at a training job's read rates.
 //
 //   - slow_store: a store whose time to first byte, p90 over the window, is
-//     at least SlowFactor times the median of the stores' p90s and at
-//     least SlowFloor. The median of all stores, not the mean of the
+//     at least SlowFactor times the median of the stores' p90s, or at
+//     least SlowClearFactor times it and SlowGap above it, and at least
+//     SlowFloor. The gap names a store 150 ms behind the others when a
+//     busy node's load has slowed every answer (the others at 60 ms, it at
+//     210: 3.5 times, not 4), while stores that differ by a few
+//     milliseconds never reach it. The median of all stores, not the mean of the
 //     others, so one slow store of three cannot raise the bar it is
 //     measured against, and the floor keeps sub-millisecond noise on
 //     loopback from counting. At least minFirstBytes answers of the store
@@ -63,6 +67,7 @@ const (
 	AnomalyWindow      = 30 * time.Second
 	SlowFactor         = 4
 	SlowClearFactor    = 2 // a slow store stays flagged while at least this
+	SlowGap            = 100 * time.Millisecond
 	SlowFloor          = 50 * time.Millisecond
 	StallFraction      = 0.10
 	LeadZeroFor        = 10 * time.Second
@@ -222,11 +227,11 @@ func (m *Metrics) Evaluate(now time.Time) {
 	if len(measured) >= 2 {
 		median := quantile(slices.Clone(measured), 0.5)
 		for i, d := range p90 {
-			factor := time.Duration(SlowFactor)
+			slow := d >= SlowFactor*median || d >= SlowClearFactor*median && d-median >= SlowGap
 			if flagged[m.names[i]] {
-				factor = SlowClearFactor
+				slow = d >= SlowClearFactor*median
 			}
-			if d >= SlowFloor && d >= factor*median {
+			if d >= SlowFloor && slow {
 				add(Anomaly{Kind: "slow_store", Subject: m.names[i],
 					Reason: fmt.Sprintf("store %s answers in %v (p90 of its time to first byte over the last %v), %.1f times the median store's %v", m.names[i], d.Round(time.Millisecond), AnomalyWindow, float64(d)/float64(max(median, 1)), median.Round(time.Millisecond)),
 					Fix:    "reads hedge around it, at the cost of parity decodes: check the store's load, disk and network path (shardfs_store_first_byte_seconds shows it)"})

@@ -106,7 +106,26 @@ func TestSlowStoreHysteresis(t *testing.T) {
 	feed(fresh, 600, 40*time.Millisecond, 40*time.Millisecond, 120*time.Millisecond)
 	fresh.Evaluate(time.Now())
 	if got := kinds(fresh); len(got) != 0 {
-		t.Fatalf("a store never flagged, at 3x the median, was raised: %v", got)
+		t.Fatalf("a store never flagged, at 3x the median and 80 ms above it, was raised: %v", got)
+	}
+}
+
+// Under load every store answers slower: a store 150 ms behind the others
+// is named though it is under 4 times the median, once it is twice the
+// median and SlowGap above it; one twice as slow but only 60 ms above is
+// not.
+func TestSlowStoreGapUnderLoad(t *testing.T) {
+	m := New([]string{"s0", "s1", "s2"})
+	feed(m, 600, 60*time.Millisecond, 65*time.Millisecond, 210*time.Millisecond) // 3.2x, 145 ms above
+	m.Evaluate(time.Now())
+	if got := kinds(m); len(got) != 1 || got[0] != "slow_store/s2" {
+		t.Fatalf("a store 145 ms behind a loaded median of 65 ms: %v", got)
+	}
+	near := New([]string{"s0", "s1", "s2"})
+	feed(near, 600, 55*time.Millisecond, 60*time.Millisecond, 120*time.Millisecond) // 2x, 60 ms above
+	near.Evaluate(time.Now())
+	if got := kinds(near); len(got) != 0 {
+		t.Fatalf("a store 60 ms behind was raised: %v", got)
 	}
 }
 
