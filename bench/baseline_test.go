@@ -3,7 +3,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -172,17 +171,7 @@ func steadyAgainstBaseline(t *testing.T, r *report, work, base, stores string, s
 			}
 			served += float64(fi.Size())
 		}
-		storeBytes := func() float64 {
-			var st mountStats
-			if err := json.Unmarshal(mustReadFile(t, filepath.Join(mnt, ".shardfs/stats.json")), &st); err != nil {
-				t.Fatal(err)
-			}
-			var b int64
-			for _, s := range st.Stores {
-				b += s.Bytes
-			}
-			return float64(b)
-		}
+		storeBytes := func() float64 { return storeBytesOf(t, mnt) }
 		b0, before := storeBytes(), procTimes()
 		rate := float64(len(tars)*batch) / secs(func() { readBatches(tars) })
 		// The daemon by its name: shardfs, or shardfs-baseline (cut to 15

@@ -88,6 +88,19 @@ type mountStats struct {
 	} `json:"stores"`
 }
 
+// storeBytesOf is the bytes the mount at mnt has read from its stores.
+func storeBytesOf(t *testing.T, mnt string) float64 {
+	var st mountStats
+	if err := json.Unmarshal(mustReadFile(t, filepath.Join(mnt, ".shardfs/stats.json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	var b int64
+	for _, s := range st.Stores {
+		b += s.Bytes
+	}
+	return float64(b)
+}
+
 func (s mountStats) gets() int64 {
 	var n int64
 	for _, st := range s.Stores {
@@ -273,17 +286,7 @@ func latencyRegime(t *testing.T, r *report, work string) {
 		// What share of its bytes still came from the cache is reported.
 		steady := func(cpu *cpuUse) (stat, stat) {
 			var rate, fromStore []float64
-			storeBytes := func(mnt string) float64 {
-				var st mountStats
-				if err := json.Unmarshal(mustReadFile(t, filepath.Join(mnt, ".shardfs/stats.json")), &st); err != nil {
-					t.Fatal(err)
-				}
-				var b int64
-				for _, s := range st.Stores {
-					b += s.Bytes
-				}
-				return float64(b)
-			}
+			storeBytes := func(mnt string) float64 { return storeBytesOf(t, mnt) }
 			for i := 0; i < reps; i++ {
 				n++
 				mnt := filepath.Join(work, fmt.Sprintf("latency-steady-%d", n))
