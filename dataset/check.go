@@ -569,7 +569,7 @@ func (rp *repair) rebuildFragments(ctx context.Context) error {
 			}
 			for f, b := range rebuilt {
 				store := d.Reader.Codec().Placement(shard, f)
-				if err := d.Stores[store].Put(gctx, FragmentKey(d.Name, d.Manifest.IngestID, shard, f), b); err != nil {
+				if err := d.Stores[store].Put(gctx, FragmentKey(d.Name, d.Manifest.ShardIngest(shard), shard, f), b); err != nil {
 					return fmt.Errorf("write rebuilt shard %d fragment %d: %w", shard, f, err)
 				}
 				rp.written.Add(1)
@@ -595,7 +595,7 @@ func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]b
 		return err
 	}
 	for ic, b := range indexes {
-		if err := d.Stores[ic.Store].Put(ctx, IndexKey(d.Name, d.Manifest.IngestID, ic.Shard), b); err != nil {
+		if err := d.Stores[ic.Store].Put(ctx, IndexKey(d.Name, d.Manifest.ShardIngest(ic.Shard), ic.Shard), b); err != nil {
 			return fmt.Errorf("rewrite shard %d's index on store %d: %w", ic.Shard, ic.Store, err)
 		}
 		rp.written.Add(1)

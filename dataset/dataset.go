@@ -43,9 +43,12 @@ func CheckName(name string) error {
 // Dataset is an opened, committed dataset.
 type Dataset struct {
 	Name     string
-	Manifest *manifest.Manifest
-	Stores   []backend.Store
-	Reader   *erasure.Reader
+	Manifest *manifest.Manifest // the version opened
+	// Current is the header of the dataset's current version when it was
+	// opened: Manifest's own, unless an older version was asked for.
+	Current manifest.Header
+	Stores  []backend.Store
+	Reader  *erasure.Reader
 	// Places says, per store, what its identity proves; see Place.
 	Places []Place
 	// Lazy is set when the dataset is in format 2 and was opened with
@@ -75,6 +78,9 @@ type Options struct {
 	// has no intact copy on any store, listing those shards in LostIndexes,
 	// so that verify can name them and repair can mend everything else.
 	LostIndexesOK bool
+	// Version opens that version of the dataset (see version.go); 0 opens
+	// the current one.
+	Version int
 }
 
 // Open loads the manifest of name from the stores. Copies are tried on every
@@ -93,9 +99,15 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 		return nil, err
 	}
 	copies := readCopies(ctx, stores, name)
-	m, err := chooseManifest(copies, stores, name, log)
+	cur, err := chooseManifest(copies, stores, name, log)
 	if err != nil {
 		return nil, err
+	}
+	m := cur
+	if opts.Version != 0 {
+		if m, err = loadVersion(ctx, stores, cur, opts.Version); err != nil {
+			return nil, err
+		}
 	}
 	if m, err = expandRoot(ctx, stores, m); err != nil {
 		return nil, err
@@ -115,7 +127,7 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 		return nil, fmt.Errorf("dataset %s needs k+m = %d stores (k=%d, m=%d), %d given: pass the same --stores as at ingest, in the same order",
 			name, m.Data+m.Parity, m.Data, m.Parity, len(stores))
 	}
-	places, err := checkPlaces(copies, stores, m)
+	places, err := checkPlaces(copies, stores, cur)
 	if err != nil {
 		return nil, err
 	}
@@ -131,18 +143,23 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 		return nil, err
 	}
 	r, err := erasure.NewReader(codec, stores, func(shard, frag int) string {
-		return FragmentKey(name, m.IngestID, shard, frag)
+		return FragmentKey(name, m.ShardIngest(shard), shard, frag)
 	}, erasure.ReaderOptions{Metrics: opts.Metrics, Logger: log, Exclude: exclude})
 	if err != nil {
 		return nil, err
 	}
-	return &Dataset{Name: name, Manifest: m, Stores: stores, Reader: r, Places: places, Lazy: lazy, LostIndexes: lost, log: log}, nil
+	return &Dataset{Name: name, Manifest: m, Current: cur.Header, Stores: stores, Reader: r, Places: places, Lazy: lazy, LostIndexes: lost, log: log}, nil
 }
 
 // LoadManifest reads every store's copy of the manifest and returns the one
 // that enough stores agree on (see the package comment).
 func LoadManifest(ctx context.Context, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
-	m, err := LoadHeader(ctx, stores, name, log)
+	return LoadManifestVersion(ctx, stores, name, 0, log)
+}
+
+// LoadManifestVersion is LoadManifest of version n (0: the current one).
+func LoadManifestVersion(ctx context.Context, stores []backend.Store, name string, n int, log *slog.Logger) (*manifest.Manifest, error) {
+	m, err := LoadVersionHeader(ctx, stores, name, n, log)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +246,7 @@ func lostIndexPlaceholder(m *manifest.Manifest, si int) *manifest.ShardIndex {
 // against the size and checksum the top-level manifest keeps.
 func ReadIndexBytes(ctx context.Context, s backend.Store, t *manifest.Top, si int) ([]byte, error) {
 	ref := t.Shards[si]
-	return readChecked(ctx, s, IndexKey(t.Name, t.IngestID, si), ref.IndexSize, ref.IndexSum)
+	return readChecked(ctx, s, IndexKey(t.Name, t.ShardIngest(si), si), ref.IndexSize, ref.IndexSum)
 }
 
 // readChecked reads store s's copy of a metadata object whose size and
@@ -273,7 +290,7 @@ func readIndex(ctx context.Context, s backend.Store, t *manifest.Top, si int) (*
 	}
 	x, err := manifest.DecodeIndex(b, t, si)
 	if err != nil {
-		return nil, fmt.Errorf("store %s: %s: %w", s, IndexKey(t.Name, t.IngestID, si), err)
+		return nil, fmt.Errorf("store %s: %s: %w", s, IndexKey(t.Name, t.ShardIngest(si), si), err)
 	}
 	return x, nil
 }
@@ -286,12 +303,19 @@ func joinErrs(errs []error) string {
 }
 
 func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifest.Manifest, error) {
+	_, m, err := readManifestBytes(ctx, s, key)
+	return m, err
+}
+
+// readManifestBytes reads and decodes the manifest (of any format) that s
+// holds under key, and returns its bytes too.
+func readManifestBytes(ctx context.Context, s backend.Store, key string) ([]byte, *manifest.Manifest, error) {
 	size, err := s.Stat(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if size > 16<<30 {
-		return nil, fmt.Errorf("store %s: manifest of %d bytes is implausible", s, size)
+		return nil, nil, fmt.Errorf("store %s: manifest of %d bytes is implausible", s, size)
 	}
 	// Chunked, so each request is bounded by the store's per-request timeout
 	// however large the manifest is.
@@ -299,7 +323,7 @@ func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifes
 	const chunk = 8 << 20
 	for off := int64(0); off < size; off += chunk {
 		if err := s.ReadAt(ctx, key, b[off:min(size, off+chunk)], off); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var m *manifest.Manifest
@@ -317,12 +341,12 @@ func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifes
 		m, err = manifest.Decode(b)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store %s: %s: %w", s, key, err)
+		return nil, nil, fmt.Errorf("store %s: %s: %w", s, key, err)
 	}
 	if name, _, _ := strings.Cut(key, "/"); m.Name != name {
-		return nil, fmt.Errorf("store %s: %s names dataset %q: %w", s, key, m.Name, manifest.ErrCorrupt)
+		return nil, nil, fmt.Errorf("store %s: %s names dataset %q: %w", s, key, m.Name, manifest.ErrCorrupt)
 	}
-	return m, nil
+	return b, m, nil
 }
 
 // Shard returns the erasure view of shard i. A dataset opened with
@@ -392,9 +416,9 @@ func (d *Dataset) replaced(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	m, err := LoadHeader(cctx, d.Stores, d.Name, nil) // the ingest id is enough
-	if err == nil && m.IngestID != d.Manifest.IngestID {
-		d.replacedErr = fmt.Errorf("%w: dataset %s was replaced (ingest %s was opened; the stores now hold ingest %s): restart the mount to read the new one",
-			ErrReplaced, d.Name, d.Manifest.IngestID, m.IngestID)
+	if err == nil && m.IngestID != d.Current.IngestID {
+		d.replacedErr = fmt.Errorf("%w: dataset %s was replaced (ingest %s was current when it was opened; the stores now hold ingest %s): restart the mount to read the new one",
+			ErrReplaced, d.Name, d.Current.IngestID, m.IngestID)
 		d.log.Error(d.replacedErr.Error())
 	}
 	return d.replacedErr

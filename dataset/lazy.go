@@ -269,7 +269,7 @@ func (l *LazyCatalog) fetch(ctx context.Context, s int) (*manifest.ShardIndex, e
 		var x *manifest.ShardIndex
 		if err == nil {
 			if x, err = manifest.DecodeIndex(b, l.top, s); err != nil {
-				err = fmt.Errorf("store %s: %s: %w", st, IndexKey(l.top.Name, l.top.IngestID, s), err)
+				err = fmt.Errorf("store %s: %s: %w", st, IndexKey(l.top.Name, l.top.ShardIngest(s), s), err)
 			}
 		}
 		if err == nil {

@@ -90,6 +90,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	parent := replaceLineage(ctx, opts, m, "ingest --force", log)
 	log.Info("ingest plan", "dataset", opts.Name, "samples", m.Samples.Len(), "strata", len(m.Strata),
 		"shards", len(m.Shards), "bytes", m.TotalBytes(), "k", opts.Data, "m", opts.Parity, "ingest_id", m.IngestID)
 
@@ -121,16 +122,52 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 			}
 		}
 	}
-	enc, err := manifest.EncodeStored(m)
-	if err != nil {
+	if err := commitReplacing(ctx, opts, m, parent, lock, res, log); err != nil {
 		return nil, err
 	}
-	if err := commit(ctx, opts, m, enc, lock, res, log); err != nil {
-		return nil, err
-	}
-	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, m.IngestID, log)
+	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, historyIDs(m), log)
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// replaceLineage makes m, an ingest with --force, the next version of the
+// dataset it replaces, when that one's manifest can be read: m's history
+// is the current one's, then m. It returns the version replaced (nil when
+// there is none, or it cannot be read: then m starts a history of its own).
+func replaceLineage(ctx context.Context, opts Options, m *manifest.Manifest, change string, log *slog.Logger) *manifest.Manifest {
+	if !opts.Force {
+		return nil
+	}
+	parent, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log)
+	if err != nil {
+		return nil
+	}
+	samples, bytes := dataset.Totals(m)
+	if m.Top != nil {
+		samples = int64(m.Top.Samples())
+	}
+	m.Versions = append(slices.Clone(dataset.History(parent)), manifest.VersionInfo{
+		Number: parent.VersionNumber() + 1, IngestID: m.IngestID, Parent: parent.VersionNumber(),
+		CreatedUnix: m.CreatedUnix, Samples: samples, Bytes: bytes, Change: change,
+	})
+	if m.Top != nil {
+		m.Top.Versions = m.Versions
+	}
+	return parent
+}
+
+// commitReplacing commits m: as the next version of parent, which is kept,
+// when m replaces a dataset whose history it carries; else as a dataset of
+// its own.
+func commitReplacing(ctx context.Context, opts Options, m, parent *manifest.Manifest, lock *dataset.Lock, res *Result, log *slog.Logger) error {
+	if parent != nil {
+		return commitVersion(ctx, opts, m, parent, lock, res, log)
+	}
+	enc, err := manifest.EncodeStored(m)
+	if err != nil {
+		return err
+	}
+	return commit(ctx, opts, m, enc, lock, res, log)
 }
 
 // writeIndexes writes the index of each of the given shards of m to every
@@ -146,7 +183,7 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 			if err != nil {
 				return err
 			}
-			if err := writeSome(gctx, opts.Stores, dataset.IndexKey(opts.Name, m.IngestID, si), b, opts.Parity+1, write); err != nil {
+			if err := writeSome(gctx, opts.Stores, dataset.IndexKey(opts.Name, m.ShardIngest(si), si), b, opts.Parity+1, write); err != nil {
 				return fmt.Errorf("shard %d's index: %w", si, err)
 			}
 			sizes[si], sums[si] = int64(len(b)), manifest.IndexSum(b)
@@ -348,7 +385,7 @@ func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, codec 
 			for f, frag := range frags {
 				up.Go(func() error {
 					store := opts.Stores[codec.Placement(si, f)]
-					if err := write(uctx, store, dataset.FragmentKey(opts.Name, m.IngestID, si, f), frag); err != nil {
+					if err := write(uctx, store, dataset.FragmentKey(opts.Name, m.ShardIngest(si), si, f), frag); err != nil {
 						return fmt.Errorf("upload shard %d fragment %d: %w", si, f, err)
 					}
 					return nil
@@ -501,15 +538,17 @@ func (s *Source) keyIndex() map[string]int {
 	return s.index
 }
 
-// purgeOrphans deletes fragments of other ingests of name: leftovers of
-// interrupted runs, or of the dataset this ingest replaced. It runs only
+// purgeOrphans deletes fragments, indexes and group objects of the ingests
+// of name that keep does not name (the committed version's history):
+// leftovers of interrupted runs, or of a dataset replaced by an ingest that
+// could not read its history. It runs only
 // under the ingest lock, right after this ingest committed, so every other
 // single-process ingest id is provably dead: none can be running (it would
 // need the lock), and none is committed (the stores agree on this one). A
 // distributed ingest's parts take no lock, so its fragments are left alone
 // while it has part objects: its own commit, or a rerun of its parts,
 // finishes it.
-func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string, log *slog.Logger) int {
+func purgeOrphans(ctx context.Context, stores []backend.Store, name string, keep map[string]bool, log *slog.Logger) int {
 	running := map[string]bool{}
 	for _, s := range stores {
 		keys, err := s.List(ctx, dataset.PartPrefix(name))
@@ -542,7 +581,7 @@ func purgeOrphans(ctx context.Context, stores []backend.Store, name, keep string
 				rest = strings.TrimPrefix(rest, prefix)
 			}
 			id, _, _ := strings.Cut(rest, "/")
-			if id == keep || running[id] {
+			if keep[id] || running[id] {
 				continue
 			}
 			if err := s.Delete(ctx, k); err != nil {

@@ -343,7 +343,7 @@ func verifyUploads(ctx context.Context, m *manifest.Manifest, codec *erasure.Cod
 			got := make([]byte, fl)
 			for f := 0; f < codec.Total(); f++ {
 				store := opts.Stores[codec.Placement(si, f)]
-				if err := store.ReadAt(gctx, dataset.FragmentKey(opts.Name, m.IngestID, si, f), got, 0); err != nil {
+				if err := store.ReadAt(gctx, dataset.FragmentKey(opts.Name, m.ShardIngest(si), si, f), got, 0); err != nil {
 					return fmt.Errorf("read back shard %d fragment %d: %w", si, f, err)
 				}
 				for b := 0; b < nb; b++ {
@@ -516,17 +516,14 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		if err := checkIndexes(ctx, opts.Stores, m.Top, n); err != nil {
 			return nil, err
 		}
-		if recs[0].Metadata == 3 {
-			// The commit writes the group objects: they follow from the
-			// parts' records, and a rerun commit writes the same bytes.
-			if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
-				return nil, fmt.Errorf("commit %s: %w (rerun the commit)", opts.Name, err)
-			}
-		}
 	}
-	enc, err := manifest.EncodeStored(m)
-	if err != nil {
-		return nil, err
+	parent := replaceLineage(ctx, opts, m, "commit --force", log)
+	if recs[0].Metadata == 3 {
+		// The commit writes the group objects: they follow from the
+		// parts' records, and a rerun commit writes the same bytes.
+		if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
+			return nil, fmt.Errorf("commit %s: %w (rerun the commit)", opts.Name, err)
+		}
 	}
 	res := &Result{Manifest: m, Samples: m.Samples.Len(), Bytes: m.TotalBytes()}
 	if m.Top != nil {
@@ -535,7 +532,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	for i := range m.Shards {
 		res.StoredBytes += int64(m.Data+m.Parity) * m.FragSize(i)
 	}
-	if err := commit(ctx, opts, m, enc, lock, res, log); err != nil {
+	if err := commitReplacing(ctx, opts, m, parent, lock, res, log); err != nil {
 		return nil, err
 	}
 	// The parts' work is in the manifest now; their records can go.
@@ -546,7 +543,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		}
 		s.Delete(uctx, dataset.PartStartedKey(opts.Name, id))
 	}
-	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, id, log)
+	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, historyIDs(m), log)
 	res.Elapsed = time.Since(start)
 	return res, nil
 }
@@ -917,7 +914,7 @@ func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Man
 	return checkShards(ctx, m.Name, len(m.Shards), parts, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
 		var problems []string
 		for f := 0; f < p.Total(); f++ {
-			size, err := stores[p.Placement(si, f)].Stat(ctx, dataset.FragmentKey(m.Name, m.IngestID, si, f))
+			size, err := stores[p.Placement(si, f)].Stat(ctx, dataset.FragmentKey(m.Name, m.ShardIngest(si), si, f))
 			switch {
 			case err != nil:
 				problems = append(problems, fmt.Sprintf("shard %d fragment %d: %v", si, f, err))

@@ -36,6 +36,10 @@ func Encode(m *Manifest) ([]byte, error) {
 			return nil, fmt.Errorf("manifest: dataset %s has fields %v but its samples carry no values", m.Name, m.Fields)
 		}
 	}
+	if m.HasLineage() {
+		v = VersionLineage
+	}
+	fieldColumn := m.Header.fieldColumn(v)
 	return frame(magic, v, func(e *encoder) {
 		e.uvarint(uint64(v))
 		e.header(&m.Header, v)
@@ -62,7 +66,7 @@ func Encode(m *Manifest) ([]byte, error) {
 			prevShard = s.Shard[i]
 			e.uvarint(uint64(s.Size[i]))
 			e.u32(s.Sum[i])
-			if v >= Version {
+			if fieldColumn {
 				e.str(s.FieldsJoined(i))
 			}
 		}
@@ -120,8 +124,9 @@ type encoder struct {
 	buf [binary.MaxVarintLen64]byte
 }
 
-// header writes h: the part of a manifest both formats share. Format
-// version v >= Version adds the fields and derived label fields.
+// header writes h: the part of a manifest every format shares. Format
+// version v >= Version adds the fields and derived label fields, v >=
+// VersionLineage the segments and versions (lineage.go).
 func (e *encoder) header(h *Header, v uint32) {
 	e.str(h.Name)
 	e.str(h.IngestID)
@@ -141,6 +146,11 @@ func (e *encoder) header(h *Header, v uint32) {
 	if v < Version {
 		return
 	}
+	defer func() {
+		if v >= VersionLineage {
+			e.lineage(h)
+		}
+	}()
 	e.strs(h.Fields)
 	e.uvarint(uint64(len(h.Derived)))
 	for _, d := range h.Derived {
@@ -192,7 +202,7 @@ func (e *encoder) strs(ss []string) {
 // allocate more than a small multiple of the stated, checksummed body size.
 func Decode(b []byte) (*Manifest, error) {
 	var m *Manifest
-	err := unframe(b, magic, VersionLabels, Version, "a shardfs manifest", func(r io.Reader, bodyLen int64, v uint32) (err error) {
+	err := unframe(b, magic, VersionLabels, VersionLineage, "a shardfs manifest", func(r io.Reader, bodyLen int64, v uint32) (err error) {
 		m, err = decodeBody(r, bodyLen, v)
 		return err
 	})
@@ -260,7 +270,7 @@ func decodeBody(r io.Reader, bodyLen int64, version uint32) (*Manifest, error) {
 	if v := d.uvarint(); d.err == nil && v != uint64(version) {
 		return nil, fmt.Errorf("%w: body version %d in a version %d frame", ErrCorrupt, v, version)
 	}
-	m.Version = int(version)
+	m.FormatVersion = int(version)
 	d.header(&m.Header, version)
 	n := d.count(1)
 	m.Shards = make([]Shard, 0, n)
@@ -279,7 +289,8 @@ func decodeBody(r io.Reader, bodyLen int64, version uint32) (*Manifest, error) {
 	s.Shard = make([]uint32, 0, n)
 	s.Size = make([]uint32, 0, n)
 	s.Sum = make([]uint32, 0, n)
-	if version >= Version {
+	fieldColumn := m.Header.fieldColumn(version)
+	if fieldColumn {
 		s.fieldEnd = make([]uint64, 0, n)
 	}
 	// Keys are front-coded, so their total may exceed the body; the
@@ -310,7 +321,7 @@ func decodeBody(r io.Reader, bodyLen int64, version uint32) (*Manifest, error) {
 		s.Shard = append(s.Shard, uint32(shard))
 		s.Size = append(s.Size, uint32(size))
 		s.Sum = append(s.Sum, d.u32())
-		if version >= Version {
+		if fieldColumn {
 			s.fieldVals = d.appendBytes(s.fieldVals)
 			s.fieldEnd = append(s.fieldEnd, uint64(len(s.fieldVals)))
 		}
@@ -504,11 +515,21 @@ func (d *decoder) header(h *Header, v uint32) {
 		}
 		h.Derived = append(h.Derived, x)
 	}
+	if v >= VersionLineage {
+		d.lineage(h)
+	}
 	if d.err == nil {
 		if err := h.validateFields(); err != nil {
 			d.fail("%v", err)
 		}
 	}
+}
+
+// fieldColumn reports whether a format-1 manifest of frame version v keeps
+// a field value per sample: always in Version, and in VersionLineage when
+// the dataset has fields.
+func (h *Header) fieldColumn(v uint32) bool {
+	return v == Version || v >= VersionLineage && h.HasFields()
 }
 
 // rawBody returns the decompressed body of an encoded manifest, for tests and tools.

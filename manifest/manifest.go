@@ -58,7 +58,9 @@ type Shard struct {
 
 // Manifest is a dataset's durable description.
 type Manifest struct {
-	Version int
+	// FormatVersion is the encoding's version, as read; not the dataset's
+	// version (Header.VersionNumber).
+	FormatVersion int
 	Header
 	Shards  []Shard
 	Samples Samples
@@ -97,6 +99,13 @@ type Header struct {
 	// Derived are the label fields computed from a field at ingest (time
 	// buckets, bins) rather than read as they are.
 	Derived []Derived
+
+	// Segments say which ingest uploaded each run of shards, in shard
+	// order; empty when every shard is IngestID's (see lineage.go).
+	Segments []Segment
+	// Versions is the dataset's history up to this version, oldest first;
+	// empty for a dataset committed once.
+	Versions []VersionInfo
 }
 
 // Derived is a label field computed from a listing field: a timestamp cut
@@ -370,6 +379,9 @@ func (m *Manifest) Validate() error {
 		seen[st.Name] = true
 	}
 	if err := m.Header.validateFields(); err != nil {
+		return bad("%v", err)
+	}
+	if err := m.Header.validateLineage(len(m.Shards)); err != nil {
 		return bad("%v", err)
 	}
 	if s := &m.Samples; s.HasFields() && len(s.fieldEnd) != s.Len() {

@@ -136,6 +136,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(b)
 	b, _ = Encode(withFields(synthetic(20, 3, 5, 1)))
 	f.Add(b)
+	b, _ = Encode(withLineage(withFields(synthetic(20, 3, 5, 1))))
+	f.Add(b)
 	f.Add([]byte(magic))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := Decode(data)
@@ -161,10 +163,15 @@ func FuzzDecodeBody(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(body)
+	b, _ = Encode(withLineage(m))
+	if body, err = rawBody(b); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(body)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
-		decodeBody(bytes.NewReader(data), int64(len(data)), uint32(1+len(data)%2))
+		decodeBody(bytes.NewReader(data), int64(len(data)), uint32(1+len(data)%3))
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > uint64(64*len(data))+8<<20 {

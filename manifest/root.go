@@ -34,8 +34,12 @@ import (
 // is. A mode that reads some shards only (a window, rank affinity) reads
 // the objects of their groups only.
 
-// RootVersion is the format of the root and the group objects.
-const RootVersion = 1
+// RootVersion is the format of the root and the group objects;
+// RootVersionLineage, of a root that carries a lineage (lineage.go).
+const (
+	RootVersion        = 1
+	RootVersionLineage = 2
+)
 
 const (
 	rootMagic  = "SHFSROOT"
@@ -170,8 +174,12 @@ func EncodeRoot(r *Root) ([]byte, error) {
 		return nil, fmt.Errorf("manifest: counts of %d groups set, %d groups", len(r.totAt)-1, len(r.Groups))
 	}
 	row := make([]int, len(r.Strata))
-	return frame(rootMagic, RootVersion, func(e *encoder) {
-		e.header(&r.Header, Version)
+	v, hv := uint32(RootVersion), uint32(Version)
+	if r.HasLineage() {
+		v, hv = RootVersionLineage, VersionLineage
+	}
+	return frame(rootMagic, v, func(e *encoder) {
+		e.header(&r.Header, hv)
 		e.uvarint(uint64(len(r.Groups)))
 		for g, gr := range r.Groups {
 			e.uvarint(uint64(gr.Shards))
@@ -187,9 +195,9 @@ func EncodeRoot(r *Root) ([]byte, error) {
 // DecodeRoot parses and checks a root: every failure wraps ErrCorrupt.
 func DecodeRoot(b []byte) (*Root, error) {
 	var r *Root
-	err := unframe(b, rootMagic, RootVersion, RootVersion, "a shardfs dataset root", func(rd io.Reader, bodyLen int64, _ uint32) error {
+	err := unframe(b, rootMagic, RootVersion, RootVersionLineage, "a shardfs dataset root", func(rd io.Reader, bodyLen int64, v uint32) error {
 		var err error
-		r, err = decodeRootBody(rd, bodyLen)
+		r, err = decodeRootBody(rd, bodyLen, v)
 		return err
 	})
 	if err != nil {
@@ -198,14 +206,21 @@ func DecodeRoot(b []byte) (*Root, error) {
 	if r.Data < 1 || len(r.Stores) != r.Data+r.Parity || r.BlockSize < 1 {
 		return nil, fmt.Errorf("%w: RS(%d,%d) over %d stores, block size %d", ErrCorrupt, r.Data, r.Parity, len(r.Stores), r.BlockSize)
 	}
+	if err := r.validateLineage(r.NumShards()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
 	return r, nil
 }
 
 // decodeRootBody parses a root's body, behind the frame's checksums.
-func decodeRootBody(rd io.Reader, bodyLen int64) (*Root, error) {
+func decodeRootBody(rd io.Reader, bodyLen int64, v uint32) (*Root, error) {
 	d := newDecoder(rd, bodyLen)
 	r := &Root{}
-	d.header(&r.Header, Version)
+	hv := uint32(Version)
+	if v >= RootVersionLineage {
+		hv = VersionLineage
+	}
+	d.header(&r.Header, hv)
 	n := d.count(8)
 	r.Groups = make([]RootGroup, 0, n)
 	row := make([]int64, len(r.Strata))
@@ -466,7 +481,7 @@ func (x *Group) Locate(c int, k int64) (shard, pos int, err error) {
 func (r *Root) Manifest() *Manifest {
 	h := r.Header
 	h.Strata = slices.Clone(r.Strata)
-	return &Manifest{Version: int(h.topVersion()), Header: h, Root: r}
+	return &Manifest{FormatVersion: int(h.topVersion()), Header: h, Root: r}
 }
 
 // NewTopOf starts the format-2 top-level manifest of r's dataset, whose

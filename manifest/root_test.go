@@ -170,9 +170,11 @@ func FuzzDecodeRootBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
-		r, err := decodeRootBody(bytes.NewReader(data), int64(len(data)))
-		if err == nil && len(r.Groups) > 0 && r.Groups[0].Samples < 0 {
-			t.Fatal("a group of negative samples")
+		for _, v := range []uint32{RootVersion, RootVersionLineage} {
+			r, err := decodeRootBody(bytes.NewReader(data), int64(len(data)), v)
+			if err == nil && len(r.Groups) > 0 && r.Groups[0].Samples < 0 {
+				t.Fatal("a group of negative samples")
+			}
 		}
 		for g := range 3 {
 			if x, err := decodeGroupBody(bytes.NewReader(data), int64(len(data)), root, g); err == nil {

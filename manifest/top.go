@@ -28,13 +28,24 @@ import (
 // TopVersion is the format of the top-level manifest and the shard
 // indexes of a dataset without fields; TopVersionFields adds the fields
 // (Header.Fields, Header.Derived, ShardIndex.Fields).
+// TopVersionLineage adds the lineage (lineage.go) to the top-level
+// manifest; the shard indexes stay in the first two.
 const (
-	TopVersion       = 2
-	TopVersionFields = 3
+	TopVersion        = 2
+	TopVersionFields  = 3
+	TopVersionLineage = 4
 )
 
 // topVersion is the format t is written in.
 func (h *Header) topVersion() uint32 {
+	if h.HasLineage() {
+		return TopVersionLineage
+	}
+	return h.indexVersion()
+}
+
+// indexVersion is the format of a shard index of a dataset with header h.
+func (h *Header) indexVersion() uint32 {
 	if h.HasFields() {
 		return TopVersionFields
 	}
@@ -43,7 +54,10 @@ func (h *Header) topVersion() uint32 {
 
 // headerVersion maps a format-2 frame version to the header's.
 func headerVersion(v uint32) uint32 {
-	if v >= TopVersionFields {
+	switch {
+	case v >= TopVersionLineage:
+		return VersionLineage
+	case v >= TopVersionFields:
 		return Version
 	}
 	return VersionLabels
@@ -160,7 +174,7 @@ func EncodeTop(t *Top) ([]byte, error) {
 // ErrCorrupt, and stratum totals, shard sizes and sample counts must agree.
 func DecodeTop(b []byte) (*Top, error) {
 	var t *Top
-	err := unframe(b, topMagic, TopVersion, TopVersionFields, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64, v uint32) error {
+	err := unframe(b, topMagic, TopVersion, TopVersionLineage, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64, v uint32) error {
 		d := newDecoder(r, bodyLen)
 		t = &Top{}
 		d.header(&t.Header, headerVersion(v))
@@ -202,6 +216,9 @@ func DecodeTop(b []byte) (*Top, error) {
 	}
 	if t.Data < 1 || len(t.Stores) != t.Data+t.Parity || t.BlockSize < 1 {
 		return nil, fmt.Errorf("%w: RS(%d,%d) over %d stores, block size %d", ErrCorrupt, t.Data, t.Parity, len(t.Stores), t.BlockSize)
+	}
+	if err := t.validateLineage(len(t.Shards)); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return t, nil
 }
@@ -265,8 +282,8 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 	want := t.Shards[shard]
 	x := &ShardIndex{}
 	err := unframe(b, indexMagic, TopVersion, TopVersionFields, "a shardfs shard index", func(r io.Reader, bodyLen int64, v uint32) error {
-		if v != t.topVersion() {
-			return fmt.Errorf("%w: shard %d index: format %d in a dataset of format %d", ErrCorrupt, shard, v, t.topVersion())
+		if v != t.indexVersion() {
+			return fmt.Errorf("%w: shard %d index: format %d in a dataset whose indexes are format %d", ErrCorrupt, shard, v, t.indexVersion())
 		}
 		d := newDecoder(r, bodyLen)
 		x.Shard = int(d.uvarint())
@@ -367,7 +384,7 @@ func IndexSum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 func (t *Top) Manifest() *Manifest {
 	h := t.Header
 	h.Strata = slices.Clone(t.Strata)
-	m := &Manifest{Version: int(t.topVersion()), Header: h, Top: t}
+	m := &Manifest{FormatVersion: int(t.topVersion()), Header: h, Top: t}
 	m.Shards = make([]Shard, len(t.Shards))
 	first := 0
 	for s, sh := range t.Shards {

@@ -38,6 +38,9 @@ import (
 type Config struct {
 	// Name is the dataset to serve; with Mix, the name the mix is shown by.
 	Name string
+	// Version is the dataset version served; 0, the one current at start.
+	// A mount never switches version while it runs.
+	Version int
 	// Mix names the datasets of a mix, in the order of Schedule.Base.Mix's
 	// weights; nil serves Name alone.
 	Mix      []string
@@ -179,7 +182,7 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 			mt.Dataset = mt.Mix.Parts[0]
 		}
 	} else {
-		mt.Dataset, err = dataset.Open(ctx, stores, cfg.Name, dataset.Options{Logger: mt.log, Metrics: mt.Metrics, LazyIndexes: true})
+		mt.Dataset, err = dataset.Open(ctx, stores, cfg.Name, dataset.Options{Logger: mt.log, Metrics: mt.Metrics, LazyIndexes: true, Version: cfg.Version})
 	}
 	failing := <-failingc
 	if err != nil {

@@ -7,14 +7,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/ingest"
+	"github.com/shardfs/shardfs/manifest"
 )
 
 type ingestFlags struct {
@@ -31,6 +34,9 @@ type ingestFlags struct {
 	followLinks     bool
 	part, job       string
 	format          int
+	// appendTo adds SRC to the existing dataset as a new version;
+	// skipExisting leaves out the samples whose key it holds.
+	appendTo, skipExisting bool
 }
 
 func newIngestCmd(g *globals) *cobra.Command {
@@ -60,7 +66,20 @@ explicit ones). A mount can then weight the time buckets by age
 is refused unless --follow-symlinks is given.
 
 Interrupting an ingest (even kill -9) leaves no visible dataset; run the same
-command again. An existing NAME is only replaced with --force.
+command again. An existing NAME is only replaced with --force, which makes
+the new content its next version; the replaced versions stay on the stores
+(shardfs versions lists them) until shardfs gc removes them.
+
+Append: --append adds SRC's samples to the existing dataset NAME as its next
+version. Only the new samples are uploaded, into new shards; the objects of
+earlier versions are never rewritten. SRC must describe its samples as NAME
+does (same label fields and fields; the dataset's time buckets and bins are
+reused); new classes are fine, and enter the order as any class does, by
+their counts. A key NAME holds already is refused, naming the first few,
+unless --skip-existing leaves those samples out. The erasure code, block
+size and metadata format are the dataset's. Interrupting an append leaves the
+previous version current and whole. Mounts take the current version when
+they start (shardfs mount --version N for another).
 
 Distributed ingest: run the same command with --part I/N on N machines (or
 --part auto in a Kubernetes Indexed Job or a Slurm job array); each part
@@ -78,7 +97,9 @@ never writes over this one's fragments.`,
   shardfs ingest --stores ... --data 4 --parity 2 --part I/4 --job run-7 /data/imagenet/train imagenet-train
   # strata of label x month x 8 ranges of the sequence length, from a listing
   # of {"path": ..., "label": ..., "time": "2026-03-01T12:00:00Z", "len": 412}
-  shardfs ingest --stores ... --time-bucket time=30d --bins len=8 ./logs.jsonl logs`,
+  shardfs ingest --stores ... --time-bucket time=30d --bins len=8 ./logs.jsonl logs
+  # add this week's samples as the next version
+  shardfs ingest --stores ... --append ./week-48 train`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stores, err := g.openStores()
@@ -89,6 +110,12 @@ never writes over this one's fragments.`,
 				if err := createBuckets(cmd.Context(), cmd.OutOrStdout(), stores); err != nil {
 					return err
 				}
+			}
+			if f.appendTo {
+				return runAppend(cmd, g.logger(), stores, f, args[0], args[1])
+			}
+			if f.skipExisting {
+				return fmt.Errorf("--skip-existing applies to --append")
 			}
 			if cmd.Flags().Changed("part") {
 				return runIngestPart(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
@@ -114,6 +141,8 @@ never writes over this one's fragments.`,
 	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
 	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 3: format 2's index objects under a root of per-group class counts (a few bytes a shard, what every node reads) and a group object per 1,024 shards, for datasets of millions of shards; a mount reads the group objects when it starts. 0 (default): 2 from %d samples up, else 1", format2From))
+	fl.BoolVar(&f.appendTo, "append", false, "add SRC's samples to the existing dataset NAME as its next version (uploads only the new samples)")
+	fl.BoolVar(&f.skipExisting, "skip-existing", false, "with --append: leave out the samples whose key NAME holds already, instead of refusing the append")
 	fl.StringVar(&f.job, "job", "", "name of this distributed ingest run, the same for all its parts (default: $SHARDFS_JOB_ID, else $SLURM_ARRAY_JOB_ID)")
 	return cmd
 }
@@ -220,6 +249,91 @@ func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 	}
 	printCommitted(out, name, res, len(stores), true)
 	return res, nil
+}
+
+// runAppend appends SRC to dataset name: erasure and format flags only if
+// given (they must match the dataset's), the dataset's derived fields
+// reused unless given.
+func runAppend(cmd *cobra.Command, log *slog.Logger, stores []backend.Store, f *ingestFlags, src, name string) error {
+	fl := cmd.Flags()
+	switch {
+	case f.force:
+		return fmt.Errorf("--append and --force: --append adds to NAME, --force replaces it; choose one")
+	case fl.Changed("part") || f.job != "":
+		return fmt.Errorf("--append with --part: a distributed append is not supported yet; append from one process (it uploads only the new samples)")
+	}
+	ctx := cmd.Context()
+	if !fl.Changed("label-fields") && !fl.Changed("time-bucket") && !fl.Changed("bins") {
+		h, err := dataset.LoadHeader(ctx, stores, name, log)
+		if err != nil {
+			return fmt.Errorf("append to %s: %w", name, err)
+		}
+		reuseDerived(f, h)
+	}
+	source, opts, err := ingestOptions(f, src, name, stores, log)
+	if err != nil {
+		return err
+	}
+	for flag, zero := range map[string]func(){
+		"data": func() { opts.Data = 0 }, "parity": func() { opts.Parity = 0 }, "block-size": func() { opts.BlockSize = 0 },
+		"format": func() { opts.Format = 0 }, "seed": func() {}, "shard-size": func() { opts.ShardSize = 0 },
+	} {
+		if !fl.Changed(flag) {
+			zero()
+		}
+	}
+	var total int64
+	for _, it := range source.Items {
+		total += it.Size
+	}
+	bar := newProgress("append "+name, total)
+	opts.Progress = bar.Add
+	res, err := ingest.Append(ctx, source, opts, ingest.AppendOptions{SkipExisting: f.skipExisting})
+	bar.Finish()
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	m := res.Manifest
+	fmt.Fprintf(out, "committed version %d of %s (after version %d): appended %d samples in %d new shards\n",
+		res.Version, name, res.Parent, res.Samples, m.Segments[len(m.Segments)-1].Shards)
+	if res.Skipped > 0 {
+		fmt.Fprintf(out, "  left out %d samples whose keys %s holds already\n", res.Skipped, name)
+	}
+	samples, _ := dataset.Totals(m)
+	fmt.Fprintf(out, "  %s of new samples, %s uploaded (%.2fx), %.1f MB/s, %s; the dataset now holds %d samples in %d strata, %d shards\n",
+		humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
+		float64(res.StoredBytes)/float64(max(res.Bytes, 1)), float64(res.Bytes)/1e6/res.Elapsed.Seconds(), res.Elapsed.Round(1e6),
+		samples, len(m.Strata), len(m.Shards))
+	return nil
+}
+
+// reuseDerived sets f's time buckets and bins to dataset h's cuts, and its
+// label fields to h's others, so that an append's samples are cut as the
+// dataset's were (bins at the dataset's edges, not the new data's quantiles).
+func reuseDerived(f *ingestFlags, h *manifest.Manifest) {
+	if len(h.Derived) == 0 {
+		return
+	}
+	derived := map[string]bool{}
+	for _, d := range h.Derived {
+		derived[d.Field] = true
+		if d.Width > 0 {
+			f.timeBuckets = append(f.timeBuckets, fmt.Sprintf("%s=%ds", d.Field, d.Width))
+			continue
+		}
+		edges := make([]string, len(d.Edges))
+		for i, e := range d.Edges {
+			edges[i] = strconv.FormatFloat(e, 'g', -1, 64)
+		}
+		f.bins = append(f.bins, d.Field+"="+strings.Join(edges, ","))
+	}
+	f.labelFields = nil
+	for _, l := range h.LabelFields {
+		if !derived[l] {
+			f.labelFields = append(f.labelFields, l)
+		}
+	}
 }
 
 // printCommitted reports a committed ingest; uploaded says whether this

@@ -174,7 +174,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if err != nil {
 		return nil, err
 	}
-	cfg := mount.Config{Name: name, Schedule: sched, Epochs: f.order.epochs, Ranks: f.order.ranks(),
+	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, Schedule: sched, Epochs: f.order.epochs, Ranks: f.order.ranks(),
 		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Logger: log,
 		Complete: func(h *manifest.Header) error {

@@ -30,6 +30,8 @@ import (
 
 // orderFlags are the order parameters shared by plan and mount.
 type orderFlags struct {
+	// datasetVersion is the dataset version read (--version); 0: the current one.
+	datasetVersion                          int
 	world, batch, epochs, window, epochSize int
 	seed                                    uint64
 	alpha                                   float64
@@ -72,6 +74,7 @@ func (f *orderFlags) register(fs *pflag.FlagSet, d orderDefaults) {
 	fs.IntVar(&f.epochSize, "epoch-size", 0, "samples per epoch before the tail policy (0: the dataset size)")
 	fs.StringVar(&f.resumeAt, "resume-at", "", "elastic resume E:N: epoch E continues after N global batches consumed (by any world size), dealt to these ranks; later epochs as usual")
 	fs.StringVar(&f.mix, "mix", "", "mix datasets on the same stores by weight, NAME:W,NAME:W (e.g. web:0.7,books:0.3): every batch holds each in floor(B*w)..ceil(B*w), classes by --alpha within each; give the mount point alone")
+	fs.IntVar(&f.datasetVersion, "version", 0, "the dataset version to read (shardfs versions NAME lists them); 0, the default, reads the current one when it starts. A job that must resume exactly pins the version it started with")
 	fs.IntVar(&f.version, "order-version", layout.OrderVersion, fmt.Sprintf("order construction, %d to %d: a job pins the version it started with, so a newer shardfs on any node computes the same order (%d: materialised permutations, 4 bytes a sample; %d: keyed Feistel permutations, O(1) a class)", layout.MinOrderVersion, layout.OrderVersion, 1, 2))
 	fs.StringVar(&f.halfLife, "recency-half-life", "", "weight each time bucket by 2^(-age/SPAN), e.g. 90d: a bucket 90 days older than the newest counts half as much (a dataset ingested with --time-bucket; combines with --alpha)")
 	fs.StringVar(&f.timeWindow, "time-window", "", "read only the time buckets that start within SPAN of the newest (or of --as-of), e.g. 180d")
@@ -100,6 +103,12 @@ func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
 // schedule parses and checks the order flags into the run's schedule: once
 // per mount, which then asks it for every rank-epoch.
 func (f *orderFlags) schedule() (*layout.Schedule, error) {
+	switch {
+	case f.datasetVersion < 0:
+		return nil, fmt.Errorf("--version %d: a dataset version is 1 or more (0: the current one)", f.datasetVersion)
+	case f.datasetVersion != 0 && f.mix != "":
+		return nil, fmt.Errorf("--version with --mix: a mix reads each dataset's current version")
+	}
 	tail, err := layout.ParseTail(f.tail)
 	if err != nil {
 		return nil, err
@@ -475,7 +484,7 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 				if err != nil {
 					return err
 				}
-				if m, err = dataset.LoadManifest(cmd.Context(), stores, args[0], g.logger()); err != nil {
+				if m, err = dataset.LoadManifestVersion(cmd.Context(), stores, args[0], of.datasetVersion, g.logger()); err != nil {
 					return err
 				}
 			default:

@@ -1,0 +1,341 @@
+package ingest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// Appending to a dataset: a new version whose shards are the current
+// version's, untouched, followed by shards of the new samples only, under
+// the append's own ingest id (manifest.Segment). The commit is an ingest's
+// (the lock, then dataset.Commit), so a killed append leaves the current
+// version current and whole, and its uploads are removed by the next
+// ingest or append of the dataset.
+
+// ErrDuplicateKeys: an append carries samples whose keys the dataset holds.
+var ErrDuplicateKeys = errors.New("keys already in the dataset")
+
+// AppendOptions configure Append, besides Options' stores, name, shard
+// size, memory and logging. The erasure code, block size, metadata format
+// and seed are the dataset's.
+type AppendOptions struct {
+	// SkipExisting leaves out the listing's samples whose key the dataset
+	// holds, instead of refusing the append.
+	SkipExisting bool
+}
+
+// AppendResult is a committed append.
+type AppendResult struct {
+	Result
+	Version, Parent int
+	Skipped         int // samples left out by SkipExisting
+}
+
+// Append adds src's samples to the committed dataset opts.Name as its next
+// version. Nothing is written when it refuses.
+func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions) (*AppendResult, error) {
+	start := time.Now()
+	log := opts.logger()
+	if err := dataset.CheckName(opts.Name); err != nil {
+		return nil, err
+	}
+	head, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log)
+	if errors.Is(err, dataset.ErrNotFound) {
+		return nil, fmt.Errorf("append to %s: %w (create it first with shardfs ingest SRC %s)", opts.Name, err, opts.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
+	}
+	if err := checkSameParams(opts, head); err != nil {
+		return nil, err
+	}
+	opts.Data, opts.Parity, opts.BlockSize, opts.Seed = head.Data, head.Parity, head.BlockSize, head.Seed
+	if opts.ShardSize <= 0 {
+		opts.ShardSize = head.ShardSize
+	}
+	opts.Format = formatOf(head)
+	if err := checkSameFields(src, head); err != nil {
+		return nil, err
+	}
+	codec, err := opts.check(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ingestID := newIngestID()
+	opts.Lock.Logger = log
+	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
+	if err != nil {
+		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	// Read under the lock: no other commit can make another version
+	// current until this one is done.
+	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
+	}
+	parent := ds.Manifest
+	for i, p := range ds.Places {
+		if p.State == dataset.Foreign {
+			return nil, fmt.Errorf("append to %s: store %d (%s) holds %s: run shardfs verify %s, and repair it, before appending", opts.Name, i, opts.Stores[i], p.Detail, opts.Name)
+		}
+	}
+	skipped, err := dropExisting(src, parent, aopts.SkipExisting)
+	if err != nil {
+		return nil, err
+	}
+	m, newShards, err := planAppend(src, opts, parent, ingestID)
+	if err != nil {
+		return nil, err
+	}
+	res := &AppendResult{Result: Result{Manifest: m, Samples: src.count(), Bytes: m.TotalBytes() - parent.TotalBytes()},
+		Version: m.VersionNumber(), Parent: parent.VersionNumber(), Skipped: skipped}
+	log.Info("append plan", "dataset", opts.Name, "samples", res.Samples, "shards", len(newShards),
+		"bytes", res.Bytes, "version", res.Version, "ingest_id", ingestID)
+	if res.StoredBytes, err = uploadShards(ctx, src, m, codec, opts, newShards, putObject); err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
+			err = cause
+		}
+		return nil, fmt.Errorf("append to %s not committed: %w (rerun the same command; the partial upload is removed then)", opts.Name, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Format >= 2 {
+		sizes, sums, err := writeIndexes(ctx, opts, m, newShards, putObject)
+		if err != nil {
+			return nil, fmt.Errorf("append to %s not committed: %w (rerun the same command)", opts.Name, err)
+		}
+		for s := range parent.Shards {
+			sizes[s], sums[s] = parent.Top.Shards[s].IndexSize, parent.Top.Shards[s].IndexSum
+		}
+		if m.Top, err = manifest.NewTop(m, sizes, sums); err != nil {
+			return nil, err
+		}
+		if opts.Format == 3 {
+			if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
+				return nil, fmt.Errorf("append to %s not committed: %w (rerun the same command)", opts.Name, err)
+			}
+		}
+	}
+	if err := commitVersion(ctx, opts, m, parent, lock, &res.Result, log); err != nil {
+		return nil, err
+	}
+	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, historyIDs(m), log)
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// commitVersion keeps the current version (parent) under its version key,
+// then commits m, which replaces it.
+func commitVersion(ctx context.Context, opts Options, m, parent *manifest.Manifest, lock *dataset.Lock, res *Result, log *slog.Logger) error {
+	raw, err := dataset.RawManifest(ctx, opts.Stores, opts.Name, parent.IngestID)
+	if err != nil {
+		return fmt.Errorf("%s not changed: %w", opts.Name, err)
+	}
+	if err := dataset.KeepVersion(ctx, opts.Stores, opts.Name, parent.IngestID, raw, parent.Data, parent.Parity); err != nil {
+		return fmt.Errorf("%s not changed: %w", opts.Name, err)
+	}
+	enc, err := manifest.EncodeStored(m)
+	if err != nil {
+		return err
+	}
+	copies, copyErrs, err := dataset.Commit(ctx, opts.Stores, m, enc, lock, log)
+	res.Copies, res.CopyErrors = copies, copyErrs
+	if err != nil {
+		return fmt.Errorf("version %d of %s not committed: %w; version %d stays current", m.VersionNumber(), opts.Name, err, parent.VersionNumber())
+	}
+	return nil
+}
+
+// historyIDs are the ingest ids of every version in m's history: what a
+// purge of interrupted runs must leave alone (gc removes versions).
+func historyIDs(m *manifest.Manifest) map[string]bool {
+	keep := map[string]bool{m.IngestID: true}
+	for _, v := range m.Versions {
+		keep[v.IngestID] = true
+	}
+	for _, id := range m.SegmentIDs() {
+		keep[id] = true
+	}
+	return keep
+}
+
+// formatOf is the metadata format a dataset is stored in.
+func formatOf(m *manifest.Manifest) int {
+	switch {
+	case m.Root != nil:
+		return 3
+	case m.Top != nil:
+		return 2
+	}
+	return 1
+}
+
+// checkSameParams refuses erasure and format options that differ from the
+// dataset's: an append takes them from the dataset.
+func checkSameParams(opts Options, h *manifest.Manifest) error {
+	var diff []string
+	if opts.Data != 0 && opts.Data != h.Data || opts.Parity != 0 && opts.Parity != h.Parity {
+		diff = append(diff, fmt.Sprintf("--data %d --parity %d (the dataset is RS(%d,%d))", opts.Data, opts.Parity, h.Data, h.Parity))
+	}
+	if opts.BlockSize != 0 && opts.BlockSize != h.BlockSize {
+		diff = append(diff, fmt.Sprintf("--block-size %d (the dataset's is %d)", opts.BlockSize, h.BlockSize))
+	}
+	if opts.Format != 0 && opts.Format != formatOf(h) {
+		diff = append(diff, fmt.Sprintf("--metadata-format %d (the dataset's is %d)", opts.Format, formatOf(h)))
+	}
+	if len(diff) > 0 {
+		return fmt.Errorf("append to %s: %s: an append keeps the dataset's erasure code and format; leave these out (to change them, shardfs migrate)", h.Name, strings.Join(diff, ", "))
+	}
+	return nil
+}
+
+// checkSameFields refuses a listing whose label fields, fields or derived
+// fields are not the dataset's: its samples would not be stratified, or
+// described, as the dataset's are. New values of the label fields (new
+// classes) are fine.
+func checkSameFields(src *Source, h *manifest.Manifest) error {
+	same := func(a, b []string) bool { return slices.Equal(a, b) || len(a) == 0 && len(b) == 0 }
+	var diff []string
+	if !same(src.LabelFields, h.LabelFields) {
+		diff = append(diff, fmt.Sprintf("label fields %q, the dataset's %q", src.LabelFields, h.LabelFields))
+	}
+	if !same(src.Fields, h.Fields) {
+		diff = append(diff, fmt.Sprintf("fields %q, the dataset's %q", src.Fields, h.Fields))
+	}
+	if (len(src.Derived) > 0 || len(h.Derived) > 0) && !reflect.DeepEqual(src.Derived, h.Derived) {
+		diff = append(diff, fmt.Sprintf("derived fields %v, the dataset's %v", src.Derived, h.Derived))
+	}
+	if len(diff) > 0 {
+		return fmt.Errorf("append to %s: the listing has %s: an append must describe its samples as the dataset does (same columns, same --label-field, --time-bucket and --bin); nothing was written",
+			h.Name, strings.Join(diff, "; "))
+	}
+	return nil
+}
+
+// dropExisting refuses src when it holds keys the dataset has, naming the
+// first few, or with skip leaves those samples out. It returns how many
+// were left out.
+func dropExisting(src *Source, m *manifest.Manifest, skip bool) (int, error) {
+	have := make(map[string]struct{}, m.Samples.Len())
+	for i := 0; i < m.Samples.Len(); i++ {
+		have[m.Samples.Key(i)] = struct{}{}
+	}
+	var dup []string
+	kept := src.Items[:0:0]
+	for _, it := range src.Items {
+		if _, ok := have[it.Key]; ok {
+			dup = append(dup, it.Key)
+			continue
+		}
+		kept = append(kept, it)
+	}
+	if len(dup) > 0 && !skip {
+		return 0, fmt.Errorf("%w: %d of the %d samples to append are in %s already (%s%s): pass --skip-existing to append only the others; nothing was written",
+			ErrDuplicateKeys, len(dup), len(src.Items), m.Name, strings.Join(dup[:min(5, len(dup))], ", "), map[bool]string{true: ", ...", false: ""}[len(dup) > 5])
+	}
+	if len(kept) == 0 {
+		return len(dup), fmt.Errorf("%w: every one of the %d samples is in %s already: nothing to append", ErrEmpty, len(src.Items), m.Name)
+	}
+	src.Items = kept // before anything built src's key index
+	return len(dup), nil
+}
+
+// count is the number of samples src holds.
+func (s *Source) count() int { return len(s.Items) }
+
+// planAppend is parent's next version: parent's strata, shards and rows as
+// they are, then src's samples placed into new shards as an ingest places
+// them. A stratum new to the dataset is added after the existing ones, so
+// every earlier shard keeps its stratum numbers. It returns the new
+// version's manifest (block and sample checksums of the new shards to be
+// filled by the upload) and the new shards.
+func planAppend(src *Source, opts Options, parent *manifest.Manifest, ingestID string) (*manifest.Manifest, []int, error) {
+	now := time.Now().Unix()
+	h := parent.Header
+	h.IngestID, h.CreatedUnix = ingestID, now
+	h.Strata = slices.Clone(parent.Strata)
+	h.Stores = storeNames(opts.Stores)
+	index := make(map[string]int, len(h.Strata))
+	for i, st := range h.Strata {
+		index[st.Name] = i
+	}
+	newStrata, of := src.strata()
+	strata := make([]uint32, len(of))
+	for i, c := range of {
+		st := newStrata[c]
+		j, ok := index[st.Name]
+		if !ok {
+			j = len(h.Strata)
+			index[st.Name] = j
+			h.Strata = append(h.Strata, manifest.Stratum{Name: st.Name, Labels: st.Labels})
+		}
+		strata[i] = uint32(j)
+	}
+	// The new samples alone are placed as an ingest of them would be, with
+	// the dataset's seed moved on by the version, so that appends of like
+	// listings are not placed alike.
+	seed := opts.Seed + uint64(parent.VersionNumber())
+	order := stratifiedOrder(strata, len(h.Strata), seed)
+	shards := cutShards(src.Items, order, opts.ShardSize)
+	if opts.Format >= 2 {
+		for _, sh := range shards {
+			slices.SortStableFunc(sh, func(a, b int) int { return cmp.Compare(strata[a], strata[b]) })
+		}
+	}
+	first := len(parent.Shards)
+	h.Segments = append(slices.Clone(parent.SegmentsOr(first)), manifest.Segment{IngestID: ingestID, Shards: len(shards)})
+	m := &manifest.Manifest{Header: h}
+	m.Shards = make([]manifest.Shard, first+len(shards))
+	for s := range parent.Shards {
+		m.Shards[s].Sums = parent.Shards[s].Sums
+	}
+	ps := &parent.Samples
+	for i := 0; i < ps.Len(); i++ {
+		m.Samples.Append(ps.Key(i), ps.Stratum[i], ps.Shard[i], ps.Size[i], ps.Sum[i])
+		if ps.HasFields() {
+			m.Samples.AppendFields(ps.FieldsJoined(i))
+		}
+	}
+	newShards := make([]int, len(shards))
+	for k, shard := range shards {
+		si := first + k
+		newShards[k] = si
+		for _, it := range shard {
+			m.Samples.Append(src.Items[it].Key, strata[it], uint32(si), uint32(src.Items[it].Size), 0)
+			if parent.Samples.HasFields() {
+				m.Samples.AppendFields(strings.Join(src.Items[it].Fields, manifest.FieldSep))
+			}
+		}
+	}
+	if err := m.Finish(); err != nil {
+		return nil, nil, err
+	}
+	samples, bytes := dataset.Totals(m)
+	m.Versions = append(slices.Clone(dataset.History(parent)), manifest.VersionInfo{
+		Number: parent.VersionNumber() + 1, IngestID: ingestID, Parent: parent.VersionNumber(), CreatedUnix: now,
+		Samples: samples, Bytes: bytes, Change: fmt.Sprintf("append %d samples", len(src.Items)),
+	})
+	return m, newShards, nil
+}
+
+// storeNames lists the stores' names, as a manifest records them.
+func storeNames(stores []backend.Store) []string {
+	var out []string
+	for _, s := range stores {
+		out = append(out, s.String())
+	}
+	return out
+}
