@@ -219,7 +219,7 @@ func checkSameFields(src *Source, h *manifest.Manifest) error {
 		diff = append(diff, fmt.Sprintf("derived fields %v, the dataset's %v", src.Derived, h.Derived))
 	}
 	if len(diff) > 0 {
-		return fmt.Errorf("append to %s: the listing has %s: an append must describe its samples as the dataset does (same columns, same --label-field, --time-bucket and --bin); nothing was written",
+		return fmt.Errorf("append to %s: the listing has %s: an append must describe its samples as the dataset does (same columns, same --label-fields, --time-bucket and --bins); nothing was written",
 			h.Name, strings.Join(diff, "; "))
 	}
 	return nil

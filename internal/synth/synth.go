@@ -17,6 +17,9 @@ type Spec struct {
 	Counts           []int
 	MinSize, MaxSize int
 	Seed             uint64
+	// Tag starts every file name, so that two specs written as two sources
+	// (a dataset and an append to it) name their samples apart.
+	Tag string
 }
 
 // Demo is the demo dataset: 10 classes from 400 down to 8 samples, about 50 MB.
@@ -66,7 +69,7 @@ func Write(dir string, s Spec) (int64, error) {
 					b[j+k] = byte(v >> (8 * k))
 				}
 			}
-			name := filepath.Join(cdir, fmt.Sprintf("%s_%05d.bin", ClassName(c), i))
+			name := filepath.Join(cdir, fmt.Sprintf("%s%s_%05d.bin", s.Tag, ClassName(c), i))
 			if err := os.WriteFile(name, b, 0o644); err != nil {
 				return 0, err
 			}

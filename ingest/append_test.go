@@ -1,0 +1,350 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/fnv"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// tree writes a synthetic ImageFolder source of n samples in classes
+// classes, its file names started by tag, and scans it.
+func tree(t *testing.T, n, classes int, tag string, seed uint64) *Source {
+	t.Helper()
+	dir := t.TempDir()
+	spec := synth.Imbalanced(n, classes, 0.6, 500, 9_000, seed)
+	spec.Tag = tag
+	if _, err := synth.Write(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	src, err := Scan(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// objectSums is every object on the stores, by store and key, with the
+// CRC32 of its bytes.
+func objectSums(t *testing.T, stores []backend.Store, name string) map[string]uint32 {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]uint32{}
+	for i, s := range stores {
+		keys, err := s.List(ctx, name+"/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			size, err := s.Stat(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, size)
+			if err := s.ReadAt(ctx, k, b, 0); err != nil {
+				t.Fatal(err)
+			}
+			out[fmt.Sprintf("%d:%s", i, k)] = crc32.ChecksumIEEE(b)
+		}
+	}
+	return out
+}
+
+// checkServes opens version v of ds and checks that it holds exactly the
+// samples of srcs, each read back byte for byte.
+func checkServes(t *testing.T, stores []backend.Store, v int, srcs ...*Source) *dataset.Dataset {
+	t.Helper()
+	ctx := context.Background()
+	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: v})
+	if err != nil {
+		t.Fatalf("open version %d: %v", v, err)
+	}
+	if got := ds.Manifest.VersionNumber(); v != 0 && got != v {
+		t.Fatalf("opened version %d, asked for %d", got, v)
+	}
+	want := map[string]string{}
+	for _, src := range srcs {
+		for _, it := range src.Items {
+			want[it.Key] = it.Path
+		}
+	}
+	s := &ds.Manifest.Samples
+	if s.Len() != len(want) {
+		t.Fatalf("version %d holds %d samples, want %d", v, s.Len(), len(want))
+	}
+	for i := 0; i < s.Len(); i++ {
+		path, ok := want[s.Key(i)]
+		if !ok {
+			t.Fatalf("version %d holds %s, which none of its sources has", v, s.Key(i))
+		}
+		got, err := ds.ReadSample(ctx, i)
+		if err != nil {
+			t.Fatalf("version %d: %s: %v", v, s.Key(i), err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, b) {
+			t.Fatalf("version %d: %s: wrong bytes", v, s.Key(i))
+		}
+	}
+	return ds
+}
+
+// orderPin is the keys of rank 0's first epoch of ds, hashed: the order is
+// a function of the version's content and the order options alone.
+func orderPin(t *testing.T, ds *dataset.Dataset) uint64 {
+	t.Helper()
+	in, err := dataset.LayoutInput(ds.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := layout.Order(in, layout.Params{Seed: 5, World: 2, Batch: 8, Alpha: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := fnv.New64a()
+	for i := 0; i < o.Samples.Len(); i++ {
+		h.Write(ds.Manifest.Samples.KeyBytes(int(o.Samples.At(i))))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+// Ingest v1, append v2 (with a class v1 lacks) and v3: each version serves
+// exactly its samples, byte for byte; the appends upload only the new
+// samples and leave every object of v1 as it was; a version's order does
+// not change when later ones are appended; rollback, and the rollback of
+// the rollback, serve the content they name.
+func TestAppendMakesVersions(t *testing.T) {
+	for _, format := range []int{1, 2, 3} {
+		t.Run(fmt.Sprint("format", format), func(t *testing.T) { appendMakesVersions(t, format) })
+	}
+}
+
+func appendMakesVersions(t *testing.T, format int) {
+	ctx := context.Background()
+	stores := localStores(t, t.TempDir(), 3)
+	src1 := tree(t, 200, 3, "", 1)
+	opts := Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096, Seed: 3, Format: format}
+	if _, err := Run(ctx, src1, opts); err != nil {
+		t.Fatal(err)
+	}
+	v1 := checkServes(t, stores, 0, src1)
+	pin1 := orderPin(t, v1)
+	before := objectSums(t, stores, "ds")
+
+	src2 := tree(t, 120, 4, "b", 2) // class03 is new
+	aopts := Options{Name: "ds", Stores: stores, ShardSize: 64 << 10}
+	res2, err := Append(ctx, src2, aopts, AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.Version != 2 || res2.Parent != 1 || res2.Samples != 120 {
+		t.Fatalf("append: version %d after %d, %d samples", res2.Version, res2.Parent, res2.Samples)
+	}
+	// Uploaded: the new samples' fragments, (k+m)/k = 1.5 times their
+	// bytes, up to each fragment's padding to k.
+	if ratio := float64(res2.StoredBytes) / float64(res2.Bytes); ratio < 1.5 || ratio > 1.51 {
+		t.Fatalf("append uploaded %d bytes for %d bytes of samples: %.4f, want 1.5", res2.StoredBytes, res2.Bytes, ratio)
+	}
+	src3 := tree(t, 80, 2, "c", 3)
+	if _, err := Append(ctx, src3, aopts, AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	after := objectSums(t, stores, "ds")
+	for k, sum := range before {
+		if strings.HasSuffix(k, "ds/manifest") || strings.HasSuffix(k, "ds/identity") {
+			continue // the commit point and each store's identity name the current version
+		}
+		if got, ok := after[k]; !ok || got != sum {
+			t.Fatalf("%s changed or went away in the appends", k)
+		}
+	}
+	// v1's manifest is kept as it was committed.
+	for i := range stores {
+		kept := fmt.Sprintf("%d:%s", i, dataset.VersionKey("ds", v1.Manifest.IngestID))
+		if after[kept] != before[fmt.Sprintf("%d:ds/manifest", i)] {
+			t.Fatalf("store %d: v1's kept manifest is not the manifest v1 committed", i)
+		}
+	}
+
+	if got := orderPin(t, checkServes(t, stores, 1, src1)); got != pin1 {
+		t.Fatalf("version 1's order changed after the appends: %x, was %x", got, pin1)
+	}
+	v2 := checkServes(t, stores, 2, src1, src2)
+	v3 := checkServes(t, stores, 0, src1, src2, src3)
+	if n := v3.Manifest.VersionNumber(); n != 3 || len(v3.Manifest.Segments) != 3 {
+		t.Fatalf("current version %d in %d segments", n, len(v3.Manifest.Segments))
+	}
+	if i := slices.IndexFunc(v2.Manifest.Strata, func(s manifest.Stratum) bool { return s.Name == "class03" }); i != 3 {
+		t.Fatalf("the new class is stratum %d, want 3 (after the dataset's)", i)
+	}
+	// Golden pins: the order of each version, as this construction deals it.
+	// They change only with a new order version.
+	if got, want := [3]uint64{pin1, orderPin(t, v2), orderPin(t, v3)}, goldenVersionPins; got != want {
+		t.Errorf("version orders %#x, pinned %#x", got, want)
+	}
+	rep, err := v3.Verify(ctx, nil)
+	if err != nil || !rep.Intact() {
+		t.Fatalf("version 3 does not verify: %v %+v", err, rep)
+	}
+
+	if _, err := Rollback(ctx, Options{Name: "ds", Stores: stores}, 1); err != nil {
+		t.Fatal(err)
+	}
+	v4 := checkServes(t, stores, 0, src1)
+	if v4.Manifest.VersionNumber() != 4 || orderPin(t, v4) != pin1 {
+		t.Fatalf("the rollback to 1 is version %d, its order the same as 1's: %v", v4.Manifest.VersionNumber(), orderPin(t, v4) == pin1)
+	}
+	if _, err := Rollback(ctx, Options{Name: "ds", Stores: stores}, 3); err != nil {
+		t.Fatal(err)
+	}
+	checkServes(t, stores, 0, src1, src2, src3)
+	checkServes(t, stores, 4, src1)
+	if _, err := Rollback(ctx, Options{Name: "ds", Stores: stores}, 5); !errors.Is(err, ErrNothingToDo) {
+		t.Fatalf("a rollback to the current version: %v", err)
+	}
+	if _, err := Rollback(ctx, Options{Name: "ds", Stores: stores}, 9); !errors.Is(err, dataset.ErrNoVersion) {
+		t.Fatalf("a rollback to a version that does not exist: %v", err)
+	}
+	// An ingest after all this removes nothing a version needs.
+	if _, err := Append(ctx, tree(t, 10, 1, "d", 4), aopts, AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for v := 1; v <= 5; v++ {
+		if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: v}); err != nil {
+			t.Fatalf("version %d after a sixth: %v", v, err)
+		}
+	}
+	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ds.Verify(ctx, nil); err != nil || !rep.Intact() {
+		t.Fatalf("version 6 does not verify: %v %+v", err, rep)
+	}
+}
+
+// goldenVersionPins are orderPin of versions 1, 2 and 3 of
+// TestAppendMakesVersions, the same in every metadata format.
+var goldenVersionPins = [3]uint64{0x7e6a99a521623981, 0x4131e2912b5cd08f, 0x33b002b511a32dc6}
+
+// An append that is refused writes nothing: keys the dataset has, a
+// listing of other fields, erasure options that are not the dataset's, a
+// dataset that does not exist.
+func TestAppendRefusesAndWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	stores := localStores(t, t.TempDir(), 3)
+	src1 := tree(t, 60, 2, "", 1)
+	if _, err := Run(ctx, src1, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	before := objectSums(t, stores, "ds")
+	aopts := Options{Name: "ds", Stores: stores}
+	unchanged := func(what string) {
+		t.Helper()
+		if after := objectSums(t, stores, "ds"); !maps.Equal(before, after) {
+			t.Fatalf("%s: the stores changed", what)
+		}
+	}
+
+	again := tree(t, 60, 2, "", 1) // the same keys
+	_, err := Append(ctx, again, aopts, AppendOptions{})
+	if !errors.Is(err, ErrDuplicateKeys) || !strings.Contains(err.Error(), "60 of the 60") || !strings.Contains(err.Error(), "class00/class00_00000.bin") {
+		t.Fatalf("duplicate keys: %v", err)
+	}
+	unchanged("duplicate keys")
+	if _, err := Append(ctx, tree(t, 60, 2, "", 1), aopts, AppendOptions{SkipExisting: true}); !errors.Is(err, ErrEmpty) {
+		t.Fatalf("nothing left to append: %v", err)
+	}
+	unchanged("nothing left to append")
+
+	dir := t.TempDir()
+	listing := filepath.Join(dir, "new.csv")
+	os.WriteFile(filepath.Join(dir, "a.bin"), []byte("sample a"), 0o644)
+	os.WriteFile(listing, []byte("path,label,site\na.bin,class00,x\n"), 0o644)
+	withFields, err := Scan(listing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Append(ctx, withFields, aopts, AppendOptions{}); err == nil || !strings.Contains(err.Error(), `"site"], the dataset's []`) {
+		t.Fatalf("a listing with another field: %v", err)
+	}
+	unchanged("other fields")
+	bad := aopts
+	bad.Data, bad.Parity = 4, 2
+	if _, err := Append(ctx, tree(t, 5, 1, "e", 5), bad, AppendOptions{}); err == nil || !strings.Contains(err.Error(), "RS(2,1)") {
+		t.Fatalf("another erasure code: %v", err)
+	}
+	unchanged("another erasure code")
+	missing := aopts
+	missing.Name = "nope"
+	if _, err := Append(ctx, tree(t, 5, 1, "e", 5), missing, AppendOptions{}); !errors.Is(err, dataset.ErrNotFound) || !strings.Contains(err.Error(), "shardfs ingest") {
+		t.Fatalf("a dataset that does not exist: %v", err)
+	}
+	unchanged("a missing dataset")
+	if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: 2}); !errors.Is(err, dataset.ErrNoVersion) {
+		t.Fatalf("version 2 of a dataset of one: %v", err)
+	}
+
+	// Half of these keys are new: --skip-existing appends those.
+	mixed := tree(t, 60, 2, "", 1)
+	mixed.Items = append(mixed.Items[:30], tree(t, 30, 2, "f", 6).Items...)
+	res, err := Append(ctx, mixed, aopts, AppendOptions{SkipExisting: true})
+	if err != nil || res.Skipped != 30 || res.Samples != 30 {
+		t.Fatalf("skip existing: %+v, %v", res, err)
+	}
+}
+
+// Two appends at once: one commits, the other is told another holds the
+// lock, and the dataset is one of the two outcomes, whole.
+func TestConcurrentAppendsOneCommits(t *testing.T) {
+	ctx := context.Background()
+	stores := localStores(t, t.TempDir(), 3)
+	src1 := tree(t, 60, 2, "", 1)
+	if _, err := Run(ctx, src1, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	srcs := []*Source{tree(t, 400, 2, "a", 2), tree(t, 400, 2, "b", 3)}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range srcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = Append(ctx, srcs[i], Options{Name: "ds", Stores: stores, ShardSize: 16 << 10}, AppendOptions{})
+		}()
+	}
+	wg.Wait()
+	ok := slices.IndexFunc(errs, func(err error) bool { return err == nil })
+	if ok < 0 {
+		t.Fatalf("neither append committed: %v", errs)
+	}
+	if other := errs[1-ok]; other != nil {
+		if !errors.Is(other, dataset.ErrLocked) {
+			t.Fatalf("the other append failed for another reason than the lock: %v", other)
+		}
+		checkServes(t, stores, 0, src1, srcs[ok])
+		return
+	}
+	// Both committed, one after the other (the second took the lock
+	// after the first released it): the second is version 3.
+	checkServes(t, stores, 0, src1, srcs[0], srcs[1])
+}
