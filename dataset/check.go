@@ -217,7 +217,13 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	promotePending(copies, m.IngestID)
+	// The manifest copies and identities name the current version, which
+	// an older one opened (Options.Version) is not.
+	current := d.Current.IngestID
+	if current == "" {
+		current = m.IngestID // a Dataset not made by Open
+	}
+	promotePending(copies, current)
 	for i := range d.Stores {
 		c := copies[i]
 		if !unreachable[i].Load() && c.err != nil && unavailable(c.err) {
@@ -231,13 +237,13 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 			rep.Foreign = append(rep.Foreign, i)
 			continue
 		}
-		if c.err != nil || c.m.IngestID != m.IngestID {
+		if c.err != nil || c.m.IngestID != current {
 			rep.BadManifests = append(rep.BadManifests, i)
 		}
 		if c.pending {
 			rep.Pending = append(rep.Pending, i)
 		}
-		if c.id == nil || c.id.IngestID != m.IngestID || c.id.Position != i {
+		if c.id == nil || c.id.IngestID != current || c.id.Position != i {
 			rep.NoIdentity = append(rep.NoIdentity, i)
 		}
 	}

@@ -247,7 +247,8 @@ func dropExisting(src *Source, m *manifest.Manifest, skip bool) (int, error) {
 			ErrDuplicateKeys, len(dup), len(src.Items), m.Name, strings.Join(dup[:min(5, len(dup))], ", "), map[bool]string{true: ", ...", false: ""}[len(dup) > 5])
 	}
 	if len(kept) == 0 {
-		return len(dup), fmt.Errorf("%w: every one of the %d samples is in %s already: nothing to append", ErrEmpty, len(src.Items), m.Name)
+		// Only with skip: the rerun of an append that committed.
+		return len(dup), fmt.Errorf("%w: every one of the %d samples is in %s already (version %d)", ErrNothingToDo, len(src.Items), m.Name, m.VersionNumber())
 	}
 	src.Items = kept // before anything built src's key index
 	return len(dup), nil

@@ -271,7 +271,7 @@ func TestAppendRefusesAndWritesNothing(t *testing.T) {
 		t.Fatalf("duplicate keys: %v", err)
 	}
 	unchanged("duplicate keys")
-	if _, err := Append(ctx, tree(t, 60, 2, "", 1), aopts, AppendOptions{SkipExisting: true}); !errors.Is(err, ErrEmpty) {
+	if _, err := Append(ctx, tree(t, 60, 2, "", 1), aopts, AppendOptions{SkipExisting: true}); !errors.Is(err, ErrNothingToDo) {
 		t.Fatalf("nothing left to append: %v", err)
 	}
 	unchanged("nothing left to append")

@@ -79,7 +79,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 		return err
 	}
 	fmt.Fprintln(out, "== verify")
-	if _, err := runVerify(ctx, log, out, stores, "demo"); err != nil {
+	if _, err := runVerify(ctx, log, out, stores, "demo", 0); err != nil {
 		return err
 	}
 
@@ -121,7 +121,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 	fmt.Fprintf(out, "   stats: %s served, cache hits %d / misses %d, stalls %d (%.3fs), degraded reads %d, checksum failures %d\n",
 		humanize.IBytes(uint64(s.BytesServed)), s.CacheHits, s.CacheMisses, s.Stalls, s.StallSeconds, s.DegradedReads, s.ChecksumFailures)
 	fmt.Fprintln(out, "== verify (expect damage, exit status 1)")
-	if _, err := runVerify(ctx, log, io.Discard, stores, "demo"); err == nil {
+	if _, err := runVerify(ctx, log, io.Discard, stores, "demo", 0); err == nil {
 		return fmt.Errorf("verify found no damage after the stores were damaged")
 	} else {
 		fmt.Fprintf(out, "   %v\n", err)
@@ -130,7 +130,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 	if err := runRepair(ctx, log, io.Discard, stores, "demo", false); err != nil {
 		return err
 	}
-	if _, err := runVerify(ctx, log, out, stores, "demo"); err != nil {
+	if _, err := runVerify(ctx, log, out, stores, "demo", 0); err != nil {
 		return err
 	}
 	if once {

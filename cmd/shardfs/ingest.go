@@ -290,6 +290,10 @@ func runAppend(cmd *cobra.Command, log *slog.Logger, stores []backend.Store, f *
 	opts.Progress = bar.Add
 	res, err := ingest.Append(ctx, source, opts, ingest.AppendOptions{SkipExisting: f.skipExisting})
 	bar.Finish()
+	if errors.Is(err, ingest.ErrNothingToDo) {
+		fmt.Fprintln(cmd.OutOrStdout(), err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

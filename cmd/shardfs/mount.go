@@ -228,8 +228,12 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 	if err != nil {
 		return nil, err
 	}
+	ds := describe(m)
+	// The version served, and the one current when the mount started: a
+	// mount never switches, so a newer one means a remount would read it.
+	ds["version"], ds["current_version"] = m.VersionNumber(), mt.Dataset.Current.VersionNumber()
 	v := map[string]any{
-		"dataset": describe(m),
+		"dataset": ds,
 		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.Metrics.Snapshot().Stores},
 		"order": map[string]any{"version": f.order.orderVersion(), "seed": f.order.seed, "world_size": f.order.world, "ranks": f.order.ranks(), "batch_size": f.order.batch,
 			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "tail": f.order.tail,

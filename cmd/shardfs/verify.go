@@ -32,7 +32,8 @@ func notChecked(err error) error {
 }
 
 func newVerifyCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var version int
+	cmd := &cobra.Command{
 		Use:   "verify --stores URL,... NAME",
 		Short: "Read every fragment and check every checksum",
 		Long: `Verify reads every fragment of every shard, checks every block checksum,
@@ -63,14 +64,16 @@ order, the dataset was not found, or the run was interrupted).`,
 			if err != nil {
 				return err
 			}
-			_, err = runVerify(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, args[0])
+			_, err = runVerify(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, args[0], version)
 			return err
 		},
 	}
+	cmd.Flags().IntVar(&version, "version", 0, "check this version of the dataset (shardfs versions lists them); 0: the current one")
+	return cmd
 }
 
-func runVerify(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, name string) (*dataset.Report, error) {
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, LostIndexesOK: true})
+func runVerify(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, name string, version int) (*dataset.Report, error) {
+	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, LostIndexesOK: true, Version: version})
 	if err != nil {
 		return nil, notChecked(err)
 	}

@@ -1,0 +1,270 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/synth"
+)
+
+// taggedSource writes an ImageFolder source of n samples whose file names
+// start with tag, and returns its directory.
+func taggedSource(t *testing.T, n, classes int, tag string, seed uint64) string {
+	t.Helper()
+	spec := synth.Imbalanced(n, classes, 0.6, 2_000, 40_000, seed)
+	spec.Tag = tag
+	return writeSource(t, spec)
+}
+
+// checkSamplesView checks that a mount's samples/ holds exactly the files
+// of srcs, byte for byte: the view shows each sample at its key.
+func checkSamplesView(t *testing.T, mnt string, srcs ...string) {
+	t.Helper()
+	want := map[string]string{}
+	for _, src := range srcs {
+		filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				rel, _ := filepath.Rel(src, p)
+				want[rel] = p
+			}
+			return nil
+		})
+	}
+	root := filepath.Join(mnt, "samples")
+	seen := 0
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		src, ok := want[rel]
+		if !ok {
+			return fmt.Errorf("%s serves %s, which none of its sources has", mnt, rel)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		b, _ := os.ReadFile(src)
+		if !bytes.Equal(got, b) {
+			return fmt.Errorf("%s: wrong bytes", rel)
+		}
+		seen++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen != len(want) {
+		t.Fatalf("%s serves %d samples, want %d", mnt, seen, len(want))
+	}
+}
+
+// storeSums is every object of dataset name on the stores, by store and
+// key, with the CRC32 of its bytes.
+func storeSums(t *testing.T, stores []backend.Store, name string) map[string]uint32 {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]uint32{}
+	for i, s := range stores {
+		keys, err := s.List(ctx, name+"/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			size, err := s.Stat(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, size)
+			if err := s.ReadAt(ctx, k, b, 0); err != nil {
+				t.Fatal(err)
+			}
+			out[fmt.Sprintf("%d:%s", i, k)] = crc32.ChecksumIEEE(b)
+		}
+	}
+	return out
+}
+
+// Ingest v1, append v2 and v3 on MinIO, mount each version: each serves
+// exactly its samples, byte for byte, v1's objects are unchanged after the
+// appends, and a mount of the current version keeps serving it while
+// another version is committed. Rollback to v1, then roll the rollback back.
+func TestVersionsOnMinIO(t *testing.T) {
+	c := startCluster(t, 3)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	var clients []backend.Store
+	for i := range c.urls {
+		clients = append(clients, c.store(t, i))
+	}
+	src1 := taggedSource(t, 150, 3, "", 1)
+	src2 := taggedSource(t, 90, 4, "b", 2)
+	src3 := taggedSource(t, 60, 2, "c", 3)
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=512KiB", src1, "lives"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	before := storeSums(t, clients, "lives")
+	current := mountShardfs(t, stores, "--batch-size=8", "lives")
+
+	r := run(t, 2*time.Minute, nil, "ingest", stores, "--append", src2, "lives")
+	if r.code != 0 || !strings.Contains(r.stdout, "committed version 2 of lives (after version 1): appended 90 samples") {
+		t.Fatalf("append v2: %v", r)
+	}
+	t.Logf("append v2: %s", strings.TrimSpace(r.stdout))
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--append", src3, "lives"); r.code != 0 {
+		t.Fatalf("append v3: %v", r)
+	}
+	after := storeSums(t, clients, "lives")
+	for k, sum := range before {
+		if strings.HasSuffix(k, "lives/manifest") || strings.HasSuffix(k, "lives/identity") {
+			continue // they name the current version
+		}
+		if after[k] != sum {
+			t.Fatalf("%s changed or went away in the appends", k)
+		}
+	}
+	// The mount that started at v1 still serves v1, and says so.
+	checkSamplesView(t, current, src1)
+	infoOf := func(mnt string) map[string]any {
+		var v struct {
+			Dataset map[string]any `json:"dataset"`
+		}
+		if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "info.json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.Dataset
+	}
+	if d := infoOf(current); d["version"] != 1.0 || d["samples"] != 150.0 {
+		t.Fatalf("the mount started at v1 says %v", d)
+	}
+	for v, srcs := range map[int][]string{1: {src1}, 2: {src1, src2}, 0: {src1, src2, src3}} {
+		mnt := mountShardfs(t, stores, "--batch-size=8", fmt.Sprint("--version=", v), "lives")
+		checkSamplesView(t, mnt, srcs...)
+		if d := infoOf(mnt); d["current_version"] != 3.0 || (v != 0 && d["version"] != float64(v)) {
+			t.Fatalf("a mount of version %d says %v", v, d)
+		}
+	}
+	if r := run(t, time.Minute, nil, "verify", stores, "--version=1", "lives"); r.code != 0 {
+		t.Fatalf("verify version 1: %v", r)
+	}
+	if r := run(t, time.Minute, nil, "mount", stores, "--version=7", "lives", t.TempDir()); r.code == 0 || !strings.Contains(r.stderr, "lives has versions 1-3") {
+		t.Fatalf("a version that does not exist: %v", r)
+	}
+
+	if r := run(t, time.Minute, nil, "rollback", stores, "lives", "--to=1"); r.code != 0 || !strings.Contains(r.stdout, "committed version 4 of lives: the content of version 1") {
+		t.Fatalf("rollback: %v", r)
+	}
+	checkSamplesView(t, mountShardfs(t, stores, "--batch-size=8", "lives"), src1)
+	if r := run(t, time.Minute, nil, "rollback", stores, "lives", "--to=3"); r.code != 0 {
+		t.Fatalf("rollback of the rollback: %v", r)
+	}
+	checkSamplesView(t, mountShardfs(t, stores, "--batch-size=8", "lives"), src1, src2, src3)
+	r = run(t, time.Minute, nil, "versions", stores, "lives")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 6 || !strings.Contains(lines[5], "current") || !strings.Contains(lines[5], "rollback to 3") ||
+		!strings.Contains(lines[1], "150") || !strings.Contains(lines[3], "300") {
+		t.Fatalf("versions: %v", r)
+	}
+	t.Logf("versions:\n%s", r.stdout)
+	if r := run(t, 2*time.Minute, nil, "verify", stores, "lives"); r.code != 0 {
+		t.Fatalf("verify: %v", r)
+	}
+}
+
+// TestKillDuringAppend kills an append with SIGKILL at random moments, on
+// file:// stores and on MinIO: each time the previous version is current
+// and whole, or the new one is, and verify passes; the same command with
+// --skip-existing then finishes the append.
+func TestKillDuringAppend(t *testing.T) {
+	t.Run("file", func(t *testing.T) {
+		dir := t.TempDir()
+		var urls []string
+		for i := range 3 {
+			urls = append(urls, "file://"+filepath.Join(dir, fmt.Sprint("s", i)))
+		}
+		killDuringAppend(t, urls)
+	})
+	t.Run("minio", func(t *testing.T) { killDuringAppend(t, startCluster(t, 3).urls) })
+}
+
+func killDuringAppend(t *testing.T, urls []string) {
+	stores := "--stores=" + strings.Join(urls, ",")
+	src1 := taggedSource(t, 100, 3, "", 1)
+	src2 := taggedSource(t, 600, 3, "b", 2)
+	ingest := func(name string) {
+		t.Helper()
+		if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=256KiB", src1, name); r.code != 0 {
+			t.Fatalf("ingest: %v", r)
+		}
+	}
+	ingest("timing")
+	full := run(t, 2*time.Minute, nil, "ingest", stores, "--append", src2, "timing")
+	if full.code != 0 {
+		t.Fatalf("uninterrupted append: %v", full)
+	}
+	rng := rand.New(rand.NewPCG(28, 1))
+	n := 10
+	if testing.Short() {
+		n = 4
+	}
+	kept, appended := 0, 0
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("killed%02d", i)
+		ingest(name)
+		after := time.Duration(rng.Int64N(int64(full.elapsed)))
+		cmd := execShardfs("ingest", stores, "--append", src2, name)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(after)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		r := run(t, 2*time.Minute, nil, "versions", stores, name)
+		switch {
+		case r.code == 0 && currentVersion(r.stdout) == "1 100":
+			kept++
+		case r.code == 0 && currentVersion(r.stdout) == "2 700":
+			appended++
+		default:
+			t.Fatalf("killed after %v: neither version 1 of 100 samples nor version 2 of 700 is current: %v", after, r)
+		}
+		if r := run(t, 2*time.Minute, nil, "verify", stores, name); r.code != 0 {
+			t.Fatalf("killed after %v: verify: %v", after, r)
+		}
+		if r := run(t, 2*time.Minute, nil, "ingest", stores, "--append", "--skip-existing", src2, name); r.code != 0 {
+			t.Fatalf("rerun after the kill: %v", r)
+		}
+		if r := run(t, 2*time.Minute, nil, "versions", stores, name); currentVersion(r.stdout) != "2 700" {
+			t.Fatalf("after the rerun: %v", r)
+		}
+		if r := run(t, 2*time.Minute, nil, "verify", stores, name); r.code != 0 {
+			t.Fatalf("verify after the rerun: %v", r)
+		}
+		if r := run(t, 2*time.Minute, nil, "verify", stores, "--version=1", name); r.code != 0 {
+			t.Fatalf("verify version 1 after the rerun: %v", r)
+		}
+	}
+	t.Logf("%d kills over a %v append: %d left version 1 current, %d had committed version 2, 0 torn", n, full.elapsed.Round(time.Millisecond), kept, appended)
+}
+
+// currentVersion is the number and samples of the current version in the
+// output of shardfs versions, as "2 700".
+func currentVersion(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 6 && strings.Contains(line, " current ") {
+			return f[0] + " " + f[3]
+		}
+	}
+	return ""
+}
