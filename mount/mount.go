@@ -86,6 +86,7 @@ type Mount struct {
 	stopAnomalies chan struct{}
 	dir           string
 	log           *slog.Logger
+	leases        []*dataset.Lease // on the versions served, until the mount ends
 }
 
 // Open mounts cfg's dataset at dir and returns once the tree is served.
@@ -110,11 +111,15 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if err := mt.openSource(ctx, stores, cfg); err != nil {
 		return nil, err
 	}
-	cat, pinner, fetch, ns, err := mt.readPath(cfg)
-	if err != nil {
+	if err := mt.takeLeases(ctx, stores); err != nil {
 		return nil, err
 	}
-	if err := mt.newReader(cfg, cat, fetch, ns); err != nil {
+	cat, pinner, fetch, ns, err := mt.readPath(cfg)
+	if err == nil {
+		err = mt.newReader(cfg, cat, fetch, ns)
+	}
+	if err != nil {
+		mt.releaseLeases()
 		return nil, err
 	}
 	info := []byte("{}\n")
@@ -145,6 +150,41 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	mt.stopAnomalies = make(chan struct{})
 	go mt.detectAnomalies(mt.stopAnomalies)
 	return mt, nil
+}
+
+// takeLeases leases the version of every dataset served, so that gc leaves
+// it alone while the mount runs, and checks that the version is still there
+// now that the lease is visible.
+func (mt *Mount) takeLeases(ctx context.Context, stores []backend.Store) error {
+	parts := []*dataset.Dataset{mt.Dataset}
+	if mt.Mix != nil {
+		parts = mt.Mix.Parts
+	}
+	for _, ds := range parts {
+		l, err := dataset.TakeLease(ctx, stores, ds.Name, ds.Manifest, mt.log)
+		if err != nil {
+			// Read-only credentials mount as before; gc just cannot see
+			// this mount.
+			mt.log.Warn("could not lease the version served (read-only credentials?): shardfs gc cannot see this mount, so run it only when no job reads an old version",
+				"dataset", ds.Name, "version", ds.Manifest.VersionNumber(), "err", err)
+			continue
+		}
+		mt.leases = append(mt.leases, l)
+		if err := l.Confirm(ctx, mt.log); err != nil {
+			mt.releaseLeases()
+			return fmt.Errorf("mount %s: %w", ds.Name, err)
+		}
+	}
+	return nil
+}
+
+func (mt *Mount) releaseLeases() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range mt.leases {
+		l.Release(ctx)
+	}
+	mt.leases = nil
 }
 
 // anomalyEvery is how often the daemon looks for anomalies.

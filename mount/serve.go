@@ -114,4 +114,5 @@ func (mt *Mount) shutdown() {
 	if mt.disk != nil {
 		mt.disk.Close()
 	}
+	mt.releaseLeases()
 }

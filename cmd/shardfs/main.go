@@ -110,7 +110,7 @@ Start with:  shardfs demo            Check a node with:  shardfs doctor NAME`,
 		"bound on one store request (plus 1s per MB moved): a store that hangs costs at most this, once")
 	pf.IntVar(&g.storeConcurrency, "store-concurrency", backend.DefaultStoreConcurrency,
 		"most requests in flight to one store; more wait in shardfs, and hedges go to stores that are not queueing")
-	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g), newListCmd(g), newVersionsCmd(g), newRollbackCmd(g))
+	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g), newListCmd(g), newVersionsCmd(g), newRollbackCmd(g), newGCCmd(g))
 	for _, c := range testCommands {
 		root.AddCommand(c(g))
 	}
