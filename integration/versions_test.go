@@ -268,3 +268,125 @@ func currentVersion(out string) string {
 	}
 	return ""
 }
+
+// gc --keep-last 1 while a real mount serves v1 (on MinIO): v1 still reads
+// byte for byte through the mount after gc, v2 is gone; once the mount
+// ends, a second gc frees v1's objects and v3 verifies.
+func TestGCHonoursARunningMount(t *testing.T) {
+	c := startCluster(t, 3)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	src1 := taggedSource(t, 120, 3, "", 1)
+	src2 := taggedSource(t, 60, 3, "b", 2)
+	src3 := taggedSource(t, 80, 2, "c", 3)
+	for _, args := range [][]string{
+		{"--data=2", "--parity=1", "--shard-size=256KiB", src1},
+		{"--append", src2},
+		{"--data=2", "--parity=1", "--shard-size=256KiB", "--force", src3},
+	} {
+		if r := run(t, 2*time.Minute, nil, append(append([]string{"ingest", stores}, args...), "kept")...); r.code != 0 {
+			t.Fatalf("ingest %v: %v", args, r)
+		}
+	}
+	var clients []backend.Store
+	for i := range c.urls {
+		clients = append(clients, c.store(t, i))
+	}
+	objects := func() int { return len(storeSums(t, clients, "kept")) }
+	mp := mountShardfsEnv(t, nil, stores, "--batch-size=8", "--version=1", "kept")
+	n0 := objects()
+	dry := run(t, time.Minute, nil, "gc", stores, "kept", "--keep-last=1")
+	if dry.code != 0 || !strings.Contains(dry.stdout, "keep version 1: leased by a mount") || !strings.Contains(dry.stdout, "would remove versions [2]") || objects() != n0 {
+		t.Fatalf("dry run: %v", dry)
+	}
+	r := run(t, time.Minute, nil, "gc", stores, "kept", "--keep-last=1", "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, "removed versions [2]") {
+		t.Fatalf("gc: %v", r)
+	}
+	t.Logf("gc with v1 mounted:\n%s", r.stdout)
+	n1 := objects()
+	if n1 >= n0 {
+		t.Fatalf("gc removed nothing: %d objects before, %d after", n0, n1)
+	}
+	checkSamplesView(t, mp.dir, src1) // read after the gc: v1's objects are there
+	if r := run(t, time.Minute, nil, "verify", stores, "--version=2", "kept"); r.code != 3 || !strings.Contains(r.stderr, "removed by gc") {
+		t.Fatalf("verify of the removed version 2: %v", r)
+	}
+
+	mp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-mp.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the mount did not end in 30 s after SIGTERM")
+	}
+	r = run(t, time.Minute, nil, "gc", stores, "kept", "--keep-last=1", "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, "removed versions [1]") {
+		t.Fatalf("gc after the mount ended: %v", r)
+	}
+	if n2 := objects(); n2 >= n1 {
+		t.Fatalf("the second gc removed nothing: %d objects before, %d after", n1, n2)
+	}
+	if r := run(t, 2*time.Minute, nil, "verify", stores, "kept"); r.code != 0 {
+		t.Fatalf("verify v3: %v", r)
+	}
+	checkSamplesView(t, mountShardfs(t, stores, "--batch-size=8", "kept"), src3)
+}
+
+// TestKillDuringGC kills gc --yes with SIGKILL at random moments: the
+// current version verifies every time, and gc run again finishes.
+func TestKillDuringGC(t *testing.T) {
+	dir := t.TempDir()
+	var urls []string
+	for i := range 3 {
+		urls = append(urls, "file://"+filepath.Join(dir, fmt.Sprint("s", i)))
+	}
+	stores := "--stores=" + strings.Join(urls, ",")
+	src1 := taggedSource(t, 300, 3, "", 1)
+	src2 := taggedSource(t, 200, 2, "c", 3)
+	makeVersions := func(name string) {
+		t.Helper()
+		for _, args := range [][]string{
+			{"--data=2", "--parity=1", "--shard-size=64KiB", src1},
+			{"--data=2", "--parity=1", "--shard-size=64KiB", "--force", src2},
+		} {
+			if r := run(t, 2*time.Minute, nil, append(append([]string{"ingest", stores}, args...), name)...); r.code != 0 {
+				t.Fatalf("ingest %v: %v", args, r)
+			}
+		}
+	}
+	makeVersions("timing")
+	full := run(t, time.Minute, nil, "gc", stores, "timing", "--keep-last=1", "--yes")
+	if full.code != 0 || !strings.Contains(full.stdout, "removed versions [1]") {
+		t.Fatalf("uninterrupted gc: %v", full)
+	}
+	rng := rand.New(rand.NewPCG(28, 3))
+	n := 10
+	if testing.Short() {
+		n = 4
+	}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("gc%02d", i)
+		makeVersions(name)
+		after := time.Duration(rng.Int64N(int64(full.elapsed)))
+		cmd := execShardfs("gc", stores, name, "--keep-last=1", "--yes")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(after)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		if r := run(t, 2*time.Minute, nil, "verify", stores, name); r.code != 0 {
+			t.Fatalf("killed after %v: verify: %v", after, r)
+		}
+		// The killed gc's lock is taken over at once on this host.
+		if r := run(t, time.Minute, nil, "gc", stores, name, "--keep-last=1", "--yes"); r.code != 0 {
+			t.Fatalf("gc after the kill: %v", r)
+		}
+		if r := run(t, time.Minute, nil, "versions", stores, name); !strings.Contains(r.stdout, "removed  ingest") {
+			t.Fatalf("version 1 after the second gc: %v", r)
+		}
+		if r := run(t, 2*time.Minute, nil, "verify", stores, name); r.code != 0 {
+			t.Fatalf("verify after the second gc: %v", r)
+		}
+	}
+	t.Logf("%d kills over a %v gc: the current version verified every time", n, full.elapsed.Round(time.Millisecond))
+}
