@@ -1,6 +1,7 @@
 // Package dataset owns a committed dataset as the stores hold it: where its
-// objects live, how its manifest is found among the k+m copies, and the
-// whole-dataset checks (verify) and fixes (repair).
+// objects live, how its manifest is found among the k+m copies, its
+// versions and the mounts' leases on them, and the whole-dataset checks
+// (verify), fixes (repair) and clean-up (gc).
 //
 // Object layout in every store (keys.go names every key):
 //
@@ -11,14 +12,20 @@
 //	NAME/data/INGEST-ID/SSSSSSSS.FF          fragment FF of shard SSSSSSSS
 //	NAME/index/INGEST-ID/SSSSSSSS            shard SSSSSSSS's index (metadata formats 2 and 3), a copy on every store
 //	NAME/group/INGEST-ID/GGGGGGGG            group GGGGGGGG's object (format 3: per shard of 1,024, counts and index reference), a copy on every store
+//	NAME/versions/INGEST-ID                  the manifest of a version a later commit replaced, as committed, a copy on every store (version.go)
+//	NAME/leases/ID                           a running mount's lease on the version it serves, a copy on every store (lease.go)
 //	NAME/parts/JOB-ID/part-IIIIII-of-NNNNNN  a finished part of a distributed ingest, until its commit
 //	NAME/parts/JOB-ID/started                a distributed ingest is running: purges leave it alone
 //	NAME/probe/TOKEN/I                       ingest's probe that tells stores apart, removed at once
 //
 // Names are flat (letters, digits, '-', '_', '.'), so NAME/ is a namespace
-// no other dataset's name can fall inside. Fragments of an ingest that never
-// committed have no manifest naming their INGEST-ID; they are invisible and
-// are removed by the next ingest of NAME that holds the lock.
+// no other dataset's name can fall inside. A dataset's versions share
+// objects: shard s of every version that holds it is under the ingest that
+// uploaded it (manifest.Segment), and the current manifest's history names
+// every version's ingest. Fragments of an ingest that never committed are
+// named by no version; they are invisible and are removed by the next
+// ingest of NAME that holds the lock. Those of versions no retention rule
+// keeps are removed by gc (gc.go), never by an ingest.
 //
 // The manifest is chosen by agreement, not by age: the ingest id held by the
 // most intact copies wins. When copies of another ingest are present too, the

@@ -10,7 +10,10 @@
 // plans, encodes and uploads a single-process ingest and commits it with
 // dataset.Commit (the protocol lives there, beside the code that reads it);
 // part.go is a distributed ingest: parts that upload with conditional
-// writes and no coordination, and the Commit that checks and joins them.
+// writes and no coordination, and the Commit that checks and joins them;
+// append.go and rollback.go commit a dataset's next version (an append
+// uploads only the new samples' shards; a rollback uploads nothing), each
+// keeping the version it replaces (dataset/version.go).
 //
 // Safety: an ingest holds the dataset's lock (dataset.AcquireLock) from
 // before its first write to its commit; fragments of a single-process

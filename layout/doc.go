@@ -145,6 +145,19 @@
 // in info.json, and a job that started on an older version keeps its order
 // across an upgrade with --order-version.
 //
+// # Datasets that change
+//
+// The order is a function of the samples' strata (and shards, for windows
+// and affinity) as one dataset version holds them, and of the parameters
+// above: nothing else. An append makes a new version with more samples, so
+// its order is another order, not the old one extended: resuming a run
+// across an append does not continue the old epoch's batches. The old
+// version's order is unchanged (its samples keep their positions: an
+// append adds shards after the last one, and a new stratum after the last
+// one), so a job that must resume exactly pins the version it started with
+// (shardfs mount --version N, shown in info.json as dataset.version) until
+// its next epoch boundary, or its end, and then moves to the new one.
+//
 // # Virtual files
 //
 // A rank-epoch is shown as batch-NNNNNN.tar files, their concatenation
