@@ -110,7 +110,7 @@ Start with:  shardfs demo            Check a node with:  shardfs doctor NAME`,
 		"bound on one store request (plus 1s per MB moved): a store that hangs costs at most this, once")
 	pf.IntVar(&g.storeConcurrency, "store-concurrency", backend.DefaultStoreConcurrency,
 		"most requests in flight to one store; more wait in shardfs, and hedges go to stores that are not queueing")
-	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g), newListCmd(g), newVersionsCmd(g), newRollbackCmd(g), newGCCmd(g))
+	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g), newListCmd(g), newVersionsCmd(g), newRollbackCmd(g), newGCCmd(g), newMigrateCmd(g))
 	for _, c := range testCommands {
 		root.AddCommand(c(g))
 	}
@@ -185,6 +185,12 @@ func (g *globals) openStores() ([]backend.Store, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("no stores: pass --stores URL,URL,... (k+m of them), set SHARDFS_STORES, or list \"stores\" in the config file")
 	}
+	return g.openURLs(cfg, urls)
+}
+
+// openURLs opens stores by URL, with the config file's credentials for
+// their hosts, each behind the request timeout and the concurrency limit.
+func (g *globals) openURLs(cfg *config, urls []string) ([]backend.Store, error) {
 	if g.storeConcurrency < 1 {
 		return nil, fmt.Errorf("--store-concurrency %d: must be at least 1, e.g. %d", g.storeConcurrency, backend.DefaultStoreConcurrency)
 	}
