@@ -194,7 +194,7 @@ func checkSameParams(opts Options, h *manifest.Manifest) error {
 		diff = append(diff, fmt.Sprintf("--block-size %d (the dataset's is %d)", opts.BlockSize, h.BlockSize))
 	}
 	if opts.Format != 0 && opts.Format != formatOf(h) {
-		diff = append(diff, fmt.Sprintf("--metadata-format %d (the dataset's is %d)", opts.Format, formatOf(h)))
+		diff = append(diff, fmt.Sprintf("--format %d (the dataset's is %d)", opts.Format, formatOf(h)))
 	}
 	if len(diff) > 0 {
 		return fmt.Errorf("append to %s: %s: an append keeps the dataset's erasure code and format; leave these out (to change them, shardfs migrate)", h.Name, strings.Join(diff, ", "))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/internal/miniotest"
+	"github.com/shardfs/shardfs/internal/synth"
 )
 
 // readmeStep is one "$ " line of a README console block: the command, the
@@ -186,5 +187,34 @@ func TestREADMETimeStrata(t *testing.T) {
 	runReadmeSteps(t, steps, sub, env, work)
 	if isMounted(mnt) {
 		t.Fatal("the README's steps end with umount, but the mount is still up")
+	}
+}
+
+// TestREADMEVersions runs the README's "Datasets that change" section as
+// written on file:// stores, with two synthetic trees as ./week-47 and
+// ./week-48.
+func TestREADMEVersions(t *testing.T) {
+	requireTool(t, "fusermount3")
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := readmeSteps(t, string(readme), "Datasets that change: append, versions, rollback, gc, migrate")
+	work := t.TempDir()
+	week47 := writeSource(t, synth.Imbalanced(300, 3, 0.6, 20_000, 60_000, 47))
+	spec := synth.Imbalanced(120, 4, 0.6, 20_000, 60_000, 48)
+	spec.Tag = "w48-"
+	week48 := writeSource(t, spec)
+	mnt := filepath.Join(work, "mnt", "train-v1")
+	sub := strings.NewReplacer("./week-47", week47, "./week-48", week48, "/mnt/train-v1", mnt, "/tmp/lives/", filepath.Join(work, "lives")+"/")
+	t.Cleanup(func() {
+		if isMounted(mnt) {
+			exec.Command("umount", mnt).Run()
+		}
+	})
+	env := append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"))
+	runReadmeSteps(t, steps, sub, env, work)
+	if isMounted(mnt) {
+		t.Fatal("the README's steps unmount, but the mount is still up")
 	}
 }

@@ -31,43 +31,8 @@ func taggedSource(t *testing.T, n, classes int, tag string, seed uint64) string 
 // of srcs, byte for byte: the view shows each sample at its key.
 func checkSamplesView(t *testing.T, mnt string, srcs ...string) {
 	t.Helper()
-	want := map[string]string{}
-	for _, src := range srcs {
-		filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				rel, _ := filepath.Rel(src, p)
-				want[rel] = p
-			}
-			return nil
-		})
-	}
-	root := filepath.Join(mnt, "samples")
-	seen := 0
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		src, ok := want[rel]
-		if !ok {
-			return fmt.Errorf("%s serves %s, which none of its sources has", mnt, rel)
-		}
-		got, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		b, _ := os.ReadFile(src)
-		if !bytes.Equal(got, b) {
-			return fmt.Errorf("%s: wrong bytes", rel)
-		}
-		seen++
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if seen != len(want) {
-		t.Fatalf("%s serves %d samples, want %d", mnt, seen, len(want))
+	if err := sameTree(mnt, srcs...); err != nil {
+		t.Fatalf("%s: %v", mnt, err)
 	}
 }
 
@@ -389,4 +354,133 @@ func TestKillDuringGC(t *testing.T) {
 		}
 	}
 	t.Logf("%d kills over a %v gc: the current version verified every time", n, full.elapsed.Round(time.Millisecond))
+}
+
+// Migrate RS(4,2) on 6 MinIO stores to RS(3,2) on 5 others while a mount
+// reads the old set: the mount reads every sample right throughout; after
+// the migration a mount of the new set reads every sample right, and with
+// 2 of the new stores killed a fresh mount still does. A migration killed
+// with SIGKILL commits nothing; the rerun completes and verifies. The peak
+// RSS of the migration is logged against the dataset's size.
+func TestMigrateWhileMounted(t *testing.T) {
+	old := startCluster(t, 6)
+	next := startCluster(t, 5)
+	from := "--stores=" + strings.Join(old.urls, ",")
+	to := "--to-stores=" + strings.Join(next.urls, ",")
+	src1 := taggedSource(t, 400, 4, "", 1)
+	src2 := taggedSource(t, 200, 3, "b", 2)
+	if r := run(t, 2*time.Minute, nil, "ingest", from, "--data=4", "--parity=2", "--shard-size=1MiB", src1, "moving"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	if r := run(t, 2*time.Minute, nil, "ingest", from, "--append", src2, "moving"); r.code != 0 {
+		t.Fatalf("append: %v", r)
+	}
+	reader := mountShardfs(t, from, "--batch-size=16", "--cache-size=16MiB", "moving")
+
+	// A reader of the old set, all through the migration.
+	stop := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() {
+		passes := 0
+		for {
+			select {
+			case <-stop:
+				if passes == 0 {
+					readErr <- fmt.Errorf("the reader of the old stores finished no pass")
+					return
+				}
+				readErr <- nil
+				return
+			default:
+			}
+			if err := sameTree(reader, src1, src2); err != nil {
+				readErr <- err
+				return
+			}
+			passes++
+		}
+	}()
+
+	// Killed once, early: nothing committed on the new stores.
+	cmd := execShardfs("migrate", from, "moving", to, "--data=3", "--parity=2")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	newStores := "--stores=" + strings.Join(next.urls, ",")
+	if r := run(t, time.Minute, nil, "versions", newStores, "moving"); r.code == 0 && !strings.Contains(r.stdout, "migrate from") {
+		t.Fatalf("a killed migration left another version current: %v", r)
+	}
+	start := time.Now()
+	mig := execShardfs("migrate", from, "moving", to, "--data=3", "--parity=2")
+	var out bytes.Buffer
+	mig.Stdout, mig.Stderr = &out, &out
+	if err := mig.Run(); err != nil {
+		t.Fatalf("migrate after the kill: %v\n%s", err, out.String())
+	}
+	rss := mig.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	close(stop)
+	if err := <-readErr; err != nil {
+		t.Fatalf("reading the old stores during the migration: %v", err)
+	}
+	var size int64
+	for _, src := range []string{src1, src2} {
+		filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+			if info, err := d.Info(); err == nil && !d.IsDir() {
+				size += info.Size()
+			}
+			return nil
+		})
+	}
+	t.Logf("migrate after a SIGKILL: %s in %v; peak RSS %d MiB for a dataset of %d MiB", strings.TrimSpace(out.String()), time.Since(start).Round(time.Millisecond), rss>>20, size>>20)
+	if !strings.Contains(out.String(), "RS(4,2) on 6 stores to RS(3,2) on 5 stores") {
+		t.Fatalf("migrate: %s", out.String())
+	}
+	if r := run(t, 2*time.Minute, nil, "verify", newStores, "moving"); r.code != 0 {
+		t.Fatalf("verify the new stores: %v", r)
+	}
+	checkSamplesView(t, mountShardfs(t, newStores, "--batch-size=16", "moving"), src1, src2)
+	next.servers[1].Kill()
+	next.servers[3].Kill()
+	checkSamplesView(t, mountShardfs(t, newStores, "--batch-size=16", "--read-timeout=30s", "moving"), src1, src2)
+	// The old set still mounts: that is the rollback.
+	checkSamplesView(t, mountShardfs(t, from, "--batch-size=16", "moving"), src1, src2)
+}
+
+// sameTree is checkSamplesView as an error, for a goroutine.
+func sameTree(mnt string, srcs ...string) error {
+	want := map[string]string{}
+	for _, src := range srcs {
+		filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				rel, _ := filepath.Rel(src, p)
+				want[rel] = p
+			}
+			return nil
+		})
+	}
+	seen := 0
+	root := filepath.Join(mnt, "samples")
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		got, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(want[rel])
+		if err != nil || !bytes.Equal(got, b) {
+			return fmt.Errorf("%s: wrong bytes or no such sample", rel)
+		}
+		seen++
+		return nil
+	})
+	if err == nil && seen != len(want) {
+		err = fmt.Errorf("%d samples served, want %d", seen, len(want))
+	}
+	return err
 }

@@ -172,12 +172,10 @@ func printGC(out io.Writer, name string, rep *dataset.GCReport) {
 		fmt.Fprintf(out, "nothing to remove from %s\n", name)
 		return
 	}
-	what := "their kept manifests"
+	fmt.Fprintf(out, "%s versions %v of %s: %d objects, %s\n", verb, rep.Removed, name, rep.Objects, humanize.IBytes(uint64(rep.Bytes)))
 	if len(rep.Ingests) > 0 {
-		what = "with the objects of ingests " + strings.Join(rep.Ingests, ", ")
+		fmt.Fprintf(out, "  with the data of ingests %s, which no kept version reads\n", strings.Join(rep.Ingests, ", "))
 	}
-	fmt.Fprintf(out, "%s versions %v of %s: %d objects, %s (%s)\n", verb, rep.Removed, name, rep.Objects,
-		humanize.IBytes(uint64(rep.Bytes)), what)
 	if !rep.Deleted {
 		fmt.Fprintln(out, "dry run: nothing was deleted; pass --yes to delete")
 	}
