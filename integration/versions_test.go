@@ -113,6 +113,12 @@ func TestVersionsOnMinIO(t *testing.T) {
 	if d := infoOf(current); d["version"] != 1.0 || d["samples"] != 150.0 {
 		t.Fatalf("the mount started at v1 says %v", d)
 	}
+	var stats struct {
+		DatasetVersion int `json:"dataset_version"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(current, ".shardfs", "stats.json")), &stats); err != nil || stats.DatasetVersion != 1 {
+		t.Fatalf("stats.json of the mount started at v1: version %d, %v", stats.DatasetVersion, err)
+	}
 	for v, srcs := range map[int][]string{1: {src1}, 2: {src1, src2}, 0: {src1, src2, src3}} {
 		mnt := mountShardfs(t, stores, "--batch-size=8", fmt.Sprint("--version=", v), "lives")
 		checkSamplesView(t, mnt, srcs...)

@@ -39,6 +39,10 @@ type Metrics struct {
 	leadSeconds      atomic.Uint64
 	CacheBytes       atomic.Int64
 	PrefetchStreams  atomic.Int64 // rank-epochs with prefetch state
+	// VersionServed is the dataset version the mount serves, and
+	// VersionCurrent the one its stores last said is current: a mount
+	// never switches, so a newer one means a remount would read it.
+	VersionServed, VersionCurrent atomic.Int64
 	// The memory tier's chunks added, evicted, and evicted before any
 	// reader took them (thrash); nil reads as 0.
 	CacheInserted, CacheEvictions, CacheEvictedUnread func() int64
@@ -401,14 +405,18 @@ type Snapshot struct {
 	ReadAmplification float64 `json:"read_amplification"`
 	// CacheEvictedUnread counts chunks evicted before any reader took
 	// them: fetched for nothing (thrash).
-	CacheEvictedUnread int64           `json:"cache_evicted_unread"`
-	PrefetchBytes      int64           `json:"prefetch_bytes"`
-	PrefetchLeadBytes  int64           `json:"prefetch_lead_bytes"`
-	PrefetchLeadSecs   float64         `json:"prefetch_lead_seconds"`
-	PrefetchStreams    int64           `json:"prefetch_streams"`
-	Disk               *DiskSnapshot   `json:"disk,omitempty"`
-	Index              *IndexSnapshot  `json:"shard_indexes,omitempty"`
-	Stores             []StoreSnapshot `json:"stores"`
+	CacheEvictedUnread int64   `json:"cache_evicted_unread"`
+	PrefetchBytes      int64   `json:"prefetch_bytes"`
+	PrefetchLeadBytes  int64   `json:"prefetch_lead_bytes"`
+	PrefetchLeadSecs   float64 `json:"prefetch_lead_seconds"`
+	PrefetchStreams    int64   `json:"prefetch_streams"`
+	// DatasetVersion is the version served, CurrentVersion the stores'
+	// current one when last checked (0 for a mix).
+	DatasetVersion int64           `json:"dataset_version"`
+	CurrentVersion int64           `json:"current_version"`
+	Disk           *DiskSnapshot   `json:"disk,omitempty"`
+	Index          *IndexSnapshot  `json:"shard_indexes,omitempty"`
+	Stores         []StoreSnapshot `json:"stores"`
 	// HotShards are the shards most read from the stores, most first, of
 	// ShardsRead shards read at all; StoreSkew is the most bytes a store
 	// served over the stores' mean (1: even).
@@ -458,6 +466,7 @@ func (m *Metrics) Snapshot() Snapshot {
 		PrefetchBytes: m.PrefetchBytes.Load(), PrefetchLeadBytes: m.PrefetchLead.Load(), PrefetchLeadSecs: m.LeadSeconds(),
 		PrefetchStreams: m.PrefetchStreams.Load(), CacheEvictions: orZero(m.CacheEvictions),
 		BytesFetched: m.fetched(), CacheEvictedUnread: orZero(m.CacheEvictedUnread),
+		DatasetVersion: m.VersionServed.Load(), CurrentVersion: m.VersionCurrent.Load(),
 	}
 	if s.BytesServed > 0 {
 		s.ReadAmplification = float64(s.BytesFetched) / float64(s.BytesServed)
@@ -512,6 +521,8 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_evictions_total", Help: "Chunks evicted from the memory tier."},
 			func() float64 { return float64(orZero(m.CacheEvictions)) }),
 		gauge("prefetch_streams", "Rank-epochs with prefetch state.", func() float64 { return float64(m.PrefetchStreams.Load()) }),
+		gauge("dataset_version", "The dataset version the mount serves (0: a mix).", func() float64 { return float64(m.VersionServed.Load()) }),
+		gauge("dataset_current_version", "The version the stores hold as current, checked every minute: above shardfs_dataset_version, a newer version exists and a remount would read it.", func() float64 { return float64(m.VersionCurrent.Load()) }),
 		m.getSeconds, m.firstByteSeconds, m.readWaitSeconds, m.fuseOpSeconds, m.hedges, rankCollector{m},
 		m.anomalies.gauge, m.anomalies.fired,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_bytes_fetched_total", Help: "Bytes read from the stores, parity and hedges included: over shardfs_bytes_served_total, the read amplification."},

@@ -149,7 +149,34 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	mt.Metrics.SetLogger(log)
 	mt.stopAnomalies = make(chan struct{})
 	go mt.detectAnomalies(mt.stopAnomalies)
+	if mt.Mix == nil {
+		mt.Metrics.VersionServed.Store(int64(mt.Dataset.Manifest.VersionNumber()))
+		mt.Metrics.VersionCurrent.Store(int64(mt.Dataset.Current.VersionNumber()))
+		go mt.watchVersion(stores, mt.stopAnomalies)
+	}
 	return mt, nil
+}
+
+// watchVersion asks the stores which version is current, every
+// LeaseRefresh, for stats and metrics: the mount serves its own all along.
+func (mt *Mount) watchVersion(stores []backend.Store, stop chan struct{}) {
+	t := time.NewTicker(dataset.LeaseRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if h, err := dataset.LoadHeader(ctx, stores, mt.Dataset.Name, nil); err == nil {
+				if n := int64(h.VersionNumber()); mt.Metrics.VersionCurrent.Swap(n) != n && n != mt.Metrics.VersionServed.Load() {
+					mt.log.Info("a newer version of the dataset is current; this mount keeps serving its own until it is remounted",
+						"dataset", mt.Dataset.Name, "serving", mt.Metrics.VersionServed.Load(), "current", n)
+				}
+			}
+			cancel()
+		}
+	}
 }
 
 // takeLeases leases the version of every dataset served, so that gc leaves
