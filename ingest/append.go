@@ -340,3 +340,117 @@ func storeNames(stores []backend.Store) []string {
 	}
 	return out
 }
+
+// appendPartID names a distributed append to version parent of the
+// dataset: its parts' plan depends on the listing and on the version
+// they add to.
+func appendPartID(src *Source, opts Options, job string, parts int, parent string) string {
+	return partIngestID(src, opts, job+"\x00append to\x00"+parent, parts)
+}
+
+// RunAppendPart is one part of a distributed append of src to dataset
+// opts.Name: like RunPart, it uploads and checks the new shards the part
+// owns and writes its record, writing nothing a reader sees; shardfs
+// commit then commits the version. Every part reads the current version,
+// checks src against it as Append does, and plans the same new shards.
+func RunAppendPart(ctx context.Context, src *Source, opts Options, aopts AppendOptions, part Part, job string) (*PartResult, error) {
+	start := time.Now()
+	log := opts.logger()
+	if part.Count < 1 || part.Index < 0 || part.Index >= part.Count {
+		return nil, fmt.Errorf("part %s: want 0 <= I < N", part)
+	}
+	head, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log)
+	if errors.Is(err, dataset.ErrNotFound) {
+		return nil, fmt.Errorf("append to %s: %w (create it first with shardfs ingest SRC %s)", opts.Name, err, opts.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
+	}
+	if err := checkSameParams(opts, head); err != nil {
+		return nil, err
+	}
+	opts.Data, opts.Parity, opts.BlockSize, opts.Seed = head.Data, head.Parity, head.BlockSize, head.Seed
+	if opts.ShardSize <= 0 {
+		opts.ShardSize = head.ShardSize
+	}
+	opts.Format = formatOf(head)
+	if err := checkSameFields(src, head); err != nil {
+		return nil, err
+	}
+	codec, err := opts.check(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// This append, committed already, is the current version: its parent
+	// is the one before, and the part compares its work with it.
+	version, committed := 0, false
+	if h := head.Versions; len(h) >= 2 && appendPartID(src, opts, job, part.Count, h[len(h)-2].IngestID) == head.IngestID {
+		version, committed = h[len(h)-2].Number, true
+	}
+	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: log, Version: version})
+	if err != nil {
+		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
+	}
+	for i, p := range ds.Places {
+		if p.State == dataset.Foreign {
+			return nil, fmt.Errorf("append to %s: store %d (%s) holds %s: run shardfs verify %s, and repair it, before appending", opts.Name, i, opts.Stores[i], p.Detail, opts.Name)
+		}
+	}
+	parent := ds.Manifest
+	id := appendPartID(src, opts, job, part.Count, parent.IngestID)
+	if _, err := dropExisting(src, parent, aopts.SkipExisting); err != nil {
+		return nil, err
+	}
+	m, _, err := planAppend(src, opts, parent, id)
+	if err != nil {
+		return nil, err
+	}
+	return runPart(ctx, src, opts, codec, part, m, len(parent.Shards), parent.IngestID, committed, start)
+}
+
+// appendParent is the version a distributed append's parts add to, which
+// must still be current, and its shards as the commit's owners take them:
+// rows in format 1, counts and index references in formats 2 and 3.
+func appendParent(ctx context.Context, opts Options, r0 *partRecord, log *slog.Logger) (*manifest.Manifest, []*partShard, error) {
+	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: log, LazyIndexes: r0.Metadata >= 2})
+	if err != nil {
+		return nil, nil, fmt.Errorf("commit %s: the version its parts append to: %w", opts.Name, err)
+	}
+	p := ds.Manifest
+	if p.IngestID != r0.Parent {
+		return nil, nil, fmt.Errorf("commit %s: the parts append to ingest %s, but version %d (ingest %s) is current now: run the parts again, on the current version; nothing was committed",
+			opts.Name, r0.Parent, p.VersionNumber(), p.IngestID)
+	}
+	if formatOf(p) != r0.Metadata || p.Data != r0.Data || p.Parity != r0.Parity || p.BlockSize != r0.BlockSize {
+		return nil, nil, notOneIngest(opts.Name, "the parts' code or format differs from the version they append to")
+	}
+	out := make([]*partShard, len(p.Shards))
+	row := make([]int, len(r0.Strata))
+	for s := range p.Shards {
+		if p.Top == nil {
+			out[s] = &partShard{ShardIndex: *manifest.ShardIndexOf(p, s), FragLen: p.FragSize(s)}
+			continue
+		}
+		clear(row)
+		p.Top.Counts(s, row[:len(p.Strata)])
+		ts := p.Top.Shards[s]
+		out[s] = &partShard{ShardIndex: manifest.ShardIndex{Shard: s}, FragLen: p.FragSize(s), IndexSize: ts.IndexSize, IndexSum: ts.IndexSum,
+			counts: slices.Clone(row), size: ts.Size}
+	}
+	return p, out, nil
+}
+
+// appendLineage gives m, assembled from the parts of an append to parent,
+// its segments and history.
+func appendLineage(m, parent *manifest.Manifest, r0 *partRecord, parts int) {
+	m.Segments = append(slices.Clone(parent.SegmentsOr(r0.First)), manifest.Segment{IngestID: m.IngestID, Shards: len(m.Shards) - r0.First})
+	samples, bytes := dataset.Totals(m)
+	before, _ := dataset.Totals(parent)
+	m.Versions = append(slices.Clone(dataset.History(parent)), manifest.VersionInfo{
+		Number: parent.VersionNumber() + 1, IngestID: m.IngestID, Parent: parent.VersionNumber(), CreatedUnix: m.CreatedUnix,
+		Samples: samples, Bytes: bytes, Change: fmt.Sprintf("append %d samples (%d parts)", samples-before, parts),
+	})
+	if m.Top != nil {
+		m.Top.Segments, m.Top.Versions = m.Segments, m.Versions
+	}
+}

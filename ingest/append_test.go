@@ -348,3 +348,74 @@ func TestConcurrentAppendsOneCommits(t *testing.T) {
 	// after the first released it): the second is version 3.
 	checkServes(t, stores, 0, src1, srcs[0], srcs[1])
 }
+
+// A distributed append (parts, then commit) commits what a single-process
+// append commits: the same samples in the same shards; a part rerun after
+// the commit has nothing to do; a commit whose parent is no longer current
+// is refused and commits nothing.
+func TestDistributedAppend(t *testing.T) {
+	for _, format := range []int{1, 2, 3} {
+		t.Run(fmt.Sprint("format", format), func(t *testing.T) { distributedAppend(t, format) })
+	}
+}
+
+func distributedAppend(t *testing.T, format int) {
+	ctx := context.Background()
+	src1, src2 := tree(t, 150, 3, "", 1), tree(t, 200, 4, "b", 2)
+	base := Options{Name: "ds", Data: 2, Parity: 1, ShardSize: 32 << 10, BlockSize: 4096, Seed: 7, Format: format}
+	single, dist := base, base
+	single.Stores, dist.Stores = localStores(t, t.TempDir(), 3), localStores(t, t.TempDir(), 3)
+	for _, o := range []Options{single, dist} {
+		if _, err := Run(ctx, src1, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := Append(ctx, src2, Options{Name: "ds", Stores: single.Stores}, AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aopts := Options{Name: "ds", Stores: dist.Stores}
+	const n = 3
+	for i := n - 1; i >= 0; i-- {
+		if _, err := RunAppendPart(ctx, src2, aopts, AppendOptions{}, Part{i, n}, "job"); err != nil {
+			t.Fatalf("part %d: %v", i, err)
+		}
+	}
+	res, err := Commit(ctx, CommitOptions{Name: "ds", Stores: dist.Stores})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Samples != 200 || res.StoredBytes != want.StoredBytes || res.Bytes != want.Bytes {
+		t.Fatalf("the commit says %d samples, %d bytes, %d stored appended; the single process %d, %d, %d", res.Samples, res.Bytes, res.StoredBytes, want.Samples, want.Bytes, want.StoredBytes)
+	}
+	got := checkServes(t, dist.Stores, 0, src1, src2)
+	wantDS := checkServes(t, single.Stores, 0, src1, src2)
+	if got.Manifest.VersionNumber() != 2 || len(got.Manifest.Segments) != 2 {
+		t.Fatalf("version %d in %d segments", got.Manifest.VersionNumber(), len(got.Manifest.Segments))
+	}
+	sameManifest(t, wantDS.Manifest, got.Manifest)
+	if orderPin(t, got) != orderPin(t, wantDS) {
+		t.Fatal("the distributed append's order differs from the single process's")
+	}
+	if _, err := RunAppendPart(ctx, src2, aopts, AppendOptions{}, Part{1, n}, "job"); !errors.Is(err, ErrAlreadyCommitted) {
+		t.Fatalf("a part rerun after the commit: %v", err)
+	}
+	if rep, err := got.Verify(ctx, nil); err != nil || !rep.Intact() {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+
+	// Parts of an append to v2, then another append commits v3 first.
+	src3, src4 := tree(t, 40, 2, "c", 3), tree(t, 30, 2, "d", 4)
+	for i := 0; i < 2; i++ {
+		if _, err := RunAppendPart(ctx, src3, aopts, AppendOptions{}, Part{i, 2}, "late"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Append(ctx, src4, aopts, AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Commit(ctx, CommitOptions{Name: "ds", Stores: dist.Stores}); err == nil || !strings.Contains(err.Error(), "is current now: run the parts again") {
+		t.Fatalf("a commit of parts whose parent is no longer current: %v", err)
+	}
+	checkServes(t, dist.Stores, 0, src1, src2, src4)
+}

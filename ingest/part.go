@@ -131,6 +131,12 @@ type partRecord struct {
 	Strata                  []manifest.Stratum
 	Shards, Samples         int // in the whole plan
 	Owned                   []partShard
+	// Parent is the ingest id of the version an append's parts add to, and
+	// First its first new shard: the parts own shards First.., and the
+	// plan's shards and strata before are the parent's. Empty and 0 for
+	// an ingest.
+	Parent string
+	First  int
 }
 
 // partShard is one owned shard: its rows, block checksums and id as its
@@ -218,6 +224,9 @@ var ErrAlreadyCommitted = errors.New("already committed")
 func RunPart(ctx context.Context, src *Source, opts Options, part Part, job string) (*PartResult, error) {
 	start := time.Now()
 	log := opts.logger()
+	if part.Count < 1 || part.Index < 0 || part.Index >= part.Count {
+		return nil, fmt.Errorf("part %s: want 0 <= I < N", part)
+	}
 	codec, err := opts.check(ctx)
 	if err != nil {
 		return nil, err
@@ -235,11 +244,20 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	if err != nil {
 		return nil, err
 	}
-	if len(m.Shards) < part.Count {
-		log.Warn("more parts than shards: some parts have nothing to upload", "parts", part.Count, "shards", len(m.Shards))
+	return runPart(ctx, src, opts, codec, part, m, 0, "", committed, start)
+}
+
+// runPart uploads part's shards of plan m, those from first on (the new
+// shards of an append to version parent; 0 and "" for an ingest), checks
+// them and writes its record.
+func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Codec, part Part, m *manifest.Manifest, first int, parent string, committed bool, start time.Time) (*PartResult, error) {
+	log := opts.logger()
+	id := m.IngestID
+	if n := len(m.Shards) - first; n < part.Count {
+		log.Warn("more parts than shards: some parts have nothing to upload", "parts", part.Count, "shards", n)
 	}
 	var owned []int
-	for si := part.Index; si < len(m.Shards); si += part.Count {
+	for si := first + part.Index; si < len(m.Shards); si += part.Count {
 		owned = append(owned, si)
 	}
 	if committed {
@@ -251,7 +269,7 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 		return nil, fmt.Errorf("part %s of %s: %w", part, opts.Name, err)
 	}
 	log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "shards", len(owned), "of", len(m.Shards))
-	res := &PartResult{IngestID: id, Part: part, Shards: len(owned), AllShards: len(m.Shards)}
+	res := &PartResult{IngestID: id, Part: part, Shards: len(owned), AllShards: len(m.Shards) - first}
 	stored, err := uploadShards(ctx, src, m, codec, opts, owned, createOrSame)
 	if err == nil {
 		err = verifyUploads(ctx, m, codec, opts, owned)
@@ -276,10 +294,14 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	}
 	// Committed meanwhile (this part's bytes matched): its record would be
 	// a stray one, so none is written.
-	if err := refuseCommitted(ctx, opts, id, log); err != nil {
-		return nil, err
+	if parent == "" {
+		if err := refuseCommitted(ctx, opts, id, log); err != nil {
+			return nil, err
+		}
+	} else if h, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil && h.IngestID == id {
+		return nil, fmt.Errorf("%w: %s version %d was committed from these parts: nothing to do", ErrAlreadyCommitted, opts.Name, h.VersionNumber())
 	}
-	rec := &partRecord{Format: 1, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count,
+	rec := &partRecord{Format: 1, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count, Parent: parent, First: first,
 		Seed: m.Seed, Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
 		LabelFields: m.LabelFields, Fields: m.Fields, Derived: m.Derived, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len()}
 	for _, si := range owned {
@@ -485,12 +507,16 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		return nil, fmt.Errorf("commit %s: %w", opts.Name, err)
 	}
 	defer lock.Release(context.WithoutCancel(ctx))
-	if err := refuseCommitted(ctx, opts, id, log); err != nil {
-		return nil, err
+	committedErr := refuseCommitted(ctx, opts, id, log)
+	if errors.Is(committedErr, ErrAlreadyCommitted) {
+		return nil, committedErr
 	}
 	recs, err := readParts(ctx, opts.Stores, opts.Name, id, n)
 	if err != nil {
 		return nil, err
+	}
+	if committedErr != nil && recs[0].Parent == "" { // an append's parts add to the committed dataset
+		return nil, committedErr
 	}
 	if r := recs[0]; len(opts.Stores) != r.Data+r.Parity {
 		return nil, fmt.Errorf("commit %s: %d stores given, but the parts were written RS(%d,%d) over %d stores: pass the parts' stores in the same order",
@@ -500,24 +526,39 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	for _, s := range opts.Stores {
 		names = append(names, s.String())
 	}
+	r0 := recs[0]
+	// An append's parts add to the version they read: it must still be
+	// current, and its shards come first.
+	var appendTo *manifest.Manifest
+	var inherited []*partShard
+	if r0.Parent != "" {
+		if appendTo, inherited, err = appendParent(ctx, opts, r0, log); err != nil {
+			return nil, err
+		}
+	}
 	var m *manifest.Manifest
-	if recs[0].Metadata >= 2 {
-		m, err = assembleTop(opts.Name, recs, names)
+	if r0.Metadata >= 2 {
+		m, err = assembleTop(opts.Name, recs, inherited, names)
 	} else {
-		m, err = assemble(opts.Name, recs, names)
+		m, err = assemble(opts.Name, recs, inherited, names)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := checkFragments(ctx, opts.Stores, m, n); err != nil {
+	if err := checkFragments(ctx, opts.Stores, m, r0.First, n); err != nil {
 		return nil, err
 	}
-	if recs[0].Metadata >= 2 {
-		if err := checkIndexes(ctx, opts.Stores, m.Top, n); err != nil {
+	if r0.Metadata >= 2 {
+		if err := checkIndexes(ctx, opts.Stores, m.Top, r0.First, n); err != nil {
 			return nil, err
 		}
 	}
-	parent := replaceLineage(ctx, opts, m, "commit --force", log)
+	parent := appendTo
+	if appendTo != nil {
+		appendLineage(m, appendTo, r0, n)
+	} else {
+		parent = replaceLineage(ctx, opts, m, "commit --force", log)
+	}
 	if recs[0].Metadata == 3 {
 		// The commit writes the group objects: they follow from the
 		// parts' records, and a rerun commit writes the same bytes.
@@ -529,8 +570,13 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	if m.Top != nil {
 		res.Samples = m.Top.Samples()
 	}
-	for i := range m.Shards {
+	for i := r0.First; i < len(m.Shards); i++ {
 		res.StoredBytes += int64(m.Data+m.Parity) * m.FragSize(i)
+	}
+	if appendTo != nil { // what the append added
+		before, bytes := dataset.Totals(appendTo)
+		res.Samples -= int(before)
+		res.Bytes -= bytes
 	}
 	if err := commitReplacing(ctx, opts, m, parent, lock, res, log); err != nil {
 		return nil, err
@@ -717,21 +763,27 @@ func notOneIngest(name, format string, args ...any) error {
 // owners checks that the records describe one plan and that each of its
 // shards is held by exactly one of them, its owner, and returns them by
 // shard.
-func owners(name string, recs []*partRecord) ([]*partShard, error) {
+// The shards before the records' First are the parent version's, given
+// as inherited.
+func owners(name string, recs []*partRecord, inherited []*partShard) ([]*partShard, error) {
 	r0 := recs[0]
-	if r0.Shards < 0 || r0.Shards > 1<<31 || r0.Samples < 0 {
-		return nil, notOneIngest(name, "part 0 claims %d shards and %d samples", r0.Shards, r0.Samples)
+	if r0.Shards < 0 || r0.Shards > 1<<31 || r0.Samples < 0 || r0.First < 0 || r0.First > r0.Shards {
+		return nil, notOneIngest(name, "part 0 claims %d shards from %d and %d samples", r0.Shards, r0.First, r0.Samples)
+	}
+	if len(inherited) != r0.First {
+		return nil, notOneIngest(name, "the parts add to a version of %d shards, the dataset's has %d", r0.First, len(inherited))
 	}
 	owner := make([]*partShard, r0.Shards)
+	copy(owner, inherited)
 	for _, r := range recs {
 		if r.Metadata != r0.Metadata || r.Seed != r0.Seed || r.Data != r0.Data || r.Parity != r0.Parity || r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize ||
 			r.Shards != r0.Shards || r.Samples != r0.Samples || !slices.Equal(r.LabelFields, r0.LabelFields) || !sameStrata(r.Strata, r0.Strata) ||
-			!slices.Equal(r.Fields, r0.Fields) || fmt.Sprint(r.Derived) != fmt.Sprint(r0.Derived) {
+			!slices.Equal(r.Fields, r0.Fields) || fmt.Sprint(r.Derived) != fmt.Sprint(r0.Derived) || r.Parent != r0.Parent || r.First != r0.First {
 			return nil, notOneIngest(name, "part %d's plan differs from part 0's", r.Part)
 		}
 		for k := range r.Owned {
 			ps := &r.Owned[k]
-			if ps.Shard < 0 || ps.Shard >= r0.Shards || ps.Shard%r.Parts != r.Part {
+			if ps.Shard < r0.First || ps.Shard >= r0.Shards || (ps.Shard-r0.First)%r.Parts != r.Part {
 				return nil, notOneIngest(name, "part %d holds shard %d, which is not its own", r.Part, ps.Shard)
 			}
 			if owner[ps.Shard] != nil {
@@ -742,7 +794,7 @@ func owners(name string, recs []*partRecord) ([]*partShard, error) {
 	}
 	for si, ps := range owner {
 		if ps == nil {
-			return nil, notOneIngest(name, "no part holds shard %d (part %d of %d should)", si, si%r0.Parts, r0.Parts)
+			return nil, notOneIngest(name, "no part holds shard %d (part %d of %d should)", si, (si-r0.First)%r0.Parts, r0.Parts)
 		}
 	}
 	return owner, nil
@@ -802,8 +854,8 @@ func thin(name string, r *partRecord) error {
 // assembleTop builds the top-level manifest (metadata format 2, and what
 // format 3 cuts into its root) from thinned part records: per shard its
 // bytes, counts and index reference, no rows.
-func assembleTop(name string, recs []*partRecord, stores []string) (*manifest.Manifest, error) {
-	owner, err := owners(name, recs)
+func assembleTop(name string, recs []*partRecord, inherited []*partShard, stores []string) (*manifest.Manifest, error) {
+	owner, err := owners(name, recs, inherited)
 	if err != nil {
 		return nil, err
 	}
@@ -844,8 +896,8 @@ func assembleTop(name string, recs []*partRecord, stores []string) (*manifest.Ma
 // assemble builds the manifest (metadata format 1) from the part records,
 // in shard order, after checking that they describe one plan and cover it
 // exactly.
-func assemble(name string, recs []*partRecord, stores []string) (*manifest.Manifest, error) {
-	owner, err := owners(name, recs)
+func assemble(name string, recs []*partRecord, inherited []*partShard, stores []string) (*manifest.Manifest, error) {
+	owner, err := owners(name, recs, inherited)
 	if err != nil {
 		return nil, err
 	}
@@ -892,8 +944,8 @@ func sameStrata(a, b []manifest.Stratum) bool {
 
 // checkIndexes checks that every shard's index (format 2) has an intact
 // copy on more than m stores; a missing one names the part to rerun.
-func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, parts int) error {
-	return checkShards(ctx, t.Name, len(t.Shards), parts, "shard indexes are missing", func(ctx context.Context, si int) []string {
+func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, first, parts int) error {
+	return checkShards(ctx, t.Name, first, len(t.Shards), parts, "shard indexes are missing", func(ctx context.Context, si int) []string {
 		intact := 0
 		for _, s := range stores {
 			if _, err := dataset.ReadIndexBytes(ctx, s, t, si); err == nil {
@@ -909,9 +961,9 @@ func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, 
 
 // checkFragments checks that every fragment of m is on its store at its
 // size; a missing one names the part to rerun.
-func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Manifest, parts int) error {
+func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Manifest, first, parts int) error {
 	p := erasure.Params{Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize}
-	return checkShards(ctx, m.Name, len(m.Shards), parts, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
+	return checkShards(ctx, m.Name, first, len(m.Shards), parts, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
 		var problems []string
 		for f := 0; f < p.Total(); f++ {
 			size, err := stores[p.Placement(si, f)].Stat(ctx, dataset.FragmentKey(m.Name, m.ShardIngest(si), si, f))
@@ -926,20 +978,21 @@ func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Man
 	})
 }
 
-// checkShards runs check on every shard, 32 at a time. The problems found
-// fail the commit, naming the parts to rerun (shard s is part s mod parts).
-func checkShards(ctx context.Context, name string, shards, parts int, what string, check func(ctx context.Context, si int) []string) error {
+// checkShards runs check on every shard from first on (the parts' own),
+// 32 at a time. The problems found fail the commit, naming the parts to
+// rerun (shard s is part s-first mod parts).
+func checkShards(ctx context.Context, name string, first, shards, parts int, what string, check func(ctx context.Context, si int) []string) error {
 	var mu sync.Mutex
 	var problems []string
 	rerun := map[int]bool{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
-	for si := 0; si < shards; si++ {
+	for si := first; si < shards; si++ {
 		g.Go(func() error {
 			if found := check(gctx, si); len(found) > 0 {
 				mu.Lock()
 				problems = append(problems, found...)
-				rerun[si%parts] = true
+				rerun[(si-first)%parts] = true
 				mu.Unlock()
 			}
 			return nil

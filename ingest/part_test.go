@@ -326,7 +326,7 @@ func TestThinRecordsRefuseWhatTheRowsContradict(t *testing.T) {
 				return nil, err
 			}
 		}
-		return assembleTop("ds", recs, stores)
+		return assembleTop("ds", recs, nil, stores)
 	}
 	m, err := commit(records())
 	if err != nil {

@@ -77,7 +77,10 @@ does (same label fields and fields; the dataset's time buckets and bins are
 reused); new classes are fine, and enter the order as any class does, by
 their counts. A key NAME holds already is refused, naming the first few,
 unless --skip-existing leaves those samples out. The erasure code, block
-size and metadata format are the dataset's. Interrupting an append leaves the
+size and metadata format are the dataset's. A large append can be split
+like an ingest: --append --part I/N on N machines, then shardfs commit NAME;
+the parts must all read the same current version, and the commit refuses if
+another version became current meanwhile. Interrupting an append leaves the
 previous version current and whole. Mounts take the current version when
 they start (shardfs mount --version N for another).
 
@@ -224,11 +227,15 @@ func runIngestPart(ctx context.Context, log *slog.Logger, out io.Writer, stores 
 	if err != nil {
 		return err
 	}
+	printPart(out, name, part, res)
+	return nil
+}
+
+func printPart(out io.Writer, name string, part ingest.Part, res *ingest.PartResult) {
 	fmt.Fprintf(out, "part %s of %s done: %d of %d shards, %s of samples, %s stored, %.1f MB/s, %s (ingest %s)\n",
 		part, name, res.Shards, res.AllShards, humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
 		float64(res.Bytes)/1e6/res.Elapsed.Seconds(), res.Elapsed.Round(1e6), res.IngestID)
 	fmt.Fprintf(out, "  when all %d parts are done: shardfs commit %s --stores ...\n", part.Count, name)
-	return nil
 }
 
 func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, f *ingestFlags, src, name string) (*ingest.Result, error) {
@@ -259,8 +266,8 @@ func runAppend(cmd *cobra.Command, log *slog.Logger, stores []backend.Store, f *
 	switch {
 	case f.force:
 		return fmt.Errorf("--append and --force: --append adds to NAME, --force replaces it; choose one")
-	case fl.Changed("part") || f.job != "":
-		return fmt.Errorf("--append with --part: a distributed append is not supported yet; append from one process (it uploads only the new samples)")
+	case f.job != "" && !fl.Changed("part"):
+		return fmt.Errorf("--job names a distributed append: use it with --part I/N")
 	}
 	ctx := cmd.Context()
 	if !fl.Changed("label-fields") && !fl.Changed("time-bucket") && !fl.Changed("bins") {
@@ -281,6 +288,22 @@ func runAppend(cmd *cobra.Command, log *slog.Logger, stores []backend.Store, f *
 		if !fl.Changed(flag) {
 			zero()
 		}
+	}
+	if fl.Changed("part") {
+		part, err := ingest.ParsePart(f.part, os.Getenv)
+		if err != nil {
+			return err
+		}
+		res, err := ingest.RunAppendPart(ctx, source, opts, ingest.AppendOptions{SkipExisting: f.skipExisting}, part, ingest.JobID(f.job, os.Getenv))
+		if errors.Is(err, ingest.ErrAlreadyCommitted) {
+			fmt.Fprintln(cmd.OutOrStdout(), err)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		printPart(cmd.OutOrStdout(), name, part, res)
+		return nil
 	}
 	var total int64
 	for _, it := range source.Items {
@@ -394,6 +417,12 @@ nothing. Pass the same --stores, in the same order, as the parts.`,
 			}
 			if err != nil {
 				return err
+			}
+			if m := res.Manifest; len(m.Versions) > 0 && strings.HasPrefix(m.Versions[len(m.Versions)-1].Change, "append") {
+				v := m.Versions[len(m.Versions)-1]
+				fmt.Fprintf(cmd.OutOrStdout(), "committed version %d of %s (after version %d): appended %d samples in %d new shards; every fragment checked\n",
+					v.Number, args[0], v.Parent, res.Samples, m.Segments[len(m.Segments)-1].Shards)
+				return nil
 			}
 			printCommitted(cmd.OutOrStdout(), args[0], res, len(stores), false)
 			return nil
