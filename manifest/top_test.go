@@ -121,7 +121,11 @@ func TestIndexMustMatchTop(t *testing.T) {
 // rawFrame frames body bytes as frame does, so fuzzers reach the decoders
 // past the checksums.
 func rawFrame(t testing.TB, magic string, body []byte) []byte {
-	b, err := frame(magic, TopVersion, func(e *encoder) { e.w.Write(body) })
+	return rawFrameOf(t, magic, TopVersion, body)
+}
+
+func rawFrameOf(t testing.TB, magic string, v uint32, body []byte) []byte {
+	b, err := frame(magic, v, func(e *encoder) { e.w.Write(body) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,20 +140,29 @@ func FuzzDecodeTop(f *testing.F) {
 	}
 	body, _ := rawBody(enc)
 	f.Add(body)
+	top.Segments = []Segment{{IngestID: "i0", Shards: 1}, {IngestID: top.IngestID, Shards: len(top.Shards) - 1}}
+	top.Versions = []VersionInfo{{Number: 1, IngestID: "i0", Change: "ingest"}, {Number: 2, IngestID: top.IngestID, Parent: 1, Change: "append"}}
+	if enc, err = EncodeTop(top); err != nil {
+		f.Fatal(err)
+	}
+	body, _ = rawBody(enc)
+	f.Add(body)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		got, err := DecodeTop(rawFrame(t, topMagic, body))
-		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("error without ErrCorrupt: %v", err)
+		for _, v := range []uint32{TopVersion, TopVersionLineage} {
+			got, err := DecodeTop(rawFrameOf(t, topMagic, v, body))
+			if err != nil {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("error without ErrCorrupt: %v", err)
+				}
+				continue
 			}
-			return
-		}
-		row := make([]int, len(got.Strata))
-		for s := range got.Shards {
-			got.Counts(s, row) // never out of range
-		}
-		if _, err := EncodeTop(got); err != nil {
-			t.Fatal(err)
+			row := make([]int, len(got.Strata))
+			for s := range got.Shards {
+				got.Counts(s, row) // never out of range
+			}
+			if _, err := EncodeTop(got); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
