@@ -435,11 +435,13 @@ func TestStaleMountCleared(t *testing.T) {
 	t.Fatalf("remount did not come up: %s", logText())
 }
 
-// Issue 9 item 18: after a forced re-ingest, a running mount says the
-// dataset was replaced and the mount should be restarted.
+// Issue 9 item 18, as versions (issue 28) changed it: after a forced
+// re-ingest a running mount keeps serving the version it opened, whose
+// objects stay until gc; a mount whose version gc removed (it held no
+// lease) says the dataset was replaced and the mount should be restarted.
 func TestReplacedDatasetNamed(t *testing.T) {
 	requireTool(t, "fusermount3")
-	_, urls := localStores(t, 3)
+	dirs, urls := localStores(t, 3)
 	stores := "--stores=" + strings.Join(urls, ",")
 	src := writeSource(t, synth.Spec{Counts: []int{40, 20}, MinSize: 1000, MaxSize: 9000, Seed: 3})
 	other := writeSource(t, synth.Spec{Counts: []int{30, 30}, MinSize: 1000, MaxSize: 9000, Seed: 4})
@@ -465,12 +467,34 @@ func TestReplacedDatasetNamed(t *testing.T) {
 	if bytes.Equal(i1, i2) || len(i1) != len(i2) {
 		t.Errorf("order versions 1 and 2 must list the same samples in other orders: %d and %d bytes, equal %v", len(i1), len(i2), bytes.Equal(i1, i2))
 	}
+	first := filepath.Join(mp.dir, "epochs", "0000", "rank-000", "batch-000000.tar")
+	before := mustRead(t, first)
 	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--force", other, "ds"); r.code != 0 {
 		t.Fatalf("ingest --force: %v", r)
 	}
-	_, err := os.ReadFile(filepath.Join(mp.dir, "epochs", "0000", "rank-000", "batch-000000.tar"))
+	// The replaced dataset is the previous version now: a running mount
+	// keeps serving it, byte for byte.
+	second := filepath.Join(mp.dir, "epochs", "0000", "rank-000", "batch-000001.tar")
+	if got := mustRead(t, first); !bytes.Equal(got, before) {
+		t.Fatal("the running mount's batch changed when the dataset was replaced")
+	}
+	if _, err := os.ReadFile(second); err != nil {
+		t.Fatalf("the running mount after the dataset was replaced: %v", err)
+	}
+	// Its objects go only with gc, which honours the mounts' leases: a
+	// mount without one (read-only credentials take none) finds them gone,
+	// and says why.
+	for _, d := range dirs {
+		if err := os.RemoveAll(filepath.Join(d, "ds", "leases")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := run(t, time.Minute, nil, "gc", stores, "ds", "--keep-last=1", "--yes"); r.code != 0 || !strings.Contains(r.stdout, "removed versions [1]") {
+		t.Fatalf("gc: %v", r)
+	}
+	_, err := os.ReadFile(filepath.Join(mp.dir, "epochs", "0000", "rank-000", "batch-000002.tar"))
 	if !errors.Is(err, syscall.EIO) {
-		t.Fatalf("reading a batch of the replaced dataset: %v, want EIO", err)
+		t.Fatalf("reading a batch of the replaced dataset after gc: %v, want EIO", err)
 	}
 	log, _ := os.ReadFile(mp.log)
 	if !strings.Contains(string(log), "was replaced") || !strings.Contains(string(log), "restart the mount") {
