@@ -102,9 +102,23 @@ func NewCodec(p Params) (*Codec, error) {
 // Encode cuts data into k+m fragments and computes their block checksums.
 // The fragments share one backing array.
 func (c *Codec) Encode(data []byte) (frags [][]byte, sums []uint32, err error) {
-	f := c.FragSize(int64(len(data)))
-	buf := make([]byte, int64(c.Total())*f)
+	buf := make([]byte, c.EncodedSize(int64(len(data))))
 	copy(buf, data)
+	return c.EncodeIn(buf, int64(len(data)))
+}
+
+// EncodedSize is the bytes of the k+m fragments of a shard of size bytes:
+// the buffer EncodeIn takes.
+func (c *Codec) EncodedSize(size int64) int64 { return int64(c.Total()) * c.FragSize(size) }
+
+// EncodeIn is Encode of the shard whose size bytes start buf, a buffer of
+// EncodedSize(size) bytes zeroed past them, in place: the fragments are
+// buf, cut. It saves the copy of a shard that was read into buf.
+func (c *Codec) EncodeIn(buf []byte, size int64) (frags [][]byte, sums []uint32, err error) {
+	f := c.FragSize(size)
+	if int64(len(buf)) != int64(c.Total())*f {
+		return nil, nil, fmt.Errorf("encode a shard of %d bytes in a buffer of %d, want %d", size, len(buf), int64(c.Total())*f)
+	}
 	frags = make([][]byte, c.Total())
 	for i := range frags {
 		frags[i] = buf[int64(i)*f : int64(i+1)*f : int64(i+1)*f]

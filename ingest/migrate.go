@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -155,11 +156,13 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 				continue
 			}
 			g.Go(func() error {
-				data, err := ds.ReadRange(gctx, s, 0, m.Shards[s].Size)
-				if err != nil {
+				// Read straight into the buffer the fragments are cut from.
+				size := m.Shards[s].Size
+				buf := make([]byte, codec.EncodedSize(size))
+				if err := ds.ReadRangeV(gctx, s, 0, [][]byte{buf[:size]}); err != nil {
 					return fmt.Errorf("read shard %d from the old stores: %w", s, err)
 				}
-				frags, fsums, err := codec.Encode(data)
+				frags, fsums, err := codec.EncodeIn(buf, size)
 				if err != nil {
 					return err
 				}
@@ -355,16 +358,39 @@ func migrateMetadata(ctx context.Context, opts Options, m *manifest.Manifest, fo
 // object a previous run wrote is kept if it holds data (again is true),
 // and written again if it does not.
 func putChecked(ctx context.Context, s backend.Store, key string, data []byte) (again bool, err error) {
-	if sameObject(ctx, s, key, data) == nil {
+	if holds(ctx, s, key, data) == nil {
 		return true, nil
 	}
 	if err := s.Put(ctx, key, data); err != nil {
 		return false, err
 	}
-	if err := sameObject(ctx, s, key, data); err != nil {
+	if err := holds(ctx, s, key, data); err != nil {
 		return false, fmt.Errorf("read back after writing: %w", err)
 	}
 	return false, nil
+}
+
+// holds checks that s holds exactly data under key, reading it a MiB at a
+// time, so that a check costs no second copy of the fragment.
+func holds(ctx context.Context, s backend.Store, key string, data []byte) error {
+	size, err := s.Stat(ctx, key)
+	if err != nil {
+		return err
+	}
+	if size != int64(len(data)) {
+		return fmt.Errorf("%s: %s is %d bytes, want %d", s, key, size, len(data))
+	}
+	buf := make([]byte, min(len(data), 1<<20))
+	for off := 0; off < len(data); off += len(buf) {
+		n := min(len(buf), len(data)-off)
+		if err := s.ReadAt(ctx, key, buf[:n], int64(off)); err != nil {
+			return err
+		}
+		if !bytes.Equal(buf[:n], data[off:off+n]) {
+			return fmt.Errorf("%s: %s differs from what was encoded at byte %d", s, key, off)
+		}
+	}
+	return nil
 }
 
 func cmpOr(a, b int) int {
