@@ -205,6 +205,23 @@ func appendMakesVersions(t *testing.T, format int) {
 	if err != nil || !rep.Intact() {
 		t.Fatalf("version 3 does not verify: %v %+v", err, rep)
 	}
+	// A mount opens a version of format 2 or 3 lazily: the same samples.
+	for v, eager := range map[int]*dataset.Dataset{1: v1, 2: v2, 3: v3} {
+		lazy, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: v, LazyIndexes: true})
+		if err != nil {
+			t.Fatalf("version %d, lazily: %v", v, err)
+		}
+		if (lazy.Lazy != nil) != (format >= 2) {
+			t.Fatalf("version %d of format %d opened lazily: %v", v, format, lazy.Lazy != nil)
+		}
+		for i := 0; i < eager.Manifest.Samples.Len(); i++ {
+			a, err1 := eager.ReadSample(ctx, i)
+			b, err2 := lazy.ReadSample(ctx, i)
+			if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
+				t.Fatalf("version %d sample %d: eager and lazy reads differ (%v, %v)", v, i, err1, err2)
+			}
+		}
+	}
 
 	if _, err := Rollback(ctx, Options{Name: "ds", Stores: stores}, 1); err != nil {
 		t.Fatal(err)
