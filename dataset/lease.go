@@ -46,6 +46,9 @@ const (
 	LeaseStale   = 15 * time.Minute
 )
 
+// leaseWriteTimeout bounds a lease's write at a mount's start.
+const leaseWriteTimeout = 5 * time.Second
+
 // Lease is a running mount's lease.
 type Lease struct {
 	name, key string
@@ -65,7 +68,11 @@ func TakeLease(ctx context.Context, stores []backend.Store, name string, m *mani
 	now := time.Now().Unix()
 	l := &Lease{name: name, key: LeasePrefix(name) + hex.EncodeToString(b[:]), stores: stores, stop: make(chan struct{}), done: make(chan struct{}),
 		info: LeaseInfo{Version: m.VersionNumber(), IngestIDs: LeaseIDs(m), Host: host, PID: os.Getpid(), PIDStart: processStart(os.Getpid()), Started: now, Heartbeat: now}}
-	if err := l.write(ctx); err != nil {
+	// One store's copy is enough for gc, which lists every store; a store
+	// that hangs must not hold the mount's start for long.
+	wctx, cancel := context.WithTimeout(ctx, leaseWriteTimeout)
+	defer cancel()
+	if err := l.write(wctx); err != nil {
 		return nil, fmt.Errorf("lease version %d of %s: %w", l.info.Version, name, err)
 	}
 	go l.refresh(log)

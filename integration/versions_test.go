@@ -80,7 +80,7 @@ func TestVersionsOnMinIO(t *testing.T) {
 		t.Fatalf("ingest: %v", r)
 	}
 	before := storeSums(t, clients, "lives")
-	current := mountShardfs(t, stores, "--batch-size=8", "lives")
+	current := mountBinary(t, testBinary, nil, stores, "--batch-size=8", "--version-check-every=300ms", "lives").dir
 
 	r := run(t, 2*time.Minute, nil, "ingest", stores, "--append", src2, "lives")
 	if r.code != 0 || !strings.Contains(r.stdout, "committed version 2 of lives (after version 1): appended 90 samples") {
@@ -113,11 +113,21 @@ func TestVersionsOnMinIO(t *testing.T) {
 	if d := infoOf(current); d["version"] != 1.0 || d["samples"] != 150.0 {
 		t.Fatalf("the mount started at v1 says %v", d)
 	}
+	// Its stats say a newer version is current, once it has asked.
 	var stats struct {
 		DatasetVersion int `json:"dataset_version"`
+		CurrentVersion int `json:"current_version"`
 	}
-	if err := json.Unmarshal(mustRead(t, filepath.Join(current, ".shardfs", "stats.json")), &stats); err != nil || stats.DatasetVersion != 1 {
-		t.Fatalf("stats.json of the mount started at v1: version %d, %v", stats.DatasetVersion, err)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err := json.Unmarshal(mustRead(t, filepath.Join(current, ".shardfs", "stats.json")), &stats); err != nil {
+			t.Fatal(err)
+		}
+		if stats.CurrentVersion == 3 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if stats.DatasetVersion != 1 || stats.CurrentVersion != 3 {
+		t.Fatalf("stats.json of the mount started at v1, after two appends: serves %d, current %d; want 1 and 3", stats.DatasetVersion, stats.CurrentVersion)
 	}
 	for v, srcs := range map[int][]string{1: {src1}, 2: {src1, src2}, 0: {src1, src2, src3}} {
 		mnt := mountShardfs(t, stores, "--batch-size=8", fmt.Sprint("--version=", v), "lives")
@@ -373,8 +383,10 @@ func TestMigrateWhileMounted(t *testing.T) {
 	next := startCluster(t, 5)
 	from := "--stores=" + strings.Join(old.urls, ",")
 	to := "--to-stores=" + strings.Join(next.urls, ",")
-	src1 := taggedSource(t, 400, 4, "", 1)
-	src2 := taggedSource(t, 200, 3, "b", 2)
+	spec1 := synth.Imbalanced(400, 4, 0.6, 20_000, 200_000, 1)
+	spec2 := synth.Imbalanced(200, 3, 0.6, 20_000, 200_000, 2)
+	spec2.Tag = "b"
+	src1, src2 := writeSource(t, spec1), writeSource(t, spec2)
 	if r := run(t, 2*time.Minute, nil, "ingest", from, "--data=4", "--parity=2", "--shard-size=1MiB", src1, "moving"); r.code != 0 {
 		t.Fatalf("ingest: %v", r)
 	}
@@ -407,17 +419,27 @@ func TestMigrateWhileMounted(t *testing.T) {
 		}
 	}()
 
-	// Killed once, early: nothing committed on the new stores.
+	// Killed once, with some of its fragments written: nothing committed
+	// on the new stores.
 	cmd := execShardfs("migrate", from, "moving", to, "--data=3", "--parity=2")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	first := next.store(t, 0)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		keys, _ := first.List(context.Background(), "moving/data/")
+		if len(keys) >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the migration wrote no 10 fragments to a new store in a minute")
+		}
+	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	newStores := "--stores=" + strings.Join(next.urls, ",")
-	if r := run(t, time.Minute, nil, "versions", newStores, "moving"); r.code == 0 && !strings.Contains(r.stdout, "migrate from") {
-		t.Fatalf("a killed migration left another version current: %v", r)
+	if r := run(t, time.Minute, nil, "versions", newStores, "moving"); r.code == 0 || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("a migration killed while it copied left a dataset on the new stores: %v", r)
 	}
 	start := time.Now()
 	mig := execShardfs("migrate", from, "moving", to, "--data=3", "--parity=2")
@@ -441,7 +463,7 @@ func TestMigrateWhileMounted(t *testing.T) {
 		})
 	}
 	t.Logf("migrate after a SIGKILL: %s in %v; peak RSS %d MiB for a dataset of %d MiB", strings.TrimSpace(out.String()), time.Since(start).Round(time.Millisecond), rss>>20, size>>20)
-	if !strings.Contains(out.String(), "RS(4,2) on 6 stores to RS(3,2) on 5 stores") {
+	if !strings.Contains(out.String(), "RS(4,2) on 6 stores to RS(3,2) on 5 stores") || strings.Contains(out.String(), "(0 found intact") {
 		t.Fatalf("migrate: %s", out.String())
 	}
 	if r := run(t, 2*time.Minute, nil, "verify", newStores, "moving"); r.code != 0 {

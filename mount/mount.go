@@ -7,6 +7,7 @@
 package mount
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,6 +42,9 @@ type Config struct {
 	// Version is the dataset version served; 0, the one current at start.
 	// A mount never switches version while it runs.
 	Version int
+	// VersionCheckEvery is how often the mount asks which version is
+	// current, for stats and metrics (0: dataset.LeaseRefresh).
+	VersionCheckEvery time.Duration
 	// Mix names the datasets of a mix, in the order of Schedule.Base.Mix's
 	// weights; nil serves Name alone.
 	Mix      []string
@@ -152,15 +156,15 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if mt.Mix == nil {
 		mt.Metrics.VersionServed.Store(int64(mt.Dataset.Manifest.VersionNumber()))
 		mt.Metrics.VersionCurrent.Store(int64(mt.Dataset.Current.VersionNumber()))
-		go mt.watchVersion(stores, mt.stopAnomalies)
+		go mt.watchVersion(stores, cmp.Or(cfg.VersionCheckEvery, dataset.LeaseRefresh), mt.stopAnomalies)
 	}
 	return mt, nil
 }
 
-// watchVersion asks the stores which version is current, every
-// LeaseRefresh, for stats and metrics: the mount serves its own all along.
-func (mt *Mount) watchVersion(stores []backend.Store, stop chan struct{}) {
-	t := time.NewTicker(dataset.LeaseRefresh)
+// watchVersion asks the stores which version is current, every period,
+// for stats and metrics: the mount serves its own all along.
+func (mt *Mount) watchVersion(stores []backend.Store, every time.Duration, stop chan struct{}) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -206,7 +210,9 @@ func (mt *Mount) takeLeases(ctx context.Context, stores []backend.Store) error {
 }
 
 func (mt *Mount) releaseLeases() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Short: a lease left on a store that does not answer goes stale, and
+	// gc on this host sees at once that its process is gone.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, l := range mt.leases {
 		l.Release(ctx)

@@ -41,9 +41,10 @@ type mountFlags struct {
 // Set only by the test build of the binary (build tag shardfs_testhooks,
 // testhooks.go): hidden flags of mount, and a wrapper around its stores.
 var (
-	mountFlagHooks []func(fl *pflag.FlagSet, f *mountFlags)
-	wrapStores     func(stores []backend.Store, f *mountFlags, log *slog.Logger) ([]backend.Store, error)
-	testCommands   []func(g *globals) *cobra.Command
+	versionCheckEvery time.Duration // mount's hidden --version-check-every
+	mountFlagHooks    []func(fl *pflag.FlagSet, f *mountFlags)
+	wrapStores        func(stores []backend.Store, f *mountFlags, log *slog.Logger) ([]backend.Store, error)
+	testCommands      []func(g *globals) *cobra.Command
 )
 
 func newMountCmd(g *globals) *cobra.Command {
@@ -174,7 +175,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if err != nil {
 		return nil, err
 	}
-	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, Schedule: sched, Epochs: f.order.epochs, Ranks: f.order.ranks(),
+	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Schedule: sched, Epochs: f.order.epochs, Ranks: f.order.ranks(),
 		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Logger: log,
 		Complete: func(h *manifest.Header) error {

@@ -29,6 +29,8 @@ func init() {
 	mountFlagHooks = append(mountFlagHooks, func(fl *pflag.FlagSet, f *mountFlags) {
 		fl.StringVar(&injectLatencyFlag, "inject-latency", "", "testing only: delay every store request, e.g. 20ms±10ms")
 		fl.MarkHidden("inject-latency")
+		fl.DurationVar(&versionCheckEvery, "version-check-every", 0, "testing only: how often the mount asks which version is current")
+		fl.MarkHidden("version-check-every")
 	})
 	wrapStores = injectLatency
 	testCommands = append(testCommands, newCeilingCmd)
