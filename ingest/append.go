@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
 )
 
@@ -47,28 +48,7 @@ type AppendResult struct {
 func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions) (*AppendResult, error) {
 	start := time.Now()
 	log := opts.logger()
-	if err := dataset.CheckName(opts.Name); err != nil {
-		return nil, err
-	}
-	head, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log)
-	if errors.Is(err, dataset.ErrNotFound) {
-		return nil, fmt.Errorf("append to %s: %w (create it first with shardfs ingest SRC %s)", opts.Name, err, opts.Name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
-	}
-	if err := checkSameParams(opts, head); err != nil {
-		return nil, err
-	}
-	opts.Data, opts.Parity, opts.BlockSize, opts.Seed = head.Data, head.Parity, head.BlockSize, head.Seed
-	if opts.ShardSize <= 0 {
-		opts.ShardSize = head.ShardSize
-	}
-	opts.Format = formatOf(head)
-	if err := checkSameFields(src, head); err != nil {
-		return nil, err
-	}
-	codec, err := opts.check(ctx)
+	_, codec, err := appendTarget(ctx, src, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -81,15 +61,9 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 	defer lock.Release(context.WithoutCancel(ctx))
 	// Read under the lock: no other commit can make another version
 	// current until this one is done.
-	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: log})
+	parent, err := openParent(ctx, opts, 0)
 	if err != nil {
-		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
-	}
-	parent := ds.Manifest
-	for i, p := range ds.Places {
-		if p.State == dataset.Foreign {
-			return nil, fmt.Errorf("append to %s: store %d (%s) holds %s: run shardfs verify %s, and repair it, before appending", opts.Name, i, opts.Stores[i], p.Detail, opts.Name)
-		}
+		return nil, err
 	}
 	skipped, err := dropExisting(src, parent, aopts.SkipExisting)
 	if err != nil {
@@ -103,31 +77,8 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 		Version: m.VersionNumber(), Parent: parent.VersionNumber(), Skipped: skipped}
 	log.Info("append plan", "dataset", opts.Name, "samples", res.Samples, "shards", len(newShards),
 		"bytes", res.Bytes, "version", res.Version, "ingest_id", ingestID)
-	if res.StoredBytes, err = uploadShards(ctx, src, m, codec, opts, newShards, putObject); err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
-			err = cause
-		}
-		return nil, fmt.Errorf("append to %s not committed: %w (rerun the same command; the partial upload is removed then)", opts.Name, err)
-	}
-	if err := m.Validate(); err != nil {
-		return nil, err
-	}
-	if opts.Format >= 2 {
-		sizes, sums, err := writeIndexes(ctx, opts, m, newShards, putObject)
-		if err != nil {
-			return nil, fmt.Errorf("append to %s not committed: %w (rerun the same command)", opts.Name, err)
-		}
-		for s := range parent.Shards {
-			sizes[s], sums[s] = parent.Top.Shards[s].IndexSize, parent.Top.Shards[s].IndexSum
-		}
-		if m.Top, err = manifest.NewTop(m, sizes, sums); err != nil {
-			return nil, err
-		}
-		if opts.Format == 3 {
-			if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
-				return nil, fmt.Errorf("append to %s not committed: %w (rerun the same command)", opts.Name, err)
-			}
-		}
+	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, codec, opts, newShards, parent.Top); err != nil {
+		return nil, fmt.Errorf("append to %s not committed: %w", opts.Name, err)
 	}
 	if err := commitVersion(ctx, opts, m, parent, lock, &res.Result, log); err != nil {
 		return nil, err
@@ -135,6 +86,50 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, historyIDs(m), log)
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// appendTarget reads the header of the dataset src is appended to, checks
+// src and opts against it, and gives opts the dataset's code, seed, shard
+// size (unless set) and format.
+func appendTarget(ctx context.Context, src *Source, opts *Options) (*manifest.Manifest, *erasure.Codec, error) {
+	if err := dataset.CheckName(opts.Name); err != nil {
+		return nil, nil, err
+	}
+	head, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, opts.logger())
+	if errors.Is(err, dataset.ErrNotFound) {
+		return nil, nil, fmt.Errorf("append to %s: %w (create it first with shardfs ingest SRC %s)", opts.Name, err, opts.Name)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("append to %s: %w", opts.Name, err)
+	}
+	if err := checkSameParams(*opts, head); err != nil {
+		return nil, nil, err
+	}
+	opts.Data, opts.Parity, opts.BlockSize, opts.Seed = head.Data, head.Parity, head.BlockSize, head.Seed
+	if opts.ShardSize <= 0 {
+		opts.ShardSize = head.ShardSize
+	}
+	opts.Format = formatOf(head)
+	if err := checkSameFields(src, head); err != nil {
+		return nil, nil, err
+	}
+	codec, err := opts.check(ctx)
+	return head, codec, err
+}
+
+// openParent reads version n (0: the current one) of the dataset an append
+// adds to, whole, refusing stores that hold another dataset.
+func openParent(ctx context.Context, opts Options, n int) (*manifest.Manifest, error) {
+	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: opts.logger(), Version: n})
+	if err != nil {
+		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
+	}
+	for i, p := range ds.Places {
+		if p.State == dataset.Foreign {
+			return nil, fmt.Errorf("append to %s: store %d (%s) holds %s: run shardfs verify %s, and repair it, before appending", opts.Name, i, opts.Stores[i], p.Detail, opts.Name)
+		}
+	}
+	return ds.Manifest, nil
 }
 
 // commitVersion keeps the current version (parent) under its version key,
@@ -355,29 +350,10 @@ func appendPartID(src *Source, opts Options, job string, parts int, parent strin
 // checks src against it as Append does, and plans the same new shards.
 func RunAppendPart(ctx context.Context, src *Source, opts Options, aopts AppendOptions, part Part, job string) (*PartResult, error) {
 	start := time.Now()
-	log := opts.logger()
 	if part.Count < 1 || part.Index < 0 || part.Index >= part.Count {
 		return nil, fmt.Errorf("part %s: want 0 <= I < N", part)
 	}
-	head, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log)
-	if errors.Is(err, dataset.ErrNotFound) {
-		return nil, fmt.Errorf("append to %s: %w (create it first with shardfs ingest SRC %s)", opts.Name, err, opts.Name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
-	}
-	if err := checkSameParams(opts, head); err != nil {
-		return nil, err
-	}
-	opts.Data, opts.Parity, opts.BlockSize, opts.Seed = head.Data, head.Parity, head.BlockSize, head.Seed
-	if opts.ShardSize <= 0 {
-		opts.ShardSize = head.ShardSize
-	}
-	opts.Format = formatOf(head)
-	if err := checkSameFields(src, head); err != nil {
-		return nil, err
-	}
-	codec, err := opts.check(ctx)
+	head, codec, err := appendTarget(ctx, src, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -387,16 +363,10 @@ func RunAppendPart(ctx context.Context, src *Source, opts Options, aopts AppendO
 	if h := head.Versions; len(h) >= 2 && appendPartID(src, opts, job, part.Count, h[len(h)-2].IngestID) == head.IngestID {
 		version, committed = h[len(h)-2].Number, true
 	}
-	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: log, Version: version})
+	parent, err := openParent(ctx, opts, version)
 	if err != nil {
-		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
+		return nil, err
 	}
-	for i, p := range ds.Places {
-		if p.State == dataset.Foreign {
-			return nil, fmt.Errorf("append to %s: store %d (%s) holds %s: run shardfs verify %s, and repair it, before appending", opts.Name, i, opts.Stores[i], p.Detail, opts.Name)
-		}
-	}
-	parent := ds.Manifest
 	id := appendPartID(src, opts, job, part.Count, parent.IngestID)
 	if _, err := dropExisting(src, parent, aopts.SkipExisting); err != nil {
 		return nil, err

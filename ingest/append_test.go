@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"hash/fnv"
 	"maps"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/backend/storetest"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/layout"
@@ -39,30 +39,10 @@ func tree(t *testing.T, n, classes int, tag string, seed uint64) *Source {
 	return src
 }
 
-// objectSums is every object on the stores, by store and key, with the
-// CRC32 of its bytes.
+// objectSums is every object of dataset name on the stores, with its CRC.
 func objectSums(t *testing.T, stores []backend.Store, name string) map[string]uint32 {
 	t.Helper()
-	ctx := context.Background()
-	out := map[string]uint32{}
-	for i, s := range stores {
-		keys, err := s.List(ctx, name+"/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys {
-			size, err := s.Stat(ctx, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b := make([]byte, size)
-			if err := s.ReadAt(ctx, k, b, 0); err != nil {
-				t.Fatal(err)
-			}
-			out[fmt.Sprintf("%d:%s", i, k)] = crc32.ChecksumIEEE(b)
-		}
-	}
-	return out
+	return storetest.Sums(t, stores, name+"/")
 }
 
 // checkServes opens version v of ds and checks that it holds exactly the

@@ -99,28 +99,8 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	for i := range all {
 		all[i] = i
 	}
-	if res.StoredBytes, err = uploadShards(ctx, src, m, codec, opts, all, putObject); err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
-			err = cause
-		}
-		return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command; the partial upload is removed then)", opts.Name, err)
-	}
-	if err := m.Validate(); err != nil {
-		return nil, err
-	}
-	if opts.Format >= 2 {
-		sizes, sums, err := writeIndexes(ctx, opts, m, all, putObject)
-		if err != nil {
-			return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command)", opts.Name, err)
-		}
-		if m.Top, err = manifest.NewTop(m, sizes, sums); err != nil {
-			return nil, err
-		}
-		if opts.Format == 3 {
-			if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
-				return nil, fmt.Errorf("ingest %s not committed: %w (rerun the same command)", opts.Name, err)
-			}
-		}
+	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, codec, opts, all, nil); err != nil {
+		return nil, fmt.Errorf("ingest %s not committed: %w", opts.Name, err)
 	}
 	if err := commitReplacing(ctx, opts, m, parent, lock, res, log); err != nil {
 		return nil, err
@@ -168,6 +148,44 @@ func commitReplacing(ctx context.Context, opts Options, m, parent *manifest.Mani
 		return err
 	}
 	return commit(ctx, opts, m, enc, lock, res, log)
+}
+
+// uploadAndDescribe uploads the given shards of m's plan, then writes
+// their indexes (formats 2 and 3) and the group objects (format 3), and
+// sets m.Top and m.Root; the shards not given are earlier ones, whose
+// index references are kept's. It returns the fragment bytes written.
+func uploadAndDescribe(ctx context.Context, src *Source, m *manifest.Manifest, codec *erasure.Codec, opts Options, shards []int, kept *manifest.Top) (int64, error) {
+	stored, err := uploadShards(ctx, src, m, codec, opts, shards, putObject)
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
+			err = cause
+		}
+		return 0, fmt.Errorf("%w (rerun the same command; the partial upload is removed then)", err)
+	}
+	if err := m.Validate(); err != nil {
+		return 0, err
+	}
+	if opts.Format < 2 {
+		return stored, nil
+	}
+	sizes, sums, err := writeIndexes(ctx, opts, m, shards, putObject)
+	if err != nil {
+		return 0, fmt.Errorf("%w (rerun the same command)", err)
+	}
+	if kept != nil {
+		for s, ts := range kept.Shards {
+			sizes[s], sums[s] = ts.IndexSize, ts.IndexSum
+		}
+	}
+	if m.Top, err = manifest.NewTop(m, sizes, sums); err != nil {
+		return 0, err
+	}
+	if opts.Format == 3 {
+		if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
+			return 0, fmt.Errorf("%w (rerun the same command)", err)
+		}
+	}
+	return stored, nil
 }
 
 // writeIndexes writes the index of each of the given shards of m to every

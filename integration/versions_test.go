@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/backend/storetest"
 	"github.com/shardfs/shardfs/internal/synth"
 )
 
@@ -36,30 +36,10 @@ func checkSamplesView(t *testing.T, mnt string, srcs ...string) {
 	}
 }
 
-// storeSums is every object of dataset name on the stores, by store and
-// key, with the CRC32 of its bytes.
+// storeSums is every object of dataset name on the stores, with its CRC.
 func storeSums(t *testing.T, stores []backend.Store, name string) map[string]uint32 {
 	t.Helper()
-	ctx := context.Background()
-	out := map[string]uint32{}
-	for i, s := range stores {
-		keys, err := s.List(ctx, name+"/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys {
-			size, err := s.Stat(ctx, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b := make([]byte, size)
-			if err := s.ReadAt(ctx, k, b, 0); err != nil {
-				t.Fatal(err)
-			}
-			out[fmt.Sprintf("%d:%s", i, k)] = crc32.ChecksumIEEE(b)
-		}
-	}
-	return out
+	return storetest.Sums(t, stores, name+"/")
 }
 
 // Ingest v1, append v2 and v3 on MinIO, mount each version: each serves

@@ -1,4 +1,5 @@
-// Package storetest is the conformance suite every backend.Store must pass.
+// Package storetest is the conformance suite every backend.Store must pass,
+// and Sums, which snapshots what stores hold for tests that compare.
 package storetest
 
 import (
