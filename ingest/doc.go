@@ -1,5 +1,5 @@
 // Package ingest turns a labelled source (an ImageFolder tree or a .csv /
-// .jsonl listing) into a committed dataset: it places samples into shards by
+// .jsonl listing) into a committed dataset, or a new version of one: it places samples into shards by
 // a seeded stratified shuffle, erasure-codes each shard, uploads all
 // fragments in parallel with bounded memory, and writes the manifest to
 // every store last. That write is the commit: an ingest killed at any moment
@@ -12,8 +12,10 @@
 // part.go is a distributed ingest: parts that upload with conditional
 // writes and no coordination, and the Commit that checks and joins them;
 // append.go and rollback.go commit a dataset's next version (an append
-// uploads only the new samples' shards; a rollback uploads nothing), each
-// keeping the version it replaces (dataset/version.go).
+// uploads only the new samples' shards, from one process or from parts;
+// a rollback uploads nothing), each keeping the version it replaces
+// (dataset/version.go); migrate.go copies a dataset's kept versions to
+// other stores, re-encoded, and commits them there.
 //
 // Safety: an ingest holds the dataset's lock (dataset.AcquireLock) from
 // before its first write to its commit; fragments of a single-process
