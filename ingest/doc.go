@@ -2,9 +2,9 @@
 // .jsonl listing) into a committed dataset, or a new version of one: it
 // places samples into shards by a seeded stratified shuffle, erasure-codes
 // each shard, uploads all fragments in parallel with bounded memory, and
-// writes the manifest to every store last. That write is the commit: an ingest killed at any moment
-// leaves no visible dataset, and the next ingest of the same name removes
-// what it left behind.
+// writes the manifest to every store last. That write is the commit: an
+// ingest killed at any moment leaves no visible dataset, and the next
+// ingest of the same name removes what it left behind.
 //
 // Files: scan.go reads the source (tree or listing) into Items; ingest.go
 // plans, encodes and uploads a single-process ingest and commits it with
