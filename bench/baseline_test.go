@@ -13,7 +13,6 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
 
-	"github.com/shardfs/shardfs/internal/miniotest"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/toxitest"
 )
@@ -54,14 +53,7 @@ func againstBaseline(t *testing.T, r *report, work string) {
 	if _, err := synth.Write(src, synth.Imbalanced(samples, 10, 0.75, 50_000, 150_000, 13)); err != nil {
 		t.Fatal(err)
 	}
-	srv := miniotest.Start(t, "store0", "store1", "store2", "store3", "store4", "store5")
-	tp := toxitest.Start(t)
-	proxy := tp.Proxy("minio-baseline", srv.Addr)
-	var urls []string
-	for i := 0; i < 6; i++ {
-		urls = append(urls, fmt.Sprintf("http://%s/store%d/ds", proxy.Listen, i))
-	}
-	stores := "--stores=" + strings.Join(urls, ",")
+	proxy, stores := proxiedStores(t, "minio-baseline")
 	// The baseline ingests: a dataset it can read is one this tree must read too.
 	run(t, base, "ingest", stores, "--data=4", "--parity=2", src, "lat")
 	head := strings.TrimSpace(run(t, "git", "rev-parse", "--short", "HEAD"))

@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -48,14 +46,7 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := miniotest.Start(t, "store0", "store1", "store2", "store3", "store4", "store5", "peer")
-	tp := toxitest.Start(t)
-	proxy := tp.Proxy("minio", srv.Addr)
-	var urls []string
-	for i := 0; i < 6; i++ {
-		urls = append(urls, fmt.Sprintf("http://%s/store%d/ds", proxy.Listen, i))
-	}
-	stores := "--stores=" + strings.Join(urls, ",")
+	proxy, stores := proxiedStores(t, "minio", "peer")
 	run(t, binary, "ingest", stores, "--data=4", "--parity=2", src, "epochs")
 	for _, kv := range [][2]string{{"RCLONE_CONFIG_PEER_TYPE", "s3"}, {"RCLONE_CONFIG_PEER_PROVIDER", "Minio"}, {"RCLONE_CONFIG_PEER_ENDPOINT", "http://" + proxy.Listen},
 		{"RCLONE_CONFIG_PEER_ACCESS_KEY_ID", miniotest.AccessKey}, {"RCLONE_CONFIG_PEER_SECRET_ACCESS_KEY", miniotest.SecretKey}} {
@@ -192,7 +183,7 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 	fuseCeil := repeat(func() float64 {
 		cd := startMount(t, ceilMnt, exists(filepath.Join(ceilMnt, "data")), nil, binary, "ceiling-mount", fmt.Sprintf("--size=%d", batchBytes*int64(nb)), ceilMnt)
 		defer cd.stop()
-		return float64(nb*64) / secs(func() { readSlices(filepath.Join(ceilMnt, "data"), nb, batchBytes) })
+		return float64(nb*64) / secs(func() { readRanges(filepath.Join(ceilMnt, "data"), slices.Repeat([]int64{batchBytes}, nb)) })
 	})
 
 	r.printf("## Epochs beyond RAM (samples/s per epoch, 8 reader threads, %d ms ± %d ms per response through toxiproxy for every reader)\n\n", latencyMS, jitterMS)
@@ -244,28 +235,4 @@ func epochsBeyondRAM(t *testing.T, r *report, work string) {
 	}
 	r.printf("\n")
 	r.printf("![epochs](docs/bench/epochs.png)\n\n")
-}
-
-// readSlices reads n slices of size bytes of file with 8 threads, slice i by
-// thread i%8, as readBatches reads batch files.
-func readSlices(file string, n int, size int64) {
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f, err := os.Open(file)
-			if err != nil {
-				panic(err)
-			}
-			defer f.Close()
-			buf := make([]byte, size)
-			for i := w; i < n; i += 8 {
-				if _, err := f.ReadAt(buf, int64(i)*size); err != nil {
-					panic(fmt.Sprintf("read %s: %v", file, err))
-				}
-			}
-		}()
-	}
-	wg.Wait()
 }

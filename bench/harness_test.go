@@ -22,8 +22,11 @@ import (
 	"testing"
 	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+
 	"github.com/shardfs/shardfs/internal/miniotest"
 	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/internal/toxitest"
 )
 
 var (
@@ -207,6 +210,19 @@ func (d *daemon) peakRSS() int64 {
 	return 0
 }
 
+// proxiedStores starts one MinIO with buckets store0 to store5 and extra,
+// and one toxiproxy named name in front of it; stores is the --stores flag
+// of the six store buckets, reached through the proxy.
+func proxiedStores(t *testing.T, name string, extra ...string) (proxy *toxiproxy.Proxy, stores string) {
+	srv := miniotest.Start(t, append([]string{"store0", "store1", "store2", "store3", "store4", "store5"}, extra...)...)
+	proxy = toxitest.Start(t).Proxy(name, srv.Addr)
+	var urls []string
+	for i := 0; i < 6; i++ {
+		urls = append(urls, fmt.Sprintf("http://%s/store%d/ds", proxy.Listen, i))
+	}
+	return proxy, "--stores=" + strings.Join(urls, ",")
+}
+
 func exists(p string) func() bool {
 	return func() bool { _, err := os.Stat(p); return err == nil }
 }
@@ -269,6 +285,7 @@ func TestBenchmarks(t *testing.T) {
 		{"degraded", func() { degraded(t, r, work, src) }},
 		{"epochs", func() { epochsBeyondRAM(t, r, work) }},
 		{"latency", func() { latencyRegime(t, r, work) }},
+		{"floors", func() { cpuFloors(t, r, work) }},
 		// Only when asked: SHARDFS_BENCH_ONLY=baseline SHARDFS_BENCH_BASELINE=<rev>.
 		{"baseline", func() { againstBaseline(t, r, work) }},
 	}

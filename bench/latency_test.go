@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/internal/miniotest"
 	"github.com/shardfs/shardfs/internal/synth"
@@ -45,6 +47,24 @@ func firstTouch(t *testing.T) float64 {
 	runtime.UnlockOSThread()
 	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	return cpu.Seconds() / (n / 1e9)
+}
+
+// blob is the size of the object the bare client reads, "blob" in
+// blobStore.
+const blob = 256 << 20
+
+// blobStore is the bare client's store: the peer bucket of the MinIO
+// behind proxy, holding one object "blob" of blob bytes.
+func blobStore(t *testing.T, proxy *toxiproxy.Proxy) backend.Store {
+	st, err := backend.Open(fmt.Sprintf("http://%s/peer/ceiling", proxy.Listen),
+		backend.OpenOptions{Credentials: &backend.Credentials{AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(context.Background(), "blob", make([]byte, blob)); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // getRate runs ranged GETs of size bytes at random offsets of key with
@@ -128,29 +148,14 @@ func latencyRegime(t *testing.T, r *report, work string) {
 	}
 	avgSample := float64(total) / samples
 	anomalies := resetAnomalies()
-	srv := miniotest.Start(t, "store0", "store1", "store2", "store3", "store4", "store5", "peer")
-	tp := toxitest.Start(t)
-	proxy := tp.Proxy("minio-latency", srv.Addr)
-	var urls []string
-	for i := 0; i < 6; i++ {
-		urls = append(urls, fmt.Sprintf("http://%s/store%d/ds", proxy.Listen, i))
-	}
-	stores := "--stores=" + strings.Join(urls, ",")
+	proxy, stores := proxiedStores(t, "minio-latency", "peer")
 	run(t, binary, "ingest", stores, "--data=4", "--parity=2", src, "lat")
 	for _, kv := range [][2]string{{"RCLONE_CONFIG_PEER_TYPE", "s3"}, {"RCLONE_CONFIG_PEER_PROVIDER", "Minio"}, {"RCLONE_CONFIG_PEER_ENDPOINT", "http://" + proxy.Listen},
 		{"RCLONE_CONFIG_PEER_ACCESS_KEY_ID", miniotest.AccessKey}, {"RCLONE_CONFIG_PEER_SECRET_ACCESS_KEY", miniotest.SecretKey}} {
 		os.Setenv(kv[0], kv[1])
 	}
 	run(t, "rclone", "copy", "--transfers=8", src, "peer:peer/lat")
-	ceilStore, err := backend.Open(fmt.Sprintf("http://%s/peer/ceiling", proxy.Listen),
-		backend.OpenOptions{Credentials: &backend.Credentials{AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const blob = 256 << 20
-	if err := ceilStore.Put(context.Background(), "blob", make([]byte, blob)); err != nil {
-		t.Fatal(err)
-	}
+	ceilStore := blobStore(t, proxy)
 
 	// The order every reader follows: rank 0, batches of 64.
 	m := filepath.Join(work, "latency-order")

@@ -9,6 +9,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -72,8 +73,9 @@ func parseLatency(s string) (d, jitter time.Duration, err error) {
 // newCeilingCmd mounts the FUSE ceiling used by the benchmarks: one
 // in-memory file with the same mount settings as shardfs mount.
 func newCeilingCmd(g *globals) *cobra.Command {
-	var size string
+	var size, from string
 	var readAheadKB int
+	var directIO bool
 	cmd := &cobra.Command{
 		Use:    "ceiling-mount MOUNTPOINT",
 		Short:  "Benchmarks only: mount one in-memory file with shardfs's FUSE settings",
@@ -84,7 +86,14 @@ func newCeilingCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			server, err := fs.Mount(args[0], ceiling.NewRoot(int64(n)), fs.MountOptions{Name: "ceiling", ReadAheadKB: readAheadKB, Logger: g.logger()})
+			o := ceiling.Options{DirectIO: directIO}
+			if from != "" {
+				if o.From, err = os.Open(from); err != nil {
+					return err
+				}
+				defer o.From.Close()
+			}
+			server, err := fs.Mount(args[0], ceiling.NewRoot(int64(n), o), fs.MountOptions{Name: "ceiling", ReadAheadKB: readAheadKB, Logger: g.logger()})
 			if err != nil {
 				return err
 			}
@@ -98,5 +107,7 @@ func newCeilingCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&size, "size", "512MiB", "file size")
 	cmd.Flags().IntVar(&readAheadKB, "read-ahead-kb", 4096, "as for shardfs mount")
+	cmd.Flags().BoolVar(&directIO, "direct-io", false, "as for shardfs mount: every read reaches the daemon")
+	cmd.Flags().StringVar(&from, "from", "", "serve this file's bytes (one pread and a CRC32C per read) instead of memory")
 	return cmd
 }
