@@ -110,6 +110,13 @@ type mountStats struct {
 
 // storeBytesOf is the bytes the mount at mnt has read from its stores.
 func storeBytesOf(t *testing.T, mnt string) float64 {
+	b, _ := storeTraffic(t, mnt)
+	return b
+}
+
+// storeTraffic is the bytes a mount has fetched from its stores so far,
+// and the GETs that fetched them.
+func storeTraffic(t *testing.T, mnt string) (bytes float64, gets int64) {
 	var st mountStats
 	if err := json.Unmarshal(mustReadFile(t, filepath.Join(mnt, ".shardfs/stats.json")), &st); err != nil {
 		t.Fatal(err)
@@ -118,7 +125,7 @@ func storeBytesOf(t *testing.T, mnt string) float64 {
 	for _, s := range st.Stores {
 		b += s.Bytes
 	}
-	return float64(b)
+	return float64(b), st.gets()
 }
 
 func (s mountStats) gets() int64 {
