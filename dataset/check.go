@@ -41,7 +41,20 @@ type Report struct {
 	// BadGroups lists the group object copies (format 3) that are missing
 	// or corrupt; repair copies an intact one over them. A group with no
 	// intact copy on any store keeps the dataset from opening at all.
-	BadGroups  []GroupCopy
+	BadGroups []GroupCopy
+	// BadVersions lists the copies of kept versions' manifests (those the
+	// history names that some store still holds) that are missing or
+	// corrupt; repair copies an intact one over them. A version no store
+	// holds was removed by gc, and is not damage.
+	BadVersions []VersionCopy
+	// LostVersions lists the kept versions with no intact copy of their
+	// manifest on any store checked: they can no longer be mounted or
+	// rolled back to.
+	LostVersions []int
+	// Removing lists the versions an interrupted gc was removing (its
+	// marks remain): their missing manifest copies are not damage, and
+	// repair does not restore them; gc, run again, finishes.
+	Removing   []int
 	NoIdentity []int // stores without this dataset's identity (new or replaced stores)
 	Foreign    []int // stores that hold another dataset or ingest of this name
 	// Pending lists stores that hold this ingest's manifest or identity only
@@ -90,10 +103,17 @@ type GroupCopy struct {
 	Err          error
 }
 
+// VersionCopy is one store's copy of one kept version's manifest.
+type VersionCopy struct {
+	Store, Version int
+	IngestID       string
+	Err            error
+}
+
 // Intact reports whether everything was checked and nothing is wrong.
 func (r *Report) Intact() bool {
 	return len(r.Damaged) == 0 && len(r.BadSamples) == 0 && len(r.BadManifests) == 0 && len(r.BadIndexes) == 0 && len(r.BadGroups) == 0 &&
-		len(r.NoIdentity) == 0 && len(r.Foreign) == 0 && r.Complete()
+		len(r.BadVersions) == 0 && len(r.NoIdentity) == 0 && len(r.Foreign) == 0 && r.Complete()
 }
 
 // Complete reports whether every store answered, so the report is a verdict.
@@ -101,7 +121,7 @@ func (r *Report) Complete() bool { return len(r.Unreachable) == 0 }
 
 // Recoverable reports whether repair can fix everything found.
 func (r *Report) Recoverable() bool {
-	return len(r.Unrecoverable) == 0 && len(r.BadSamples) == 0 && len(r.LostIndexes) == 0
+	return len(r.Unrecoverable) == 0 && len(r.BadSamples) == 0 && len(r.LostIndexes) == 0 && len(r.LostVersions) == 0
 }
 
 // unavailable reports whether err means the store did not answer or
@@ -253,6 +273,9 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 	if err := d.checkGroups(ctx, rep, faults); err != nil {
 		return nil, err
 	}
+	if err := d.checkVersions(ctx, rep, faults); err != nil {
+		return nil, err
+	}
 	rep.Causes = faults.cause
 	return rep, nil
 }
@@ -298,6 +321,76 @@ func (d *Dataset) checkGroups(ctx context.Context, rep *Report, faults *storeFau
 	sort.Slice(rep.BadGroups, func(a, b int) bool {
 		x, y := rep.BadGroups[a], rep.BadGroups[b]
 		return x.Store < y.Store || x.Store == y.Store && x.Group < y.Group
+	})
+	return err
+}
+
+// keptVersions are the versions other than the current one that the
+// current manifest's history names.
+func (d *Dataset) keptVersions() []manifest.VersionInfo {
+	var out []manifest.VersionInfo
+	for _, v := range d.Current.Versions {
+		if v.IngestID != d.Current.IngestID {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// readVersion reads store s's copy of version v's manifest, and checks
+// that it decodes (its checksum holds) and is that version's.
+func (d *Dataset) readVersion(ctx context.Context, s backend.Store, v manifest.VersionInfo) ([]byte, error) {
+	key := VersionKey(d.Name, v.IngestID)
+	b, m, err := readManifestBytes(ctx, s, key)
+	if err == nil && m.IngestID != v.IngestID {
+		err = fmt.Errorf("%w: %s holds ingest %s", manifest.ErrCorrupt, key, m.IngestID)
+	}
+	return b, err
+}
+
+// checkVersions is checkIndexes for the kept versions' manifests. A
+// version whose every checked copy is missing was removed by gc (which
+// deletes a version's manifests before its data), and is not reported.
+func (d *Dataset) checkVersions(ctx context.Context, rep *Report, faults *storeFaults) error {
+	kept := d.keptVersions()
+	_, removing, _ := gcMarks(ctx, d.Stores, d.Name) // a store that did not answer holds the same marks as the others
+	for _, v := range kept {
+		if removing[v.IngestID] {
+			rep.Removing = append(rep.Removing, v.Number)
+		}
+	}
+	var bad []VersionCopy
+	err := d.checkCopies(ctx, rep, faults, len(kept), func(int) bool { return false },
+		func(ctx context.Context, s backend.Store, i int) error {
+			_, err := d.readVersion(ctx, s, kept[i])
+			return err
+		},
+		func(store, i int, err error) {
+			bad = append(bad, VersionCopy{Store: store, Version: kept[i].Number, IngestID: kept[i].IngestID, Err: err})
+		})
+	checked := len(d.Stores) - len(rep.Unreachable) - len(rep.Foreign)
+	missing, failed := map[int]int{}, map[int]int{}
+	bad = slices.DeleteFunc(bad, func(vc VersionCopy) bool { return removing[vc.IngestID] })
+	for _, vc := range bad {
+		failed[vc.Version]++
+		if errors.Is(vc.Err, backend.ErrNotExist) {
+			missing[vc.Version]++
+		}
+	}
+	for _, vc := range bad {
+		if missing[vc.Version] < checked {
+			rep.BadVersions = append(rep.BadVersions, vc)
+		}
+	}
+	for v, n := range failed {
+		if n == checked && missing[v] < checked {
+			rep.LostVersions = append(rep.LostVersions, v)
+		}
+	}
+	slices.Sort(rep.LostVersions)
+	sort.Slice(rep.BadVersions, func(a, b int) bool {
+		x, y := rep.BadVersions[a], rep.BadVersions[b]
+		return x.Version < y.Version || x.Version == y.Version && x.Store < y.Store
 	})
 	return err
 }
@@ -458,10 +551,11 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 	}
 	indexes := rp.indexSources(ctx)
 	groups := rp.groupSources(ctx)
+	versions := rp.versionSources(ctx)
 	if err := rp.rebuildFragments(ctx); err != nil {
 		return int(rp.written.Load()), err
 	}
-	if err := rp.rewriteMetadata(ctx, indexes, groups); err != nil {
+	if err := rp.rewriteMetadata(ctx, indexes, groups, versions); err != nil {
 		return int(rp.written.Load()), err
 	}
 	return int(rp.written.Load()), rp.verdict()
@@ -550,6 +644,48 @@ func (rp *repair) groupSources(ctx context.Context) map[GroupCopy][]byte {
 	return out
 }
 
+// versionSources finds, before anything is written, an intact copy of
+// the manifest of every kept version with a copy to rewrite: those verify
+// found bad, and on a foreign store overwritten (force) every kept version
+// some store holds. A version with no intact copy is left as it is.
+func (rp *repair) versionSources(ctx context.Context) map[VersionCopy][]byte {
+	d := rp.d
+	candidates := slices.Clone(rp.rep.BadVersions)
+	if len(rp.rep.Foreign) > 0 {
+		for _, v := range d.keptVersions() {
+			for _, i := range rp.rep.Foreign {
+				candidates = append(candidates, VersionCopy{Store: i, Version: v.Number, IngestID: v.IngestID})
+			}
+		}
+	}
+	lost := map[int]bool{}
+	for _, v := range rp.rep.LostVersions {
+		lost[v] = true
+	}
+	intact := map[int][]byte{}
+	out := map[VersionCopy][]byte{}
+	for k, vc := range candidates {
+		if lost[vc.Version] {
+			continue // named by verdict
+		}
+		if intact[vc.Version] == nil {
+			v := manifest.VersionInfo{Number: vc.Version, IngestID: vc.IngestID}
+			b, err := firstIntact(ctx, d.Stores, 0, func(s backend.Store) ([]byte, error) { return d.readVersion(ctx, s, v) })
+			if err != nil {
+				if k >= len(rp.rep.BadVersions) {
+					continue // a foreign store's: no store keeps this version (gc removed it)
+				}
+				lost[vc.Version] = true
+				rp.fail(fmt.Sprintf("version %d's manifest: no intact copy to repair from (%v)", vc.Version, err))
+				continue
+			}
+			intact[vc.Version] = b
+		}
+		out[VersionCopy{Store: vc.Store, Version: vc.Version, IngestID: vc.IngestID}] = intact[vc.Version]
+	}
+	return out
+}
+
 // rebuildFragments decodes every damaged fragment of the shards not left
 // as they are from verified blocks of the others, and writes it back. A
 // shard too few survivors answer for now is named; the others are mended.
@@ -594,7 +730,7 @@ func (rp *repair) rebuildFragments(ctx context.Context) error {
 // checksum, never a re-encoding), the
 // manifest copies and the identities that are missing or wrong, and then
 // removes the pending keys of a finished commit.
-func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]byte, groups map[GroupCopy][]byte) error {
+func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]byte, groups map[GroupCopy][]byte, versions map[VersionCopy][]byte) error {
 	d, rep := rp.d, rp.rep
 	enc, err := manifest.EncodeStored(d.Manifest)
 	if err != nil {
@@ -611,6 +747,9 @@ func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]b
 			return fmt.Errorf("rewrite group %d's object on store %d: %w", gc.Group, gc.Store, err)
 		}
 		rp.written.Add(1)
+	}
+	if err := rp.rewriteVersions(ctx, versions); err != nil {
+		return err
 	}
 	manifests := map[int]bool{}
 	for _, i := range append(slices.Clone(rep.BadManifests), rep.Foreign...) {
@@ -644,6 +783,56 @@ func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]b
 	return nil
 }
 
+// rewriteVersions writes the kept versions' manifest copies under the
+// dataset's lock, which gc holds while it deletes versions: each version
+// is checked to be still kept (no gc mark, an intact copy on some store)
+// with the lock held, so a copy is never written back after gc began to
+// remove its version. With the lock held by a running ingest or gc, nothing is
+// written, and the repair says to run again.
+func (rp *repair) rewriteVersions(ctx context.Context, versions map[VersionCopy][]byte) error {
+	if len(versions) == 0 {
+		return nil
+	}
+	d := rp.d
+	lock, lctx, err := AcquireLock(ctx, d.Stores, d.Name, "repair-"+d.Current.IngestID, LockOptions{})
+	if errors.Is(err, ErrLocked) {
+		rp.fail(fmt.Sprintf("kept versions' manifests not rewritten: %v; run repair again when it ends", err))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	_, removing, err := gcMarks(lctx, d.Stores, d.Name)
+	if err != nil {
+		rp.fail(fmt.Sprintf("kept versions' manifests not rewritten: %v", err))
+		return nil
+	}
+	kept := map[int]bool{}
+	for vc := range versions {
+		if _, ok := kept[vc.Version]; ok {
+			continue
+		}
+		if removing[vc.IngestID] {
+			kept[vc.Version] = false // a gc began removing it since verify ran
+			continue
+		}
+		v := manifest.VersionInfo{Number: vc.Version, IngestID: vc.IngestID}
+		_, err := firstIntact(lctx, d.Stores, 0, func(s backend.Store) ([]byte, error) { return d.readVersion(lctx, s, v) })
+		kept[vc.Version] = err == nil
+	}
+	for vc, b := range versions {
+		if !kept[vc.Version] {
+			continue // gc removed it since verify read it
+		}
+		if err := d.Stores[vc.Store].Put(lctx, VersionKey(d.Name, vc.IngestID), b); err != nil {
+			return fmt.Errorf("rewrite version %d's manifest on store %d: %w", vc.Version, vc.Store, err)
+		}
+		rp.written.Add(1)
+	}
+	return nil
+}
+
 // verdict names what the repair left: shards that cannot be mended
 // (ErrUnrecoverable), or stores whose objects were neither checked nor
 // mended (ErrIncomplete).
@@ -651,13 +840,16 @@ func (rp *repair) verdict() error {
 	d, rep := rp.d, rp.rep
 	slices.Sort(rp.failed)
 	switch {
-	case len(rep.LostIndexes) > 0 || len(rep.Unrecoverable) > 0 || len(rp.failed) > 0 && rep.Complete():
+	case len(rep.LostIndexes) > 0 || len(rep.Unrecoverable) > 0 || len(rep.LostVersions) > 0 || len(rp.failed) > 0 && rep.Complete():
 		var why []string
 		if len(rep.Unrecoverable) > 0 {
 			why = append(why, fmt.Sprintf("shards %v lost more than m=%d blocks of one stripe", rep.Unrecoverable, d.Manifest.Parity))
 		}
 		if len(rep.LostIndexes) > 0 {
 			why = append(why, fmt.Sprintf("shards %v lost every copy of their index", rep.LostIndexes))
+		}
+		if len(rep.LostVersions) > 0 {
+			why = append(why, fmt.Sprintf("versions %v have no intact copy of their manifest left (they can no longer be mounted or rolled back to)", rep.LostVersions))
 		}
 		why = append(why, rp.failed...)
 		return fmt.Errorf("%w: %s; everything else that verify found was repaired", ErrUnrecoverable, strings.Join(why, "; "))

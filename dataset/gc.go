@@ -28,10 +28,20 @@ import (
 //     no single-process ingest, append or rollback runs, and a distributed
 //     ingest's parts (which take no lock) are left alone while their
 //     records exist.
-// It deletes in an order that a kill at any moment leaves safe: first the
-// kept manifests of the versions it removes (so that they show as removed
-// and no new mount opens them), then, after reading the leases again, the
-// objects of ingests that no kept or leased version reads.
+// It deletes in an order that a kill at any moment leaves safe: first a
+// mark per version it removes (GCMarkKey), then the kept manifests of those
+// versions (so that they show as removed and no new mount opens them),
+// then, after reading the leases again, the objects of ingests that no
+// kept or leased version reads, and last the marks. While a mark is there,
+// verify does not call the version's missing manifest copies damage, and
+// repair does not write them back.
+
+// GCMarkPrefix is the prefix of the marks of versions a gc is removing.
+func GCMarkPrefix(name string) string { return name + "/gc/" }
+
+// GCMarkKey marks the version committed by ingest id as being removed by
+// gc, from before its kept manifests are deleted until its objects are.
+func GCMarkKey(name, ingestID string) string { return GCMarkPrefix(name) + ingestID }
 
 // ErrNoRule: gc was asked to run without a retention rule.
 var ErrNoRule = errors.New("no retention rule")
@@ -184,8 +194,12 @@ func GC(ctx context.Context, stores []backend.Store, name string, opts GCOptions
 		return rep, nil
 	}
 
-	// The removed versions' kept manifests first: from here no new mount
-	// opens them, and a mount that did is in the leases read next.
+	// The marks first, so that a kill from here on leaves the removal
+	// recognisable; then the removed versions' kept manifests: from here no
+	// new mount opens them, and a mount that did is in the leases read next.
+	if err := markRemoving(ctx, stores, name, versionKeys); err != nil {
+		return nil, fmt.Errorf("gc %s: %w (nothing was deleted)", name, err)
+	}
 	if err := deleteAll(ctx, stores, versionKeys); err != nil {
 		return nil, fmt.Errorf("gc %s: %w", name, err)
 	}
@@ -204,6 +218,16 @@ func GC(ctx context.Context, stores []backend.Store, name string, opts GCOptions
 	}
 	if err := deleteAll(ctx, stores, dataKeys); err != nil {
 		return nil, fmt.Errorf("gc %s: %w", name, err)
+	}
+	// Every mark goes, an earlier interrupted gc's too: what they marked is
+	// now removed, or kept by this gc's rules (and then repair may restore
+	// its manifest copies).
+	marks, _, err := gcMarks(ctx, stores, name)
+	if err == nil {
+		err = deleteAll(ctx, stores, marks)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gc %s: the removal is done, but its marks remain (run gc again): %w", name, err)
 	}
 	rep.Deleted = true
 	return rep, nil
@@ -257,6 +281,50 @@ func gcCandidates(ctx context.Context, stores []backend.Store, name string, need
 		}
 	}
 	return versionKeys, dataKeys, nil
+}
+
+// markRemoving writes on every store a mark for each version whose kept
+// manifest some store's versionKeys hold.
+func markRemoving(ctx context.Context, stores []backend.Store, name string, versionKeys [][]string) error {
+	ids := map[string]bool{}
+	for _, ks := range versionKeys {
+		for _, k := range ks {
+			ids[strings.TrimPrefix(k, VersionPrefix(name))] = true
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	_, errs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) error {
+		for id := range ids {
+			if err := s.Put(ctx, GCMarkKey(name, id), []byte("removing\n")); err != nil {
+				return fmt.Errorf("store %d: mark version %s removed: %w", i, id, err)
+			}
+		}
+		return nil
+	}))
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// gcMarks lists every store's gc marks, and the ingest ids they
+// mark on any store.
+func gcMarks(ctx context.Context, stores []backend.Store, name string) (keys [][]string, ids map[string]bool, err error) {
+	keys = make([][]string, len(stores))
+	_, errs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) error {
+		ks, err := s.List(ctx, GCMarkPrefix(name))
+		keys[i] = ks
+		return err
+	}))
+	ids = map[string]bool{}
+	for _, ks := range keys {
+		for _, k := range ks {
+			ids[strings.TrimPrefix(k, GCMarkPrefix(name))] = true
+		}
+	}
+	return keys, ids, errors.Join(errs...)
 }
 
 // objectIngest is the ingest id in a data, index or group key of name.

@@ -38,7 +38,8 @@ func newVerifyCmd(g *globals) *cobra.Command {
 		Short: "Read every fragment and check every checksum",
 		Long: `Verify reads every fragment of every shard, checks every block checksum,
 decodes every shard and checks every sample checksum, and checks each store's
-manifest copy. It reports each missing or corrupt fragment by shard,
+copy of the manifest, of every shard index and group object, and of the
+manifest of every version kept for rollback. It reports each missing or corrupt fragment by shard,
 fragment and store, and whether the data is still recoverable.
 
 A store that does not answer is asked once, not once per fragment; its
@@ -51,8 +52,8 @@ SlowDownRead when its own copy fails its bit-rot check) is not down: that
 fragment is reported damaged, and repair rebuilds it.
 
 Exit status: 0 intact; 1 damaged but recoverable (run shardfs repair);
-2 unrecoverable (some block stripe lost more than m blocks, or a shard lost
-every copy of its index);
+2 unrecoverable (some block stripe lost more than m blocks, a shard lost
+every copy of its index, or a kept version every copy of its manifest);
 3 could not check (a store did not answer, the stores are wrong or out of
 order, the dataset was not found, or the run was interrupted).`,
 		Example: `  shardfs verify imagenet-train                 # stores from SHARDFS_STORES or the config file
@@ -122,6 +123,9 @@ func unrecoverableShards(ds *dataset.Dataset, rep *dataset.Report) string {
 	if len(rep.BadSamples) > 0 {
 		why = append(why, fmt.Sprintf("%d samples fail their checksum", len(rep.BadSamples)))
 	}
+	if len(rep.LostVersions) > 0 {
+		why = append(why, fmt.Sprintf("versions %v have no intact copy of their manifest left (they can no longer be mounted or rolled back to)", rep.LostVersions))
+	}
 	return strings.Join(why, "; ") + "; run shardfs repair to mend everything else"
 }
 
@@ -163,6 +167,15 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	for _, gc := range rep.BadGroups {
 		fmt.Fprintf(out, "  group %d's object copy missing or corrupt on store %d (%s): %v\n", gc.Group, gc.Store, ds.Stores[gc.Store], gc.Err)
 	}
+	for _, vc := range rep.BadVersions {
+		fmt.Fprintf(out, "  version %d's manifest copy missing or corrupt on store %d (%s): %v\n", vc.Version, vc.Store, ds.Stores[vc.Store], vc.Err)
+	}
+	for _, v := range rep.Removing {
+		fmt.Fprintf(out, "  note: an interrupted gc was removing version %d; run shardfs gc %s again to finish\n", v, ds.Name)
+	}
+	for _, v := range rep.LostVersions {
+		fmt.Fprintf(out, "  LOST VERSION: version %d: no store holds an intact copy of its manifest\n", v)
+	}
 	for _, i := range rep.NoIdentity {
 		fmt.Fprintf(out, "  no identity on store %d (%s): a new or replaced store\n", i, ds.Stores[i])
 	}
@@ -179,6 +192,8 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 		fmt.Fprintf(out, "  NOT CHECKED: store %d (%s) %s\n", i, ds.Stores[i], rep.StoreProblem(i))
 	}
 	switch {
+	case !rep.Recoverable() && len(rep.Unrecoverable)+len(rep.LostIndexes) == 0 && len(rep.BadSamples) == 0:
+		fmt.Fprintf(out, "UNRECOVERABLE: versions %v\n", rep.LostVersions)
 	case !rep.Recoverable():
 		fmt.Fprintf(out, "UNRECOVERABLE: shards %v\n", slices.Sorted(slices.Values(append(slices.Clone(rep.Unrecoverable), rep.LostIndexes...))))
 	case !rep.Complete():
@@ -190,8 +205,12 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 		if ds.Manifest.Root != nil {
 			groups = fmt.Sprintf(" %d group object copies,", len(rep.BadGroups))
 		}
-		fmt.Fprintf(out, "DAMAGED: %d fragments, %d manifest copies, %d index copies,%s %d identities, %d foreign stores; all recoverable\n",
-			len(rep.Damaged), len(rep.BadManifests), len(rep.BadIndexes), groups, len(rep.NoIdentity), len(rep.Foreign))
+		versions := ""
+		if len(rep.BadVersions) > 0 {
+			versions = fmt.Sprintf(" %d kept version manifest copies,", len(rep.BadVersions))
+		}
+		fmt.Fprintf(out, "DAMAGED: %d fragments, %d manifest copies, %d index copies,%s%s %d identities, %d foreign stores; all recoverable\n",
+			len(rep.Damaged), len(rep.BadManifests), len(rep.BadIndexes), groups, versions, len(rep.NoIdentity), len(rep.Foreign))
 	}
 }
 
@@ -202,7 +221,8 @@ func newRepairCmd(g *globals) *cobra.Command {
 		Short: "Rebuild lost or corrupt fragments from the survivors",
 		Long: `Repair verifies the dataset, then rebuilds every missing or corrupt fragment
 from the surviving ones and writes it back, and rewrites missing or corrupt
-manifest copies and store identities. A store replaced by an empty one is
+manifest copies, index and group object copies, kept versions' manifests
+and store identities. A store replaced by an empty one is
 refilled this way.
 
 Repair proves every write safe before it makes one: a rebuilt fragment is
