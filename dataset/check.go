@@ -353,7 +353,18 @@ func (d *Dataset) readVersion(ctx context.Context, s backend.Store, v manifest.V
 // deletes a version's manifests before its data), and is not reported.
 func (d *Dataset) checkVersions(ctx context.Context, rep *Report, faults *storeFaults) error {
 	kept := d.keptVersions()
-	_, removing, _ := gcMarks(ctx, d.Stores, d.Name) // a store that did not answer holds the same marks as the others
+	if len(kept) == 0 {
+		return nil
+	}
+	// The marks of the stores that answered: gc writes every mark on
+	// every store.
+	var answering []backend.Store
+	for i, s := range d.Stores {
+		if !slices.Contains(rep.Unreachable, i) && !slices.Contains(rep.Foreign, i) {
+			answering = append(answering, s)
+		}
+	}
+	_, removing, _ := gcMarks(ctx, answering, d.Name)
 	for _, v := range kept {
 		if removing[v.IngestID] {
 			rep.Removing = append(rep.Removing, v.Number)
