@@ -325,6 +325,19 @@ func (d *Dataset) checkGroups(ctx context.Context, rep *Report, faults *storeFau
 	return err
 }
 
+// answering are the stores verify checked: neither unreachable nor
+// foreign. Reads of metadata that every store holds ask only them, so a
+// hung store costs its timeout once, in the fragment checks.
+func (r *Report) answering(stores []backend.Store) []backend.Store {
+	var out []backend.Store
+	for i, s := range stores {
+		if !slices.Contains(r.Unreachable, i) && !slices.Contains(r.Foreign, i) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // keptVersions are the versions other than the current one that the
 // current manifest's history names.
 func (d *Dataset) keptVersions() []manifest.VersionInfo {
@@ -358,13 +371,7 @@ func (d *Dataset) checkVersions(ctx context.Context, rep *Report, faults *storeF
 	}
 	// The marks of the stores that answered: gc writes every mark on
 	// every store.
-	var answering []backend.Store
-	for i, s := range d.Stores {
-		if !slices.Contains(rep.Unreachable, i) && !slices.Contains(rep.Foreign, i) {
-			answering = append(answering, s)
-		}
-	}
-	_, removing, _ := gcMarks(ctx, answering, d.Name)
+	_, removing, _ := gcMarks(ctx, rep.answering(d.Stores), d.Name)
 	for _, v := range kept {
 		if removing[v.IngestID] {
 			rep.Removing = append(rep.Removing, v.Number)
@@ -681,7 +688,7 @@ func (rp *repair) versionSources(ctx context.Context) map[VersionCopy][]byte {
 		}
 		if intact[vc.Version] == nil {
 			v := manifest.VersionInfo{Number: vc.Version, IngestID: vc.IngestID}
-			b, err := firstIntact(ctx, d.Stores, 0, func(s backend.Store) ([]byte, error) { return d.readVersion(ctx, s, v) })
+			b, err := firstIntact(ctx, rp.rep.answering(d.Stores), 0, func(s backend.Store) ([]byte, error) { return d.readVersion(ctx, s, v) })
 			if err != nil {
 				if k >= len(rp.rep.BadVersions) {
 					continue // a foreign store's: no store keeps this version (gc removed it)
@@ -814,7 +821,8 @@ func (rp *repair) rewriteVersions(ctx context.Context, versions map[VersionCopy]
 		return err
 	}
 	defer lock.Release(context.WithoutCancel(ctx))
-	_, removing, err := gcMarks(lctx, d.Stores, d.Name)
+	answering := rp.rep.answering(d.Stores)
+	_, removing, err := gcMarks(lctx, answering, d.Name)
 	if err != nil {
 		rp.fail(fmt.Sprintf("kept versions' manifests not rewritten: %v", err))
 		return nil
@@ -829,7 +837,7 @@ func (rp *repair) rewriteVersions(ctx context.Context, versions map[VersionCopy]
 			continue
 		}
 		v := manifest.VersionInfo{Number: vc.Version, IngestID: vc.IngestID}
-		_, err := firstIntact(lctx, d.Stores, 0, func(s backend.Store) ([]byte, error) { return d.readVersion(lctx, s, v) })
+		_, err := firstIntact(lctx, answering, 0, func(s backend.Store) ([]byte, error) { return d.readVersion(lctx, s, v) })
 		kept[vc.Version] = err == nil
 	}
 	for vc, b := range versions {
