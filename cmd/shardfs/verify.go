@@ -39,8 +39,9 @@ func newVerifyCmd(g *globals) *cobra.Command {
 		Long: `Verify reads every fragment of every shard, checks every block checksum,
 decodes every shard and checks every sample checksum, and checks each store's
 copy of the manifest, of every shard index and group object, and of the
-manifest of every version kept for rollback. It reports each missing or corrupt fragment by shard,
-fragment and store, and whether the data is still recoverable.
+manifest of every version kept for rollback. It reports each missing or
+corrupt fragment by shard, fragment and store, and whether the data is
+still recoverable.
 
 A store that does not answer is asked once, not once per fragment; its
 fragments are reported as not checked. Stores are checked against the
@@ -192,10 +193,15 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 		fmt.Fprintf(out, "  NOT CHECKED: store %d (%s) %s\n", i, ds.Stores[i], rep.StoreProblem(i))
 	}
 	switch {
-	case !rep.Recoverable() && len(rep.Unrecoverable)+len(rep.LostIndexes) == 0 && len(rep.BadSamples) == 0:
-		fmt.Fprintf(out, "UNRECOVERABLE: versions %v\n", rep.LostVersions)
 	case !rep.Recoverable():
-		fmt.Fprintf(out, "UNRECOVERABLE: shards %v\n", slices.Sorted(slices.Values(append(slices.Clone(rep.Unrecoverable), rep.LostIndexes...))))
+		var what []string
+		if shards := append(slices.Clone(rep.Unrecoverable), rep.LostIndexes...); len(shards) > 0 || len(rep.LostVersions) == 0 {
+			what = append(what, fmt.Sprintf("shards %v", slices.Sorted(slices.Values(shards))))
+		}
+		if len(rep.LostVersions) > 0 {
+			what = append(what, fmt.Sprintf("versions %v", rep.LostVersions))
+		}
+		fmt.Fprintf(out, "UNRECOVERABLE: %s\n", strings.Join(what, ", "))
 	case !rep.Complete():
 		fmt.Fprintf(out, "INCOMPLETE: %d fragments not checked on the stores named above; %d damaged among the rest\n", rep.Unchecked, len(rep.Damaged))
 	case rep.Intact():
@@ -222,8 +228,7 @@ func newRepairCmd(g *globals) *cobra.Command {
 		Long: `Repair verifies the dataset, then rebuilds every missing or corrupt fragment
 from the surviving ones and writes it back, and rewrites missing or corrupt
 manifest copies, index and group object copies, kept versions' manifests
-and store identities. A store replaced by an empty one is
-refilled this way.
+and store identities. A store replaced by an empty one is refilled this way.
 
 Repair proves every write safe before it makes one: a rebuilt fragment is
 decoded from blocks that verified, and nothing is written to a store that
