@@ -51,9 +51,10 @@ type Dataset struct {
 	Reader  *erasure.Reader
 	// Places says, per store, what its identity proves; see Place.
 	Places []Place
-	// Lazy is set when the dataset is in format 2 and was opened with
-	// LazyIndexes: Manifest then holds no samples, and Lazy fetches each
-	// shard's rows when the shard is first needed.
+	// Lazy is set when the dataset is in format 2 or 3 and was opened with
+	// LazyIndexes: Manifest then holds no samples (in format 3, no shards
+	// either), and Lazy fetches each shard's rows when the shard is first
+	// needed.
 	Lazy *LazyCatalog
 	// LostIndexes lists the shards whose index had no intact copy on any
 	// store, when opened with LostIndexesOK (verify and repair): their rows
@@ -70,9 +71,9 @@ type Dataset struct {
 type Options struct {
 	Logger  *slog.Logger
 	Metrics erasure.Metrics
-	// LazyIndexes leaves a format-2 dataset's shard indexes on the stores
-	// until a shard is first needed (see LazyCatalog); format 1 is always
-	// read whole.
+	// LazyIndexes leaves a format-2 or format-3 dataset's shard indexes
+	// (and format 3's group objects) on the stores until a shard is first
+	// needed (see LazyCatalog); format 1 is always read whole.
 	LazyIndexes bool
 	// LostIndexesOK opens a format-2 dataset even when some shard's index
 	// has no intact copy on any store, listing those shards in LostIndexes,
@@ -109,12 +110,17 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 			return nil, err
 		}
 	}
-	if m, err = expandRoot(ctx, stores, m); err != nil {
-		return nil, err
-	}
 	var lazy *LazyCatalog
 	var lost []int
-	if opts.LazyIndexes && m.Top != nil && m.Samples.Len() == 0 {
+	if opts.LazyIndexes && m.Root != nil && m.Top == nil {
+		// Format 3: not even a group object is read until its samples are.
+		if lazy, err = NewRootCatalog(m.Root, stores, log); err != nil {
+			return nil, err
+		}
+		m = lazy.Manifest()
+	} else if m, err = ExpandRoot(ctx, stores, m); err != nil {
+		return nil, err
+	} else if opts.LazyIndexes && m.Top != nil && m.Samples.Len() == 0 {
 		if lazy, err = newLazyCatalog(m.Top, stores, log); err != nil {
 			return nil, err
 		}
@@ -163,7 +169,7 @@ func LoadManifestVersion(ctx context.Context, stores []backend.Store, name strin
 	if err != nil {
 		return nil, err
 	}
-	if m, err = expandRoot(ctx, stores, m); err != nil {
+	if m, err = ExpandRoot(ctx, stores, m); err != nil {
 		return nil, err
 	}
 	m, _, err = loadIndexes(ctx, stores, m, false)

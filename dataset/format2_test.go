@@ -13,6 +13,7 @@ import (
 	"github.com/shardfs/shardfs/ingest"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
 )
 
 // synthSource writes spec's synthetic files and scans them.
@@ -33,13 +34,20 @@ func synthSource(t *testing.T, spec synth.Spec) *ingest.Source {
 // in the given metadata format.
 func ingestFormat(t *testing.T, src *ingest.Source, format int) []backend.Store {
 	t.Helper()
+	return ingestGroups(t, src, format, 0)
+}
+
+// ingestGroups is ingestFormat with groupShards shards per format-3 group
+// object (0: the default).
+func ingestGroups(t *testing.T, src *ingest.Source, format, groupShards int) []backend.Store {
+	t.Helper()
 	base := t.TempDir()
 	var stores []backend.Store
 	for i := 0; i < 3; i++ {
 		s, _ := backend.NewLocal(filepath.Join(base, fmt.Sprint("s", i)))
 		stores = append(stores, s)
 	}
-	opts := ingest.Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096, Seed: 5, Format: format}
+	opts := ingest.Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096, Seed: 5, Format: format, GroupShards: groupShards}
 	if _, err := ingest.Run(context.Background(), src, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -152,5 +160,40 @@ func TestFormat2IndexCopiesRepaired(t *testing.T) {
 	}
 	if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{}); err == nil || !strings.Contains(err.Error(), "shard 2's index: no intact copy on any store") {
 		t.Fatalf("open with shard 2's index lost everywhere: %v", err)
+	}
+}
+
+// orderOf is rank p.Rank's order of ds, from the input OrderInput gives.
+func orderOf(t *testing.T, ds *dataset.Dataset, p layout.Params) *layout.RankOrder {
+	t.Helper()
+	in, err := dataset.OrderInput(ds, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := layout.Order(in, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// checkStrataListed checks that PinStratum lists each stratum's samples
+// as the whole manifest m holds them.
+func checkStrataListed(t *testing.T, l *dataset.LazyCatalog, m *manifest.Manifest) {
+	t.Helper()
+	for c := range m.Strata {
+		_, samples, err := l.PinStratum(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref []int64
+		for i := range m.Samples.Len() {
+			if int(m.Samples.Stratum[i]) == c {
+				ref = append(ref, int64(i))
+			}
+		}
+		if !slices.Equal(samples.Int64s(), ref) {
+			t.Fatalf("stratum %d: %d samples listed, %d in the whole manifest", c, samples.Len(), len(ref))
+		}
 	}
 }

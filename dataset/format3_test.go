@@ -1,6 +1,7 @@
 package dataset_test
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -35,14 +36,7 @@ func TestFormat3ServesFormat2Order(t *testing.T) {
 			t.Fatalf("format %d: verify: %v %+v", format, err, rep)
 		}
 		p := layout.Params{Seed: 3, World: 2, Rank: 1, Batch: 16, Alpha: 0.5}
-		in, err := dataset.OrderInput(ds, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := layout.Order(in, p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		o := orderOf(t, ds, p)
 		for _, s := range o.Samples.All() {
 			keys[fi] = append(keys[fi], m.Samples.Key(int(s)))
 			b, err := ds.ReadSample(ctx, int(s))
@@ -65,7 +59,7 @@ func TestFormat3ServesFormat2Order(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			locs, err := gr.LocateAll(ctx, ro.Samples, 4)
+			locs, err := gr.LocateAll(ctx, ro.Samples, 4, nil)
 			if err != nil || len(locs) != o.Samples.Len() {
 				t.Fatalf("%d located of %d: %v", len(locs), o.Samples.Len(), err)
 			}
@@ -142,5 +136,184 @@ func TestFormat3GroupCopiesRepaired(t *testing.T) {
 	}
 	if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{}); err == nil || !strings.Contains(err.Error(), "group 0's object: no intact copy on any store") {
 		t.Fatalf("open with group 0 damaged everywhere: %v", err)
+	}
+}
+
+// Issue 30: a format-3 dataset opened with LazyIndexes reads no group
+// object at open. Pinning a rank-epoch of the order computed from the root
+// reads the group objects of its samples only, each once; it gives the
+// samples numbered as the dataset opened whole numbers them, which is the
+// same order, and the bytes read are the same. A window order, which lists
+// every sample's shard, reads every group and is the whole dataset's too.
+func TestFormat3LazyReadsOnlyItsGroups(t *testing.T) {
+	src := synthSource(t, synth.Imbalanced(400, 4, 0.6, 200, 3000, 9))
+	ctx := context.Background()
+	stores := ingestGroups(t, src, 3, 2)
+	whole, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := whole.Manifest
+	groups := len(m.Root.Groups)
+	if groups < 10 {
+		t.Fatalf("%d groups of 2 shards: the test needs more", groups)
+	}
+	groupOf := func(sample int64) int { return int(m.Samples.Shard[sample]) / 2 }
+	counted, groupReads := countReads(stores, "/group/")
+	lazy, err := dataset.Open(ctx, counted, "ds", dataset.Options{LazyIndexes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lazy.Lazy
+	if l == nil || !l.Root() || lazy.Manifest.Top != nil || len(lazy.Manifest.Shards) != 0 || groupReads() != 0 {
+		t.Fatalf("lazy open: catalog %v, top %v, %d shards, %d group reads; want a root catalog, no top, no shard, no read",
+			l != nil, lazy.Manifest.Top != nil, len(lazy.Manifest.Shards), groupReads())
+	}
+	if l.Samples() != m.Samples.Len() {
+		t.Fatalf("lazy: %d samples, whole: %d", l.Samples(), m.Samples.Len())
+	}
+
+	p := layout.Params{Seed: 3, World: 8, Rank: 5, Batch: 4, Alpha: 0.5}
+	if !dataset.ByRoot(lazy, p) || dataset.ByRoot(whole, p) {
+		t.Fatalf("ByRoot: lazy %v, whole %v", dataset.ByRoot(lazy, p), dataset.ByRoot(whole, p))
+	}
+	ref, ro := orderOf(t, whole, p), orderOf(t, lazy, p)
+	groupsOf := func(samples layout.Positions) int {
+		in := map[int]bool{}
+		for _, x := range samples.All() {
+			in[groupOf(x)] = true
+		}
+		return len(in)
+	}
+
+	// One batch: the groups of its samples, no other.
+	pinned, ids, err := l.PinRoot(ctx, ro.BatchSamples(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := groupsOf(ref.BatchSamples(0))
+	if !slices.Equal(ids.Int64s(), ref.BatchSamples(0).Int64s()) {
+		t.Fatalf("batch 0 from the root: %v; from the whole manifest: %v", ids.Int64s(), ref.BatchSamples(0).Int64s())
+	}
+	if got := groupReads(); got != want || l.GroupLoads() != int64(want) || want >= groups {
+		t.Fatalf("pinning one batch: %d group reads, %d loads; its samples lie in %d of %d groups", got, l.GroupLoads(), want, groups)
+	}
+	if held, of := l.GroupsHeld(); held != want || of != groups {
+		t.Fatalf("groups held %d of %d, want %d of %d", held, of, want, groups)
+	}
+
+	// The rank-epoch: each of its groups read once in all.
+	want = groupsOf(ref.Samples)
+	pinned, ids, err = l.PinRoot(ctx, ro.Samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids.Int64s(), ref.Samples.Int64s()) {
+		t.Fatalf("rank 5's epoch: the root's order, translated, differs from the whole manifest's")
+	}
+	if got := groupReads(); got != want || l.GroupLoads() != int64(want) {
+		t.Fatalf("pinning rank 5's epoch: %d group reads, %d loads; its samples lie in %d of %d groups", got, l.GroupLoads(), want, groups)
+	}
+	t.Logf("rank 5 of 8: %d samples in %d of %d groups", ids.Len(), want, groups)
+	eager := dataset.Catalog{M: m}
+	for _, x := range ids.All() {
+		i := int(x)
+		if pinned.Key(i) != eager.Key(i) || pinned.Size(i) != eager.Size(i) || pinned.Stratum(i) != eager.Stratum(i) {
+			t.Fatalf("sample %d: pinned %q %d %d, whole %q %d %d", i, pinned.Key(i), pinned.Size(i), pinned.Stratum(i), eager.Key(i), eager.Size(i), eager.Stratum(i))
+		}
+		s1, o1, n1 := l.Locate(i)
+		s2, o2, n2 := eager.Locate(i)
+		if s1 != s2 || o1 != o2 || n1 != n2 || l.SampleSum(i) != eager.SampleSum(i) || l.FragSize(s1) != eager.FragSize(s2) {
+			t.Fatalf("sample %d: lazy at %d/%d+%d, whole at %d/%d+%d", i, s1, o1, n1, s2, o2, n2)
+		}
+		f1, c1 := l.ShardSamples(s1)
+		f2, c2 := eager.ShardSamples(s2)
+		if f1 != f2 || c1 != c2 {
+			t.Fatalf("shard %d: lazy samples [%d,+%d), whole [%d,+%d)", s1, f1, c1, f2, c2)
+		}
+		got, err := lazy.ReadSample(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := whole.ReadSample(ctx, i)
+		if err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("sample %d: %d bytes lazily, %d whole (%v)", i, len(got), len(b), err)
+		}
+	}
+	if n := l.Unpinned.Load(); n != 0 || groupReads() != want {
+		t.Fatalf("reads of pinned samples: %d unpinned lookups, %d group reads (want 0 and %d)", n, groupReads(), want)
+	}
+
+	// A window lists every sample's shard: every group, and the same order.
+	pw := p
+	pw.Window, pw.Alpha = 2, 1
+	if dataset.ByRoot(lazy, pw) {
+		t.Fatal("a window order is not computed from the root")
+	}
+	if got, ref := orderOf(t, lazy, pw), orderOf(t, whole, pw); !slices.Equal(got.Samples.Int64s(), ref.Samples.Int64s()) {
+		t.Fatal("window order: the lazily read groups give another order than the whole manifest")
+	}
+	if held, _ := l.GroupsHeld(); held != groups {
+		t.Fatalf("after a window order: %d groups held of %d", held, groups)
+	}
+	// A stratum's samples, listed group by group.
+	checkStrataListed(t, l, m)
+}
+
+// A group object with no intact copy fails the pin of the samples in it,
+// naming the group; other groups' samples still pin, and nothing is served
+// from the damaged group.
+func TestFormat3LazyDamagedGroup(t *testing.T) {
+	src := synthSource(t, synth.Imbalanced(200, 3, 0.6, 200, 3000, 4))
+	ctx := context.Background()
+	stores := ingestGroups(t, src, 3, 2)
+	whole, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := whole.Manifest.Root
+	key := dataset.GroupKey("ds", root.IngestID, 1)
+	b := make([]byte, root.Groups[1].ObjectSize)
+	if err := stores[0].ReadAt(ctx, key, b, 0); err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	for _, s := range stores[:2] {
+		if err := s.Put(ctx, key, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stores[2].Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	lazy, err := dataset.Open(ctx, stores, "ds", dataset.Options{LazyIndexes: true})
+	if err != nil {
+		t.Fatalf("a damaged group is found when its samples are read, not at open: %v", err)
+	}
+	in, err := dataset.RootInput(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inGroup1, elsewhere layout.Positions
+	for x := range in.N() {
+		if g, _, _, _ := in.Split(int64(x)); g == 1 {
+			inGroup1.Append(int64(x))
+		} else if elsewhere.Len() < 20 {
+			elsewhere.Append(int64(x))
+		}
+	}
+	if _, _, err := lazy.Lazy.PinRoot(ctx, inGroup1); err == nil || !strings.Contains(err.Error(), "group 1's object: no intact copy on any store") {
+		t.Fatalf("pinning group 1's samples: %v", err)
+	}
+	p, ids, err := lazy.Lazy.PinRoot(ctx, elsewhere)
+	if err != nil {
+		t.Fatalf("other groups' samples: %v", err)
+	}
+	for _, x := range ids.All() {
+		got, err := lazy.ReadSample(ctx, int(x))
+		ref, rerr := whole.ReadSample(ctx, int(x))
+		if err != nil || rerr != nil || !bytes.Equal(got, ref) || p.Key(int(x)) != whole.Manifest.Samples.Key(int(x)) {
+			t.Fatalf("sample %d: %v %v", x, err, rerr)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -22,9 +23,11 @@ import (
 	"github.com/shardfs/shardfs/manifest"
 )
 
-// LazyCatalog serves the per-sample rows of a format-2 dataset shard by
-// shard: a shard's index is fetched and verified when the shard is first
-// needed, not when the dataset is opened.
+// LazyCatalog serves the per-sample rows of a format-2 or format-3 dataset
+// shard by shard: a shard's index is fetched and verified when the shard is
+// first needed, not when the dataset is opened. In format 3 the shards
+// themselves are known group by group: a group object is read when one of
+// its samples is first needed (see shardTable).
 //
 // Whoever needs rows pins them (Pin): the pinned catalog holds them, and so
 // does anything that keeps it (a rank-epoch's member table, a samples/
@@ -37,17 +40,18 @@ import (
 // samples (TestLazyIndexMount counts), and should one not be, its shard's
 // index is fetched again on the spot.
 type LazyCatalog struct {
-	top        *manifest.Top
-	m          *manifest.Manifest // the header, with per-shard sizes and sample ranges
-	shardFirst []int64            // [S+1]: first sample of each shard
-	stores     []backend.Store
-	log        *slog.Logger
-	timeout    time.Duration
-	dense      bool // pins keep whole shards
+	h       *manifest.Header
+	m       *manifest.Manifest // the header; in format 2, with per-shard sizes and sample ranges
+	table   shardTable
+	groups  *groupTable // format 3; nil in format 2
+	stores  []backend.Store
+	log     *slog.Logger
+	timeout time.Duration
+	dense   bool // pins keep whole shards
 
 	mu     sync.Mutex
-	views  [][]weak.Pointer[shardRows] // per shard, the rows someone holds
-	recent *lru.Cache[int, *shardRows] // whole rows of the last shards fetched
+	views  map[int][]weak.Pointer[shardRows] // per shard, the rows someone holds
+	recent *lru.Cache[int, *shardRows]       // whole rows of the last shards fetched
 	flight singleflight.Group
 
 	tier IndexTier // nil without a disk tier
@@ -75,6 +79,7 @@ func (l *LazyCatalog) SetTier(t IndexTier) { l.tier = t }
 type shardRows struct {
 	shard int
 	first int     // the shard's first sample
+	n     int     // the shard's samples
 	pos   []int32 // positions in the shard held, ascending; nil: every one
 	sums  []uint32
 	// Per held row.
@@ -86,7 +91,7 @@ type shardRows struct {
 
 func newShardRows(x *manifest.ShardIndex, first int) *shardRows {
 	n := len(x.Keys)
-	r := &shardRows{shard: x.Shard, first: first, sums: x.Sums, off: make([]uint32, n), size: x.Size, sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n), fields: x.Fields}
+	r := &shardRows{shard: x.Shard, first: first, n: n, sums: x.Sums, off: make([]uint32, n), size: x.Size, sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n), fields: x.Fields}
 	total := 0
 	for _, k := range x.Keys {
 		total += len(k)
@@ -104,7 +109,7 @@ func newShardRows(x *manifest.ShardIndex, first int) *shardRows {
 
 // subset is a view of the rows at positions pos (ascending) of full rows r.
 func (r *shardRows) subset(pos []int32) *shardRows {
-	v := &shardRows{shard: r.shard, first: r.first, pos: pos, sums: r.sums}
+	v := &shardRows{shard: r.shard, first: r.first, n: r.n, pos: pos, sums: r.sums}
 	n := len(pos)
 	v.off, v.size, v.sum, v.stratum, v.keyEnd = make([]uint32, n), make([]uint32, n), make([]uint32, n), make([]uint32, n), make([]uint32, n)
 	for k, j := range pos {
@@ -153,20 +158,61 @@ const (
 	recentBytes  = 64 << 20
 )
 
+// newLazyCatalog is the catalog of a format-2 dataset, from its top-level
+// manifest.
 func newLazyCatalog(top *manifest.Top, stores []backend.Store, log *slog.Logger) (*LazyCatalog, error) {
+	tt := newTopTable(top)
 	m := top.Manifest()
-	l := &LazyCatalog{top: top, m: m, stores: stores, log: log, timeout: 2 * time.Minute,
-		shardFirst: make([]int64, len(top.Shards)+1), views: make([][]weak.Pointer[shardRows], len(top.Shards))}
-	perShard := 48 * (top.Samples()/max(1, len(top.Shards)) + 1)
-	var err error
-	if l.recent, err = lru.New[int, *shardRows](max(4, min(recentShards, recentBytes/perShard))); err != nil {
+	for s, sh := range top.Shards {
+		m.Shards[s] = manifest.Shard{Size: sh.Size, FirstSample: int(tt.first[s]), NumSamples: sh.NumSamples}
+	}
+	return newCatalogOf(&top.Header, m, tt, stores, log)
+}
+
+// NewRootCatalog is the catalog of a format-3 dataset, from its root: no
+// group object is read until one of its samples is needed. Open gives one
+// to a dataset opened with LazyIndexes.
+func NewRootCatalog(r *manifest.Root, stores []backend.Store, log *slog.Logger) (*LazyCatalog, error) {
+	gt, err := newGroupTable(r, stores)
+	if err != nil {
 		return nil, err
 	}
-	for s, sh := range top.Shards {
-		m.Shards[s] = manifest.Shard{Size: sh.Size, FirstSample: int(l.shardFirst[s]), NumSamples: sh.NumSamples}
-		l.shardFirst[s+1] = l.shardFirst[s] + int64(sh.NumSamples)
+	l, err := newCatalogOf(&r.Header, r.Manifest(), gt, stores, log)
+	if err == nil {
+		l.groups = gt
+	}
+	return l, err
+}
+
+func newCatalogOf(h *manifest.Header, m *manifest.Manifest, table shardTable, stores []backend.Store, log *slog.Logger) (*LazyCatalog, error) {
+	l := &LazyCatalog{h: h, m: m, table: table, stores: stores, log: log, timeout: 2 * time.Minute, views: map[int][]weak.Pointer[shardRows]{}}
+	perShard := 48 * (table.samples()/int64(max(1, table.numShards())) + 1)
+	var err error
+	if l.recent, err = lru.New[int, *shardRows](int(max(4, min(recentShards, recentBytes/perShard)))); err != nil {
+		return nil, err
 	}
 	return l, nil
+}
+
+// Root reports whether the catalog is of a format-3 dataset, whose orders
+// of RootInput number samples group by group (see PinRoot).
+func (l *LazyCatalog) Root() bool { return l.groups != nil }
+
+// GroupLoads is the number of format-3 group objects read (0 in format 2).
+func (l *LazyCatalog) GroupLoads() int64 {
+	if l.groups == nil {
+		return 0
+	}
+	return l.groups.gr.Fetches.Load()
+}
+
+// GroupsHeld is the number of format-3 groups whose shards the catalog
+// holds, of Groups.
+func (l *LazyCatalog) GroupsHeld() (held, groups int) {
+	if l.groups == nil {
+		return 0, 0
+	}
+	return l.groups.loaded(), len(l.groups.root.Groups)
 }
 
 // PinWholeShards makes every pin keep its shards' whole rows: what a disk
@@ -174,16 +220,18 @@ func newLazyCatalog(top *manifest.Top, stores []backend.Store, log *slog.Logger)
 func (l *LazyCatalog) PinWholeShards() { l.dense = true }
 
 // Manifest is the dataset's header: erasure parameters, strata with their
-// counts, and per shard its size and sample range, but no samples.
+// counts and, in format 2, per shard its size and sample range, but no
+// samples.
 func (l *LazyCatalog) Manifest() *manifest.Manifest { return l.m }
 
 // Samples is the dataset's number of samples.
-func (l *LazyCatalog) Samples() int { return int(l.shardFirst[len(l.top.Shards)]) }
+func (l *LazyCatalog) Samples() int { return int(l.table.samples()) }
 
-// shardOf is the shard holding sample i.
-func (l *LazyCatalog) shardOf(i int) int {
-	return sort.Search(len(l.top.Shards), func(s int) bool { return l.shardFirst[s+1] > int64(i) })
-}
+// lookup is the context of a lookup by sample or shard, which has none of
+// its own: it reads nothing but a format-3 group object no pin has read,
+// which the stores' request timeouts bound. (A context with a deadline per
+// lookup would cost the read path a timer per sample.)
+var lookup = context.Background()
 
 // held calls f on the live views of shard s, newest first, until it
 // returns true; dead references are dropped. f runs under the catalog's
@@ -192,6 +240,9 @@ func (l *LazyCatalog) held(s int, f func(*shardRows) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	vs := l.views[s]
+	if len(vs) == 0 {
+		return
+	}
 	dead := false
 	for k := len(vs) - 1; k >= 0; k-- {
 		r := vs[k].Value()
@@ -204,7 +255,11 @@ func (l *LazyCatalog) held(s int, f func(*shardRows) bool) {
 		}
 	}
 	if dead {
-		l.views[s] = slices.DeleteFunc(vs, func(w weak.Pointer[shardRows]) bool { return w.Value() == nil })
+		if vs = slices.DeleteFunc(vs, func(w weak.Pointer[shardRows]) bool { return w.Value() == nil }); len(vs) == 0 {
+			delete(l.views, s)
+		} else {
+			l.views[s] = vs
+		}
 	}
 }
 
@@ -234,11 +289,11 @@ func (l *LazyCatalog) full(ctx context.Context, s int) (*shardRows, error) {
 		if r, ok := l.recent.Get(s); ok {
 			return r, nil
 		}
-		x, err := l.fetch(ctx, s)
+		first, x, err := l.fetch(ctx, s)
 		if err != nil {
 			return nil, err
 		}
-		r := newShardRows(x, int(l.shardFirst[s]))
+		r := newShardRows(x, int(first))
 		l.register(r)
 		l.recent.Add(s, r)
 		return r, nil
@@ -251,25 +306,34 @@ func (l *LazyCatalog) full(ctx context.Context, s int) (*shardRows, error) {
 
 // fetch reads shard s's index from the disk tier if it holds an intact
 // copy, else from the first store whose copy is intact, starting with a
-// different store for each shard to spread the reads.
-func (l *LazyCatalog) fetch(ctx context.Context, s int) (*manifest.ShardIndex, error) {
-	ref := l.top.Shards[s]
+// different store for each shard to spread the reads. It returns the
+// shard's first sample too.
+func (l *LazyCatalog) fetch(ctx context.Context, s int) (int64, *manifest.ShardIndex, error) {
+	row := make([]int, len(l.h.Strata))
+	first, ref, err := l.table.shard(ctx, s, row)
+	if err != nil {
+		return 0, nil, fmt.Errorf("dataset %s: shard %d: %w", l.h.Name, s, err)
+	}
+	decode := func(b []byte) (*manifest.ShardIndex, error) {
+		return manifest.DecodeShardIndex(b, l.h, s, ref, slices.Clone(row))
+	}
 	if l.tier != nil {
 		if b, ok := l.tier.GetMeta(s); ok && int64(len(b)) == ref.IndexSize && manifest.IndexSum(b) == ref.IndexSum {
-			if x, err := manifest.DecodeIndex(b, l.top, s); err == nil {
+			if x, err := decode(b); err == nil {
 				l.TierHits.Add(1)
-				return x, nil
+				return first, x, nil
 			}
 		}
 	}
+	key := IndexKey(l.h.Name, l.h.ShardIngest(s), s)
 	var errs []error
 	for k := range l.stores {
 		st := l.stores[(s+k)%len(l.stores)]
-		b, err := ReadIndexBytes(ctx, st, l.top, s)
+		b, err := readChecked(ctx, st, key, ref.IndexSize, ref.IndexSum)
 		var x *manifest.ShardIndex
 		if err == nil {
-			if x, err = manifest.DecodeIndex(b, l.top, s); err != nil {
-				err = fmt.Errorf("store %s: %s: %w", st, IndexKey(l.top.Name, l.top.ShardIngest(s), s), err)
+			if x, err = decode(b); err != nil {
+				err = fmt.Errorf("store %s: %s: %w", st, key, err)
 			}
 		}
 		if err == nil {
@@ -277,22 +341,26 @@ func (l *LazyCatalog) fetch(ctx context.Context, s int) (*manifest.ShardIndex, e
 			if l.tier != nil {
 				l.tier.PutMeta(s, b)
 			}
-			return x, nil
+			return first, x, nil
 		}
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, fmt.Errorf("dataset %s: shard %d's index: no intact copy on any store (%w)", l.top.Name, s, errors.Join(errs...))
+	return 0, nil, fmt.Errorf("dataset %s: shard %d's index: no intact copy on any store (%w)", l.h.Name, s, errors.Join(errs...))
 }
 
 // rowOf is the rows holding sample i and its row in them. A sample nobody
 // holds has its shard's index fetched here; should that fail, ok is false
 // and the caller must not serve the sample.
 func (l *LazyCatalog) rowOf(i int) (r *shardRows, k int, ok bool) {
-	s := l.shardOf(i)
-	j := i - int(l.shardFirst[s])
+	s, first, err := l.table.shardOf(lookup, int64(i))
+	if err != nil {
+		l.log.Error("sample rows unavailable", "sample", i, "err", err)
+		return nil, 0, false
+	}
+	j := i - int(first)
 	l.held(s, func(v *shardRows) bool {
 		if kk, has := v.find(j); has {
 			r, k = v, kk
@@ -306,7 +374,7 @@ func (l *LazyCatalog) rowOf(i int) (r *shardRows, k int, ok bool) {
 	l.Unpinned.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
-	r, err := l.full(ctx, s)
+	r, err = l.full(ctx, s)
 	if err != nil {
 		l.log.Error("sample rows unavailable", "sample", i, "shard", s, "err", err)
 		return nil, 0, false
@@ -332,20 +400,56 @@ func (l *LazyCatalog) Complete(s int) bool {
 func (l *LazyCatalog) Pin(ctx context.Context, samples layout.Positions) (*Pinned, error) {
 	byShard := map[int][]int32{}
 	for _, smp := range samples.All() {
-		s := l.shardOf(int(smp))
-		byShard[s] = append(byShard[s], int32(int64(smp)-l.shardFirst[s]))
+		s, first, err := l.table.shardOf(ctx, smp)
+		if err != nil {
+			return nil, err
+		}
+		byShard[s] = append(byShard[s], int32(smp-first))
 	}
 	return l.pin(ctx, byShard)
+}
+
+// PinRoot is Pin of samples given as root positions (an order of a
+// format-3 dataset computed from RootInput). It reads the group objects
+// that hold them, once each, and returns the samples as the catalog
+// numbers them, shard by shard, in the same order: what its other methods
+// take.
+func (l *LazyCatalog) PinRoot(ctx context.Context, rootSamples layout.Positions) (*Pinned, layout.Positions, error) {
+	if l.groups == nil {
+		return nil, layout.Positions{}, fmt.Errorf("dataset %s: root positions given for a dataset in format 2", l.h.Name)
+	}
+	ids, byShard, err := l.groups.translate(ctx, rootSamples)
+	if err != nil {
+		return nil, layout.Positions{}, err
+	}
+	p, err := l.pin(ctx, byShard)
+	if err != nil {
+		return nil, layout.Positions{}, err
+	}
+	return p, ids, nil
+}
+
+// Number is PinRoot without the pin: the samples as the catalog numbers
+// them, read from the group objects that hold them, and no shard index.
+func (l *LazyCatalog) Number(ctx context.Context, rootSamples layout.Positions) (layout.Positions, error) {
+	if l.groups == nil {
+		return layout.Positions{}, fmt.Errorf("dataset %s: root positions given for a dataset in format 2", l.h.Name)
+	}
+	ids, _, err := l.groups.translate(ctx, rootSamples)
+	return ids, err
 }
 
 // PinStratum is Pin of every sample of stratum c, and those samples in
 // order: the shards without any are not fetched.
 func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, layout.Positions, error) {
-	row := make([]int, len(l.top.Strata))
+	row := make([]int, len(l.h.Strata))
 	byShard := map[int][]int32{}
 	var samples layout.Positions
-	for s := range l.top.Shards {
-		l.top.Counts(s, row)
+	for s := range l.table.numShards() {
+		first, _, err := l.table.shard(ctx, s, row)
+		if err != nil {
+			return nil, layout.Positions{}, err
+		}
 		if row[c] == 0 {
 			continue
 		}
@@ -356,7 +460,7 @@ func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, layout.Po
 		}
 		for k := range row[c] {
 			byShard[s] = append(byShard[s], int32(at+k))
-			samples.Append(l.shardFirst[s] + int64(at+k))
+			samples.Append(first + int64(at+k))
 		}
 	}
 	p, err := l.pin(ctx, byShard)
@@ -370,7 +474,9 @@ func (l *LazyCatalog) pin(ctx context.Context, byShard map[int][]int32) (*Pinned
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for s, pos := range byShard {
+	// In shard order, so that a format-3 group's counts are read once.
+	for _, s := range slices.Sorted(maps.Keys(byShard)) {
+		pos := byShard[s]
 		g.Go(func() error {
 			r, err := l.full(gctx, s)
 			if err != nil {
@@ -391,24 +497,28 @@ func (l *LazyCatalog) pin(ctx context.Context, byShard map[int][]int32) (*Pinned
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	p.byFirst = slices.SortedFunc(maps.Values(p.rows), func(a, b *shardRows) int { return a.first - b.first })
 	return p, nil
 }
 
 // Pinned is a catalog of some samples, whose rows it holds. Asking it
 // about another sample is a bug: it panics.
 type Pinned struct {
-	l    *LazyCatalog
-	rows map[int]*shardRows
+	l       *LazyCatalog
+	rows    map[int]*shardRows
+	byFirst []*shardRows // rows by their shard's first sample: what finds a sample's shard
 }
 
 func (p *Pinned) row(i int) (*shardRows, int) {
-	s := p.l.shardOf(i)
-	if r := p.rows[s]; r != nil {
-		if k, ok := r.find(i - r.first); ok {
-			return r, k
+	at := sort.Search(len(p.byFirst), func(k int) bool { return p.byFirst[k].first > i }) - 1
+	if at >= 0 {
+		if r := p.byFirst[at]; i < r.first+r.n {
+			if k, ok := r.find(i - r.first); ok {
+				return r, k
+			}
 		}
 	}
-	panic(fmt.Sprintf("dataset: sample %d of shard %d is not pinned", i, s))
+	panic(fmt.Sprintf("dataset: sample %d is not pinned", i))
 }
 
 // Bytes is what the pinned rows hold in memory, block checksums aside.
@@ -425,12 +535,12 @@ func (p *Pinned) KeyBytes(i int) []byte { r, k := p.row(i); return r.key(k) }
 func (p *Pinned) Size(i int) int64      { r, k := p.row(i); return int64(r.size[k]) }
 func (p *Pinned) Stratum(i int) int     { r, k := p.row(i); return int(r.stratum[k]) }
 func (p *Pinned) StratumName(c int) string {
-	return p.l.top.Strata[c].Name
+	return p.l.h.Strata[c].Name
 }
-func (p *Pinned) NumStrata() int { return len(p.l.top.Strata) }
+func (p *Pinned) NumStrata() int { return len(p.l.h.Strata) }
 
 // FieldNames are the listing's fields each sample carries (none: nil).
-func (p *Pinned) FieldNames() []string { return p.l.top.Fields }
+func (p *Pinned) FieldNames() []string { return p.l.h.Fields }
 
 // Fields are sample i's field values, one per FieldNames.
 func (p *Pinned) Fields(i int) []string {
@@ -438,7 +548,7 @@ func (p *Pinned) Fields(i int) []string {
 	if r, k := p.row(i); r.fields != nil {
 		joined = r.fields[k]
 	}
-	return splitFields(joined, len(p.l.top.Fields))
+	return splitFields(joined, len(p.l.h.Fields))
 }
 
 // The LazyCatalog answers by sample for the read path, the prefetcher and
@@ -472,11 +582,33 @@ func (l *LazyCatalog) Stratum(i int) int {
 	}
 	return 0
 }
-func (l *LazyCatalog) StratumName(c int) string { return l.top.Strata[c].Name }
-func (l *LazyCatalog) NumStrata() int           { return len(l.top.Strata) }
-func (l *LazyCatalog) FragSize(shard int) int64 { return l.m.FragSize(shard) }
+func (l *LazyCatalog) StratumName(c int) string { return l.h.Strata[c].Name }
+func (l *LazyCatalog) NumStrata() int           { return len(l.h.Strata) }
+
+// FragSize is the size of each of shard's fragments; 0 when a format-3
+// shard's group cannot be read (every read of it then fails).
+func (l *LazyCatalog) FragSize(shard int) int64 {
+	_, sh, err := l.table.shard(lookup, shard, nil)
+	if err != nil {
+		l.log.Error("shard unavailable", "shard", shard, "err", err)
+		return 0
+	}
+	return l.fragSize(sh)
+}
+
+func (l *LazyCatalog) fragSize(sh manifest.TopShard) int64 {
+	return (sh.Size + int64(l.h.Data) - 1) / int64(l.h.Data)
+}
+
+// ShardSamples is shard's range of samples; none when a format-3 shard's
+// group cannot be read.
 func (l *LazyCatalog) ShardSamples(shard int) (first, n int) {
-	return int(l.shardFirst[shard]), l.top.Shards[shard].NumSamples
+	f, sh, err := l.table.shard(lookup, shard, nil)
+	if err != nil {
+		l.log.Error("shard unavailable", "shard", shard, "err", err)
+		return 0, 0
+	}
+	return int(f), sh.NumSamples
 }
 
 // Locate is where sample i lies. When its rows cannot be fetched, the
@@ -485,8 +617,15 @@ func (l *LazyCatalog) Locate(i int) (shard int, off, size int64) {
 	if r, k, ok := l.rowOf(i); ok {
 		return r.shard, int64(r.off[k]), int64(r.size[k])
 	}
-	s := l.shardOf(i)
-	return s, l.top.Shards[s].Size, -1
+	s, _, err := l.table.shardOf(lookup, int64(i))
+	if err != nil {
+		return 0, 0, -1
+	}
+	_, sh, err := l.table.shard(lookup, s, nil)
+	if err != nil {
+		return s, 0, -1
+	}
+	return s, sh.Size, -1
 }
 
 // SampleSum is sample i's checksum; when its rows cannot be fetched, a
@@ -519,7 +658,11 @@ func (l *LazyCatalog) readView(ctx context.Context, s int, off, n int64) (*erasu
 			return nil, nil, err
 		}
 	}
-	return &erasure.Shard{ID: s, FragSize: l.m.FragSize(s), Sums: r.sums}, r, nil
+	_, sh, err := l.table.shard(ctx, s, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &erasure.Shard{ID: s, FragSize: l.fragSize(sh), Sums: r.sums}, r, nil
 }
 
 // rows is what a range read needs of the rows held.

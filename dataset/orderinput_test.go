@@ -12,9 +12,11 @@ import (
 )
 
 // Issue 24: mount, warm and plan choose the order's input through one
-// function, OrderInput. A mount opens a format-2 dataset lazily (counts
-// only); warm and plan hold it whole. For every order mode and both
-// formats, the input each gets computes the same order, sample for sample.
+// function, OrderInput. A mount opens a format-2 or format-3 dataset
+// lazily (counts only); warm and plan hold it whole. For every order mode
+// and every format, the input each gets computes the same order, sample
+// for sample (a format-3 root's order once its pin has numbered it as the
+// catalog does).
 func TestOrderInputAgrees(t *testing.T) {
 	src := synthSource(t, synth.Imbalanced(400, 5, 0.6, 200, 3000, 12))
 	ctx := context.Background()
@@ -31,8 +33,8 @@ func TestOrderInputAgrees(t *testing.T) {
 		{"window 2", layout.Params{Alpha: 1, Window: 2}},
 		{"affinity", layout.Params{Alpha: 1, Affinity: true}},
 	}
-	for _, format := range []int{1, 2} {
-		stores := ingestFormat(t, src, format)
+	for _, format := range []int{1, 2, 3} {
+		stores := ingestGroups(t, src, format, 2)
 		whole, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -41,7 +43,7 @@ func TestOrderInputAgrees(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if format == 2 && lazy.Lazy == nil {
+		if format >= 2 && lazy.Lazy == nil {
 			t.Fatal("format 2 opened with LazyIndexes holds its indexes: the test compares nothing")
 		}
 		for _, mode := range modes {
@@ -52,15 +54,15 @@ func TestOrderInputAgrees(t *testing.T) {
 						p.Seed, p.Epoch, p.World, p.Rank, p.Batch = 17, epoch, 3, rank, 8
 						var orders [2][]int64
 						for i, ds := range []*dataset.Dataset{whole, lazy} {
-							in, err := dataset.OrderInput(ds, p)
-							if err != nil {
-								t.Fatal(err)
-							}
-							o, err := layout.Order(in, p)
-							if err != nil {
-								t.Fatal(err)
-							}
+							o := orderOf(t, ds, p)
 							orders[i] = o.Samples.Int64s()
+							if dataset.ByRoot(ds, p) {
+								_, ids, err := ds.Lazy.PinRoot(ctx, o.Samples)
+								if err != nil {
+									t.Fatal(err)
+								}
+								orders[i] = ids.Int64s()
+							}
 						}
 						if len(orders[0]) == 0 || !slices.Equal(orders[0], orders[1]) {
 							t.Fatalf("epoch %d rank %d: %d samples held whole, %d from the lazy input, or they differ", epoch, rank, len(orders[0]), len(orders[1]))

@@ -30,17 +30,19 @@ func GroupPrefix(name string) string { return name + "/group/" }
 // most in Top's dense rows, so 512 MiB).
 const maxExpandedCounts = 1 << 28
 
-// expandRoot gives a format-3 manifest its shards, from its group objects
+// ExpandRoot gives a format-3 manifest its shards, from its group objects
 // (each checked against the root, from whichever store has an intact copy),
-// so that it is read, mounted, verified and repaired as format 2 is.
-func expandRoot(ctx context.Context, stores []backend.Store, m *manifest.Manifest) (*manifest.Manifest, error) {
+// so that it is read, verified and repaired as format 2 is; any other
+// manifest is returned as it is. It holds every shard's counts: a mount
+// reads the groups as it needs them instead (LazyCatalog).
+func ExpandRoot(ctx context.Context, stores []backend.Store, m *manifest.Manifest) (*manifest.Manifest, error) {
 	r := m.Root
 	if r == nil || m.Top != nil {
 		return m, nil
 	}
 	if n := int64(r.NumShards()) * int64(len(r.Strata)); n > maxExpandedCounts {
-		return nil, fmt.Errorf("dataset %s: %d shards in %d strata: reading a format-3 dataset this large needs its group objects read as the samples are (this shardfs reads them all, and would hold %d counts): shardfs plan works at this size",
-			m.Name, r.NumShards(), len(r.Strata), n)
+		return nil, fmt.Errorf("dataset %s: %d shards in %d strata: this reads every group object and would hold every shard's counts (%d, more than %d); a mount reads only the groups its ranks read, with the global order (no --window, no --affinity)",
+			m.Name, r.NumShards(), len(r.Strata), n, maxExpandedCounts)
 	}
 	gr, err := NewGroupReader(r, nil, stores, 1)
 	if err != nil {
@@ -167,8 +169,9 @@ type Location struct{ Shard, Pos int32 }
 // LocateAll locates every sample of samples, fetching each group object
 // they touch once, up to fetchers at a time: samples are visited group by
 // group, whatever their order, so that a rank-epoch drawn from every group
-// of the dataset holds only the groups being read.
-func (gr *GroupReader) LocateAll(ctx context.Context, samples layout.Positions, fetchers int) ([]Location, error) {
+// of the dataset holds only the groups being read. Each group object used
+// is passed to seen, if set.
+func (gr *GroupReader) LocateAll(ctx context.Context, samples layout.Positions, fetchers int, seen func(*manifest.Group)) ([]Location, error) {
 	type member struct {
 		slot    int32
 		stratum int32
@@ -191,6 +194,9 @@ func (gr *GroupReader) LocateAll(ctx context.Context, samples layout.Positions, 
 			x, err := gr.Group(ctx, g)
 			if err != nil {
 				return err
+			}
+			if seen != nil {
+				seen(x)
 			}
 			for _, m := range byGroup[g] {
 				shard, pos, err := x.Locate(int(m.stratum), m.k)

@@ -37,8 +37,10 @@ type Catalog interface {
 // a samples/ directory needs before it uses them, and keeps the pinned
 // catalog for as long as it does. Options.Pinner says whether there is one.
 type Pinner interface {
-	// Pin fetches the rows of samples.
-	Pin(ctx context.Context, samples layout.Positions) (Catalog, error)
+	// Pin fetches the rows of samples, a rank-epoch's order, and gives
+	// them back as the catalog numbers them: the order's own numbering may
+	// differ (a format-3 dataset's order numbers samples group by group).
+	Pin(ctx context.Context, samples layout.Positions) (Catalog, layout.Positions, error)
 	// PinStratum fetches the rows of stratum c's samples, and lists them.
 	PinStratum(ctx context.Context, c int) (Catalog, layout.Positions, error)
 }
@@ -457,7 +459,7 @@ func (t *tree) pinAhead(pn Pinner, e, rank int, p layout.Params) *aheadPin {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), pinTimeout)
 		defer cancel()
-		a.cat, a.err = pn.Pin(ctx, a.order.Samples)
+		a.cat, a.order.Samples, a.err = pn.Pin(ctx, a.order.Samples)
 		if a.err != nil && ahead {
 			t.log.Warn("fetching the next epoch's shard indexes ahead failed; its first read fetches them", "epoch", e, "rank", rank, "err", a.err)
 		}

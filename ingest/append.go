@@ -386,7 +386,12 @@ func appendParent(ctx context.Context, opts Options, r0 *partRecord, log *slog.L
 	if err != nil {
 		return nil, nil, fmt.Errorf("commit %s: the version its parts append to: %w", opts.Name, err)
 	}
-	p := ds.Manifest
+	// The commit takes every shard of the parent: in format 3, from all
+	// of its group objects.
+	p, err := dataset.ExpandRoot(ctx, opts.Stores, ds.Manifest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("commit %s: the version its parts append to: %w", opts.Name, err)
+	}
 	if p.IngestID != r0.Parent {
 		return nil, nil, fmt.Errorf("commit %s: the parts append to ingest %s, but version %d (ingest %s) is current now: run the parts again, on the current version; nothing was committed",
 			opts.Name, r0.Parent, p.VersionNumber(), p.IngestID)

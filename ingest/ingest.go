@@ -49,6 +49,11 @@ type Options struct {
 	// 2's indexes under a root of per-group counts and a group object per
 	// 1,024 shards (see manifest.Root).
 	Format int
+	// GroupShards is the shards of a format-3 group object: a mount reads
+	// the group objects of the samples its ranks read, so smaller groups
+	// mean less read for a rank whose samples lie in few of them. 0:
+	// manifest.DefaultGroupShards.
+	GroupShards int
 }
 
 // Result summarizes a committed ingest.
@@ -214,7 +219,11 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 // writeGroups cuts top into format 3's root and group objects and writes
 // each group object to every store; each must reach m+1 stores.
 func writeGroups(ctx context.Context, opts Options, top *manifest.Top, write writeFunc) (*manifest.Root, error) {
-	root, objs, err := manifest.RootOf(top, manifest.DefaultGroupShards)
+	groupShards := opts.GroupShards
+	if groupShards == 0 {
+		groupShards = manifest.DefaultGroupShards
+	}
+	root, objs, err := manifest.RootOf(top, groupShards)
 	if err != nil {
 		return nil, err
 	}

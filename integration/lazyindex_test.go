@@ -16,6 +16,10 @@ type indexStats struct {
 	Loads    int64 `json:"loads"`
 	TierHits int64 `json:"tier_hits"`
 	Unpinned int64 `json:"unpinned_lookups"`
+	// Format 3.
+	GroupLoads int64 `json:"group_loads"`
+	GroupsHeld int   `json:"groups_held"`
+	Groups     int   `json:"groups"`
 }
 
 func readIndexStatsAll(t *testing.T, mnt string) indexStats {
@@ -27,6 +31,41 @@ func readIndexStatsAll(t *testing.T, mnt string) indexStats {
 		t.Fatalf("stats.json has no shard index counters: %v", err)
 	}
 	return *s.Index
+}
+
+// datasetInfo is what a test reads of info.json's dataset.
+type datasetInfo struct {
+	Dataset struct {
+		Shards  int `json:"shards"`
+		Samples int `json:"samples"`
+	} `json:"dataset"`
+}
+
+func readDatasetInfo(t *testing.T, mnt string) datasetInfo {
+	t.Helper()
+	var info datasetInfo
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "info.json")), &info); err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// checkSampleTree reads every file of samples/, which must list n, and
+// checks each against the source, byte for byte.
+func checkSampleTree(t *testing.T, mnt, src string, n int) {
+	t.Helper()
+	files := sampleFiles(t, mnt)
+	if len(files) != n {
+		t.Fatalf("samples/ lists %d files, want %d", len(files), n)
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(filepath.Join(mnt, "samples"), f)
+		got := mustRead(t, f)
+		want, err := os.ReadFile(filepath.Join(src, rel))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("samples/%s: %d bytes, source %d (%v): WRONG BYTES", rel, len(got), len(want), err)
+		}
+	}
 }
 
 func readIndexStats(t *testing.T, mnt string) (loads, unpinned int64) {
@@ -48,15 +87,7 @@ func TestLazyIndexMount(t *testing.T) {
 		t.Fatalf("format 2 ingest: %v", r)
 	}
 	mnt := mountShardfs(t, stores, "--batch-size=16", "--world-size=4", "--affinity", "--epochs=2", "lazy")
-	var info struct {
-		Dataset struct {
-			Shards  int `json:"shards"`
-			Samples int `json:"samples"`
-		} `json:"dataset"`
-	}
-	if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "info.json")), &info); err != nil {
-		t.Fatal(err)
-	}
+	info := readDatasetInfo(t, mnt)
 	if info.Dataset.Samples != 600 || info.Dataset.Shards < 20 {
 		t.Fatalf("info.json: %d samples in %d shards; want 600 in 20 or more", info.Dataset.Samples, info.Dataset.Shards)
 	}
@@ -83,19 +114,7 @@ func TestLazyIndexMount(t *testing.T) {
 		t.Fatalf("epoch 1 of the same rank fetched %d more shard indexes, want 0", again-loads)
 	}
 
-	// samples/: every file of the whole tree, byte for byte.
-	files := sampleFiles(t, mnt)
-	if len(files) != 600 {
-		t.Fatalf("samples/ lists %d files, want 600", len(files))
-	}
-	for _, f := range files {
-		rel, _ := filepath.Rel(filepath.Join(mnt, "samples"), f)
-		got := mustRead(t, f)
-		want, err := os.ReadFile(filepath.Join(src, rel))
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("samples/%s: %d bytes, source %d (%v): WRONG BYTES", rel, len(got), len(want), err)
-		}
-	}
+	checkSampleTree(t, mnt, src, 600)
 	all, unpinned := readIndexStats(t, mnt)
 	t.Logf("after all of samples/: %d shard indexes fetched", all)
 	if all > int64(info.Dataset.Shards)+loads || unpinned != 0 {

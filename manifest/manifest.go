@@ -240,13 +240,28 @@ func (m *Manifest) Blocks(i int) int {
 	return int((m.FragSize(i) + int64(m.BlockSize) - 1) / int64(m.BlockSize))
 }
 
-// TotalBytes is the sum of all sample sizes.
+// TotalBytes is the sum of all sample sizes; a format-3 manifest without
+// its shards gives its groups'.
 func (m *Manifest) TotalBytes() int64 {
 	var n int64
 	for _, sh := range m.Shards {
 		n += sh.Size
 	}
+	if len(m.Shards) == 0 && m.Root != nil {
+		for _, g := range m.Root.Groups {
+			n += g.Size
+		}
+	}
 	return n
+}
+
+// NumShards is the number of shards, also of a format-3 manifest without
+// its shards.
+func (m *Manifest) NumShards() int {
+	if len(m.Shards) == 0 && m.Root != nil {
+		return m.Root.NumShards()
+	}
+	return len(m.Shards)
 }
 
 // CheckKey reports whether key is acceptable as a sample key: a relative,

@@ -279,7 +279,17 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 	if shard < 0 || shard >= len(t.Shards) {
 		return nil, fmt.Errorf("shard %d of %d", shard, len(t.Shards))
 	}
-	want := t.Shards[shard]
+	row := make([]int, len(t.Strata))
+	t.Counts(shard, row)
+	return DecodeShardIndex(b, &t.Header, shard, t.Shards[shard], row)
+}
+
+// DecodeShardIndex is DecodeIndex against what a dataset's manifest says
+// of the shard: its size and sample count (want) and its count per stratum
+// (counts, which it takes). Format 3 reads them from the shard's group
+// object.
+func DecodeShardIndex(b []byte, h *Header, shard int, want TopShard, counts []int) (*ShardIndex, error) {
+	t := h
 	x := &ShardIndex{}
 	err := unframe(b, indexMagic, TopVersion, TopVersionFields, "a shardfs shard index", func(r io.Reader, bodyLen int64, v uint32) error {
 		if v != t.indexVersion() {
@@ -334,8 +344,10 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 	if len(x.Keys) != want.NumSamples {
 		return nil, bad("%d samples, the manifest says %d", len(x.Keys), want.NumSamples)
 	}
-	row := make([]int, len(t.Strata))
-	t.Counts(shard, row)
+	row := counts
+	if len(row) != len(t.Strata) {
+		return nil, fmt.Errorf("shard %d index: counts of %d strata, the dataset has %d", shard, len(row), len(t.Strata))
+	}
 	var size int64
 	for i := range x.Keys {
 		c := x.Stratum[i]

@@ -73,6 +73,11 @@ type IndexSnapshot struct {
 	// Unpinned counts lookups of a sample whose shard no rank-epoch or
 	// directory held: each may fetch an index again. 0 in a healthy mount.
 	Unpinned int64 `json:"unpinned_lookups"`
+	// Format 3: group objects read from the stores, and the groups whose
+	// shards the mount holds, of Groups (0 in format 2).
+	GroupLoads int64 `json:"group_loads"`
+	GroupsHeld int   `json:"groups_held"`
+	Groups     int   `json:"groups"`
 }
 
 // SetIndex makes the lazy shard indexes' counters part of every snapshot and of /metrics.
@@ -555,6 +560,12 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 				func() float64 { return float64(m.index().TierHits) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_shard_index_unpinned_lookups_total", Help: "Lookups of a sample whose shard's rows no rank-epoch held."},
 				func() float64 { return float64(m.index().Unpinned) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_group_object_loads_total", Help: "Format-3 group objects read from the stores, when their samples were first needed."},
+				func() float64 { return float64(m.index().GroupLoads) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardfs_groups_held", Help: "Format-3 groups whose shards the mount holds (of shardfs_groups)."},
+				func() float64 { return float64(m.index().GroupsHeld) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardfs_groups", Help: "Format-3 groups of the dataset (0 in format 2)."},
+				func() float64 { return float64(m.index().Groups) }),
 		)
 	}
 	for i, name := range m.names {

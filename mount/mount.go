@@ -314,15 +314,18 @@ func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, str
 		cat, fetch, ns = mt.Mix, mt.Mix, mt.Mix.Namespace()
 		in, err = mt.Mix.Input()
 	case ds.Lazy != nil:
-		// Format 2: no shard index is read until a rank-epoch or a samples/
-		// directory needs its shard, and the order comes from the counts.
-		lazy := lazyTree{ds.Lazy}
+		// Formats 2 and 3: no shard index (nor format 3's group object) is
+		// read until a rank-epoch or a samples/ directory needs its shard,
+		// and the order comes from the counts.
+		lazy := lazyTree{ds.Lazy, dataset.ByRoot(ds, params)}
 		cat, pinner = lazy, lazy
 		if cfg.CacheDir != "" {
 			ds.Lazy.PinWholeShards() // the disk tier keeps shards sample by sample
 		}
 		mt.Metrics.SetIndex(func() metrics.IndexSnapshot {
-			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), TierHits: ds.Lazy.TierHits.Load(), Unpinned: ds.Lazy.Unpinned.Load()}
+			held, groups := ds.Lazy.GroupsHeld()
+			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), TierHits: ds.Lazy.TierHits.Load(), Unpinned: ds.Lazy.Unpinned.Load(),
+				GroupLoads: ds.Lazy.GroupLoads(), GroupsHeld: held, Groups: groups}
 		})
 	}
 	if err != nil {
@@ -422,15 +425,25 @@ func openMix(ctx context.Context, stores []backend.Store, names []string, log *s
 	return dataset.NewMix(parts)
 }
 
-// lazyTree gives the tree a format-2 dataset's rows to pin.
-type lazyTree struct{ *dataset.LazyCatalog }
+// lazyTree gives the tree a format-2 or format-3 dataset's rows to pin.
+// byRoot: the order is computed from a format-3 root (dataset.ByRoot).
+type lazyTree struct {
+	*dataset.LazyCatalog
+	byRoot bool
+}
 
-func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.Catalog, error) {
-	p, err := l.LazyCatalog.Pin(ctx, samples)
-	if err != nil {
-		return nil, err
+func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.Catalog, layout.Positions, error) {
+	var p *dataset.Pinned
+	var err error
+	if l.byRoot {
+		p, samples, err = l.LazyCatalog.PinRoot(ctx, samples)
+	} else {
+		p, err = l.LazyCatalog.Pin(ctx, samples)
 	}
-	return p, nil
+	if err != nil {
+		return nil, layout.Positions{}, err
+	}
+	return p, samples, nil
 }
 
 func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, layout.Positions, error) {

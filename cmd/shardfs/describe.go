@@ -116,14 +116,19 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
-// rankStart is what a rank of a format-3 dataset does before it serves:
-// read and check the root, compute its order from the root's counts, and
-// locate every sample of its epoch through the group objects. Each
-// location is checked against the even model's (the same order, numbered
-// shard by shard).
+// rankStart is what a rank of a format-3 dataset does before it serves,
+// through the mount's own catalog (dataset.NewRootCatalog): read and check
+// the root, compute its order from the root's counts, and number every
+// sample of its epoch as the catalog does, shard by shard, through the
+// group objects that hold them. That numbering is checked against the
+// even model's order, which numbers samples shard by shard itself.
 func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.Header, even *layout.Input, p layout.Params) error {
 	t0 := time.Now()
 	root, size, err := readRoot(ctx, st, h.Name)
+	if err != nil {
+		return err
+	}
+	cat, err := dataset.NewRootCatalog(root, []backend.Store{st}, nil)
 	if err != nil {
 		return err
 	}
@@ -137,46 +142,34 @@ func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.
 		return err
 	}
 	tOrder := time.Since(t0) - tRoot
-	gr, err := dataset.NewGroupReader(root, in, []backend.Store{st}, 2)
-	if err != nil {
-		return err
-	}
-	locs, err := gr.LocateAll(ctx, o.Samples, 8)
+	ids, err := cat.Number(ctx, o.Samples)
 	if err != nil {
 		return err
 	}
 	tLocate := time.Since(t0) - tRoot - tOrder
+	held, _ := cat.GroupsHeld()
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	fmt.Fprintf(out, "rank %d's start: root of %d bytes and %d shards read and checked in %s, order of %d samples in %s, every sample located through %d group objects in %s; %s in all, max RSS %d MiB\n",
-		p.Rank, size, root.NumShards(), tRoot.Round(time.Millisecond), o.Samples.Len(), tOrder.Round(time.Millisecond), gr.Fetches.Load(), tLocate.Round(time.Millisecond),
-		time.Since(t0).Round(time.Millisecond), ru.Maxrss>>10)
-	// The same order from the even model, located by its own numbering.
+	fmt.Fprintf(out, "rank %d's start: root of %d bytes and %d shards read and checked in %s, order of %d samples in %s, every sample located through %d group objects in %s (the shards of %d groups held); %s in all, max RSS %d MiB\n",
+		p.Rank, size, root.NumShards(), tRoot.Round(time.Millisecond), o.Samples.Len(), tOrder.Round(time.Millisecond), cat.GroupLoads(), tLocate.Round(time.Millisecond),
+		held, time.Since(t0).Round(time.Millisecond), ru.Maxrss>>10)
 	want, err := layout.Order(even, p)
 	if err != nil {
 		return err
 	}
-	if want.Samples.Len() != o.Samples.Len() {
-		return fmt.Errorf("the root's order has %d samples, the even model's %d", o.Samples.Len(), want.Samples.Len())
+	if want.Samples.Len() != ids.Len() {
+		return fmt.Errorf("the root's order has %d samples, the even model's %d", ids.Len(), want.Samples.Len())
 	}
 	bad := 0
 	for i, x := range want.Samples.All() {
-		shard, c, k, err := even.Split(x)
-		if err != nil {
-			return err
-		}
-		pos := k
-		for lower := range c {
-			pos += int64(shard+1)*int64(even.Count(lower))/int64(root.NumShards()) - int64(shard)*int64(even.Count(lower))/int64(root.NumShards())
-		}
-		if locs[i] != (dataset.Location{Shard: int32(shard), Pos: int32(pos)}) {
+		if ids.At(i) != x {
 			bad++
 		}
 	}
 	if bad > 0 {
-		return fmt.Errorf("%d of %d samples located away from where the even model places them", bad, len(locs))
+		return fmt.Errorf("%d of %d samples located away from where the even model places them", bad, ids.Len())
 	}
-	fmt.Fprintf(out, "every one of the %d samples is where the even model places it\n", len(locs))
+	fmt.Fprintf(out, "every one of the %d samples is where the even model places it\n", ids.Len())
 	return nil
 }
 

@@ -34,6 +34,7 @@ type ingestFlags struct {
 	followLinks     bool
 	part, job       string
 	format          int
+	groupShards     int
 	// appendTo adds SRC to the existing dataset as a new version;
 	// skipExisting leaves out the samples whose key it holds.
 	appendTo, skipExisting bool
@@ -143,7 +144,8 @@ never writes over this one's fragments.`,
 	fl.StringArrayVar(&f.bins, "bins", nil, "FIELD=N or FIELD=E0,E1,...: add to the stratum the range of a numeric field, N quantile ranges of the data or explicit edges, e.g. len=8 or len=0,128,512,2048; repeatable")
 	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
-	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 3: format 2's index objects under a root of per-group class counts (a few bytes a shard, what every node reads) and a group object per 1,024 shards, for datasets of millions of shards; a mount reads the group objects when it starts. 0 (default): 2 from %d samples up, else 1", format2From))
+	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 3: format 2's index objects under a root of per-group class counts (a few bytes a shard, what every node reads) and a group object per 1,024 shards (--group-shards), for datasets of millions of shards; a mount reads a group object when its ranks first read one of its samples. 0 (default): 2 from %d samples up, else 1", format2From))
+	fl.IntVar(&f.groupShards, "group-shards", manifest.DefaultGroupShards, fmt.Sprintf("with --format 3: shards per group object, 1 to %d. A mount reads the group objects holding the samples its ranks read: smaller groups are more objects, each read by fewer nodes", manifest.MaxGroupShards))
 	fl.BoolVar(&f.appendTo, "append", false, "add SRC's samples to the existing dataset NAME as its next version (uploads only the new samples)")
 	fl.BoolVar(&f.skipExisting, "skip-existing", false, "with --append: leave out the samples whose key NAME holds already, instead of refusing the append")
 	fl.StringVar(&f.job, "job", "", "name of this distributed ingest run, the same for all its parts (default: $SHARDFS_JOB_ID, else $SLURM_ARRAY_JOB_ID)")
@@ -185,6 +187,12 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 		}
 		so.Bins = append(so.Bins, b)
 	}
+	if f.groupShards < 1 || f.groupShards > manifest.MaxGroupShards {
+		return nil, ingest.Options{}, fmt.Errorf("--group-shards %d: use 1 to %d", f.groupShards, manifest.MaxGroupShards)
+	}
+	if f.groupShards != manifest.DefaultGroupShards && f.format != 3 {
+		return nil, ingest.Options{}, fmt.Errorf("--group-shards %d: group objects are written in metadata format 3 only; add --format 3", f.groupShards)
+	}
 	source, err := ingest.ScanWith(src, so)
 	if err != nil {
 		return nil, ingest.Options{}, err
@@ -206,7 +214,7 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	}
 	return source, ingest.Options{
 		Name: name, Stores: stores, Data: f.data, Parity: f.parity, BlockSize: int(blockSize),
-		ShardSize: int64(shardSize), Seed: f.seed, Force: f.force, Logger: log, Format: format,
+		ShardSize: int64(shardSize), Seed: f.seed, Force: f.force, Logger: log, Format: format, GroupShards: f.groupShards,
 	}, nil
 }
 

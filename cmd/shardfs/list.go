@@ -81,13 +81,7 @@ func runList(ctx context.Context, out io.Writer, stores []backend.Store) error {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d of %d stores; unreadable: %s\n", name, copies, len(stores), strings.ReplaceAll(err.Error(), "\n", " "))
 			continue
 		}
-		n, bytes, shards := int64(samples(m)), m.TotalBytes(), len(m.Shards)
-		if r := m.Root; r != nil {
-			n, bytes, shards = r.Samples(), 0, r.NumShards()
-			for _, g := range r.Groups {
-				bytes += g.Size
-			}
-		}
+		n, bytes, shards := samples(m), m.TotalBytes(), m.NumShards()
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\tRS(%d,%d)\t%d of %d stores\n", name, m.IngestID, n, humanize.IBytes(uint64(bytes)),
 			shards, m.Data, m.Parity, copies, len(stores))
 	}

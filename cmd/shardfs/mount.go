@@ -219,7 +219,7 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 			strata = append(strata, stratum{s.Name, s.Labels, s.Count})
 		}
 		d := map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
-			"samples": samples(m), "bytes": m.TotalBytes(), "shards": len(m.Shards), "label_fields": m.LabelFields, "num_strata": len(m.Strata), "strata": strata}
+			"samples": samples(m), "bytes": m.TotalBytes(), "shards": m.NumShards(), "label_fields": m.LabelFields, "num_strata": len(m.Strata), "strata": strata}
 		if m.HasFields() {
 			d["fields"], d["derived"] = m.Fields, m.Derived
 		}
@@ -412,10 +412,16 @@ func alphaByEpoch(f *mountFlags) []float64 {
 	return out
 }
 
-// samples is m's number of samples, also when its rows are not loaded.
-func samples(m *manifest.Manifest) int {
-	if m.Top != nil && m.Samples.Len() == 0 {
-		return m.Top.Samples()
+// samples is m's number of samples, also when its rows (or, in format 3,
+// its shards) are not loaded.
+func samples(m *manifest.Manifest) int64 {
+	switch {
+	case m.Samples.Len() > 0:
+		return int64(m.Samples.Len())
+	case m.Top != nil:
+		return int64(m.Top.Samples())
+	case m.Root != nil:
+		return m.Root.Samples()
 	}
-	return m.Samples.Len()
+	return 0
 }
