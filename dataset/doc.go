@@ -1,7 +1,9 @@
 // Package dataset owns a committed dataset as the stores hold it: where its
 // objects live, how its manifest is found among the k+m copies, its
 // versions and the mounts' leases on them, and the whole-dataset checks
-// (verify), fixes (repair) and clean-up (gc).
+// (verify), fixes (repair) and clean-up (gc); and the catalogs the read
+// path asks about samples, whole (Catalog) or read shard by shard as a
+// mount needs them (LazyCatalog: in format 3, group by group too).
 //
 // Object layout in every store (keys.go names every key):
 //
@@ -11,7 +13,7 @@
 //	NAME/manifest.pending, identity.pending  a commit in progress (see PendingManifestKey)
 //	NAME/data/INGEST-ID/SSSSSSSS.FF          fragment FF of shard SSSSSSSS
 //	NAME/index/INGEST-ID/SSSSSSSS            shard SSSSSSSS's index (metadata formats 2 and 3), a copy on every store
-//	NAME/group/INGEST-ID/GGGGGGGG            group GGGGGGGG's object (format 3: per shard of 1,024, counts and index reference), a copy on every store
+//	NAME/group/INGEST-ID/GGGGGGGG            group GGGGGGGG's object (format 3: per shard of the group, 1,024 by default, counts and index reference), a copy on every store
 //	NAME/versions/INGEST-ID                  the manifest of a version a later commit replaced, as committed, a copy on every store (version.go)
 //	NAME/leases/ID                           a running mount's lease on the version it serves, a copy on every store (lease.go)
 //	NAME/parts/JOB-ID/part-IIIIII-of-NNNNNN  a finished part of a distributed ingest, until its commit

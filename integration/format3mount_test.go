@@ -61,6 +61,20 @@ func TestFormat3Mount(t *testing.T) {
 		t.Fatalf("window mount: %+v", st)
 	}
 
+	// With a disk tier: a second mount on it reads every shard index it
+	// needs from the tier (the group objects again from the stores).
+	tier := t.TempDir()
+	for i := range 2 {
+		dir := mountShardfs(t, stores, "--batch-size=8", "--world-size=16", "--epochs=1", "--cache-dir="+tier, "groups")
+		if _, err := readEpochVerified(t, dir, src, 0, nil); err != nil {
+			t.Fatalf("mount %d on the tier: %v", i, err)
+		}
+		st := readIndexStatsAll(t, dir)
+		if st.Unpinned != 0 || st.GroupLoads == 0 || (i == 0) != (st.Loads > 0) || (i == 1) != (st.TierHits > 0) {
+			t.Fatalf("mount %d on the tier: %+v; want group loads, index loads from the stores on the first mount only, tier hits on the second", i, st)
+		}
+	}
+
 	// One of the three stores killed (m=1): group objects, indexes and
 	// data all come from the other two.
 	c.servers[2].Kill()
