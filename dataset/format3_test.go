@@ -244,6 +244,39 @@ func TestFormat3LazyReadsOnlyItsGroups(t *testing.T) {
 		t.Fatalf("reads of pinned samples: %d unpinned lookups, %d group reads (want 0 and %d)", n, groupReads(), want)
 	}
 
+	// Rank affinity (order version 3): a rank reads the groups of its range
+	// of samples only, and pins its samples as the catalog numbers them.
+	aff, err := dataset.Open(ctx, counted, "ds", dataset.Options{LazyIndexes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := groupReads()
+	pa := layout.Params{Seed: 3, World: 8, Rank: 3, Batch: 4, Alpha: 1, Affinity: true}
+	if dataset.ByRoot(aff, pa) {
+		t.Fatal("a rank-affine order is numbered as the catalog is, not by the root")
+	}
+	ao, wo := orderOf(t, aff, pa), orderOf(t, whole, pa)
+	if ao.Samples.Len() == 0 || !slices.Equal(ao.Samples.Int64s(), wo.Samples.Int64s()) {
+		t.Fatalf("rank 3's affine order: %d samples from the root and its groups, %d from the whole manifest, or they differ", ao.Samples.Len(), wo.Samples.Len())
+	}
+	lo, hi := layout.AffinityRange(int64(m.Samples.Len()), 8, 3)
+	inRange := map[int]bool{}
+	for x := lo; x < hi; x++ {
+		inRange[groupOf(x)] = true
+	}
+	if got := groupReads() - before; got != len(inRange) || aff.Lazy.GroupLoads() != int64(len(inRange)) || got >= groups/2 {
+		t.Fatalf("rank 3 of 8's affine order read %d group objects (%d loads); its samples [%d, %d) lie in %d of %d groups", got, aff.Lazy.GroupLoads(), lo, hi, len(inRange), groups)
+	}
+	ap, err := aff.Lazy.Pin(ctx, ao.Samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range ao.Samples.All() {
+		if x < lo || x >= hi || ap.Key(int(x)) != m.Samples.Key(int(x)) {
+			t.Fatalf("affine sample %d: %q, whole %q, range [%d, %d)", x, ap.Key(int(x)), m.Samples.Key(int(x)), lo, hi)
+		}
+	}
+
 	// A window lists every sample's shard: every group, and the same order.
 	pw := p
 	pw.Window, pw.Alpha = 2, 1

@@ -185,6 +185,9 @@ func NewRootCatalog(r *manifest.Root, stores []backend.Store, log *slog.Logger) 
 }
 
 func newCatalogOf(h *manifest.Header, m *manifest.Manifest, table shardTable, stores []backend.Store, log *slog.Logger) (*LazyCatalog, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	l := &LazyCatalog{h: h, m: m, table: table, stores: stores, log: log, timeout: 2 * time.Minute, views: map[int][]weak.Pointer[shardRows]{}}
 	perShard := 48 * (table.samples()/int64(max(1, table.numShards())) + 1)
 	var err error

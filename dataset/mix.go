@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -113,7 +114,24 @@ func (m *Mix) Input() (*layout.Input, error) {
 	for s := range group {
 		group[s], _ = locate(m.strata, s)
 	}
-	return in, in.SetGroups(group, len(m.Parts))
+	if err := in.SetGroups(group, len(m.Parts)); err != nil {
+		return nil, err
+	}
+	// Rank affinity deals each part, and each ingest of a part, apart.
+	var starts []int64
+	for p, part := range m.Parts {
+		if p > 0 {
+			starts = append(starts, int64(m.samples[p]))
+		}
+		inPart, err := segmentStarts(&part.Manifest.Header, func(s int) (int64, error) { return int64(part.Manifest.Shards[s].FirstSample), nil })
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range inPart {
+			starts = append(starts, int64(m.samples[p])+x)
+		}
+	}
+	return in, in.SetSegments(slices.Compact(starts))
 }
 
 // Namespace names the mix for the disk tier: every part's ingest, so a

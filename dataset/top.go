@@ -21,12 +21,13 @@ import (
 func OrderInput(ds *Dataset, p layout.Params) (*layout.Input, error) {
 	var in *layout.Input
 	var err error
+	rangeAffine := p.Affinity && p.OrderVersion() >= 3
 	switch {
 	case ds.Lazy == nil:
 		in, err = LayoutInput(ds.Manifest)
-	case ByRoot(ds, p):
+	case ByRoot(ds, p) || rangeAffine && ds.Lazy.Root():
 		in, err = RootInput(ds.Manifest.Root)
-	case countsSuffice(p):
+	case countsSuffice(p) || rangeAffine:
 		in, err = TopInput(ds.Manifest.Top)
 	default:
 		in, err = countsInput(ds.Lazy.table, len(ds.Manifest.Strata))
@@ -34,7 +35,77 @@ func OrderInput(ds *Dataset, p layout.Params) (*layout.Input, error) {
 	if err != nil {
 		return nil, err
 	}
+	if rangeAffine {
+		if err := affinityInput(in, ds); err != nil {
+			return nil, err
+		}
+	}
 	return in, groupByTime(in, &ds.Manifest.Header)
+}
+
+// affinityInput gives in what rank-affine orders of version 3 need of ds
+// (see layout.AffinityRanges): its segments, one per ingest of its
+// shards, and, opened lazily, the per-shard counts of a range of samples,
+// which in format 3 come from the one or two group objects of the range.
+func affinityInput(in *layout.Input, ds *Dataset) error {
+	first := func(s int) (int64, error) { return int64(ds.Manifest.Shards[s].FirstSample), nil }
+	if l := ds.Lazy; l != nil {
+		first = func(s int) (int64, error) {
+			f, _, err := l.table.shard(lookup, s, nil)
+			return f, err
+		}
+		in.SetShardRuns(l.ShardRuns)
+	}
+	starts, err := segmentStarts(&ds.Manifest.Header, first)
+	if err != nil {
+		return err
+	}
+	return in.SetSegments(starts)
+}
+
+// segmentStarts is the first sample of each of h's segments after the
+// first; first gives a shard's first sample.
+func segmentStarts(h *manifest.Header, first func(s int) (int64, error)) ([]int64, error) {
+	var out []int64
+	shard := 0
+	for i, seg := range h.Segments {
+		if i > 0 {
+			x, err := first(shard)
+			if err != nil {
+				return nil, fmt.Errorf("dataset %s: where its ingest %s's samples start: %w", h.Name, seg.IngestID, err)
+			}
+			out = append(out, x)
+		}
+		shard += seg.Shards
+	}
+	return out, nil
+}
+
+// ShardRuns lists the shards holding samples [lo, hi), with their counts:
+// what a rank-affine order of version 3 reads (layout.Input.SetShardRuns).
+// In format 3 it reads the group objects of those shards only.
+func (l *LazyCatalog) ShardRuns(lo, hi int64) ([]layout.ShardRun, error) {
+	table, strata := l.table, len(l.h.Strata)
+	if lo >= hi {
+		return nil, nil
+	}
+	s, _, err := table.shardOf(lookup, lo)
+	if err != nil {
+		return nil, err
+	}
+	var out []layout.ShardRun
+	for ; s < table.numShards(); s++ {
+		row := make([]int, strata)
+		first, sh, err := table.shard(lookup, s, row)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, layout.ShardRun{First: first, Counts: row})
+		if first+int64(sh.NumSamples) >= hi {
+			break // the next shard's group may not be the range's
+		}
+	}
+	return out, nil
 }
 
 // countsSuffice reports whether orders of p are computed from counts alone

@@ -201,6 +201,7 @@ func appendMakesVersions(t *testing.T, format int) {
 				t.Fatalf("version %d sample %d: eager and lazy reads differ (%v, %v)", v, i, err1, err2)
 			}
 		}
+		checkAffineSegments(t, eager, lazy)
 	}
 
 	if _, err := Rollback(ctx, Options{Name: "ds", Stores: stores}, 1); err != nil {
@@ -415,4 +416,40 @@ func distributedAppend(t *testing.T, format int) {
 		t.Fatalf("a commit of parts whose parent is no longer current: %v", err)
 	}
 	checkServes(t, dist.Stores, 0, src1, src2, src4)
+}
+
+// checkAffineSegments checks the rank-affine order (order version 3) of a
+// version with several ingests: every rank reads its range of each
+// ingest's samples, and ds held whole and lazy give the same order.
+func checkAffineSegments(t *testing.T, whole, lazy *dataset.Dataset) {
+	t.Helper()
+	segs := len(whole.Manifest.Segments)
+	for r := range 3 {
+		p := layout.Params{Seed: 5, World: 3, Rank: r, Batch: 2, Alpha: 1, Affinity: true}
+		var orders [2][]int64
+		var in *layout.Input
+		for i, ds := range []*dataset.Dataset{whole, lazy} {
+			var err error
+			if in, err = dataset.OrderInput(ds, p); err != nil {
+				t.Fatal(err)
+			}
+			o, err := layout.Order(in, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			orders[i] = o.Samples.Int64s()
+		}
+		if len(orders[0]) == 0 || !slices.Equal(orders[0], orders[1]) {
+			t.Fatalf("rank %d's affine order: %d samples whole, %d lazily, or they differ", r, len(orders[0]), len(orders[1]))
+		}
+		ranges := layout.AffinityRanges(in, 3, r)
+		if len(ranges) != max(segs, 1) {
+			t.Fatalf("rank %d: %d ranges for %d ingests", r, len(ranges), segs)
+		}
+		for _, x := range ranges {
+			if x[0] >= x[1] || !slices.ContainsFunc(orders[0], func(s int64) bool { return s >= x[0] && s < x[1] }) {
+				t.Fatalf("rank %d: none of its %d samples in its range [%d, %d) of an ingest", r, len(orders[0]), x[0], x[1])
+			}
+		}
+	}
 }

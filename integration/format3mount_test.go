@@ -11,7 +11,8 @@ import (
 // Issue 30: a dataset in metadata format 3 mounts reading its root only:
 // no group object, no shard index. A rank-epoch of the global order reads
 // the group objects of its samples, each once, then their shards' indexes;
-// samples/ and a window order read the groups they list. Every byte read is
+// samples/ and a window order read the groups they list, a rank-affine
+// order the groups of its range of samples. Every byte read is
 // the source's, and no read looks up a sample whose rows were not pinned,
 // with all stores up and with one killed.
 func TestFormat3Mount(t *testing.T) {
@@ -50,6 +51,20 @@ func TestFormat3Mount(t *testing.T) {
 	checkSampleTree(t, mnt, src, 600)
 	if st := readIndexStatsAll(t, mnt); st.GroupsHeld != st.Groups || st.Unpinned != 0 || st.GroupLoads < first.GroupLoads {
 		t.Fatalf("after all of samples/: %+v; want every group held and no unpinned lookup", st)
+	}
+
+	// Rank affinity (order version 3): a rank reads the groups of its
+	// range of samples, an eighth of them.
+	affine := mountShardfs(t, stores, "--batch-size=8", "--world-size=8", "--affinity", "--epochs=2", "groups")
+	for e := range 2 {
+		if _, err := readEpochVerified(t, affine, src, e, nil); err != nil {
+			t.Fatalf("affine mount, epoch %d: %v", e, err)
+		}
+	}
+	if st := readIndexStatsAll(t, affine); st.GroupLoads == 0 || st.GroupLoads > int64(st.Groups/8+2) || st.Unpinned != 0 {
+		t.Fatalf("affine mount, rank 0 of 8, epochs 0 and 1: %+v; want the groups of an eighth of the samples (at most %d), no unpinned lookup", st, st.Groups/8+2)
+	} else {
+		t.Logf("affine mount, rank 0 of 8, epochs 0 and 1: %d of %d group objects read", st.GroupLoads, st.Groups)
 	}
 
 	// A window order lists every sample's shard: every group is read.

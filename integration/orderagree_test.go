@@ -21,7 +21,7 @@ func TestMountWarmPlanAgree(t *testing.T) {
 	_, urls := localStores(t, 3)
 	stores := "--stores=" + strings.Join(urls, ",")
 	src := writeSource(t, synth.Imbalanced(300, 4, 0.6, 300, 3_000, 21))
-	for _, format := range []string{"1", "2"} {
+	for _, format := range []string{"1", "2", "3"} {
 		if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=64KiB", "--format="+format, src, "f"+format); r.code != 0 {
 			t.Fatalf("ingest format %s: %v", format, r)
 		}
@@ -33,10 +33,11 @@ func TestMountWarmPlanAgree(t *testing.T) {
 		{"--alpha=0", "--epoch-size=400"},
 		{"--window=2"},
 		{"--affinity"},
+		{"--affinity", "--order-version=2"},
 		{"--order-version=1"},
 		{"--resume-at=0:5"},
 	} {
-		for _, format := range []string{"1", "2"} {
+		for _, format := range []string{"1", "2", "3"} {
 			name := "f" + format
 			t.Run(fmt.Sprintf("format %s %s", format, strings.Join(mode, " ")), func(t *testing.T) {
 				order := append([]string{"--world-size=3", "--batch-size=8", "--seed=5"}, mode...)

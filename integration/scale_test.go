@@ -146,11 +146,23 @@ func TestFormatThreeAtFifteenMillionShards(t *testing.T) {
 	if rss > 2<<30 {
 		t.Fatalf("a rank's start (and the plan around it) held %d MiB, more than 2 GiB", rss>>20)
 	}
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(line, "rank 0's start") {
-			t.Logf("root %d bytes (%.2f a shard); %s; process max RSS %d MiB", rootBytes, perShard, line, rss>>20)
+	logStart := func(text string, rss int64) {
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, "rank 0's start") {
+				t.Logf("root %d bytes (%.2f a shard); %s; process max RSS %d MiB", rootBytes, perShard, line, rss>>20)
+			}
 		}
 	}
+	logStart(text, rss)
+	// Rank affinity (order version 3): rank 0's range of 610,351 samples
+	// lies in about 910 shards, in one group or two: it reads those only.
+	text, rss = runBounded(t, 10*time.Minute, append(args, "--affinity")...)
+	if !strings.Contains(text, "description: found in "+dir+", not rewritten") ||
+		!(strings.Contains(text, "located through 1 group objects") || strings.Contains(text, "located through 2 group objects")) ||
+		!strings.Contains(text, "every one of the 610304 samples is where the even model places it") || rss > 2<<30 {
+		t.Fatalf("rank-affine start, max RSS %d MiB:\n%s", rss>>20, text)
+	}
+	logStart(text, rss)
 }
 
 // plan --describe writes only into an empty or new directory, or reads the

@@ -1,6 +1,7 @@
 package layout_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -44,7 +45,16 @@ func harmonic(k int) float64 {
 // only their own shards (the same in every epoch), batches are stratified
 // (each stratum's count per batch varies by at most one), totals follow each
 // rank's pool mix, the order changes every epoch, and it is deterministic.
+// In order version 2 the shards are dealt whole; in version 3 a rank reads
+// its range of samples (AffinityRange), its pool within one sample of every
+// other's, and the same range from a counts-only input with its shard runs.
 func TestAffinityProperties(t *testing.T) {
+	for _, v := range []int{2, 3} {
+		t.Run(fmt.Sprint("version ", v), func(t *testing.T) { checkAffinity(t, v) })
+	}
+}
+
+func checkAffinity(t *testing.T, version int) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	cases := 60
 	if testing.Short() {
@@ -61,7 +71,28 @@ func TestAffinityProperties(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			tail = layout.Pad
 		}
+		if version == 3 {
+			world = 1 + rng.IntN(64)
+			in = stratumOrdered(t, in)
+		}
 		shardsOf := layout.AffinityShards(in, 7, world)
+		counted := countedTwin(t, in)
+		if version == 3 && rng.IntN(2) == 0 {
+			// Segments, as an append or a mix makes: 1 to 3 cuts.
+			var starts []int64
+			for x := int64(0); len(starts) < 3; {
+				if x += 1 + rng.Int64N(int64(in.N())/2); x >= int64(in.N()) {
+					break
+				}
+				starts = append(starts, x)
+			}
+			if err := in.SetSegments(starts); err != nil {
+				t.Fatal(err)
+			}
+			if err := counted.SetSegments(starts); err != nil {
+				t.Fatal(err)
+			}
+		}
 		seenShard := map[int]int{}
 		for r, shs := range shardsOf {
 			for _, sh := range shs {
@@ -79,7 +110,7 @@ func TestAffinityProperties(t *testing.T) {
 			owner := map[int64]int{}
 			steps := -1
 			for r := 0; r < world; r++ {
-				p := layout.Params{Seed: 7, Epoch: e, World: world, Rank: r, Batch: batch, Alpha: 1, Tail: tail, Affinity: true}
+				p := layout.Params{Seed: 7, Epoch: e, World: world, Rank: r, Batch: batch, Alpha: 1, Tail: tail, Affinity: true, Version: version}
 				o, err := layout.Order(in, p)
 				if err != nil {
 					t.Fatal(err)
@@ -91,12 +122,38 @@ func TestAffinityProperties(t *testing.T) {
 				if o.Batches != steps || st != steps || o.Samples.Len() != steps*batch {
 					t.Fatalf("case %d: rank %d has %d batches (Steps %d, %d slots), rank 0 %d", cs, r, o.Batches, st, o.Samples.Len(), steps)
 				}
+				ranges := layout.AffinityRanges(in, world, r)
+				inPool := func(s int64) bool {
+					for _, x := range ranges {
+						if s >= x[0] && s < x[1] {
+							return true
+						}
+					}
+					return false
+				}
+				if version == 3 {
+					var size int64
+					for _, x := range ranges {
+						size += x[1] - x[0]
+					}
+					if least := int64(in.N() / world); size < least-int64(len(ranges)) || size > least+int64(len(ranges)) {
+						t.Fatalf("case %d: rank %d's pool of %d samples in %d segments, %d for each of %d ranks", cs, r, size, len(ranges), in.N(), world)
+					}
+					co, err := layout.Order(counted, p)
+					if err != nil || !slices.Equal(co.Samples.Int64s(), o.Samples.Int64s()) {
+						t.Fatalf("case %d: rank %d's order from the counts and shard runs differs from the per-sample input's (%v)", cs, r, err)
+					}
+				}
 				for _, s := range o.Samples.All() {
 					if prev, ok := owner[s]; ok && prev != r {
 						t.Fatalf("case %d epoch %d: sample %d on ranks %d and %d", cs, e, s, prev, r)
 					}
 					owner[s] = r
-					if seenShard[int(in.Shard[s])] != r {
+					if version == 3 {
+						if !inPool(s) {
+							t.Fatalf("case %d epoch %d: rank %d read sample %d, its ranges are %v", cs, e, r, s, ranges)
+						}
+					} else if seenShard[int(in.Shard[s])] != r {
 						t.Fatalf("case %d epoch %d: rank %d read shard %d of rank %d", cs, e, r, in.Shard[s], seenShard[int(in.Shard[s])])
 					}
 				}
@@ -158,4 +215,64 @@ func TestAffinityRefusesOtherModes(t *testing.T) {
 			t.Errorf("%+v accepted", p)
 		}
 	}
+}
+
+// stratumOrdered is in with each shard's samples stored stratum by
+// stratum, as formats 2 and 3 store them (randomSharded's are not).
+func stratumOrdered(t *testing.T, in *layout.Input) *layout.Input {
+	t.Helper()
+	order := make([]int, in.N())
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		if in.Shard[a] != in.Shard[b] {
+			return int(in.Shard[a]) - int(in.Shard[b])
+		}
+		return int(in.Stratum[a]) - int(in.Stratum[b])
+	})
+	stratum, shard := make([]uint32, len(order)), make([]uint32, len(order))
+	for i, x := range order {
+		stratum[i], shard[i] = in.Stratum[x], in.Shard[x]
+	}
+	out, err := layout.NewInput(stratum, in.NumStrata, shard, in.NumShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// countedTwin is in, whose shards hold their samples stratum by stratum,
+// as a counts-only input with its shard runs: the same samples, numbered
+// the same.
+func countedTwin(t *testing.T, in *layout.Input) *layout.Input {
+	t.Helper()
+	rows := make([][]int, in.NumShards)
+	for s := range rows {
+		rows[s] = make([]int, in.NumStrata)
+	}
+	for x := range in.N() {
+		rows[in.Shard[x]][in.Stratum[x]]++
+	}
+	counted, err := layout.NewCountInput(rows, in.NumStrata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]int64, len(rows)+1)
+	for s, row := range rows {
+		first[s+1] = first[s]
+		for _, k := range row {
+			first[s+1] += int64(k)
+		}
+	}
+	counted.SetShardRuns(func(lo, hi int64) ([]layout.ShardRun, error) {
+		var runs []layout.ShardRun
+		for s := range rows {
+			if first[s+1] > lo && first[s] < hi {
+				runs = append(runs, layout.ShardRun{First: first[s], Counts: rows[s]})
+			}
+		}
+		return runs, nil
+	})
+	return counted
 }

@@ -192,7 +192,23 @@ func NewEvenCountInput(counts []int, shards int) (*Input, error) {
 	for s := 0; s < shards; s++ {
 		ix.shardFirst[s+1] = ix.shardFirst[s] + ix.before(int64(s), len(counts))
 	}
-	return &Input{NumStrata: len(counts), NumShards: shards, counted: ix}, nil
+	in := &Input{NumStrata: len(counts), NumShards: shards, counted: ix}
+	in.SetShardRuns(ix.runs) // its units are shards
+	return in, nil
+}
+
+// runs lists the shards holding samples [lo, hi), with their counts.
+func (ix *evenIndex) runs(lo, hi int64) ([]ShardRun, error) {
+	var out []ShardRun
+	s := sort.Search(int(ix.shards), func(s int) bool { return ix.shardFirst[s+1] > lo })
+	for ; s < int(ix.shards) && ix.shardFirst[s] < hi; s++ {
+		row := make([]int, len(ix.perStratum))
+		for c := range row {
+			row[c] = int(ix.in(int64(s), c))
+		}
+		out = append(out, ShardRun{First: ix.shardFirst[s], Counts: row})
+	}
+	return out, nil
 }
 
 // in is stratum c's count in shard s.

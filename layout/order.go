@@ -14,7 +14,7 @@ import (
 // 0 selects (see the package documentation). Bump it with every change to
 // the order, and keep computing the old versions: a running job pins its
 // version so that an upgrade never changes its order.
-const OrderVersion = 2
+const OrderVersion = 3
 
 // MinOrderVersion is the oldest order version this build computes.
 const MinOrderVersion = 1
@@ -136,9 +136,11 @@ type Input struct {
 	Group     []int // per stratum: its dataset, when several are mixed (SetGroups)
 	NumGroups int
 
-	members      [][]int32 // sample indexes per stratum, ascending
-	shardMembers [][]int32 // sample indexes per shard, ascending
-	counted      counts    // instead of the per-sample columns: see NewCountInput
+	members      [][]int32                              // sample indexes per stratum, ascending
+	shardMembers [][]int32                              // sample indexes per shard, ascending
+	counted      counts                                 // instead of the per-sample columns: see NewCountInput
+	shardRuns    func(lo, hi int64) ([]ShardRun, error) // a counts-only input's shards, for affinity (SetShardRuns)
+	segments     []int64                                // first samples of segments after the first (SetSegments)
 }
 
 // NewInput indexes the samples' strata and shards.
@@ -268,6 +270,9 @@ func GlobalBatches(in *Input, p Params, n int) ([]int64, error) {
 
 // Steps returns the number of batches per rank, T, without computing the order.
 func Steps(in *Input, p Params) (int, error) {
+	if p.Affinity && rangeAffine(p) {
+		return rangeSteps(in, p)
+	}
 	if p.Affinity {
 		a, err := newAffinity(in, p)
 		if err != nil {

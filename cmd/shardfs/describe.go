@@ -121,7 +121,9 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 // the root, compute its order from the root's counts, and number every
 // sample of its epoch as the catalog does, shard by shard, through the
 // group objects that hold them. That numbering is checked against the
-// even model's order, which numbers samples shard by shard itself.
+// even model's order, which numbers samples shard by shard itself. A
+// rank-affine order (version 3) reads the group objects of its range of
+// samples only, and is numbered as the catalog numbers samples already.
 func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.Header, even *layout.Input, p layout.Params) error {
 	t0 := time.Now()
 	root, size, err := readRoot(ctx, st, h.Name)
@@ -137,14 +139,19 @@ func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.
 		return err
 	}
 	tRoot := time.Since(t0)
+	if p.Affinity {
+		in.SetShardRuns(cat.ShardRuns)
+	}
 	o, err := layout.Order(in, p)
 	if err != nil {
 		return err
 	}
 	tOrder := time.Since(t0) - tRoot
-	ids, err := cat.Number(ctx, o.Samples)
-	if err != nil {
-		return err
+	ids := o.Samples
+	if !p.Affinity {
+		if ids, err = cat.Number(ctx, o.Samples); err != nil {
+			return err
+		}
 	}
 	tLocate := time.Since(t0) - tRoot - tOrder
 	held, _ := cat.GroupsHeld()

@@ -75,7 +75,7 @@ func (f *orderFlags) register(fs *pflag.FlagSet, d orderDefaults) {
 	fs.StringVar(&f.resumeAt, "resume-at", "", "elastic resume E:N: epoch E continues after N global batches consumed (by any world size), dealt to these ranks; later epochs as usual")
 	fs.StringVar(&f.mix, "mix", "", "mix datasets on the same stores by weight, NAME:W,NAME:W (e.g. web:0.7,books:0.3): every batch holds each in floor(B*w)..ceil(B*w), classes by --alpha within each; give the mount point alone")
 	fs.IntVar(&f.datasetVersion, "version", 0, "the dataset version to read (shardfs versions NAME lists them); 0, the default, reads the current one when it starts. A job that must resume exactly pins the version it started with")
-	fs.IntVar(&f.version, "order-version", layout.OrderVersion, fmt.Sprintf("order construction, %d to %d: a job pins the version it started with, so a newer shardfs on any node computes the same order (%d: materialised permutations, 4 bytes a sample; %d: keyed Feistel permutations, O(1) a class)", layout.MinOrderVersion, layout.OrderVersion, 1, 2))
+	fs.IntVar(&f.version, "order-version", layout.OrderVersion, fmt.Sprintf("order construction, %d to %d: a job pins the version it started with, so a newer shardfs on any node computes the same order (%d: materialised permutations, 4 bytes a sample; %d: keyed Feistel permutations, O(1) a class; %d: as %d, with --affinity dealing each rank a range of the samples instead of whole shards)", layout.MinOrderVersion, layout.OrderVersion, 1, 2, 3, 2))
 	fs.StringVar(&f.halfLife, "recency-half-life", "", "weight each time bucket by 2^(-age/SPAN), e.g. 90d: a bucket 90 days older than the newest counts half as much (a dataset ingested with --time-bucket; combines with --alpha)")
 	fs.StringVar(&f.timeWindow, "time-window", "", "read only the time buckets that start within SPAN of the newest (or of --as-of), e.g. 180d")
 	fs.StringVar(&f.windowStep, "time-window-step", "", "slide the --time-window forward by SPAN each epoch, from the oldest bucket until it reaches the newest (or --as-of); a resumed job gets its epoch's window")
@@ -839,8 +839,8 @@ func syntheticShare(buckets int) []float64 {
 // alone: 64 MiB shards of ~100 kB samples, each stratum spread evenly over
 // them, as ingest's stratified placement gives.
 func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *orderFlags, describe string) error {
-	if of.window > 0 || of.affinity || of.orderVersion() < 2 {
-		return fmt.Errorf("--synthetic above %d samples plans the global order of order version 2 from class counts: leave out --window, --affinity and --order-version 1", maxSyntheticRows)
+	if of.window > 0 || of.orderVersion() < 2 || of.affinity && of.orderVersion() < 3 {
+		return fmt.Errorf("--synthetic above %d samples plans from class counts the global order of order version 2 or later, or rank affinity of order version 3: leave out --window and --order-version 1 (and 2, with --affinity)", maxSyntheticRows)
 	}
 	start := time.Now()
 	const perShard = 671 // 64 MiB of 100 kB samples
@@ -991,8 +991,19 @@ func logf(x float64) float64 { return math.Log(x) }
 // how often two samples that share a batch share one again next epoch, and
 // the class mix deviation per batch.
 func printAffinity(out io.Writer, in *layout.Input, of *orderFlags) error {
-	shards := layout.AffinityShards(in, of.seed, of.world)
-	fmt.Fprintf(out, "\naffinity: each rank reads the same shards in every epoch (rank 0: %d of %d shards)\n", len(shards[0]), in.NumShards)
+	if of.orderVersion() >= 3 {
+		var samples, shards int64
+		for _, x := range layout.AffinityRanges(in, of.world, 0) {
+			if x[0] < x[1] {
+				samples += x[1] - x[0]
+				shards += int64(in.Shard[x[1]-1]-in.Shard[x[0]]) + 1
+			}
+		}
+		fmt.Fprintf(out, "\naffinity: each rank reads the same range of samples in every epoch (rank 0: %d of %d samples, in %d of %d shards)\n", samples, in.N(), shards, in.NumShards)
+	} else {
+		shards := layout.AffinityShards(in, of.seed, of.world)
+		fmt.Fprintf(out, "\naffinity: each rank reads the same shards in every epoch (rank 0: %d of %d shards)\n", len(shards[0]), in.NumShards)
+	}
 	global := *of
 	global.affinity = false
 	type mode struct {
