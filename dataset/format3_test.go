@@ -3,8 +3,11 @@ package dataset_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/shardfs/shardfs/dataset"
@@ -348,5 +351,45 @@ func TestFormat3LazyDamagedGroup(t *testing.T) {
 		if err != nil || rerr != nil || !bytes.Equal(got, ref) || p.Key(int(x)) != whole.Manifest.Samples.Key(int(x)) {
 			t.Fatalf("sample %d: %v %v", x, err, rerr)
 		}
+	}
+}
+
+// Pins of several rank-epochs at once (a rank-epoch and the next one's,
+// several ranks) read each group object once, and give each its samples.
+func TestFormat3ConcurrentPinsReadEachGroupOnce(t *testing.T) {
+	src := synthSource(t, synth.Imbalanced(400, 4, 0.6, 200, 3000, 9))
+	ctx := context.Background()
+	stores := ingestGroups(t, src, 3, 2)
+	whole, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted, groupReads := countReads(stores, "/group/")
+	lazy, err := dataset.Open(ctx, counted, "ds", dataset.Options{LazyIndexes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		p := layout.Params{Seed: 3, World: 4, Rank: i % 4, Epoch: i / 4, Batch: 4, Alpha: 1}
+		root, want := orderOf(t, lazy, p), orderOf(t, whole, p)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, ids, err := lazy.Lazy.PinRoot(ctx, root.Samples)
+			if err == nil && !slices.Equal(ids.Int64s(), want.Samples.Int64s()) {
+				err = fmt.Errorf("rank %d epoch %d: another order than the whole manifest's", p.Rank, p.Epoch)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	held, groups := lazy.Lazy.GroupsHeld()
+	if got := groupReads(); int64(got) != lazy.Lazy.GroupLoads() || got != held || held != groups {
+		t.Fatalf("8 pins at once: %d group object reads, %d loads, %d groups held of %d; want one read a group", got, lazy.Lazy.GroupLoads(), held, groups)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/layout"
@@ -98,6 +99,7 @@ type GroupReader struct {
 	in     *layout.Input
 	stores []backend.Store
 	groups *lru.Cache[int, *manifest.Group]
+	flight singleflight.Group // one read of a group at a time: a rank-epoch and the next one's pin ask together
 
 	Fetches atomic.Int64 // group objects fetched and decoded
 }
@@ -132,12 +134,21 @@ func (gr *GroupReader) Group(ctx context.Context, g int) (*manifest.Group, error
 	if x, ok := gr.groups.Get(g); ok {
 		return x, nil
 	}
-	x, err := gr.fetch(ctx, g)
+	v, err, _ := gr.flight.Do(fmt.Sprint(g), func() (any, error) {
+		if x, ok := gr.groups.Get(g); ok {
+			return x, nil
+		}
+		x, err := gr.fetch(ctx, g)
+		if err != nil {
+			return nil, err
+		}
+		gr.groups.Add(g, x)
+		return x, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	gr.groups.Add(g, x)
-	return x, nil
+	return v.(*manifest.Group), nil
 }
 
 // fetch reads and checks group g's object, keeping nothing.
