@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/layout"
@@ -149,13 +150,8 @@ func TestFormat3GroupCopiesRepaired(t *testing.T) {
 // same order, and the bytes read are the same. A window order, which lists
 // every sample's shard, reads every group and is the whole dataset's too.
 func TestFormat3LazyReadsOnlyItsGroups(t *testing.T) {
-	src := synthSource(t, synth.Imbalanced(400, 4, 0.6, 200, 3000, 9))
 	ctx := context.Background()
-	stores := ingestGroups(t, src, 3, 2)
-	whole, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stores, whole := format3Groups(t)
 	m := whole.Manifest
 	groups := len(m.Root.Groups)
 	if groups < 10 {
@@ -357,13 +353,8 @@ func TestFormat3LazyDamagedGroup(t *testing.T) {
 // Pins of several rank-epochs at once (a rank-epoch and the next one's,
 // several ranks) read each group object once, and give each its samples.
 func TestFormat3ConcurrentPinsReadEachGroupOnce(t *testing.T) {
-	src := synthSource(t, synth.Imbalanced(400, 4, 0.6, 200, 3000, 9))
 	ctx := context.Background()
-	stores := ingestGroups(t, src, 3, 2)
-	whole, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stores, whole := format3Groups(t)
 	counted, groupReads := countReads(stores, "/group/")
 	lazy, err := dataset.Open(ctx, counted, "ds", dataset.Options{LazyIndexes: true})
 	if err != nil {
@@ -392,4 +383,16 @@ func TestFormat3ConcurrentPinsReadEachGroupOnce(t *testing.T) {
 	if got := groupReads(); int64(got) != lazy.Lazy.GroupLoads() || got != held || held != groups {
 		t.Fatalf("8 pins at once: %d group object reads, %d loads, %d groups held of %d; want one read a group", got, lazy.Lazy.GroupLoads(), held, groups)
 	}
+}
+
+// format3Groups ingests 400 samples in format 3, groups of 2 shards, and
+// opens them whole.
+func format3Groups(t *testing.T) ([]backend.Store, *dataset.Dataset) {
+	t.Helper()
+	stores := ingestGroups(t, synthSource(t, synth.Imbalanced(400, 4, 0.6, 200, 3000, 9)), 3, 2)
+	whole, err := dataset.Open(context.Background(), stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stores, whole
 }
