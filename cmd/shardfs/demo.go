@@ -21,6 +21,7 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/manifest"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -75,7 +76,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 		stores = append(stores, s)
 	}
 	fmt.Fprintf(out, "== ingest into 6 local stores %s/store{0..5}, RS(4,2)\n", dir)
-	if _, err := runIngest(ctx, log, out, stores, &ingestFlags{data: 4, parity: 2, shardSize: "8MiB", blockSize: "64KiB", force: true}, src, "demo"); err != nil {
+	if _, err := runIngest(ctx, log, out, stores, &ingestFlags{data: 4, parity: 2, shardSize: "8MiB", blockSize: "64KiB", force: true, groupShards: manifest.DefaultGroupShards}, src, "demo"); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "== verify")
