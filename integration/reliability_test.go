@@ -454,8 +454,8 @@ func TestReplacedDatasetNamed(t *testing.T) {
 			Version int `json:"version"`
 		} `json:"order"`
 	}
-	if err := json.Unmarshal(mustRead(t, filepath.Join(mp.dir, ".shardfs", "info.json")), &info); err != nil || info.Order.Version != 2 {
-		t.Errorf("info.json must record the default order version, 2: %+v, %v", info, err)
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mp.dir, ".shardfs", "info.json")), &info); err != nil || info.Order.Version != 3 {
+		t.Errorf("info.json must record the default order version, 3: %+v, %v", info, err)
 	}
 	// A job that started on order version 1 pins it and gets that order.
 	v1 := mountShardfsEnv(t, nil, stores, "--batch-size=4", "--no-prefetch", "--order-version=1", "ds")
@@ -465,7 +465,7 @@ func TestReplacedDatasetNamed(t *testing.T) {
 	}
 	i1, i2 := mustRead(t, filepath.Join(v1.dir, "epochs/0000/rank-000/index.csv")), mustRead(t, filepath.Join(mp.dir, "epochs/0000/rank-000/index.csv"))
 	if bytes.Equal(i1, i2) || len(i1) != len(i2) {
-		t.Errorf("order versions 1 and 2 must list the same samples in other orders: %d and %d bytes, equal %v", len(i1), len(i2), bytes.Equal(i1, i2))
+		t.Errorf("order versions 1 and 3 must list the same samples in other orders: %d and %d bytes, equal %v", len(i1), len(i2), bytes.Equal(i1, i2))
 	}
 	first := filepath.Join(mp.dir, "epochs", "0000", "rank-000", "batch-000000.tar")
 	before := mustRead(t, first)

@@ -42,6 +42,6 @@ func versionLine() string {
 			}
 		}
 	}
-	return fmt.Sprintf("shardfs %s (commit %s%s, %s); order versions %d-%d, metadata formats 1 and 2",
+	return fmt.Sprintf("shardfs %s (commit %s%s, %s); order versions %d-%d, metadata formats 1 to 3",
 		version, commit, dirty, goVersion, layout.MinOrderVersion, layout.OrderVersion)
 }
