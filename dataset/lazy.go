@@ -43,16 +43,18 @@ type LazyCatalog struct {
 	h       *manifest.Header
 	m       *manifest.Manifest // the header; in format 2, with per-shard sizes and sample ranges
 	table   shardTable
+	top     *topTable   // format 2 (table, for lookups on the read path without an interface call); nil in format 3
 	groups  *groupTable // format 3; nil in format 2
 	stores  []backend.Store
 	log     *slog.Logger
 	timeout time.Duration
 	dense   bool // pins keep whole shards
 
-	mu     sync.Mutex
-	views  map[int][]weak.Pointer[shardRows] // per shard, the rows someone holds
-	recent *lru.Cache[int, *shardRows]       // whole rows of the last shards fetched
-	flight singleflight.Group
+	mu         sync.Mutex
+	views      map[int][]weak.Pointer[shardRows] // per shard, the rows someone holds (format 3)
+	shardViews [][]weak.Pointer[shardRows]       // the same in format 2, by shard: a read looks it up for every sample
+	recent     *lru.Cache[int, *shardRows]       // whole rows of the last shards fetched
+	flight     singleflight.Group
 
 	tier IndexTier // nil without a disk tier
 
@@ -166,7 +168,20 @@ func newLazyCatalog(top *manifest.Top, stores []backend.Store, log *slog.Logger)
 	for s, sh := range top.Shards {
 		m.Shards[s] = manifest.Shard{Size: sh.Size, FirstSample: int(tt.first[s]), NumSamples: sh.NumSamples}
 	}
-	return newCatalogOf(&top.Header, m, tt, stores, log)
+	l, err := newCatalogOf(&top.Header, m, tt, stores, log)
+	if err == nil {
+		l.top, l.shardViews = tt, make([][]weak.Pointer[shardRows], len(top.Shards))
+	}
+	return l, err
+}
+
+// shardOf is the shard holding sample i and its first sample: a lookup of
+// the read path, for every sample read.
+func (l *LazyCatalog) shardOf(i int64) (int, int64, error) {
+	if tt := l.top; tt != nil {
+		return tt.shardOf(lookup, i)
+	}
+	return l.table.shardOf(lookup, i)
 }
 
 // NewRootCatalog is the catalog of a format-3 dataset, from its root: no
@@ -242,7 +257,7 @@ var lookup = context.Background()
 func (l *LazyCatalog) held(s int, f func(*shardRows) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	vs := l.views[s]
+	vs := l.viewsOf(s)
 	if len(vs) == 0 {
 		return
 	}
@@ -258,17 +273,33 @@ func (l *LazyCatalog) held(s int, f func(*shardRows) bool) {
 		}
 	}
 	if dead {
-		if vs = slices.DeleteFunc(vs, func(w weak.Pointer[shardRows]) bool { return w.Value() == nil }); len(vs) == 0 {
-			delete(l.views, s)
-		} else {
-			l.views[s] = vs
-		}
+		l.setViews(s, slices.DeleteFunc(vs, func(w weak.Pointer[shardRows]) bool { return w.Value() == nil }))
+	}
+}
+
+// viewsOf is the views of shard s; l.mu must be held.
+func (l *LazyCatalog) viewsOf(s int) []weak.Pointer[shardRows] {
+	if l.shardViews != nil {
+		return l.shardViews[s]
+	}
+	return l.views[s]
+}
+
+// setViews sets the views of shard s; l.mu must be held.
+func (l *LazyCatalog) setViews(s int, vs []weak.Pointer[shardRows]) {
+	switch {
+	case l.shardViews != nil:
+		l.shardViews[s] = vs
+	case len(vs) == 0:
+		delete(l.views, s)
+	default:
+		l.views[s] = vs
 	}
 }
 
 func (l *LazyCatalog) register(r *shardRows) {
 	l.mu.Lock()
-	l.views[r.shard] = append(l.views[r.shard], weak.Make(r))
+	l.setViews(r.shard, append(l.viewsOf(r.shard), weak.Make(r)))
 	l.mu.Unlock()
 }
 
@@ -358,7 +389,7 @@ func (l *LazyCatalog) fetch(ctx context.Context, s int) (int64, *manifest.ShardI
 // holds has its shard's index fetched here; should that fail, ok is false
 // and the caller must not serve the sample.
 func (l *LazyCatalog) rowOf(i int) (r *shardRows, k int, ok bool) {
-	s, first, err := l.table.shardOf(lookup, int64(i))
+	s, first, err := l.shardOf(int64(i))
 	if err != nil {
 		l.log.Error("sample rows unavailable", "sample", i, "err", err)
 		return nil, 0, false
@@ -591,6 +622,9 @@ func (l *LazyCatalog) NumStrata() int           { return len(l.h.Strata) }
 // FragSize is the size of each of shard's fragments; 0 when a format-3
 // shard's group cannot be read (every read of it then fails).
 func (l *LazyCatalog) FragSize(shard int) int64 {
+	if l.top != nil {
+		return l.m.FragSize(shard)
+	}
 	_, sh, err := l.table.shard(lookup, shard, nil)
 	if err != nil {
 		l.log.Error("shard unavailable", "shard", shard, "err", err)
@@ -620,7 +654,7 @@ func (l *LazyCatalog) Locate(i int) (shard int, off, size int64) {
 	if r, k, ok := l.rowOf(i); ok {
 		return r.shard, int64(r.off[k]), int64(r.size[k])
 	}
-	s, _, err := l.table.shardOf(lookup, int64(i))
+	s, _, err := l.shardOf(int64(i))
 	if err != nil {
 		return 0, 0, -1
 	}
@@ -661,11 +695,17 @@ func (l *LazyCatalog) readView(ctx context.Context, s int, off, n int64) (*erasu
 			return nil, nil, err
 		}
 	}
-	_, sh, err := l.table.shard(ctx, s, nil)
-	if err != nil {
-		return nil, nil, err
+	frag := int64(0)
+	if l.top != nil {
+		frag = l.m.FragSize(s)
+	} else {
+		_, sh, err := l.table.shard(ctx, s, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		frag = l.fragSize(sh)
 	}
-	return &erasure.Shard{ID: s, FragSize: l.fragSize(sh), Sums: r.sums}, r, nil
+	return &erasure.Shard{ID: s, FragSize: frag, Sums: r.sums}, r, nil
 }
 
 // rows is what a range read needs of the rows held.
