@@ -164,11 +164,7 @@ const (
 // manifest.
 func newLazyCatalog(top *manifest.Top, stores []backend.Store, log *slog.Logger) (*LazyCatalog, error) {
 	tt := newTopTable(top)
-	m := top.Manifest()
-	for s, sh := range top.Shards {
-		m.Shards[s] = manifest.Shard{Size: sh.Size, FirstSample: int(tt.first[s]), NumSamples: sh.NumSamples}
-	}
-	l, err := newCatalogOf(&top.Header, m, tt, stores, log)
+	l, err := newCatalogOf(&top.Header, top.Manifest(), tt, stores, log) // Manifest gives each shard's size and samples
 	if err == nil {
 		l.top, l.shardViews = tt, make([][]weak.Pointer[shardRows], len(top.Shards))
 	}

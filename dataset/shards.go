@@ -80,9 +80,8 @@ func (tt *topTable) shardOf(_ context.Context, i int64) (int, int64, error) {
 // which the GroupReader keeps the last few.
 type groupTable struct {
 	root  *manifest.Root
-	in    *layout.Input // RootInput(root): splits a root position into group, stratum and member
-	gr    *GroupReader
-	first []int64 // [G+1]: first sample of each group
+	gr    *GroupReader // its RootInput splits a root position into group, stratum and member
+	first []int64      // [G+1]: first sample of each group
 
 	mu     sync.Mutex
 	groups []*groupShards // per group, nil until read
@@ -123,7 +122,7 @@ func newGroupTable(r *manifest.Root, stores []backend.Store) (*groupTable, error
 	if err != nil {
 		return nil, err
 	}
-	gt := &groupTable{root: r, in: in, gr: gr, first: make([]int64, len(r.Groups)+1), groups: make([]*groupShards, len(r.Groups))}
+	gt := &groupTable{root: r, gr: gr, first: make([]int64, len(r.Groups)+1), groups: make([]*groupShards, len(r.Groups))}
 	for g, x := range r.Groups {
 		gt.first[g+1] = gt.first[g] + x.Samples
 	}

@@ -16,7 +16,7 @@ import (
 // order needs no more: per shard (TopInput) in format 2, per group
 // (RootInput) in format 3, whose orders number samples group by group (see
 // ByRoot). Other orders get each sample's stratum and shard spelled out
-// from the counts (CountsInput). A dataset held whole gives its per-sample
+// from the counts (countsInput). A dataset held whole gives its per-sample
 // columns. The orders are equal, whichever it is (TestOrderInputAgrees).
 func OrderInput(ds *Dataset, p layout.Params) (*layout.Input, error) {
 	var in *layout.Input
@@ -142,16 +142,11 @@ func TopInput(t *manifest.Top) (*layout.Input, error) {
 	return layout.NewCountInputFunc(len(t.Shards), len(t.Strata), t.Counts)
 }
 
-// CountsInput is the order's input for orders TopInput cannot compute
-// (a window, affinity, order version 1): each sample's stratum and shard,
-// spelled out from the per-shard counts (8 bytes a sample), still without
-// a shard index.
-func CountsInput(t *manifest.Top) (*layout.Input, error) {
-	return countsInput(newTopTable(t), len(t.Strata))
-}
-
-// countsInput is CountsInput from a shard table: in format 3 it reads
-// every group object, in order.
+// countsInput is the order's input for orders the counts alone cannot
+// compute (a window, order version 1, affinity before version 3): each
+// sample's stratum and shard, spelled out from a shard table's counts (8
+// bytes a sample), still without a shard index. In format 3 it reads every
+// group object, in order.
 func countsInput(table shardTable, strata int) (*layout.Input, error) {
 	n := table.samples()
 	if n > math.MaxInt32 {
