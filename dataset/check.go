@@ -57,9 +57,10 @@ type Report struct {
 	Removing   []int
 	NoIdentity []int // stores without this dataset's identity (new or replaced stores)
 	Foreign    []int // stores that hold another dataset or ingest of this name
-	// Pending lists stores that hold this ingest's manifest or identity only
-	// under the pending keys: its commit was interrupted after it began. The
-	// dataset is whole; repair moves them to their keys.
+	// Pending lists stores that hold this ingest's manifest or identity
+	// under the pending keys, in place of the real copy or beside it: its
+	// commit passed its commit point and stopped before it finished (see
+	// Commit). The dataset is whole; repair moves them to their keys.
 	Pending []int
 	// Unreachable lists stores that did not answer, or refused us (wrong
 	// credentials, no bucket): their fragments were not checked, so the
@@ -561,7 +562,7 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 		for _, i := range rep.Foreign {
 			names = append(names, fmt.Sprintf("store %d (%s) holds %s", i, d.Stores[i], d.Places[i].Detail))
 		}
-		return 0, fmt.Errorf("%w %s: %v; nothing was written: fix --stores, or pass --force to overwrite those stores with this dataset", ErrForeignStore, d.Name, names)
+		return 0, fmt.Errorf("%w %s: %v; nothing was written: fix --stores (--force would overwrite those stores with this dataset, and what they hold would be lost)", ErrForeignStore, d.Name, names)
 	}
 	rp := &repair{d: d, rep: rep, skip: map[int]bool{}, progress: progress}
 	for _, si := range append(slices.Clone(rep.Unrecoverable), rep.LostIndexes...) {

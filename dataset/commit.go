@@ -23,19 +23,49 @@ import (
 func Quorum(k, m int) int { return min(k, (k+m)/2+1) }
 
 // Commit makes ingest m of a dataset visible, after all its fragments (and
-// index objects) are on the stores, in two steps. First every store gets the
-// manifest enc and its identity under the pending keys; then every store
-// gets them under their real keys, which is the commit; then the pending
-// ones are deleted. Readers (readCopies, chooseManifest below) count pending
-// copies only for an ingest some store holds a real copy of, so a commit
-// killed at any point leaves the dataset invisible (no real copy yet, or
-// fewer than the quorum) or whole (every store holds a copy, real or
-// pending). A store that fails does not stop the others: every copy that
-// can be written is, and the count decides. With at least Quorum real
-// copies the ingest is committed (repair restores the rest; copyErrs says
-// what failed); with fewer it is not, and the copies written are taken
-// back. Only the holder of lock commits: it is checked right before the
-// first write.
+// index objects) are on the stores. It never overwrites or deletes what
+// makes the current version current until the new one is committed.
+//
+// The protocol, in three steps:
+//  1. Every store gets m's manifest enc and its identity under the pending
+//     keys. The real keys, which hold the current version, are not touched.
+//  2. Only when the pending copies reached Quorum stores, every store gets
+//     them under the real keys.
+//  3. The pending copies of the stores that took the real ones are deleted.
+//
+// The reader's rule (chooseManifest) counts an ingest's copies, real or
+// pending, as its support, and:
+//   - R1: of two versions one of which names the other in its history, the
+//     newer wins if some store holds a real copy of it;
+//   - R2: a newer version held only as pending copies wins if its support
+//     reaches Quorum;
+//   - R3: an ingest that replaces nothing (a first ingest, or --force over
+//     a dataset it could not read) counts only with a real copy.
+//
+// The commit point is therefore: for a new version of a dataset, step 1
+// reaching Quorum (R2); for a first ingest, the first real copy (R3).
+//
+// Proof that the current version P stays whole, or m becomes current and
+// whole, whatever happens next (a kill, a store failing mid-write):
+//   - Before the commit point only pending keys are written. P's real copies
+//     are as they were, and m's pending copies are on fewer than Quorum
+//     stores (or m replaces nothing and has no real copy), so readers pick
+//     P. A failure here takes the pending copies back; one that stays
+//     behind is still below the quorum, and so still ignored.
+//   - After it, m's support is at least Quorum, and stays so: a store's
+//     pending copy is deleted only once it holds the real one (step 3, and
+//     repair), and no step deletes a real copy. A real copy of m is written
+//     only after step 1 reached Quorum. So readers pick m (R1 or R2), and
+//     its manifest survives the loss of any m stores.
+//   - P's manifest was kept under its version key before the commit
+//     (KeepVersion), and nothing here deletes it or P's fragments: P stays
+//     readable as a version whichever is current.
+//   - So a commit that stops part-way is finished by repair (the pending
+//     copies become real), never undone, and never leaves neither version.
+//
+// A store that fails does not stop the others: every copy that can be
+// written is, and copyErrs says what failed. Only the holder of lock
+// commits: it is checked right before the first write.
 func Commit(ctx context.Context, stores []backend.Store, m *manifest.Manifest, enc []byte, lock *Lock, log *slog.Logger) (copies int, copyErrs []error, err error) {
 	if err := lock.Refresh(ctx); err != nil {
 		return 0, nil, err
@@ -43,15 +73,15 @@ func Commit(ctx context.Context, stores []backend.Store, m *manifest.Manifest, e
 	name := m.Name
 	q := Quorum(m.Data, m.Parity)
 	uctx := context.WithoutCancel(ctx)
-	takeBack := func(written []int, real bool) {
-		for _, i := range written {
-			if real {
-				stores[i].Delete(uctx, ManifestKey(name))
-				stores[i].Delete(uctx, IdentityKey(name))
-			}
+	takeBackPending := func(on []int) {
+		for _, i := range on {
 			stores[i].Delete(uctx, PendingManifestKey(name))
 			stores[i].Delete(uctx, PendingIdentityKey(name))
 		}
+	}
+	every := make([]int, len(stores))
+	for i := range every {
+		every[i] = i
 	}
 	pending, perrs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) error {
 		if err := s.Put(ctx, PendingManifestKey(name), enc); err != nil {
@@ -63,10 +93,15 @@ func Commit(ctx context.Context, stores []backend.Store, m *manifest.Manifest, e
 		return nil
 	}))
 	if len(pending) < q {
-		takeBack(pending, false)
-		return 0, perrs, fmt.Errorf("the manifest reached %d of %d stores, and a commit needs %d (%v); the copies written were taken back",
-			len(pending), len(stores), q, errors.Join(perrs...))
+		// Before the commit point: take back every pending copy, also
+		// where a write failed (it may have landed).
+		takeBackPending(every)
+		return 0, perrs, fmt.Errorf("%w: the manifest reached %d of %d stores, and a commit needs %d (%v); nothing the current version needs was touched",
+			ErrNotCommitted, len(pending), len(stores), q, errors.Join(perrs...))
 	}
+	// A new version of a dataset is committed now (R2); a first ingest is
+	// at its first real copy (R3).
+	replaces := len(m.Versions) > 1
 	written, errs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) error {
 		if err := s.Put(ctx, ManifestKey(name), enc); err != nil {
 			return fmt.Errorf("store %d: manifest: %w", i, err)
@@ -76,21 +111,26 @@ func Commit(ctx context.Context, stores []backend.Store, m *manifest.Manifest, e
 		}
 		return nil
 	}))
-	if len(written) >= q {
-		takeBack(written, false) // the pending copies of the stores that hold the real ones
-		if len(errs) > 0 {
-			log.Warn("committed, but some stores lack a manifest copy: run shardfs repair to write them",
-				"dataset", name, "copies", len(written), "stores", len(stores), "err", errors.Join(errs...))
-		}
-		return len(written), errs, nil
+	if len(written) == 0 && !replaces {
+		// No real copy confirmed: a first ingest is not committed. Taking
+		// the pending copies back leaves a real copy that landed unseen on
+		// fewer than Quorum stores: if some did, readers see the dataset
+		// whole with one copy, and repair writes the rest.
+		takeBackPending(every)
+		return 0, errs, fmt.Errorf("%w: no store confirmed the manifest (%v); its pending copies were taken back, so no dataset %s is visible unless a store stored the manifest without confirming it: shardfs verify %s tells",
+			ErrNotCommitted, errors.Join(errs...), name, name)
 	}
-	// Not committed: take back the copies written, so no store shows a
-	// dataset the others do not hold.
-	takeBack(written, true)
-	takeBack(pending, false)
-	return len(written), errs, fmt.Errorf("the manifest reached %d of %d stores, and a commit needs %d (%v); the copies written were taken back",
-		len(written), len(stores), q, errors.Join(errs...))
+	takeBackPending(written) // those stores hold the real copies now
+	if len(errs) > 0 {
+		log.Warn("committed: the other stores hold the new manifest as a pending copy, which readers count; run shardfs repair to make those copies real",
+			"dataset", name, "real_copies", len(written), "pending_copies", len(pending), "stores", len(stores), "err", errors.Join(errs...))
+	}
+	return max(len(written), len(pending)), errs, nil
 }
+
+// ErrNotCommitted: a commit stopped before its commit point; the version
+// that was current stays current.
+var ErrNotCommitted = errors.New("not committed")
 
 // storeCopy is what one store holds of a dataset: its manifest copy and
 // identity, and those of a commit in progress (pm, pid).
@@ -111,6 +151,9 @@ type storeCopy struct {
 func promotePending(copies []storeCopy, ingest string) {
 	for i := range copies {
 		c := &copies[i]
+		if c.pm != nil && c.pm.IngestID == ingest && c.m != nil && c.m.IngestID == ingest {
+			c.pending = true // a leftover beside the real copy: repair deletes it
+		}
 		if c.pm != nil && c.pm.IngestID == ingest && (c.m == nil || c.m.IngestID != ingest) &&
 			(c.err == nil || errors.Is(c.err, backend.ErrNotExist) || errors.Is(c.err, manifest.ErrCorrupt)) {
 			c.m, c.err, c.pending = c.pm, nil, true
@@ -146,85 +189,220 @@ func readCopies(ctx context.Context, stores []backend.Store, name string, skip .
 	return out
 }
 
-// chooseManifest picks the ingest held by the most intact copies; if copies
-// of other ingests exist, it must be held by at least Quorum stores. Other
-// ingests' copies are reported as foreign.
+// supersedes reports whether newer names older's ingest in its history:
+// newer was committed as a later version of the dataset older was.
+func supersedes(newer *manifest.Manifest, older string) bool {
+	if newer.IngestID == older {
+		return false
+	}
+	return slices.ContainsFunc(newer.Versions, func(v manifest.VersionInfo) bool { return v.IngestID == older })
+}
+
+// candidate is one ingest that some store holds a real manifest copy of.
+type candidate struct {
+	id      string
+	m       *manifest.Manifest
+	real    []int // stores with a real copy
+	support []int // stores with a real or a pending copy
+}
+
+func (c *candidate) quorum() int { return Quorum(c.m.Data, c.m.Parity) }
+
+// chooseManifest picks the current version from every store's copies (see
+// Commit for the protocol it reads):
+//   - an ingest counts only if some store holds a real copy of it; its
+//     support is the stores holding a real or a pending copy;
+//   - of two ingests one of which names the other in its history, the newer
+//     one wins once its support reaches Quorum (its commit passed the commit
+//     point); below Quorum it never committed, and the older one wins;
+//   - when stores that did not answer could decide between them, it
+//     refuses rather than guess;
+//   - unrelated ingests (another dataset of this name) are weighed by
+//     support: the winner needs Quorum, and a tie is refused.
+//
+// Copies of the winner's earlier versions, and of a successor that never
+// committed, are reported as stale (repair rewrites them); other ingests'
+// copies as foreign.
 func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
-	held := map[string][]int{}
-	var ids []string
+	byID := map[string]*candidate{}
+	var cands []*candidate
 	var errs []error
+	var unknown []int // stores whose copy could not be read: they may hold anything
 	missing := 0
 	for i, c := range copies {
 		switch {
 		case c.err == nil:
-			if held[c.m.IngestID] == nil {
-				ids = append(ids, c.m.IngestID)
+			cd := byID[c.m.IngestID]
+			if cd == nil {
+				cd = &candidate{id: c.m.IngestID, m: c.m}
+				byID[cd.id] = cd
+				cands = append(cands, cd)
 			}
-			held[c.m.IngestID] = append(held[c.m.IngestID], i)
+			cd.real = append(cd.real, i)
 		case errors.Is(c.err, backend.ErrNotExist):
 			missing++
 		default:
 			errs = append(errs, fmt.Errorf("store %d: %w", i, c.err))
+			unknown = append(unknown, i)
 		}
 	}
-	if len(ids) == 0 {
-		if missing == len(stores) {
-			return nil, fmt.Errorf("%w: no store holds %s: check the name and --stores (ingest first with shardfs ingest)", ErrNotFound, ManifestKey(name))
-		}
-		if len(errs) == 0 {
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, ManifestKey(name))
-		}
-		if slices.ContainsFunc(copies, func(c storeCopy) bool { return c.err != nil && unavailable(c.err) }) {
-			// Not a verdict on the data: stores that did not answer or
-			// refused us may hold intact copies.
-			var why []string
-			for i, c := range copies {
-				switch {
-				case c.err == nil || !unavailable(c.err):
-				case errors.Is(c.err, backend.ErrAccessDenied) || errors.Is(c.err, backend.ErrNoBucket):
-					why = append(why, fmt.Sprintf("store %d (%s) %s", i, stores[i], storeProblem(c.err)))
-				default:
-					why = append(why, fmt.Sprintf("store %d (%s) did not answer in time (%v): retry when it answers, or raise --request-timeout on a busy machine", i, stores[i], c.err))
-				}
+	if len(cands) == 0 {
+		return nil, noManifest(copies, stores, name, missing, errs)
+	}
+	for i, c := range copies {
+		for _, cd := range cands {
+			if slices.Contains(cd.real, i) || c.pm != nil && c.pm.IngestID == cd.id {
+				cd.support = append(cd.support, i)
 			}
-			return nil, fmt.Errorf("could not read a manifest of %s, and nothing is known to be lost: %s", name, strings.Join(why, "; "))
 		}
-		return nil, fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
 	}
-	sort.SliceStable(ids, func(a, b int) bool { return len(held[ids[a]]) > len(held[ids[b]]) })
-	best := ids[0]
-	m := copies[held[best][0]].m
-	describe := func() string {
-		var parts []string
-		for _, id := range ids {
-			parts = append(parts, fmt.Sprintf("ingest %s on stores %v", id, held[id]))
+	// Settle each pair of versions one of which names the other in its
+	// history. A real copy of the newer one exists only once its commit
+	// passed the commit point (Commit), so it wins.
+	dropped := map[string]bool{}
+	for _, newer := range cands {
+		for _, older := range cands {
+			if supersedes(newer.m, older.id) {
+				dropped[older.id] = true
+			}
 		}
-		return strings.Join(parts, "; ")
 	}
-	if len(ids) > 1 && len(held[ids[1]]) == len(held[best]) {
-		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest has the most copies: %s: pass the stores of one dataset, or re-ingest with --force", name, describe())
+	// A successor held only as pending copies: committed if they are on a
+	// quorum (a replacing commit's commit point). Below it, stores that did
+	// not answer may hold the rest, or a real copy: then refuse to guess.
+	pending := map[string]*candidate{}
+	var pendingIDs []string
+	for i, c := range copies {
+		if c.pm == nil || byID[c.pm.IngestID] != nil {
+			continue
+		}
+		p := pending[c.pm.IngestID]
+		if p == nil {
+			p = &candidate{id: c.pm.IngestID, m: c.pm}
+			pending[p.id] = p
+			pendingIDs = append(pendingIDs, p.id)
+		}
+		p.support = append(p.support, i)
 	}
-	q := Quorum(m.Data, m.Parity)
-	if len(ids) > 1 && len(held[best]) < q {
-		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest is held by the %d stores needed to trust it over the others (%s): bring the other stores back, pass the stores of one dataset, or re-ingest with --force%s",
-			name, q, describe(), joinErrs(errs))
+	var successor *candidate
+	for _, id := range pendingIDs {
+		p := pending[id]
+		if !slices.ContainsFunc(cands, func(cd *candidate) bool { return !dropped[cd.id] && supersedes(p.m, cd.id) }) {
+			continue // a first ingest's, or another lineage's: counts only with a real copy
+		}
+		switch {
+		case len(p.support) >= p.quorum():
+			if successor == nil || supersedes(p.m, successor.id) {
+				successor = p
+			}
+		case len(unknown) > 0 && len(p.support)+len(unknown) >= p.quorum():
+			return nil, undecided(name, p.m, p.support, unknown, stores, errs)
+		}
+	}
+	if successor != nil {
+		for _, cd := range cands {
+			if supersedes(successor.m, cd.id) {
+				dropped[cd.id] = true
+			}
+		}
+		cands = append(cands, successor)
+	}
+	var left []*candidate
+	for _, cd := range cands {
+		if !dropped[cd.id] {
+			left = append(left, cd)
+		}
+	}
+	if len(left) == 0 {
+		// Only possible with copies whose histories name each other: every
+		// commit has an ingest id of its own, so not from a commit.
+		return nil, fmt.Errorf("%w: the stores' manifest copies of %s name each other as earlier versions: %s", manifest.ErrCorrupt, name, describe(cands))
+	}
+	sort.SliceStable(left, func(a, b int) bool { return len(left[a].support) > len(left[b].support) })
+	best := left[0]
+	if len(left) > 1 && len(left[1].support) == len(best.support) {
+		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest has the most copies: %s: pass the stores of one dataset; shardfs verify %s names each store's ingest", name, describe(cands), name)
+	}
+	q := best.quorum()
+	if len(left) > 1 && len(best.support) < q {
+		return nil, fmt.Errorf("stores disagree on dataset %s and no ingest is held by the %d stores needed to trust it over the others (%s): bring the other stores back, or pass the stores of one dataset%s",
+			name, q, describe(cands), joinErrs(errs))
 	}
 	// Stores that answered "no such object" provably lack a copy; the ones
 	// that did not answer, or hold a corrupt copy, may have one. If even
 	// counting those the ingest's copies stay below the quorum, its commit
 	// never completed (it was killed while writing them): not a dataset.
-	if len(ids) == 1 && len(held[best])+len(errs) < q {
-		return nil, fmt.Errorf("%w: ingest %s of %s wrote its manifest to %d of %d stores, fewer than the %d a commit needs, and the others answered that they hold none: it did not commit; rerun the ingest",
-			ErrNotFound, best, name, len(held[best]), len(stores), q)
+	if len(cands) == 1 && len(best.support)+len(errs) < q {
+		advice := "rerun the ingest"
+		if len(best.m.Versions) > 1 {
+			// Never advise a fresh ingest where earlier versions may be
+			// kept: it would replace them.
+			advice = fmt.Sprintf("its earlier versions are not current on the stores: run shardfs verify %s, and bring back the stores that held them", name)
+		}
+		return nil, fmt.Errorf("%w: ingest %s of %s wrote its manifest to %d of %d stores, fewer than the %d a commit needs, and the others answered that they hold none: it did not commit; %s",
+			ErrNotFound, best.id, name, len(best.support), len(stores), q, advice)
 	}
-	promotePending(copies, best)
-	for _, id := range ids[1:] {
-		for _, i := range held[id] {
-			log.Warn("store holds a manifest of another ingest of this name; the agreeing stores win", "store", i, "name", stores[i].String(), "its_ingest", id, "chosen_ingest", best)
+	promotePending(copies, best.id)
+	for _, cd := range cands {
+		if cd == best {
+			continue
+		}
+		for _, i := range cd.real {
+			switch {
+			case supersedes(best.m, cd.id):
+				log.Warn("store holds an earlier version's manifest; repair rewrites it", "store", i, "name", stores[i].String(), "its_ingest", cd.id, "chosen_ingest", best.id)
+			case supersedes(cd.m, best.id):
+				log.Warn("store holds the manifest of a commit that did not complete; repair rewrites it", "store", i, "name", stores[i].String(), "its_ingest", cd.id, "chosen_ingest", best.id)
+			default:
+				log.Warn("store holds a manifest of another ingest of this name; the agreeing stores win", "store", i, "name", stores[i].String(), "its_ingest", cd.id, "chosen_ingest", best.id)
+			}
 		}
 	}
 	for _, e := range errs {
 		log.Warn("manifest copy unusable; using the agreeing stores' copy", "err", e)
 	}
-	return m, nil
+	return best.m, nil
+}
+
+// describe lists which stores hold which ingest's copies.
+func describe(cands []*candidate) string {
+	var parts []string
+	for _, cd := range cands {
+		parts = append(parts, fmt.Sprintf("ingest %s (version %d) on stores %v", cd.id, cd.m.VersionNumber(), cd.real))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// undecided is the refusal when stores that did not answer decide whether
+// version m committed.
+func undecided(name string, m *manifest.Manifest, on, unknown []int, stores []backend.Store, errs []error) error {
+	return fmt.Errorf("cannot tell whether version %d of %s (ingest %s) committed: stores %v hold its copies, %d are needed, and stores %v did not answer or hold unreadable copies: retry when they answer (nothing was read or written)%s",
+		m.VersionNumber(), name, m.IngestID, on, Quorum(m.Data, m.Parity), unknown, joinErrs(errs))
+}
+
+// noManifest is chooseManifest's answer when no store holds a readable
+// real copy.
+func noManifest(copies []storeCopy, stores []backend.Store, name string, missing int, errs []error) error {
+	if missing == len(stores) {
+		return fmt.Errorf("%w: no store holds %s: check the name and --stores (ingest first with shardfs ingest)", ErrNotFound, ManifestKey(name))
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("%w: %s", ErrNotFound, ManifestKey(name))
+	}
+	if slices.ContainsFunc(copies, func(c storeCopy) bool { return c.err != nil && unavailable(c.err) }) {
+		// Not a verdict on the data: stores that did not answer or
+		// refused us may hold intact copies.
+		var why []string
+		for i, c := range copies {
+			switch {
+			case c.err == nil || !unavailable(c.err):
+			case errors.Is(c.err, backend.ErrAccessDenied) || errors.Is(c.err, backend.ErrNoBucket):
+				why = append(why, fmt.Sprintf("store %d (%s) %s", i, stores[i], storeProblem(c.err)))
+			default:
+				why = append(why, fmt.Sprintf("store %d (%s) did not answer in time (%v): retry when it answers, or raise --request-timeout on a busy machine", i, stores[i], c.err))
+			}
+		}
+		return fmt.Errorf("could not read a manifest of %s, and nothing is known to be lost: %s", name, strings.Join(why, "; "))
+	}
+	return fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
 }

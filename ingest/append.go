@@ -149,7 +149,7 @@ func commitVersion(ctx context.Context, opts Options, m, parent *manifest.Manife
 	copies, copyErrs, err := dataset.Commit(ctx, opts.Stores, m, enc, lock, log)
 	res.Copies, res.CopyErrors = copies, copyErrs
 	if err != nil {
-		return fmt.Errorf("version %d of %s not committed: %w; version %d stays current", m.VersionNumber(), opts.Name, err, parent.VersionNumber())
+		return fmt.Errorf("version %d of %s not committed: %w; version %d stays current and whole", m.VersionNumber(), opts.Name, err, parent.VersionNumber())
 	}
 	return nil
 }

@@ -340,12 +340,40 @@ func refuseCommitted(ctx context.Context, opts Options, id string, log *slog.Log
 	switch {
 	case err == nil && id != "" && m.IngestID == id:
 		return fmt.Errorf("%w: %s was committed from these parts (ingest %s): nothing to do", ErrAlreadyCommitted, opts.Name, id)
-	case opts.Force || errors.Is(err, dataset.ErrNotFound):
+	case opts.Force:
+		return nil
+	case errors.Is(err, dataset.ErrNotFound):
+		// No current manifest, but kept versions: a dataset whose current
+		// copies are lost or unreadable, not an empty name. A fresh ingest
+		// would purge their fragments.
+		if kept := keptVersions(ctx, opts); len(kept) > 0 {
+			return fmt.Errorf("%w: %s has no current manifest on these stores, but they keep %d earlier versions of it (%s): nothing was written; run shardfs verify %s to see what is lost, and bring back the stores that held it",
+				ErrExists, opts.Name, len(kept), dataset.VersionPrefix(opts.Name)+"…", opts.Name)
+		}
 		return nil
 	case err == nil:
 		return fmt.Errorf("%w: %s is already committed on these stores: pass --force to replace it", ErrExists, opts.Name)
 	}
-	return fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): pass --force to replace it", ErrExists, opts.Name, err)
+	return fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): nothing was written; shardfs verify %s names each store's copy", ErrExists, opts.Name, err, opts.Name)
+}
+
+// keptVersions lists the kept version manifests on any store.
+func keptVersions(ctx context.Context, opts Options) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range opts.Stores {
+		keys, err := s.List(ctx, dataset.VersionPrefix(opts.Name))
+		if err != nil {
+			continue
+		}
+		for _, k := range keys {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	return out
 }
 
 // plan places src's samples into shards: a pure function of the listing,
@@ -446,7 +474,7 @@ func commit(ctx context.Context, opts Options, m *manifest.Manifest, enc []byte,
 
 func notVisible(opts Options) string {
 	if opts.Force {
-		return "the dataset it replaces may lack manifest copies on those stores; rerun the ingest to finish replacing it"
+		return "the dataset it replaces is current and unchanged"
 	}
 	return "no dataset " + opts.Name + " is visible"
 }

@@ -200,14 +200,14 @@ func killDuringAppend(t *testing.T, urls []string) {
 		default:
 			t.Fatalf("killed after %v: neither version 1 of 100 samples nor version 2 of 700 is current: %v", after, r)
 		}
-		// A kill while the commit was replacing the manifest copies (after
-		// one store took the new copy, before the quorum did) leaves the
-		// append invisible and version 1 current, with that one store's
-		// copy the uncommitted append's: verify names it, recoverable, and
-		// nothing else. The rerun below rewrites it.
-		if r := run(t, 2*time.Minute, nil, "verify", stores, name); r.code != 0 && !interruptedCommit(r, currentVersion(run(t, time.Minute, nil, "versions", stores, name).stdout)) {
+		// Issue 40: a kill leaves the previous version's copies untouched
+		// until the new one's commit point, and the new one whole after
+		// it, so verify finds nothing to mend but, perhaps, pending copies
+		// (a note) of the version it committed. (Before, a kill while the
+		// real copies were replaced left one store's copy damaged.)
+		if r := run(t, 2*time.Minute, nil, "verify", stores, name); r.code != 0 {
 			t.Fatalf("killed after %v: verify: %v", after, r)
-		} else if r.code != 0 {
+		} else if strings.Contains(r.stdout, "under the pending keys") {
 			interrupted++
 		}
 		if r := run(t, 2*time.Minute, nil, "ingest", stores, "--append", "--skip-existing", src2, name); r.code != 0 {
@@ -223,17 +223,7 @@ func killDuringAppend(t *testing.T, urls []string) {
 			t.Fatalf("verify version 1 after the rerun: %v", r)
 		}
 	}
-	t.Logf("%d kills over a %v append: %d left version 1 current (%d in the commit, one manifest copy to rewrite), %d had committed version 2, 0 torn", n, full.elapsed.Round(time.Millisecond), kept, interrupted, appended)
-}
-
-// interruptedCommit reports whether verify's result r is that of an
-// append killed while its commit replaced the manifest copies: version 1
-// current, one store's manifest copy another ingest's, every other object
-// intact, all recoverable.
-func interruptedCommit(r result, current string) bool {
-	return r.code == 1 && current == "1 100" &&
-		strings.Contains(r.stdout, "DAMAGED: 0 fragments, 1 manifest copies, 0 index copies, 0 identities, 0 foreign stores; all recoverable") &&
-		strings.Count(r.stderr, "store holds a manifest of another ingest of this name; the agreeing stores win") == 1
+	t.Logf("%d kills over a %v append: %d left version 1 current, %d had committed version 2 (%d of them in the commit, with pending copies for repair), 0 torn", n, full.elapsed.Round(time.Millisecond), kept, appended, interrupted)
 }
 
 // currentVersion is the number and samples of the current version in the

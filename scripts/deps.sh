@@ -38,8 +38,16 @@ command -v promtool >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: apt-get install ${need_apt[*]}"
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+		# Another apt run (unattended-upgrades, a second shell) may hold the
+		# dpkg lock: wait for it, up to 10 minutes, rather than fail.
+		apt_lock_wait=(-o DPkg::Lock::Timeout=600)
+		for try in $(seq 1 60); do
+			apt-get "${apt_lock_wait[@]}" update -qq && break
+			[ "$try" = 60 ] && { echo "deps: apt-get update failed 60 times" >&2; exit 1; }
+			echo "deps: apt-get update failed (the lists lock may be held): retrying in 10s" >&2
+			sleep 10
+		done
+		DEBIAN_FRONTEND=noninteractive apt-get "${apt_lock_wait[@]}" install -y -qq "${need_apt[@]}" >/dev/null
 	else
 		echo "deps: missing ${need_apt[*]}: run as root, or: sudo apt-get install ${need_apt[*]}" >&2
 	fi

@@ -131,7 +131,7 @@ func doctorDataset(ctx context.Context, c *checker, stores []backend.Store, name
 		case p.State == dataset.InPlace:
 			inPlace++
 		case p.State == dataset.Foreign:
-			c.fail("identity", "store %d (%s) holds %s, another dataset or ingest of this name: check --stores, or shardfs repair --force %s to overwrite it", i, stores[i], p.Detail, name)
+			c.fail("identity", "store %d (%s) holds %s, another dataset or ingest of this name: check --stores (repair --force would overwrite what it holds)", i, stores[i], p.Detail)
 		default:
 			c.fail("identity", "store %d (%s): %s: a new or replaced store, or one that did not answer: shardfs verify %s, then shardfs repair %s", i, stores[i], p.Detail, name, name)
 		}
