@@ -264,7 +264,7 @@ func runRepair(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 		return notChecked(err)
 	}
 	printReport(out, ds, rep)
-	if rep.Intact() {
+	if rep.Intact() && len(rep.Pending) == 0 {
 		fmt.Fprintln(out, "nothing to repair")
 		return nil
 	}

@@ -1,0 +1,289 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+
+	"github.com/shardfs/shardfs/internal/toxitest"
+)
+
+// Issue 40 item 1: a replacing commit (append, rollback, ingest --force)
+// meets random store failures (cut, slowed, refused, hung) and random
+// kills, on six MinIO stores RS(4,2) behind toxiproxy. After each run,
+// with the stores healed: the previous version or the new one is current,
+// verify exits 0 or 1, repair brings it to 0, and every version the log
+// lists mounts with exactly its samples, byte for byte.
+//
+// SHARDFS_COMMIT_RUNS sets the runs per operation (default 50; 8 under
+// -short).
+func TestReplacingCommitUnderFaults(t *testing.T) {
+	runs := 50
+	if testing.Short() {
+		runs = 8
+	}
+	if s := os.Getenv("SHARDFS_COMMIT_RUNS"); s != "" {
+		runs, _ = strconv.Atoi(s)
+	}
+	pc := startProxiedCluster(t, 6)
+	stores := "--stores=" + strings.Join(pc.urls, ",")
+	src1 := taggedSource(t, 40, 3, "", 1)
+	src2 := taggedSource(t, 30, 3, "b", 2)
+	src3 := taggedSource(t, 25, 2, "c", 3)
+	samples := map[string]int{src1: 40, src2: 30, src3: 25}
+	for _, op := range []struct {
+		name string
+		// setup makes the dataset the operation replaces; op replaces it.
+		setup []func(name string) []string
+		op    func(name string) []string
+		// content is each version's sources after a complete run.
+		content map[int][]string
+	}{
+		{
+			name:    "append",
+			setup:   []func(string) []string{ingestArgs(stores, src1)},
+			op:      func(name string) []string { return []string{"ingest", stores, "--append", src2, name} },
+			content: map[int][]string{1: {src1}, 2: {src1, src2}},
+		},
+		{
+			name: "rollback",
+			setup: []func(string) []string{ingestArgs(stores, src1),
+				func(name string) []string { return []string{"ingest", stores, "--append", src2, name} }},
+			op:      func(name string) []string { return []string{"rollback", stores, name, "--to=1"} },
+			content: map[int][]string{1: {src1}, 2: {src1, src2}, 3: {src1}},
+		},
+		{
+			name:  "force",
+			setup: []func(string) []string{ingestArgs(stores, src1)},
+			op: func(name string) []string {
+				return []string{"ingest", stores, "--force", "--data=4", "--parity=2", "--shard-size=128KiB", src3, name}
+			},
+			content: map[int][]string{1: {src1}, 2: {src3}},
+		},
+	} {
+		t.Run(op.name, func(t *testing.T) {
+			count := func(v int) int {
+				n := 0
+				for _, s := range op.content[v] {
+					n += samples[s]
+				}
+				return n
+			}
+			prev, next := len(op.content)-1, len(op.content)
+			setup := func(name string) {
+				t.Helper()
+				for _, args := range op.setup {
+					if r := run(t, 2*time.Minute, nil, args(name)...); r.code != 0 {
+						t.Fatalf("setup %v: %v", args(name), r)
+					}
+				}
+			}
+			setup(op.name + "-timing")
+			full := run(t, 2*time.Minute, nil, op.op(op.name+"-timing")...)
+			if full.code != 0 {
+				t.Fatalf("the %s without faults: %v", op.name, full)
+			}
+			rng := rand.New(rand.NewPCG(40, uint64(len(op.name))))
+			outcomes := map[string]int{}
+			for i := 0; i < runs; i++ {
+				name := fmt.Sprintf("%s%02d", op.name, i)
+				setup(name)
+
+				fault := pickCommitFault(rng, full.elapsed)
+				cmd := execShardfs(append(op.op(name), "--request-timeout=2s")...)
+				var opOut bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &opOut, &opOut
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				exited := make(chan struct{})
+				var waitErr error
+				go func() { waitErr = cmd.Wait(); close(exited) }()
+				fault.apply(t, pc.proxies, cmd, exited)
+				select {
+				case <-exited:
+				case <-time.After(3 * time.Minute):
+					cmd.Process.Kill()
+					<-exited
+					t.Fatalf("run %d (%s): the %s did not end in 3 minutes", i, fault, op.name)
+				}
+				exit := fmt.Sprintf("%v: %s", waitErr, lastLines(opOut.String(), 3))
+				healAll(t, pc.proxies)
+
+				r := run(t, 2*time.Minute, nil, "versions", stores, name)
+				cur := currentVersion(r.stdout)
+				switch cur {
+				case fmt.Sprint(prev, " ", count(prev)):
+					outcomes["previous current"]++
+				case fmt.Sprint(next, " ", count(next)):
+					outcomes["new current"]++
+				default:
+					t.Fatalf("run %d (%s, %s ended: %s): neither version %d of %d samples nor %d of %d is current: %v",
+						i, fault, op.name, exit, prev, count(prev), next, count(next), r)
+				}
+				v := run(t, 2*time.Minute, nil, "verify", stores, name)
+				switch v.code {
+				case 0:
+					if strings.Contains(v.stdout, "under the pending keys") {
+						outcomes["verify 0, pending copies"]++
+					} else {
+						outcomes["verify 0"]++
+					}
+				case 1:
+					outcomes["verify 1"]++
+				default:
+					t.Fatalf("run %d (%s): verify: %v", i, fault, v)
+				}
+				if v.code != 0 || strings.Contains(v.stdout, "under the pending keys") {
+					if r := run(t, 2*time.Minute, nil, "repair", stores, name); r.code != 0 {
+						t.Fatalf("run %d (%s): repair: %v", i, fault, r)
+					}
+					if r := run(t, 2*time.Minute, nil, "verify", stores, name); r.code != 0 || !strings.Contains(r.stdout, "OK:") || strings.Contains(r.stdout, "pending") {
+						t.Fatalf("run %d (%s): verify after repair: %v", i, fault, r)
+					}
+				}
+				listed := listedVersions(t, stores, name)
+				for _, n := range listed {
+					mp := mountShardfsEnv(t, nil, stores, "--batch-size=8", fmt.Sprint("--version=", n), name)
+					checkSamplesView(t, mp.dir, op.content[n]...)
+					mp.cmd.Process.Signal(syscall.SIGTERM)
+					<-mp.exited
+				}
+				outcomes[fault.kind]++
+			}
+			t.Logf("%d runs of %s (%v without faults): %v", runs, op.name, full.elapsed.Round(time.Millisecond), outcomes)
+		})
+	}
+}
+
+func ingestArgs(stores, src string) func(string) []string {
+	return func(name string) []string {
+		return []string{"ingest", stores, "--data=4", "--parity=2", "--shard-size=128KiB", src, name}
+	}
+}
+
+// commitFault is what one run does to the stores and the process.
+type commitFault struct {
+	kind   string
+	stores []int         // the stores it hits
+	after  time.Duration // when, from the start of the operation
+	kill   time.Duration // and a SIGKILL this long after that (0: none)
+}
+
+func (f commitFault) String() string {
+	s := fmt.Sprintf("%s stores %v after %v", f.kind, f.stores, f.after.Round(time.Millisecond))
+	if f.kill > 0 {
+		s += fmt.Sprintf(", kill %v later", f.kill.Round(time.Millisecond))
+	}
+	return s
+}
+
+// pickCommitFault picks a fault at a random moment of an operation that
+// takes about d: a kill, or up to three stores (more than m=2, so that
+// some commits cannot reach their quorum) cut, slowed, refused or hung,
+// sometimes followed by a kill.
+func pickCommitFault(rng *rand.Rand, d time.Duration) commitFault {
+	f := commitFault{after: time.Duration(rng.Int64N(int64(d) + 1))}
+	kinds := []string{"kill", "cut", "slow", "refuse", "hang"}
+	f.kind = kinds[rng.IntN(len(kinds))]
+	if f.kind == "kill" {
+		f.kill = time.Millisecond
+		return f
+	}
+	f.stores = rng.Perm(6)[:1+rng.IntN(3)]
+	switch {
+	case f.kind == "hang":
+		// A store that never answers holds the operation until its
+		// request timeouts run out; an operator stops it first, about
+		// half the time.
+		if rng.IntN(2) == 0 {
+			f.kill = time.Duration(rng.Int64N(int64(4 * time.Second)))
+		}
+	case rng.IntN(4) == 0:
+		f.kill = time.Duration(rng.Int64N(int64(d) + 1))
+	}
+	return f
+}
+
+// apply waits for f's moment, then does it, unless the process ended
+// first (exited closed).
+func (f commitFault) apply(t *testing.T, proxies []*toxiproxy.Proxy, cmd *exec.Cmd, exited <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-exited:
+		return
+	case <-time.After(f.after):
+	}
+	for _, i := range f.stores {
+		p := proxies[i]
+		var err error
+		switch f.kind {
+		case "cut":
+			_, err = p.AddToxic("cut", "reset_peer", "upstream", 1, toxiproxy.Attributes{"timeout": 0})
+		case "slow":
+			_, err = p.AddToxic("slow", "latency", "downstream", 1, toxiproxy.Attributes{"latency": 300, "jitter": 150})
+		case "refuse":
+			err = p.Disable()
+		case "hang":
+			_, err = p.AddToxic("hang", "timeout", "upstream", 1, toxiproxy.Attributes{"timeout": 0})
+		}
+		if err != nil {
+			t.Fatalf("toxiproxy: %s on store %d: %v", f.kind, i, err)
+		}
+	}
+	if f.kill == 0 {
+		return
+	}
+	select {
+	case <-exited:
+	case <-time.After(f.kill):
+		cmd.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+// healAll removes every fault from the stores' proxies.
+func healAll(t *testing.T, proxies []*toxiproxy.Proxy) {
+	t.Helper()
+	for _, p := range proxies {
+		if err := p.Enable(); err != nil {
+			t.Fatalf("toxiproxy: enable %s: %v", p.Name, err)
+		}
+		toxitest.Heal(t, p)
+	}
+}
+
+// listedVersions is the version numbers shardfs versions lists.
+func listedVersions(t *testing.T, stores, name string) []int {
+	t.Helper()
+	r := run(t, 2*time.Minute, nil, "versions", stores, name)
+	if r.code != 0 {
+		t.Fatalf("versions: %v", r)
+	}
+	var out []int
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("versions lists none: %v", r)
+	}
+	return out
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
