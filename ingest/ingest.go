@@ -294,6 +294,45 @@ func (opts *Options) check(ctx context.Context) (*erasure.Codec, error) {
 // every store lists the probes: a store that sees another's is the same
 // place. The probes are removed before it returns.
 func checkAliases(ctx context.Context, stores []backend.Store, name string) error {
+	i, j, err := findAlias(ctx, stores, nil, name)
+	if err != nil || i < 0 {
+		return err
+	}
+	return fmt.Errorf("stores %d (%s) and %d (%s) are the same place under two names: an object written through one is read through the other. Every store must be its own failure domain: pass k+m different stores",
+		i, stores[i], j, stores[j])
+}
+
+// checkMigrationAliases is checkAliases across a migration's old and new
+// stores together: a new store that is an old one under another name would
+// be written into while its old set still depends on it. Old stores that do
+// not answer are left out (a migration away from a failing store is the
+// point); the new ones must answer.
+func checkMigrationAliases(ctx context.Context, from, to []backend.Store, name string) error {
+	all := append(slices.Clone(from), to...)
+	optional := func(i int) bool { return i < len(from) }
+	i, j, err := findAlias(ctx, all, optional, name)
+	if err != nil || i < 0 {
+		return err
+	}
+	where := func(k int) string {
+		if k < len(from) {
+			return fmt.Sprintf("old store %d (%s)", k, from[k])
+		}
+		return fmt.Sprintf("new store %d (%s)", k-len(from), to[k-len(from)])
+	}
+	if i < len(from) && j >= len(from) {
+		return fmt.Errorf("%s and %s are the same place under two names: the migration would write into the stores it copies from, which stay the dataset's rollback. Nothing was written: pass new stores that are not the old ones",
+			where(i), where(j))
+	}
+	return fmt.Errorf("%s and %s are the same place under two names: an object written through one is read through the other. Nothing was written: every store must be its own failure domain",
+		where(i), where(j))
+}
+
+// findAlias writes a probe object through each store and lists them through
+// each, and returns the first pair (i < j) that sees each other's probes,
+// or -1, -1. A store for which optional says true may fail to answer: it is
+// left out of the comparison.
+func findAlias(ctx context.Context, stores []backend.Store, optional func(int) bool, name string) (int, int, error) {
 	var b [8]byte
 	crand.Read(b[:])
 	prefix := dataset.ProbePrefix(name, hex.EncodeToString(b[:]))
@@ -303,28 +342,38 @@ func checkAliases(ctx context.Context, stores []backend.Store, name string) erro
 		}
 		return nil
 	})
-	if _, errs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) error {
+	required := func(errs []error) []error {
+		var out []error
+		for i, err := range errs {
+			if err != nil && (optional == nil || !optional(i)) {
+				out = append(out, err)
+			}
+		}
+		return out
+	}
+	results := backend.OnEvery(stores, func(i int, s backend.Store) error {
 		return s.Put(ctx, prefix+strconv.Itoa(i), []byte(prefix))
-	})); len(errs) > 0 {
-		return fmt.Errorf("write a probe object to tell the stores apart: %w", errors.Join(errs...))
+	})
+	if errs := required(results); len(errs) > 0 {
+		return -1, -1, fmt.Errorf("write a probe object to tell the stores apart: %w", errors.Join(errs...))
 	}
 	seen := make([][]string, len(stores))
-	if _, errs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) (err error) {
+	results = backend.OnEvery(stores, func(i int, s backend.Store) (err error) {
 		seen[i], err = s.List(ctx, prefix)
 		return err
-	})); len(errs) > 0 {
-		return fmt.Errorf("list the probe objects that tell the stores apart: %w", errors.Join(errs...))
+	})
+	if errs := required(results); len(errs) > 0 {
+		return -1, -1, fmt.Errorf("list the probe objects that tell the stores apart: %w", errors.Join(errs...))
 	}
 	for i, keys := range seen {
 		for _, k := range keys {
 			j, err := strconv.Atoi(strings.TrimPrefix(k, prefix))
 			if err == nil && j != i && j >= 0 && j < len(stores) {
-				return fmt.Errorf("stores %d (%s) and %d (%s) are the same place under two names: an object written through one is read through the other. Every store must be its own failure domain: pass k+m different stores",
-					min(i, j), stores[min(i, j)], max(i, j), stores[max(i, j)])
+				return min(i, j), max(i, j), nil
 			}
 		}
 	}
-	return nil
+	return -1, -1, nil
 }
 
 // refuseCommitted refuses to go on when opts.Name is committed (or has

@@ -95,7 +95,7 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 	if err := pingAll(ctx, opts.To); err != nil {
 		return nil, err
 	}
-	if err := checkAliases(ctx, opts.To, opts.Name); err != nil {
+	if err := checkMigrationAliases(ctx, opts.From, opts.To, opts.Name); err != nil {
 		return nil, err
 	}
 	res := &MigrateResult{From: fmt.Sprintf("RS(%d,%d) on %d stores", cur.Data, cur.Parity, len(opts.From)),
