@@ -57,6 +57,10 @@ type Report struct {
 	Removing   []int
 	NoIdentity []int // stores without this dataset's identity (new or replaced stores)
 	Foreign    []int // stores that hold another dataset or ingest of this name
+	// Unreadable says what of the manifest cannot be read back, so that no
+	// mount or plan can use the dataset (strata whose time buckets do not
+	// parse, from a version ingested before ingest refused them).
+	Unreadable []string
 	// Pending lists stores that hold this ingest's manifest or identity
 	// under the pending keys, in place of the real copy or beside it: its
 	// commit passed its commit point and stopped before it finished (see
@@ -122,7 +126,7 @@ func (r *Report) Complete() bool { return len(r.Unreachable) == 0 }
 
 // Recoverable reports whether repair can fix everything found.
 func (r *Report) Recoverable() bool {
-	return len(r.Unrecoverable) == 0 && len(r.BadSamples) == 0 && len(r.LostIndexes) == 0 && len(r.LostVersions) == 0
+	return len(r.Unrecoverable) == 0 && len(r.BadSamples) == 0 && len(r.LostIndexes) == 0 && len(r.LostVersions) == 0 && len(r.Unreadable) == 0
 }
 
 // unavailable reports whether err means the store did not answer or
@@ -168,6 +172,11 @@ func (f *storeFaults) mark(i int, err error) {
 func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Report, error) {
 	m := d.Manifest
 	rep := &Report{Shards: len(m.Shards), Fragments: len(m.Shards) * (m.Data + m.Parity), LostIndexes: slices.Clone(d.LostIndexes)}
+	if slices.ContainsFunc(m.Derived, func(dv manifest.Derived) bool { return dv.Width > 0 }) {
+		if _, err := manifest.StratumTimes(&m.Header); err != nil {
+			rep.Unreadable = append(rep.Unreadable, fmt.Sprintf("the strata: %v", err))
+		}
+	}
 	faults := newStoreFaults(len(d.Stores))
 	unreachable := faults.down
 	var mu sync.Mutex // guards rep

@@ -144,7 +144,15 @@ func (s *Source) derive(o ScanOptions) error {
 		}
 		labels := make([]string, len(times))
 		for i, t := range times {
-			labels[i] = manifest.BucketLabel(manifest.BucketStart(t.Unix(), width), width)
+			start := manifest.BucketStart(t.Unix(), width)
+			labels[i] = manifest.BucketLabel(start, width)
+			// A bucket whose name does not read back (a year outside
+			// 0000-9999) would commit a dataset no mount can order.
+			if back, err := manifest.ParseBucketLabel(labels[i], width); err != nil || back != start {
+				it := &s.Items[i]
+				return fmt.Errorf("line %d (%s): field %s=%q falls in a bucket of the year %d: --time-bucket takes times in the years 0000-9999 (Unix seconds from -62167219200 to 253402300799): fix or drop the line",
+					it.Line, it.Key, tb.Field, clip(it.Fields[col]), time.Unix(start, 0).UTC().Year())
+			}
 		}
 		s.addLabel(tb.Field, labels, manifest.Derived{Field: tb.Field, Width: width})
 	}

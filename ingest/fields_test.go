@@ -166,3 +166,29 @@ func TestParseFlags(t *testing.T) {
 		}
 	}
 }
+
+// Issue 40 item 3: time=999999999999 committed the bucket "33658-09-13",
+// which no mount could read back. Times whose bucket is outside the years
+// 0000-9999 are refused at ingest, naming the line.
+func TestTimeBucketOutsideYearsRefused(t *testing.T) {
+	for _, tc := range []struct{ value, year string }{
+		{"999999999999", "33658"},
+		{"-99999999999", "-1199"},
+		{"-62167219201", "-1"}, // a second before 0000-01-01
+	} {
+		listing := jsonlListing(t, `"label": "a", "time": 1700000000`, `"label": "b", "time": `+tc.value)
+		_, err := ScanWith(listing, ScanOptions{TimeBuckets: []TimeBucket{{"time", 24 * time.Hour}}})
+		if err == nil || !strings.Contains(err.Error(), "line 2 (") || !strings.Contains(err.Error(), "year "+tc.year+":") || !strings.Contains(err.Error(), "0000-9999") {
+			t.Fatalf("time=%s: want line 2 refused, in the year %s, got %v", tc.value, tc.year, err)
+		}
+	}
+	// The edges of the range are accepted, and read back.
+	listing := jsonlListing(t, `"label": "a", "time": -62167219200`, `"label": "b", "time": 253402300799`)
+	s, err := ScanWith(listing, ScanOptions{TimeBuckets: []TimeBucket{{"time", 24 * time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Items[0].Labels[1] != "0000-01-01" || s.Items[1].Labels[1] != "9999-12-31" {
+		t.Fatalf("edge labels %v %v", s.Items[0].Labels, s.Items[1].Labels)
+	}
+}

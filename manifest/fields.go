@@ -27,6 +27,20 @@ func BucketLabel(start, width int64) string {
 	return t.Format(time.RFC3339)
 }
 
+// ParseBucketLabel reads back the start of the bucket BucketLabel named.
+// Labels of years outside 0000-9999 do not read back: ingest refuses them.
+func ParseBucketLabel(label string, width int64) (int64, error) {
+	layout := time.RFC3339
+	if width%86400 == 0 {
+		layout = time.DateOnly
+	}
+	t, err := time.Parse(layout, label)
+	if err != nil {
+		return 0, err
+	}
+	return t.Unix(), nil
+}
+
 // BinLabel names bin i of edges.
 func BinLabel(edges []float64, i int) string {
 	return formatEdge(edges[i]) + ".." + formatEdge(edges[i+1])
@@ -41,17 +55,13 @@ func StratumTimes(h *Header) ([]int64, error) {
 	}
 	d := h.Derived[i]
 	col := slices.Index(h.LabelFields, d.Field)
-	layout := time.RFC3339
-	if d.Width%86400 == 0 {
-		layout = time.DateOnly
-	}
 	out := make([]int64, len(h.Strata))
 	for c, st := range h.Strata {
-		t, err := time.Parse(layout, st.Labels[col])
+		t, err := ParseBucketLabel(st.Labels[col], d.Width)
 		if err != nil {
-			return nil, fmt.Errorf("%w: stratum %q: time bucket %q", ErrCorrupt, st.Name, st.Labels[col])
+			return nil, fmt.Errorf("%w: stratum %q: time bucket %q does not read back as a time (years 0000-9999)", ErrCorrupt, st.Name, st.Labels[col])
 		}
-		out[c] = t.Unix()
+		out[c] = t
 	}
 	return out, nil
 }

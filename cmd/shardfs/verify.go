@@ -127,6 +127,9 @@ func unrecoverableShards(ds *dataset.Dataset, rep *dataset.Report) string {
 	if len(rep.LostVersions) > 0 {
 		why = append(why, fmt.Sprintf("versions %v have no intact copy of their manifest left (they can no longer be mounted or rolled back to)", rep.LostVersions))
 	}
+	for _, u := range rep.Unreadable {
+		why = append(why, fmt.Sprintf("%s: no mount or plan can use this version; fix the listing and ingest it again as a new version (shardfs ingest --force keeps this one as a version)", u))
+	}
 	return strings.Join(why, "; ") + "; run shardfs repair to mend everything else"
 }
 
@@ -195,11 +198,14 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	switch {
 	case !rep.Recoverable():
 		var what []string
-		if shards := append(slices.Clone(rep.Unrecoverable), rep.LostIndexes...); len(shards) > 0 || len(rep.LostVersions) == 0 {
+		if shards := append(slices.Clone(rep.Unrecoverable), rep.LostIndexes...); len(shards) > 0 || len(rep.LostVersions) == 0 && len(rep.Unreadable) == 0 {
 			what = append(what, fmt.Sprintf("shards %v", slices.Sorted(slices.Values(shards))))
 		}
 		if len(rep.LostVersions) > 0 {
 			what = append(what, fmt.Sprintf("versions %v", rep.LostVersions))
+		}
+		for _, u := range rep.Unreadable {
+			what = append(what, "unreadable "+u)
 		}
 		fmt.Fprintf(out, "UNRECOVERABLE: %s\n", strings.Join(what, ", "))
 	case !rep.Complete():
