@@ -192,3 +192,22 @@ func TestTimeBucketOutsideYearsRefused(t *testing.T) {
 		t.Fatalf("edge labels %v %v", s.Items[0].Labels, s.Items[1].Labels)
 	}
 }
+
+// Issue 40 item 4: with --label-fields a,b, (a="x+y", b="z") and (a="x",
+// b="y+z") became one stratum and one class. A "+" in a label of a tuple
+// is refused, naming the line and the field; with one label field it is
+// kept, as it is unambiguous.
+func TestLabelTupleSeparatorRefused(t *testing.T) {
+	listing := jsonlListing(t, `"a": "x+y", "b": "z"`, `"a": "x", "b": "y+z"`)
+	_, err := ScanWith(listing, ScanOptions{LabelFields: []string{"a", "b"}})
+	if err == nil || !strings.Contains(err.Error(), `line 1 (s000.bin): label a="x+y" contains "+"`) {
+		t.Fatalf("want line 1's a=x+y refused: %v", err)
+	}
+	s, err := ScanWith(listing, ScanOptions{LabelFields: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(strataOf(s)); got != 2 {
+		t.Fatalf("one label field: %d strata, want 2", got)
+	}
+}

@@ -122,6 +122,10 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 		return nil, fmt.Errorf("source %s: %w", src, err)
 	}
 	seen := make(map[string]string, len(s.Items))
+	derived := make([]bool, len(s.LabelFields))
+	for i, f := range s.LabelFields {
+		derived[i] = slices.ContainsFunc(s.Derived, func(d manifest.Derived) bool { return d.Field == f })
+	}
 	for _, it := range s.Items {
 		if err := manifest.CheckKey(it.Key); err != nil {
 			return nil, fmt.Errorf("source %s: %v: keys must be relative paths inside the source", src, err)
@@ -133,6 +137,14 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 		for i, l := range it.Labels {
 			if err := checkLabel(l); err != nil {
 				return nil, fmt.Errorf("source %s: sample %q has label %s=%q: %v", src, it.Key, s.LabelFields[i], clip(l), err)
+			}
+			// "+" joins a tuple's labels into the stratum name: (x+y, z)
+			// and (x, y+z) would be one stratum and one class.
+			// Derived labels (bins such as 1e+06..2e+06) are written by
+			// ingest from fixed edges, and cannot make such a pair.
+			if len(it.Labels) > 1 && strings.Contains(l, stratumSep) && !derived[i] {
+				return nil, fmt.Errorf("source %s: line %d (%s): label %s=%q contains %q, which joins the labels of --label-fields %s into one stratum name, so two different tuples could share it: replace the %q in the listing (for example with \"-\")",
+					src, it.Line, it.Key, s.LabelFields[i], clip(l), stratumSep, strings.Join(s.LabelFields, ","), stratumSep)
 			}
 		}
 		if n := len(stratumName(it.Labels)); n > MaxStratumBytes {
@@ -171,7 +183,10 @@ func clip(v string) string {
 }
 
 // stratumName is the name of the stratum a sample's labels make.
-func stratumName(labels []string) string { return strings.Join(labels, "+") }
+func stratumName(labels []string) string { return strings.Join(labels, stratumSep) }
+
+// stratumSep joins a tuple of labels into a stratum name.
+const stratumSep = "+"
 
 // scanTree walks root/<class>/<file...>. Symlinked class directories (and
 // symlinked directories below them) are followed, as torchvision's
