@@ -254,7 +254,7 @@ func latencyRegime(t *testing.T, r *report, work string) {
 				args = append(args, strings.Fields(os.Getenv("SHARDFS_BENCH_MOUNT_FLAGS"))...)
 				args = append(args, "lat", mnt)
 				if profDir != "" {
-					args = append(args, "--metrics-addr=127.0.0.1:9955")
+					args = append(args, "--metrics-addr=127.0.0.1:9955", "--pprof")
 				}
 				d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, args...)
 				rd := filepath.Join(mnt, "epochs/0000/rank-000")

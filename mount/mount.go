@@ -61,6 +61,7 @@ type Config struct {
 	AllowOther   bool
 	ReadAheadKB  int
 	MetricsAddr  string // serve Prometheus metrics here; empty: none
+	Profiles     bool   // also serve Go profiles (/debug/pprof/) at MetricsAddr
 	Logger       *slog.Logger
 
 	// Complete, if set, completes Schedule from the dataset's header
@@ -145,7 +146,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		return nil, err
 	}
 	if cfg.MetricsAddr != "" {
-		if err := mt.serveMetrics(cfg.MetricsAddr); err != nil {
+		if err := mt.serveMetrics(cfg.MetricsAddr, cfg.Profiles); err != nil {
 			mt.Close()
 			return nil, err
 		}
@@ -385,8 +386,9 @@ func (mt *Mount) newReader(cfg Config, cat catalog, fetch prefetch.Fetcher, ns s
 	return nil
 }
 
-// serveMetrics serves Prometheus metrics and profiles at addr.
-func (mt *Mount) serveMetrics(addr string) error {
+// serveMetrics serves Prometheus metrics at addr, and Go profiles if
+// profiles says so (they reveal the daemon's internals: opt-in).
+func (mt *Mount) serveMetrics(addr string, profiles bool) error {
 	reg := prometheus.NewRegistry()
 	if err := mt.Metrics.Register(reg); err != nil {
 		return err
@@ -397,9 +399,10 @@ func (mt *Mount) serveMetrics(addr string) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// Profiles for diagnosing a slow mount; the address is loopback by default.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	if profiles {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	}
 	mt.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go mt.http.Serve(l)
 	mt.log.Info("metrics", "url", "http://"+l.Addr().String()+"/metrics")

@@ -27,6 +27,7 @@ type mountFlags struct {
 	cacheDir     string
 	cacheDirSize string
 	metricsAddr  string
+	pprof        bool
 	allowOther   bool
 	readAheadKB  int
 	noPrefetch   bool
@@ -85,6 +86,9 @@ errors on their open files).`,
 			case f.order.mix == "" && len(args) != 2:
 				return fmt.Errorf("give the dataset NAME and the MOUNTPOINT (or --mix NAME:W,... and the MOUNTPOINT)")
 			}
+			if f.pprof && f.metricsAddr == "" {
+				return fmt.Errorf("--pprof serves profiles on --metrics-addr: give that too, on loopback (e.g. --metrics-addr 127.0.0.1:9464)")
+			}
 			if f.order.mix != "" {
 				args = []string{"", args[0]}
 			}
@@ -94,7 +98,7 @@ errors on their open files).`,
 				}
 			}
 			if f.daemon {
-				return startDaemon(cmd.OutOrStdout(), args[1], f.logFile)
+				return startDaemon(cmd.Context(), cmd.OutOrStdout(), args[1], f.logFile)
 			}
 			ready := readyPipe()
 			stores, err := g.openStores()
@@ -103,6 +107,7 @@ errors on their open files).`,
 				return err
 			}
 			log := g.logger()
+			defer reopenLogOnHangup(log)()
 			mt, err := mountDataset(cmd.Context(), log, stores, args[0], args[1], f)
 			if err == nil && f.readyFile != "" {
 				if err = writeReadyFile(f.readyFile, args[1]); err != nil {
@@ -129,7 +134,8 @@ errors on their open files).`,
 	fl.StringVar(&f.cacheSize, "cache-size", "2GiB", "memory for verified chunks; half of it may hold prefetched data, and up to a sixteenth is kept as spare buffers that evicted chunks leave for the next fetches")
 	fl.StringVar(&f.cacheDir, "cache-dir", "", "persistent disk tier below the memory cache, on local disk or NVMe: survives remounts and crashes, shared safely by several mounts")
 	fl.StringVar(&f.cacheDirSize, "cache-dir-size", "100GiB", "most bytes the disk tier holds, across every dataset in --cache-dir")
-	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9464 (default: none)")
+	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go profiles under /debug/pprof/ on --metrics-addr; they show the daemon's internals, so bind that address to loopback")
 	fl.BoolVar(&f.allowOther, "allow-other", false, "let other users read the mount (turns on default_permissions too)")
 	fl.IntVar(&f.readAheadKB, "read-ahead-kb", 4096, "kernel read-ahead for the mount, in KiB (0: leave the default)")
 	fl.BoolVar(&f.directIO, "direct-io", false, "serve batch and epoch files past the kernel's page cache: faster when\n"+
@@ -142,7 +148,7 @@ errors on their open files).`,
 	fl.BoolVar(&f.mkdir, "mkdir", false, "create MOUNTPOINT (and its parents) if missing, as a container whose volume holds only the parent needs")
 	fl.StringVar(&f.readyFile, "ready-file", "", "write this file (the daemon's pid and the mountpoint) once the tree is served, and remove it when the mount ends:\n"+
 		"for supervisors and init containers that wait for a file")
-	fl.StringVar(&f.logFile, "log-file", "", "with --daemon, where the daemon logs (default: a file in $TMPDIR, printed)")
+	fl.StringVar(&f.logFile, "log-file", "", "with --daemon, where the daemon logs, appended to; SIGHUP reopens it, as logrotate expects (default: a new file in /var/log/shardfs as root, else ~/.local/state/shardfs; printed)")
 	for _, hook := range mountFlagHooks {
 		hook(fl, f)
 	}
@@ -177,7 +183,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	}
 	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Schedule: sched, Epochs: f.order.epochs, Ranks: f.order.ranks(),
 		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
-		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Logger: log,
+		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Profiles: f.pprof, Logger: log,
 		Complete: func(h *manifest.Header) error {
 			if err := f.order.setTimes(h); err != nil || sched.Recency == nil {
 				return err
