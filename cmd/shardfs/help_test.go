@@ -56,3 +56,18 @@ func TestHelpConfigExampleParses(t *testing.T) {
 		t.Fatalf("the help's config parsed as %+v", c)
 	}
 }
+
+// Issue 40 item 17: shardfs --version was an unknown flag. It prints the
+// version command's line.
+func TestVersionFlag(t *testing.T) {
+	root := newRoot()
+	var out strings.Builder
+	root.SetOut(&out)
+	root.SetArgs([]string{"--version"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("shardfs --version: %v", err)
+	}
+	if got := strings.TrimSpace(out.String()); got != versionLine() {
+		t.Fatalf("shardfs --version printed %q, want %q", got, versionLine())
+	}
+}

@@ -110,6 +110,9 @@ Start with:  shardfs demo            Check a node with:  shardfs doctor NAME`,
 		"bound on one store request (plus 1s per MB moved): a store that hangs costs at most this, once")
 	pf.IntVar(&g.storeConcurrency, "store-concurrency", backend.DefaultStoreConcurrency,
 		"most requests in flight to one store; more wait in shardfs, and hedges go to stores that are not queueing")
+	// shardfs --version, as most tools answer it: the version command's line.
+	root.Version = versionLine()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g), newListCmd(g), newVersionsCmd(g), newRollbackCmd(g), newGCCmd(g), newMigrateCmd(g))
 	for _, c := range testCommands {
 		root.AddCommand(c(g))

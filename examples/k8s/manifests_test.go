@@ -9,18 +9,23 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
 // podSpec decodes one YAML document strictly (unknown fields, wrong types
 // and duplicate keys fail) into the object its kind names, and returns its
 // pod template.
+// secrets are the names of the Secrets the manifests define.
+var secrets = map[string]bool{}
+
 func podSpec(t *testing.T, name string, doc []byte) *corev1.PodSpec {
 	t.Helper()
 	var head struct {
@@ -31,6 +36,13 @@ func podSpec(t *testing.T, name string, doc []byte) *corev1.PodSpec {
 		t.Fatalf("%s: %v", name, err)
 	}
 	switch head.APIVersion + " " + head.Kind {
+	case "v1 Secret":
+		var sec corev1.Secret
+		if err := yaml.UnmarshalStrict(doc, &sec); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		secrets[sec.Name] = true
+		return nil
 	case "apps/v1 DaemonSet":
 		var ds appsv1.DaemonSet
 		if err := yaml.UnmarshalStrict(doc, &ds); err != nil {
@@ -76,6 +88,8 @@ func TestManifests(t *testing.T) {
 	}
 	ref := regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 	containers := 0
+	secretNames := map[string]bool{}
+	var secretRefs []string
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -87,12 +101,26 @@ func TestManifests(t *testing.T) {
 				name += " document " + string(rune('1'+i))
 			}
 			spec := podSpec(t, name, doc)
+			if spec == nil {
+				continue
+			}
 			for _, c := range spec.Containers {
-				if c.Image != "shardfs:latest" {
+				if !strings.HasPrefix(c.Image, "shardfs:") {
 					continue
 				}
 				containers++
 				where := name + " container " + c.Name
+				// Issue 40 item 18: shardfs:latest, with no pull policy,
+				// runs whatever image a node happens to hold.
+				if c.Image == "shardfs:latest" || c.ImagePullPolicy == "" {
+					t.Errorf("%s: image %s, pull policy %q: name a built tag and a pull policy", where, c.Image, c.ImagePullPolicy)
+				}
+				for _, ef := range c.EnvFrom {
+					if ef.SecretRef != nil {
+						secretRefs = append(secretRefs, where+" uses Secret "+ef.SecretRef.Name)
+						secretNames[ef.SecretRef.Name] = true
+					}
+				}
 				if len(c.Args) == 0 {
 					t.Fatalf("%s: no args: the image's entrypoint is shardfs, args name the command", where)
 				}
@@ -120,6 +148,7 @@ func TestManifests(t *testing.T) {
 				if c.Args[0] != "mount" {
 					continue
 				}
+				checkMountPod(t, where, c)
 				if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
 					t.Errorf("%s: a mount needs a privileged container (mount(2), /dev/fuse)", where)
 				}
@@ -150,5 +179,56 @@ func TestManifests(t *testing.T) {
 	}
 	if containers < 3 {
 		t.Fatalf("checked %d shardfs containers, want at least 3", containers)
+	}
+	for name := range secretNames {
+		if !secrets[name] {
+			t.Errorf("Secret %s is used (%v) but no manifest here defines it: add a template", name, secretRefs)
+		}
+	}
+	// The image is built from the repository root: a demo run's data must
+	// stay out of it.
+	b, err := os.ReadFile("../../.dockerignore")
+	if err != nil {
+		t.Fatalf(".dockerignore: %v", err)
+	}
+	for _, want := range []string{".git", "shardfs-demo"} {
+		if !strings.Contains("\n"+string(b)+"\n", "\n"+want+"\n") {
+			t.Errorf(".dockerignore does not leave out %s", want)
+		}
+	}
+}
+
+// checkMountPod checks what a node running a mount needs beyond its flags
+// (issue 40 items 10 and 18): readiness from --ready-file, memory for the
+// cache, and metrics not bound to every address.
+func checkMountPod(t *testing.T, where string, c corev1.Container) {
+	t.Helper()
+	flags := map[string]string{}
+	for _, a := range c.Args {
+		if k, v, ok := strings.Cut(a, "="); ok {
+			flags[k] = v
+		}
+	}
+	ready := flags["--ready-file"]
+	if ready == "" || c.ReadinessProbe == nil || c.ReadinessProbe.Exec == nil || !slices.Contains(c.ReadinessProbe.Exec.Command, ready) {
+		t.Errorf("%s: no readiness probe on its --ready-file (%q)", where, ready)
+	}
+	mem, lim := c.Resources.Requests[corev1.ResourceMemory], c.Resources.Limits[corev1.ResourceMemory]
+	if mem.IsZero() || lim.IsZero() {
+		t.Errorf("%s: no memory request or limit", where)
+	} else if cache := flags["--cache-size"]; cache != "" {
+		q, err := resource.ParseQuantity(strings.TrimSuffix(cache, "B"))
+		if err != nil {
+			t.Fatalf("%s: --cache-size=%s: %v", where, cache, err)
+		}
+		if mem.Cmp(q) <= 0 || lim.Cmp(mem) < 0 {
+			t.Errorf("%s: memory request %v and limit %v for --cache-size=%s: the request must exceed the cache, the limit the request", where, &mem, &lim, cache)
+		}
+	}
+	if addr := flags["--metrics-addr"]; strings.HasPrefix(addr, "0.0.0.0:") || strings.HasPrefix(addr, ":") {
+		t.Errorf("%s: --metrics-addr=%s listens on every address: bind the pod's IP ($(POD_IP)) or loopback", where, addr)
+	}
+	if _, ok := flags["--pprof"]; ok || slices.Contains(c.Args, "--pprof") {
+		t.Errorf("%s: --pprof in a shipped manifest serves profiles to the network", where)
 	}
 }
