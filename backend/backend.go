@@ -28,6 +28,10 @@ var (
 	ErrNoBucket = errors.New("bucket does not exist")
 	// ErrUnavailable: the store could not be reached or failed (5xx, refused, timeout).
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrThrottled: the store refused a request for load (S3's 503
+	// SlowDown, 500 InternalError, 429), which a retry may pass; it comes
+	// wrapped with ErrUnavailable. See Retry.
+	ErrThrottled = errors.New("throttled")
 	// ErrBadKey: a key is not a clean relative path.
 	ErrBadKey = errors.New("invalid object key")
 	// ErrExists: Create found the key already present.

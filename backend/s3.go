@@ -115,6 +115,21 @@ func redactedS3Name(cfg S3Config) string {
 
 func (s *S3) String() string { return s.name }
 
+// throttled reports whether an S3 error response refuses a request for
+// load, or fails it on the server's side, so that a later attempt may pass.
+func throttled(resp minio.ErrorResponse) bool {
+	switch resp.Code {
+	case "SlowDown", "SlowDownRead", "SlowDownWrite", "ServiceUnavailable", "InternalError", "RequestTimeout",
+		"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests", "RequestThrottled":
+		return true
+	}
+	switch resp.StatusCode {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
+		return true
+	}
+	return false
+}
+
 // convert maps a minio-go error to this package's sentinels.
 func (s *S3) convert(op, key string, err error) error {
 	if err == nil {
@@ -141,6 +156,8 @@ func (s *S3) convert(op, key string, err error) error {
 				err = ErrNotExist
 			} else if resp.StatusCode == http.StatusForbidden {
 				err = fmt.Errorf("%w: check the credentials", ErrAccessDenied)
+			} else if throttled(resp) {
+				err = fmt.Errorf("%w (%w): %s (HTTP %d): %s", ErrUnavailable, ErrThrottled, resp.Code, resp.StatusCode, resp.Message)
 			} else {
 				err = fmt.Errorf("%w: %s (HTTP %d): %s", ErrUnavailable, resp.Code, resp.StatusCode, resp.Message)
 			}

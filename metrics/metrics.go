@@ -105,6 +105,7 @@ type StoreCounters struct {
 	Bytes, Requests, Errors atomic.Int64
 	Nanos                   atomic.Int64
 	Degraded                atomic.Int64 // degraded reads that rebuilt this store's fragment
+	Throttled               atomic.Int64 // requests the store refused for load (503 SlowDown, 500, 429)
 	State                   atomic.Int32
 	get, firstByte          prometheus.Observer
 	recent                  firstBytes // for anomaly detection
@@ -444,6 +445,7 @@ type StoreSnapshot struct {
 	Requests     int64   `json:"requests"`
 	Errors       int64   `json:"errors"`
 	Degraded     int64   `json:"degraded_reads"`
+	Throttled    int64   `json:"throttled"`
 	MeanLatencyS float64 `json:"mean_latency_seconds"`
 }
 
@@ -486,7 +488,7 @@ func (m *Metrics) Snapshot() Snapshot {
 	}
 	for i, st := range m.stores {
 		ss := StoreSnapshot{Name: m.names[i], State: stateName(st.State.Load()), Bytes: st.Bytes.Load(),
-			Requests: st.Requests.Load(), Errors: st.Errors.Load(), Degraded: st.Degraded.Load()}
+			Requests: st.Requests.Load(), Errors: st.Errors.Load(), Degraded: st.Degraded.Load(), Throttled: st.Throttled.Load()}
 		if ss.Requests > 0 {
 			ss.MeanLatencyS = float64(st.Nanos.Load()) / 1e9 / float64(ss.Requests)
 		}
@@ -580,6 +582,8 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 				func() float64 { return float64(st.Errors.Load()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardfs_store_down", Help: "1 when the store is marked down.", ConstLabels: labels},
 				func() float64 { return float64(st.State.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_store_throttled_total", Help: "Requests the store refused for load (503 SlowDown, 500, 429); each was retried after a backoff, within the read's deadline.", ConstLabels: labels},
+				func() float64 { return float64(st.Throttled.Load()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_store_degraded_reads_total", Help: "Degraded reads that rebuilt this store's fragment from parity (it was missing, late or bad there).", ConstLabels: labels},
 				func() float64 { return float64(st.Degraded.Load()) }),
 		)

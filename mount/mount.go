@@ -246,9 +246,13 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 	for _, s := range stores {
 		names = append(names, s.String())
 	}
+	mt.Metrics = metrics.New(names)
+	for i, s := range stores { // before any request
+		st := mt.Metrics.Store(i)
+		backend.OnThrottle(s, func() { st.Throttled.Add(1) })
+	}
 	failingc := make(chan []string, 1)
 	go func() { failingc <- checkStores(ctx, stores) }()
-	mt.Metrics = metrics.New(names)
 	var err error
 	if cfg.Mix != nil {
 		mt.Mix, err = openMix(ctx, stores, cfg.Mix, mt.log, mt.Metrics)

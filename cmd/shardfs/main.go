@@ -215,9 +215,9 @@ func (g *globals) openURLs(cfg *config, urls []string) ([]backend.Store, error) 
 		if err != nil {
 			return nil, fmt.Errorf("store %d: %w", i, err)
 		}
-		// The limit outside the timeout: a request's time bound starts when
-		// it leaves the queue.
-		stores = append(stores, backend.WithLimit(backend.WithTimeout(s, g.requestTimeout), g.storeConcurrency))
+		// The limit outside the retries and the timeout: a request's time
+		// bound starts when it leaves the queue, and each attempt has one.
+		stores = append(stores, backend.WithLimit(backend.WithRetry(backend.WithTimeout(s, g.requestTimeout)), g.storeConcurrency))
 	}
 	if err := backend.CheckDistinct(stores); err != nil {
 		return nil, err
