@@ -34,43 +34,46 @@ func TestReplacingCommitUnderFaults(t *testing.T) {
 	if s := os.Getenv("SHARDFS_COMMIT_RUNS"); s != "" {
 		runs, _ = strconv.Atoi(s)
 	}
-	pc := startProxiedCluster(t, 6)
-	stores := "--stores=" + strings.Join(pc.urls, ",")
 	src1 := taggedSource(t, 40, 3, "", 1)
 	src2 := taggedSource(t, 30, 3, "b", 2)
 	src3 := taggedSource(t, 25, 2, "c", 3)
 	samples := map[string]int{src1: 40, src2: 30, src3: 25}
+	// Each operation has a cluster of its own, and they run in parallel:
+	// most of a run is waiting on the stores.
 	for _, op := range []struct {
 		name string
 		// setup makes the dataset the operation replaces; op replaces it.
-		setup []func(name string) []string
-		op    func(name string) []string
+		setup []func(stores, name string) []string
+		op    func(stores, name string) []string
 		// content is each version's sources after a complete run.
 		content map[int][]string
 	}{
 		{
 			name:    "append",
-			setup:   []func(string) []string{ingestArgs(stores, src1)},
-			op:      func(name string) []string { return []string{"ingest", stores, "--append", src2, name} },
+			setup:   []func(string, string) []string{ingestArgs(src1)},
+			op:      func(stores, name string) []string { return []string{"ingest", stores, "--append", src2, name} },
 			content: map[int][]string{1: {src1}, 2: {src1, src2}},
 		},
 		{
 			name: "rollback",
-			setup: []func(string) []string{ingestArgs(stores, src1),
-				func(name string) []string { return []string{"ingest", stores, "--append", src2, name} }},
-			op:      func(name string) []string { return []string{"rollback", stores, name, "--to=1"} },
+			setup: []func(string, string) []string{ingestArgs(src1),
+				func(stores, name string) []string { return []string{"ingest", stores, "--append", src2, name} }},
+			op:      func(stores, name string) []string { return []string{"rollback", stores, name, "--to=1"} },
 			content: map[int][]string{1: {src1}, 2: {src1, src2}, 3: {src1}},
 		},
 		{
 			name:  "force",
-			setup: []func(string) []string{ingestArgs(stores, src1)},
-			op: func(name string) []string {
+			setup: []func(string, string) []string{ingestArgs(src1)},
+			op: func(stores, name string) []string {
 				return []string{"ingest", stores, "--force", "--data=4", "--parity=2", "--shard-size=128KiB", src3, name}
 			},
 			content: map[int][]string{1: {src1}, 2: {src3}},
 		},
 	} {
 		t.Run(op.name, func(t *testing.T) {
+			t.Parallel()
+			pc := startProxiedCluster(t, 6)
+			stores := "--stores=" + strings.Join(pc.urls, ",")
 			count := func(v int) int {
 				n := 0
 				for _, s := range op.content[v] {
@@ -82,13 +85,13 @@ func TestReplacingCommitUnderFaults(t *testing.T) {
 			setup := func(name string) {
 				t.Helper()
 				for _, args := range op.setup {
-					if r := run(t, 2*time.Minute, nil, args(name)...); r.code != 0 {
-						t.Fatalf("setup %v: %v", args(name), r)
+					if r := run(t, 2*time.Minute, nil, args(stores, name)...); r.code != 0 {
+						t.Fatalf("setup %v: %v", args(stores, name), r)
 					}
 				}
 			}
 			setup(op.name + "-timing")
-			full := run(t, 2*time.Minute, nil, op.op(op.name+"-timing")...)
+			full := run(t, 2*time.Minute, nil, op.op(stores, op.name+"-timing")...)
 			if full.code != 0 {
 				t.Fatalf("the %s without faults: %v", op.name, full)
 			}
@@ -99,7 +102,7 @@ func TestReplacingCommitUnderFaults(t *testing.T) {
 				setup(name)
 
 				fault := pickCommitFault(rng, full.elapsed)
-				cmd := execShardfs(append(op.op(name), "--request-timeout=2s")...)
+				cmd := execShardfs(append(op.op(stores, name), "--request-timeout=2s")...)
 				var opOut bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &opOut, &opOut
 				if err := cmd.Start(); err != nil {
@@ -165,8 +168,8 @@ func TestReplacingCommitUnderFaults(t *testing.T) {
 	}
 }
 
-func ingestArgs(stores, src string) func(string) []string {
-	return func(name string) []string {
+func ingestArgs(src string) func(stores, name string) []string {
+	return func(stores, name string) []string {
 		return []string{"ingest", stores, "--data=4", "--parity=2", "--shard-size=128KiB", src, name}
 	}
 }
