@@ -37,10 +37,13 @@ type Health struct {
 	downUntil time.Time
 	backoff   time.Duration
 	down      bool
+	faulty    bool // down for store faults (not answering), not for wrong bytes
 	probing   bool
 	lat       [64]time.Duration // ring of recent successful latencies
 	n         int
 	reads     map[*pendingRead]struct{} // reads in flight
+	timer     *time.Timer               // the next background probe of a store marked down
+	stopped   bool                      // Stop was called: no more background probes
 }
 
 // HealthOptions tune health tracking and the hedge deadlines derived from
@@ -156,7 +159,7 @@ func (h *Health) end(rd *pendingRead, err error) {
 		}
 		h.ok(d)
 	case IsStoreFault(err):
-		h.strike(1)
+		h.strike(1, true)
 	}
 }
 
@@ -187,6 +190,15 @@ func (h *Health) Down() bool {
 	return true
 }
 
+// Unreachable reports whether the store is marked down because it does not
+// answer (as opposed to answering with wrong bytes), without probing it:
+// asking it costs a timeout, not a quick answer.
+func (h *Health) Unreachable() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.down && h.faulty
+}
+
 // MarkedDown reports whether the store is marked down, without probing it.
 func (h *Health) MarkedDown() bool {
 	h.mu.Lock()
@@ -194,11 +206,21 @@ func (h *Health) MarkedDown() bool {
 	return h.down
 }
 
-// ok records a success: the store is healthy again.
-func (h *Health) ok(d time.Duration) {
+// ok records a success: the store is healthy again, unless it was marked
+// down less than its backoff ago. That hysteresis keeps a store that
+// answers with wrong bytes, or answers only now and then, from flapping
+// between down and healthy on every read; a probe at the end of the
+// backoff brings it back (probed says so).
+func (h *Health) ok(d time.Duration) { h.answered(d, false) }
+
+func (h *Health) answered(d time.Duration, probed bool) {
 	h.mu.Lock()
 	h.lat[h.n%len(h.lat)] = d
 	h.n++
+	if h.down && !probed && time.Now().Before(h.downUntil) {
+		h.mu.Unlock()
+		return
+	}
 	h.strikes = 0
 	wasDown := h.down
 	h.down = false
@@ -225,7 +247,7 @@ func (h *Health) Corrupted() {
 	n := h.corrupt
 	h.mu.Unlock()
 	if n >= h.opts.Strikes {
-		h.strike(h.opts.Strikes)
+		h.strike(h.opts.Strikes, false)
 	}
 }
 
@@ -237,9 +259,13 @@ func (h *Health) Verified() {
 }
 
 // strike adds n strikes; enough of them in a row mark the store down.
-func (h *Health) strike(n int) {
+// fault says they are store faults (no answer), not wrong bytes.
+func (h *Health) strike(n int, fault bool) {
 	h.mu.Lock()
 	h.strikes += n
+	if fault && h.down {
+		h.faulty = true
+	}
 	mark := false
 	if h.strikes >= h.opts.Strikes && (!h.down || !time.Now().Before(h.downUntil)) {
 		if h.backoff == 0 {
@@ -249,12 +275,53 @@ func (h *Health) strike(n int) {
 		}
 		h.downUntil = time.Now().Add(h.backoff)
 		mark = !h.down
+		if mark {
+			h.faulty = fault
+		}
 		h.down = true
+	}
+	if h.down && !h.stopped {
+		// Probe it in the background when the backoff ends, so that a
+		// store that comes back is seen back on an idle mount too, and
+		// reads need not ask a store marked down to find out.
+		if h.timer == nil {
+			h.timer = time.AfterFunc(time.Until(h.downUntil), h.backgroundProbe)
+		} else {
+			h.timer.Reset(time.Until(h.downUntil))
+		}
 	}
 	h.mu.Unlock()
 	if mark {
 		h.report(true)
 	}
+}
+
+// backgroundProbe asks a store marked down whether it is back; strike
+// re-arms it while the store stays down.
+func (h *Health) backgroundProbe() {
+	h.mu.Lock()
+	if !h.down || h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	if h.probing {
+		h.timer.Reset(h.opts.MinBackoff)
+		h.mu.Unlock()
+		return
+	}
+	h.probing = true
+	h.mu.Unlock()
+	h.runProbe(h.opts.ProbeTimeout)
+}
+
+// Stop ends the background probes of the store.
+func (h *Health) Stop() {
+	h.mu.Lock()
+	h.stopped = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.mu.Unlock()
 }
 
 // Stalled reports whether a read through the wrapper that started at least
@@ -315,9 +382,9 @@ func (h *Health) runProbe(timeout time.Duration) {
 	cancel()
 	switch {
 	case err == nil || errors.Is(err, ErrNotExist) || errors.Is(err, ErrShortRead):
-		h.ok(time.Since(start))
+		h.answered(time.Since(start), true)
 	case errors.Is(err, context.DeadlineExceeded) || IsStoreFault(err):
-		h.strike(h.opts.Strikes)
+		h.strike(h.opts.Strikes, true)
 	}
 	h.mu.Lock()
 	h.probing = false

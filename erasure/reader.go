@@ -96,6 +96,58 @@ func (nopMetrics) DegradedRead([]int)                                           
 func (nopMetrics) HedgedRead(string)                                              {}
 func (nopMetrics) StoreState(int, bool)                                           {}
 
+// stateLog rate-limits one store's health log lines: a change is logged at
+// once, then at most one line a minute, which gives the state at its end
+// and how many changes it stands for. (The metrics see every change.)
+type stateLog struct {
+	mu         sync.Mutex // guards the fields below
+	last       time.Time
+	suppressed int
+	down       bool // the latest state reported
+	pending    bool // a summary line is scheduled
+}
+
+const stateLogEvery = time.Minute
+
+func (l *stateLog) report(log *slog.Logger, store int, name string, down bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = down
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < stateLogEvery {
+		l.suppressed++
+		if !l.pending {
+			l.pending = true
+			time.AfterFunc(l.last.Add(stateLogEvery).Sub(now), func() {
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				l.pending = false
+				l.line(log, store, name)
+			})
+		}
+		return
+	}
+	l.line(log, store, name)
+}
+
+// line logs the latest state; the caller holds mu.
+func (l *stateLog) line(log *slog.Logger, store int, name string) {
+	n := l.suppressed
+	l.last, l.suppressed = time.Now(), 0
+	if l.down {
+		log.Warn("store marked down; reading around it", "store", store, "name", name, "changes_since_last_line", n)
+	} else {
+		log.Info("store healthy again", "store", store, "name", name, "changes_since_last_line", n)
+	}
+}
+
+// Close stops the background probes of the stores marked down.
+func (r *Reader) Close() {
+	for _, s := range r.stores {
+		s.Stop()
+	}
+}
+
 // KeyFunc names the object of fragment frag of shard.
 type KeyFunc func(shard, frag int) string
 
@@ -127,6 +179,10 @@ var ErrStoreDown = errors.New("store marked down after repeated failures")
 // ErrExcluded: the store is not this dataset's (see ReaderOptions.Exclude).
 var ErrExcluded = errors.New("store excluded: it holds another dataset or ingest")
 
+// errNotAsked: a fragment left unread because the stores that answer
+// cannot make a stripe with it.
+var errNotAsked = errors.New("not asked: the stores that answer are too few to decode")
+
 // errSlow: a read passed its hedge deadline. The fragment is not lost: a
 // decode tries the others first and asks it again only as a last resort.
 var errSlow = errors.New("slower than its hedge deadline")
@@ -147,13 +203,10 @@ func NewReader(c *Codec, stores []backend.Store, key KeyFunc, opts ReaderOptions
 	for i, s := range stores {
 		// A probe reads one byte of the store's fragment of shard 0; the
 		// store need not hold it: any answer proves the store is up.
+		logs := &stateLog{}
 		r.stores = append(r.stores, backend.WithHealth(s, key(0, i), opts.Health, func(down bool) {
 			r.metrics.StoreState(i, down)
-			if down {
-				r.log.Warn("store marked down; reading around it", "store", i, "name", s.String())
-			} else {
-				r.log.Info("store healthy again", "store", i, "name", s.String())
-			}
+			logs.report(r.log, i, s.String(), down)
 		}))
 	}
 	for _, i := range opts.Exclude {
@@ -416,6 +469,38 @@ func (r *Reader) decode(ctx context.Context, sh *Shard, A, B int64, known map[in
 		}
 	}
 	healthy := len(cands)
+	if !readAll {
+		// Fail at once when the stores that answer cannot make a stripe:
+		// asking the ones marked down for not answering would cost each
+		// read their probe timeout, on every read, while they stay down.
+		// Their background probes (backend.Health) bring them back.
+		possible := healthy
+		for _, f := range lastResort {
+			if !r.stores[r.codec.Placement(sh.ID, f)].Unreachable() {
+				possible++ // late, or down for wrong bytes: worth asking again
+			}
+		}
+		for f := 0; f < total; f++ {
+			if state[f] == done && reads[f].err == nil {
+				possible++
+			}
+		}
+		if possible < k {
+			failed := map[int]*FragmentError{}
+			for f := 0; f < total; f++ {
+				store := r.codec.Placement(sh.ID, f)
+				switch {
+				case reads[f].err != nil:
+					failed[f] = reads[f].err
+				case r.stores[store].Unreachable():
+					failed[f] = &FragmentError{Shard: sh.ID, Frag: f, Store: store, StoreName: r.stores[store].String(), Err: ErrStoreDown}
+				case state[f] != done:
+					failed[f] = &FragmentError{Shard: sh.ID, Frag: f, Store: store, StoreName: r.stores[store].String(), Err: errNotAsked}
+				}
+			}
+			return nil, r.tooFew(sh, failed)
+		}
+	}
 	cands = append(cands, lastResort...)
 	type result struct {
 		f  int

@@ -111,6 +111,13 @@ func (mt *Mount) shutdown() {
 		cancel()
 	}
 	mt.reader.Close()
+	if mt.Mix != nil {
+		for _, ds := range mt.Mix.Parts {
+			ds.Reader.Close()
+		}
+	} else if mt.Dataset != nil {
+		mt.Dataset.Reader.Close()
+	}
 	if mt.disk != nil {
 		mt.disk.Close()
 	}
