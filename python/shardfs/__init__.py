@@ -30,9 +30,21 @@ after). ``load_state_dict()`` maps it onto the mount:
   ``state["global_batches"]`` (``resume_at(state)`` gives the flag); the new
   mount deals the rest of epoch E to the new ranks, and the loader starts at
   their first batch. Anything else raises ValueError naming the flag to use.
+
+The state also records the order it belongs to (``Loader.order()``: the
+dataset and its version, --seed, --alpha, the order version and the other
+order flags). ``load_state_dict()`` refuses a state saved under another
+order, naming what differs, since resuming there would repeat or skip
+samples; and it refuses numbers state_dict() cannot have written.
+
+DataLoader arguments other than the batching ones pass through
+(``persistent_workers=True`` keeps the workers across epochs); the mount
+batches and shuffles, so ``batch_size``, ``shuffle``, ``sampler``,
+``batch_sampler`` and ``drop_last`` are refused.
 """
 import io
 import json
+import multiprocessing
 import os
 import tarfile
 
@@ -40,6 +52,36 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 __all__ = ["Loader", "BatchDataset", "decode_image", "info", "resume_at"]
+
+# The order flags (info.json's "order") that fix which sample comes when;
+# world_size, batch_size, ranks and resume_at are checked on their own.
+ORDER_KEYS = ("version", "seed", "alpha", "alpha_schedule", "tail", "window", "affinity", "epoch_size",
+              "recency_half_life", "time_window", "time_window_step", "as_of")
+
+_ORDER_NAMES = {"version": "order version (--order-version)", "seed": "--seed", "alpha": "--alpha",
+                "alpha_schedule": "--alpha-schedule", "tail": "--tail", "window": "--window", "affinity": "--affinity",
+                "epoch_size": "--epoch-size", "recency_half_life": "--recency-half-life", "time_window": "--time-window",
+                "time_window_step": "--time-window-step", "as_of": "--as-of", "dataset": "dataset",
+                "dataset_version": "dataset version (--version)", "ingest_id": "ingest", "mix": "--mix"}
+
+
+def _norm(v):
+    """JSON round trips turn tuples into lists: compare them alike."""
+    if isinstance(v, (list, tuple)):
+        return [_norm(x) for x in v]
+    return v
+
+
+def _check_state(state):
+    """Refuses a state whose numbers cannot come from state_dict()."""
+    for k in ("epoch", "batch", "world_size", "batch_size", "global_batches"):
+        v = state.get(k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0 or (k in ("world_size", "batch_size") and v < 1):
+            raise ValueError("state[%r] = %r: want a whole number%s, as state_dict() writes" % (k, v, " of at least 1" if k in ("world_size", "batch_size") else " of at least 0"))
+    after = state.get("resumed_after", 0)
+    if not isinstance(after, int) or after < 0 or state["global_batches"] != after + state["batch"] * state["world_size"]:
+        raise ValueError("state: global_batches %r is not resumed_after %r + batch %r x world_size %r: the state was edited or mixed from two saves"
+                         % (state["global_batches"], after, state["batch"], state["world_size"]))
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
@@ -81,7 +123,25 @@ class BatchDataset(IterableDataset):
     def __init__(self, mount, rank, decode=decode_image, transform=None, keys=False):
         self.mount, self.rank = mount, rank
         self.decode, self.transform, self.keys = decode, transform, keys
-        self.epoch, self.start = 0, 0
+        # epoch and start live in shared memory, so that persistent
+        # DataLoader workers (forked once) see each epoch's values.
+        self._where = multiprocessing.Array("q", [0, 0])
+
+    @property
+    def epoch(self):
+        return self._where[0]
+
+    @epoch.setter
+    def epoch(self, e):
+        self._where[0] = e
+
+    @property
+    def start(self):
+        return self._where[1]
+
+    @start.setter
+    def start(self, b):
+        self._where[1] = b
 
     def rank_dir(self):
         return os.path.join(self.mount, "epochs", "%04d" % self.epoch, "rank-%03d" % self.rank)
@@ -140,9 +200,16 @@ class Loader:
                 "mount with --world-size %d (to resume with a new world size, add --resume-at; see shardfs.resume_at)"
                 % (self.world_size, mount, order["world_size"], self.world_size))
         self.batch_size = order["batch_size"]
+        clash = sorted(k for k in dataloader_kwargs if k in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"))
+        if clash:
+            raise ValueError(
+                "Loader(%s=...): the mount already batches and shuffles (its --batch-size is %d, its order is the stratified "
+                "shuffle): leave %s out, and mount with --batch-size N to change the batch size"
+                % (clash[0], self.batch_size, ", ".join(clash)))
         self.dataset = BatchDataset(mount, self.rank, decode=decode, transform=transform, keys=keys)
         self.num_workers = num_workers
         self.dataloader_kwargs = dataloader_kwargs
+        self._dl = None
         self.epoch, self.batch = 0, 0
 
     def classes(self):
@@ -165,16 +232,37 @@ class Loader:
             self.epoch, self.batch = epoch, 0
 
     def __len__(self):
-        """Batches of this rank in the current epoch, from its first."""
+        """Batches of this rank still to come in the current epoch: all of
+        them, or those after where load_state_dict resumed."""
         self.dataset.epoch = self.epoch
-        return len(self.dataset.batches())
+        return max(0, len(self.dataset.batches()) - self.batch)
 
     def __iter__(self):
         self.dataset.epoch, self.dataset.start = self.epoch, self.batch
-        dl = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers, **self.dataloader_kwargs)
-        for item in dl:
+        if self._dl is None:
+            # One DataLoader for the run: with persistent_workers=True its
+            # workers stay up across epochs, and read epoch and start from
+            # the dataset's shared memory.
+            self._dl = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers, **self.dataloader_kwargs)
+        for item in self._dl:
             self.batch += 1
             yield item
+
+    def order(self):
+        """What fixes the order of the mount's batches, besides the world
+        size (which a resume may change: see resume_at): a state saved under
+        one order does not resume under another."""
+        o = self.info["order"]
+        out = {k: o.get(k) for k in ORDER_KEYS}
+        ds = self.info.get("dataset")
+        if ds is not None:
+            out["dataset"] = ds.get("name")
+            out["dataset_version"] = ds.get("version")
+            out["ingest_id"] = ds.get("ingest_id")
+        mix = self.info.get("mix")
+        if mix is not None:
+            out["mix"] = [(p.get("name"), p.get("version"), p.get("ingest_id"), p.get("weight")) for p in mix.get("parts", [])]
+        return out
 
     def state_dict(self):
         return {
@@ -184,12 +272,24 @@ class Loader:
             "batch_size": self.batch_size,
             "resumed_after": self.resumed_after(self.epoch),
             "global_batches": self.resumed_after(self.epoch) + self.batch * self.world_size,
+            "order": self.order(),
         }
 
     def load_state_dict(self, state):
+        _check_state(state)
         if state["batch_size"] != self.batch_size:
             raise ValueError("the state was saved with batches of %d, the mount serves %d: mount with --batch-size %d"
                              % (state["batch_size"], self.batch_size, state["batch_size"]))
+        saved = state.get("order")
+        if saved is not None:
+            now = self.order()
+            diff = ["%s %r (this mount: %r)" % (_ORDER_NAMES.get(k, k), saved.get(k), now.get(k))
+                    for k in sorted(set(saved) | set(now)) if _norm(saved.get(k)) != _norm(now.get(k))]
+            if diff:
+                raise ValueError(
+                    "the state was saved under another order, so resuming here would repeat or skip samples: it had %s. "
+                    "Mount as the saved run did (the same dataset version, --seed, --alpha and order flags), or start the run afresh"
+                    % "; ".join(diff))
         e, n = state["epoch"], state["global_batches"]
         base = self.resumed_after(e)
         if base == n:
