@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,16 +72,20 @@ func normalize(l string) string {
 }
 
 // TestREADMEWorkflow runs the README's "From zero to a training loop"
-// workflow as written, every "$" line in order in one environment, on six
-// MinIO servers, with a PNG ImageFolder tree of the README's classes. Only
-// the machine-specific parts are replaced: the servers' addresses, ./pets,
-// /mnt/pets and /tmp/pets.ckpt, in the commands and in the output. Each
-// command must exit as the README says, and print each line shown under it,
-// in order (other lines may come between), numbers aside.
+// workflow as written, every "$" line in order in one environment: it
+// installs what it needs (scripts/deps.sh, which finds it all there after
+// the README's test command), starts the six MinIO stores with
+// scripts/stores.sh and makes ./pets with examples/make_pets.py, as a
+// newcomer would. Only the machine-specific parts are replaced: the
+// stores' ports (free ones, in case 9100.. are taken), ./pets, /mnt/pets,
+// /tmp/pets-stores and /tmp/pets.ckpt, in the commands and in the output.
+// Each command must exit as the README says, and print each line shown
+// under it, in order (other lines may come between), numbers aside.
 func TestREADMEWorkflow(t *testing.T) {
 	requireTorch(t)
 	requireTool(t, "torchrun")
 	requireTool(t, "fusermount3")
+	miniotest.RequireBinary(t)
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -89,14 +94,14 @@ func TestREADMEWorkflow(t *testing.T) {
 	repo, _ := filepath.Abs("..")
 	work := t.TempDir()
 	src := filepath.Join(work, "pets")
-	writeClassImages(t, src, map[string]int{"cat": 300, "dog": 200, "bird": 100, "fish": 40})
 	mnt := filepath.Join(work, "mnt", "pets")
+	stores := filepath.Join(work, "pets-stores")
 	gobin := filepath.Join(work, "gobin")
-	replace := []string{"./pets", src, "/mnt/pets", mnt, "/tmp/pets.ckpt", filepath.Join(work, "pets.ckpt"),
-		"shardfs-demo-secret", miniotest.SecretKey, "shardfs-demo", miniotest.AccessKey}
+	base := freePortRun(t, 6, 100)
+	replace := []string{"./pets", src, "/mnt/pets", mnt, "/tmp/pets.ckpt", filepath.Join(work, "pets.ckpt"), "/tmp/pets-stores", stores,
+		"127.0.0.1:9100..9105", fmt.Sprintf("127.0.0.1:%d..%d", base, base+5)}
 	for i := 0; i < 6; i++ {
-		s := miniotest.Start(t) // no bucket: ingest makes them
-		replace = append(replace, fmt.Sprintf("127.0.0.1:910%d", i), s.Addr)
+		replace = append(replace, fmt.Sprintf("127.0.0.1:910%d", i), fmt.Sprintf("127.0.0.1:%d", base+i))
 	}
 	sub := strings.NewReplacer(replace...)
 	t.Cleanup(func() {
@@ -106,12 +111,43 @@ func TestREADMEWorkflow(t *testing.T) {
 				exec.Command("fusermount3", "-uz", mnt).Run()
 			}
 		}
+		// The stores the workflow started, by the pids it wrote, if a step failed before it stopped them.
+		if _, err := os.Stat(filepath.Join(stores, "pids")); err == nil {
+			exec.Command(filepath.Join(repo, "scripts", "stores.sh"), "stop", stores).Run()
+		}
 	})
 	env := append(os.Environ(), "GOBIN="+gobin, "PATH="+gobin+":"+os.Getenv("PATH"), "PYTHONUNBUFFERED=1")
 	runReadmeSteps(t, steps, sub, env, repo)
 	if isMounted(mnt) {
 		t.Fatal("the README's workflow ends with umount, but the mount is still up")
 	}
+	if _, err := os.Stat(filepath.Join(stores, "pids")); err == nil {
+		t.Fatal("the README's workflow ends by stopping the stores, but their pids file is still there")
+	}
+}
+
+// freePortRun finds n consecutive free loopback ports whose ports +gap are
+// free too (MinIO's consoles), and returns the first.
+func freePortRun(t *testing.T, n, gap int) int {
+	t.Helper()
+	for base := 21000 + os.Getpid()%5000; base < 60000; base += n + 7 {
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			for _, q := range []int{p, p + gap} {
+				l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", q))
+				if err != nil {
+					ok = false
+					break
+				}
+				l.Close()
+			}
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no run of free ports")
+	return 0
 }
 
 // runReadmeSteps runs README steps in order in one environment: "export"

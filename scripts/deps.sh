@@ -11,12 +11,21 @@ TOXIPROXY_VERSION=v2.5.0
 gobin="$(go env GOBIN)"
 [ -n "$gobin" ] || gobin="$(go env GOPATH)/bin"
 
-if [ ! -x "$gobin/minio" ]; then
-	echo "deps: building MinIO $MINIO_VERSION (about 4 minutes on 2 cores)"
-	go install "github.com/minio/minio@$MINIO_VERSION"
+# A MINIO_BIN or TOXIPROXY_BIN already set (test.sh exports both) is used as it is.
+if [ -n "${MINIO_BIN:-}" ] && [ -x "${MINIO_BIN}" ]; then
+	minio_bin=$MINIO_BIN
+else
+	minio_bin="$gobin/minio"
+	if [ ! -x "$minio_bin" ]; then
+		echo "deps: building MinIO $MINIO_VERSION (about 4 minutes on 2 cores)"
+		go install "github.com/minio/minio@$MINIO_VERSION"
+	fi
 fi
 # go install names toxiproxy's server binary "server"; keep it under a clear name.
-if [ ! -x "$gobin/toxiproxy-server" ]; then
+toxiproxy_bin="$gobin/toxiproxy-server"
+if [ -n "${TOXIPROXY_BIN:-}" ] && [ -x "${TOXIPROXY_BIN}" ]; then
+	toxiproxy_bin=$TOXIPROXY_BIN
+elif [ ! -x "$gobin/toxiproxy-server" ]; then
 	if [ ! -x "$gobin/server" ] || ! "$gobin/server" -version 2>&1 | grep -q toxiproxy; then
 		echo "deps: building toxiproxy $TOXIPROXY_VERSION"
 		go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
@@ -54,8 +63,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 missing=()
-[ -x "$gobin/minio" ] || missing+=(minio)
-[ -x "$gobin/toxiproxy-server" ] || missing+=(toxiproxy)
+[ -x "$minio_bin" ] || missing+=(minio)
+[ -x "$toxiproxy_bin" ] || missing+=(toxiproxy)
 command -v fio >/dev/null || missing+=(fio)
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
@@ -71,5 +80,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 	fi
 	echo "deps: missing ${missing[*]}: the tests that need them will be skipped" >&2
 fi
-export MINIO_BIN="$gobin/minio"
-export TOXIPROXY_BIN="$gobin/toxiproxy-server"
+export MINIO_BIN="$minio_bin"
+export TOXIPROXY_BIN="$toxiproxy_bin"
