@@ -46,8 +46,11 @@ func ParseSpan(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q: use a number and a unit s, m, h, d or w, e.g. 30d", s)
 	}
 	x, err := strconv.ParseFloat(s[:len(s)-1], 64)
-	if err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x*float64(unit[s[len(s)-1]]) >= math.MaxInt64 {
+	if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
 		return 0, fmt.Errorf("%q: use a number and a unit s, m, h, d or w, e.g. 30d", s)
+	}
+	if math.Abs(x*float64(unit[s[len(s)-1]])) >= math.MaxInt64 {
+		return 0, fmt.Errorf("%q: a span is at most 106751d (about 292 years)", s)
 	}
 	return time.Duration(x * float64(unit[s[len(s)-1]])), nil
 }

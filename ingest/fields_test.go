@@ -211,3 +211,46 @@ func TestLabelTupleSeparatorRefused(t *testing.T) {
 		t.Fatalf("one label field: %d strata, want 2", got)
 	}
 }
+
+// Issue 40 item 17: a CSV listing saved with a UTF-8 byte order mark failed
+// with "lstat \ufeffpath", and a header naming label twice silently took
+// the last one.
+func TestListingBOMAndDuplicateHeader(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, "a.bin", "b.bin")
+	bom := filepath.Join(dir, "bom.csv")
+	os.WriteFile(bom, []byte("\ufeffpath,label\na.bin,x\nb.bin,y\n"), 0o644)
+	s, err := ScanWith(bom, ScanOptions{})
+	if err != nil || len(s.Items) != 2 || s.Items[0].Labels[0] != "x" {
+		t.Fatalf("a listing with a byte order mark: %v, %+v", err, s)
+	}
+	noHeader := filepath.Join(dir, "bom2.csv")
+	os.WriteFile(noHeader, []byte("\ufeffa.bin,x\nb.bin,y\n"), 0o644)
+	if s, err := ScanWith(noHeader, ScanOptions{}); err != nil || len(s.Items) != 2 {
+		t.Fatalf("a headerless listing with a byte order mark: %v", err)
+	}
+	jl := filepath.Join(dir, "bom.jsonl")
+	os.WriteFile(jl, []byte("\ufeff{\"path\": \"a.bin\", \"label\": \"x\"}\n"), 0o644)
+	if s, err := ScanWith(jl, ScanOptions{}); err != nil || len(s.Items) != 1 {
+		t.Fatalf("a JSONL listing with a byte order mark: %v", err)
+	}
+	dup := filepath.Join(dir, "dup.csv")
+	os.WriteFile(dup, []byte("path,label,size,label\na.bin,x,1,y\n"), 0o644)
+	if _, err := ScanWith(dup, ScanOptions{}); err == nil || !strings.Contains(err.Error(), `the header names "label" twice (columns 2 and 4)`) {
+		t.Fatalf("a header naming label twice: want refused, got %v", err)
+	}
+}
+
+// Issue 40 item 17: --time-window 106752d was refused as "use a number and
+// a unit"; it is one, past the longest span a duration holds.
+func TestParseSpanTooLong(t *testing.T) {
+	if _, err := ParseSpan("106752d"); err == nil || !strings.Contains(err.Error(), "at most 106751d") {
+		t.Fatalf("106752d: %v", err)
+	}
+	if d, err := ParseSpan("106751d"); err != nil || d != 106751*24*time.Hour {
+		t.Fatalf("106751d: %v, %v", d, err)
+	}
+	if _, err := ParseSpan("30x"); err == nil || !strings.Contains(err.Error(), "use a number and a unit") {
+		t.Fatalf("30x: %v", err)
+	}
+}

@@ -284,7 +284,7 @@ func scanCSV(name string, o ScanOptions) (*Source, error) {
 		return nil, fmt.Errorf("listing %s: %w", name, err)
 	}
 	defer f.Close()
-	r := csv.NewReader(bufio.NewReader(f))
+	r := csv.NewReader(skipBOM(f))
 	r.FieldsPerRecord = -1
 	s := &Source{Root: filepath.Dir(name)}
 	cols := []int{1}
@@ -298,6 +298,13 @@ func scanCSV(name string, o ScanOptions) (*Source, error) {
 			return nil, fmt.Errorf("listing %s: %w", name, err)
 		}
 		if line == 1 && len(rec) > 0 && strings.EqualFold(strings.TrimSpace(rec[0]), "path") {
+			for i, h := range rec {
+				for j := range i {
+					if strings.TrimSpace(rec[j]) == strings.TrimSpace(h) {
+						return nil, fmt.Errorf("listing %s line 1: the header names %q twice (columns %d and %d), so which one is meant is unclear: rename one", name, strings.TrimSpace(h), j+1, i+1)
+					}
+				}
+			}
 			cols, s.LabelFields, err = pickColumns(rec, labelFields)
 			if err != nil {
 				return nil, fmt.Errorf("listing %s: %w", name, err)
@@ -330,6 +337,17 @@ func scanCSV(name string, o ScanOptions) (*Source, error) {
 		s.Items = append(s.Items, it)
 	}
 	return s, nil
+}
+
+// skipBOM reads r without the UTF-8 byte order mark some editors and
+// spreadsheet exports put first (else it would be part of the first path,
+// or of the header's first name).
+func skipBOM(r io.Reader) io.Reader {
+	br := bufio.NewReader(r)
+	if b, err := br.Peek(3); err == nil && string(b) == "\ufeff" {
+		br.Discard(3)
+	}
+	return br
 }
 
 // pickColumns maps a header row to the label columns to use: those named
@@ -376,7 +394,7 @@ func scanJSONL(name string, o ScanOptions) (*Source, error) {
 		labelFields = []string{"label"}
 	}
 	s := &Source{Root: filepath.Dir(name), LabelFields: labelFields}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(skipBOM(f))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for line := 1; sc.Scan(); line++ {
 		if strings.TrimSpace(sc.Text()) == "" {

@@ -255,3 +255,19 @@ func TestDaemonStartStopsOnSignal(t *testing.T) {
 	}
 	t.Logf("mount --daemon ended %v after SIGTERM, and its daemon with it", time.Since(start).Round(time.Millisecond))
 }
+
+// Issue 40 item 17: a mount --daemon --mkdir that failed left the
+// directory it made behind.
+func TestFailedMountRemovesItsMkdir(t *testing.T) {
+	_, urls := localStores(t, 3)
+	base := t.TempDir()
+	dir := filepath.Join(base, "a", "b", "mnt")
+	r := run(t, time.Minute, nil, "mount", "--daemon", "--mkdir", "--log-file", filepath.Join(base, "log"), "--stores="+strings.Join(urls, ","), "nosuch", dir)
+	if r.code == 0 {
+		exec.Command("umount", dir).Run()
+		t.Fatalf("mount of a dataset that does not exist: %v", r)
+	}
+	if _, err := os.Stat(filepath.Join(base, "a")); !os.IsNotExist(err) {
+		t.Fatalf("the failed mount left %s behind (%v)", filepath.Join(base, "a"), err)
+	}
+}

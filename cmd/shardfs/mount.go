@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -79,7 +80,7 @@ errors on their open files).`,
   shardfs mount --daemon --mkdir imagenet-train /mnt/data && python3 train.py /mnt/data
   shardfs mount --stores $SHARDFS_STORES --mix web:0.7,books:0.3 --batch-size 256 /mnt/mix`,
 		Args: cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (retErr error) {
 			switch {
 			case f.order.mix != "" && len(args) != 1:
 				return fmt.Errorf("with --mix the datasets come from the mix: give the mount point alone")
@@ -93,9 +94,16 @@ errors on their open files).`,
 				args = []string{"", args[0]}
 			}
 			if f.mkdir {
-				if err := os.MkdirAll(args[1], 0o755); err != nil {
+				created, err := mkdirAll(args[1])
+				if err != nil {
 					return fmt.Errorf("--mkdir: %w", err)
 				}
+				// A mount that fails leaves no directory it made behind.
+				defer func() {
+					if retErr != nil {
+						removeEmpty(created)
+					}
+				}()
 			}
 			if f.daemon {
 				return startDaemon(cmd.Context(), cmd.OutOrStdout(), args[1], f.logFile)
@@ -243,7 +251,7 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 		"dataset": ds,
 		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.Metrics.Snapshot().Stores},
 		"order": map[string]any{"version": f.order.orderVersion(), "seed": f.order.seed, "world_size": f.order.world, "ranks": f.order.ranks(), "batch_size": f.order.batch,
-			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "tail": f.order.tail,
+			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "alpha_by_epoch_note": "epochs 0, 1, ...; the last value holds for every later epoch", "tail": f.order.tail,
 			"epoch_size": f.order.epochSize, "batches_per_rank": steps,
 			"recency_half_life": f.order.halfLife, "time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf},
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize, "direct_io": f.directIO},
@@ -401,7 +409,39 @@ func printNewAnomalies(out interface{ Write([]byte) (int, error) }, before, now 
 	}
 }
 
-// alphaByEpoch lists the alpha of each epoch shown (the first 1,000 when open-ended).
+// mkdirAll is os.MkdirAll that returns the directories it created,
+// deepest last.
+func mkdirAll(dir string) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		missing = append([]string{d}, missing...)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return missing, nil
+}
+
+// removeEmpty removes the directories mkdirAll created, deepest first,
+// while they are empty.
+func removeEmpty(created []string) {
+	for i := len(created) - 1; i >= 0; i-- {
+		if os.Remove(created[i]) != nil {
+			return
+		}
+	}
+}
+
+// alphaByEpoch lists the alpha of each epoch from 0 until the schedule
+// stops changing: the last entry holds for every later epoch. So an
+// open-ended mount without a schedule lists one alpha, not a thousand.
+// It lists at most 1,000, and no more than the epochs shown.
 func alphaByEpoch(f *mountFlags) []float64 {
 	n := f.order.epochs
 	if n == 0 || n > 1000 {
@@ -411,11 +451,15 @@ func alphaByEpoch(f *mountFlags) []float64 {
 	if err != nil {
 		return nil
 	}
-	out := make([]float64, 0, n)
+	out := make([]float64, 0, 8)
 	for e := 0; e < n; e++ {
 		out = append(out, s.AlphaAt(e))
 	}
-	return out
+	last := len(out) - 1
+	for last > 0 && out[last-1] == out[last] {
+		last--
+	}
+	return out[:last+1]
 }
 
 // samples is m's number of samples, also when its rows (or, in format 3,
