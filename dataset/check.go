@@ -91,7 +91,7 @@ func storeProblem(err error) string {
 	case errors.Is(err, backend.ErrAccessDenied):
 		return fmt.Sprintf("refused our credentials (%v)", err)
 	case errors.Is(err, backend.ErrNoBucket):
-		return fmt.Sprintf("has no such bucket (%v): its fragments are lost; create the bucket, then run repair to refill it", err)
+		return fmt.Sprintf("has no such bucket (%v): check the bucket name in its URL first; if the store was replaced by an empty one, create the bucket, then run repair to refill it", err)
 	}
 	return fmt.Sprintf("did not answer (%v)", err)
 }

@@ -392,17 +392,18 @@ func noManifest(copies []storeCopy, stores []backend.Store, name string, missing
 	if slices.ContainsFunc(copies, func(c storeCopy) bool { return c.err != nil && unavailable(c.err) }) {
 		// Not a verdict on the data: stores that did not answer or
 		// refused us may hold intact copies.
-		var why []string
+		names := make([]string, len(stores))
+		errs := make([]error, len(stores))
 		for i, c := range copies {
-			switch {
-			case c.err == nil || !unavailable(c.err):
-			case errors.Is(c.err, backend.ErrAccessDenied) || errors.Is(c.err, backend.ErrNoBucket):
-				why = append(why, fmt.Sprintf("store %d (%s) %s", i, stores[i], storeProblem(c.err)))
-			default:
-				why = append(why, fmt.Sprintf("store %d (%s) did not answer in time (%v): retry when it answers, or raise --request-timeout on a busy machine", i, stores[i], c.err))
+			names[i] = fmt.Sprintf("store %d (%s)", i, stores[i])
+			if c.err != nil && unavailable(c.err) {
+				errs[i] = c.err
+				if !errors.Is(c.err, backend.ErrAccessDenied) && !errors.Is(c.err, backend.ErrNoBucket) {
+					errs[i] = fmt.Errorf("did not answer in time (%w): retry when it answers, or raise --request-timeout on a busy machine", c.err)
+				}
 			}
 		}
-		return fmt.Errorf("could not read a manifest of %s, and nothing is known to be lost: %s", name, strings.Join(why, "; "))
+		return fmt.Errorf("could not read a manifest of %s, and nothing is known to be lost: %s", name, strings.Join(backend.Causes(names, errs), "; "))
 	}
 	return fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
 }

@@ -251,8 +251,15 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 		st := mt.Metrics.Store(i)
 		backend.OnThrottle(s, func() { st.Throttled.Add(1) })
 	}
-	failingc := make(chan []string, 1)
-	go func() { failingc <- checkStores(ctx, stores) }()
+	type check struct {
+		lines []string // the failures, worded by cause
+		n     int      // the stores failing
+	}
+	failingc := make(chan check, 1)
+	go func() {
+		lines, n := checkStores(ctx, stores)
+		failingc <- check{lines, n}
+	}()
 	var err error
 	if cfg.Mix != nil {
 		mt.Mix, err = openMix(ctx, stores, cfg.Mix, mt.log, mt.Metrics)
@@ -262,7 +269,8 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 	} else {
 		mt.Dataset, err = dataset.Open(ctx, stores, cfg.Name, dataset.Options{Logger: mt.log, Metrics: mt.Metrics, LazyIndexes: true, Version: cfg.Version})
 	}
-	failing := <-failingc
+	checked := <-failingc
+	failing := checked.lines
 	if err != nil {
 		if len(failing) > 0 {
 			return fmt.Errorf("%w\nstores failing their access check:\n  %s", err, strings.Join(failing, "\n  "))
@@ -275,9 +283,9 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 			parity = min(parity, p.Manifest.Parity)
 		}
 	}
-	if len(failing) > parity {
+	if checked.n > parity {
 		return fmt.Errorf("%d stores fail their access check, more than m=%d can be read around:\n  %s",
-			len(failing), parity, strings.Join(failing, "\n  "))
+			checked.n, parity, strings.Join(failing, "\n  "))
 	}
 	for _, f := range failing {
 		mt.log.Warn("store failing; mounting degraded, reads decode around it", "store", f)
@@ -462,19 +470,21 @@ func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, layout.Pos
 }
 
 // checkStores pings every store in parallel and describes the failing ones.
-func checkStores(ctx context.Context, stores []backend.Store) []string {
+func checkStores(ctx context.Context, stores []backend.Store) ([]string, int) {
 	errs := backend.OnEvery(stores, func(_ int, s backend.Store) error {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		return backend.Ping(pctx, s)
 	})
-	var out []string
+	names := make([]string, len(stores))
+	n := 0
 	for i, err := range errs {
+		names[i] = fmt.Sprintf("store %d (%s)", i, stores[i])
 		if err != nil {
-			out = append(out, fmt.Sprintf("store %d: %v", i, err))
+			n++
 		}
 	}
-	return out
+	return backend.Causes(names, errs), n
 }
 
 // checkServable refuses an order whose rank-epoch has more members than

@@ -174,7 +174,7 @@ func doctorStores(ctx context.Context, c *checker, stores []backend.Store, maxSk
 		what := fmt.Sprintf("store %d", i)
 		switch {
 		case errors.Is(a.err, backend.ErrAccessDenied):
-			c.fail(what, "%v: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the config file's credentials for this host", a.err)
+			c.fail(what, "%v", a.err) // the error says what to check
 		case errors.Is(a.err, backend.ErrNoBucket) && dataset:
 			c.fail(what, "%v", a.err)
 		case errors.Is(a.err, backend.ErrNoBucket):

@@ -450,11 +450,17 @@ func createBuckets(ctx context.Context, out io.Writer, stores []backend.Store) e
 		created[i], err = backend.EnsureBucket(ctx, s)
 		return err
 	})
-	_, failed := backend.Split(errs)
 	for i, c := range created {
 		if c {
 			fmt.Fprintf(out, "created the bucket of store %d, %s\n", i, stores[i])
 		}
 	}
-	return errors.Join(failed...)
+	if _, failed := backend.Split(errs); len(failed) == 0 {
+		return nil
+	}
+	names := make([]string, len(stores))
+	for i, s := range stores {
+		names[i] = fmt.Sprintf("store %d (%s)", i, s)
+	}
+	return errors.New(strings.Join(backend.Causes(names, errs), "\n"))
 }
