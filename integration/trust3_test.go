@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -270,4 +271,59 @@ func TestFailedMountRemovesItsMkdir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(base, "a")); !os.IsNotExist(err) {
 		t.Fatalf("the failed mount left %s behind (%v)", filepath.Join(base, "a"), err)
 	}
+}
+
+// Issue 40 item 12: with a relative mountpoint, the "busy" message named no
+// holders: /proc names open files by absolute path.
+func TestBusyRelativeMountpointNamesHolders(t *testing.T) {
+	requireTool(t, "fusermount3")
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	src := writeSource(t, synth.Imbalanced(60, 3, 0.7, 500, 2_000, 6))
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "mnt")
+	os.Mkdir(dir, 0o755)
+	logFile := filepath.Join(t.TempDir(), "mount.log")
+	logf, _ := os.Create(logFile)
+	defer logf.Close()
+	cmd := execShardfs("mount", stores, "--batch-size=4", "ds", "mnt")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = parent, logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		if isMounted(dir) {
+			exec.Command("fusermount3", "-uz", dir).Run()
+		}
+	})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, ".shardfs", "info.json")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logFile)
+			t.Fatalf("the mount did not come up:\n%s", b)
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, "epochs/0000/rank-000/epoch.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd.Process.Signal(syscall.SIGTERM)
+	var log []byte
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !bytes.Contains(log, []byte("the mount is busy")); time.Sleep(100 * time.Millisecond) {
+		log, _ = os.ReadFile(logFile)
+	}
+	if !bytes.Contains(log, []byte("the mount is busy")) || !bytes.Contains(log, []byte(fmt.Sprintf("pid %d", os.Getpid()))) {
+		t.Fatalf("busy with a file open, mounted at a relative path: want this process named as a holder:\n%s", log)
+	}
+	f.Close()
 }

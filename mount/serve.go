@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -63,6 +64,16 @@ func (mt *Mount) Serve(ctx context.Context) error {
 // holders names the processes with a file or working directory below dir
 // (read from /proc), for the message that says why an unmount is refused.
 func holders(dir string) []string {
+	// /proc's links hold absolute paths without symlinks: compare with the
+	// mountpoint as they would name it, also when it was given relative.
+	// (Only its parent is resolved: resolving the mountpoint itself would
+	// ask the mount.)
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+		if parent, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			dir = filepath.Join(parent, filepath.Base(abs))
+		}
+	}
 	procs, _ := os.ReadDir("/proc")
 	var out []string
 	for _, p := range procs {
