@@ -57,6 +57,10 @@ type Report struct {
 	Removing   []int
 	NoIdentity []int // stores without this dataset's identity (new or replaced stores)
 	Foreign    []int // stores that hold another dataset or ingest of this name
+	// LostGroups lists the format-3 groups whose object no store holds
+	// intact: their shards (in LostIndexes too) can be neither checked nor
+	// served.
+	LostGroups []int
 	// Unreadable says what of the manifest cannot be read back, so that no
 	// mount or plan can use the dataset (strata whose time buckets do not
 	// parse, from a version ingested before ingest refused them).
@@ -126,7 +130,7 @@ func (r *Report) Complete() bool { return len(r.Unreachable) == 0 }
 
 // Recoverable reports whether repair can fix everything found.
 func (r *Report) Recoverable() bool {
-	return len(r.Unrecoverable) == 0 && len(r.BadSamples) == 0 && len(r.LostIndexes) == 0 && len(r.LostVersions) == 0 && len(r.Unreadable) == 0
+	return len(r.Unrecoverable) == 0 && len(r.BadSamples) == 0 && len(r.LostIndexes) == 0 && len(r.LostVersions) == 0 && len(r.Unreadable) == 0 && len(r.LostGroups) == 0
 }
 
 // unavailable reports whether err means the store did not answer or
@@ -171,7 +175,7 @@ func (f *storeFaults) mark(i int, err error) {
 // if not nil, receives fragment bytes as they are checked.
 func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Report, error) {
 	m := d.Manifest
-	rep := &Report{Shards: len(m.Shards), Fragments: len(m.Shards) * (m.Data + m.Parity), LostIndexes: slices.Clone(d.LostIndexes)}
+	rep := &Report{Shards: len(m.Shards), Fragments: len(m.Shards) * (m.Data + m.Parity), LostIndexes: slices.Clone(d.LostIndexes), LostGroups: slices.Clone(d.LostGroups)}
 	if slices.ContainsFunc(m.Derived, func(dv manifest.Derived) bool { return dv.Width > 0 }) {
 		if _, err := manifest.StratumTimes(&m.Header); err != nil {
 			rep.Unreadable = append(rep.Unreadable, fmt.Sprintf("the strata: %v", err))
@@ -320,7 +324,7 @@ func (d *Dataset) checkGroups(ctx context.Context, rep *Report, faults *storeFau
 	if r == nil {
 		return nil
 	}
-	err := d.checkCopies(ctx, rep, faults, len(r.Groups), func(int) bool { return false },
+	err := d.checkCopies(ctx, rep, faults, len(r.Groups), func(g int) bool { return slices.Contains(d.LostGroups, g) }, // reported lost, every copy bad
 		func(ctx context.Context, s backend.Store, g int) error {
 			_, err := ReadGroupBytes(ctx, s, r, g)
 			return err
@@ -874,8 +878,13 @@ func (rp *repair) verdict() error {
 		if len(rep.Unrecoverable) > 0 {
 			why = append(why, fmt.Sprintf("shards %v lost more than m=%d blocks of one stripe", rep.Unrecoverable, d.Manifest.Parity))
 		}
-		if len(rep.LostIndexes) > 0 {
-			why = append(why, fmt.Sprintf("shards %v lost every copy of their index", rep.LostIndexes))
+		inGroups := shardsOfGroups(d.Manifest.Root, rep.LostGroups)
+		for _, g := range rep.LostGroups {
+			r := d.Manifest.Root
+			why = append(why, fmt.Sprintf("group %d lost every copy of its object (shards %d-%d: their samples can be neither checked nor served)", g, r.FirstShard(g), r.FirstShard(g)+r.Groups[g].Shards-1))
+		}
+		if idx := slices.DeleteFunc(slices.Clone(rep.LostIndexes), func(s int) bool { return slices.Contains(inGroups, s) }); len(idx) > 0 {
+			why = append(why, fmt.Sprintf("shards %v lost every copy of their index", idx))
 		}
 		if len(rep.LostVersions) > 0 {
 			why = append(why, fmt.Sprintf("versions %v have no intact copy of their manifest left (they can no longer be mounted or rolled back to)", rep.LostVersions))

@@ -60,6 +60,10 @@ type Dataset struct {
 	// store, when opened with LostIndexesOK (verify and repair): their rows
 	// in Manifest are placeholders, never read.
 	LostIndexes []int
+	// LostGroups lists the format-3 groups whose object had no intact copy
+	// on any store, when opened with LostIndexesOK: their shards are in
+	// LostIndexes too.
+	LostGroups []int
 	log         *slog.Logger
 
 	replacedMu  sync.Mutex // guards replacedAt, replacedErr
@@ -111,14 +115,14 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 		}
 	}
 	var lazy *LazyCatalog
-	var lost []int
+	var lost, lostGroups []int
 	if opts.LazyIndexes && m.Root != nil && m.Top == nil {
 		// Format 3: not even a group object is read until its samples are.
 		if lazy, err = NewRootCatalog(m.Root, stores, log); err != nil {
 			return nil, err
 		}
 		m = lazy.Manifest()
-	} else if m, err = ExpandRoot(ctx, stores, m); err != nil {
+	} else if m, lostGroups, err = expandRoot(ctx, stores, m, opts.LostIndexesOK); err != nil {
 		return nil, err
 	} else if opts.LazyIndexes && m.Top != nil && m.Samples.Len() == 0 {
 		if lazy, err = newLazyCatalog(m.Top, stores, log); err != nil {
@@ -126,7 +130,7 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 		}
 		lazy.Manifest().Root = m.Root
 		m = lazy.Manifest()
-	} else if m, lost, err = loadIndexes(ctx, stores, m, opts.LostIndexesOK); err != nil {
+	} else if m, lost, err = loadIndexes(ctx, stores, m, opts.LostIndexesOK, shardsOfGroups(m.Root, lostGroups)); err != nil {
 		return nil, err
 	}
 	if len(stores) != m.Data+m.Parity {
@@ -154,7 +158,7 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 	if err != nil {
 		return nil, err
 	}
-	return &Dataset{Name: name, Manifest: m, Current: cur.Header, Stores: stores, Reader: r, Places: places, Lazy: lazy, LostIndexes: lost, log: log}, nil
+	return &Dataset{Name: name, Manifest: m, Current: cur.Header, Stores: stores, Reader: r, Places: places, Lazy: lazy, LostIndexes: lost, LostGroups: lostGroups, log: log}, nil
 }
 
 // LoadManifest reads every store's copy of the manifest and returns the one
@@ -172,7 +176,7 @@ func LoadManifestVersion(ctx context.Context, stores []backend.Store, name strin
 	if m, err = ExpandRoot(ctx, stores, m); err != nil {
 		return nil, err
 	}
-	m, _, err = loadIndexes(ctx, stores, m, false)
+	m, _, err = loadIndexes(ctx, stores, m, false, nil)
 	return m, err
 }
 
@@ -185,13 +189,24 @@ func LoadHeader(ctx context.Context, stores []backend.Store, name string, log *s
 	return chooseManifest(readCopies(ctx, stores, name), stores, name, log)
 }
 
+// shardsOfGroups lists the shards of groups gs of r.
+func shardsOfGroups(r *manifest.Root, gs []int) []int {
+	var out []int
+	for _, g := range gs {
+		for s := r.FirstShard(g); s < r.FirstShard(g)+r.Groups[g].Shards; s++ {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // loadIndexes completes a format-2 manifest with its shards' indexes, each
 // read from the first store whose copy matches the checksum the top-level
 // manifest keeps; format 1 manifests are returned as they are. With lostOK,
 // a shard whose index has no intact copy gets placeholder rows (one sample
 // spanning the shard, zero checksums) and is listed in lost; without it,
 // the load fails naming the shard.
-func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manifest, lostOK bool) (*manifest.Manifest, []int, error) {
+func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manifest, lostOK bool, known []int) (*manifest.Manifest, []int, error) {
 	t := m.Top
 	if t == nil || m.Samples.Len() > 0 {
 		return m, nil, nil
@@ -202,6 +217,11 @@ func loadIndexes(ctx context.Context, stores []backend.Store, m *manifest.Manife
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for si := range idx {
+		if slices.Contains(known, si) { // a shard of a lost group: its index cannot be checked
+			lost = append(lost, si)
+			idx[si] = lostIndexPlaceholder(m, si)
+			continue
+		}
 		g.Go(func() error {
 			var errs []error
 			for k := range stores {

@@ -396,3 +396,50 @@ func format3Groups(t *testing.T) ([]backend.Store, *dataset.Dataset) {
 	}
 	return stores, whole
 }
+
+// Issue 40 item 5: one group object lost on every store made verify say
+// "could not check" (exit 3) and repair refuse, leaving an unrelated lost
+// fragment unrepaired. Now verify names the lost group and its shards as
+// unrecoverable, checks everything else, and repair mends the rest.
+func TestFormat3LostGroupDoesNotBlockRepair(t *testing.T) {
+	ctx := context.Background()
+	stores, whole := format3Groups(t)
+	r := whole.Manifest.Root
+	if len(r.Groups) < 3 {
+		t.Fatalf("%d groups, want at least 3", len(r.Groups))
+	}
+	for _, s := range stores {
+		must(t, s.Delete(ctx, dataset.GroupKey("ds", r.IngestID, 1)))
+	}
+	// An unrelated loss: a fragment of a shard of group 0.
+	must(t, stores[1].Delete(ctx, dataset.FragmentKey("ds", r.IngestID, 0, 1)))
+	if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{}); err == nil {
+		t.Fatal("a mount-style open with group 1 lost: want it refused, naming the group")
+	}
+	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{LostIndexesOK: true})
+	if err != nil {
+		t.Fatalf("verify's open with group 1 lost: %v", err)
+	}
+	rep, err := ds.Verify(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, n := r.FirstShard(1), r.Groups[1].Shards
+	if !slices.Equal(rep.LostGroups, []int{1}) || rep.Recoverable() || len(rep.Damaged) != 1 || rep.Damaged[0].Shard != 0 {
+		t.Fatalf("report: lost groups %v (want [1]), recoverable %v, damaged %v (want shard 0's fragment)", rep.LostGroups, rep.Recoverable(), rep.Damaged)
+	}
+	for s := first; s < first+n; s++ {
+		if !slices.Contains(rep.LostIndexes, s) {
+			t.Fatalf("shard %d of the lost group is not reported lost: %v", s, rep.LostIndexes)
+		}
+	}
+	if _, err := ds.Repair(ctx, rep, false, nil); !errors.Is(err, dataset.ErrUnrecoverable) || !strings.Contains(err.Error(), "group 1 lost every copy of its object") {
+		t.Fatalf("repair with group 1 lost: want the rest repaired and group 1 named unrecoverable, got %v", err)
+	}
+	if _, err := stores[1].Stat(ctx, dataset.FragmentKey("ds", r.IngestID, 0, 1)); err != nil {
+		t.Fatalf("the unrelated fragment was not repaired: %v", err)
+	}
+	if rep, err = ds.Verify(ctx, nil); err != nil || len(rep.Damaged) != 0 || !slices.Equal(rep.LostGroups, []int{1}) {
+		t.Fatalf("after repair: %+v, %v", rep, err)
+	}
+}

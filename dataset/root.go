@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"sync"
 	"context"
 	"fmt"
 	"maps"
@@ -37,18 +38,29 @@ const maxExpandedCounts = 1 << 28
 // manifest is returned as it is. It holds every shard's counts: a mount
 // reads the groups as it needs them instead (LazyCatalog).
 func ExpandRoot(ctx context.Context, stores []backend.Store, m *manifest.Manifest) (*manifest.Manifest, error) {
+	m, _, err := expandRoot(ctx, stores, m, false)
+	return m, err
+}
+
+// expandRoot is ExpandRoot; with lostOK, a group whose object has no
+// intact copy on any store (every store answered) is listed in lost and
+// stands in as placeholder shards, which loadIndexes then reports lost:
+// verify and repair check and mend everything else.
+func expandRoot(ctx context.Context, stores []backend.Store, m *manifest.Manifest, lostOK bool) (*manifest.Manifest, []int, error) {
 	r := m.Root
 	if r == nil || m.Top != nil {
-		return m, nil
+		return m, nil, nil
 	}
 	if n := int64(r.NumShards()) * int64(len(r.Strata)); n > maxExpandedCounts {
-		return nil, fmt.Errorf("dataset %s: %d shards in %d strata: this reads every group object and would hold every shard's counts (%d, more than %d); a mount reads only the groups its ranks read, with the global order (no --window, no --affinity)",
+		return nil, nil, fmt.Errorf("dataset %s: %d shards in %d strata: this reads every group object and would hold every shard's counts (%d, more than %d); a mount reads only the groups its ranks read, with the global order (no --window, no --affinity)",
 			m.Name, r.NumShards(), len(r.Strata), n, maxExpandedCounts)
 	}
 	gr, err := NewGroupReader(r, nil, stores, 1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var lostMu sync.Mutex // guards lost
+	var lost []int
 	// 16 groups fetched at a time, added in order and dropped: the decoded
 	// groups never outgrow a batch of them.
 	const batch = 16
@@ -60,21 +72,41 @@ func ExpandRoot(ctx context.Context, stores []backend.Store, m *manifest.Manifes
 			eg.Go(func() error {
 				var err error
 				groups[i], err = gr.fetch(ectx, first+i)
+				if err != nil && lostOK && ectx.Err() == nil && !unavailable(err) {
+					lostMu.Lock()
+					lost = append(lost, first+i)
+					lostMu.Unlock()
+					groups[i], err = lostGroupPlaceholder(r, first+i), nil
+				}
 				return err
 			})
 		}
 		if err := eg.Wait(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, x := range groups {
 			if err := t.AddGroup(x); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
 	out := t.Manifest()
 	out.Root = r
-	return out, nil
+	slices.Sort(lost)
+	return out, lost, nil
+}
+
+// lostGroupPlaceholder stands in for group g's lost object: its shards, of
+// one placeholder sample each and no size, which nothing is checked
+// against (their indexes are then lost too: see loadIndexes).
+func lostGroupPlaceholder(r *manifest.Root, g int) *manifest.Group {
+	x := manifest.NewGroup(r, g)
+	counts := make([]int, len(r.Strata))
+	counts[0] = 1
+	for range r.Groups[g].Shards {
+		x.AddShard(manifest.TopShard{}, counts)
+	}
+	return x
 }
 
 // RootInput is the order's input from a format-3 root: its per-group

@@ -70,6 +70,16 @@ func (c *cluster) store(t *testing.T, i int) backend.Store {
 	return s
 }
 
+// clients opens every store of the cluster as a test-side client.
+func (c *cluster) clients(t *testing.T) []backend.Store {
+	t.Helper()
+	var out []backend.Store
+	for i := range c.urls {
+		out = append(out, c.store(t, i))
+	}
+	return out
+}
+
 // result of one shardfs run.
 type result struct {
 	stdout, stderr string

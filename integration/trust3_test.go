@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -326,4 +327,75 @@ func TestBusyRelativeMountpointNamesHolders(t *testing.T) {
 		t.Fatalf("busy with a file open, mounted at a relative path: want this process named as a holder:\n%s", log)
 	}
 	f.Close()
+}
+
+// Issue 40 item 5: on MinIO, format 3 with one group object lost on every
+// store, verify exited 3 ("could not check") and repair left an unrelated
+// lost fragment unrepaired; with a format-2 shard index lost on every store
+// and nothing else wrong, repair said "nothing to repair" and exited 0.
+// Now verify exits 2 naming the lost group, repair mends the rest and
+// exits 2, and the lone lost index is exit 2 too.
+func TestLostMetadataObjectOnMinIO(t *testing.T) {
+	c := startCluster(t, 3)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	clients := c.clients(t)
+	ctx := t.Context()
+	src := writeSource(t, synth.Imbalanced(300, 3, 0.7, 2_000, 20_000, 8))
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=256KiB", "--format=3", "--group-shards=2", src, "g3"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	groups, _ := clients[0].List(ctx, "g3/group/")
+	if len(groups) < 3 {
+		t.Fatalf("%d group objects, want at least 3", len(groups))
+	}
+	slices.Sort(groups)
+	lostGroup := ""
+	for _, k := range groups {
+		if strings.HasSuffix(k, "00000001") {
+			lostGroup = k
+		}
+	}
+	if lostGroup == "" {
+		t.Fatalf("no group 1 among %v", groups)
+	}
+	for _, s := range clients {
+		if err := s.Delete(ctx, lostGroup); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frags, _ := clients[2].List(ctx, "g3/data/")
+	var frag string
+	for _, k := range frags {
+		if strings.Contains(k, "/00000000.") {
+			frag = k
+		}
+	}
+	if err := clients[2].Delete(ctx, frag); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, 2*time.Minute, nil, "verify", stores, "g3")
+	if r.code != 2 || !strings.Contains(r.stdout, "LOST GROUP: group 1 (shards 2-3)") || !strings.Contains(r.stdout, "damaged: shard 0") || strings.Contains(r.stdout, "LOST INDEX") {
+		t.Fatalf("verify with group 1 lost and a fragment of shard 0: want exit 2 naming both: %v", r)
+	}
+	r = run(t, 2*time.Minute, nil, "repair", stores, "g3")
+	if r.code != 2 || !strings.Contains(r.stdout, "wrote 1 objects") || !strings.Contains(r.stderr, "group 1 lost every copy of its object") {
+		t.Fatalf("repair: want shard 0's fragment written, and exit 2 naming group 1: %v", r)
+	}
+	if _, err := clients[2].Stat(ctx, frag); err != nil {
+		t.Fatalf("the unrelated fragment after repair: %v", err)
+	}
+	// Format 2: a shard index lost on every store, nothing else.
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=256KiB", "--format=2", src, "f2"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	idx, _ := clients[0].List(ctx, "f2/index/")
+	slices.Sort(idx)
+	for _, s := range clients {
+		if err := s.Delete(ctx, idx[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := run(t, 2*time.Minute, nil, "repair", stores, "f2"); r.code != 2 || strings.Contains(r.stdout, "nothing to repair") || !strings.Contains(r.stderr, "lost every copy of their index") {
+		t.Fatalf("repair with a shard index lost everywhere and nothing else: want exit 2 naming it: %v", r)
+	}
 }

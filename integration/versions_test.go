@@ -49,10 +49,7 @@ func storeSums(t *testing.T, stores []backend.Store, name string) map[string]uin
 func TestVersionsOnMinIO(t *testing.T) {
 	c := startCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
-	var clients []backend.Store
-	for i := range c.urls {
-		clients = append(clients, c.store(t, i))
-	}
+	clients := c.clients(t)
 	src1 := taggedSource(t, 150, 3, "", 1)
 	src2 := taggedSource(t, 90, 4, "b", 2)
 	src3 := taggedSource(t, 60, 2, "c", 3)
@@ -255,10 +252,7 @@ func TestGCHonoursARunningMount(t *testing.T) {
 			t.Fatalf("ingest %v: %v", args, r)
 		}
 	}
-	var clients []backend.Store
-	for i := range c.urls {
-		clients = append(clients, c.store(t, i))
-	}
+	clients := c.clients(t)
 	objects := func() int { return len(storeSums(t, clients, "kept")) }
 	mp := mountShardfsEnv(t, nil, stores, "--batch-size=8", "--version=1", "kept")
 	n0 := objects()

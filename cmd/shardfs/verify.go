@@ -118,6 +118,9 @@ func unrecoverableShards(ds *dataset.Dataset, rep *dataset.Report) string {
 	if len(rep.Unrecoverable) > 0 {
 		why = append(why, fmt.Sprintf("shards %v lost more than m=%d blocks of one stripe", rep.Unrecoverable, ds.Manifest.Parity))
 	}
+	if len(rep.LostGroups) > 0 {
+		why = append(why, fmt.Sprintf("groups %v lost every copy of their object (their shards' samples can be neither checked nor served)", rep.LostGroups))
+	}
 	if len(rep.LostIndexes) > 0 {
 		why = append(why, fmt.Sprintf("shards %v lost every copy of their index (their samples can be neither checked nor served; see the README on lost indexes)", rep.LostIndexes))
 	}
@@ -189,8 +192,20 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	for _, i := range rep.Foreign {
 		fmt.Fprintf(out, "  FOREIGN: store %d (%s) holds %s of this name; repair writes into it only with --force\n", i, ds.Stores[i], ds.Places[i].Detail)
 	}
+	var inGroups []int
+	if r := ds.Manifest.Root; r != nil {
+		for _, g := range rep.LostGroups {
+			first, n := r.FirstShard(g), r.Groups[g].Shards
+			fmt.Fprintf(out, "  LOST GROUP: group %d (shards %d-%d): no store holds an intact copy of its object; those shards can be neither checked nor served [UNRECOVERABLE]\n", g, first, first+n-1)
+			for s := first; s < first+n; s++ {
+				inGroups = append(inGroups, s)
+			}
+		}
+	}
 	for _, si := range rep.LostIndexes {
-		fmt.Fprintf(out, "  LOST INDEX: shard %d: no store holds an intact copy of its index [UNRECOVERABLE]\n", si)
+		if !slices.Contains(inGroups, si) {
+			fmt.Fprintf(out, "  LOST INDEX: shard %d: no store holds an intact copy of its index [UNRECOVERABLE]\n", si)
+		}
 	}
 	for _, i := range rep.Unreachable {
 		fmt.Fprintf(out, "  NOT CHECKED: store %d (%s) %s\n", i, ds.Stores[i], rep.StoreProblem(i))
@@ -203,6 +218,9 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 		}
 		if len(rep.LostVersions) > 0 {
 			what = append(what, fmt.Sprintf("versions %v", rep.LostVersions))
+		}
+		if len(rep.LostGroups) > 0 {
+			what = append(what, fmt.Sprintf("groups %v", rep.LostGroups))
 		}
 		for _, u := range rep.Unreadable {
 			what = append(what, "unreadable "+u)
@@ -270,9 +288,13 @@ func runRepair(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 		return notChecked(err)
 	}
 	printReport(out, ds, rep)
-	if rep.Intact() && len(rep.Pending) == 0 {
+	switch {
+	case rep.Intact() && len(rep.Pending) == 0 && rep.Recoverable():
 		fmt.Fprintln(out, "nothing to repair")
 		return nil
+	case rep.Intact() && len(rep.Pending) == 0:
+		// Nothing repair can write, and something lost: say so (exit 2).
+		return &exitError{exitUnrecoverable, fmt.Errorf("%s is unrecoverable: %s", name, unrecoverableShards(ds, rep))}
 	}
 	var total int64
 	for _, d := range rep.Damaged {
