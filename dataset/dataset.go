@@ -64,7 +64,7 @@ type Dataset struct {
 	// on any store, when opened with LostIndexesOK: their shards are in
 	// LostIndexes too.
 	LostGroups []int
-	log         *slog.Logger
+	log        *slog.Logger
 
 	replacedMu  sync.Mutex // guards replacedAt, replacedErr
 	replacedAt  time.Time

@@ -1,11 +1,11 @@
 package dataset
 
 import (
-	"sync"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	lru "github.com/hashicorp/golang-lru/v2"
