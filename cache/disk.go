@@ -29,7 +29,9 @@ import (
 //	ROOT/NAMESPACE/SSSSSSSS.meta    the shard's index object (metadata format 2), as the stores hold it
 //
 // NAMESPACE names the dataset's ingest, so a re-ingested dataset never meets
-// the bytes of the one it replaced. One large sparse file per shard lets the
+// the bytes of the one it replaced; with SetShardNamespace, each shard's
+// namespace is the ingest that uploaded it, so the versions of a dataset
+// share the entries of the shards they share. One large sparse file per shard lets the
 // kernel's page cache do the copying, with one open file per shard instead of
 // one per sample. A sample's bytes are written before its marker, so a crash
 // between the two only loses the sample; every read is verified against the
@@ -50,6 +52,9 @@ type Disk struct {
 	dir   string
 	limit int64
 	lock  *os.File
+	// shardNS, if set, names each shard's namespace (SetShardNamespace);
+	// else every shard is in dir. Set before use, never after.
+	shardNS func(shard int) string
 
 	lockMu sync.Mutex // taken before the flock on lock: the tier's lock within this process
 
@@ -103,6 +108,27 @@ func OpenDisk(root, ns string, limit int64) (*Disk, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// SetShardNamespace puts each shard's files under the namespace ns(shard)
+// instead of the one OpenDisk was given: for a dataset with versions, the
+// ingest that uploaded the shard, whose bytes, samples and offsets are the
+// same in every version that holds it (an append adds shards; it never
+// rewrites one), so that a new version's mount finds the shards it shares
+// with the last one warm, and the tier holds them once. Call it before the
+// tier is used.
+func (d *Disk) SetShardNamespace(ns func(shard int) string) { d.shardNS = ns }
+
+// dirOf is the directory of shard's files.
+func (d *Disk) dirOf(shard int) string {
+	if d.shardNS == nil {
+		return d.dir
+	}
+	ns := d.shardNS(shard)
+	if ns == "" || strings.ContainsAny(ns, "/\x00") || strings.HasPrefix(ns, ".") {
+		return d.dir
+	}
+	return filepath.Join(d.root, ns)
 }
 
 // Close closes the tier's files; what they hold stays for the next mount.
@@ -242,6 +268,7 @@ func (d *Disk) PutMeta(shard int, b []byte) bool {
 			return err
 		}
 		name := d.metaPath(shard)
+		os.MkdirAll(filepath.Dir(name), 0o755)
 		tmp := fmt.Sprintf("%s.%d.tmp", name, os.Getpid())
 		if err := os.WriteFile(tmp, b, 0o644); err != nil {
 			os.Remove(tmp)
@@ -254,7 +281,7 @@ func (d *Disk) PutMeta(shard int, b []byte) bool {
 }
 
 func (d *Disk) metaPath(shard int) string {
-	return filepath.Join(d.dir, fmt.Sprintf("%08d.meta", shard))
+	return filepath.Join(d.dirOf(shard), fmt.Sprintf("%08d.meta", shard))
 }
 
 // open returns the open files of shard, reopening them if another mount's
@@ -281,10 +308,14 @@ func (d *Disk) open(shard int, create bool) *shardFiles {
 		f.idx.Close()
 		delete(d.files, shard)
 	}
-	base := filepath.Join(d.dir, fmt.Sprintf("%08d", shard))
+	dir := d.dirOf(shard)
+	base := filepath.Join(dir, fmt.Sprintf("%08d", shard))
 	flags := os.O_RDWR
 	if create {
 		flags |= os.O_CREATE
+		if dir != d.dir {
+			os.MkdirAll(dir, 0o755)
+		}
 	}
 	// The marker file first: a marker never points into a .dat that is not there.
 	idx, err := os.OpenFile(base+".idx", flags, 0o644)

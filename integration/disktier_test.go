@@ -281,3 +281,53 @@ func TestDirectIO(t *testing.T) {
 		}
 	}
 }
+
+// Issue 40 item 14: the disk tier was keyed by the version's ingest id, so
+// after an append of 50 samples to 1,000 a mount of the new version found
+// the tier cold (0 hits) and filled a second copy. Each shard's entries now
+// live under the ingest that uploaded it: the new version's mount reads the
+// shards it shares with the old one from the tier, and adds only the new.
+func TestDiskTierSharedAcrossVersions(t *testing.T) {
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	src1 := taggedSource(t, 1000, 4, "", 1)
+	src2 := taggedSource(t, 50, 4, "b", 2)
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=1MiB", src1, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	tier := t.TempDir()
+	epoch := func(mnt string) int {
+		t.Helper()
+		n := 0
+		files, _ := filepath.Glob(filepath.Join(mnt, "epochs", "0000", "rank-000", "batch-*.tar"))
+		for _, f := range files {
+			n += len(tarMemberNames(t, f))
+		}
+		return n
+	}
+	mount := func() *mountProc {
+		return mountShardfsEnv(t, nil, stores, "--world-size=1", "--batch-size=10", "--epochs=1", "--cache-dir="+tier, "--cache-dir-size=1GiB", "ds")
+	}
+	mp := mount()
+	n1 := epoch(mp.dir)
+	w1 := readDiskStats(t, mp.dir).Disk.Writes
+	mp.cmd.Process.Signal(syscall.SIGTERM)
+	<-mp.exited
+	bytes1 := tierBytes(tier)
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--append", src2, "ds"); r.code != 0 {
+		t.Fatalf("append: %v", r)
+	}
+	mp = mount()
+	n2 := epoch(mp.dir)
+	st := readDiskStats(t, mp.dir).Disk
+	mp.cmd.Process.Signal(syscall.SIGTERM)
+	<-mp.exited
+	bytes2 := tierBytes(tier)
+	// Version 2's epoch reads the 1,000 old samples (minus what the tail
+	// drops) and the 50 new ones: the old ones come from the tier.
+	if st.Hits < int64(n1)*9/10 || st.Writes > 100 || bytes2 > bytes1*13/10 {
+		t.Fatalf("version 2's epoch of %d samples after version 1's of %d (%d written): %d tier hits, %d writes; the tier grew from %d to %d bytes",
+			n2, n1, w1, st.Hits, st.Writes, bytes1, bytes2)
+	}
+	t.Logf("after an append of 50 samples to 1,000: version 2's epoch of %d samples had %d tier hits and %d writes; the tier grew from %d to %d bytes", n2, st.Hits, st.Writes, bytes1, bytes2)
+}

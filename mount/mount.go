@@ -293,6 +293,13 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 	return nil
 }
 
+// ShardNamespace names the disk tier namespace of each shard of a dataset:
+// the dataset and the ingest that uploaded the shard, whose bytes are the
+// same in every version that holds it.
+func ShardNamespace(h *manifest.Header) func(shard int) string {
+	return func(shard int) string { return h.Name + "-" + h.ShardIngest(shard) }
+}
+
 // catalog is what the tree and the read path see of the dataset.
 type catalog interface {
 	fs.Catalog
@@ -383,6 +390,11 @@ func (mt *Mount) newReader(cfg Config, cat catalog, fetch prefetch.Fetcher, ns s
 			return err
 		}
 		pc.Disk = disk
+		if mt.Mix == nil {
+			// Each shard's entries under the ingest that uploaded it: the
+			// versions of the dataset share the shards they share.
+			disk.SetShardNamespace(ShardNamespace(&mt.Dataset.Manifest.Header))
+		}
 		if mt.Mix == nil && mt.Dataset.Lazy != nil {
 			mt.Dataset.Lazy.SetTier(disk) // shard indexes too, so a remount fetches none
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
+	"github.com/shardfs/shardfs/mount"
 	"github.com/shardfs/shardfs/prefetch"
 )
 
@@ -127,6 +128,9 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 		}
 	}
 	disk, err := cache.OpenDisk(f.cacheDir, ds.Manifest.Name+"-"+ds.Manifest.IngestID, int64(size))
+	if err == nil {
+		disk.SetShardNamespace(mount.ShardNamespace(&ds.Manifest.Header)) // as the mount reads it
+	}
 	if err != nil {
 		return err
 	}
