@@ -55,3 +55,19 @@ func (r *Reader) currentRate() float64 {
 	defer r.mu.Unlock()
 	return r.rate
 }
+
+// maxLeadSeconds caps the seconds of reading a lead is said to cover: an
+// idle reader's rate decays toward zero, and bytes over a vanishing rate
+// gave leads of 10^25 seconds (issue 40). An hour is "not short of bytes".
+const maxLeadSeconds = 3600
+
+// leadSeconds is how long ahead bytes last at rate bytes per second.
+func leadSeconds(ahead int64, rate float64) float64 {
+	if ahead <= 0 {
+		return 0
+	}
+	if rate <= 0 || float64(ahead)/rate > maxLeadSeconds {
+		return maxLeadSeconds
+	}
+	return float64(ahead) / rate
+}

@@ -110,9 +110,7 @@ func (s *stream) pump() {
 			next := s.m.Offset(min(ps[0]+max(s.m.Order().Params.Batch, 1), s.m.Len())) - s.m.Offset(ps[0])
 			s.rank.SetLead(ahead, ahead < next)
 			s.r.m.PrefetchLead.Store(ahead)
-			if rate := s.r.currentRate(); rate > 0 {
-				s.r.m.SetLeadSeconds(float64(ahead) / rate)
-			}
+			s.r.m.SetLeadSeconds(leadSeconds(ahead, s.r.currentRate()))
 		}
 	}
 }

@@ -196,3 +196,19 @@ func TestReadMembersAreNotNeeded(t *testing.T) {
 		}
 	}
 }
+
+// Issue 40 item 17: stats printed a lead of 60919811473287497981624320
+// seconds once reads had stopped and the rate decayed toward zero.
+func TestLeadSecondsCapped(t *testing.T) {
+	for _, tc := range []struct {
+		ahead int64
+		rate  float64
+		want  float64
+	}{
+		{0, 1e6, 0}, {1e6, 1e6, 1}, {1e6, 1e-20, maxLeadSeconds}, {1e6, 0, maxLeadSeconds}, {0, 0, 0},
+	} {
+		if got := leadSeconds(tc.ahead, tc.rate); got != tc.want {
+			t.Errorf("leadSeconds(%d, %g) = %g, want %g", tc.ahead, tc.rate, got, tc.want)
+		}
+	}
+}
