@@ -64,7 +64,10 @@ import (
 // seconds of a mount (or of an epoch, when every reader waits once) cannot
 // make a short burst look like a lasting one.
 const (
-	AnomalyWindow      = 30 * time.Second
+	AnomalyWindow = 30 * time.Second
+	// SlowExpire clears a slow_store after this long without one answer
+	// from the store: no evidence either way, as on an idle mount.
+	SlowExpire         = 3 * AnomalyWindow
 	SlowFactor         = 4
 	SlowClearFactor    = 2 // a slow store stays flagged while at least this
 	SlowGap            = 100 * time.Millisecond
@@ -249,8 +252,11 @@ func (m *Metrics) Evaluate(now time.Time) {
 	m.evaluateFlow(since(a.history, now.Add(-AnomalyWindow)), since(a.history, now.Add(-LeadZeroFor)), cur, add)
 	for k, old := range a.active {
 		if _, ok := found[k]; !ok && old.Kind == "slow_store" {
-			if i := slices.Index(m.names, old.Subject); i >= 0 && p90[i] < 0 {
-				found[k] = old // too few answers to clear it
+			// Too few answers to clear it (reads that hedge around a slow
+			// store ask it less): it stays, unless there has been no
+			// evidence at all for SlowExpire, as on an idle mount.
+			if i := slices.Index(m.names, old.Subject); i >= 0 && p90[i] < 0 && len(m.stores[i].recent.since(now.Add(-SlowExpire))) > 0 {
+				found[k] = old
 			}
 		}
 	}

@@ -51,8 +51,19 @@ func TestSlowStoreAnomaly(t *testing.T) {
 	if a := m.Anomalies(); len(a) != 1 {
 		t.Fatalf("with no answers in the window the anomaly cleared: %+v", a)
 	}
-	// It answers enough, and fast (more answers than a store's ring keeps,
-	// so its slow ones are gone): cleared.
+	// Issue 40 item 13: with no answer at all for SlowExpire (an idle
+	// mount), it expires, rather than stay for minutes.
+	m.Evaluate(now.Add(SlowExpire + time.Second))
+	if a := m.Anomalies(); len(a) != 0 {
+		t.Fatalf("with no answer for %v the anomaly is still active: %+v", SlowExpire, a)
+	}
+	// Flag it again, then it answers enough, and fast (more answers than a
+	// store's ring keeps, so its slow ones are gone): cleared.
+	feed(m, 40, 5*time.Millisecond, 200*time.Millisecond, 6*time.Millisecond)
+	m.Evaluate(time.Now())
+	if a := m.Anomalies(); len(a) != 1 {
+		t.Fatalf("anomalies %+v, want slow_store on s1 again", a)
+	}
 	feed(m, 600, 5*time.Millisecond, 6*time.Millisecond, 6*time.Millisecond)
 	m.Evaluate(time.Now())
 	if a := m.Anomalies(); len(a) != 0 || testutil.ToFloat64(m.anomalies.gauge.WithLabelValues("slow_store", "s1")) != 0 {
