@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -153,4 +155,56 @@ func TestFlappingStoreLogsFewLines(t *testing.T) {
 		t.Fatalf("store 2's state was logged %d times during one verify, want at most 2:\n%s", lines, r.stderr)
 	}
 	t.Logf("%d fragments with a flipped byte on store 2: verify exit 1, %d state lines", len(files), lines)
+}
+
+// Issue 40 item 13: six identical loopback stores were named slow_store in
+// turn during one cold read while the cores were saturated. With every core
+// busy (two spinning goroutines a core in this process), cold reads of six
+// epochs (a cache smaller than one) from six identical MinIO stores raise
+// no slow_store.
+func TestNoSlowStoreOnABusyMachine(t *testing.T) {
+	c := startCluster(t, 6)
+	src := ingestSynthetic(t, c.urls, 1500, "train", 4, 2)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 * runtime.NumCPU() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := range 1 << 16 {
+					x ^= i * 31
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	mp := mountShardfsEnv(t, nil, "--stores="+strings.Join(c.urls, ","), "--rank=0", "--world-size=1", "--batch-size=32",
+		"--epochs=6", "--cache-size=16MiB", "--read-timeout=60s", "train")
+	samples := 0
+	for e := range 6 {
+		res, err := readEpochVerified(t, mp.dir, src, e, nil)
+		if err != nil {
+			t.Fatalf("epoch %d on a busy machine: %v", e, err)
+		}
+		samples += res.samples
+	}
+	var s struct {
+		Fired  map[string]int64 `json:"anomalies_fired"`
+		Checks int64            `json:"anomaly_checks"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mp.dir, ".shardfs", "stats.json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Fired["slow_store"] != 0 {
+		log, _ := os.ReadFile(mp.log)
+		t.Fatalf("six identical stores on a busy machine: slow_store fired %d times over %d checks\n%s", s.Fired["slow_store"], s.Checks, log)
+	}
+	t.Logf("cores busy: 6 cold epochs, %d samples, 0 wrong; slow_store fired 0 times over %d checks", samples, s.Checks)
 }
