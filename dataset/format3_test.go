@@ -443,3 +443,49 @@ func TestFormat3LostGroupDoesNotBlockRepair(t *testing.T) {
 		t.Fatalf("after repair: %+v, %v", rep, err)
 	}
 }
+
+// Issue 40 item 5: one lost index (format 2) or group object (format 3)
+// made every samples/<class> directory of a mount fail. PinStratum now
+// leaves the lost shards' samples out and lists the rest.
+func TestLazyStrataSkipLostMetadata(t *testing.T) {
+	ctx := context.Background()
+	src := synthSource(t, synth.Imbalanced(400, 4, 0.6, 200, 3000, 9))
+	for _, format := range []int{2, 3} {
+		t.Run(fmt.Sprint("format ", format), func(t *testing.T) {
+			stores := ingestGroups(t, src, format, 2)
+			whole, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := whole.Manifest
+			lostShards := []int{3}
+			key := dataset.IndexKey("ds", m.IngestID, 3)
+			if format == 3 {
+				key = dataset.GroupKey("ds", m.IngestID, 1)
+				lostShards = []int{2, 3}
+			}
+			for _, s := range stores {
+				must(t, s.Delete(ctx, key))
+			}
+			lazy, err := dataset.Open(ctx, stores, "ds", dataset.Options{LazyIndexes: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for c := range m.Strata {
+				_, samples, err := lazy.Lazy.PinStratum(ctx, c)
+				if err != nil {
+					t.Fatalf("stratum %d with %s lost: %v", c, key, err)
+				}
+				var want []int64
+				for i := range m.Samples.Len() {
+					if int(m.Samples.Stratum[i]) == c && !slices.Contains(lostShards, int(m.Samples.Shard[i])) {
+						want = append(want, int64(i))
+					}
+				}
+				if !slices.Equal(samples.Int64s(), want) {
+					t.Fatalf("stratum %d: %d samples listed, want the %d outside shards %v", c, samples.Len(), len(want), lostShards)
+				}
+			}
+		})
+	}
+}

@@ -55,6 +55,7 @@ type LazyCatalog struct {
 	shardViews [][]weak.Pointer[shardRows]       // the same in format 2, by shard: a read looks it up for every sample
 	recent     *lru.Cache[int, *shardRows]       // whole rows of the last shards fetched
 	flight     singleflight.Group
+	lostLogged sync.Map // shard -> true: its lost metadata was logged
 
 	tier IndexTier // nil without a disk tier
 
@@ -378,7 +379,27 @@ func (l *LazyCatalog) fetch(ctx context.Context, s int) (int64, *manifest.ShardI
 			break
 		}
 	}
+	if ctx.Err() == nil && !slices.ContainsFunc(errs, unavailable) {
+		return 0, nil, fmt.Errorf("%w: dataset %s: shard %d's index: no intact copy on any store (%w)", ErrMetadataLost, l.h.Name, s, errors.Join(errs...))
+	}
 	return 0, nil, fmt.Errorf("dataset %s: shard %d's index: no intact copy on any store (%w)", l.h.Name, s, errors.Join(errs...))
+}
+
+// ErrMetadataLost: every store answered, and none holds an intact copy of
+// a shard's index (format 2) or of its group's object (format 3): the
+// shard's samples can be neither checked nor served.
+var ErrMetadataLost = errors.New("metadata lost on every store")
+
+// lostShard reports whether err says shard metadata is lost on every
+// store (as opposed to stores not answering), logging the shard once.
+func (l *LazyCatalog) lostShard(ctx context.Context, s int, err error) bool {
+	lost := errors.Is(err, ErrMetadataLost)
+	if lost {
+		if _, seen := l.lostLogged.LoadOrStore(s, true); !seen {
+			l.log.Error("a shard's metadata is lost on every store: its samples are left out of samples/ and fail to read; run shardfs verify", "shard", s, "err", err)
+		}
+	}
+	return lost
 }
 
 // rowOf is the rows holding sample i and its row in them. A sample nobody
@@ -474,9 +495,13 @@ func (l *LazyCatalog) Number(ctx context.Context, rootSamples layout.Positions) 
 func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, layout.Positions, error) {
 	row := make([]int, len(l.h.Strata))
 	byShard := map[int][]int32{}
+	firsts := map[int]int64{}
 	var samples layout.Positions
 	for s := range l.table.numShards() {
 		first, _, err := l.table.shard(ctx, s, row)
+		if err != nil && l.lostShard(ctx, s, err) {
+			continue // its group object is lost: the directory shows the rest
+		}
 		if err != nil {
 			return nil, layout.Positions{}, err
 		}
@@ -490,16 +515,40 @@ func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, layout.Po
 		}
 		for k := range row[c] {
 			byShard[s] = append(byShard[s], int32(at+k))
-			samples.Append(first + int64(at+k))
+		}
+		firsts[s] = first
+	}
+	// Shards whose index is lost are left out: the directory shows the rest.
+	var lost sync.Map
+	p, err := l.pinSkipping(ctx, byShard, func(s int, err error) bool {
+		if l.lostShard(ctx, s, err) {
+			lost.Store(s, true)
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return nil, layout.Positions{}, err
+	}
+	for _, s := range slices.Sorted(maps.Keys(byShard)) {
+		if _, gone := lost.Load(s); gone {
+			continue
+		}
+		for _, k := range byShard[s] {
+			samples.Append(firsts[s] + int64(k))
 		}
 	}
-	p, err := l.pin(ctx, byShard)
-	return p, samples, err
+	return p, samples, nil
 }
 
 // pin holds, per shard, the rows at the given positions: the whole rows
 // when they are most of the shard (or PinWholeShards), else a copy of them.
 func (l *LazyCatalog) pin(ctx context.Context, byShard map[int][]int32) (*Pinned, error) {
+	return l.pinSkipping(ctx, byShard, nil)
+}
+
+// pinSkipping is pin, leaving out the shards whose failure skip accepts.
+func (l *LazyCatalog) pinSkipping(ctx context.Context, byShard map[int][]int32, skip func(s int, err error) bool) (*Pinned, error) {
 	p := &Pinned{l: l, rows: make(map[int]*shardRows, len(byShard))}
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
@@ -509,6 +558,9 @@ func (l *LazyCatalog) pin(ctx context.Context, byShard map[int][]int32) (*Pinned
 		pos := byShard[s]
 		g.Go(func() error {
 			r, err := l.full(gctx, s)
+			if err != nil && skip != nil && skip(s, err) {
+				return nil
+			}
 			if err != nil {
 				return err
 			}

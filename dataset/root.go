@@ -199,6 +199,9 @@ func (gr *GroupReader) fetch(ctx context.Context, g int) (*manifest.Group, error
 		}
 		return x, nil
 	})
+	if err != nil && ctx.Err() == nil && !unavailable(err) {
+		return nil, fmt.Errorf("%w: dataset %s: group %d's object: no intact copy on any store (%w)", ErrMetadataLost, gr.root.Name, g, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dataset %s: group %d's object: no intact copy on any store (%w)", gr.root.Name, g, err)
 	}
