@@ -43,7 +43,9 @@ func Quorum(k, m int) int { return min(k, (k+m)/2+1) }
 //     a dataset it could not read) counts only with a real copy.
 //
 // The commit point is therefore: for a new version of a dataset, step 1
-// reaching Quorum (R2); for a first ingest, the first real copy (R3).
+// reaching Quorum (R2), for a kill after it; for a first ingest, the first
+// real copy (R3). A commit that runs on reports success only once a store
+// confirmed a real copy.
 //
 // Proof that the current version P stays whole, or m becomes current and
 // whole, whatever happens next (a kill, a store failing mid-write):
@@ -57,6 +59,11 @@ func Quorum(k, m int) int { return min(k, (k+m)/2+1) }
 //     repair), and no step deletes a real copy. A real copy of m is written
 //     only after step 1 reached Quorum. So readers pick m (R1 or R2), and
 //     its manifest survives the loss of any m stores.
+//   - One exception, when no store confirms a real copy in step 2 (every
+//     store failed at once): the pending copies are taken back and the
+//     commit reported as not made. P's copies are as they were, so P is
+//     current and whole; or a real copy of m landed unseen, and m is
+//     current (R1) and whole: its fragments were written before step 1.
 //   - P's manifest was kept under its version key before the commit
 //     (KeepVersion), and nothing here deletes it or P's fragments: P stays
 //     readable as a version whichever is current.
@@ -99,9 +106,6 @@ func Commit(ctx context.Context, stores []backend.Store, m *manifest.Manifest, e
 		return 0, perrs, fmt.Errorf("%w: the manifest reached %d of %d stores, and a commit needs %d (%v); nothing the current version needs was touched",
 			ErrNotCommitted, len(pending), len(stores), q, errors.Join(perrs...))
 	}
-	// A new version of a dataset is committed now (R2); a first ingest is
-	// at its first real copy (R3).
-	replaces := len(m.Versions) > 1
 	written, errs := backend.Split(backend.OnEvery(stores, func(i int, s backend.Store) error {
 		if err := s.Put(ctx, ManifestKey(name), enc); err != nil {
 			return fmt.Errorf("store %d: manifest: %w", i, err)
@@ -111,14 +115,15 @@ func Commit(ctx context.Context, stores []backend.Store, m *manifest.Manifest, e
 		}
 		return nil
 	}))
-	if len(written) == 0 && !replaces {
-		// No real copy confirmed: a first ingest is not committed. Taking
-		// the pending copies back leaves a real copy that landed unseen on
-		// fewer than Quorum stores: if some did, readers see the dataset
-		// whole with one copy, and repair writes the rest.
+	if len(written) == 0 {
+		// No real copy confirmed (every store failed at once): report the
+		// commit as not made, and take the pending copies back, so that
+		// readers agree (R2 would otherwise make a new version current).
+		// A real copy that landed unseen still wins (R1, or R3 for a first
+		// ingest): whole, with one manifest copy, which repair copies on.
 		takeBackPending(every)
-		return 0, errs, fmt.Errorf("%w: no store confirmed the manifest (%v); its pending copies were taken back, so no dataset %s is visible unless a store stored the manifest without confirming it: shardfs verify %s tells",
-			ErrNotCommitted, errors.Join(errs...), name, name)
+		return 0, errs, fmt.Errorf("%w: no store confirmed the manifest (%v); its pending copies were taken back, so what was current stays current, unless a store stored the manifest without confirming it: shardfs versions %s tells",
+			ErrNotCommitted, errors.Join(errs...), name)
 	}
 	takeBackPending(written) // those stores hold the real copies now
 	if len(errs) > 0 {
