@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -200,11 +201,17 @@ func killDuringAppend(t *testing.T, urls []string) {
 		// Issue 40: a kill leaves the previous version's copies untouched
 		// until the new one's commit point, and the new one whole after
 		// it, so verify finds nothing to mend but, perhaps, pending copies
-		// (a note) of the version it committed. (Before, a kill while the
-		// real copies were replaced left one store's copy damaged.)
-		if r := run(t, 2*time.Minute, nil, "verify", stores, name); r.code != 0 {
+		// (a note) of the version it committed, and manifest copies and
+		// store identities that the kill kept from being written (a store
+		// still holding the previous version's: exit 1, all recoverable;
+		// the rerun below writes them). No fragment is ever damaged.
+		// (Before, such a kill could leave a state no tool opened.)
+		r = run(t, 2*time.Minute, nil, "verify", stores, name)
+		metadataOnly := r.code == 1 && regexp.MustCompile(`DAMAGED: 0 fragments, \d+ manifest copies, 0 index copies, \d+ identities, 0 foreign stores; all recoverable`).MatchString(r.stdout)
+		if r.code != 0 && !metadataOnly {
 			t.Fatalf("killed after %v: verify: %v", after, r)
-		} else if strings.Contains(r.stdout, "under the pending keys") {
+		}
+		if strings.Contains(r.stdout, "under the pending keys") || metadataOnly {
 			interrupted++
 		}
 		if r := run(t, 2*time.Minute, nil, "ingest", stores, "--append", "--skip-existing", src2, name); r.code != 0 {
@@ -220,7 +227,7 @@ func killDuringAppend(t *testing.T, urls []string) {
 			t.Fatalf("verify version 1 after the rerun: %v", r)
 		}
 	}
-	t.Logf("%d kills over a %v append: %d left version 1 current, %d had committed version 2 (%d of them in the commit, with pending copies for repair), 0 torn", n, full.elapsed.Round(time.Millisecond), kept, appended, interrupted)
+	t.Logf("%d kills over a %v append: %d left version 1 current, %d had committed version 2 (%d of them in the commit, with metadata copies for repair), 0 torn", n, full.elapsed.Round(time.Millisecond), kept, appended, interrupted)
 }
 
 // currentVersion is the number and samples of the current version in the
