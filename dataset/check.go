@@ -57,6 +57,10 @@ type Report struct {
 	Removing   []int
 	NoIdentity []int // stores without this dataset's identity (new or replaced stores)
 	Foreign    []int // stores that hold another dataset or ingest of this name
+	// StaleManifests says, for a store of BadManifests whose copy is
+	// intact but of another version (a commit that stopped part-way, or an
+	// earlier version of this dataset), which version it holds.
+	StaleManifests map[int]int
 	// LostGroups lists the format-3 groups whose object no store holds
 	// intact: their shards (in LostIndexes too) can be neither checked nor
 	// served.
@@ -273,6 +277,12 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 		}
 		if c.err != nil || c.m.IngestID != current {
 			rep.BadManifests = append(rep.BadManifests, i)
+			if c.err == nil {
+				if rep.StaleManifests == nil {
+					rep.StaleManifests = map[int]int{}
+				}
+				rep.StaleManifests[i] = c.m.VersionNumber()
+			}
 		}
 		if c.pending {
 			rep.Pending = append(rep.Pending, i)

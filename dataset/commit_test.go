@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,6 +107,11 @@ func checkCurrentAndWhole(t *testing.T, stores []backend.Store) int {
 	rep, err := ds.Verify(ctx, nil)
 	if err != nil || !rep.Recoverable() {
 		t.Fatalf("version %d current: verify: %+v, %v", cur, rep, err)
+	}
+	for i, v := range rep.StaleManifests {
+		if v == cur || v < 1 || !slices.Contains(rep.BadManifests, i) {
+			t.Fatalf("version %d current: store %d reported holding version %d's manifest (bad copies %v)", cur, i, v, rep.BadManifests)
+		}
 	}
 	if !rep.Intact() || len(rep.Pending) > 0 {
 		if _, err := ds.Repair(ctx, rep, false, nil); err != nil {

@@ -166,6 +166,10 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 		fmt.Fprintf(out, "  bad sample checksum: %s\n", k)
 	}
 	for _, i := range rep.BadManifests {
+		if v, ok := rep.StaleManifests[i]; ok {
+			fmt.Fprintf(out, "  manifest copy of version %d, not the current one's, on store %d (%s): a commit did not reach it; repair rewrites it\n", v, i, ds.Stores[i])
+			continue
+		}
 		fmt.Fprintf(out, "  manifest copy missing or corrupt on store %d (%s)\n", i, ds.Stores[i])
 	}
 	for _, ic := range rep.BadIndexes {
