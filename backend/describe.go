@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -44,7 +45,7 @@ func Causes(names []string, errs []error) []string {
 			order = append(order, key)
 		}
 		g.stores = append(g.stores, i)
-		if c := s3Code.FindStringSubmatch(err.Error()); c != nil && !contains(g.codes, c[1]) {
+		if c := s3Code.FindStringSubmatch(err.Error()); c != nil && !slices.Contains(g.codes, c[1]) {
 			g.codes = append(g.codes, c[1])
 		}
 	}
@@ -75,12 +76,3 @@ func Causes(names []string, errs []error) []string {
 
 // s3Code finds the S3 error code the S3 store puts in parentheses.
 var s3Code = regexp.MustCompile(`\(([A-Z][A-Za-z]+)\)`)
-
-func contains(s []string, x string) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}

@@ -213,21 +213,21 @@ type candidate struct {
 
 func (c *candidate) quorum() int { return Quorum(c.m.Data, c.m.Parity) }
 
-// chooseManifest picks the current version from every store's copies (see
-// Commit for the protocol it reads):
-//   - an ingest counts only if some store holds a real copy of it; its
-//     support is the stores holding a real or a pending copy;
-//   - of two ingests one of which names the other in its history, the newer
-//     one wins once its support reaches Quorum (its commit passed the commit
-//     point); below Quorum it never committed, and the older one wins;
-//   - when stores that did not answer could decide between them, it
-//     refuses rather than guess;
+// chooseManifest picks the current version from every store's copies, by
+// the rules Commit's protocol is proven against:
+//   - an ingest counts if some store holds a real copy of it; its support
+//     is the stores holding a real or a pending copy;
+//   - R1: of two versions one of which names the other in its history, the
+//     newer wins if some store holds a real copy of it;
+//   - R2: a newer version held only as pending copies wins once they are on
+//     Quorum stores; below it, if stores that did not answer could make up
+//     the difference, it refuses rather than guess;
+//   - R3: an ingest that replaces nothing counts only with a real copy;
 //   - unrelated ingests (another dataset of this name) are weighed by
 //     support: the winner needs Quorum, and a tie is refused.
 //
-// Copies of the winner's earlier versions, and of a successor that never
-// committed, are reported as stale (repair rewrites them); other ingests'
-// copies as foreign.
+// Copies of the winner's earlier versions are reported as stale (repair
+// rewrites them); other ingests' copies as foreign.
 func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
 	byID := map[string]*candidate{}
 	var cands []*candidate
@@ -301,7 +301,7 @@ func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log
 				successor = p
 			}
 		case len(unknown) > 0 && len(p.support)+len(unknown) >= p.quorum():
-			return nil, undecided(name, p.m, p.support, unknown, stores, errs)
+			return nil, undecided(name, p.m, p.support, unknown, errs)
 		}
 	}
 	if successor != nil {
@@ -356,8 +356,6 @@ func chooseManifest(copies []storeCopy, stores []backend.Store, name string, log
 			switch {
 			case supersedes(best.m, cd.id):
 				log.Warn("store holds an earlier version's manifest; repair rewrites it", "store", i, "name", stores[i].String(), "its_ingest", cd.id, "chosen_ingest", best.id)
-			case supersedes(cd.m, best.id):
-				log.Warn("store holds the manifest of a commit that did not complete; repair rewrites it", "store", i, "name", stores[i].String(), "its_ingest", cd.id, "chosen_ingest", best.id)
 			default:
 				log.Warn("store holds a manifest of another ingest of this name; the agreeing stores win", "store", i, "name", stores[i].String(), "its_ingest", cd.id, "chosen_ingest", best.id)
 			}
@@ -380,7 +378,7 @@ func describe(cands []*candidate) string {
 
 // undecided is the refusal when stores that did not answer decide whether
 // version m committed.
-func undecided(name string, m *manifest.Manifest, on, unknown []int, stores []backend.Store, errs []error) error {
+func undecided(name string, m *manifest.Manifest, on, unknown []int, errs []error) error {
 	return fmt.Errorf("cannot tell whether version %d of %s (ingest %s) committed: stores %v hold its copies, %d are needed, and stores %v did not answer or hold unreadable copies: retry when they answer (nothing was read or written)%s",
 		m.VersionNumber(), name, m.IngestID, on, Quorum(m.Data, m.Parity), unknown, joinErrs(errs))
 }

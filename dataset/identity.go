@@ -115,17 +115,13 @@ func (e *OrderError) Unwrap() error { return ErrWrongOrder }
 func checkPlaces(copies []storeCopy, stores []backend.Store, m *manifest.Manifest) ([]Place, error) {
 	places := make([]Place, len(stores))
 	oe := &OrderError{Name: m.Name, Want: make([]string, len(stores))}
-	// related: an ingest of this dataset's lineage, whose copies on a store
-	// are stale, not foreign: an earlier version, or a successor whose
-	// commit did not complete (chooseManifest picked m over it). Repair
-	// rewrites them without --force.
-	related := func(c storeCopy, ingest string) bool {
-		return supersedes(m, ingest) || c.m != nil && c.m.IngestID == ingest && supersedes(c.m, m.IngestID)
-	}
+	// related: an earlier version of this dataset, whose copies on a store
+	// are stale, not foreign: repair rewrites them without --force.
+	related := func(ingest string) bool { return supersedes(m, ingest) }
 	for i, c := range copies {
 		id := c.id
 		switch {
-		case id == nil && c.m != nil && c.m.IngestID != m.IngestID && related(c, c.m.IngestID):
+		case id == nil && c.m != nil && c.m.IngestID != m.IngestID && related(c.m.IngestID):
 			places[i] = Place{InPlace, "a stale manifest of ingest " + c.m.IngestID}
 		case id == nil && c.m != nil && c.m.IngestID != m.IngestID:
 			places[i] = Place{Foreign, "a manifest of ingest " + c.m.IngestID}
@@ -135,7 +131,7 @@ func checkPlaces(copies []storeCopy, stores []backend.Store, m *manifest.Manifes
 				detail = c.idErr.Error()
 			}
 			places[i] = Place{Unknown, detail}
-		case id.IngestID != m.IngestID && (!related(c, id.IngestID) || id.Position != i):
+		case id.IngestID != m.IngestID && (!related(id.IngestID) || id.Position != i):
 			places[i] = Place{Foreign, fmt.Sprintf("ingest %s, position %d", id.IngestID, id.Position)}
 		case id.IngestID != m.IngestID:
 			places[i] = Place{InPlace, "the stale identity of ingest " + id.IngestID}

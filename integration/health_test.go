@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -165,26 +164,7 @@ func TestFlappingStoreLogsFewLines(t *testing.T) {
 func TestNoSlowStoreOnABusyMachine(t *testing.T) {
 	c := startCluster(t, 6)
 	src := ingestSynthetic(t, c.urls, 1500, "train", 4, 2)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 2 * runtime.NumCPU() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			x := 0
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				for i := range 1 << 16 {
-					x ^= i * 31
-				}
-			}
-		}()
-	}
-	defer func() { close(stop); wg.Wait() }()
+	defer burnCPU(2 * runtime.NumCPU())()
 	mp := mountShardfsEnv(t, nil, "--stores="+strings.Join(c.urls, ","), "--rank=0", "--world-size=1", "--batch-size=32",
 		"--epochs=6", "--cache-size=16MiB", "--read-timeout=60s", "train")
 	samples := 0

@@ -91,12 +91,7 @@ func startDaemonMount(t *testing.T, dir string, args ...string) (int, string) {
 // log (as logrotate expects) while the mount stays.
 func TestDaemonLogIsPrivateAndSIGHUPReopensIt(t *testing.T) {
 	requireTool(t, "fusermount3")
-	_, urls := localStores(t, 3)
-	stores := "--stores=" + strings.Join(urls, ",")
-	src := writeSource(t, synth.Imbalanced(60, 3, 0.7, 500, 2_000, 6))
-	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
-		t.Fatalf("ingest: %v", r)
-	}
+	stores, src := smallLocalDataset(t)
 	base := t.TempDir()
 	// A symlink planted where the log should go is refused, and its
 	// target is left alone.
@@ -278,12 +273,7 @@ func TestFailedMountRemovesItsMkdir(t *testing.T) {
 // holders: /proc names open files by absolute path.
 func TestBusyRelativeMountpointNamesHolders(t *testing.T) {
 	requireTool(t, "fusermount3")
-	_, urls := localStores(t, 3)
-	stores := "--stores=" + strings.Join(urls, ",")
-	src := writeSource(t, synth.Imbalanced(60, 3, 0.7, 500, 2_000, 6))
-	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
-		t.Fatalf("ingest: %v", r)
-	}
+	stores, _ := smallLocalDataset(t)
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "mnt")
 	os.Mkdir(dir, 0o755)
@@ -398,4 +388,17 @@ func TestLostMetadataObjectOnMinIO(t *testing.T) {
 	if r := run(t, 2*time.Minute, nil, "repair", stores, "f2"); r.code != 2 || strings.Contains(r.stdout, "nothing to repair") || !strings.Contains(r.stderr, "lost every copy of their index") {
 		t.Fatalf("repair with a shard index lost everywhere and nothing else: want exit 2 naming it: %v", r)
 	}
+}
+
+// smallLocalDataset ingests 60 samples as "ds", RS(2,1), into three file://
+// stores, and returns the --stores flag and the source.
+func smallLocalDataset(t *testing.T) (stores, src string) {
+	t.Helper()
+	_, urls := localStores(t, 3)
+	stores = "--stores=" + strings.Join(urls, ",")
+	src = writeSource(t, synth.Imbalanced(60, 3, 0.7, 500, 2_000, 6))
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	return stores, src
 }
