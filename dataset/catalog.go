@@ -19,6 +19,7 @@ func (c Catalog) Key(i int) string         { return c.M.Samples.Key(i) }
 func (c Catalog) Size(i int) int64         { return int64(c.M.Samples.Size[i]) }
 func (c Catalog) Stratum(i int) int        { return int(c.M.Samples.Stratum[i]) }
 func (c Catalog) StratumName(s int) string { return c.M.Strata[s].Name }
+func (c Catalog) Class(s int) int          { return c.M.ClassOf(s) }
 func (c Catalog) FragSize(shard int) int64 { return c.M.FragSize(shard) }
 func (c Catalog) Locate(i int) (shard int, off, size int64) {
 	s := &c.M.Samples

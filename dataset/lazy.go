@@ -619,7 +619,8 @@ func (p *Pinned) Stratum(i int) int     { r, k := p.row(i); return int(r.stratum
 func (p *Pinned) StratumName(c int) string {
 	return p.l.h.Strata[c].Name
 }
-func (p *Pinned) NumStrata() int { return len(p.l.h.Strata) }
+func (p *Pinned) NumStrata() int  { return len(p.l.h.Strata) }
+func (p *Pinned) Class(c int) int { return p.l.h.ClassOf(c) }
 
 // FieldNames are the listing's fields each sample carries (none: nil).
 func (p *Pinned) FieldNames() []string { return p.l.h.Fields }
@@ -665,6 +666,7 @@ func (l *LazyCatalog) Stratum(i int) int {
 	return 0
 }
 func (l *LazyCatalog) StratumName(c int) string { return l.h.Strata[c].Name }
+func (l *LazyCatalog) Class(c int) int          { return l.h.ClassOf(c) }
 func (l *LazyCatalog) NumStrata() int           { return len(l.h.Strata) }
 
 // FragSize is the size of each of shard's fragments; 0 when a format-3

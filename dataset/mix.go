@@ -20,14 +20,15 @@ import (
 type Mix struct {
 	Parts []*Dataset
 	cats  []Catalog
-	// Offsets of each part's first sample, stratum and shard; one extra
-	// entry holds the totals.
-	samples, strata, shards []int
+	// Offsets of each part's first sample, stratum, shard and class; one
+	// extra entry holds the totals.
+	samples, strata, shards, classes []int
+	classNames                       []string // "<dataset>/<class>", by class
 }
 
 // NewMix combines parts, which must have distinct names.
 func NewMix(parts []*Dataset) (*Mix, error) {
-	m := &Mix{Parts: parts, samples: []int{0}, strata: []int{0}, shards: []int{0}}
+	m := &Mix{Parts: parts, samples: []int{0}, strata: []int{0}, shards: []int{0}, classes: []int{0}}
 	seen := map[string]bool{}
 	for _, p := range parts {
 		if seen[p.Name] {
@@ -39,6 +40,11 @@ func NewMix(parts []*Dataset) (*Mix, error) {
 		m.samples = append(m.samples, m.samples[len(m.samples)-1]+p.Manifest.Samples.Len())
 		m.strata = append(m.strata, m.strata[len(m.strata)-1]+len(p.Manifest.Strata))
 		m.shards = append(m.shards, m.shards[len(m.shards)-1]+len(p.Manifest.Shards))
+		names, _ := p.Manifest.Classes()
+		m.classes = append(m.classes, m.classes[len(m.classes)-1]+len(names))
+		for _, n := range names {
+			m.classNames = append(m.classNames, p.Name+"/"+n)
+		}
 	}
 	return m, nil
 }
@@ -63,6 +69,16 @@ func (m *Mix) StratumName(s int) string {
 	return m.Parts[p].Name + "/" + m.cats[p].StratumName(c)
 }
 func (m *Mix) NumStrata() int { return m.strata[len(m.strata)-1] }
+
+// Class numbers the (dataset, class) pairs of the mix in the order the
+// datasets were given, each dataset's classes in its own order.
+func (m *Mix) Class(s int) int {
+	p, c := locate(m.strata, s)
+	return m.classes[p] + m.cats[p].Class(c)
+}
+
+// ClassNames are the mix's classes by index: "<dataset>/<class>".
+func (m *Mix) ClassNames() []string { return m.classNames }
 func (m *Mix) FragSize(shard int) int64 {
 	p, sh := locate(m.shards, shard)
 	return m.cats[p].FragSize(sh)

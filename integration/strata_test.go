@@ -95,6 +95,7 @@ func timeStrata(t *testing.T, c *cluster, format, listing string, content map[st
 				Edges  []float64 `json:"bin_edges"`
 			} `json:"derived"`
 			LabelFields []string `json:"label_fields"`
+			Classes     []string `json:"classes"`
 			Strata      []struct {
 				Name   string   `json:"name"`
 				Labels []string `json:"labels"`
@@ -109,6 +110,15 @@ func timeStrata(t *testing.T, c *cluster, format, listing string, content map[st
 		t.Fatalf("label fields %q, want label,time,len", got)
 	}
 	d := info.Dataset
+	// The label is what a model learns: 3 classes, while the strata it is
+	// balanced by are label x month x length range.
+	if got := strings.Join(d.Classes, ","); got != "c0,c1,c2" {
+		t.Fatalf("info.json classes %q, want c0,c1,c2 (the label's values, not the %d strata)", got, len(d.Strata))
+	}
+	classOf := map[string]int{}
+	for i, c := range d.Classes {
+		classOf[c] = i
+	}
 	if info.Order.HalfLife != "60d" || d.NumStrata != len(d.Strata) || strings.Join(d.Fields, ",") != "label,len,note,time" ||
 		len(d.Derived) != 2 || d.Derived[0].Field != "time" || d.Derived[0].Bucket != 30*86400 || d.Derived[1].Field != "len" || len(d.Derived[1].Edges) != 5 {
 		t.Fatalf("info.json: half-life %q, %d strata of %d, fields %v, derived %+v", info.Order.HalfLife, d.NumStrata, len(d.Strata), d.Fields, d.Derived)
@@ -176,11 +186,12 @@ func timeStrata(t *testing.T, c *cluster, format, listing string, content map[st
 					if want := content[row[2]]; string(members[2*k]) != string(want) {
 						t.Fatalf("epoch %d rank %d batch %d member %d (%s): %d bytes differ from the source's %d", e, rank, b, k, row[2], len(members[2*k]), len(want))
 					}
+					// .cls is the class of the sample's label, never its stratum.
 					cls, err := strconv.Atoi(string(members[2*k+1]))
-					if err != nil || cls != byName[row[3]] {
-						t.Fatalf("member %s: .cls %q, index.csv stratum %s (#%d)", row[2], members[2*k+1], row[3], byName[row[3]])
+					if label := fields[row[2]]["label"]; err != nil || cls != classOf[label] {
+						t.Fatalf("member %s: .cls %q, want %d (label %s; stratum %s is #%d)", row[2], members[2*k+1], classOf[label], label, row[3], byName[row[3]])
 					}
-					counts[cls]++
+					counts[byName[row[3]]]++
 				}
 				perBucket := map[string]int{}
 				for s, n := range counts {
@@ -226,6 +237,24 @@ func timeStrata(t *testing.T, c *cluster, format, listing string, content map[st
 			t.Fatalf("samples/%s/%s: user.shardfs.len = %q, %v; want %q", st, key, buf[:max(n, 0)], err, f["len"])
 		}
 		break // one sample: each lookup above lists every stratum
+	}
+	// The Python loader's targets are the labels' classes.
+	if format == "2" {
+		requireTorch(t)
+		lines := runPython(t, "testdata/labels.py", mnt, "0", strconv.Itoa(W))
+		if len(lines) < 2 || lines[0][0] != "classes" || lines[0][1] != "3" || lines[0][2] != "c0,c1,c2" {
+			t.Fatalf("loader.classes(): %v, want the 3 classes c0,c1,c2", lines[:min(1, len(lines))])
+		}
+		for _, l := range lines[1:] {
+			// A member's stem is its key without the extension, "~n" marking a repeat.
+			key := strings.SplitN(l[1], "~", 2)[0] + ".bin"
+			if want := fields[key]["label"]; l[0] != "target" || want == "" || l[2] != want {
+				t.Fatalf("loader: sample %s has target %s, want its label %s", l[1], l[2], want)
+			}
+		}
+		if len(lines)-1 < len(content)/W/2 {
+			t.Fatalf("loader read %d samples of rank 0's epoch 0", len(lines)-1)
+		}
 	}
 	r = run(t, time.Minute, nil, "plan", stores, "--batch-size=24", "--recency-half-life=60d", name)
 	for _, want := range []string{"strata: ", "time: 12 values, time buckets of 30d", "len: 4 values, bins", "field len, epoch 0", "field time, epoch 0", "uniform shuffle"} {

@@ -19,6 +19,10 @@ type Catalog interface {
 	Size(i int) int64
 	Stratum(i int) int
 	StratumName(c int) string
+	// Class is the class of stratum c: the index of its label, which a
+	// batch's .cls member carries. Strata may share a class (a label cut
+	// further by time or value), never the reverse.
+	Class(c int) int
 }
 
 // FieldCatalog is a Catalog whose samples carry a listing's fields:
@@ -51,17 +55,17 @@ type Members struct {
 	rowOff  []int64      // rowOff[i]: start of row i in index.csv (after the header); rowOff[n] = size
 	csvHead string       // index.csv's header row
 	fields  FieldCatalog // nil: the catalog has no fields
-	// Member i's size and stratum, kept beside off so that a read's extents
+	// Member i's size and class, kept beside off so that a read's extents
 	// touch only this rank-epoch's arrays, not the dataset's columns.
-	size    []int64
-	stratum []int32
+	size  []int64
+	class []int32
 }
 
 // NewMembers computes the member table of a rank-epoch.
 func NewMembers(o *RankOrder, cat Catalog) *Members {
 	n := o.Samples.Len()
 	m := &Members{order: o, cat: cat, off: make([]int64, n+1), dup: make([]uint32, n), rowOff: make([]int64, n+1),
-		size: make([]int64, n), stratum: make([]int32, n)}
+		size: make([]int64, n), class: make([]int32, n)}
 	seen := make(map[uint64]uint32, n)
 	var row bytes.Buffer
 	m.csvHead = csvHeader
@@ -75,9 +79,17 @@ func NewMembers(o *RankOrder, cat Catalog) *Members {
 		row.Reset()
 	}
 	m.rowOff[0] = int64(len(m.csvHead))
+	var classOf []int32 // by stratum, -1 until asked: Class may cost a walk over the strata
 	for i, s := range o.Samples.All() {
 		size := cat.Size(int(s))
-		m.size[i], m.stratum[i] = size, int32(cat.Stratum(int(s)))
+		c := cat.Stratum(int(s))
+		for len(classOf) <= c {
+			classOf = append(classOf, -1)
+		}
+		if classOf[c] < 0 {
+			classOf[c] = int32(cat.Class(c))
+		}
+		m.size[i], m.class[i] = size, classOf[c]
 		m.off[i+1] = m.off[i] + memberLen(size)
 		stem, _ := TarName(cat.Key(int(s)))
 		h := fnv.New64a()
@@ -177,7 +189,7 @@ const (
 	PieceSample    Piece = iota // sample bytes, to fetch
 	PieceHeader                 // the sample's tar header
 	PieceClsHeader              // the .cls member's tar header
-	PieceCls                    // the .cls body: the stratum index
+	PieceCls                    // the .cls body: the class index
 	PieceZero                   // padding and the end marker
 	PieceRow                    // index.csv rows (Member is the first row; -1 for the header)
 )
@@ -227,7 +239,7 @@ func (f *FileMap) Extents(dst []Extent, off, n int64) []Extent {
 		case rel < 2*block+p:
 			piece, pStart, pLen = PieceClsHeader, block+p, block
 		default:
-			cls := digits(int(f.m.stratum[i]))
+			cls := digits(int(f.m.class[i]))
 			if rel < 2*block+p+cls {
 				piece, pStart, pLen = PieceCls, 2*block+p, cls
 			} else {
@@ -278,7 +290,7 @@ func (f *FileMap) Render(e Extent, p []byte) {
 		f.m.header(&h, int(e.Member), e.Piece == PieceClsHeader)
 		copy(p, h[e.Off:])
 	case PieceCls:
-		copy(p, strconv.Itoa(int(f.m.stratum[e.Member]))[e.Off:])
+		copy(p, strconv.Itoa(int(f.m.class[e.Member]))[e.Off:])
 	case PieceRow:
 		if e.Member < 0 {
 			copy(p, f.m.csvHead[e.Off:])
@@ -304,7 +316,7 @@ var tarEpoch = time.Unix(0, 0)
 func (m *Members) header(h *[block]byte, i int, cls bool) {
 	stem, ext := m.Name(i)
 	if cls {
-		ustarHeaderInto(h, int64(len(strconv.Itoa(int(m.stratum[i])))), stem, ".cls")
+		ustarHeaderInto(h, int64(len(strconv.Itoa(int(m.class[i])))), stem, ".cls")
 		return
 	}
 	ustarHeaderInto(h, m.size[i], stem, ".", ext)

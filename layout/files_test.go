@@ -13,13 +13,19 @@ import (
 	"testing"
 )
 
-// testCatalog has keys with awkward characters and sizes around 512.
+// testCatalog has keys with awkward characters and sizes around 512, and
+// three strata over two classes: strata 0 and 2 share class 1, as a label
+// cut by time shares its class among its time buckets.
 type testCatalog struct {
 	keys    []string
 	sizes   []int64
 	strata  []int
 	stNames []string
 }
+
+var testClassOf = []int{1, 0, 1}
+
+func (c *testCatalog) Class(s int) int { return testClassOf[s] }
 
 func (c *testCatalog) Key(i int) string         { return c.keys[i] }
 func (c *testCatalog) Size(i int) int64         { return c.sizes[i] }
@@ -113,8 +119,9 @@ func TestTarFilesParse(t *testing.T) {
 					t.Fatal(err)
 				}
 				cls, _ := io.ReadAll(tr)
-				if hdr.Name != stem+".cls" || string(cls) != strconv.Itoa(cat.strata[s]) {
-					t.Fatalf("cls member %q = %q", hdr.Name, cls)
+				// .cls carries the class, never the stratum.
+				if hdr.Name != stem+".cls" || string(cls) != strconv.Itoa(testClassOf[cat.strata[s]]) {
+					t.Fatalf("cls member %q = %q, want class %d of stratum %d", hdr.Name, cls, testClassOf[cat.strata[s]], cat.strata[s])
 				}
 				if strings.Count(hdr.Name, ".") != 1 || strings.Contains(stem[strings.LastIndex(stem, "/")+1:], ".") {
 					t.Fatalf("name %q: WebDataset would split it wrongly", hdr.Name)

@@ -14,6 +14,7 @@ func (c keyCatalog) Key(i int) string         { return c[i] }
 func (c keyCatalog) Size(i int) int64         { return int64(10 + i%7) }
 func (c keyCatalog) Stratum(i int) int        { return i % 3 }
 func (c keyCatalog) StratumName(s int) string { return fmt.Sprint("c", s) }
+func (c keyCatalog) Class(s int) int          { return s }
 
 // memberNames checks that no two members share a name and that every stem
 // has exactly one payload and one .cls label, and returns the member count.

@@ -430,6 +430,10 @@ func checkName(n string) error {
 // validateFields checks that every derived label field is a label field and
 // is cut sensibly.
 func (h *Header) validateFields() error {
+	if len(h.Derived) > 0 && len(h.ClassFields()) == 0 {
+		// Classes would be empty: no .cls could name a sample's label.
+		return fmt.Errorf("every label field (%s) is derived: the dataset has no label", strings.Join(h.LabelFields, ","))
+	}
 	for _, d := range h.Derived {
 		switch {
 		case !slices.Contains(h.LabelFields, d.Field):

@@ -14,6 +14,7 @@ func (flatCatalog) Key(i int) string         { return "k" }
 func (flatCatalog) Size(i int) int64         { return 1 }
 func (flatCatalog) Stratum(i int) int        { return 0 }
 func (flatCatalog) StratumName(c int) string { return "c" }
+func (flatCatalog) Class(c int) int          { return c }
 
 // memberIndex answers alike whether it keeps a dense table or sorted ids,
 // and agrees with a walk over the members: first use, and every use of a

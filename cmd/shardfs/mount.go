@@ -232,8 +232,10 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 		for _, s := range m.Strata {
 			strata = append(strata, stratum{s.Name, s.Labels, s.Count})
 		}
+		classes, _ := m.Classes()
 		d := map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
-			"samples": samples(m), "bytes": m.TotalBytes(), "shards": m.NumShards(), "label_fields": m.LabelFields, "num_strata": len(m.Strata), "strata": strata}
+			"samples": samples(m), "bytes": m.TotalBytes(), "shards": m.NumShards(), "label_fields": m.LabelFields, "num_strata": len(m.Strata), "strata": strata,
+			"class_fields": m.ClassFields(), "classes": classes}
 		if m.HasFields() {
 			d["fields"], d["derived"] = m.Fields, m.Derived
 		}
@@ -267,6 +269,9 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 		}
 		delete(v, "dataset")
 		v["mix"] = map[string]any{"datasets": names, "parts": parts}
+		v["classes"] = mt.Mix.ClassNames()
+	} else {
+		v["classes"] = ds["classes"]
 	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	return append(b, '\n'), err

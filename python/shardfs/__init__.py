@@ -16,8 +16,10 @@ standard library, torch and PIL only::
 
 The rank comes from torchrun's environment (RANK, WORLD_SIZE), and must
 match the mount's ``--world-size``. A class index is the number in the
-sample's ``.cls`` member: the position of its stratum in ``classes()``,
-which lists ``.shardfs/info.json``'s strata in order.
+sample's ``.cls`` member: the position of its label in ``classes()``, which
+lists ``.shardfs/info.json``'s classes in order. The label is what the
+model learns, not the stratum a batch balances: a dataset stratified by
+label x month has as many classes as labels.
 
 Resume. ``state_dict()`` records the epoch and the batches this rank has
 consumed of it (every rank consumes one batch per step, so the job has
@@ -213,7 +215,11 @@ class Loader:
         self.epoch, self.batch = 0, 0
 
     def classes(self):
-        """Class names by class index."""
+        """Class names by class index: the labels' values (with --mix,
+        "<dataset>/<class>"), never the strata."""
+        if "classes" in self.info:
+            return list(self.info["classes"])
+        # A mount from before classes were told apart from strata.
         ds = self.info.get("dataset") or {}
         return [s["name"] for s in ds.get("strata", [])]
 
