@@ -63,7 +63,7 @@ func TestFormat3ServesFormat2Order(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			locs, err := gr.LocateAll(ctx, ro.Samples, 4, nil)
+			locs, err := gr.LocateAll(ctx, ro.Samples, 4, nil, nil)
 			if err != nil || len(locs) != o.Samples.Len() {
 				t.Fatalf("%d located of %d: %v", len(locs), o.Samples.Len(), err)
 			}
@@ -334,8 +334,22 @@ func TestFormat3LazyDamagedGroup(t *testing.T) {
 			elsewhere.Append(int64(x))
 		}
 	}
-	if _, _, err := lazy.Lazy.PinRoot(ctx, inGroup1); err == nil || !strings.Contains(err.Error(), "group 1's object: no intact copy on any store") {
+	// Group 1's samples pin as lost, each of its stratum, numbered in
+	// the group's range; reading one fails.
+	lp, lostIDs, err := lazy.Lazy.PinRoot(ctx, inGroup1)
+	if err != nil || lostIDs.Len() != inGroup1.Len() {
 		t.Fatalf("pinning group 1's samples: %v", err)
+	}
+	seen := map[int64]bool{}
+	for k, x := range lostIDs.All() {
+		_, c, _, _ := in.Split(inGroup1.At(k))
+		if !lp.Lost(int(x)) || lp.Stratum(int(x)) != c || seen[x] || lp.Size(int(x)) != 0 {
+			t.Fatalf("group 1's sample %d (root %d): lost %v, stratum %d of %d, repeated %v", x, inGroup1.At(k), lp.Lost(int(x)), lp.Stratum(int(x)), c, seen[x])
+		}
+		seen[x] = true
+		if _, err := lazy.ReadSample(ctx, int(x)); err == nil {
+			t.Fatalf("sample %d of the lost group 1 was served", x)
+		}
 	}
 	p, ids, err := lazy.Lazy.PinRoot(ctx, elsewhere)
 	if err != nil {

@@ -90,6 +90,10 @@ type shardRows struct {
 	keyEnd                  []uint32 // end of each key in keys
 	keys                    []byte
 	fields                  []string // per held row, its field values joined; nil: no fields
+	// lost: the shard's index has no intact copy on any store; the rows
+	// know only each sample's stratum (from the top-level manifest's
+	// counts), and a rank-epoch serves them as lost (layout.LostCatalog).
+	lost bool
 }
 
 func newShardRows(x *manifest.ShardIndex, first int) *shardRows {
@@ -390,13 +394,18 @@ func (l *LazyCatalog) fetch(ctx context.Context, s int) (int64, *manifest.ShardI
 // shard's samples can be neither checked nor served.
 var ErrMetadataLost = errors.New("metadata lost on every store")
 
-// lostShard reports whether err says shard metadata is lost on every
-// store (as opposed to stores not answering), logging the shard once.
+// lostShard reports whether err says the metadata of shard s (s >= 0) or
+// of group -1-s (s < 0, format 3) is lost on every store (as opposed to
+// stores not answering), logging it once.
 func (l *LazyCatalog) lostShard(ctx context.Context, s int, err error) bool {
 	lost := errors.Is(err, ErrMetadataLost)
 	if lost {
 		if _, seen := l.lostLogged.LoadOrStore(s, true); !seen {
-			l.log.Error("a shard's metadata is lost on every store: its samples are left out of samples/ and fail to read; run shardfs verify", "shard", s, "err", err)
+			what, n := "shard", s
+			if s < 0 {
+				what, n = "group", -1-s
+			}
+			l.log.Error("a "+what+"'s metadata is lost on every store: its samples are left out of samples/, and the batches, epoch.tar bytes and index.csv rows that hold them fail to read (EIO); run shardfs verify", what, n, "err", err)
 		}
 	}
 	return lost
@@ -469,7 +478,7 @@ func (l *LazyCatalog) PinRoot(ctx context.Context, rootSamples layout.Positions)
 	if l.groups == nil {
 		return nil, layout.Positions{}, fmt.Errorf("dataset %s: root positions given for a dataset in format 2", l.h.Name)
 	}
-	ids, byShard, err := l.groups.translate(ctx, rootSamples)
+	ids, byShard, err := l.groups.translate(ctx, rootSamples, func(g int, err error) bool { return l.lostShard(ctx, -1-g, err) })
 	if err != nil {
 		return nil, layout.Positions{}, err
 	}
@@ -486,7 +495,7 @@ func (l *LazyCatalog) Number(ctx context.Context, rootSamples layout.Positions) 
 	if l.groups == nil {
 		return layout.Positions{}, fmt.Errorf("dataset %s: root positions given for a dataset in format 2", l.h.Name)
 	}
-	ids, _, err := l.groups.translate(ctx, rootSamples)
+	ids, _, err := l.groups.translate(ctx, rootSamples, nil)
 	return ids, err
 }
 
@@ -519,19 +528,12 @@ func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, layout.Po
 		firsts[s] = first
 	}
 	// Shards whose index is lost are left out: the directory shows the rest.
-	var lost sync.Map
-	p, err := l.pinSkipping(ctx, byShard, func(s int, err error) bool {
-		if l.lostShard(ctx, s, err) {
-			lost.Store(s, true)
-			return true
-		}
-		return false
-	})
+	p, err := l.pinWith(ctx, byShard, lostLeftOut)
 	if err != nil {
 		return nil, layout.Positions{}, err
 	}
 	for _, s := range slices.Sorted(maps.Keys(byShard)) {
-		if _, gone := lost.Load(s); gone {
+		if p.rows[s] == nil {
 			continue
 		}
 		for _, k := range byShard[s] {
@@ -543,12 +545,23 @@ func (l *LazyCatalog) PinStratum(ctx context.Context, c int) (*Pinned, layout.Po
 
 // pin holds, per shard, the rows at the given positions: the whole rows
 // when they are most of the shard (or PinWholeShards), else a copy of them.
+// A shard whose index is lost on every store is pinned as lost (format 2:
+// a rank-epoch serves every other sample; see layout.LostCatalog).
 func (l *LazyCatalog) pin(ctx context.Context, byShard map[int][]int32) (*Pinned, error) {
-	return l.pinSkipping(ctx, byShard, nil)
+	return l.pinWith(ctx, byShard, lostKept)
 }
 
-// pinSkipping is pin, leaving out the shards whose failure skip accepts.
-func (l *LazyCatalog) pinSkipping(ctx context.Context, byShard map[int][]int32, skip func(s int, err error) bool) (*Pinned, error) {
+// lostPolicy says what a pin does with a shard whose metadata is lost on
+// every store (ErrMetadataLost).
+type lostPolicy int
+
+const (
+	lostLeftOut lostPolicy = iota // its samples are left out (a samples/ directory)
+	lostKept                      // its samples are pinned as lost, where the counts say their strata
+)
+
+// pinWith is pin, with lost shards handled as policy says.
+func (l *LazyCatalog) pinWith(ctx context.Context, byShard map[int][]int32, policy lostPolicy) (*Pinned, error) {
 	p := &Pinned{l: l, rows: make(map[int]*shardRows, len(byShard))}
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
@@ -557,15 +570,34 @@ func (l *LazyCatalog) pinSkipping(ctx context.Context, byShard map[int][]int32, 
 	for _, s := range slices.Sorted(maps.Keys(byShard)) {
 		pos := byShard[s]
 		g.Go(func() error {
+			slices.Sort(pos)
+			pos = slices.Compact(pos)
+			if s < 0 { // the samples of group -1-s, lost (see groupTable.translate)
+				r, err := l.lostRows(gctx, s, pos)
+				if err == nil {
+					mu.Lock()
+					p.rows[s] = r
+					mu.Unlock()
+				}
+				return err
+			}
 			r, err := l.full(gctx, s)
-			if err != nil && skip != nil && skip(s, err) {
+			if err != nil && l.lostShard(gctx, s, err) {
+				if policy == lostLeftOut {
+					return nil
+				}
+				r, err = l.lostRows(gctx, s, pos)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				p.rows[s] = r
+				mu.Unlock()
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			slices.Sort(pos)
-			pos = slices.Compact(pos)
 			if !l.dense && 2*len(pos) < len(r.off) {
 				r = r.subset(pos)
 				l.register(r)
@@ -581,6 +613,45 @@ func (l *LazyCatalog) pinSkipping(ctx context.Context, byShard map[int][]int32, 
 	}
 	p.byFirst = slices.SortedFunc(maps.Values(p.rows), func(a, b *shardRows) int { return a.first - b.first })
 	return p, nil
+}
+
+// lostRows are the rows at positions pos (ascending) of shard s, whose
+// index is lost, or with s < 0 of format 3's group -1-s, whose object is:
+// only their strata are known, from the counts per stratum of the shard
+// (top-level manifest) or the group (root), which store their samples
+// stratum by stratum.
+func (l *LazyCatalog) lostRows(ctx context.Context, s int, pos []int32) (*shardRows, error) {
+	row := make([]int, len(l.h.Strata))
+	var first int64
+	var samples int
+	if s < 0 {
+		// Format 3's lost group -1-s: the root has its counts, and its
+		// samples are numbered in its range stratum by stratum.
+		g := -1 - s
+		l.groups.root.GroupCounts(g, row)
+		first, samples = l.groups.first[g], int(l.groups.first[g+1]-l.groups.first[g])
+	} else {
+		f, sh, err := l.table.shard(ctx, s, row)
+		if err != nil {
+			return nil, fmt.Errorf("dataset %s: shard %d: %w", l.h.Name, s, err)
+		}
+		first, samples = f, sh.NumSamples
+	}
+	n := len(pos)
+	r := &shardRows{shard: s, first: int(first), n: samples, pos: pos, lost: true,
+		off: make([]uint32, n), size: make([]uint32, n), sum: make([]uint32, n), stratum: make([]uint32, n), keyEnd: make([]uint32, n)}
+	c, end := 0, 0 // stratum c holds the positions before end
+	for k, j := range pos {
+		for c < len(row) && int(j) >= end+row[c] {
+			end += row[c]
+			c++
+		}
+		if c == len(row) {
+			return nil, fmt.Errorf("dataset %s: shard %d: position %d past its %d samples", l.h.Name, s, j, samples)
+		}
+		r.stratum[k] = uint32(c)
+	}
+	return r, nil
 }
 
 // Pinned is a catalog of some samples, whose rows it holds. Asking it
@@ -622,6 +693,10 @@ func (p *Pinned) StratumName(c int) string {
 func (p *Pinned) NumStrata() int  { return len(p.l.h.Strata) }
 func (p *Pinned) Class(c int) int { return p.l.h.ClassOf(c) }
 
+// Lost reports whether sample i's shard index is lost on every store
+// (layout.LostCatalog): it has neither key nor size, and must not be read.
+func (p *Pinned) Lost(i int) bool { r, _ := p.row(i); return r.lost }
+
 // FieldNames are the listing's fields each sample carries (none: nil).
 func (p *Pinned) FieldNames() []string { return p.l.h.Fields }
 
@@ -641,6 +716,7 @@ var (
 	_ layout.Geometry     = (*LazyCatalog)(nil)
 	_ layout.Catalog      = (*Pinned)(nil)
 	_ layout.FieldCatalog = (*Pinned)(nil)
+	_ layout.LostCatalog  = (*Pinned)(nil)
 )
 
 func (l *LazyCatalog) KeyBytes(i int) []byte {

@@ -195,6 +195,10 @@ func TestLazyIndexCorruptCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	whole, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	key := func(si int) string { return dataset.IndexKey("ds", ds.Manifest.IngestID, si) }
 	// Shard 1's first copy tried (store 1) is corrupt; all of shard 2's are.
 	if err := stores[1].Put(ctx, key(1), []byte("not an index")); err != nil {
@@ -211,8 +215,12 @@ func TestLazyIndexCorruptCopies(t *testing.T) {
 	if p.Size(int(first(1))) <= 0 {
 		t.Fatalf("shard 1's first sample: size %d", p.Size(int(first(1))))
 	}
-	if _, err := ds.Lazy.Pin(ctx, layout.PositionsOf(int64(first(2)))); err == nil || !strings.Contains(err.Error(), "shard 2's index: no intact copy on any store") {
-		t.Fatalf("pin of shard 2 with every index copy corrupt: %v", err)
+	// Every copy corrupt: the pin holds shard 2's samples as lost, with
+	// their strata (a rank-epoch serves the rest), and nothing else of them.
+	lp, err := ds.Lazy.Pin(ctx, layout.PositionsOf(int64(first(2))))
+	if err != nil || !lp.Lost(int(first(2))) || lp.Key(int(first(2))) != "" || lp.Size(int(first(2))) != 0 ||
+		lp.Stratum(int(first(2))) != int(whole.Manifest.Samples.Stratum[first(2)]) {
+		t.Fatalf("pin of shard 2 with every index copy corrupt: %v; want its sample pinned as lost, of its stratum", err)
 	}
 	if _, err := ds.ReadSample(ctx, int(first(2))); err == nil {
 		t.Fatal("a sample of shard 2 was served with no intact index")

@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -209,15 +210,19 @@ func (gr *GroupReader) fetch(ctx context.Context, g int) (*manifest.Group, error
 	return x, nil
 }
 
-// Location is where a sample lies: its shard and its position in it.
+// Location is where a sample lies: its shard and its position in it. A
+// sample of a lost group (see LocateAll) has Shard -1-g and Pos its place
+// in group g, whose samples are numbered stratum by stratum.
 type Location struct{ Shard, Pos int32 }
 
 // LocateAll locates every sample of samples, fetching each group object
 // they touch once, up to fetchers at a time: samples are visited group by
 // group, whatever their order, so that a rank-epoch drawn from every group
 // of the dataset holds only the groups being read. Each group object used
-// is passed to seen, if set.
-func (gr *GroupReader) LocateAll(ctx context.Context, samples layout.Positions, fetchers int, seen func(*manifest.Group)) ([]Location, error) {
+// is passed to seen, if set. With keepLost, the samples of a group whose
+// object is lost on every store (ErrMetadataLost) are located in the group
+// alone (see Location), and lost is called once per such group.
+func (gr *GroupReader) LocateAll(ctx context.Context, samples layout.Positions, fetchers int, seen func(*manifest.Group), lost func(g int, err error) bool) ([]Location, error) {
 	type member struct {
 		slot    int32
 		stratum int32
@@ -238,6 +243,18 @@ func (gr *GroupReader) LocateAll(ctx context.Context, samples layout.Positions, 
 	for _, g := range groups {
 		eg.Go(func() error {
 			x, err := gr.Group(ctx, g)
+			if err != nil && lost != nil && errors.Is(err, ErrMetadataLost) && lost(g, err) {
+				row := make([]int, len(gr.root.Strata))
+				gr.root.GroupCounts(g, row)
+				start := make([]int64, len(row)) // the group's samples of stratum c start at start[c]
+				for c := 1; c < len(row); c++ {
+					start[c] = start[c-1] + int64(row[c-1])
+				}
+				for _, m := range byGroup[g] {
+					out[m.slot] = Location{int32(-1 - g), int32(start[m.stratum] + m.k)}
+				}
+				return nil
+			}
 			if err != nil {
 				return err
 			}

@@ -43,7 +43,7 @@ func BenchmarkGroupLocate(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := gr.LocateAll(ctx, samples, 1, nil); err != nil || gr.Fetches.Load() != 1 {
+		if _, err := gr.LocateAll(ctx, samples, 1, nil, nil); err != nil || gr.Fetches.Load() != 1 {
 			b.Fatalf("%v, %d fetches", err, gr.Fetches.Load())
 		}
 	}

@@ -233,9 +233,12 @@ func (gt *groupTable) shardOf(ctx context.Context, i int64) (int, int64, error) 
 // translate turns root positions (the order computed from RootInput) into
 // samples numbered shard by shard, as the catalog numbers them, reading
 // each group object they touch once, up to 16 at a time. It also returns,
-// per shard, the positions in it of the samples (what pin takes).
-func (gt *groupTable) translate(ctx context.Context, rootSamples layout.Positions) (layout.Positions, map[int][]int32, error) {
-	locs, err := gt.gr.LocateAll(ctx, rootSamples, 16, func(obj *manifest.Group) { gt.keep(obj) })
+// per shard, the positions in it of the samples (what pin takes). lost, if
+// set, may accept the samples of a group whose object is lost on every
+// store: they are numbered in the group's range and returned under the
+// key -1-g, as positions in the group.
+func (gt *groupTable) translate(ctx context.Context, rootSamples layout.Positions, lost func(g int, err error) bool) (layout.Positions, map[int][]int32, error) {
+	locs, err := gt.gr.LocateAll(ctx, rootSamples, 16, func(obj *manifest.Group) { gt.keep(obj) }, lost)
 	if err != nil {
 		return layout.Positions{}, nil, err
 	}
@@ -243,6 +246,14 @@ func (gt *groupTable) translate(ctx context.Context, rootSamples layout.Position
 	byShard := map[int][]int32{}
 	for _, loc := range locs {
 		s := int(loc.Shard)
+		if s < 0 {
+			// A lost group's sample: numbered within the group's range
+			// (the catalog's numbering of it is in the lost object), and
+			// pinned as lost under the key s = -1-g (see lostRows).
+			out.Append(gt.first[-1-s] + int64(loc.Pos))
+			byShard[s] = append(byShard[s], loc.Pos)
+			continue
+		}
 		first, _, err := gt.shard(ctx, s, nil)
 		if err != nil {
 			return layout.Positions{}, nil, err

@@ -540,7 +540,10 @@ func (f *virtFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	if f.t.DirectIO {
+	// A rank-epoch holding lost samples is read past the page cache too:
+	// the kernel would widen a read to its readahead window, and fail the
+	// reads of good bytes near a lost member with it.
+	if f.t.DirectIO || f.fm.Members().HasLost() {
 		return f.t.Reader.Open(f.fm), fuse.FOPEN_DIRECT_IO, 0
 	}
 	return f.t.Reader.Open(f.fm), fuse.FOPEN_KEEP_CACHE, 0

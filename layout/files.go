@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -23,6 +24,17 @@ type Catalog interface {
 	// batch's .cls member carries. Strata may share a class (a label cut
 	// further by time or value), never the reverse.
 	Class(c int) int
+}
+
+// LostCatalog is a Catalog some of whose samples are lost: their metadata
+// (key, size, checksums) has no intact copy anywhere, so nothing about them
+// can be served. Their members keep their place in the order, as members
+// with no bytes, and every byte of them, and of their index.csv rows, reads
+// as an error (PieceLost): a reader of the rest of the rank-epoch is not
+// held up, and no reader is ever handed a stand-in for a lost sample.
+type LostCatalog interface {
+	Catalog
+	Lost(i int) bool
 }
 
 // FieldCatalog is a Catalog whose samples carry a listing's fields:
@@ -59,6 +71,7 @@ type Members struct {
 	// touch only this rank-epoch's arrays, not the dataset's columns.
 	size  []int64
 	class []int32
+	lost  []bool // nil: none is lost (see LostCatalog)
 }
 
 // NewMembers computes the member table of a rank-epoch.
@@ -80,7 +93,14 @@ func NewMembers(o *RankOrder, cat Catalog) *Members {
 	}
 	m.rowOff[0] = int64(len(m.csvHead))
 	var classOf []int32 // by stratum, -1 until asked: Class may cost a walk over the strata
+	lc, _ := cat.(LostCatalog)
 	for i, s := range o.Samples.All() {
+		if lc != nil && lc.Lost(int(s)) {
+			if m.lost == nil {
+				m.lost = make([]bool, n)
+			}
+			m.lost[i] = true
+		}
 		size := cat.Size(int(s))
 		c := cat.Stratum(int(s))
 		for len(classOf) <= c {
@@ -192,7 +212,17 @@ const (
 	PieceCls                    // the .cls body: the class index
 	PieceZero                   // padding and the end marker
 	PieceRow                    // index.csv rows (Member is the first row; -1 for the header)
+	PieceLost                   // a lost sample's member or index.csv row: reads fail (LostCatalog)
 )
+
+// ErrLost: a read touched a lost sample's member or row (see LostCatalog).
+var ErrLost = errors.New("the sample is lost: its shard's index has no intact copy on any store (shardfs verify names it)")
+
+// HasLost reports whether any member's sample is lost (see LostCatalog).
+func (m *Members) HasLost() bool { return m.lost != nil }
+
+// Lost reports whether member i's sample is lost (see LostCatalog).
+func (m *Members) Lost(i int) bool { return m.lost != nil && m.lost[i] }
 
 // Extent is one contiguous run of a file's bytes.
 type Extent struct {
@@ -227,6 +257,12 @@ func (f *FileMap) Extents(dst []Extent, off, n int64) []Extent {
 		start := f.m.off[i] - f.base
 		size := f.m.size[i]
 		rel := pos - start
+		if f.m.Lost(i) {
+			l := min(f.m.off[i+1]-f.base, end) - pos
+			dst = append(dst, Extent{Piece: PieceLost, Member: int32(i), Off: rel, Len: l, FileOff: pos})
+			pos += l
+			continue
+		}
 		var piece Piece
 		var pStart, pLen int64
 		switch p := padded(size); {
@@ -275,8 +311,26 @@ func (f *FileMap) csvExtents(dst []Extent, off, end int64) []Extent {
 		return dst
 	}
 	i := sort.Search(f.m.Len(), func(k int) bool { return f.m.rowOff[k+1] > off })
-	// One extent for the run of rows; Member is the first row, Off is within it.
-	return append(dst, Extent{Piece: PieceRow, Member: int32(i), Off: off - f.m.rowOff[i], Len: end - off, FileOff: off})
+	if f.m.lost == nil {
+		// One extent for the run of rows; Member is the first row, Off is within it.
+		return append(dst, Extent{Piece: PieceRow, Member: int32(i), Off: off - f.m.rowOff[i], Len: end - off, FileOff: off})
+	}
+	// One extent for each run of rows, lost or not.
+	for off < end {
+		j := i + 1
+		for j < f.m.Len() && f.m.rowOff[j] < end && f.m.Lost(j) == f.m.Lost(i) {
+			j++
+		}
+		piece := PieceRow
+		if f.m.Lost(i) {
+			piece = PieceLost
+		}
+		l := min(f.m.rowOff[j], end) - off
+		dst = append(dst, Extent{Piece: piece, Member: int32(i), Off: off - f.m.rowOff[i], Len: l, FileOff: off})
+		off += l
+		i = j
+	}
+	return dst
 }
 
 // Render fills p (len(p) == e.Len) with the synthesized bytes of e. It must

@@ -2,6 +2,7 @@ package prefetch
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -93,6 +94,10 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		dst := p[e.FileOff-off : e.FileOff-off+e.Len]
 		if e.Member >= 0 {
 			lastMember = e.Member
+		}
+		if e.Piece == layout.PieceLost {
+			h.r.account(0, waited, h.rank)
+			return 0, fmt.Errorf("position %d of the rank-epoch: %w", e.Member, layout.ErrLost)
 		}
 		if e.Piece != layout.PieceSample {
 			h.f.Render(e, dst)

@@ -147,6 +147,9 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 	}
 	var locs []loc
 	for _, i := range members {
+		if s.m.Lost(i) {
+			continue // nothing of it can be read (layout.LostCatalog)
+		}
 		smp := s.m.Sample(i)
 		size := r.sampleSize(smp)
 		if r.adviseDisk(smp, size) {
