@@ -71,7 +71,8 @@ type Members struct {
 	// touch only this rank-epoch's arrays, not the dataset's columns.
 	size  []int64
 	class []int32
-	lost  []bool // nil: none is lost (see LostCatalog)
+	lost  []bool   // nil: none is lost (see LostCatalog)
+	rec   *records // nil: one member per sample (see RecordCatalog)
 }
 
 // NewMembers computes the member table of a rank-epoch.
@@ -94,6 +95,9 @@ func NewMembers(o *RankOrder, cat Catalog) *Members {
 	m.rowOff[0] = int64(len(m.csvHead))
 	var classOf []int32 // by stratum, -1 until asked: Class may cost a walk over the strata
 	lc, _ := cat.(LostCatalog)
+	if rc, ok := cat.(RecordCatalog); ok {
+		m.rec = newRecords(o, rc)
+	}
 	for i, s := range o.Samples.All() {
 		if lc != nil && lc.Lost(int(s)) {
 			if m.lost == nil {
@@ -110,8 +114,14 @@ func NewMembers(o *RankOrder, cat Catalog) *Members {
 			classOf[c] = int32(cat.Class(c))
 		}
 		m.size[i], m.class[i] = size, classOf[c]
-		m.off[i+1] = m.off[i] + memberLen(size)
-		stem, _ := TarName(cat.Key(int(s)))
+		var stem string
+		if m.rec != nil {
+			m.off[i+1] = m.off[i] + m.rec.length(i)
+			stem = RecordStem(cat.Key(int(s)))
+		} else {
+			m.off[i+1] = m.off[i] + memberLen(size)
+			stem, _ = TarName(cat.Key(int(s)))
+		}
 		h := fnv.New64a()
 		h.Write([]byte(stem))
 		k := h.Sum64()
@@ -133,9 +143,14 @@ func (m *Members) Order() *RankOrder { return m.order }
 // Sample is the sample index of member i.
 func (m *Members) Sample(i int) int { return int(m.order.Samples.At(i)) }
 
-// Name returns member i's tar name stem (no extension) and extension.
+// Name returns member i's tar name stem (no extension) and extension; a
+// record's members are named by Part instead, and ext is "".
 func (m *Members) Name(i int) (stem, ext string) {
-	stem, ext = TarName(m.cat.Key(m.Sample(i)))
+	if m.rec != nil {
+		stem = RecordStem(m.cat.Key(m.Sample(i)))
+	} else {
+		stem, ext = TarName(m.cat.Key(m.Sample(i)))
+	}
 	if m.dup[i] > 0 {
 		stem += "~" + strconv.FormatUint(uint64(m.dup[i]), 10)
 	}
@@ -227,8 +242,9 @@ func (m *Members) Lost(i int) bool { return m.lost != nil && m.lost[i] }
 // Extent is one contiguous run of a file's bytes.
 type Extent struct {
 	Piece   Piece
-	Member  int32 // member index in the rank-epoch (-1 for the trailer / CSV header)
-	Off     int64 // offset within the piece (sample bytes, header, row...)
+	Part    uint16 // a record's member the header or sample bytes are of (see RecordCatalog)
+	Member  int32  // member index in the rank-epoch (-1 for the trailer / CSV header)
+	Off     int64  // offset within the piece (sample bytes, header, row...)
 	Len     int64
 	FileOff int64 // offset of this extent in the file
 }
@@ -261,6 +277,14 @@ func (f *FileMap) Extents(dst []Extent, off, n int64) []Extent {
 			l := min(f.m.off[i+1]-f.base, end) - pos
 			dst = append(dst, Extent{Piece: PieceLost, Member: int32(i), Off: rel, Len: l, FileOff: pos})
 			pos += l
+			continue
+		}
+		if f.m.rec != nil {
+			e := f.m.rec.extent(i, rel, f.m.class[i])
+			e.Len = min(e.Len, end-pos)
+			e.FileOff = pos
+			dst = append(dst, e)
+			pos += e.Len
 			continue
 		}
 		var piece Piece
@@ -341,7 +365,7 @@ func (f *FileMap) Render(e Extent, p []byte) {
 		clear(p)
 	case PieceHeader, PieceClsHeader:
 		var h [block]byte // on the stack: a heap header per member was 91% of the daemon's allocations under fio
-		f.m.header(&h, int(e.Member), e.Piece == PieceClsHeader)
+		f.m.header(&h, int(e.Member), e.Piece == PieceClsHeader, int(e.Part))
 		copy(p, h[e.Off:])
 	case PieceCls:
 		copy(p, strconv.Itoa(int(f.m.class[e.Member]))[e.Off:])
@@ -366,14 +390,18 @@ func (f *FileMap) Render(e Extent, p []byte) {
 // tarEpoch is the modification time of every member: fixed, so bytes are deterministic.
 var tarEpoch = time.Unix(0, 0)
 
-// header renders member i's (or its .cls member's) 512-byte ustar header into h.
-func (m *Members) header(h *[block]byte, i int, cls bool) {
+// header renders member i's (or its .cls member's, or its record's member part's) 512-byte ustar header into h.
+func (m *Members) header(h *[block]byte, i int, cls bool, part int) {
 	stem, ext := m.Name(i)
-	if cls {
+	switch {
+	case cls:
 		ustarHeaderInto(h, int64(len(strconv.Itoa(int(m.class[i])))), stem, ".cls")
-		return
+	case m.rec != nil:
+		p := int(m.rec.first[i]) + part
+		ustarHeaderInto(h, int64(m.rec.size[p]), stem, ".", m.rec.names[m.rec.name[p]])
+	default:
+		ustarHeaderInto(h, m.size[i], stem, ".", ext)
 	}
-	ustarHeaderInto(h, m.size[i], stem, ".", ext)
 }
 
 // ustarTemplate is archive/tar's header of every member with the name, size
