@@ -16,11 +16,12 @@ import (
 // without derived fields has exactly one class per stratum, numbered alike:
 // its .cls members read as they always did.
 
-// ClassFields are the label fields that make the label: those not derived.
+// ClassFields are the label fields that make the label: those neither
+// derived nor strata-only.
 func (h *Header) ClassFields() []string {
 	var out []string
 	for _, f := range h.LabelFields {
-		if !h.derived(f) {
+		if !h.derived(f) && !slices.Contains(h.StrataOnly, f) {
 			out = append(out, f)
 		}
 	}
@@ -33,12 +34,18 @@ func (h *Header) derived(field string) bool {
 
 // Classes returns the dataset's class names, by class index, and the class
 // of each stratum. A class's name is its labels joined with "+", as a
-// stratum's is; with no derived fields, classes and strata coincide.
-// (Every dataset has a label: validateFields refuses one whose label fields
-// are all derived.)
+// stratum's is; with no derived or strata-only fields, classes and strata
+// coincide. A dataset of records may have no label: then there are no
+// classes, and each stratum's class is -1.
 func (h *Header) Classes() (names []string, ofStratum []int) {
 	ofStratum = make([]int, len(h.Strata))
-	if len(h.Derived) == 0 {
+	if !h.Labelled() {
+		for s := range ofStratum {
+			ofStratum[s] = -1
+		}
+		return nil, ofStratum
+	}
+	if len(h.Derived) == 0 && len(h.StrataOnly) == 0 {
 		for s, st := range h.Strata {
 			names = append(names, st.Name)
 			ofStratum[s] = s
@@ -63,8 +70,11 @@ func (h *Header) Classes() (names []string, ofStratum []int) {
 // strata before s when the dataset has derived fields, so callers that ask
 // for many strata should keep the answers.
 func (h *Header) ClassOf(s int) int {
-	if len(h.Derived) == 0 {
+	if len(h.Derived) == 0 && len(h.StrataOnly) == 0 {
 		return s
+	}
+	if !h.Labelled() {
+		return -1
 	}
 	key := h.classKey(s)
 	seen := map[string]bool{}
@@ -83,7 +93,7 @@ func (h *Header) ClassOf(s int) int {
 func (h *Header) classKey(s int) string {
 	var parts []string
 	for i, f := range h.LabelFields {
-		if !h.derived(f) && i < len(h.Strata[s].Labels) {
+		if !h.derived(f) && !slices.Contains(h.StrataOnly, f) && i < len(h.Strata[s].Labels) {
 			parts = append(parts, h.Strata[s].Labels[i])
 		}
 	}

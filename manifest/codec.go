@@ -39,6 +39,12 @@ func Encode(m *Manifest) ([]byte, error) {
 	if m.HasLineage() {
 		v = VersionLineage
 	}
+	if m.HasRecords() {
+		v = VersionRecords
+		if m.Samples.recEnd == nil && len(m.Members) > 0 {
+			return nil, fmt.Errorf("manifest: dataset %s has members %v but its samples carry no record tables", m.Name, m.Members)
+		}
+	}
 	fieldColumn := m.Header.fieldColumn(v)
 	return frame(magic, v, func(e *encoder) {
 		e.uvarint(uint64(v))
@@ -68,6 +74,9 @@ func Encode(m *Manifest) ([]byte, error) {
 			e.u32(s.Sum[i])
 			if fieldColumn {
 				e.str(s.FieldsJoined(i))
+			}
+			if len(m.Members) > 0 {
+				e.bytes(s.Record(i))
 			}
 		}
 	})
@@ -150,6 +159,9 @@ func (e *encoder) header(h *Header, v uint32) {
 		if v >= VersionLineage {
 			e.lineage(h)
 		}
+		if v >= VersionRecords {
+			e.records(h)
+		}
 	}()
 	e.strs(h.Fields)
 	e.uvarint(uint64(len(h.Derived)))
@@ -202,7 +214,7 @@ func (e *encoder) strs(ss []string) {
 // allocate more than a small multiple of the stated, checksummed body size.
 func Decode(b []byte) (*Manifest, error) {
 	var m *Manifest
-	err := unframe(b, magic, VersionLabels, VersionLineage, "a shardfs manifest", func(r io.Reader, bodyLen int64, v uint32) (err error) {
+	err := unframe(b, magic, VersionLabels, VersionRecords, "a shardfs manifest", func(r io.Reader, bodyLen int64, v uint32) (err error) {
 		m, err = decodeBody(r, bodyLen, v)
 		return err
 	})
@@ -293,6 +305,10 @@ func decodeBody(r io.Reader, bodyLen int64, version uint32) (*Manifest, error) {
 	if fieldColumn {
 		s.fieldEnd = make([]uint64, 0, n)
 	}
+	records := len(m.Members) > 0
+	if records {
+		s.recEnd = make([]uint64, 0, n)
+	}
 	// Keys are front-coded, so their total may exceed the body; the
 	// preallocation is still capped by the body size against corrupt totals.
 	s.keys = make([]byte, 0, min(d.uvarint(), uint64(4*d.left+1<<20)))
@@ -324,6 +340,14 @@ func decodeBody(r io.Reader, bodyLen int64, version uint32) (*Manifest, error) {
 		if fieldColumn {
 			s.fieldVals = d.appendBytes(s.fieldVals)
 			s.fieldEnd = append(s.fieldEnd, uint64(len(s.fieldVals)))
+		}
+		if records {
+			at := len(s.recs)
+			s.recs = d.appendBytes(s.recs)
+			s.recEnd = append(s.recEnd, uint64(len(s.recs)))
+			if err := m.Header.checkRecord(s.recs[at:], int64(size)); err != nil && d.err == nil {
+				d.fail("sample %d: %v", i, err)
+			}
 		}
 	}
 	if d.err == nil && d.left != 0 {
@@ -517,6 +541,9 @@ func (d *decoder) header(h *Header, v uint32) {
 	}
 	if v >= VersionLineage {
 		d.lineage(h)
+	}
+	if v >= VersionRecords {
+		d.records(h)
 	}
 	if d.err == nil {
 		if err := h.validateFields(); err != nil {

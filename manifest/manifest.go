@@ -106,6 +106,13 @@ type Header struct {
 	// Versions is the dataset's history up to this version, oldest first;
 	// empty for a dataset committed once.
 	Versions []VersionInfo
+
+	// Members names the members of a dataset of records, each sample's
+	// record table indexing them (records.go); empty for one file per
+	// sample. StrataOnly are the label fields that make strata but are not
+	// the label (records.go).
+	Members    []string
+	StrataOnly []string
 }
 
 // Derived is a label field computed from a listing field: a timestamp cut
@@ -141,6 +148,31 @@ type Samples struct {
 	// back; nil when the dataset has no fields.
 	fieldVals []byte
 	fieldEnd  []uint64
+
+	// Per sample, its record table (records.go), back to back; nil when
+	// the samples are not records.
+	recs   []byte
+	recEnd []uint64
+}
+
+// Record returns sample i's record table (see RecordMembers); nil when the
+// samples are not records. Do not modify it.
+func (s *Samples) Record(i int) []byte {
+	if s.recEnd == nil {
+		return nil
+	}
+	start := uint64(0)
+	if i > 0 {
+		start = s.recEnd[i-1]
+	}
+	return s.recs[start:s.recEnd[i]]
+}
+
+// AppendRecord records the next sample's record table. Call it once per
+// Append, for every sample or for none.
+func (s *Samples) AppendRecord(table []byte) {
+	s.recs = append(s.recs, table...)
+	s.recEnd = append(s.recEnd, uint64(len(s.recs)))
 }
 
 // HasFields reports whether the samples carry field values.
@@ -430,9 +462,8 @@ func checkName(n string) error {
 // validateFields checks that every derived label field is a label field and
 // is cut sensibly.
 func (h *Header) validateFields() error {
-	if len(h.Derived) > 0 && len(h.ClassFields()) == 0 {
-		// Classes would be empty: no .cls could name a sample's label.
-		return fmt.Errorf("every label field (%s) is derived: the dataset has no label", strings.Join(h.LabelFields, ","))
+	if err := h.validateRecords(); err != nil {
+		return err
 	}
 	for _, d := range h.Derived {
 		switch {

@@ -39,6 +39,7 @@ import (
 const (
 	RootVersion        = 1
 	RootVersionLineage = 2
+	RootVersionRecords = 3
 )
 
 const (
@@ -178,6 +179,9 @@ func EncodeRoot(r *Root) ([]byte, error) {
 	if r.HasLineage() {
 		v, hv = RootVersionLineage, VersionLineage
 	}
+	if r.HasRecords() {
+		v, hv = RootVersionRecords, VersionRecords
+	}
 	return frame(rootMagic, v, func(e *encoder) {
 		e.header(&r.Header, hv)
 		e.uvarint(uint64(len(r.Groups)))
@@ -195,7 +199,7 @@ func EncodeRoot(r *Root) ([]byte, error) {
 // DecodeRoot parses and checks a root: every failure wraps ErrCorrupt.
 func DecodeRoot(b []byte) (*Root, error) {
 	var r *Root
-	err := unframe(b, rootMagic, RootVersion, RootVersionLineage, "a shardfs dataset root", func(rd io.Reader, bodyLen int64, v uint32) error {
+	err := unframe(b, rootMagic, RootVersion, RootVersionRecords, "a shardfs dataset root", func(rd io.Reader, bodyLen int64, v uint32) error {
 		var err error
 		r, err = decodeRootBody(rd, bodyLen, v)
 		return err
@@ -219,6 +223,9 @@ func decodeRootBody(rd io.Reader, bodyLen int64, v uint32) (*Root, error) {
 	hv := uint32(Version)
 	if v >= RootVersionLineage {
 		hv = VersionLineage
+	}
+	if v >= RootVersionRecords {
+		hv = VersionRecords
 	}
 	d.header(&r.Header, hv)
 	n := d.count(8)

@@ -30,14 +30,20 @@ import (
 // (Header.Fields, Header.Derived, ShardIndex.Fields).
 // TopVersionLineage adds the lineage (lineage.go) to the top-level
 // manifest; the shard indexes stay in the first two.
+// TopVersionRecords adds the records (records.go) to both, and a record
+// table per sample to the shard indexes.
 const (
 	TopVersion        = 2
 	TopVersionFields  = 3
 	TopVersionLineage = 4
+	TopVersionRecords = 5
 )
 
 // topVersion is the format t is written in.
 func (h *Header) topVersion() uint32 {
+	if h.HasRecords() {
+		return TopVersionRecords
+	}
 	if h.HasLineage() {
 		return TopVersionLineage
 	}
@@ -46,6 +52,9 @@ func (h *Header) topVersion() uint32 {
 
 // indexVersion is the format of a shard index of a dataset with header h.
 func (h *Header) indexVersion() uint32 {
+	if h.HasRecords() {
+		return TopVersionRecords
+	}
 	if h.HasFields() {
 		return TopVersionFields
 	}
@@ -55,6 +64,8 @@ func (h *Header) indexVersion() uint32 {
 // headerVersion maps a format-2 frame version to the header's.
 func headerVersion(v uint32) uint32 {
 	switch {
+	case v >= TopVersionRecords:
+		return VersionRecords
 	case v >= TopVersionLineage:
 		return VersionLineage
 	case v >= TopVersionFields:
@@ -174,7 +185,7 @@ func EncodeTop(t *Top) ([]byte, error) {
 // ErrCorrupt, and stratum totals, shard sizes and sample counts must agree.
 func DecodeTop(b []byte) (*Top, error) {
 	var t *Top
-	err := unframe(b, topMagic, TopVersion, TopVersionLineage, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64, v uint32) error {
+	err := unframe(b, topMagic, TopVersion, TopVersionRecords, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64, v uint32) error {
 		d := newDecoder(r, bodyLen)
 		t = &Top{}
 		d.header(&t.Header, headerVersion(v))
@@ -236,19 +247,28 @@ type ShardIndex struct {
 	// Fields are each sample's field values joined by FieldSep; nil when
 	// the dataset has no fields.
 	Fields []string
+	// Records are each sample's record table (records.go); nil when the
+	// samples are not records.
+	Records [][]byte
 }
 
 // EncodeIndex serializes x.
 func EncodeIndex(x *ShardIndex) ([]byte, error) {
 	n := len(x.Keys)
-	if len(x.Stratum) != n || len(x.Size) != n || len(x.Sum) != n || x.Fields != nil && len(x.Fields) != n {
-		return nil, fmt.Errorf("manifest: shard %d index columns of %d, %d, %d, %d and %d rows", x.Shard, n, len(x.Stratum), len(x.Size), len(x.Sum), len(x.Fields))
+	if len(x.Stratum) != n || len(x.Size) != n || len(x.Sum) != n || x.Fields != nil && len(x.Fields) != n || x.Records != nil && len(x.Records) != n {
+		return nil, fmt.Errorf("manifest: shard %d index columns of %d, %d, %d, %d, %d and %d rows", x.Shard, n, len(x.Stratum), len(x.Size), len(x.Sum), len(x.Fields), len(x.Records))
 	}
 	v := uint32(TopVersion)
 	if x.Fields != nil {
 		v = TopVersionFields
 	}
+	if x.Records != nil {
+		v = TopVersionRecords
+	}
 	return frame(indexMagic, v, func(e *encoder) {
+		if v >= TopVersionRecords {
+			e.uvarint(uint64(len(x.Fields) / max(n, 1))) // 1: a fields column
+		}
 		e.uvarint(uint64(x.Shard))
 		e.uvarint(uint64(len(x.Sums)))
 		for _, v := range x.Sums {
@@ -264,8 +284,11 @@ func EncodeIndex(x *ShardIndex) ([]byte, error) {
 			e.uvarint(uint64(x.Stratum[i]))
 			e.uvarint(uint64(x.Size[i]))
 			e.u32(x.Sum[i])
-			if v >= TopVersionFields {
+			if v == TopVersionFields || v >= TopVersionRecords && x.Fields != nil {
 				e.str(x.Fields[i])
+			}
+			if v >= TopVersionRecords {
+				e.bytes(x.Records[i])
 			}
 		}
 	})
@@ -291,11 +314,18 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 func DecodeShardIndex(b []byte, h *Header, shard int, want TopShard, counts []int) (*ShardIndex, error) {
 	t := h
 	x := &ShardIndex{}
-	err := unframe(b, indexMagic, TopVersion, TopVersionFields, "a shardfs shard index", func(r io.Reader, bodyLen int64, v uint32) error {
+	err := unframe(b, indexMagic, TopVersion, TopVersionRecords, "a shardfs shard index", func(r io.Reader, bodyLen int64, v uint32) error {
 		if v != t.indexVersion() {
 			return fmt.Errorf("%w: shard %d index: format %d in a dataset whose indexes are format %d", ErrCorrupt, shard, v, t.indexVersion())
 		}
 		d := newDecoder(r, bodyLen)
+		fields := v == TopVersionFields
+		if v >= TopVersionRecords {
+			fields = d.uvarint() == 1
+			if fields != t.HasFields() {
+				d.fail("a fields column %v in a dataset with fields %v", fields, t.HasFields())
+			}
+		}
 		x.Shard = int(d.uvarint())
 		ns := d.count(4)
 		x.Sums = make([]uint32, 0, ns)
@@ -307,8 +337,11 @@ func DecodeShardIndex(b []byte, h *Header, shard int, want TopShard, counts []in
 		x.Stratum = make([]uint32, 0, n)
 		x.Size = make([]uint32, 0, n)
 		x.Sum = make([]uint32, 0, n)
-		if v >= TopVersionFields {
+		if fields {
 			x.Fields = make([]string, 0, n)
+		}
+		if v >= TopVersionRecords {
+			x.Records = make([][]byte, 0, n)
 		}
 		var key []byte
 		for i := 0; i < n && d.err == nil; i++ {
@@ -323,8 +356,14 @@ func DecodeShardIndex(b []byte, h *Header, shard int, want TopShard, counts []in
 			x.Stratum = append(x.Stratum, uint32(min(d.uvarint(), 1<<32-1)))
 			x.Size = append(x.Size, uint32(min(d.uvarint(), MaxShardSize+1)))
 			x.Sum = append(x.Sum, d.u32())
-			if v >= TopVersionFields {
+			if fields {
 				x.Fields = append(x.Fields, d.str())
+			}
+			if v >= TopVersionRecords {
+				x.Records = append(x.Records, d.appendBytes(nil))
+				if err := t.checkRecord(x.Records[i], int64(x.Size[i])); err != nil && d.err == nil {
+					d.fail("sample %d: %v", i, err)
+				}
 			}
 		}
 		if d.err == nil && d.left != 0 {
@@ -442,6 +481,9 @@ func ShardIndexOf(m *Manifest, si int) *ShardIndex {
 		if m.Samples.HasFields() {
 			x.Fields = append(x.Fields, m.Samples.FieldsJoined(j))
 		}
+		if len(m.Members) > 0 {
+			x.Records = append(x.Records, m.Samples.Record(j))
+		}
 	}
 	return x
 }
@@ -463,6 +505,9 @@ func Expand(t *Top, idx []*ShardIndex) (*Manifest, error) {
 					f = x.Fields[j]
 				}
 				m.Samples.AppendFields(f)
+			}
+			if len(t.Members) > 0 {
+				m.Samples.AppendRecord(x.Records[j])
 			}
 		}
 	}
