@@ -90,6 +90,7 @@ type shardRows struct {
 	keyEnd                  []uint32 // end of each key in keys
 	keys                    []byte
 	fields                  []string // per held row, its field values joined; nil: no fields
+	records                 [][]byte // per held row, its record table; nil: not records
 	// lost: the shard's index has no intact copy on any store; the rows
 	// know only each sample's stratum (from the top-level manifest's
 	// counts), and a rank-epoch serves them as lost (layout.LostCatalog).
@@ -98,7 +99,7 @@ type shardRows struct {
 
 func newShardRows(x *manifest.ShardIndex, first int) *shardRows {
 	n := len(x.Keys)
-	r := &shardRows{shard: x.Shard, first: first, n: n, sums: x.Sums, off: make([]uint32, n), size: x.Size, sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n), fields: x.Fields}
+	r := &shardRows{shard: x.Shard, first: first, n: n, sums: x.Sums, off: make([]uint32, n), size: x.Size, sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n), fields: x.Fields, records: x.Records}
 	total := 0
 	for _, k := range x.Keys {
 		total += len(k)
@@ -126,6 +127,9 @@ func (r *shardRows) subset(pos []int32) *shardRows {
 		if r.fields != nil {
 			v.fields = append(v.fields, r.fields[j])
 		}
+		if r.records != nil {
+			v.records = append(v.records, r.records[j])
+		}
 	}
 	return v
 }
@@ -152,6 +156,9 @@ func (r *shardRows) bytes() int64 {
 	n := int64(4*(len(r.pos)+len(r.off)+len(r.size)+len(r.sum)+len(r.stratum)+len(r.keyEnd)) + len(r.keys))
 	for _, f := range r.fields {
 		n += 16 + int64(len(f))
+	}
+	for _, t := range r.records {
+		n += 24 + int64(len(t))
 	}
 	return n
 }

@@ -35,6 +35,9 @@ func NewMix(parts []*Dataset) (*Mix, error) {
 			return nil, fmt.Errorf("dataset %s is in the mix twice: give each dataset once, with its weight", p.Name)
 		}
 		seen[p.Name] = true
+		if len(p.Manifest.Members) > 0 {
+			return nil, fmt.Errorf("dataset %s holds records of several members: a --mix of datasets of records is not built yet; mount it alone", p.Name)
+		}
 		c := Catalog{M: p.Manifest}
 		m.cats = append(m.cats, c)
 		m.samples = append(m.samples, m.samples[len(m.samples)-1]+p.Manifest.Samples.Len())

@@ -315,6 +315,9 @@ type catalog interface {
 func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, string, error) {
 	ds := mt.Dataset
 	var cat catalog = dataset.Catalog{M: ds.Manifest}
+	if rc, ok := (dataset.Catalog{M: ds.Manifest}).ForLayout().(dataset.RecordCatalog); ok {
+		cat = rc
+	}
 	var fetch prefetch.Fetcher = ds
 	var pinner fs.Pinner
 	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
@@ -469,6 +472,9 @@ func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.Catalog
 	}
 	if err != nil {
 		return nil, layout.Positions{}, err
+	}
+	if rc, ok := p.ForLayout().(dataset.PinnedRecords); ok {
+		return rc, samples, nil
 	}
 	return p, samples, nil
 }

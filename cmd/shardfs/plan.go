@@ -546,7 +546,7 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 	if err != nil {
 		return err
 	}
-	f := layout.NewMembers(o, dataset.Catalog{M: m}).Index()
+	f := layout.NewMembers(o, dataset.Catalog{M: m}.ForLayout()).Index()
 	buf := make([]byte, f.Size())
 	for _, e := range f.Extents(nil, 0, f.Size()) {
 		f.Render(e, buf[e.FileOff:e.FileOff+e.Len])
