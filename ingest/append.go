@@ -105,6 +105,9 @@ func appendTarget(ctx context.Context, src *Source, opts *Options) (*manifest.Ma
 	if err := checkSameParams(*opts, head); err != nil {
 		return nil, nil, err
 	}
+	if head.HasRecords() || src.Members != nil {
+		return nil, nil, fmt.Errorf("append to %s: appending to a dataset of records, or records to a dataset, is not built yet: nothing was written; ingest the new records under a name of their own", opts.Name)
+	}
 	opts.Data, opts.Parity, opts.BlockSize, opts.Seed = head.Data, head.Parity, head.BlockSize, head.Seed
 	if opts.ShardSize <= 0 {
 		opts.ShardSize = head.ShardSize

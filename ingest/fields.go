@@ -153,8 +153,8 @@ func (s *Source) derive(o ScanOptions) error {
 			// 0000-9999) would commit a dataset no mount can order.
 			if back, err := manifest.ParseBucketLabel(labels[i], width); err != nil || back != start {
 				it := &s.Items[i]
-				return fmt.Errorf("line %d (%s): field %s=%q falls in a bucket of the year %d: --time-bucket takes times in the years 0000-9999 (Unix seconds from -62167219200 to 253402300799): fix or drop the line",
-					it.Line, it.Key, tb.Field, clip(it.Fields[col]), time.Unix(start, 0).UTC().Year())
+				return fmt.Errorf("%s: field %s=%q falls in a bucket of the year %d: --time-bucket takes times in the years 0000-9999 (Unix seconds from -62167219200 to 253402300799): fix or drop the line",
+					it.Where(), tb.Field, clip(it.Fields[col]), time.Unix(start, 0).UTC().Year())
 			}
 		}
 		s.addLabel(tb.Field, labels, manifest.Derived{Field: tb.Field, Width: width})
@@ -181,7 +181,7 @@ func (s *Source) derive(o ScanOptions) error {
 		for i, x := range values {
 			if x < edges[0] || x > edges[len(edges)-1] {
 				it := &s.Items[i]
-				return fmt.Errorf("line %d (%s): field %s=%v is outside the --bins edges %v..%v: widen the first or last edge", it.Line, it.Key, b.Field, x, edges[0], edges[len(edges)-1])
+				return fmt.Errorf("%s: field %s=%v is outside the --bins edges %v..%v: widen the first or last edge", it.Where(), b.Field, x, edges[0], edges[len(edges)-1])
 			}
 			labels[i] = manifest.BinLabel(edges, binOf(edges, x))
 		}
@@ -200,12 +200,12 @@ func (s *Source) derive(o ScanOptions) error {
 		n := 0
 		for j, v := range it.Fields {
 			if strings.ContainsAny(v, manifest.FieldSep+"\x00") {
-				return fmt.Errorf("line %d (%s): field %q holds a NUL or unit-separator (0x1f) character: remove it", it.Line, it.Key, s.Fields[j])
+				return fmt.Errorf("%s: field %q holds a NUL or unit-separator (0x1f) character: remove it", it.Where(), s.Fields[j])
 			}
 			n += len(v) + 1
 		}
 		if n > MaxFieldBytes {
-			return fmt.Errorf("line %d (%s): its fields hold %d bytes, more than the %d a sample may carry: leave long values (captions, embeddings) out of the listing", it.Line, it.Key, n, MaxFieldBytes)
+			return fmt.Errorf("%s: its fields hold %d bytes, more than the %d a sample may carry: leave long values (captions, embeddings) out of the listing", it.Where(), n, MaxFieldBytes)
 		}
 	}
 	s.warnStrata()
@@ -220,11 +220,11 @@ func parseColumn[T any](s *Source, col int, field, flag, want string, parse func
 		it := &s.Items[i]
 		v := it.Fields[col]
 		if v == "" {
-			return nil, fmt.Errorf("line %d (%s): no value for field %q: %s needs %s on every line", it.Line, it.Key, field, flag, want)
+			return nil, fmt.Errorf("%s: no value for field %q: %s needs %s on every line", it.Where(), field, flag, want)
 		}
 		x, err := parse(v)
 		if err != nil {
-			return nil, fmt.Errorf("line %d (%s): field %s=%q is %v", it.Line, it.Key, field, clip(v), err)
+			return nil, fmt.Errorf("%s: field %s=%q is %v", it.Where(), field, clip(v), err)
 		}
 		out[i] = x
 	}

@@ -434,6 +434,7 @@ func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error
 		Name: opts.Name, IngestID: ingestID, CreatedUnix: time.Now().Unix(),
 		Seed: opts.Seed, Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize, ShardSize: opts.ShardSize,
 		LabelFields: src.LabelFields, Fields: src.Fields, Derived: src.Derived,
+		Members: src.Members, StrataOnly: src.StrataOnly,
 	}}
 	for _, s := range opts.Stores {
 		m.Stores = append(m.Stores, s.String())
@@ -458,12 +459,25 @@ func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error
 			if src.Fields != nil {
 				m.Samples.AppendFields(strings.Join(src.Items[it].Fields, manifest.FieldSep))
 			}
+			if src.Members != nil {
+				m.Samples.AppendRecord(src.recordTable(&src.Items[it]))
+			}
 		}
 	}
 	if err := m.Finish(); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// recordTable is a record item's table in the manifest: its members, as
+// indexes in src.Members, and their sizes.
+func (s *Source) recordTable(it *Item) []byte {
+	var table []byte
+	for _, mb := range it.Members {
+		table = manifest.AppendRecord(table, slices.Index(s.Members, mb.Name), mb.Size)
+	}
+	return table
 }
 
 // uploadShards reads, encodes and uploads the given shards of m's plan,
@@ -601,18 +615,54 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int) (
 	sh := &m.Shards[si]
 	data := make([]byte, sh.Size)
 	keyIndex := src.keyIndex()
+	files := map[string]*os.File{} // the source shards records are read from, open once
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	open := func(name string) (*os.File, error) {
+		if f, ok := files[name]; ok {
+			return f, nil
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("read record: %w", err)
+		}
+		files[name] = f
+		return f, nil
+	}
 	for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		it := src.Items[keyIndex[m.Samples.Key(j)]]
 		off, size := int64(m.Samples.Offset[j]), int64(m.Samples.Size[j])
-		if err := readFile(it.Path, data[off:off+size]); err != nil {
+		if it.Members != nil {
+			if err := readRecord(&it, data[off:off+size], open); err != nil {
+				return nil, err
+			}
+		} else if err := readFile(it.Path, data[off:off+size]); err != nil {
 			return nil, err
 		}
 		m.Samples.Sum[j] = erasure.Checksum(data[off : off+size])
 	}
 	return data, nil
+}
+
+// readRecord reads a record's members back to back into p.
+func readRecord(it *Item, p []byte, open func(string) (*os.File, error)) error {
+	for _, mb := range it.Members {
+		f, err := open(mb.Path)
+		if err != nil {
+			return err
+		}
+		if _, err := f.ReadAt(p[:mb.Size], mb.Off); err != nil {
+			return fmt.Errorf("read record %q: member %q at offset %d of %s: %w (did the shard change during ingest?)", it.Key, mb.Name, mb.Off, mb.Path, err)
+		}
+		p = p[mb.Size:]
+	}
+	return nil
 }
 
 func readFile(name string, p []byte) error {

@@ -129,8 +129,11 @@ type partRecord struct {
 	Fields                  []string
 	Derived                 []manifest.Derived
 	Strata                  []manifest.Stratum
-	Shards, Samples         int // in the whole plan
-	Owned                   []partShard
+	// Members and StrataOnly: a dataset of records (manifest.Header).
+	Members         []string `json:",omitempty"`
+	StrataOnly      []string `json:",omitempty"`
+	Shards, Samples int      // in the whole plan
+	Owned           []partShard
 	// Parent is the ingest id of the version an append's parts add to, and
 	// First its first new shard: the parts own shards First.., and the
 	// plan's shards and strata before are the parent's. Empty and 0 for
@@ -303,7 +306,8 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 	}
 	rec := &partRecord{Format: 1, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count, Parent: parent, First: first,
 		Seed: m.Seed, Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
-		LabelFields: m.LabelFields, Fields: m.Fields, Derived: m.Derived, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len()}
+		LabelFields: m.LabelFields, Fields: m.Fields, Derived: m.Derived, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len(),
+		Members: m.Members, StrataOnly: m.StrataOnly}
 	for _, si := range owned {
 		ps := partShard{ShardIndex: *manifest.ShardIndexOf(m, si), FragLen: m.FragSize(si)}
 		if indexSize != nil {
@@ -778,7 +782,8 @@ func owners(name string, recs []*partRecord, inherited []*partShard) ([]*partSha
 	for _, r := range recs {
 		if r.Metadata != r0.Metadata || r.Seed != r0.Seed || r.Data != r0.Data || r.Parity != r0.Parity || r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize ||
 			r.Shards != r0.Shards || r.Samples != r0.Samples || !slices.Equal(r.LabelFields, r0.LabelFields) || !sameStrata(r.Strata, r0.Strata) ||
-			!slices.Equal(r.Fields, r0.Fields) || fmt.Sprint(r.Derived) != fmt.Sprint(r0.Derived) || r.Parent != r0.Parent || r.First != r0.First {
+			!slices.Equal(r.Fields, r0.Fields) || fmt.Sprint(r.Derived) != fmt.Sprint(r0.Derived) || r.Parent != r0.Parent || r.First != r0.First ||
+			!slices.Equal(r.Members, r0.Members) || !slices.Equal(r.StrataOnly, r0.StrataOnly) {
 			return nil, notOneIngest(name, "part %d's plan differs from part 0's", r.Part)
 		}
 		for k := range r.Owned {
@@ -813,7 +818,8 @@ func checkColumns(name string, r *partRecord, ps *partShard) error {
 func header(name string, r0 *partRecord, stores []string) manifest.Header {
 	return manifest.Header{Name: name, IngestID: r0.IngestID, CreatedUnix: time.Now().Unix(),
 		Seed: r0.Seed, Data: r0.Data, Parity: r0.Parity, BlockSize: r0.BlockSize, ShardSize: r0.ShardSize,
-		LabelFields: r0.LabelFields, Fields: r0.Fields, Derived: r0.Derived, Strata: slices.Clone(r0.Strata), Stores: stores}
+		LabelFields: r0.LabelFields, Fields: r0.Fields, Derived: r0.Derived, Strata: slices.Clone(r0.Strata), Stores: stores,
+		Members: r0.Members, StrataOnly: r0.StrataOnly}
 }
 
 // thin checks the rows of each shard of a record of metadata format 2 or
@@ -915,6 +921,12 @@ func assemble(name string, recs []*partRecord, inherited []*partShard, stores []
 			m.Samples.Append(key, ps.Stratum[j], uint32(si), ps.Size[j], ps.Sum[j])
 			if ps.Fields != nil {
 				m.Samples.AppendFields(ps.Fields[j])
+			}
+			if len(r0.Members) > 0 {
+				if j >= len(ps.Records) {
+					return nil, bad("shard %d has %d record tables for %d samples", si, len(ps.Records), len(ps.Keys))
+				}
+				m.Samples.AppendRecord(ps.Records[j])
 			}
 		}
 		m.Shards[si].Sums = ps.Sums

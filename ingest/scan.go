@@ -22,7 +22,7 @@ import (
 
 // Item is one sample of the source.
 type Item struct {
-	Path   string   // file to read
+	Path   string   // file to read (a record: the source shard it is in)
 	Key    string   // relative path, the sample's key
 	Labels []string // one per Source.LabelFields
 	Size   int64
@@ -30,6 +30,18 @@ type Item struct {
 	// line has none); Line is the item's line in the listing.
 	Fields []string
 	Line   int
+	// Members are a record's members, in stored order (WebDataset
+	// sources); nil for a file per sample. Size is their sum.
+	Members []ItemMember
+}
+
+// Where names the item for a message: its line in the listing, or the
+// record and the shard it is in.
+func (it *Item) Where() string {
+	if it.Members != nil {
+		return fmt.Sprintf("record %q in %s", it.Key, it.Path)
+	}
+	return fmt.Sprintf("line %d (%s)", it.Line, it.Key)
 }
 
 // Source is a scanned input.
@@ -44,6 +56,11 @@ type Source struct {
 	Fields []string
 	// Derived are the label fields cut from a field (ScanOptions.TimeBuckets, Bins).
 	Derived []manifest.Derived
+	// Members names the members of a source of records, in order of
+	// first appearance; nil for a file per sample. StrataOnly are the
+	// label fields that make strata but not the label (ScanOptions.Strata).
+	Members    []string
+	StrataOnly []string
 	// Warnings say what the scan noticed but accepted: strata with a
 	// single sample, or very many strata.
 	Warnings []string
@@ -82,6 +99,10 @@ type ScanOptions struct {
 	// timestamp into buckets, a number into ranges (see fields.go).
 	TimeBuckets []TimeBucket
 	Bins        []Bins
+	// Sources of records (WebDataset shards): Label names the field the
+	// model learns ("": none), Strata the fields that make strata besides.
+	Label  string
+	Strata []string
 }
 
 // MaxLabelBytes bounds one label, and MaxStratumBytes the stratum name made
@@ -94,12 +115,23 @@ const (
 
 // ScanWith is Scan with options.
 func ScanWith(src string, o ScanOptions) (*Source, error) {
-	fi, err := os.Stat(src)
+	shards, records, err := WebDatasetShards(src)
 	if err != nil {
-		return nil, fmt.Errorf("source %s: %w", src, err)
+		return nil, err
+	}
+	if !records && (o.Label != "" || len(o.Strata) > 0) {
+		return nil, fmt.Errorf("source %s: --label and --strata name fields of records (WebDataset shards: a directory of .tar files, a .tar, or a glob of them); a listing names its label with --label-fields", src)
+	}
+	var fi os.FileInfo
+	if !records {
+		if fi, err = os.Stat(src); err != nil {
+			return nil, fmt.Errorf("source %s: %w", src, err)
+		}
 	}
 	var s *Source
 	switch {
+	case records:
+		s, err = scanWebDataset(shards, o)
 	case fi.IsDir():
 		s, err = scanTree(src, o.FollowSymlinks)
 	case strings.HasSuffix(src, ".csv"):
@@ -115,7 +147,7 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 	if len(s.Items) == 0 {
 		return nil, fmt.Errorf("source %s: %w: expected %s/<class>/<file> or a .csv/.jsonl listing of path,label", src, ErrEmpty, src)
 	}
-	if fi.IsDir() && (len(o.TimeBuckets) > 0 || len(o.Bins) > 0) {
+	if !records && fi.IsDir() && (len(o.TimeBuckets) > 0 || len(o.Bins) > 0) {
 		return nil, fmt.Errorf("source %s: --time-bucket and --bins cut a listing's fields: list the samples in a .csv or .jsonl with those fields", src)
 	}
 	if err := s.derive(o); err != nil {
@@ -143,8 +175,8 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 			// Derived labels (bins such as 1e+06..2e+06) are written by
 			// ingest from fixed edges, and cannot make such a pair.
 			if len(it.Labels) > 1 && strings.Contains(l, stratumSep) && !derived[i] {
-				return nil, fmt.Errorf("source %s: line %d (%s): label %s=%q contains %q, which joins the labels of --label-fields %s into one stratum name, so two different tuples could share it: replace the %q in the listing (for example with \"-\")",
-					src, it.Line, it.Key, s.LabelFields[i], clip(l), stratumSep, strings.Join(s.LabelFields, ","), stratumSep)
+				return nil, fmt.Errorf("source %s: %s: label %s=%q contains %q, which joins the labels of --label-fields %s into one stratum name, so two different tuples could share it: replace the %q in the listing (for example with \"-\")",
+					src, it.Where(), s.LabelFields[i], clip(l), stratumSep, strings.Join(s.LabelFields, ","), stratumSep)
 			}
 		}
 		if n := len(stratumName(it.Labels)); n > MaxStratumBytes {

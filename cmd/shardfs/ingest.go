@@ -29,6 +29,8 @@ type ingestFlags struct {
 	// noCreateBuckets: a missing bucket is an error, not created.
 	noCreateBuckets bool
 	labelFields     []string
+	label           string   // records: the field the model learns
+	strata          []string // records: the fields that make strata besides
 	timeBuckets     []string
 	bins            []string
 	followLinks     bool
@@ -51,11 +53,24 @@ into K data and M parity fragments on the K+M stores, and commits the dataset
 by writing its manifest to every store last.
 
 SRC is an ImageFolder tree SRC/<class>/<file...> (the class is the first
-directory), or a listing: a .csv of path,label (an optional header row
+directory), WebDataset tar shards (a directory of .tar files, one .tar, or
+a quoted glob such as 'shards/*.tar'), or a listing: a .csv of path,label (an optional header row
 "path,label[,field...]" names the columns; the stratum is the label column
 unless --label-fields names others) or a .jsonl of {"path": ..., "label": ...}.
 Listed paths are relative to the listing's directory. Keys are the relative
 paths. Labels have at most 200 bytes.
+
+WebDataset shards hold records: members that share a key (000123.jpg,
+000123.txt, 000123.json), grouped as WebDataset groups them. Every member
+is stored and served together with its record: batch tars hold
+<key>.<member> for each, in order. A record's fields are its .json
+member's keys: --label FIELD names what the model learns (the batches'
+<key>.cls), --strata FIELD,... what else batches balance, and --bins and
+--time-bucket cut fields as for listings; a corpus may have no label and
+be balanced by --strata alone. A damaged tar, a member without a key, a
+key used by two records (also a record split across two shards) or a
+.json member that is not an object is refused, naming the shard and the
+offset, and nothing is committed.
 
 A listing's other fields (strings, numbers, timestamps) are kept with each
 sample: index.csv shows them. Strata can be cut from them too, added to the
@@ -140,6 +155,8 @@ never writes over this one's fragments.`,
 	fl.BoolVar(&f.force, "force", false, "replace an existing dataset of the same name")
 	fl.BoolVar(&f.noCreateBuckets, "no-create-buckets", false, "fail on an S3 store whose bucket does not exist, instead of creating it")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "listing fields that form the stratum, e.g. class,site (listings only; default: the field named label, or a CSV's only column besides path; other columns are ignored)")
+	fl.StringVar(&f.label, "label", "", "records (WebDataset shards): the field of each record's .json member the model learns; a batch's <key>.cls is its class (none: no .cls)")
+	fl.StringSliceVar(&f.strata, "strata", nil, "records: fields of each record's .json member that make strata besides the label, e.g. source,lang (every batch mirrors their mix)")
 	fl.StringArrayVar(&f.timeBuckets, "time-bucket", nil, "FIELD=SPAN: add to the stratum the bucket of a timestamp field, e.g. time=30d (units s, m, h, d, w; buckets align to Unix time 0); repeatable")
 	fl.StringArrayVar(&f.bins, "bins", nil, "FIELD=N or FIELD=E0,E1,...: add to the stratum the range of a numeric field, N quantile ranges of the data or explicit edges, e.g. len=8 or len=0,128,512,2048; repeatable")
 	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
@@ -172,7 +189,7 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	if f.format < 0 || f.format > 3 {
 		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1, 2 or 3, or 0 to choose by the dataset's size", f.format)
 	}
-	so := ingest.ScanOptions{LabelFields: f.labelFields, FollowSymlinks: f.followLinks}
+	so := ingest.ScanOptions{LabelFields: f.labelFields, FollowSymlinks: f.followLinks, Label: f.label, Strata: f.strata}
 	for _, v := range f.timeBuckets {
 		tb, err := ingest.ParseTimeBucket(v)
 		if err != nil {

@@ -239,6 +239,11 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 		if m.HasFields() {
 			d["fields"], d["derived"] = m.Fields, m.Derived
 		}
+		if m.HasRecords() {
+			// Records: every member a batch tar holds of each, and whether
+			// a .cls follows them.
+			d["members"], d["strata_only"], d["labelled"] = m.Members, m.StrataOnly, m.Labelled()
+		}
 		return d
 	}
 	steps, err := layout.Steps(mt.Input, mt.Params)

@@ -53,7 +53,7 @@ import tarfile
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-__all__ = ["Loader", "BatchDataset", "decode_image", "info", "resume_at"]
+__all__ = ["Loader", "BatchDataset", "decode_image", "decode_member", "info", "resume_at"]
 
 # The order flags (info.json's "order") that fix which sample comes when;
 # world_size, batch_size, ranks and resume_at are checked on their own.
@@ -105,6 +105,45 @@ def decode_image(body, name):
     return torch.frombuffer(bytearray(body), dtype=torch.uint8)
 
 
+def decode_member(body, name):
+    """Records' default decoder, WebDataset's usual ones by the member
+    name's last extension: an image becomes an RGB PIL image, .txt a str,
+    .json the object it holds, .cls an int, .npy a numpy array; anything
+    else stays bytes."""
+    ext = os.path.splitext(name)[1].lower()
+    if ext in IMAGE_EXTS:
+        from PIL import Image
+
+        return Image.open(io.BytesIO(body)).convert("RGB")
+    if ext in (".txt", ".text"):
+        return body.decode("utf-8")
+    if ext == ".json":
+        return json.loads(body)
+    if ext in (".cls", ".cls2", ".index"):
+        return int(body)
+    if ext == ".npy":
+        import numpy
+
+        return numpy.load(io.BytesIO(body), allow_pickle=False)
+    return body
+
+
+def _split_member(name):
+    """A member's key and its name after the key, cut at the first '.' of
+    its base name, as WebDataset cuts it."""
+    d, b = os.path.split(name)
+    i = b.index(".")
+    return os.path.join(d, b[:i]) if d else b[:i], b[i + 1:]
+
+
+def _stack(values):
+    if values and all(isinstance(v, torch.Tensor) and v.shape == values[0].shape for v in values):
+        return torch.stack(values)
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return torch.tensor(values, dtype=torch.long)
+    return values
+
+
 def resume_at(state):
     """The mount flag that resumes state with any world size: --resume-at E:N."""
     return "--resume-at %d:%d" % (state["epoch"], state["global_batches"])
@@ -122,9 +161,10 @@ class BatchDataset(IterableDataset):
     batches w, w+n, ...), and a DataLoader with batch_size=None hands them
     out in order."""
 
-    def __init__(self, mount, rank, decode=decode_image, transform=None, keys=False):
+    def __init__(self, mount, rank, decode=decode_image, transform=None, keys=False, records=False, to_tuple=None):
         self.mount, self.rank = mount, rank
         self.decode, self.transform, self.keys = decode, transform, keys
+        self.records, self.to_tuple = records, to_tuple
         # epoch and start live in shared memory, so that persistent
         # DataLoader workers (forked once) see each epoch's values.
         self._where = multiprocessing.Array("q", [0, 0])
@@ -165,7 +205,32 @@ class BatchDataset(IterableDataset):
         for path in files:
             yield self.read_batch(path)
 
+    def read_records(self, path):
+        """A batch of records: a list of dicts of member name to decoded
+        member (self.decode(body, name)), each with "__key__", in order; or
+        with to_tuple, a tuple with one entry per name asked, each the
+        batch's values (stacked into a tensor when they are tensors of one
+        shape, or ints such as .cls)."""
+        out = []
+        with tarfile.open(path) as tf:
+            for m in tf.getmembers():
+                key, name = _split_member(m.name)
+                if not out or out[-1]["__key__"] != key:
+                    out.append({"__key__": key})
+                out[-1][name] = self.decode(tf.extractfile(m).read(), m.name)
+        if self.transform is not None:
+            out = [self.transform(r) for r in out]
+        if self.to_tuple is None:
+            return out
+        for r in out:
+            missing = [n for n in self.to_tuple if n not in r]
+            if missing:
+                raise KeyError("%s: record %s has no member %s (it has %s)" % (path, r["__key__"], ", ".join(missing), ", ".join(sorted(k for k in r if k != "__key__"))))
+        return tuple(_stack([r[n] for r in out]) for n in self.to_tuple)
+
     def read_batch(self, path):
+        if self.records:
+            return self.read_records(path)
         samples, classes, keys = [], [], []
         with tarfile.open(path) as tf:
             members = tf.getmembers()
@@ -189,8 +254,8 @@ class Loader:
     for state_dict()/load_state_dict(). Iterate it once per epoch, after
     set_epoch(e)."""
 
-    def __init__(self, mount, rank=None, world_size=None, num_workers=2, decode=decode_image,
-                 transform=None, keys=False, **dataloader_kwargs):
+    def __init__(self, mount, rank=None, world_size=None, num_workers=2, decode=None,
+                 transform=None, keys=False, to_tuple=None, **dataloader_kwargs):
         self.mount = mount
         self.info = info(mount)
         order = self.info["order"]
@@ -208,7 +273,15 @@ class Loader:
                 "Loader(%s=...): the mount already batches and shuffles (its --batch-size is %d, its order is the stratified "
                 "shuffle): leave %s out, and mount with --batch-size N to change the batch size"
                 % (clash[0], self.batch_size, ", ".join(clash)))
-        self.dataset = BatchDataset(mount, self.rank, decode=decode, transform=transform, keys=keys)
+        # A dataset of records yields records (dicts of decoded members, or
+        # to_tuple's selection); one of a file per sample, (samples, classes).
+        records = bool((self.info.get("dataset") or {}).get("members"))
+        if to_tuple is not None and not records:
+            raise ValueError("Loader(to_tuple=...): %s holds one file per sample, not records: iterate (samples, classes)" % mount)
+        if decode is None:
+            decode = decode_member if records else decode_image
+        self.dataset = BatchDataset(mount, self.rank, decode=decode, transform=transform, keys=keys,
+                                    records=records, to_tuple=tuple(to_tuple) if to_tuple is not None else None)
         self.num_workers = num_workers
         self.dataloader_kwargs = dataloader_kwargs
         self._dl = None

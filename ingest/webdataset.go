@@ -1,0 +1,291 @@
+package ingest
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// WebDataset sources. A WebDataset shard is a tar whose members are
+// grouped into records by key, as WebDataset itself groups them: a
+// member's key is its path up to the first '.' of its base name, the rest
+// is the member's name ("images/000123.seg.png": key "images/000123",
+// member "seg.png"), and the members of one record are consecutive. A
+// record's fields are its JSON member's top-level keys (member "json");
+// the label and the strata are read from them.
+//
+// Refused, naming the shard and the member's offset in it, with nothing
+// committed: a tar cut short or damaged; a member name with no key or no
+// member name; a member other than a regular file or a directory; two
+// members of one name in a record; a key that comes back after another
+// record, in the same shard or another (two records with one key: a record
+// split across two shards is this case too, since WebDataset would read it
+// as two records); a record over the size bound; a JSON member that is not
+// an object.
+
+// ItemMember is one member of a record item: its name and where its bytes
+// lie in the source.
+type ItemMember struct {
+	Name string
+	Path string // the source shard it is in
+	Off  int64  // where its bytes start in that file
+	Size int64
+}
+
+// FieldsMember is the member whose JSON object holds a record's fields.
+const FieldsMember = "json"
+
+// maxFieldsMember bounds a JSON member read for fields.
+const maxFieldsMember = 16 << 20
+
+// WebDatasetShards lists the tar shards a source names: a .tar file, a
+// glob of them, or a directory holding .tar files and nothing else. ok is
+// false when src is none of these.
+func WebDatasetShards(src string) (shards []string, ok bool, err error) {
+	switch {
+	case strings.ContainsAny(src, "*?["):
+		shards, err = filepath.Glob(src)
+		if err == nil && len(shards) == 0 {
+			err = fmt.Errorf("source %s: no file matches the pattern", src)
+		}
+		return shards, true, err
+	case strings.HasSuffix(src, ".tar"):
+		return []string{src}, true, nil
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return nil, false, nil // not a directory: the other scanners say what it is
+	}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".tar") {
+			return nil, false, nil
+		}
+		shards = append(shards, filepath.Join(src, e.Name()))
+	}
+	return shards, len(shards) > 0, nil
+}
+
+// record is a record being read from a shard.
+type wdsRecord struct {
+	key     string
+	shard   string
+	off     int64 // its first member's header
+	members []ItemMember
+	fields  map[string]any
+}
+
+// scanWebDataset reads the records of the given tar shards, in the order
+// given (sorted by name), holding only their metadata.
+func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
+	slices.Sort(shards)
+	s := &Source{Root: commonDir(shards)}
+	seen := map[string]string{} // key -> "shard at offset"
+	var records []wdsRecord
+	for _, sh := range shards {
+		if err := readShardRecords(sh, seen, func(r wdsRecord) { records = append(records, r) }); err != nil {
+			return nil, err
+		}
+	}
+	if len(records) == 0 {
+		return nil, fmt.Errorf("source %s: %w: the tar shards hold no members", s.Root, ErrEmpty)
+	}
+	// The member names, in order of first appearance.
+	for _, r := range records {
+		for _, m := range r.members {
+			if !slices.Contains(s.Members, m.Name) {
+				s.Members = append(s.Members, m.Name)
+			}
+		}
+	}
+	if len(s.Members) > manifest.MaxMemberNames {
+		return nil, fmt.Errorf("source %s: %d distinct member names, at most %d: a member name must not carry the record's key (WebDataset splits a name at the first '.' of its base name)", s.Root, len(s.Members), manifest.MaxMemberNames)
+	}
+	labelled := o.Label != ""
+	for _, name := range s.Members {
+		if err := layout.CleanMemberName(name, labelled); err != nil {
+			return nil, fmt.Errorf("source %s: %v", s.Root, err)
+		}
+	}
+	// Fields: every record's JSON keys, named in sorted order.
+	names := map[string]bool{}
+	for _, r := range records {
+		for k := range r.fields {
+			names[k] = true
+		}
+	}
+	for k := range names {
+		s.Fields = append(s.Fields, k)
+	}
+	sort.Strings(s.Fields)
+	if labelled {
+		s.LabelFields = append(s.LabelFields, o.Label)
+	}
+	for _, f := range o.Strata {
+		if f == o.Label || slices.Contains(s.LabelFields, f) {
+			return nil, fmt.Errorf("--strata %s: %q is named twice (the label is a stratum already)", strings.Join(o.Strata, ","), f)
+		}
+		s.LabelFields = append(s.LabelFields, f)
+		s.StrataOnly = append(s.StrataOnly, f)
+	}
+	if len(s.LabelFields) == 0 && len(o.TimeBuckets) == 0 && len(o.Bins) == 0 {
+		return nil, errors.New("a source of records needs what batches balance: --label FIELD (what the model learns), --strata FIELD,..., --bins or --time-bucket, from the fields of each record's .json member")
+	}
+	for _, f := range s.LabelFields {
+		if !names[f] {
+			return nil, fmt.Errorf("source %s: no record's .json member has the field %q (fields: %s)", s.Root, f, strings.Join(s.Fields, ", "))
+		}
+	}
+	for _, r := range records {
+		it := Item{Key: r.key, Members: r.members, Path: r.shard, Line: int(r.off)}
+		for _, m := range r.members {
+			it.Size += m.Size
+		}
+		for _, f := range s.Fields {
+			v := ""
+			if x, ok := r.fields[f]; ok && x != nil {
+				var err error
+				if v, err = jsonLabel(x); err != nil {
+					b, _ := json.Marshal(x) // a list or an object is kept as its JSON text
+					v = string(b)
+				}
+			}
+			if strings.ContainsAny(v, "\x00"+manifest.FieldSep) {
+				return nil, fmt.Errorf("shard %s at offset %d: record %q: field %q holds a NUL or unit-separator (0x1f) character", r.shard, r.off, r.key, f)
+			}
+			it.Fields = append(it.Fields, v)
+		}
+		for _, f := range s.LabelFields {
+			v := it.Fields[slices.Index(s.Fields, f)]
+			if v == "" {
+				return nil, fmt.Errorf("shard %s at offset %d: record %q has no field %q in its .json member: every record needs it, since it makes the strata", r.shard, r.off, r.key, f)
+			}
+			it.Labels = append(it.Labels, v)
+		}
+		s.Items = append(s.Items, it)
+	}
+	return s, nil
+}
+
+// readShardRecords reads one tar shard's records and hands each to add.
+func readShardRecords(shard string, seen map[string]string, add func(wdsRecord)) error {
+	f, err := os.Open(shard)
+	if err != nil {
+		return fmt.Errorf("shard %s: %w", shard, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("shard %s: %w", shard, err)
+	}
+	tr := tar.NewReader(f)
+	var cur *wdsRecord
+	var at int64 // where the next header starts
+	flush := func() error {
+		if cur == nil {
+			return nil
+		}
+		var size int64
+		for _, m := range cur.members {
+			size += m.Size
+		}
+		if size > manifest.MaxShardSize {
+			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes, more than the %d a record may have (it must fit one shard)", shard, cur.off, cur.key, size, int64(manifest.MaxShardSize))
+		}
+		seen[cur.key] = fmt.Sprintf("%s at offset %d", shard, cur.off)
+		add(*cur)
+		cur = nil
+		return nil
+	}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("shard %s at offset %d: not a readable tar (%v): the shard is damaged or cut short; re-create it, or leave it out of the source", shard, at, err)
+		}
+		dataAt, err := f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return fmt.Errorf("shard %s: %w", shard, err)
+		}
+		hdrAt := at
+		at = dataAt + (h.Size+511)/512*512
+		if dataAt+h.Size > fi.Size() {
+			return fmt.Errorf("shard %s at offset %d: member %q is cut short (%d of its %d bytes are in the file): the shard is damaged or was not copied whole; re-create it, or leave it out of the source", shard, hdrAt, h.Name, max(0, fi.Size()-dataAt), h.Size)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			continue
+		case tar.TypeReg:
+		default:
+			return fmt.Errorf("shard %s at offset %d: member %q is not a regular file (tar type %q): a WebDataset shard holds files only", shard, hdrAt, h.Name, h.Typeflag)
+		}
+		name := strings.TrimPrefix(path.Clean(h.Name), "./")
+		dir, base := path.Split(name)
+		dot := strings.IndexByte(base, '.')
+		if dot <= 0 || dot == len(base)-1 {
+			return fmt.Errorf("shard %s at offset %d: member %q has no key or no member name: WebDataset names a member <key>.<member> (for example 000123.jpg), cut at the first '.' of its base name", shard, hdrAt, h.Name)
+		}
+		key, member := dir+base[:dot], base[dot+1:]
+		if err := manifest.CheckKey(key); err != nil {
+			return fmt.Errorf("shard %s at offset %d: member %q: key %q: %v", shard, hdrAt, h.Name, key, err)
+		}
+		if cur == nil || cur.key != key {
+			if err := flush(); err != nil {
+				return err
+			}
+			if prev, dup := seen[key]; dup {
+				return fmt.Errorf("shard %s at offset %d: key %q again, after the record at %s: two records with one key (a record split across two shards is read as two records, as WebDataset reads it): give every record its own key, with its members together in one shard", shard, hdrAt, key, prev)
+			}
+			cur = &wdsRecord{key: key, shard: shard, off: hdrAt}
+		}
+		if slices.ContainsFunc(cur.members, func(m ItemMember) bool { return m.Name == member }) {
+			return fmt.Errorf("shard %s at offset %d: record %q has two members named %q", shard, hdrAt, key, member)
+		}
+		if len(cur.members) == manifest.MaxRecordMembers {
+			return fmt.Errorf("shard %s at offset %d: record %q has more than %d members", shard, hdrAt, key, manifest.MaxRecordMembers)
+		}
+		cur.members = append(cur.members, ItemMember{Name: member, Path: shard, Off: dataAt, Size: h.Size})
+		if member == FieldsMember {
+			if h.Size > maxFieldsMember {
+				return fmt.Errorf("shard %s at offset %d: record %q's .json member is %d bytes, more than the %d read for fields", shard, hdrAt, key, h.Size, maxFieldsMember)
+			}
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				return fmt.Errorf("shard %s at offset %d: member %q: %v: the shard is damaged or cut short", shard, hdrAt, h.Name, err)
+			}
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.UseNumber()
+			if err := dec.Decode(&cur.fields); err != nil {
+				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields", shard, hdrAt, h.Name, err)
+			}
+		}
+	}
+	return flush()
+}
+
+// commonDir is the directory the shards share, for messages.
+func commonDir(shards []string) string {
+	if len(shards) == 0 {
+		return ""
+	}
+	dir := filepath.Dir(shards[0])
+	for _, s := range shards[1:] {
+		for !strings.HasPrefix(filepath.Dir(s)+string(filepath.Separator), dir+string(filepath.Separator)) && dir != filepath.Dir(dir) {
+			dir = filepath.Dir(dir)
+		}
+	}
+	return dir
+}
