@@ -103,6 +103,8 @@ type ScanOptions struct {
 	// model learns ("": none), Strata the fields that make strata besides.
 	Label  string
 	Strata []string
+	// MaxRecordSize refuses a larger record (0: manifest.MaxShardSize).
+	MaxRecordSize int64
 }
 
 // MaxLabelBytes bounds one label, and MaxStratumBytes the stratum name made

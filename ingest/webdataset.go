@@ -94,7 +94,11 @@ func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
 	seen := map[string]string{} // key -> "shard at offset"
 	var records []wdsRecord
 	for _, sh := range shards {
-		if err := readShardRecords(sh, seen, func(r wdsRecord) { records = append(records, r) }); err != nil {
+		limit := o.MaxRecordSize
+		if limit <= 0 || limit > manifest.MaxShardSize {
+			limit = manifest.MaxShardSize
+		}
+		if err := readShardRecords(sh, seen, limit, func(r wdsRecord) { records = append(records, r) }); err != nil {
 			return nil, err
 		}
 	}
@@ -179,7 +183,7 @@ func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
 }
 
 // readShardRecords reads one tar shard's records and hands each to add.
-func readShardRecords(shard string, seen map[string]string, add func(wdsRecord)) error {
+func readShardRecords(shard string, seen map[string]string, limit int64, add func(wdsRecord)) error {
 	f, err := os.Open(shard)
 	if err != nil {
 		return fmt.Errorf("shard %s: %w", shard, err)
@@ -200,8 +204,8 @@ func readShardRecords(shard string, seen map[string]string, add func(wdsRecord))
 		for _, m := range cur.members {
 			size += m.Size
 		}
-		if size > manifest.MaxShardSize {
-			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes, more than the %d a record may have (it must fit one shard)", shard, cur.off, cur.key, size, int64(manifest.MaxShardSize))
+		if size > limit {
+			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", shard, cur.off, cur.key, size, limit)
 		}
 		seen[cur.key] = fmt.Sprintf("%s at offset %d", shard, cur.off)
 		add(*cur)

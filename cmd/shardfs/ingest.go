@@ -31,6 +31,7 @@ type ingestFlags struct {
 	labelFields     []string
 	label           string   // records: the field the model learns
 	strata          []string // records: the fields that make strata besides
+	maxRecord       string   // records: the largest record accepted
 	timeBuckets     []string
 	bins            []string
 	followLinks     bool
@@ -156,6 +157,7 @@ never writes over this one's fragments.`,
 	fl.BoolVar(&f.noCreateBuckets, "no-create-buckets", false, "fail on an S3 store whose bucket does not exist, instead of creating it")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "listing fields that form the stratum, e.g. class,site (listings only; default: the field named label, or a CSV's only column besides path; other columns are ignored)")
 	fl.StringVar(&f.label, "label", "", "records (WebDataset shards): the field of each record's .json member the model learns; a batch's <key>.cls is its class (none: no .cls)")
+	fl.StringVar(&f.maxRecord, "max-record-size", "2147483647B", "records: refuse a record larger than this, naming its shard (a record must fit one shard: at most 2GiB-1)")
 	fl.StringSliceVar(&f.strata, "strata", nil, "records: fields of each record's .json member that make strata besides the label, e.g. source,lang (every batch mirrors their mix)")
 	fl.StringArrayVar(&f.timeBuckets, "time-bucket", nil, "FIELD=SPAN: add to the stratum the bucket of a timestamp field, e.g. time=30d (units s, m, h, d, w; buckets align to Unix time 0); repeatable")
 	fl.StringArrayVar(&f.bins, "bins", nil, "FIELD=N or FIELD=E0,E1,...: add to the stratum the range of a numeric field, N quantile ranges of the data or explicit edges, e.g. len=8 or len=0,128,512,2048; repeatable")
@@ -190,6 +192,11 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1, 2 or 3, or 0 to choose by the dataset's size", f.format)
 	}
 	so := ingest.ScanOptions{LabelFields: f.labelFields, FollowSymlinks: f.followLinks, Label: f.label, Strata: f.strata}
+	maxRecord, err := humanize.ParseBytes(f.maxRecord)
+	if err != nil || maxRecord == 0 || maxRecord > manifest.MaxShardSize {
+		return nil, ingest.Options{}, fmt.Errorf("--max-record-size %q: use a size from 1B to 2GiB-1, e.g. 256MiB", f.maxRecord)
+	}
+	so.MaxRecordSize = int64(maxRecord)
 	for _, v := range f.timeBuckets {
 		tb, err := ingest.ParseTimeBucket(v)
 		if err != nil {

@@ -1,0 +1,242 @@
+package integration
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// wdsSource is a WebDataset set read back from its shards: each record's
+// members in order, with their bytes, and its .json's fields.
+type wdsSource struct {
+	order   map[string][]string       // key -> member names, in order
+	bytes   map[string][]byte         // member path -> bytes
+	fields  map[string]map[string]any // key -> the .json object
+	records int
+}
+
+func readWDS(t *testing.T, dir string) *wdsSource {
+	t.Helper()
+	w := &wdsSource{order: map[string][]string{}, bytes: map[string][]byte{}, fields: map[string]map[string]any{}}
+	shards, _ := filepath.Glob(filepath.Join(dir, "*.tar"))
+	for _, p := range shards {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(f)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(tr)
+			key, member, _ := strings.Cut(h.Name, ".")
+			if _, ok := w.order[key]; !ok {
+				w.records++
+			}
+			w.order[key] = append(w.order[key], member)
+			w.bytes[h.Name] = b
+			if member == "json" {
+				var obj map[string]any
+				if err := json.Unmarshal(b, &obj); err != nil {
+					t.Fatal(err)
+				}
+				w.fields[key] = obj
+			}
+		}
+		f.Close()
+	}
+	return w
+}
+
+// Issue 41: a WebDataset set made by Python's tarfile (20 shards, 10,000
+// records of a real JPEG, a caption and a .json with a skewed source and
+// an aesthetic score) is ingested into MinIO stratified by source and 4
+// ranges of the score, with no label, and mounted with 2 ranks and 2
+// epochs. Every batch tar holds complete records, member by member, byte
+// for byte as in the source (so the .json carries the record's fields);
+// no .cls; every batch holds each stratum within one record of its
+// target; and the Python loader decodes every member through a DataLoader
+// with workers.
+func TestWebDatasetRecordsOnMinIO(t *testing.T) {
+	requireVision(t)
+	requireTorch(t)
+	c := startCluster(t, 3)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	src := filepath.Join(t.TempDir(), "wds")
+	if out, err := exec.Command("/usr/bin/python3", "testdata/make_wds.py", src, "20", "10000", "5").CombinedOutput(); err != nil {
+		t.Fatalf("make_wds.py: %v\n%s", err, out)
+	}
+	w := readWDS(t, src)
+	if w.records != 10000 {
+		t.Fatalf("the set holds %d records", w.records)
+	}
+	r := run(t, 5*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=1MiB", "--strata=source", "--bins=aesthetic=4", src, "pairs")
+	if r.code != 0 || !strings.Contains(r.stdout, "committed pairs: 10000 samples in 20 strata") {
+		t.Fatalf("ingest: %v", r)
+	}
+	const B, W = 40, 2
+	mnt := mountShardfs(t, stores, fmt.Sprintf("--batch-size=%d", B), fmt.Sprintf("--world-size=%d", W), "--rank=all", "--epochs=2", "pairs")
+	var info struct {
+		Classes []string `json:"classes"`
+		Dataset struct {
+			Members  []string `json:"members"`
+			Labelled bool     `json:"labelled"`
+			Strata   []struct {
+				Name  string `json:"name"`
+				Count int    `json:"count"`
+			} `json:"strata"`
+		} `json:"dataset"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "info.json")), &info); err != nil {
+		t.Fatal(err)
+	}
+	d := info.Dataset
+	if strings.Join(d.Members, ",") != "jpg,txt,json" || d.Labelled || len(info.Classes) != 0 || len(d.Strata) != 20 {
+		t.Fatalf("info.json: members %v, labelled %v, classes %v, %d strata", d.Members, d.Labelled, info.Classes, len(d.Strata))
+	}
+	target := map[string]float64{}
+	for _, s := range d.Strata {
+		target[s.Name] = float64(B) * float64(s.Count) / 10000
+	}
+	records := 0
+	for e := range 2 {
+		for rank := range W {
+			rdir := filepath.Join(mnt, "epochs", fmt.Sprintf("%04d", e), fmt.Sprintf("rank-%03d", rank))
+			rows, err := csv.NewReader(bytes.NewReader(mustRead(t, filepath.Join(rdir, "index.csv")))).ReadAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows = rows[1:]
+			for b := 0; b*B < len(rows); b++ {
+				data := mustRead(t, filepath.Join(rdir, fmt.Sprintf("batch-%06d.tar", b)))
+				tr := tar.NewReader(bytes.NewReader(data))
+				count := map[string]int{}
+				for k := range B {
+					row := rows[b*B+k]
+					key, stratum := row[2], row[3]
+					count[stratum]++
+					for _, member := range w.order[key] {
+						h, err := tr.Next()
+						if err != nil {
+							t.Fatalf("epoch %d rank %d batch %d: record %s: %v", e, rank, b, key, err)
+						}
+						got, _ := io.ReadAll(tr)
+						stem, name, _ := strings.Cut(h.Name, ".")
+						if strings.SplitN(stem, "~", 2)[0] != key || name != member || !bytes.Equal(got, w.bytes[key+"."+member]) {
+							t.Fatalf("epoch %d rank %d batch %d: member %q (%d bytes), want %s.%s byte for byte", e, rank, b, h.Name, len(got), key, member)
+						}
+					}
+					src := fmt.Sprint(w.fields[key]["source"])
+					if !strings.HasPrefix(stratum, src+"+") {
+						t.Fatalf("record %s of source %s in stratum %s", key, src, stratum)
+					}
+					records++
+				}
+				if h, err := tr.Next(); err != io.EOF {
+					t.Fatalf("epoch %d rank %d batch %d: a member past its %d records (%v, %v): no .cls without a label", e, rank, b, B, h, err)
+				}
+				for s, pi := range target {
+					if n := float64(count[s]); n < math.Floor(pi-1e-9) || n > math.Ceil(pi+1e-9) {
+						t.Fatalf("epoch %d rank %d batch %d: stratum %s holds %v records, target %.2f", e, rank, b, s, n, pi)
+					}
+				}
+			}
+		}
+	}
+	if records != 2*(10000/B)*B {
+		t.Fatalf("read %d records over 2 epochs", records)
+	}
+	lines := runPython(t, "testdata/records.py", mnt, "0", strconv.Itoa(W))
+	if len(lines) != 1 || lines[0][0] != "records" || lines[0][1] != strconv.Itoa(10000/B/W*B) || lines[0][2] != "jpg,json,txt" {
+		t.Fatalf("the loader: %v", lines)
+	}
+}
+
+// writeTar writes a tar of the given members, in order.
+func writeTar(t *testing.T, path string, members ...[2]string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, m := range members {
+		if err := tw.WriteHeader(&tar.Header{Name: m[0], Mode: 0o644, Size: int64(len(m[1])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(m[1]))
+	}
+	tw.Close()
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Bad WebDataset input is refused, naming the shard (and the offset), and
+// commits nothing: list shows no dataset.
+func TestWebDatasetRefusals(t *testing.T) {
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	good := func(key, source string) [][2]string {
+		return [][2]string{{key + ".jpg", strings.Repeat("j", 700)}, {key + ".txt", "a caption"}, {key + ".json", `{"source": "` + source + `"}`}}
+	}
+	for _, tc := range []struct {
+		name  string
+		make  func(dir string)
+		flags []string
+		want  string
+	}{
+		{"a tar cut mid-member", func(dir string) {
+			p := filepath.Join(dir, "a.tar")
+			writeTar(t, p, append(good("000001", "web"), good("000002", "books")...)...)
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, b[:512+300], 0o644) // in the middle of 000001.jpg
+		}, nil, `member "000001.jpg" is cut short (300 of its 700 bytes`},
+		{"a tar cut in a header", func(dir string) {
+			p := filepath.Join(dir, "a.tar")
+			writeTar(t, p, append(good("000001", "web"), good("000002", "books")...)...)
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, b[:512+1024+100], 0o644) // in 000001.txt's header
+		}, nil, "the shard is damaged or cut short"},
+		{"a member name with no key", func(dir string) {
+			writeTar(t, filepath.Join(dir, "a.tar"), append(good("000001", "web"), [2]string{"README", "hello"})...)
+		}, nil, `member "README" has no key`},
+		{"two records with one key", func(dir string) {
+			writeTar(t, filepath.Join(dir, "a.tar"), good("000001", "web")...)
+			writeTar(t, filepath.Join(dir, "b.tar"), good("000001", "books")...)
+		}, nil, `key "000001" again`},
+		{"a .json that is not an object", func(dir string) {
+			writeTar(t, filepath.Join(dir, "a.tar"), append(good("000001", "web"), [2]string{"000002.json", "[1, 2]"})...)
+		}, nil, `member "000002.json" is not a JSON object`},
+		{"a record over the size bound", func(dir string) {
+			writeTar(t, filepath.Join(dir, "a.tar"), append(good("000001", "web"), good("000002", "books")...)...)
+		}, []string{"--max-record-size=512B"}, "more than the 512 a record may have"},
+	} {
+		dir := filepath.Join(t.TempDir(), "wds")
+		os.MkdirAll(dir, 0o755)
+		tc.make(dir)
+		r := run(t, time.Minute, nil, append(append([]string{"ingest", stores, "--data=2", "--parity=1", "--strata=source"}, tc.flags...), dir, "bad")...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, filepath.Join(dir, "a.tar")) {
+			t.Fatalf("%s: want a refusal naming the shard and %q: %v", tc.name, tc.want, r)
+		}
+		if tc.name != "a record over the size bound" && !strings.Contains(r.stderr, "at offset ") {
+			t.Fatalf("%s: the refusal does not name the offset: %v", tc.name, r)
+		}
+	}
+	if r := run(t, time.Minute, nil, "list", stores); r.code != 0 || strings.Contains(r.stdout, "bad") {
+		t.Fatalf("a refused ingest left a dataset: %v", r)
+	}
+}
