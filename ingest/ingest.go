@@ -638,7 +638,11 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int) (
 		}
 		it := src.Items[keyIndex[m.Samples.Key(j)]]
 		off, size := int64(m.Samples.Offset[j]), int64(m.Samples.Size[j])
-		if it.Members != nil {
+		if it.lineLen > 0 {
+			if err := readJSONLRecord(&it, data[off:off+size], *src.corpus, open); err != nil {
+				return nil, err
+			}
+		} else if it.Members != nil {
 			if err := readRecord(&it, data[off:off+size], open); err != nil {
 				return nil, err
 			}

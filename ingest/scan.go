@@ -30,14 +30,20 @@ type Item struct {
 	// line has none); Line is the item's line in the listing.
 	Fields []string
 	Line   int
-	// Members are a record's members, in stored order (WebDataset
-	// sources); nil for a file per sample. Size is their sum.
+	// Members are a record's members, in stored order (WebDataset and
+	// JSONL sources); nil for a file per sample. Size is their sum.
 	Members []ItemMember
+	// lineAt and lineLen place a JSONL record's line in Path: its bytes
+	// are made from it again at upload (0: a WebDataset record).
+	lineAt, lineLen int64
 }
 
 // Where names the item for a message: its line in the listing, or the
 // record and the shard it is in.
 func (it *Item) Where() string {
+	if it.Members != nil && it.Line > 0 {
+		return fmt.Sprintf("%s line %d (record %q)", it.Path, it.Line, it.Key)
+	}
 	if it.Members != nil {
 		return fmt.Sprintf("record %q in %s", it.Key, it.Path)
 	}
@@ -61,6 +67,7 @@ type Source struct {
 	// label fields that make strata but not the label (ScanOptions.Strata).
 	Members    []string
 	StrataOnly []string
+	corpus     *ScanOptions // a JSONL corpus: how its lines make records
 	// Warnings say what the scan noticed but accepted: strata with a
 	// single sample, or very many strata.
 	Warnings []string
@@ -105,6 +112,10 @@ type ScanOptions struct {
 	Strata []string
 	// MaxRecordSize refuses a larger record (0: manifest.MaxShardSize).
 	MaxRecordSize int64
+	// Members makes a JSONL file a corpus of records: each line one, the
+	// fields named members (see jsonl.go); KeyField names the key field.
+	Members  []MemberField
+	KeyField string
 }
 
 // MaxLabelBytes bounds one label, and MaxStratumBytes the stratum name made
@@ -121,9 +132,14 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !records && (o.Label != "" || len(o.Strata) > 0) {
-		return nil, fmt.Errorf("source %s: --label and --strata name fields of records (WebDataset shards: a directory of .tar files, a .tar, or a glob of them); a listing names its label with --label-fields", src)
+	corpus := strings.HasSuffix(src, ".jsonl") && len(o.Members) > 0
+	switch {
+	case len(o.Members) > 0 && !corpus:
+		return nil, fmt.Errorf("source %s: --member makes fields of a .jsonl corpus members of its records: give a .jsonl file", src)
+	case !records && !corpus && (o.Label != "" || len(o.Strata) > 0):
+		return nil, fmt.Errorf("source %s: --label and --strata name fields of records (WebDataset shards: a directory of .tar files, a .tar, or a glob of them; or a .jsonl corpus with --member); a listing names its label with --label-fields", src)
 	}
+	records = records || corpus
 	var fi os.FileInfo
 	if !records {
 		if fi, err = os.Stat(src); err != nil {
@@ -132,6 +148,11 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 	}
 	var s *Source
 	switch {
+	case corpus:
+		s, err = scanJSONLRecords(src, o)
+		if s != nil {
+			s.corpus = &o
+		}
 	case records:
 		s, err = scanWebDataset(shards, o)
 	case fi.IsDir():

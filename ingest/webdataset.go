@@ -77,13 +77,23 @@ func WebDatasetShards(src string) (shards []string, ok bool, err error) {
 	return shards, len(shards) > 0, nil
 }
 
-// record is a record being read from a shard.
+// wdsRecord is a record as a source of records yields it.
 type wdsRecord struct {
 	key     string
-	shard   string
-	off     int64 // its first member's header
+	shard   string // the file it is in
+	off     int64  // its first member's header (WebDataset), or its line (JSONL)
+	line    int    // its line in a JSONL file; 0 for WebDataset
+	lineLen int64  // the line's bytes (JSONL)
 	members []ItemMember
 	fields  map[string]any
+}
+
+// where names the record's place in the source for a message.
+func (r *wdsRecord) where() string {
+	if r.line > 0 {
+		return fmt.Sprintf("%s line %d", r.shard, r.line)
+	}
+	return fmt.Sprintf("shard %s at offset %d", r.shard, r.off)
 }
 
 // scanWebDataset reads the records of the given tar shards, in the order
@@ -105,6 +115,13 @@ func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
 	if len(records) == 0 {
 		return nil, fmt.Errorf("source %s: %w: the tar shards hold no members", s.Root, ErrEmpty)
 	}
+	return recordSource(s, o, records)
+}
+
+// recordSource fills s (Root set) from records read from a source of
+// records: the member names, the fields (every record's JSON keys, in
+// sorted order), the label and strata fields, and one item per record.
+func recordSource(s *Source, o ScanOptions, records []wdsRecord) (*Source, error) {
 	// The member names, in order of first appearance.
 	for _, r := range records {
 		for _, m := range r.members {
@@ -152,7 +169,10 @@ func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
 		}
 	}
 	for _, r := range records {
-		it := Item{Key: r.key, Members: r.members, Path: r.shard, Line: int(r.off)}
+		it := Item{Key: r.key, Members: r.members, Path: r.shard, Line: r.line}
+		if r.line > 0 {
+			it.lineAt, it.lineLen = r.off, r.lineLen
+		}
 		for _, m := range r.members {
 			it.Size += m.Size
 		}
@@ -166,14 +186,14 @@ func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
 				}
 			}
 			if strings.ContainsAny(v, "\x00"+manifest.FieldSep) {
-				return nil, fmt.Errorf("shard %s at offset %d: record %q: field %q holds a NUL or unit-separator (0x1f) character", r.shard, r.off, r.key, f)
+				return nil, fmt.Errorf("%s: record %q: field %q holds a NUL or unit-separator (0x1f) character", r.where(), r.key, f)
 			}
 			it.Fields = append(it.Fields, v)
 		}
 		for _, f := range s.LabelFields {
 			v := it.Fields[slices.Index(s.Fields, f)]
 			if v == "" {
-				return nil, fmt.Errorf("shard %s at offset %d: record %q has no field %q in its .json member: every record needs it, since it makes the strata", r.shard, r.off, r.key, f)
+				return nil, fmt.Errorf("%s: record %q has no field %q: every record needs it, since it makes the strata", r.where(), r.key, f)
 			}
 			it.Labels = append(it.Labels, v)
 		}

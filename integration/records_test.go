@@ -240,3 +240,104 @@ func TestWebDatasetRefusals(t *testing.T) {
 		t.Fatalf("a refused ingest left a dataset: %v", r)
 	}
 }
+
+// Issue 41: a JSONL corpus of 100,000 documents (text and source, the
+// sources skewed), ingested in 4 parts (--part I/4) and one commit, with
+// --member text=txt --strata source: every document's text comes back
+// byte for byte as its record's .txt, its other fields as its .json, and
+// every batch holds each source within one document of its target.
+func TestJSONLCorpusInPartsOnMinIO(t *testing.T) {
+	c := startCluster(t, 3)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	const N = 100_000
+	dir := t.TempDir()
+	corpus := filepath.Join(dir, "docs.jsonl")
+	var buf bytes.Buffer
+	texts := make([]string, N)
+	sources := []string{"web", "books", "news", "code"}
+	source := make([]string, N)
+	count := map[string]int{}
+	for i := range N {
+		// Text that JSON escapes: quotes, backslashes, newlines, non-ASCII.
+		texts[i] = fmt.Sprintf("doc %d: \"quoted\" \\ back\nslash, été, 日本 %s", i, strings.Repeat("w", i%97))
+		source[i] = sources[min(3, int(math.Sqrt(float64(i*7919%N)/N)*4))]
+		count[source[i]]++
+		b, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("d%06d", i), "text": texts[i], "source": source[i], "n": i})
+		buf.Write(append(b, '\n'))
+	}
+	if err := os.WriteFile(corpus, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"ingest", stores, "--data=2", "--parity=1", "--shard-size=2MiB", "--member=text=txt", "--key=id", "--strata=source", "--job=docs-1"}
+	for i := range 4 {
+		if r := run(t, 5*time.Minute, nil, append(args, fmt.Sprintf("--part=%d/4", i), corpus, "docs")...); r.code != 0 {
+			t.Fatalf("part %d: %v", i, r)
+		}
+	}
+	if r := run(t, 5*time.Minute, nil, "commit", stores, "docs"); r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("committed docs: %d samples in 4 strata", N)) {
+		t.Fatalf("commit: %v", r)
+	}
+	const B = 100
+	mnt := mountShardfs(t, stores, fmt.Sprintf("--batch-size=%d", B), "--epochs=1", "docs")
+	rdir := filepath.Join(mnt, "epochs", "0000", "rank-000")
+	rows, err := csv.NewReader(bytes.NewReader(mustRead(t, filepath.Join(rdir, "index.csv")))).ReadAll()
+	if err != nil || len(rows) != N+1 {
+		t.Fatalf("index.csv: %d rows, %v", len(rows), err)
+	}
+	seen := make([]bool, N)
+	for b := range N / B {
+		tr := tar.NewReader(bytes.NewReader(mustRead(t, filepath.Join(rdir, fmt.Sprintf("batch-%06d.tar", b)))))
+		inBatch := map[string]int{}
+		for k := range B {
+			key := rows[1+b*B+k][2]
+			i, err := strconv.Atoi(strings.TrimPrefix(key, "d"))
+			if err != nil || seen[i] {
+				t.Fatalf("batch %d: key %q (seen before: %v)", b, key, err == nil && seen[i])
+			}
+			seen[i] = true
+			h, err := tr.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(tr)
+			if h.Name != key+".txt" || string(got) != texts[i] {
+				t.Fatalf("batch %d: %s holds %q, want document %d's text %q", b, h.Name, got, i, texts[i])
+			}
+			if h, err = tr.Next(); err != nil || h.Name != key+".json" {
+				t.Fatalf("batch %d: after %s.txt: %v %v, want %s.json", b, key, h, err, key)
+			}
+			var fields map[string]any
+			got, _ = io.ReadAll(tr)
+			if err := json.Unmarshal(got, &fields); err != nil || fields["source"] != source[i] || fields["id"] != key || fields["n"] != float64(i) || fields["text"] != nil {
+				t.Fatalf("batch %d: %s.json = %s", b, key, got)
+			}
+			inBatch[source[i]]++
+		}
+		if _, err := tr.Next(); err != io.EOF {
+			t.Fatalf("batch %d: a member past its records: %v", b, err)
+		}
+		for s, n := range count {
+			pi := float64(B) * float64(n) / N
+			if got := float64(inBatch[s]); got < math.Floor(pi-1e-9) || got > math.Ceil(pi+1e-9) {
+				t.Fatalf("batch %d: %v documents of %s, target %.2f", b, got, s, pi)
+			}
+		}
+	}
+	// Bad lines are refused, naming the line, and commit nothing.
+	for _, tc := range []struct{ line, want string }{
+		{`[1, 2, 3]`, "line 3: not a JSON object"},
+		{`{"id": "x", "text": 7, "source": "web"}`, `line 3: field "text" is a json.Number, not a string`},
+		{`{"id": "x", "source": "web"}`, `line 3: no field "text"`},
+	} {
+		p := filepath.Join(dir, "bad.jsonl")
+		lines := strings.SplitN(buf.String(), "\n", 3)
+		os.WriteFile(p, []byte(lines[0]+"\n"+lines[1]+"\n"+tc.line+"\n"), 0o644)
+		r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--member=text=txt", "--key=id", "--strata=source", p, "bad")
+		if r.code == 0 || !strings.Contains(r.stderr, p+" "+tc.want) {
+			t.Fatalf("%s: want a refusal naming %q: %v", tc.line, tc.want, r)
+		}
+	}
+	if r := run(t, time.Minute, nil, "list", stores); r.code != 0 || strings.Contains(r.stdout, "bad") {
+		t.Fatalf("a refused ingest left a dataset: %v", r)
+	}
+}

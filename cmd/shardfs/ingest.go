@@ -32,6 +32,8 @@ type ingestFlags struct {
 	label           string   // records: the field the model learns
 	strata          []string // records: the fields that make strata besides
 	maxRecord       string   // records: the largest record accepted
+	members         []string // a JSONL corpus: FIELD=NAME, fields made members
+	keyField        string   // a JSONL corpus: the field that keys a record
 	timeBuckets     []string
 	bins            []string
 	followLinks     bool
@@ -72,6 +74,12 @@ be balanced by --strata alone. A damaged tar, a member without a key, a
 key used by two records (also a record split across two shards) or a
 .json member that is not an object is refused, naming the shard and the
 offset, and nothing is committed.
+
+A .jsonl corpus of documents is a source of records too: --member
+text=txt makes each line's "text" the record's .txt (byte for byte, as
+UTF-8), and the line's other fields its .json and the fields --label and
+--strata name, e.g. --member text=txt --strata source. A line that is not
+a JSON object is refused, naming the line.
 
 A listing's other fields (strings, numbers, timestamps) are kept with each
 sample: index.csv shows them. Strata can be cut from them too, added to the
@@ -157,6 +165,8 @@ never writes over this one's fragments.`,
 	fl.BoolVar(&f.noCreateBuckets, "no-create-buckets", false, "fail on an S3 store whose bucket does not exist, instead of creating it")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "listing fields that form the stratum, e.g. class,site (listings only; default: the field named label, or a CSV's only column besides path; other columns are ignored)")
 	fl.StringVar(&f.label, "label", "", "records (WebDataset shards): the field of each record's .json member the model learns; a batch's <key>.cls is its class (none: no .cls)")
+	fl.StringArrayVar(&f.members, "member", nil, "a .jsonl corpus of records: FIELD=NAME makes each line's string FIELD the record's <key>.NAME member, e.g. text=txt; the other fields go to its .json; repeatable")
+	fl.StringVar(&f.keyField, "key", "", "a .jsonl corpus: the field that keys each record (default: its line number)")
 	fl.StringVar(&f.maxRecord, "max-record-size", "2147483647B", "records: refuse a record larger than this, naming its shard (a record must fit one shard: at most 2GiB-1)")
 	fl.StringSliceVar(&f.strata, "strata", nil, "records: fields of each record's .json member that make strata besides the label, e.g. source,lang (every batch mirrors their mix)")
 	fl.StringArrayVar(&f.timeBuckets, "time-bucket", nil, "FIELD=SPAN: add to the stratum the bucket of a timestamp field, e.g. time=30d (units s, m, h, d, w; buckets align to Unix time 0); repeatable")
@@ -197,6 +207,14 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 		return nil, ingest.Options{}, fmt.Errorf("--max-record-size %q: use a size from 1B to 2GiB-1, e.g. 256MiB", f.maxRecord)
 	}
 	so.MaxRecordSize = int64(maxRecord)
+	for _, v := range f.members {
+		mf, err := ingest.ParseMemberField(v)
+		if err != nil {
+			return nil, ingest.Options{}, err
+		}
+		so.Members = append(so.Members, mf)
+	}
+	so.KeyField = f.keyField
 	for _, v := range f.timeBuckets {
 		tb, err := ingest.ParseTimeBucket(v)
 		if err != nil {
