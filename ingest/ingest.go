@@ -616,6 +616,8 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int) (
 	data := make([]byte, sh.Size)
 	keyIndex := src.keyIndex()
 	files := map[string]*os.File{} // the source shards records are read from, open once
+	var rows parquetRows
+	defer rows.close()
 	defer func() {
 		for _, f := range files {
 			f.Close()
@@ -638,7 +640,11 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int) (
 		}
 		it := src.Items[keyIndex[m.Samples.Key(j)]]
 		off, size := int64(m.Samples.Offset[j]), int64(m.Samples.Size[j])
-		if it.lineLen > 0 {
+		if it.row {
+			if err := readParquetRecord(&it, data[off:off+size], src.table, &rows); err != nil {
+				return nil, err
+			}
+		} else if it.lineLen > 0 {
 			if err := readJSONLRecord(&it, data[off:off+size], *src.corpus, open); err != nil {
 				return nil, err
 			}

@@ -34,13 +34,18 @@ type Item struct {
 	// JSONL sources); nil for a file per sample. Size is their sum.
 	Members []ItemMember
 	// lineAt and lineLen place a JSONL record's line in Path: its bytes
-	// are made from it again at upload (0: a WebDataset record).
+	// are made from it again at upload (0: a WebDataset record). With row,
+	// lineAt is a Parquet record's row in Path.
 	lineAt, lineLen int64
+	row             bool
 }
 
 // Where names the item for a message: its line in the listing, or the
 // record and the shard it is in.
 func (it *Item) Where() string {
+	if it.row {
+		return fmt.Sprintf("parquet %s row %d (record %q)", it.Path, it.lineAt, it.Key)
+	}
 	if it.Members != nil && it.Line > 0 {
 		return fmt.Sprintf("%s line %d (record %q)", it.Path, it.Line, it.Key)
 	}
@@ -67,7 +72,8 @@ type Source struct {
 	// label fields that make strata but not the label (ScanOptions.Strata).
 	Members    []string
 	StrataOnly []string
-	corpus     *ScanOptions // a JSONL corpus: how its lines make records
+	corpus     *ScanOptions  // a JSONL corpus: how its lines make records
+	table      *parquetTable // a Parquet source: how its rows make records
 	// Warnings say what the scan noticed but accepted: strata with a
 	// single sample, or very many strata.
 	Warnings []string
@@ -133,13 +139,14 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 		return nil, err
 	}
 	corpus := strings.HasSuffix(src, ".jsonl") && len(o.Members) > 0
+	table := strings.HasSuffix(src, ".parquet")
 	switch {
-	case len(o.Members) > 0 && !corpus:
-		return nil, fmt.Errorf("source %s: --member makes fields of a .jsonl corpus members of its records: give a .jsonl file", src)
-	case !records && !corpus && (o.Label != "" || len(o.Strata) > 0):
-		return nil, fmt.Errorf("source %s: --label and --strata name fields of records (WebDataset shards: a directory of .tar files, a .tar, or a glob of them; or a .jsonl corpus with --member); a listing names its label with --label-fields", src)
+	case len(o.Members) > 0 && !corpus && !table:
+		return nil, fmt.Errorf("source %s: --member makes fields of a .jsonl corpus or columns of a .parquet file members of its records: give one", src)
+	case !records && !corpus && !table && (o.Label != "" || len(o.Strata) > 0):
+		return nil, fmt.Errorf("source %s: --label and --strata name fields of records (WebDataset shards: a directory of .tar files, a .tar, or a glob of them; a .jsonl corpus with --member; a .parquet file); a listing names its label with --label-fields", src)
 	}
-	records = records || corpus
+	records = records || corpus || table
 	var fi os.FileInfo
 	if !records {
 		if fi, err = os.Stat(src); err != nil {
@@ -148,6 +155,8 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 	}
 	var s *Source
 	switch {
+	case table:
+		s, err = scanParquet(src, o)
 	case corpus:
 		s, err = scanJSONLRecords(src, o)
 		if s != nil {

@@ -84,12 +84,16 @@ type wdsRecord struct {
 	off     int64  // its first member's header (WebDataset), or its line (JSONL)
 	line    int    // its line in a JSONL file; 0 for WebDataset
 	lineLen int64  // the line's bytes (JSONL)
+	row     bool   // a Parquet row: off is its number
 	members []ItemMember
 	fields  map[string]any
 }
 
 // where names the record's place in the source for a message.
 func (r *wdsRecord) where() string {
+	if r.row {
+		return fmt.Sprintf("parquet %s row %d", r.shard, r.off)
+	}
 	if r.line > 0 {
 		return fmt.Sprintf("%s line %d", r.shard, r.line)
 	}
@@ -170,8 +174,8 @@ func recordSource(s *Source, o ScanOptions, records []wdsRecord) (*Source, error
 	}
 	for _, r := range records {
 		it := Item{Key: r.key, Members: r.members, Path: r.shard, Line: r.line}
-		if r.line > 0 {
-			it.lineAt, it.lineLen = r.off, r.lineLen
+		if r.line > 0 || r.row {
+			it.lineAt, it.lineLen, it.row = r.off, r.lineLen, r.row
 		}
 		for _, m := range r.members {
 			it.Size += m.Size

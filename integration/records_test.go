@@ -6,6 +6,8 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/jpeg"
 	"io"
 	"math"
 	"os"
@@ -15,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parquet-go/parquet-go"
 )
 
 // wdsSource is a WebDataset set read back from its shards: each record's
@@ -336,6 +340,116 @@ func TestJSONLCorpusInPartsOnMinIO(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, p+" "+tc.want) {
 			t.Fatalf("%s: want a refusal naming %q: %v", tc.line, tc.want, r)
 		}
+	}
+	if r := run(t, time.Minute, nil, "list", stores); r.code != 0 || strings.Contains(r.stdout, "bad") {
+		t.Fatalf("a refused ingest left a dataset: %v", r)
+	}
+}
+
+// parquetRow is a row of the test's table: a binary image column and
+// scalar and nested columns.
+type parquetRow struct {
+	ID     int64    `parquet:"id"`
+	Image  []byte   `parquet:"image"`
+	Source string   `parquet:"source"`
+	Score  float64  `parquet:"score"`
+	Tags   []string `parquet:"tags,list"`
+}
+
+// Issue 41: a Parquet file written by a real Parquet writer (parquet-go),
+// with a binary column of real JPEGs and scalar and nested columns: its
+// records come back byte for byte, each image as the record's .jpg and the
+// other columns in its .json (the list as JSON). A column of a type
+// shardfs cannot serve is refused, naming it, and nothing is committed.
+func TestParquetRecordsOnMinIO(t *testing.T) {
+	c := startCluster(t, 3)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	dir := t.TempDir()
+	const N = 2000
+	var rows []parquetRow
+	for i := range N {
+		img := image.NewRGBA(image.Rect(0, 0, 8+i%5, 8+i%3))
+		for p := range img.Pix {
+			img.Pix[p] = byte(i*31 + p)
+		}
+		var jb bytes.Buffer
+		if err := jpeg.Encode(&jb, img, &jpeg.Options{Quality: 75}); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, parquetRow{ID: int64(1000 + i), Image: jb.Bytes(), Source: []string{"hf", "hf", "hf", "crawl", "synthetic"}[i%5],
+			Score: float64(i%97) / 10, Tags: []string{fmt.Sprint("t", i%3), "x"}})
+	}
+	table := filepath.Join(dir, "table.parquet")
+	f, err := os.Create(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := parquet.NewGenericWriter[parquetRow](f, parquet.MaxRowsPerRowGroup(300))
+	if _, err := w.Write(rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r := run(t, 5*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--member=image=jpg", "--key=id", "--strata=source", table, "tbl")
+	if r.code != 0 || !strings.Contains(r.stdout, "committed tbl: 2000 samples in 3 strata") {
+		t.Fatalf("ingest: %v", r)
+	}
+	const B = 50
+	mnt := mountShardfs(t, stores, fmt.Sprintf("--batch-size=%d", B), "--epochs=1", "tbl")
+	rdir := filepath.Join(mnt, "epochs", "0000", "rank-000")
+	seen := map[int]bool{}
+	for b := range N / B {
+		tr := tar.NewReader(bytes.NewReader(mustRead(t, filepath.Join(rdir, fmt.Sprintf("batch-%06d.tar", b)))))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(tr)
+			key, member, _ := strings.Cut(h.Name, ".")
+			id, err := strconv.Atoi(key)
+			if err != nil || id < 1000 || id >= 1000+N {
+				t.Fatalf("batch %d: member %q", b, h.Name)
+			}
+			row := rows[id-1000]
+			switch member {
+			case "jpg":
+				if !bytes.Equal(body, row.Image) {
+					t.Fatalf("%s: %d bytes differ from row %d's image", h.Name, len(body), id-1000)
+				}
+				seen[id] = true
+			case "json":
+				var got map[string]any
+				if err := json.Unmarshal(body, &got); err != nil || got["source"] != row.Source || got["score"] != row.Score || got["id"] != float64(row.ID) ||
+					fmt.Sprint(got["tags"]) != fmt.Sprint([]any{row.Tags[0], row.Tags[1]}) || got["image"] != nil {
+					t.Fatalf("%s = %s, want row %d's fields", h.Name, body, id-1000)
+				}
+			default:
+				t.Fatalf("batch %d: member %q", b, h.Name)
+			}
+		}
+	}
+	if len(seen) != N {
+		t.Fatalf("read %d of %d records", len(seen), N)
+	}
+	// A column of a physical type shardfs does not serve.
+	type badRow struct {
+		ID    int64   `parquet:"id"`
+		Image []byte  `parquet:"image"`
+		Hash  [4]byte `parquet:"hash"`
+	}
+	bad := filepath.Join(dir, "bad.parquet")
+	if err := parquet.WriteFile(bad, []badRow{{1, []byte("x"), [4]byte{1, 2, 3, 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	r = run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--member=image=jpg", "--strata=id", bad, "bad")
+	if r.code == 0 || !strings.Contains(r.stderr, `parquet `+bad+`: column "hash" has the physical type FIXED_LEN_BYTE_ARRAY, which shardfs cannot serve`) {
+		t.Fatalf("a fixed-length column: want a refusal naming it: %v", r)
 	}
 	if r := run(t, time.Minute, nil, "list", stores); r.code != 0 || strings.Contains(r.stdout, "bad") {
 		t.Fatalf("a refused ingest left a dataset: %v", r)

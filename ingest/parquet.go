@@ -1,0 +1,290 @@
+package ingest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// Parquet sources of records (Hugging Face datasets and most tables). Each
+// row is a record: its binary columns are members (the bytes as stored;
+// --member COLUMN=NAME renames one, e.g. image=jpg, and makes a string
+// column a member too), and its other columns are fields, in its .json
+// member and for --label and --strata: numbers, strings and booleans as
+// they are, nested columns (lists, structs, maps) as JSON. A null binary
+// value leaves the member out of that record. Its key is the column --key
+// names, else the row's number. A column of a physical type shardfs does
+// not serve (INT96, FIXED_LEN_BYTE_ARRAY) is refused, naming it.
+
+// parquetColumn is how a top-level column of a Parquet file makes records.
+type parquetColumn struct {
+	name   string
+	member string // the member it makes; "" for a field
+}
+
+// parquetColumns classifies the schema's top-level columns.
+func parquetColumns(file string, schema *parquet.Schema, o ScanOptions) ([]parquetColumn, error) {
+	renamed := map[string]string{}
+	for _, mf := range o.Members {
+		renamed[mf.Field] = mf.Name
+	}
+	var cols []parquetColumn
+	for _, f := range schema.Fields() {
+		c := parquetColumn{name: f.Name()}
+		if f.Leaf() {
+			t := f.Type()
+			switch t.Kind() {
+			case parquet.ByteArray:
+				lt := t.LogicalType()
+				text := lt != nil && (isType[*format.StringType](lt) || isType[*format.EnumType](lt) || isType[*format.JsonType](lt))
+				if !text || renamed[c.name] != "" {
+					c.member = c.name
+				}
+			case parquet.Boolean, parquet.Int32, parquet.Int64, parquet.Float, parquet.Double:
+				if renamed[c.name] != "" {
+					return nil, fmt.Errorf("parquet %s: --member %s=%s: column %q holds %s values, not bytes or text", file, c.name, renamed[c.name], c.name, t.Kind())
+				}
+			default:
+				return nil, fmt.Errorf("parquet %s: column %q has the physical type %s, which shardfs cannot serve: convert it (INT96 timestamps to INT64 ones; fixed-length bytes to BYTE_ARRAY) or drop the column", file, c.name, t.Kind())
+			}
+		} else if renamed[c.name] != "" {
+			return nil, fmt.Errorf("parquet %s: --member %s=%s: column %q is nested (a list, struct or map), not bytes or text", file, c.name, renamed[c.name], c.name)
+		}
+		if n := renamed[c.name]; n != "" {
+			c.member = n
+		}
+		if c.member != "" {
+			if err := layout.CleanMemberName(c.member, o.Label != ""); err != nil {
+				return nil, fmt.Errorf("parquet %s: column %q: %v: name its member with --member %s=NAME", file, c.name, err, c.name)
+			}
+			if c.member == FieldsMember {
+				return nil, fmt.Errorf("parquet %s: column %q would be the member %q, which holds a record's other fields: name it with --member %s=NAME", file, c.name, FieldsMember, c.name)
+			}
+		}
+		cols = append(cols, c)
+	}
+	for field := range renamed {
+		if !slices.ContainsFunc(cols, func(c parquetColumn) bool { return c.name == field }) {
+			return nil, fmt.Errorf("parquet %s: --member %s=%s: no column %q", file, field, renamed[field], field)
+		}
+	}
+	if !slices.ContainsFunc(cols, func(c parquetColumn) bool { return c.member != "" }) {
+		return nil, fmt.Errorf("parquet %s: no binary column, and no --member COLUMN=NAME: a record needs a member", file)
+	}
+	return cols, nil
+}
+
+func isType[T any](lt *format.LogicalType) bool { _, ok := lt.Value.(T); return ok }
+
+// parquetRecord makes a row's record: its key, members (in column order,
+// then "json" when fields remain) and fields.
+func parquetRecord(row map[string]any, cols []parquetColumn, o ScanOptions, rowNo int64) (key string, names []string, bodies [][]byte, fields map[string]any, err error) {
+	fields = map[string]any{}
+	for _, c := range cols {
+		v := row[c.name]
+		if c.member == "" {
+			if v != nil {
+				fields[c.name] = v
+			}
+			continue
+		}
+		switch v := v.(type) {
+		case nil:
+		case []byte:
+			names, bodies = append(names, c.member), append(bodies, v)
+		case string:
+			names, bodies = append(names, c.member), append(bodies, []byte(v))
+		default:
+			return "", nil, nil, nil, fmt.Errorf("column %q holds a %T", c.name, v)
+		}
+	}
+	key = fmt.Sprintf("%012d", rowNo)
+	if o.KeyField != "" {
+		v, ok := fields[o.KeyField]
+		if !ok {
+			return "", nil, nil, nil, fmt.Errorf("no key column %q (--key), or it is null", o.KeyField)
+		}
+		key = fmt.Sprint(v)
+	}
+	if len(fields) > 0 {
+		b, err := json.Marshal(fields) // sorted keys: the same bytes at scan and at upload
+		if err != nil {
+			return "", nil, nil, nil, err
+		}
+		names, bodies = append(names, FieldsMember), append(bodies, b)
+	}
+	if len(names) == 0 {
+		return "", nil, nil, nil, errors.New("every column is null: a record needs a member")
+	}
+	return key, names, bodies, fields, nil
+}
+
+// openParquet opens a Parquet file for reading rows as maps of its
+// columns. The reader panics on some damaged files; those panics become
+// errors in the functions that read (see recovered).
+func openParquet(name string) (*os.File, *parquet.GenericReader[map[string]any], error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	pf, err := parquet.OpenFile(f, fi.Size())
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("not a readable Parquet file (%v): the file is damaged or cut short", err)
+	}
+	return f, parquet.NewGenericReader[map[string]any](f, pf.Schema()), nil
+}
+
+// recovered turns a panic of the Parquet reader into *err.
+func recovered(name string, err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("parquet %s: the reader failed (%v): the file is damaged, or holds what shardfs cannot read", name, p)
+	}
+}
+
+// scanParquet reads a Parquet file's records, row by row, holding their
+// metadata only.
+func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
+	defer recovered(name, &err)
+	f, r, err := openParquet(name)
+	if err != nil {
+		return nil, fmt.Errorf("parquet %s: %w", name, err)
+	}
+	defer f.Close()
+	defer r.Close()
+	cols, err := parquetColumns(name, r.Schema(), o)
+	if err != nil {
+		return nil, err
+	}
+	limit := o.MaxRecordSize
+	if limit <= 0 || limit > manifest.MaxShardSize {
+		limit = manifest.MaxShardSize
+	}
+	seen := map[string]int64{}
+	var records []wdsRecord
+	rows := make([]map[string]any, 64)
+	for rowNo := int64(0); ; {
+		for i := range rows {
+			rows[i] = map[string]any{} // the reader fills a map it is given
+		}
+		n, err := r.Read(rows)
+		for _, row := range rows[:n] {
+			key, names, bodies, fields, err := parquetRecord(row, cols, o, rowNo)
+			if err != nil {
+				return nil, fmt.Errorf("parquet %s row %d: %v", name, rowNo, err)
+			}
+			if err := manifest.CheckKey(key); err != nil {
+				return nil, fmt.Errorf("parquet %s row %d: key %q: %v", name, rowNo, key, err)
+			}
+			if prev, dup := seen[key]; dup {
+				return nil, fmt.Errorf("parquet %s row %d: key %q again, after row %d: two records with one key; give every record its own --key", name, rowNo, key, prev)
+			}
+			seen[key] = rowNo
+			rec := wdsRecord{key: key, shard: name, off: rowNo, row: true, fields: fields}
+			var size int64
+			for k, body := range bodies {
+				rec.members = append(rec.members, ItemMember{Name: names[k], Path: name, Size: int64(len(body))})
+				size += int64(len(body))
+			}
+			if size > limit {
+				return nil, fmt.Errorf("parquet %s row %d: record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", name, rowNo, key, size, limit)
+			}
+			records = append(records, rec)
+			rowNo++
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("parquet %s row %d: %v: the file is damaged or cut short", name, rowNo, err)
+		}
+	}
+	if len(records) == 0 {
+		return nil, fmt.Errorf("parquet %s: %w: it holds no rows", name, ErrEmpty)
+	}
+	s, err := recordSource(&Source{Root: filepath.Dir(name)}, o, records)
+	if s != nil {
+		s.table = &parquetTable{cols: cols, opts: o}
+	}
+	return s, err
+}
+
+// parquetTable says how a Parquet source's rows make records, for upload.
+type parquetTable struct {
+	cols []parquetColumn
+	opts ScanOptions
+}
+
+// parquetRows reads rows of Parquet files by number, keeping each file's
+// reader open.
+type parquetRows struct {
+	files   map[string]*os.File
+	readers map[string]*parquet.GenericReader[map[string]any]
+}
+
+func (p *parquetRows) close() {
+	for _, r := range p.readers {
+		r.Close()
+	}
+	for _, f := range p.files {
+		f.Close()
+	}
+}
+
+func (p *parquetRows) row(name string, rowNo int64) (_ map[string]any, err error) {
+	defer recovered(name, &err)
+	r, ok := p.readers[name]
+	if !ok {
+		f, pr, err := openParquet(name)
+		if err != nil {
+			return nil, err
+		}
+		if p.files == nil {
+			p.files, p.readers = map[string]*os.File{}, map[string]*parquet.GenericReader[map[string]any]{}
+		}
+		p.files[name], p.readers[name] = f, pr
+		r = pr
+	}
+	if err := r.SeekToRow(rowNo); err != nil {
+		return nil, err
+	}
+	rows := []map[string]any{{}}
+	if n, err := r.Read(rows); n != 1 {
+		return nil, fmt.Errorf("row %d: %v", rowNo, err)
+	}
+	return rows[0], nil
+}
+
+// readParquetRecord makes a Parquet record's bytes again, from its row, into p.
+func readParquetRecord(it *Item, p []byte, t *parquetTable, rows *parquetRows) error {
+	row, err := rows.row(it.Path, it.lineAt)
+	if err != nil {
+		return fmt.Errorf("read record %q: parquet %s row %d: %w (did the file change during ingest?)", it.Key, it.Path, it.lineAt, err)
+	}
+	_, names, bodies, _, err := parquetRecord(row, t.cols, t.opts, it.lineAt)
+	if err != nil || len(bodies) != len(it.Members) {
+		return fmt.Errorf("read record %q: parquet %s row %d changed during ingest (%v)", it.Key, it.Path, it.lineAt, err)
+	}
+	for k, body := range bodies {
+		if names[k] != it.Members[k].Name || int64(len(body)) != it.Members[k].Size {
+			return fmt.Errorf("read record %q: parquet %s row %d changed during ingest", it.Key, it.Path, it.lineAt)
+		}
+		p = p[copy(p, body):]
+	}
+	return nil
+}
