@@ -83,12 +83,8 @@ func jsonlRecord(line []byte, o ScanOptions, lineNo int) (key string, names []st
 			return "", nil, nil, nil, fmt.Errorf("key field %q %v", o.KeyField, err)
 		}
 	}
-	if len(obj) > 0 {
-		b, err := json.Marshal(obj) // sorted keys: the same bytes at scan and at upload
-		if err != nil {
-			return "", nil, nil, nil, err
-		}
-		names, bodies = append(names, FieldsMember), append(bodies, b)
+	if names, bodies, err = appendFieldsMember(names, bodies, obj); err != nil {
+		return "", nil, nil, nil, err
 	}
 	if len(names) == 0 {
 		return "", nil, nil, nil, errors.New("an empty object: a record needs a member")
@@ -181,12 +177,33 @@ func readJSONLRecord(it *Item, p []byte, o ScanOptions, open func(string) (*os.F
 		return fmt.Errorf("read record %q: %s line %d: %w (did the corpus change during ingest?)", it.Key, it.Path, it.Line, err)
 	}
 	_, names, bodies, _, err := jsonlRecord(line, o, it.Line)
+	return copyMembers(it, names, bodies, err, p)
+}
+
+// appendFieldsMember adds a record's other fields as its "json" member, an
+// object with sorted keys (so the same bytes at scan and at upload), when
+// there are any.
+func appendFieldsMember(names []string, bodies [][]byte, fields map[string]any) ([]string, [][]byte, error) {
+	if len(fields) == 0 {
+		return names, bodies, nil
+	}
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(names, FieldsMember), append(bodies, b), nil
+}
+
+// copyMembers copies a record's members, made again at upload (err: the
+// failure to make them), into p, after checking they are what the scan
+// planned.
+func copyMembers(it *Item, names []string, bodies [][]byte, err error, p []byte) error {
 	if err != nil || len(bodies) != len(it.Members) {
-		return fmt.Errorf("read record %q: %s line %d changed during ingest (%v)", it.Key, it.Path, it.Line, err)
+		return fmt.Errorf("read %s: it changed during ingest (%v)", it.Where(), err)
 	}
 	for k, body := range bodies {
 		if names[k] != it.Members[k].Name || int64(len(body)) != it.Members[k].Size {
-			return fmt.Errorf("read record %q: %s line %d changed during ingest", it.Key, it.Path, it.Line)
+			return fmt.Errorf("read %s: it changed during ingest (member %q)", it.Where(), names[k])
 		}
 		p = p[copy(p, body):]
 	}

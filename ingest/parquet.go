@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -116,12 +115,8 @@ func parquetRecord(row map[string]any, cols []parquetColumn, o ScanOptions, rowN
 		}
 		key = fmt.Sprint(v)
 	}
-	if len(fields) > 0 {
-		b, err := json.Marshal(fields) // sorted keys: the same bytes at scan and at upload
-		if err != nil {
-			return "", nil, nil, nil, err
-		}
-		names, bodies = append(names, FieldsMember), append(bodies, b)
+	if names, bodies, err = appendFieldsMember(names, bodies, fields); err != nil {
+		return "", nil, nil, nil, err
 	}
 	if len(names) == 0 {
 		return "", nil, nil, nil, errors.New("every column is null: a record needs a member")
@@ -277,14 +272,5 @@ func readParquetRecord(it *Item, p []byte, t *parquetTable, rows *parquetRows) e
 		return fmt.Errorf("read record %q: parquet %s row %d: %w (did the file change during ingest?)", it.Key, it.Path, it.lineAt, err)
 	}
 	_, names, bodies, _, err := parquetRecord(row, t.cols, t.opts, it.lineAt)
-	if err != nil || len(bodies) != len(it.Members) {
-		return fmt.Errorf("read record %q: parquet %s row %d changed during ingest (%v)", it.Key, it.Path, it.lineAt, err)
-	}
-	for k, body := range bodies {
-		if names[k] != it.Members[k].Name || int64(len(body)) != it.Members[k].Size {
-			return fmt.Errorf("read record %q: parquet %s row %d changed during ingest", it.Key, it.Path, it.lineAt)
-		}
-		p = p[copy(p, body):]
-	}
-	return nil
+	return copyMembers(it, names, bodies, err, p)
 }
