@@ -716,6 +716,7 @@ func (d *sampleDir) dirPath() string {
 func (d *sampleDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	var es []fuse.DirEntry
 	last := ""
+	var members []layout.Member
 	for i := range d.entries.Len() {
 		rest := strings.TrimPrefix(d.rel(i), d.prefix)
 		name, _, isDir := strings.Cut(rest, "/")
@@ -726,6 +727,13 @@ func (d *sampleDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 		mode := uint32(fuse.S_IFREG)
 		if isDir {
 			mode = fuse.S_IFDIR
+		} else if rc, ok := d.class.cat.(layout.RecordCatalog); ok {
+			// A record: one file per member, <key>.<member>.
+			members = rc.Record(members[:0], int(d.entries.At(i)))
+			for _, m := range members {
+				es = append(es, fuse.DirEntry{Name: name + "." + m.Name, Mode: mode, Ino: ino(d.dirPath() + name + "." + m.Name)})
+			}
+			continue
 		}
 		es = append(es, fuse.DirEntry{Name: name, Mode: mode, Ino: ino(d.dirPath() + name)})
 	}
@@ -733,6 +741,13 @@ func (d *sampleDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno)
 }
 
 func (d *sampleDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if rc, ok := d.class.cat.(layout.RecordCatalog); ok {
+		if key, member, ok := strings.Cut(name, "."); ok {
+			if n, errno := d.lookupMember(ctx, rc, key, member, out); errno != syscall.ENOENT {
+				return n, errno
+			}
+		}
+	}
 	target := d.prefix + name
 	lo := sort.Search(d.entries.Len(), func(i int) bool { return d.rel(i) >= target })
 	if lo == d.entries.Len() {
@@ -753,11 +768,35 @@ func (d *sampleDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino(d.dirPath() + name)}), 0
 }
 
+// lookupMember finds <key>.<member>, a member of a record below d.
+func (d *sampleDir) lookupMember(ctx context.Context, rc layout.RecordCatalog, key, member string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	target := d.prefix + key
+	i := sort.Search(d.entries.Len(), func(i int) bool { return d.rel(i) >= target })
+	if i == d.entries.Len() || d.rel(i) != target {
+		return nil, syscall.ENOENT
+	}
+	s := int(d.entries.At(i))
+	var off int64
+	for _, m := range rc.Record(nil, s) {
+		if m.Name == member {
+			d.t.setAttr(&out.Attr, fileMode, m.Size)
+			f := &sampleFile{t: d.t, cat: d.class.cat, sample: s, off: off, size: m.Size, member: true}
+			return d.NewInode(ctx, f, gofs.StableAttr{Mode: fuse.S_IFREG, Ino: ino(d.dirPath() + key + "." + member)}), 0
+		}
+		off += m.Size
+	}
+	return nil, syscall.ENOENT
+}
+
 type sampleFile struct {
 	gofs.Inode
 	t      *tree
 	cat    Catalog // holds the sample's row
 	sample int
+	// A record's member: its place in the record's bytes; size 0 and off 0
+	// with member false: the whole sample.
+	off, size int64
+	member    bool
 }
 
 var (
@@ -806,8 +845,16 @@ func (f *sampleFile) Listxattr(ctx context.Context, dest []byte) (uint32, syscal
 	return uint32(copy(dest, b)), 0
 }
 
+// length is the file's size: the member's, or the sample's.
+func (f *sampleFile) length() int64 {
+	if f.member {
+		return f.size
+	}
+	return f.cat.Size(f.sample)
+}
+
 func (f *sampleFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	f.t.setAttr(&out.Attr, fileMode, f.cat.Size(f.sample))
+	f.t.setAttr(&out.Attr, fileMode, f.length())
 	return 0
 }
 
@@ -819,6 +866,13 @@ func (f *sampleFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, u
 }
 
 func (f *sampleFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if f.member {
+		if off >= f.size {
+			return fuse.ReadResultData(nil), 0
+		}
+		dest = dest[:min(int64(len(dest)), f.size-off)]
+		off += f.off
+	}
 	n, err := f.t.Reader.ReadSample(ctx, f.sample, dest, off)
 	if err != nil && err != io.EOF {
 		return nil, f.t.toErrno(fmt.Errorf("sample %q at %d: %w", f.cat.Key(f.sample), off, err))

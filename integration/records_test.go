@@ -166,6 +166,32 @@ func TestWebDatasetRecordsOnMinIO(t *testing.T) {
 	if records != 2*(10000/B)*B {
 		t.Fatalf("read %d records over 2 epochs", records)
 	}
+	// samples/<stratum>/ shows each record's members as <key>.<member>.
+	rows, err := csv.NewReader(bytes.NewReader(mustRead(t, filepath.Join(mnt, "epochs", "0000", "rank-000", "index.csv")))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows[1:60] {
+		key, stratum := row[2], row[3]
+		entries, err := os.ReadDir(filepath.Join(mnt, "samples", stratum))
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := 0
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), key+".") {
+				listed++
+			}
+		}
+		if listed != len(w.order[key]) {
+			t.Fatalf("samples/%s lists %d members of %s, want %v", stratum, listed, key, w.order[key])
+		}
+		for _, member := range w.order[key] {
+			if got := mustRead(t, filepath.Join(mnt, "samples", stratum, key+"."+member)); !bytes.Equal(got, w.bytes[key+"."+member]) {
+				t.Fatalf("samples/%s/%s.%s: %d bytes differ from the source's", stratum, key, member, len(got))
+			}
+		}
+	}
 	lines := runPython(t, "testdata/records.py", mnt, "0", strconv.Itoa(W))
 	if len(lines) != 1 || lines[0][0] != "records" || lines[0][1] != strconv.Itoa(10000/B/W*B) || lines[0][2] != "jpg,json,txt" {
 		t.Fatalf("the loader: %v", lines)
@@ -246,7 +272,8 @@ func TestWebDatasetRefusals(t *testing.T) {
 }
 
 // Issue 41: a JSONL corpus of 100,000 documents (text and source, the
-// sources skewed), ingested in 4 parts (--part I/4) and one commit, with
+// sources skewed), ingested in 4 parts (--part I/4) and one commit, in
+// metadata format 2, with
 // --member text=txt --strata source: every document's text comes back
 // byte for byte as its record's .txt, its other fields as its .json, and
 // every batch holds each source within one document of its target.
@@ -272,7 +299,7 @@ func TestJSONLCorpusInPartsOnMinIO(t *testing.T) {
 	if err := os.WriteFile(corpus, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"ingest", stores, "--data=2", "--parity=1", "--shard-size=2MiB", "--member=text=txt", "--key=id", "--strata=source", "--job=docs-1"}
+	args := []string{"ingest", stores, "--data=2", "--parity=1", "--shard-size=2MiB", "--format=2", "--member=text=txt", "--key=id", "--strata=source", "--job=docs-1"}
 	for i := range 4 {
 		if r := run(t, 5*time.Minute, nil, append(args, fmt.Sprintf("--part=%d/4", i), corpus, "docs")...); r.code != 0 {
 			t.Fatalf("part %d: %v", i, r)
@@ -357,8 +384,8 @@ type parquetRow struct {
 }
 
 // Issue 41: a Parquet file written by a real Parquet writer (parquet-go),
-// with a binary column of real JPEGs and scalar and nested columns: its
-// records come back byte for byte, each image as the record's .jpg and the
+// with a binary column of real JPEGs and scalar and nested columns, in
+// metadata format 3: its records come back byte for byte, each image as the record's .jpg and the
 // other columns in its .json (the list as JSON). A column of a type
 // shardfs cannot serve is refused, naming it, and nothing is committed.
 func TestParquetRecordsOnMinIO(t *testing.T) {
@@ -392,7 +419,7 @@ func TestParquetRecordsOnMinIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	r := run(t, 5*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--member=image=jpg", "--key=id", "--strata=source", table, "tbl")
+	r := run(t, 5*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--format=3", "--group-shards=2", "--shard-size=64KiB", "--member=image=jpg", "--key=id", "--strata=source", table, "tbl")
 	if r.code != 0 || !strings.Contains(r.stdout, "committed tbl: 2000 samples in 3 strata") {
 		t.Fatalf("ingest: %v", r)
 	}
@@ -436,6 +463,14 @@ func TestParquetRecordsOnMinIO(t *testing.T) {
 	}
 	if len(seen) != N {
 		t.Fatalf("read %d of %d records", len(seen), N)
+	}
+	// samples/ (rows pinned from the group and index objects) shows each
+	// record's members.
+	for i := 0; i < N; i += 97 {
+		p := filepath.Join(mnt, "samples", rows[i].Source, fmt.Sprintf("%d.jpg", rows[i].ID))
+		if got := mustRead(t, p); !bytes.Equal(got, rows[i].Image) {
+			t.Fatalf("%s: %d bytes differ from row %d's image", p, len(got), i)
+		}
 	}
 	// A column of a physical type shardfs does not serve.
 	type badRow struct {

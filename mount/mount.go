@@ -484,6 +484,9 @@ func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, layout.Pos
 	if err != nil {
 		return nil, layout.Positions{}, err
 	}
+	if rc, ok := p.ForLayout().(dataset.PinnedRecords); ok {
+		return rc, samples, nil
+	}
 	return p, samples, nil
 }
 
