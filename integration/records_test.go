@@ -490,3 +490,76 @@ func TestParquetRecordsOnMinIO(t *testing.T) {
 		t.Fatalf("a refused ingest left a dataset: %v", r)
 	}
 }
+
+// Records with a label: --label names what the model learns, --strata
+// what else batches balance. A batch tar holds each record's members, then
+// its .cls: the index of its label in info.json's classes (2), never its
+// stratum's (6); the loader's classes() and to_tuple("bin", "cls") agree.
+func TestRecordsWithALabel(t *testing.T) {
+	requireTorch(t)
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	dir := filepath.Join(t.TempDir(), "wds")
+	os.MkdirAll(dir, 0o755)
+	labels := map[string]string{}
+	for s := range 3 {
+		var members [][2]string
+		for k := range 100 {
+			key := fmt.Sprintf("%d%03d", s, k)
+			label := []string{"dog", "cat", "cat"}[k%3]
+			labels[key] = label
+			members = append(members, [2]string{key + ".bin", strings.Repeat("j", 100+k)},
+				[2]string{key + ".json", fmt.Sprintf(`{"label": %q, "source": %q}`, label, []string{"web", "books", "news"}[(k/3)%3])})
+		}
+		writeTar(t, filepath.Join(dir, fmt.Sprintf("s%d.tar", s)), members...)
+	}
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--label=label", "--strata=source", dir, "pets"); r.code != 0 || !strings.Contains(r.stdout, "300 samples in 6 strata") {
+		t.Fatalf("ingest: %v", r)
+	}
+	mnt := mountShardfs(t, stores, "--batch-size=30", "--epochs=1", "pets")
+	var info struct {
+		Classes []string `json:"classes"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "info.json")), &info); err != nil || strings.Join(info.Classes, ",") != "cat,dog" {
+		t.Fatalf("info.json classes %v (%v), want cat,dog", info.Classes, err)
+	}
+	rdir := filepath.Join(mnt, "epochs", "0000", "rank-000")
+	for b := range 10 {
+		tr := tar.NewReader(bytes.NewReader(mustRead(t, filepath.Join(rdir, fmt.Sprintf("batch-%06d.tar", b)))))
+		for k := range 30 {
+			var names []string
+			var key string
+			for _, want := range []string{"bin", "json", "cls"} {
+				h, err := tr.Next()
+				if err != nil {
+					t.Fatalf("batch %d record %d: %v", b, k, err)
+				}
+				body, _ := io.ReadAll(tr)
+				stem, member, _ := strings.Cut(h.Name, ".")
+				key = strings.SplitN(stem, "~", 2)[0]
+				names = append(names, member)
+				if member != want {
+					t.Fatalf("batch %d record %d: members %v, want bin, json, cls", b, k, names)
+				}
+				if member == "cls" && string(body) != map[string]string{"cat": "0", "dog": "1"}[labels[key]] {
+					t.Fatalf("batch %d: %s.cls = %q, want the class of its label %s", b, key, body, labels[key])
+				}
+			}
+		}
+	}
+	cmd := exec.Command("/usr/bin/python3", "-c", `
+import sys
+sys.path.insert(0, "../python")
+import shardfs
+l = shardfs.Loader(sys.argv[1], num_workers=2, to_tuple=("bin", "cls"))
+n = 0
+for body, cls in l:
+    assert cls.dtype.is_floating_point is False and cls.shape == (30,), cls
+    n += len(cls)
+print(l.classes(), n, int(cls.max()))
+`, mnt)
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "['cat', 'dog'] 300 1" {
+		t.Fatalf("the loader: %v\n%s", err, out)
+	}
+}
