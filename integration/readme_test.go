@@ -254,3 +254,32 @@ func TestREADMEVersions(t *testing.T) {
 		t.Fatal("the README's steps unmount, but the mount is still up")
 	}
 }
+
+// TestREADMERecords runs the README's "Records" section as written on
+// file:// stores: it makes its WebDataset shards with
+// examples/make_webdataset.py, ingests, mounts, reads a batch, samples/
+// and the loader, and unmounts.
+func TestREADMERecords(t *testing.T) {
+	requireTool(t, "fusermount3")
+	requireVision(t)
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := readmeSteps(t, string(readme), "Records: WebDataset shards, JSONL and Parquet")
+	repo, _ := filepath.Abs("..")
+	work := t.TempDir()
+	mnt := filepath.Join(work, "mnt", "pairs")
+	sub := strings.NewReplacer("/mnt/pairs", mnt, "/tmp/pairs-", filepath.Join(work, "pairs-"),
+		"examples/", filepath.Join(repo, "examples")+"/", "PYTHONPATH=python", "PYTHONPATH="+filepath.Join(repo, "python"))
+	t.Cleanup(func() {
+		if isMounted(mnt) {
+			exec.Command("umount", mnt).Run()
+		}
+	})
+	env := append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"))
+	runReadmeSteps(t, steps, sub, env, work)
+	if isMounted(mnt) {
+		t.Fatal("the README's steps end with umount, but the mount is still up")
+	}
+}

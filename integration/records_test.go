@@ -83,8 +83,8 @@ func TestWebDatasetRecordsOnMinIO(t *testing.T) {
 	c := startCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	src := filepath.Join(t.TempDir(), "wds")
-	if out, err := exec.Command("/usr/bin/python3", "testdata/make_wds.py", src, "20", "10000", "5").CombinedOutput(); err != nil {
-		t.Fatalf("make_wds.py: %v\n%s", err, out)
+	if out, err := exec.Command("/usr/bin/python3", "../examples/make_webdataset.py", src, "20", "10000", "5").CombinedOutput(); err != nil {
+		t.Fatalf("make_webdataset.py: %v\n%s", err, out)
 	}
 	w := readWDS(t, src)
 	if w.records != 10000 {

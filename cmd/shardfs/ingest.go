@@ -436,6 +436,13 @@ func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, 
 		parts = append(parts, fmt.Sprintf("(%d more: shardfs plan shows them by field)", more))
 	}
 	fmt.Fprintf(out, "  strata: %s\n", strings.Join(parts, " "))
+	if len(m.Members) > 0 {
+		label := "none (batches carry no .cls)"
+		if classes, _ := m.Classes(); m.Labelled() {
+			label = fmt.Sprintf("%s, %d classes (each record's .cls)", strings.Join(m.ClassFields(), "+"), len(classes))
+		}
+		fmt.Fprintf(out, "  records of the members %s; label: %s\n", strings.Join(m.Members, ", "), label)
+	}
 }
 
 // maxStrataShown bounds the strata an ingest prints.

@@ -1,9 +1,11 @@
-"""Writes a WebDataset set, following the format's spec: N records over S
-tar shards (python's tarfile), each record <key>.jpg (a real JPEG from PIL),
-<key>.txt and <key>.json (fields: source, 5 values skewed; aesthetic, a
-number; caption). Prints nothing; the Go test reads the shards back.
+"""Writes a small WebDataset set to try shardfs's records with, following
+the format's spec: RECORDS image-text pairs over SHARDS tar shards
+(Python's tarfile), each record <key>.jpg (a real JPEG from PIL), <key>.txt
+(a caption) and <key>.json (its fields: source, one of 5 with a skewed mix;
+aesthetic, a score from 0 to 10; caption). Debian's python3-pil is all it
+needs. The README's "Records" section and the integration tests use it.
 
-usage: make_wds.py OUTDIR SHARDS RECORDS SEED"""
+usage: make_webdataset.py OUTDIR SHARDS RECORDS SEED"""
 import io
 import json
 import os
