@@ -204,23 +204,31 @@ func runReadmeSteps(t *testing.T, steps []readmeStep, sub *strings.Replacer, env
 // TestREADMETimeStrata runs the README's "Strata beyond labels" section as
 // written on file:// stores, with the test's 600-sample listing in ./logs.
 func TestREADMETimeStrata(t *testing.T) {
+	work := t.TempDir()
+	listing, _, _ := timeListing(t, 600)
+	mnt := filepath.Join(work, "mnt", "logs")
+	runReadmeSection(t, "Strata beyond labels: time buckets, ranges, recency", work, mnt,
+		"./logs", filepath.Dir(listing), "/mnt/logs", mnt, "/tmp/logs-", filepath.Join(work, "logs-"))
+}
+
+// runReadmeSection runs the README section's steps as written in work,
+// with the binary under test on PATH and the replacements made, and checks
+// that they leave the mount at mnt unmounted.
+func runReadmeSection(t *testing.T, section, work, mnt string, replace ...string) {
+	t.Helper()
 	requireTool(t, "fusermount3")
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := readmeSteps(t, string(readme), "Strata beyond labels: time buckets, ranges, recency")
-	work := t.TempDir()
-	listing, _, _ := timeListing(t, 600)
-	mnt := filepath.Join(work, "mnt", "logs")
-	sub := strings.NewReplacer("./logs", filepath.Dir(listing), "/mnt/logs", mnt, "/tmp/logs-", filepath.Join(work, "logs-"))
+	steps := readmeSteps(t, string(readme), section)
 	t.Cleanup(func() {
 		if isMounted(mnt) {
 			exec.Command("umount", mnt).Run()
 		}
 	})
 	env := append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"))
-	runReadmeSteps(t, steps, sub, env, work)
+	runReadmeSteps(t, steps, strings.NewReplacer(replace...), env, work)
 	if isMounted(mnt) {
 		t.Fatal("the README's steps end with umount, but the mount is still up")
 	}
@@ -260,26 +268,11 @@ func TestREADMEVersions(t *testing.T) {
 // examples/make_webdataset.py, ingests, mounts, reads a batch, samples/
 // and the loader, and unmounts.
 func TestREADMERecords(t *testing.T) {
-	requireTool(t, "fusermount3")
 	requireVision(t)
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps := readmeSteps(t, string(readme), "Records: WebDataset shards, JSONL and Parquet")
 	repo, _ := filepath.Abs("..")
 	work := t.TempDir()
 	mnt := filepath.Join(work, "mnt", "pairs")
-	sub := strings.NewReplacer("/mnt/pairs", mnt, "/tmp/pairs-", filepath.Join(work, "pairs-"),
+	runReadmeSection(t, "Records: WebDataset shards, JSONL and Parquet", work, mnt,
+		"/mnt/pairs", mnt, "/tmp/pairs-", filepath.Join(work, "pairs-"),
 		"examples/", filepath.Join(repo, "examples")+"/", "PYTHONPATH=python", "PYTHONPATH="+filepath.Join(repo, "python"))
-	t.Cleanup(func() {
-		if isMounted(mnt) {
-			exec.Command("umount", mnt).Run()
-		}
-	})
-	env := append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"))
-	runReadmeSteps(t, steps, sub, env, work)
-	if isMounted(mnt) {
-		t.Fatal("the README's steps end with umount, but the mount is still up")
-	}
 }
