@@ -286,6 +286,7 @@ func TestBenchmarks(t *testing.T) {
 		{"epochs", func() { epochsBeyondRAM(t, r, work) }},
 		{"latency", func() { latencyRegime(t, r, work) }},
 		{"floors", func() { cpuFloors(t, r, work) }},
+		{"records", func() { records(t, r, work) }},
 		// Only when asked: SHARDFS_BENCH_ONLY=baseline SHARDFS_BENCH_BASELINE=<rev>.
 		{"baseline", func() { againstBaseline(t, r, work) }},
 	}

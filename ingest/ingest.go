@@ -615,25 +615,17 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int) (
 	sh := &m.Shards[si]
 	data := make([]byte, sh.Size)
 	keyIndex := src.keyIndex()
-	files := map[string]*os.File{} // the source shards records are read from, open once
-	var rows parquetRows
-	defer rows.close()
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	open := func(name string) (*os.File, error) {
-		if f, ok := files[name]; ok {
-			return f, nil
-		}
-		f, err := os.Open(name)
+	files := src.filesOf() // the source shards records are read from, each opened once
+	defer files.close()
+	open := func(name string) (io.ReaderAt, error) {
+		f, _, err := files.open(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("read record: %w", err)
 		}
-		files[name] = f
 		return f, nil
 	}
+	var rows parquetRows
+	defer rows.close()
 	for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -661,7 +653,7 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int) (
 }
 
 // readRecord reads a record's members back to back into p.
-func readRecord(it *Item, p []byte, open func(string) (*os.File, error)) error {
+func readRecord(it *Item, p []byte, open func(string) (io.ReaderAt, error)) error {
 	for _, mb := range it.Members {
 		f, err := open(mb.Path)
 		if err != nil {

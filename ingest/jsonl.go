@@ -167,7 +167,7 @@ func bomLen(name string) (int64, bool) {
 }
 
 // readJSONLRecord makes a JSONL record's bytes again, from its line, into p.
-func readJSONLRecord(it *Item, p []byte, o ScanOptions, open func(string) (*os.File, error)) error {
+func readJSONLRecord(it *Item, p []byte, o ScanOptions, open func(string) (io.ReaderAt, error)) error {
 	f, err := open(it.Path)
 	if err != nil {
 		return err

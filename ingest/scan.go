@@ -3,6 +3,7 @@ package ingest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/manifest"
 )
 
@@ -73,6 +75,7 @@ type Source struct {
 	Members    []string
 	StrataOnly []string
 	corpus     *ScanOptions  // a JSONL corpus: how its lines make records
+	store      backend.Store // the store its WebDataset shards are read from; nil: local files
 	table      *parquetTable // a Parquet source: how its rows make records
 	// Warnings say what the scan noticed but accepted: strata with a
 	// single sample, or very many strata.
@@ -122,6 +125,23 @@ type ScanOptions struct {
 	// fields named members (see jsonl.go); KeyField names the key field.
 	Members  []MemberField
 	KeyField string
+	// Store, when set, is the source: WebDataset shards, its objects whose
+	// keys end in .tar, read with ranged GETs (ScanStore).
+	Store backend.Store
+}
+
+// ScanStore scans the WebDataset shards of o.Store.
+func ScanStore(ctx context.Context, o ScanOptions) (*Source, error) {
+	shards, err := StoreShards(ctx, o.Store)
+	if err != nil {
+		return nil, err
+	}
+	s, err := scanWebDatasetFrom(ctx, storeFiles{o.Store}, shards, o)
+	if err != nil {
+		return nil, err
+	}
+	s.store = o.Store
+	return s, checkSource(o.Store.String(), s, o)
 }
 
 // MaxLabelBytes bounds one label, and MaxStratumBytes the stratum name made
@@ -182,8 +202,14 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 	if !records && fi.IsDir() && (len(o.TimeBuckets) > 0 || len(o.Bins) > 0) {
 		return nil, fmt.Errorf("source %s: --time-bucket and --bins cut a listing's fields: list the samples in a .csv or .jsonl with those fields", src)
 	}
+	return s, checkSource(src, s, o)
+}
+
+// checkSource cuts the derived fields of a scanned source and checks its
+// keys, labels and sizes.
+func checkSource(src string, s *Source, o ScanOptions) error {
 	if err := s.derive(o); err != nil {
-		return nil, fmt.Errorf("source %s: %w", src, err)
+		return fmt.Errorf("source %s: %w", src, err)
 	}
 	seen := make(map[string]string, len(s.Items))
 	derived := make([]bool, len(s.LabelFields))
@@ -192,33 +218,33 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 	}
 	for _, it := range s.Items {
 		if err := manifest.CheckKey(it.Key); err != nil {
-			return nil, fmt.Errorf("source %s: %v: keys must be relative paths inside the source", src, err)
+			return fmt.Errorf("source %s: %v: keys must be relative paths inside the source", src, err)
 		}
 		if prev, dup := seen[it.Key]; dup {
-			return nil, fmt.Errorf("source %s: duplicate key %q (from %s and %s): every sample needs its own path", src, it.Key, prev, it.Path)
+			return fmt.Errorf("source %s: duplicate key %q (from %s and %s): every sample needs its own path", src, it.Key, prev, it.Path)
 		}
 		seen[it.Key] = it.Path
 		for i, l := range it.Labels {
 			if err := checkLabel(l); err != nil {
-				return nil, fmt.Errorf("source %s: sample %q has label %s=%q: %v", src, it.Key, s.LabelFields[i], clip(l), err)
+				return fmt.Errorf("source %s: sample %q has label %s=%q: %v", src, it.Key, s.LabelFields[i], clip(l), err)
 			}
 			// "+" joins a tuple's labels into the stratum name: (x+y, z)
 			// and (x, y+z) would be one stratum and one class.
 			// Derived labels (bins such as 1e+06..2e+06) are written by
 			// ingest from fixed edges, and cannot make such a pair.
 			if len(it.Labels) > 1 && strings.Contains(l, stratumSep) && !derived[i] {
-				return nil, fmt.Errorf("source %s: %s: label %s=%q contains %q, which joins the labels of --label-fields %s into one stratum name, so two different tuples could share it: replace the %q in the listing (for example with \"-\")",
+				return fmt.Errorf("source %s: %s: label %s=%q contains %q, which joins the labels of --label-fields %s into one stratum name, so two different tuples could share it: replace the %q in the listing (for example with \"-\")",
 					src, it.Where(), s.LabelFields[i], clip(l), stratumSep, strings.Join(s.LabelFields, ","), stratumSep)
 			}
 		}
 		if n := len(stratumName(it.Labels)); n > MaxStratumBytes {
-			return nil, fmt.Errorf("source %s: sample %q: its labels %s make a stratum name of %d bytes, more than the %d a directory name under samples/ may have: use shorter labels or fewer --label-fields", src, it.Key, strings.Join(s.LabelFields, ","), n, MaxStratumBytes)
+			return fmt.Errorf("source %s: sample %q: its labels %s make a stratum name of %d bytes, more than the %d a directory name under samples/ may have: use shorter labels or fewer --label-fields", src, it.Key, strings.Join(s.LabelFields, ","), n, MaxStratumBytes)
 		}
 		if it.Size > manifest.MaxShardSize {
-			return nil, fmt.Errorf("source %s: sample %q is %d bytes; samples up to %d bytes are supported", src, it.Key, it.Size, int64(manifest.MaxShardSize))
+			return fmt.Errorf("source %s: sample %q is %d bytes; samples up to %d bytes are supported", src, it.Key, it.Size, int64(manifest.MaxShardSize))
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // checkLabel accepts a label that can name a directory and a stratum:

@@ -2,7 +2,9 @@ package ingest
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,9 +102,16 @@ func (r *wdsRecord) where() string {
 	return fmt.Sprintf("shard %s at offset %d", r.shard, r.off)
 }
 
-// scanWebDataset reads the records of the given tar shards, in the order
-// given (sorted by name), holding only their metadata.
+// scanWebDataset reads the records of the given local tar shards, sorted
+// by name, holding only their metadata.
 func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
+	files := &localFiles{}
+	defer files.close()
+	return scanWebDatasetFrom(context.Background(), files, shards, o)
+}
+
+// scanWebDatasetFrom is scanWebDataset of shards read through files.
+func scanWebDatasetFrom(ctx context.Context, files sourceFiles, shards []string, o ScanOptions) (*Source, error) {
 	slices.Sort(shards)
 	s := &Source{Root: commonDir(shards)}
 	seen := map[string]string{} // key -> "shard at offset"
@@ -112,7 +121,11 @@ func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
 		if limit <= 0 || limit > manifest.MaxShardSize {
 			limit = manifest.MaxShardSize
 		}
-		if err := readShardRecords(sh, seen, limit, func(r wdsRecord) { records = append(records, r) }); err != nil {
+		f, size, err := files.open(ctx, sh)
+		if err != nil {
+			return nil, fmt.Errorf("shard %s: %w", sh, err)
+		}
+		if err := readShardRecords(sh, f, size, seen, limit, func(r wdsRecord) { records = append(records, r) }); err != nil {
 			return nil, err
 		}
 	}
@@ -206,18 +219,25 @@ func recordSource(s *Source, o ScanOptions, records []wdsRecord) (*Source, error
 	return s, nil
 }
 
-// readShardRecords reads one tar shard's records and hands each to add.
-func readShardRecords(shard string, seen map[string]string, limit int64, add func(wdsRecord)) error {
-	f, err := os.Open(shard)
-	if err != nil {
-		return fmt.Errorf("shard %s: %w", shard, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("shard %s: %w", shard, err)
-	}
-	tr := tar.NewReader(f)
+// countingReader counts the bytes read through it: the tar reader reads
+// exactly a member's header blocks, so after Next the count is where the
+// member's bytes start.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// readShardRecords reads one tar shard's records (size bytes, through f,
+// in one sequential pass) and hands each to add.
+func readShardRecords(shard string, f io.ReaderAt, size int64, seen map[string]string, limit int64, add func(wdsRecord)) error {
+	in := &countingReader{r: bufio.NewReaderSize(io.NewSectionReader(f, 0, size), 4<<20)}
+	tr := tar.NewReader(in)
 	var cur *wdsRecord
 	var at int64 // where the next header starts
 	flush := func() error {
@@ -244,14 +264,11 @@ func readShardRecords(shard string, seen map[string]string, limit int64, add fun
 		if err != nil {
 			return fmt.Errorf("shard %s at offset %d: not a readable tar (%v): the shard is damaged or cut short; re-create it, or leave it out of the source", shard, at, err)
 		}
-		dataAt, err := f.Seek(0, io.SeekCurrent)
-		if err != nil {
-			return fmt.Errorf("shard %s: %w", shard, err)
-		}
+		dataAt := in.n
 		hdrAt := at
 		at = dataAt + (h.Size+511)/512*512
-		if dataAt+h.Size > fi.Size() {
-			return fmt.Errorf("shard %s at offset %d: member %q is cut short (%d of its %d bytes are in the file): the shard is damaged or was not copied whole; re-create it, or leave it out of the source", shard, hdrAt, h.Name, max(0, fi.Size()-dataAt), h.Size)
+		if dataAt+h.Size > size {
+			return fmt.Errorf("shard %s at offset %d: member %q is cut short (%d of its %d bytes are in the file): the shard is damaged or was not copied whole; re-create it, or leave it out of the source", shard, hdrAt, h.Name, max(0, size-dataAt), h.Size)
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:

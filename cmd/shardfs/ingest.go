@@ -34,12 +34,15 @@ type ingestFlags struct {
 	maxRecord       string   // records: the largest record accepted
 	members         []string // a JSONL corpus: FIELD=NAME, fields made members
 	keyField        string   // a JSONL corpus: the field that keys a record
-	timeBuckets     []string
-	bins            []string
-	followLinks     bool
-	part, job       string
-	format          int
-	groupShards     int
+	// openSource opens a source given as a store URL (WebDataset shards
+	// on S3), with the stores' credentials.
+	openSource  func(url string) (backend.Store, error)
+	timeBuckets []string
+	bins        []string
+	followLinks bool
+	part, job   string
+	format      int
+	groupShards int
 	// appendTo adds SRC to the existing dataset as a new version;
 	// skipExisting leaves out the samples whose key it holds.
 	appendTo, skipExisting bool
@@ -47,6 +50,17 @@ type ingestFlags struct {
 
 func newIngestCmd(g *globals) *cobra.Command {
 	f := &ingestFlags{}
+	f.openSource = func(url string) (backend.Store, error) {
+		cfg, err := g.loadConfig()
+		if err != nil {
+			return nil, err
+		}
+		st, err := g.openURLs(cfg, []string{url})
+		if err != nil {
+			return nil, err
+		}
+		return st[0], nil
+	}
 	cmd := &cobra.Command{
 		Use:   "ingest --stores URL,... --data K --parity M SRC NAME",
 		Short: "Pack, erasure-code and upload a labelled dataset, then commit it",
@@ -56,8 +70,10 @@ into K data and M parity fragments on the K+M stores, and commits the dataset
 by writing its manifest to every store last.
 
 SRC is an ImageFolder tree SRC/<class>/<file...> (the class is the first
-directory), WebDataset tar shards (a directory of .tar files, one .tar, or
-a quoted glob such as 'shards/*.tar'), or a listing: a .csv of path,label (an optional header row
+directory), WebDataset tar shards (a directory of .tar files, one .tar, a
+quoted glob such as 'shards/*.tar', or a store URL such as
+http://host:9000/bucket/shards whose .tar objects are read with ranged GETs
+and the stores' credentials), or a listing: a .csv of path,label (an optional header row
 "path,label[,field...]" names the columns; the stratum is the label column
 unless --label-fields names others) or a .jsonl of {"path": ..., "label": ...}.
 Listed paths are relative to the listing's directory. Keys are the relative
@@ -235,7 +251,17 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	if f.groupShards != manifest.DefaultGroupShards && f.format != 3 {
 		return nil, ingest.Options{}, fmt.Errorf("--group-shards %d: group objects are written in metadata format 3 only; add --format 3", f.groupShards)
 	}
-	source, err := ingest.ScanWith(src, so)
+	var source *ingest.Source
+	if strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://") {
+		// WebDataset shards on a store: its .tar objects, read with
+		// ranged GETs.
+		if so.Store, err = f.openSource(src); err != nil {
+			return nil, ingest.Options{}, fmt.Errorf("source %s: %w", src, err)
+		}
+		source, err = ingest.ScanStore(context.Background(), so)
+	} else {
+		source, err = ingest.ScanWith(src, so)
+	}
 	if err != nil {
 		return nil, ingest.Options{}, err
 	}

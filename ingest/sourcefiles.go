@@ -1,0 +1,112 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+// The files a source of records is read from: local files, or the objects
+// of a store (a WebDataset set on S3, read with ranged GETs, never copied
+// to local disk). Paths are file names, or the store's keys.
+
+// sourceFiles opens a source's files for reading at offsets.
+type sourceFiles interface {
+	open(ctx context.Context, name string) (io.ReaderAt, int64, error)
+	close()
+}
+
+// localFiles opens local files, each once.
+type localFiles struct{ open_ map[string]*os.File }
+
+func (l *localFiles) open(_ context.Context, name string) (io.ReaderAt, int64, error) {
+	if f, ok := l.open_[name]; ok {
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, 0, err
+		}
+		return f, fi.Size(), nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	if l.open_ == nil {
+		l.open_ = map[string]*os.File{}
+	}
+	l.open_[name] = f
+	return f, fi.Size(), nil
+}
+
+func (l *localFiles) close() {
+	for _, f := range l.open_ {
+		f.Close()
+	}
+}
+
+// storeFiles reads a store's objects.
+type storeFiles struct{ st backend.Store }
+
+func (s storeFiles) open(ctx context.Context, key string) (io.ReaderAt, int64, error) {
+	size, err := s.st.Stat(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	return storeObject{ctx, s.st, key, size}, size, nil
+}
+
+func (storeFiles) close() {}
+
+// storeObject is an object of a store as an io.ReaderAt.
+type storeObject struct {
+	ctx  context.Context
+	st   backend.Store
+	key  string
+	size int64
+}
+
+func (o storeObject) ReadAt(p []byte, off int64) (int, error) {
+	if off >= o.size {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), o.size-off)
+	if err := o.st.ReadAt(o.ctx, o.key, p[:n], off); err != nil {
+		return 0, err
+	}
+	if n < int64(len(p)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// filesOf is how src's files are read.
+func (s *Source) filesOf() sourceFiles {
+	if s.store != nil {
+		return storeFiles{s.store}
+	}
+	return &localFiles{}
+}
+
+// StoreShards lists the WebDataset shards of a store: its objects whose
+// keys end in .tar, sorted.
+func StoreShards(ctx context.Context, st backend.Store) ([]string, error) {
+	keys, err := st.List(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", st, err)
+	}
+	keys = slices.DeleteFunc(keys, func(k string) bool { return !strings.HasSuffix(k, ".tar") })
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("source %s: %w: the store holds no .tar shards", st, ErrEmpty)
+	}
+	return keys, nil
+}
