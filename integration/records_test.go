@@ -494,7 +494,8 @@ func TestParquetRecordsOnMinIO(t *testing.T) {
 // Records with a label: --label names what the model learns, --strata
 // what else batches balance. A batch tar holds each record's members, then
 // its .cls: the index of its label in info.json's classes (2), never its
-// stratum's (6); the loader's classes() and to_tuple("bin", "cls") agree.
+// stratum's (6); the loader's classes() and to_tuple("bin", "cls") agree,
+// and a resume from state_dict() continues with the next batch.
 func TestRecordsWithALabel(t *testing.T) {
 	requireTorch(t)
 	_, urls := localStores(t, 3)
@@ -557,9 +558,21 @@ for body, cls in l:
     assert cls.dtype.is_floating_point is False and cls.shape == (30,), cls
     n += len(cls)
 print(l.classes(), n, int(cls.max()))
+# An exact resume: 3 batches, the state, a new loader: its next batch is
+# the 4th of a run that did not stop.
+whole = [[r["__key__"] for r in b] for b in shardfs.Loader(sys.argv[1], num_workers=0)]
+a = shardfs.Loader(sys.argv[1], num_workers=2)
+it = iter(a)
+for _ in range(3):
+    next(it)
+state = a.state_dict()
+b = shardfs.Loader(sys.argv[1], num_workers=2)
+b.load_state_dict(state)
+nxt = next(iter(b))
+print("resumed", [r["__key__"] for r in nxt] == whole[3], len(whole))
 `, mnt)
 	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "['cat', 'dog'] 300 1" {
+	if err != nil || strings.TrimSpace(string(out)) != "['cat', 'dog'] 300 1\nresumed True 10" {
 		t.Fatalf("the loader: %v\n%s", err, out)
 	}
 }
