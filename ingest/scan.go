@@ -136,7 +136,7 @@ func ScanStore(ctx context.Context, o ScanOptions) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := scanWebDatasetFrom(ctx, storeFiles{o.Store}, shards, o)
+	s, err := scanWebDatasetFrom(ctx, storeFiles{o.Store}, o.Store.String(), shards, o)
 	if err != nil {
 		return nil, err
 	}

@@ -107,13 +107,14 @@ func (r *wdsRecord) where() string {
 func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
 	files := &localFiles{}
 	defer files.close()
-	return scanWebDatasetFrom(context.Background(), files, shards, o)
+	return scanWebDatasetFrom(context.Background(), files, commonDir(shards), shards, o)
 }
 
-// scanWebDatasetFrom is scanWebDataset of shards read through files.
-func scanWebDatasetFrom(ctx context.Context, files sourceFiles, shards []string, o ScanOptions) (*Source, error) {
+// scanWebDatasetFrom is scanWebDataset of shards read through files;
+// root names the source in messages.
+func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, shards []string, o ScanOptions) (*Source, error) {
 	slices.Sort(shards)
-	s := &Source{Root: commonDir(shards)}
+	s := &Source{Root: root}
 	seen := map[string]string{} // key -> "shard at offset"
 	var records []wdsRecord
 	for _, sh := range shards {
