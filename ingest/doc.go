@@ -1,12 +1,17 @@
-// Package ingest turns a labelled source (an ImageFolder tree or a .csv /
-// .jsonl listing) into a committed dataset, or a new version of one: it
+// Package ingest turns a source (an ImageFolder tree, a .csv / .jsonl
+// listing, or records: WebDataset tar shards, local or on a store, a JSONL
+// corpus or a Parquet file) into a committed dataset, or a new version of
+// one: it
 // places samples into shards by a seeded stratified shuffle, erasure-codes
 // each shard, uploads all fragments in parallel with bounded memory, and
 // writes the manifest to every store last. That write is the commit: an
 // ingest killed at any moment leaves no visible dataset, and the next
 // ingest of the same name removes what it left behind.
 //
-// Files: scan.go reads the source (tree or listing) into Items; ingest.go
+// Files: scan.go reads the source (tree or listing) into Items, and
+// webdataset.go, jsonl.go and parquet.go sources of records (each Item a
+// record of members, remade or read again by range at upload;
+// sourcefiles.go reads local files or store objects); ingest.go
 // plans, encodes and uploads a single-process ingest and commits it with
 // dataset.Commit (the protocol lives there, beside the code that reads it);
 // part.go is a distributed ingest: parts that upload with conditional

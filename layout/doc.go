@@ -176,5 +176,9 @@
 // # Virtual files
 //
 // A rank-epoch is shown as batch-NNNNNN.tar files, their concatenation
-// epoch.tar and index.csv; see FileMap.
+// epoch.tar and index.csv; see FileMap. A sample is a tar member and its
+// .cls, or a record of several members (records.go), with its .cls only
+// when the dataset has a label. .cls is the class of the sample's label
+// (Catalog.Class), never its stratum. A lost sample keeps its place in the
+// order and fails every read of its bytes (LostCatalog).
 package layout
