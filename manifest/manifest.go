@@ -1,6 +1,8 @@
 // Package manifest owns the durable description of a dataset: erasure
-// parameters, stores, strata, shards with their block checksums, and per
-// sample its key, stratum, shard, offset, size and checksum. It encodes to a
+// parameters, stores, strata (and which of their fields are the label:
+// classes.go), shards with their block checksums, and per sample its key,
+// stratum, shard, offset, size and checksum, and for a dataset of records
+// its record table (records.go). It encodes to a
 // compact, versioned, checksummed binary object, which ingest writes to every
 // store after all fragments: that write is the commit point.
 //
