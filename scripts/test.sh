@@ -19,8 +19,8 @@ go test -timeout 10m -run 'TestDecodeMatrix' -count=1 ./erasure/
 echo "== layout property tests, full set, without -race (layout is pure: no goroutines)"
 go test -timeout 10m -count=1 ./layout/
 
-echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and group, and part record decoders, key checks, tar names, file-map offset math (30s each)"
-for target in manifest:FuzzDecode manifest:FuzzDecodeBody manifest:FuzzDecodeTop manifest:FuzzDecodeIndex manifest:FuzzDecodeRootBody ingest:FuzzDecodePart manifest:FuzzCheckKey layout:FuzzTarName layout:FuzzExtents; do
+echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and group, and part record decoders, key checks, tar names, file-map offset math, and the record sources' decoders (WebDataset shards, JSONL lines, Parquet files) (30s each)"
+for target in manifest:FuzzDecode manifest:FuzzDecodeBody manifest:FuzzDecodeTop manifest:FuzzDecodeIndex manifest:FuzzDecodeRootBody ingest:FuzzDecodePart manifest:FuzzCheckKey layout:FuzzTarName layout:FuzzExtents ingest:FuzzWebDatasetShard ingest:FuzzJSONLRecord ingest:FuzzParquet; do
 	go test -run '^$' -fuzz "^${target#*:}\$" -fuzztime 30s "./${target%%:*}/"
 done
 
