@@ -21,6 +21,7 @@ import (
 func maxRSS(t *testing.T, name string, args ...string) (secs, mb float64) {
 	t.Helper()
 	cmd := exec.Command("/usr/bin/time", append([]string{"-v", name}, args...)...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
 	t0 := time.Now()
 	out, err := cmd.CombinedOutput()
 	secs = time.Since(t0).Seconds()
@@ -48,7 +49,7 @@ func records(t *testing.T, r *report, work string) {
 		kv := strings.SplitN(e, "=", 2)
 		os.Setenv(kv[0], kv[1])
 	}
-	r.printf("## Records: ingest from WebDataset shards\n\nImage-text pairs (a small JPEG, a caption and a .json each) made by `examples/make_webdataset.py`, ingested from local shards into 6 MinIO buckets RS(4,2) with `--strata source --bins aesthetic=4`, against `rclone copy --transfers 8` of the same shards to one bucket. MB/s of source bytes; peak RSS from `/usr/bin/time -v`.\n\n")
+	r.printf("## Records: ingest from WebDataset shards\n\nImage-text pairs (a small JPEG, a caption and a .json each) made by `examples/make_webdataset.py`, ingested from local shards into 6 MinIO buckets RS(4,2) with `--strata source --bins aesthetic=4 --shard-size 4MiB` (so both sizes have as many shards in flight, and peak RSS compares what the records cost), against `rclone copy --transfers 8` of the same shards to one bucket. MB/s of source bytes; peak RSS from `/usr/bin/time -v`.\n\n")
 	r.printf("| records | source MB | `shardfs ingest` MB/s | `rclone copy` MB/s | ratio ingest / rclone | ingest peak RSS MB |\n|---|---|---|---|---|---|\n")
 	for _, n := range []int{10_000, 100_000} {
 		src := filepath.Join(work, fmt.Sprintf("wds-%d", n))
@@ -62,7 +63,7 @@ func records(t *testing.T, r *report, work string) {
 		}
 		var rss []float64
 		ingest := repeat(func() float64 {
-			secs, mb := maxRSS(t, binary, "ingest", stores, "--data=4", "--parity=2", "--force", "--strata=source", "--bins=aesthetic=4", src, fmt.Sprintf("pairs%d", n))
+			secs, mb := maxRSS(t, binary, "ingest", stores, "--data=4", "--parity=2", "--force", "--shard-size=4MiB", "--strata=source", "--bins=aesthetic=4", src, fmt.Sprintf("pairs%d", n))
 			rss = append(rss, mb)
 			return float64(total) / 1e6 / secs
 		})

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/shardfs/shardfs/backend"
 )
@@ -21,10 +22,15 @@ type sourceFiles interface {
 	close()
 }
 
-// localFiles opens local files, each once.
-type localFiles struct{ open_ map[string]*os.File }
+// localFiles opens local files, each once; safe for concurrent use.
+type localFiles struct {
+	mu    sync.Mutex
+	open_ map[string]*os.File
+}
 
 func (l *localFiles) open(_ context.Context, name string) (io.ReaderAt, int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if f, ok := l.open_[name]; ok {
 		fi, err := f.Stat()
 		if err != nil {
@@ -49,6 +55,8 @@ func (l *localFiles) open(_ context.Context, name string) (io.ReaderAt, int64, e
 }
 
 func (l *localFiles) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, f := range l.open_ {
 		f.Close()
 	}

@@ -12,9 +12,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
@@ -115,20 +118,47 @@ func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
 func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, shards []string, o ScanOptions) (*Source, error) {
 	slices.Sort(shards)
 	s := &Source{Root: root}
-	seen := map[string]string{} // key -> "shard at offset"
+	limit := o.MaxRecordSize
+	if limit <= 0 || limit > manifest.MaxShardSize {
+		limit = manifest.MaxShardSize
+	}
+	// The shards are read in parallel, one per core (the scan is the tar
+	// reader's CPU: 80% of a 100,000-record ingest's before this, in a
+	// profile), each into its own list; then joined in shard order.
+	perShard := make([][]wdsRecord, len(shards))
+	errs := make([]error, len(shards))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, sh := range shards {
+		g.Go(func() error {
+			f, size, err := files.open(gctx, sh)
+			if err != nil {
+				errs[i] = fmt.Errorf("shard %s: %w", sh, err)
+				return nil
+			}
+			errs[i] = readShardRecords(sh, f, size, limit, func(r wdsRecord) { perShard[i] = append(perShard[i], r) })
+			return nil
+		})
+	}
+	g.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, err := range errs {
+			if err != nil {
+				return nil, err // the first shard's, in order
+			}
+		}
+	}
+	seen := map[string]*wdsRecord{}
 	var records []wdsRecord
-	for _, sh := range shards {
-		limit := o.MaxRecordSize
-		if limit <= 0 || limit > manifest.MaxShardSize {
-			limit = manifest.MaxShardSize
+	for _, rs := range perShard {
+		for k := range rs {
+			r := &rs[k]
+			if prev, dup := seen[r.key]; dup {
+				return nil, duplicateKey(r.shard, r.off, r.key, fmt.Sprintf("%s at offset %d", prev.shard, prev.off))
+			}
+			seen[r.key] = r
 		}
-		f, size, err := files.open(ctx, sh)
-		if err != nil {
-			return nil, fmt.Errorf("shard %s: %w", sh, err)
-		}
-		if err := readShardRecords(sh, f, size, seen, limit, func(r wdsRecord) { records = append(records, r) }); err != nil {
-			return nil, err
-		}
+		records = append(records, rs...)
 	}
 	if len(records) == 0 {
 		return nil, fmt.Errorf("source %s: %w: the tar shards hold no members", s.Root, ErrEmpty)
@@ -234,9 +264,16 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// duplicateKey is the refusal of a key that comes back after the record
+// at prev.
+func duplicateKey(shard string, off int64, key, prev string) error {
+	return fmt.Errorf("shard %s at offset %d: key %q again, after the record at %s: two records with one key (a record split across two shards is read as two records, as WebDataset reads it): give every record its own key, with its members together in one shard", shard, off, key, prev)
+}
+
 // readShardRecords reads one tar shard's records (size bytes, through f,
 // in one sequential pass) and hands each to add.
-func readShardRecords(shard string, f io.ReaderAt, size int64, seen map[string]string, limit int64, add func(wdsRecord)) error {
+func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add func(wdsRecord)) error {
+	seen := map[string]string{} // key -> "shard at offset", in this shard
 	in := &countingReader{r: bufio.NewReaderSize(io.NewSectionReader(f, 0, size), 4<<20)}
 	tr := tar.NewReader(in)
 	var cur *wdsRecord
@@ -293,7 +330,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, seen map[string]s
 				return err
 			}
 			if prev, dup := seen[key]; dup {
-				return fmt.Errorf("shard %s at offset %d: key %q again, after the record at %s: two records with one key (a record split across two shards is read as two records, as WebDataset reads it): give every record its own key, with its members together in one shard", shard, hdrAt, key, prev)
+				return duplicateKey(shard, hdrAt, key, prev)
 			}
 			cur = &wdsRecord{key: key, shard: shard, off: hdrAt}
 		}

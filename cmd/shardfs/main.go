@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -37,7 +38,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRoot()
-	err := root.ExecuteContext(ctx)
+	err := withCPUProfile(func() error { return root.ExecuteContext(ctx) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shardfs:", err)
 		var ee *exitError
@@ -46,6 +47,26 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// withCPUProfile runs f, writing a CPU profile of it to the file
+// $SHARDFS_CPU_PROFILE names, if any: how ingest, verify or a mount spend
+// their CPU, for "go tool pprof" (a developer's switch, not a flag).
+func withCPUProfile(f func() error) error {
+	path := os.Getenv("SHARDFS_CPU_PROFILE")
+	if path == "" {
+		return f()
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("SHARDFS_CPU_PROFILE: %w", err)
+	}
+	defer out.Close()
+	if err := pprof.StartCPUProfile(out); err != nil {
+		return fmt.Errorf("SHARDFS_CPU_PROFILE: %w", err)
+	}
+	defer pprof.StopCPUProfile()
+	return f()
 }
 
 // globals are the flags every subcommand shares.
