@@ -1,8 +1,9 @@
 // Package backend owns the storage boundary of shardfs: the small Store
 // interface every object store implements, the file:// and S3
 // implementations, the decorators that wrap a Store with one concern each
-// (Limit, Timeout, Health), each with Unwrap, and the one fan-out over a set of
-// stores (OnEvery). The fault-injecting store for tests lives outside, in
+// (Limit, Retry, Timeout, Health), each with Unwrap, the one place they are
+// stacked (Stack, OpenStack), and the one fan-out over a set of stores
+// (OnEvery). The fault-injecting store for tests lives outside, in
 // internal/faultstore.
 //
 // Nothing above this package sees a minio-go type: S3 errors are converted

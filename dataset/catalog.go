@@ -7,21 +7,21 @@ import (
 	"github.com/shardfs/shardfs/manifest"
 )
 
-// Catalog adapts a manifest to layout.Catalog and layout.Geometry.
-type Catalog struct{ M *manifest.Manifest }
+// ManifestCatalog adapts a manifest to layout.SampleCatalog and layout.Geometry.
+type ManifestCatalog struct{ M *manifest.Manifest }
 
 var (
-	_ layout.Catalog  = Catalog{}
-	_ layout.Geometry = Catalog{}
+	_ layout.SampleCatalog = ManifestCatalog{}
+	_ layout.Geometry      = ManifestCatalog{}
 )
 
-func (c Catalog) Key(i int) string         { return c.M.Samples.Key(i) }
-func (c Catalog) Size(i int) int64         { return int64(c.M.Samples.Size[i]) }
-func (c Catalog) Stratum(i int) int        { return int(c.M.Samples.Stratum[i]) }
-func (c Catalog) StratumName(s int) string { return c.M.Strata[s].Name }
-func (c Catalog) Class(s int) int          { return c.M.ClassOf(s) }
-func (c Catalog) FragSize(shard int) int64 { return c.M.FragSize(shard) }
-func (c Catalog) Locate(i int) (shard int, off, size int64) {
+func (c ManifestCatalog) Key(i int) string         { return c.M.Samples.Key(i) }
+func (c ManifestCatalog) Size(i int) int64         { return int64(c.M.Samples.Size[i]) }
+func (c ManifestCatalog) Stratum(i int) int        { return int(c.M.Samples.Stratum[i]) }
+func (c ManifestCatalog) StratumName(s int) string { return c.M.Strata[s].Name }
+func (c ManifestCatalog) Class(s int) int          { return c.M.ClassOf(s) }
+func (c ManifestCatalog) FragSize(shard int) int64 { return c.M.FragSize(shard) }
+func (c ManifestCatalog) Locate(i int) (shard int, off, size int64) {
 	s := &c.M.Samples
 	return int(s.Shard[i]), int64(s.Offset[i]), int64(s.Size[i])
 }
@@ -32,28 +32,28 @@ func LayoutInput(m *manifest.Manifest) (*layout.Input, error) {
 }
 
 // KeyBytes returns sample i's key without copying.
-func (c Catalog) KeyBytes(i int) []byte { return c.M.Samples.KeyBytes(i) }
+func (c ManifestCatalog) KeyBytes(i int) []byte { return c.M.Samples.KeyBytes(i) }
 
 // NumStrata is the number of strata.
-func (c Catalog) NumStrata() int { return len(c.M.Strata) }
+func (c ManifestCatalog) NumStrata() int { return len(c.M.Strata) }
 
 // ShardSamples is the range of sample indexes in shard, for the disk tier.
-func (c Catalog) ShardSamples(shard int) (first, n int) {
+func (c ManifestCatalog) ShardSamples(shard int) (first, n int) {
 	sh := &c.M.Shards[shard]
 	return sh.FirstSample, sh.NumSamples
 }
 
 // SampleSum is sample i's checksum written at ingest.
-func (c Catalog) SampleSum(i int) uint32 { return c.M.Samples.Sum[i] }
+func (c ManifestCatalog) SampleSum(i int) uint32 { return c.M.Samples.Sum[i] }
 
 // Complete is true: a manifest held whole knows every sample of a shard.
-func (c Catalog) Complete(shard int) bool { return true }
+func (c ManifestCatalog) Complete(shard int) bool { return true }
 
 // FieldNames are the listing's fields each sample carries (none: nil).
-func (c Catalog) FieldNames() []string { return c.M.Fields }
+func (c ManifestCatalog) FieldNames() []string { return c.M.Fields }
 
 // Fields are sample i's field values, one per FieldNames.
-func (c Catalog) Fields(i int) []string {
+func (c ManifestCatalog) Fields(i int) []string {
 	return splitFields(c.M.Samples.FieldsJoined(i), len(c.M.Fields))
 }
 
@@ -67,4 +67,4 @@ func splitFields(joined string, n int) []string {
 	return out
 }
 
-var _ layout.FieldCatalog = Catalog{}
+var _ layout.FieldCatalog = ManifestCatalog{}

@@ -2,7 +2,7 @@
 // objects live, how its manifest is found among the k+m copies, its
 // versions and the mounts' leases on them, and the whole-dataset checks
 // (verify), fixes (repair) and clean-up (gc); and the catalogs the read
-// path asks about samples, whole (Catalog) or read shard by shard as a
+// path asks about samples, whole (ManifestCatalog) or read shard by shard as a
 // mount needs them (LazyCatalog: in format 3, group by group too).
 //
 // Object layout in every store (keys.go names every key):

@@ -214,7 +214,7 @@ func TestFormat3LazyReadsOnlyItsGroups(t *testing.T) {
 		t.Fatalf("pinning rank 5's epoch: %d group reads, %d loads; its samples lie in %d of %d groups", got, l.GroupLoads(), want, groups)
 	}
 	t.Logf("rank 5 of 8: %d samples in %d of %d groups", ids.Len(), want, groups)
-	eager := dataset.Catalog{M: m}
+	eager := dataset.ManifestCatalog{M: m}
 	for _, x := range ids.All() {
 		i := int(x)
 		if pinned.Key(i) != eager.Key(i) || pinned.Size(i) != eager.Size(i) || pinned.Stratum(i) != eager.Stratum(i) {

@@ -719,11 +719,11 @@ func (p *Pinned) Fields(i int) []string {
 // The LazyCatalog answers by sample for the read path, the prefetcher and
 // the tree: see rowOf for a sample nobody holds.
 var (
-	_ layout.Catalog      = (*LazyCatalog)(nil)
-	_ layout.Geometry     = (*LazyCatalog)(nil)
-	_ layout.Catalog      = (*Pinned)(nil)
-	_ layout.FieldCatalog = (*Pinned)(nil)
-	_ layout.LostCatalog  = (*Pinned)(nil)
+	_ layout.SampleCatalog = (*LazyCatalog)(nil)
+	_ layout.Geometry      = (*LazyCatalog)(nil)
+	_ layout.SampleCatalog = (*Pinned)(nil)
+	_ layout.FieldCatalog  = (*Pinned)(nil)
+	_ layout.LostCatalog   = (*Pinned)(nil)
 )
 
 func (l *LazyCatalog) KeyBytes(i int) []byte {

@@ -143,7 +143,7 @@ func TestLazyIndexesFetchOnlyWhatIsPinned(t *testing.T) {
 		t.Fatalf("rank 1 of 4 pins %d bytes of rows; every shard's rows take %d", p.Bytes(), wholeRows)
 	}
 	t.Logf("rank 1 of 4: %d samples pinned in %d bytes; all rows %d bytes", o.Samples.Len(), p.Bytes(), wholeRows)
-	eager := dataset.Catalog{M: m}
+	eager := dataset.ManifestCatalog{M: m}
 	for _, smp := range o.Samples.All() {
 		i := int(smp)
 		if p.Key(i) != eager.Key(i) || p.Size(i) != eager.Size(i) || p.Stratum(i) != eager.Stratum(i) {

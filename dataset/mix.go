@@ -10,16 +10,17 @@ import (
 	"strings"
 
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
 )
 
 // Mix reads several committed datasets as one, for a weighted mixing order
 // (layout.Params.Mix): their sample, stratum and shard indexes follow each
 // other in the order given, and every key and stratum name starts with its
 // dataset's name, so no two collide (tar members, samples/<dataset>/<class>/).
-// It is a layout.Catalog and Geometry, a prefetch Fetcher and DiskIndex.
+// It is a layout.SampleCatalog and Geometry, a prefetch Fetcher and DiskIndex.
 type Mix struct {
 	Parts []*Dataset
-	cats  []Catalog
+	cats  []ManifestCatalog
 	// Offsets of each part's first sample, stratum, shard and class; one
 	// extra entry holds the totals.
 	samples, strata, shards, classes []int
@@ -38,7 +39,7 @@ func NewMix(parts []*Dataset) (*Mix, error) {
 		if len(p.Manifest.Members) > 0 {
 			return nil, fmt.Errorf("dataset %s holds records of several members: a --mix of datasets of records is not built yet; mount it alone", p.Name)
 		}
-		c := Catalog{M: p.Manifest}
+		c := ManifestCatalog{M: p.Manifest}
 		m.cats = append(m.cats, c)
 		m.samples = append(m.samples, m.samples[len(m.samples)-1]+p.Manifest.Samples.Len())
 		m.strata = append(m.strata, m.strata[len(m.strata)-1]+len(p.Manifest.Strata))
@@ -159,11 +160,23 @@ func (m *Mix) Namespace() string {
 	var b strings.Builder
 	b.WriteString("mix")
 	for _, p := range m.Parts {
-		b.WriteString("-" + p.Manifest.Name + "-" + p.Manifest.IngestID)
+		b.WriteString("-" + DiskNamespace(&p.Manifest.Header))
 	}
 	if b.Len() > 200 { // a file name must stay under 255 bytes
 		sum := sha256.Sum256([]byte(b.String()))
 		return "mix-" + hex.EncodeToString(sum[:16])
 	}
 	return b.String()
+}
+
+// DiskNamespace is the disk tier namespace of a dataset's ingest (the
+// mount's and warm's alike): its name and ingest id, so a dataset
+// ingested again under the same name never meets stale bytes.
+func DiskNamespace(h *manifest.Header) string { return h.Name + "-" + h.IngestID }
+
+// ShardNamespace names the disk tier namespace of each shard of a dataset:
+// the dataset and the ingest that uploaded the shard, whose bytes are the
+// same in every version that holds it.
+func ShardNamespace(h *manifest.Header) func(shard int) string {
+	return func(shard int) string { return h.Name + "-" + h.ShardIngest(shard) }
 }

@@ -12,15 +12,15 @@ import (
 
 // ForLayout is the catalog a rank-epoch's member table reads: c itself, or
 // with its record tables when the dataset's samples are records.
-func (c Catalog) ForLayout() layout.Catalog {
+func (c ManifestCatalog) ForLayout() layout.SampleCatalog {
 	if len(c.M.Members) == 0 {
 		return c
 	}
 	return RecordCatalog{c}
 }
 
-// RecordCatalog is a Catalog of a dataset of records.
-type RecordCatalog struct{ Catalog }
+// RecordCatalog is a ManifestCatalog of a dataset of records.
+type RecordCatalog struct{ ManifestCatalog }
 
 var (
 	_ layout.RecordCatalog = RecordCatalog{}
@@ -44,7 +44,7 @@ func appendMembers(dst []layout.Member, h *manifest.Header, table []byte) []layo
 
 // ForLayout is the catalog a rank-epoch's member table reads: p itself, or
 // with its record tables when the dataset's samples are records.
-func (p *Pinned) ForLayout() layout.Catalog {
+func (p *Pinned) ForLayout() layout.SampleCatalog {
 	if len(p.l.h.Members) == 0 {
 		return p
 	}

@@ -17,4 +17,14 @@
 // data. Inode numbers are hashes of paths, stable across mounts. Files are
 // immutable: the kernel may keep their pages (FOPEN_KEEP_CACHE) and their
 // attributes for an hour; the mount is read-only, so every write is EROFS.
+//
+// Files, one node kind each:
+//
+//	fs.go       the tree every node shares, Options, the one toErrno, inode numbers
+//	root.go     the root and .shardfs/ (info.json, stats.json)
+//	epochs.go   epochs/ and epochs/<EEEE>/
+//	rank.go     epochs/<EEEE>/rank-<RRR>/: its order, computed and pinned on first use
+//	file.go     a batch tar, epoch.tar or index.csv, read through prefetch
+//	samples.go  samples/ and the files below it
+//	mount.go    mounting and unmounting; timed.go, FUSE op latency
 package fs

@@ -48,7 +48,7 @@ func mountTree(t *testing.T, ds *testds.DS, met *metrics.Metrics, epochs int, ra
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	r := prefetch.New(ds, cat, cache.New(32<<20, nil), met, prefetch.DefaultConfig(), nil)
 	root := fs.NewRoot(fs.Options{Catalog: cat, Input: in, Reader: r, Epochs: epochs, Ranks: ranks, Order: p,
 		Info: []byte("{}\n"), Stats: func() []byte { return []byte("{\"ok\":1}\n") }, Created: time.Unix(1700000000, 0)})

@@ -179,6 +179,6 @@
 // epoch.tar and index.csv; see FileMap. A sample is a tar member and its
 // .cls, or a record of several members (records.go), with its .cls only
 // when the dataset has a label. .cls is the class of the sample's label
-// (Catalog.Class), never its stratum. A lost sample keeps its place in the
+// (SampleCatalog.Class), never its stratum. A lost sample keeps its place in the
 // order and fails every read of its bytes (LostCatalog).
 package layout

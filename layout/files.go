@@ -14,8 +14,8 @@ import (
 	"time"
 )
 
-// Catalog is what the file map needs to know about samples.
-type Catalog interface {
+// SampleCatalog is what the file map needs to know about samples.
+type SampleCatalog interface {
 	Key(i int) string
 	Size(i int) int64
 	Stratum(i int) int
@@ -26,22 +26,22 @@ type Catalog interface {
 	Class(c int) int
 }
 
-// LostCatalog is a Catalog some of whose samples are lost: their metadata
+// LostCatalog is a SampleCatalog some of whose samples are lost: their metadata
 // (key, size, checksums) has no intact copy anywhere, so nothing about them
 // can be served. Their members keep their place in the order, as members
 // with no bytes, and every byte of them, and of their index.csv rows, reads
 // as an error (PieceLost): a reader of the rest of the rank-epoch is not
 // held up, and no reader is ever handed a stand-in for a lost sample.
 type LostCatalog interface {
-	Catalog
+	SampleCatalog
 	Lost(i int) bool
 }
 
-// FieldCatalog is a Catalog whose samples carry a listing's fields:
+// FieldCatalog is a SampleCatalog whose samples carry a listing's fields:
 // index.csv shows them as columns after its own. Fields returns sample
 // i's values, one per FieldNames.
 type FieldCatalog interface {
-	Catalog
+	SampleCatalog
 	FieldNames() []string
 	Fields(i int) []string
 }
@@ -61,7 +61,7 @@ func memberLen(size int64) int64 { return block + padded(size) + 2*block }
 // in order, with their offsets in epoch.tar and their rows in index.csv.
 type Members struct {
 	order   *RankOrder
-	cat     Catalog
+	cat     SampleCatalog
 	off     []int64      // off[i]: start of member i in epoch.tar; off[n] = end of members
 	dup     []uint32     // occurrence of member i's tar name before it in this rank-epoch
 	rowOff  []int64      // rowOff[i]: start of row i in index.csv (after the header); rowOff[n] = size
@@ -76,7 +76,7 @@ type Members struct {
 }
 
 // NewMembers computes the member table of a rank-epoch.
-func NewMembers(o *RankOrder, cat Catalog) *Members {
+func NewMembers(o *RankOrder, cat SampleCatalog) *Members {
 	n := o.Samples.Len()
 	m := &Members{order: o, cat: cat, off: make([]int64, n+1), dup: make([]uint32, n), rowOff: make([]int64, n+1),
 		size: make([]int64, n), class: make([]int32, n)}
@@ -202,7 +202,7 @@ func (f *FileMap) Name() string {
 	case IndexCSV:
 		return "index.csv"
 	}
-	return fmt.Sprintf("batch-%06d.tar", f.first/f.m.order.Params.Batch)
+	return BatchName(f.first / f.m.order.Params.Batch)
 }
 
 // Size is the file's exact size.

@@ -107,7 +107,7 @@ func TestGoldenOrder(t *testing.T) {
 			h := sha256.New()
 			tc.rec.Start = starts
 			tc.p.Version = v
-			sched := layout.Schedule{Base: tc.p, ResumeEpoch: -1, Recency: &tc.rec}
+			sched := layout.Spec{Base: tc.p, ResumeEpoch: -1, Recency: &tc.rec}
 			input := in
 			if tc.mode == "time groups" {
 				// Strata grouped by bucket, as a dataset cut into time buckets is.
@@ -118,7 +118,7 @@ func TestGoldenOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			hashSchedule(t, h, input, &sched)
+			hashSpec(t, h, input, &sched)
 			got := hex.EncodeToString(h.Sum(nil))
 			if want := goldenRecency[tc.mode][v]; got != want {
 				t.Errorf("%s order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", tc.mode, v, got, want)
@@ -136,11 +136,11 @@ func TestGoldenOrder(t *testing.T) {
 
 func hashOrders(t *testing.T, h io.Writer, in *layout.Input, p layout.Params) {
 	t.Helper()
-	hashSchedule(t, h, in, &layout.Schedule{Base: p, ResumeEpoch: -1})
+	hashSpec(t, h, in, &layout.Spec{Base: p, ResumeEpoch: -1})
 }
 
-// hashSchedule hashes every rank's orders of epochs 0 to 2.
-func hashSchedule(t *testing.T, h io.Writer, in *layout.Input, s *layout.Schedule) {
+// hashSpec hashes every rank's orders of epochs 0 to 2.
+func hashSpec(t *testing.T, h io.Writer, in *layout.Input, s *layout.Spec) {
 	t.Helper()
 	for e := 0; e < 3; e++ {
 		for r := 0; r < s.Base.World; r++ {

@@ -57,7 +57,7 @@ func TestGoldenFileBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var cat Catalog = plainCatalog{tc}
+		var cat SampleCatalog = plainCatalog{tc}
 		if name == "affinity+fields" {
 			cat = fieldsCatalog{plainCatalog{tc}}
 		}

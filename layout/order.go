@@ -115,11 +115,11 @@ func (p Params) Validate() error {
 	case p.Skip < 0:
 		return fmt.Errorf("resume at global batch %d: must be >= 0", p.Skip)
 	case p.Mix != nil && (p.Window > 0 || p.Affinity):
-		return errors.New("a mix of datasets is dealt over the global order: leave out --window and --affinity")
+		return specErr(OptMix, "a mix of datasets is dealt over the global order: leave out {%s} and {%s}", OptWindow, OptAffinity)
 	case p.Skip > 0 && p.Affinity:
 		return errors.New("affinity has no world-size-independent global order to resume in: resume at an epoch boundary")
 	case p.Weights != nil && (p.Window > 0 || p.Affinity || p.Mix != nil):
-		return errors.New("time weights and windows re-weight the global order: leave out --window, --affinity and --mix")
+		return specErr(OptTimeWindow, "time weights and windows re-weight the global order: leave out {%s}, {%s} and {%s}", OptWindow, OptAffinity, OptMix)
 	case slices.ContainsFunc(p.Weights, func(w float64) bool { return !(w >= 0) || math.IsInf(w, 0) }):
 		return errors.New("stratum weights must be finite numbers >= 0")
 	}

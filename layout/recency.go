@@ -43,7 +43,7 @@ func (r *Recency) Validate() error {
 	case r.Step < 0:
 		return fmt.Errorf("time window step %s: must be > 0", span(r.Step))
 	case r.Step > 0 && r.Window == 0:
-		return errors.New("a time window step moves a time window: give --time-window too")
+		return specErr(OptTimeStep, "a time window step moves a time window: give {%s} too", OptTimeWindow)
 	}
 	return nil
 }

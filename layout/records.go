@@ -21,9 +21,9 @@ type Member struct {
 	Size int64
 }
 
-// RecordCatalog is a Catalog whose samples are records.
+// RecordCatalog is a SampleCatalog whose samples are records.
 type RecordCatalog interface {
-	Catalog
+	SampleCatalog
 	// Record appends sample i's members, in stored order, to dst. Their
 	// sizes sum to Size(i).
 	Record(dst []Member, i int) []Member

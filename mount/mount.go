@@ -1,5 +1,6 @@
 // Package mount assembles a mount: it opens the dataset (or the mix of
-// several) on its stores, chooses the catalog and the order's input, sizes
+// several) on its stores, makes the run's order (dataset.PlanOrder, which
+// checks the spec against the data) and chooses the catalog, sizes
 // the memory cache and opens the disk tier, builds the prefetching reader
 // and the go-fuse tree, serves metrics, and unmounts on a signal. Tests
 // build a mount in-process with Open, on any stores, fault-injecting ones
@@ -30,7 +31,6 @@ import (
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/fs"
 	"github.com/shardfs/shardfs/layout"
-	"github.com/shardfs/shardfs/manifest"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
 )
@@ -45,12 +45,13 @@ type Config struct {
 	// VersionCheckEvery is how often the mount asks which version is
 	// current, for stats and metrics (0: dataset.LeaseRefresh).
 	VersionCheckEvery time.Duration
-	// Mix names the datasets of a mix, in the order of Schedule.Base.Mix's
+	// Mix names the datasets of a mix, in the order of Spec.Base.Mix's
 	// weights; nil serves Name alone.
-	Mix      []string
-	Schedule *layout.Schedule // the order; parsed once, asked per rank-epoch
-	Epochs   int              // 0: open-ended
-	Ranks    []int            // the ranks shown
+	Mix []string
+	// Spec is the run's order, with the ranks and epochs shown: checked
+	// here against the dataset as the CLI's are (dataset.PlanOrder), then
+	// asked for every rank-epoch.
+	Spec *layout.Spec
 
 	CacheSize    int64  // the memory budget, at least 16 MiB
 	CacheDir     string // the disk tier; empty: none
@@ -64,12 +65,6 @@ type Config struct {
 	Profiles     bool   // also serve Go profiles (/debug/pprof/) at MetricsAddr
 	Logger       *slog.Logger
 
-	// Complete, if set, completes Schedule from the dataset's header
-	// before any order is computed: time weights need the strata's times.
-	Complete func(h *manifest.Header) error
-	// CheckOrder, if set, checks the order against the dataset's input
-	// before anything is mounted (the caller words its errors).
-	CheckOrder func(in *layout.Input) error
 	// Info, if set, renders .shardfs/info.json.
 	Info func(m *Mount) ([]byte, error)
 }
@@ -95,13 +90,21 @@ type Mount struct {
 }
 
 // Open mounts cfg's dataset at dir and returns once the tree is served.
+// The stores are used as given: open them with backend.OpenStack (or wrap
+// each in backend.Stack), as the CLI does, so every request has a time
+// bound and each store a bound on requests in flight. The order is
+// checked against the dataset as the CLI's is (dataset.PlanOrder): errors
+// about cfg.Spec are *layout.SpecError.
 func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (*Mount, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Schedule == nil {
-		return nil, fmt.Errorf("mount %s: no order schedule given", cfg.Name)
+	if cfg.Spec == nil {
+		return nil, fmt.Errorf("mount %s: no order spec given", cfg.Name)
+	}
+	if cfg.Version != 0 && cfg.Mix != nil {
+		return nil, fmt.Errorf("mount %s: a version with a mix: a mix reads each dataset's current version", cfg.Name)
 	}
 	if cfg.CacheSize < 16<<20 {
 		return nil, fmt.Errorf("cache size %d: use at least 16MiB", cfg.CacheSize)
@@ -119,9 +122,9 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if err := mt.takeLeases(ctx, stores); err != nil {
 		return nil, err
 	}
-	cat, pinner, fetch, ns, err := mt.readPath(cfg)
+	rp, err := mt.readPath(cfg)
 	if err == nil {
-		err = mt.newReader(cfg, cat, fetch, ns)
+		err = mt.newReader(cfg, rp)
 	}
 	if err != nil {
 		mt.releaseLeases()
@@ -135,7 +138,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		}
 	}
 	root := fs.NewRoot(fs.Options{
-		Catalog: cat, Pinner: pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Schedule.Params, Epochs: cfg.Epochs, Ranks: cfg.Ranks, DirectIO: cfg.DirectIO,
+		Catalog: rp.cat, Pinner: rp.pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Spec.Params, Epochs: cfg.Spec.Epochs, Ranks: cfg.Spec.Ranks, DirectIO: cfg.DirectIO,
 		Info: info, Stats: mt.StatsJSON, Created: time.Unix(mt.Dataset.Manifest.CreatedUnix, 0), Logger: log,
 	})
 	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, Logger: log,
@@ -293,55 +296,50 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 	return nil
 }
 
-// ShardNamespace names the disk tier namespace of each shard of a dataset:
-// the dataset and the ingest that uploaded the shard, whose bytes are the
-// same in every version that holds it.
-func ShardNamespace(h *manifest.Header) func(shard int) string {
-	return func(shard int) string { return h.Name + "-" + h.ShardIngest(shard) }
-}
-
 // catalog is what the tree and the read path see of the dataset.
-type catalog interface {
-	fs.Catalog
-	prefetch.Catalog
+type servedCatalog interface {
+	fs.TreeCatalog
+	prefetch.ReadCatalog
 }
 
-// readPath chooses what the tree and the read path see: one dataset held
-// whole, a format-2 dataset whose rows are fetched on demand, or the mix of
-// several; and the order's input. It returns the catalog, what pins its
-// rows when it does not hold them all (nil when it does), the fetcher and
-// the disk tier's namespace (the ingest, so a re-ingested dataset never
-// meets stale bytes).
-func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, string, error) {
+// readPath is what the tree and the read path see of the dataset.
+type readPath struct {
+	cat    servedCatalog
+	pinner fs.Pinner // pins rows the catalog does not hold; nil when it holds them all
+	fetch  prefetch.Fetcher
+	// ns is the disk tier's namespace: the ingest, so a re-ingested
+	// dataset never meets stale bytes.
+	ns string
+}
+
+// readPath makes the run's order and chooses what the tree and the read
+// path see: one dataset held whole, a format-2 or format-3 dataset whose
+// rows are fetched on demand, or the mix of several.
+func (mt *Mount) readPath(cfg Config) (readPath, error) {
 	ds := mt.Dataset
-	var cat catalog = dataset.Catalog{M: ds.Manifest}
-	if rc, ok := (dataset.Catalog{M: ds.Manifest}).ForLayout().(dataset.RecordCatalog); ok {
-		cat = rc
+	rp := readPath{cat: dataset.ManifestCatalog{M: ds.Manifest}, fetch: ds, ns: dataset.DiskNamespace(&ds.Manifest.Header)}
+	if rc, ok := (dataset.ManifestCatalog{M: ds.Manifest}).ForLayout().(dataset.RecordCatalog); ok {
+		rp.cat = rc
 	}
-	var fetch prefetch.Fetcher = ds
-	var pinner fs.Pinner
-	ns := ds.Manifest.Name + "-" + ds.Manifest.IngestID
-	if cfg.Complete != nil {
-		if err := cfg.Complete(&ds.Manifest.Header); err != nil {
-			return nil, nil, nil, "", err
-		}
-	}
-	params, err := cfg.Schedule.Params(0, 0)
-	if err != nil {
-		return nil, nil, nil, "", err
-	}
-	mt.Params = params
-	in, err := dataset.OrderInput(ds, params)
+	var plan *dataset.OrderPlan
+	var err error
 	switch {
 	case mt.Mix != nil:
-		cat, fetch, ns = mt.Mix, mt.Mix, mt.Mix.Namespace()
-		in, err = mt.Mix.Input()
-	case ds.Lazy != nil:
+		rp = readPath{cat: mt.Mix, fetch: mt.Mix, ns: mt.Mix.Namespace()}
+		plan, err = mt.Mix.PlanOrder(cfg.Spec)
+	default:
+		plan, err = dataset.PlanOrder(ds, cfg.Spec)
+	}
+	if err != nil {
+		return readPath{}, err
+	}
+	mt.Params, mt.Input = plan.First, plan.Input
+	if mt.Mix == nil && ds.Lazy != nil {
 		// Formats 2 and 3: no shard index (nor format 3's group object) is
 		// read until a rank-epoch or a samples/ directory needs its shard,
 		// and the order comes from the counts.
-		lazy := lazyTree{ds.Lazy, dataset.ByRoot(ds, params)}
-		cat, pinner = lazy, lazy
+		lazy := lazyTree{ds.Lazy, dataset.ByRoot(ds, plan.First)}
+		rp.cat, rp.pinner = lazy, lazy
 		if cfg.CacheDir != "" {
 			ds.Lazy.PinWholeShards() // the disk tier keeps shards sample by sample
 		}
@@ -351,19 +349,10 @@ func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, str
 				GroupLoads: ds.Lazy.GroupLoads(), GroupsHeld: held, Groups: groups}
 		})
 	}
-	if err != nil {
-		return nil, nil, nil, "", err
+	if err := checkServable(ds.Manifest.Name, plan.Input, plan.First); err != nil {
+		return readPath{}, err
 	}
-	if err := checkServable(ds.Manifest.Name, in, mt.Params); err != nil {
-		return nil, nil, nil, "", err
-	}
-	mt.Input = in
-	if cfg.CheckOrder != nil {
-		if err := cfg.CheckOrder(in); err != nil {
-			return nil, nil, nil, "", err
-		}
-	}
-	return cat, pinner, fetch, ns, nil
+	return rp, nil
 }
 
 // newReader builds the memory cache, the disk tier and the prefetching
@@ -376,7 +365,7 @@ func (mt *Mount) readPath(cfg Config) (catalog, fs.Pinner, prefetch.Fetcher, str
 // flight (InFlight at most). A soft limit keeps the Go heap's garbage from
 // doubling that, so RSS stays near the cache size + InFlight + the daemon's
 // own ~100 MiB.
-func (mt *Mount) newReader(cfg Config, cat catalog, fetch prefetch.Fetcher, ns string) error {
+func (mt *Mount) newReader(cfg Config, rp readPath) error {
 	met := mt.Metrics
 	pc := prefetch.DefaultConfig()
 	pc.Budget = cfg.CacheSize / 2
@@ -388,7 +377,7 @@ func (mt *Mount) newReader(cfg Config, cat catalog, fetch prefetch.Fetcher, ns s
 	pc.Disabled = cfg.NoPrefetch
 	pc.ReadTimeout = cfg.ReadTimeout
 	if cfg.CacheDir != "" {
-		disk, err := cache.OpenDisk(cfg.CacheDir, ns, cfg.CacheDirSize)
+		disk, err := cache.OpenDisk(cfg.CacheDir, rp.ns, cfg.CacheDirSize)
 		if err != nil {
 			return err
 		}
@@ -396,7 +385,7 @@ func (mt *Mount) newReader(cfg Config, cat catalog, fetch prefetch.Fetcher, ns s
 		if mt.Mix == nil {
 			// Each shard's entries under the ingest that uploaded it: the
 			// versions of the dataset share the shards they share.
-			disk.SetShardNamespace(ShardNamespace(&mt.Dataset.Manifest.Header))
+			disk.SetShardNamespace(dataset.ShardNamespace(&mt.Dataset.Manifest.Header))
 		}
 		if mt.Mix == nil && mt.Dataset.Lazy != nil {
 			mt.Dataset.Lazy.SetTier(disk) // shard indexes too, so a remount fetches none
@@ -409,7 +398,7 @@ func (mt *Mount) newReader(cfg Config, cat catalog, fetch prefetch.Fetcher, ns s
 		mt.log.Info("disk tier", "dir", cfg.CacheDir, "limit", humanize.IBytes(uint64(cfg.CacheDirSize)))
 	}
 	mt.disk = pc.Disk
-	mt.reader = prefetch.New(fetch, cat, c, met, pc, mt.log)
+	mt.reader = prefetch.New(rp.fetch, rp.cat, c, met, pc, mt.log)
 	return nil
 }
 
@@ -462,7 +451,7 @@ type lazyTree struct {
 	byRoot bool
 }
 
-func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.Catalog, layout.Positions, error) {
+func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.TreeCatalog, layout.Positions, error) {
 	var p *dataset.Pinned
 	var err error
 	if l.byRoot {
@@ -479,7 +468,7 @@ func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.Catalog
 	return p, samples, nil
 }
 
-func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.Catalog, layout.Positions, error) {
+func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.TreeCatalog, layout.Positions, error) {
 	p, samples, err := l.LazyCatalog.PinStratum(ctx, c)
 	if err != nil {
 		return nil, layout.Positions{}, err

@@ -30,8 +30,8 @@ func TestOpenInProcessWithFaultyStores(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "mnt")
 	os.Mkdir(dir, 0o755)
-	sched := &layout.Schedule{Base: layout.Params{Seed: 7, World: 2, Batch: 8, Alpha: 1}, ResumeEpoch: -1}
-	mt, err := mount.Open(t.Context(), stores, dir, mount.Config{Name: "ds", Schedule: sched, Epochs: 2, Ranks: []int{0, 1},
+	spec := &layout.Spec{Base: layout.Params{Seed: 7, World: 2, Batch: 8, Alpha: 1}, ResumeEpoch: -1, Epochs: 2, Ranks: []int{0, 1}}
+	mt, err := mount.Open(t.Context(), stores, dir, mount.Config{Name: "ds", Spec: spec,
 		CacheSize: 64 << 20, ReadTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)

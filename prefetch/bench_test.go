@@ -30,7 +30,7 @@ func benchEpoch(b *testing.B, cacheSize int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	m := layout.NewMembers(o, cat)
 	cfg := prefetch.DefaultConfig()
 	cfg.Budget, cfg.MinLead = cacheSize/2, cacheSize/4

@@ -48,7 +48,7 @@ func TestDiskTierServesAfterRemount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	o, err := layout.Order(in, layout.Params{Seed: 2, World: 1, Batch: 16, Alpha: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestDiskTierServesAfterRemount(t *testing.T) {
 func TestDiskTierIsAFetcher(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{40, 20}, MinSize: 1000, MaxSize: 30_000, Seed: 9}, met)
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	dir, ns := t.TempDir(), ds.Manifest.Name+"-"+ds.Manifest.IngestID
 	shard := 0
 	first, count := cat.ShardSamples(shard)

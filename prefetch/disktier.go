@@ -56,17 +56,17 @@ func (d direct) readPieces(ctx context.Context, shard int, pieces []piece) error
 // holds from disk and fetches the rest from next, storing what it fetched.
 // It wraps next as restic's cache backend wraps a backend, so the reader
 // sees one Fetcher whether or not the tier is there. A shard whose samples
-// cannot all be looked up (Catalog.Complete is false) passes straight to
+// cannot all be looked up (ReadCatalog.Complete is false) passes straight to
 // next.
 type DiskTier struct {
 	next direct // the wrapped Fetcher, and how it reads pieces
 	disk *cache.Disk
-	cat  Catalog
+	cat  ReadCatalog
 }
 
 // NewDiskTier returns the tier disk in front of next. Missing samples at
 // most mergeGap apart are fetched from next as one range.
-func NewDiskTier(next Fetcher, disk *cache.Disk, cat Catalog, mergeGap int64) *DiskTier {
+func NewDiskTier(next Fetcher, disk *cache.Disk, cat ReadCatalog, mergeGap int64) *DiskTier {
 	return &DiskTier{next: direct{next, mergeGap}, disk: disk, cat: cat}
 }
 

@@ -31,4 +31,6 @@
 //	             sample's next use, which the cache evicts by
 //	sched.go     what each stream fetches next: targets, spans, bridging
 //	             and the fetch of a span
+//	uses.go      memberIndex: the members of a rank-epoch that read a
+//	             sample, for the next use the cache evicts by
 package prefetch

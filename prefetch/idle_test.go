@@ -25,7 +25,7 @@ func TestPumpStopsWhenIdle(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 2000, Seed: 1}, met)
 	in, _ := dataset.LayoutInput(ds.Manifest)
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	o, err := layout.Order(in, layout.Params{World: 1, Batch: 5, Alpha: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestThousandEpochsLeaveNoStreams(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 2000, Seed: 1}, met)
 	in, _ := dataset.LayoutInput(ds.Manifest)
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	cfg := DefaultConfig()
 	cfg.IdleAfter = 200 * time.Millisecond
 	r := New(ds, cat, cache.New(1<<20, nil), met, cfg, nil)

@@ -20,7 +20,7 @@ import (
 )
 
 // expected renders file f from the source tree.
-func expected(t *testing.T, f *layout.FileMap, src string, cat layout.Catalog) []byte {
+func expected(t *testing.T, f *layout.FileMap, src string, cat layout.SampleCatalog) []byte {
 	out := make([]byte, f.Size())
 	for _, e := range f.Extents(nil, 0, f.Size()) {
 		p := out[e.FileOff : e.FileOff+e.Len]
@@ -50,7 +50,7 @@ func TestConcurrentReadersWithLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	o, err := layout.Order(in, layout.Params{Seed: 5, World: 1, Batch: 16, Alpha: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestReadsThroughFaults(t *testing.T) {
 	ds := testds.New(t, synth.Spec{Counts: []int{50, 20}, MinSize: 100, MaxSize: 3_000_000, Seed: 9}, met)
 	ds.Faulty[1].SetDown(true)
 	ds.Faulty[4].SetFlipBits(true)
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	r := prefetch.New(ds, cat, cache.New(64<<20, nil), met, prefetch.DefaultConfig(), nil)
 	defer r.Close()
 	var wg sync.WaitGroup

@@ -22,13 +22,13 @@ type Fetcher interface {
 	ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error
 }
 
-// Catalog is what the read path needs to know of the samples: where each
+// ReadCatalog is what the read path needs to know of the samples: where each
 // lies (layout.Geometry), which samples a shard holds and their checksums,
 // for the disk tier, and whether every sample of a shard can be looked up
 // (a format-2 dataset whose rank holds just its own rows cannot): bridging
 // between samples, and the disk tier, which walk every sample of a shard,
 // use a shard only when it is Complete.
-type Catalog interface {
+type ReadCatalog interface {
 	layout.Geometry
 	// ShardSamples is the range [first, first+n) of sample indexes in shard.
 	ShardSamples(shard int) (first, n int)
@@ -92,7 +92,7 @@ func (c *Config) fill() {
 type Reader struct {
 	src   source    // the Fetcher given to New, or the disk tier in front of it
 	tier  *DiskTier // nil without a disk tier
-	cat   Catalog
+	cat   ReadCatalog
 	cache *cache.Cache
 	m     *metrics.Metrics
 	// samplesView is the counters of the samples/ view's reads.
@@ -121,7 +121,7 @@ type Reader struct {
 }
 
 // New returns a reader. Close stops its background work.
-func New(fetch Fetcher, cat Catalog, c *cache.Cache, m *metrics.Metrics, cfg Config, log *slog.Logger) *Reader {
+func New(fetch Fetcher, cat ReadCatalog, c *cache.Cache, m *metrics.Metrics, cfg Config, log *slog.Logger) *Reader {
 	cfg.fill()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -46,7 +46,7 @@ func steadyState(b *testing.B, window int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	epochBytes := ds.Manifest.TotalBytes()
 	c := cache.New(epochBytes/3, nil)
 	cfg := prefetch.DefaultConfig()

@@ -23,21 +23,21 @@ import (
 // is past 2^31 and all share their low 32 bits, so a read path that named a
 // sample in 32 bits would take them for one sample.
 type spreadCatalog struct {
-	dataset.Catalog
+	dataset.ManifestCatalog
 	stride int64
 }
 
 func (c spreadCatalog) inner(id int) int                { return int(int64(id)/c.stride - 1) }
 func (c spreadCatalog) id(i int) int64                  { return int64(i+1) * c.stride }
-func (c spreadCatalog) Key(id int) string               { return c.Catalog.Key(c.inner(id)) }
-func (c spreadCatalog) Size(id int) int64               { return c.Catalog.Size(c.inner(id)) }
-func (c spreadCatalog) Stratum(id int) int              { return c.Catalog.Stratum(c.inner(id)) }
-func (c spreadCatalog) SampleSum(id int) uint32         { return c.Catalog.SampleSum(c.inner(id)) }
+func (c spreadCatalog) Key(id int) string               { return c.ManifestCatalog.Key(c.inner(id)) }
+func (c spreadCatalog) Size(id int) int64               { return c.ManifestCatalog.Size(c.inner(id)) }
+func (c spreadCatalog) Stratum(id int) int              { return c.ManifestCatalog.Stratum(c.inner(id)) }
+func (c spreadCatalog) SampleSum(id int) uint32         { return c.ManifestCatalog.SampleSum(c.inner(id)) }
 func (c spreadCatalog) Complete(int) bool               { return false } // ids are not contiguous in a shard
-func (c spreadCatalog) Fields(id int) []string          { return c.Catalog.Fields(c.inner(id)) }
+func (c spreadCatalog) Fields(id int) []string          { return c.ManifestCatalog.Fields(c.inner(id)) }
 func (c spreadCatalog) ShardSamples(int) (first, n int) { return 0, 0 }
 func (c spreadCatalog) Locate(id int) (shard int, off, size int64) {
-	return c.Catalog.Locate(c.inner(id))
+	return c.ManifestCatalog.Locate(c.inner(id))
 }
 
 // spreadRankEpoch is epoch 0 of a one-rank order of a small dataset of
@@ -53,7 +53,7 @@ func spreadRankEpoch(t *testing.T, spec synth.Spec, stride int64) (*testds.DS, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := spreadCatalog{Catalog: dataset.Catalog{M: ds.Manifest}, stride: stride}
+	cat := spreadCatalog{ManifestCatalog: dataset.ManifestCatalog{M: ds.Manifest}, stride: stride}
 	wide := &layout.RankOrder{Params: o.Params, Batches: o.Batches, Samples: layout.MakePositions(o.Samples.Len())}
 	for _, s := range o.Samples.All() {
 		wide.Samples.Append(cat.id(int(s)))
@@ -94,7 +94,7 @@ func TestSamplesPastTwoBillionKeepTheirBytes(t *testing.T) {
 		t.Fatalf("epoch.tar: %d bytes differ from the source's %d", len(got), len(want))
 	}
 	for s := 0; s < ds.Manifest.Samples.Len(); s++ {
-		want, err := os.ReadFile(filepath.Join(ds.Src, cat.Catalog.Key(s)))
+		want, err := os.ReadFile(filepath.Join(ds.Src, cat.ManifestCatalog.Key(s)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -80,7 +80,7 @@ func TestAlphaByEpochStopsWhenConstant(t *testing.T) {
 	if got := alphaByEpoch(f); len(got) != 1 || got[0] != 0.5 {
 		t.Fatalf("open-ended, no schedule: %v, want [0.5]", got)
 	}
-	f.order.alphaSchedule = "0:0,4:1"
+	f.order.alphaSchedule, f.order.sp = "0:0,4:1", nil // the flags parse once: a new value, a new spec
 	if got := alphaByEpoch(f); len(got) != 5 || got[4] != 1 || got[2] != 0.5 {
 		t.Fatalf("open-ended, schedule 0:0,4:1: %v, want 5 entries ending at 1", got)
 	}

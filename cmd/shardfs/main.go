@@ -1,8 +1,9 @@
 // Command shardfs ingests labelled datasets into erasure-coded object
 // stores, verifies and repairs them, and mounts them as directories of
-// stratified epoch and batch files. It wires the packages together: flags,
-// config, credentials, logging, progress, signals and exit codes live here,
-// and so does the assembly of a mount (mount.go).
+// stratified epoch and batch files. It parses and reports: flags, config,
+// credentials, logging, progress, signals and exit codes live here; the
+// order flags become a layout.Spec (plan.go) and a mount's flags a
+// mount.Config (mount.go), and package mount assembles the mount.
 package main
 
 import (
@@ -38,7 +39,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRoot()
-	err := withCPUProfile(func() error { return root.ExecuteContext(ctx) })
+	err := flagWorded(withCPUProfile(func() error { return root.ExecuteContext(ctx) }))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shardfs:", err)
 		var ee *exitError
@@ -221,27 +222,18 @@ func (g *globals) openURLs(cfg *config, urls []string) ([]backend.Store, error) 
 	if g.requestTimeout <= 0 {
 		return nil, fmt.Errorf("--request-timeout %v: must be positive, e.g. 10s", g.requestTimeout)
 	}
-	stores := make([]backend.Store, 0, len(urls))
-	for i, u := range urls {
-		u = strings.TrimSpace(u)
-		opts := backend.OpenOptions{}
-		if parsed, err := url.Parse(u); err == nil && cfg.Credentials != nil {
-			if c, ok := cfg.Credentials[parsed.Host]; ok {
-				opts.Credentials = &c
-			} else if c, ok := cfg.Credentials["default"]; ok {
-				opts.Credentials = &c
-			}
+	creds := func(u string) *backend.Credentials {
+		parsed, err := url.Parse(u)
+		if err != nil || cfg.Credentials == nil {
+			return nil
 		}
-		s, err := backend.Open(u, opts)
-		if err != nil {
-			return nil, fmt.Errorf("store %d: %w", i, err)
+		if c, ok := cfg.Credentials[parsed.Host]; ok {
+			return &c
 		}
-		// The limit outside the retries and the timeout: a request's time
-		// bound starts when it leaves the queue, and each attempt has one.
-		stores = append(stores, backend.WithLimit(backend.WithRetry(backend.WithTimeout(s, g.requestTimeout)), g.storeConcurrency))
+		if c, ok := cfg.Credentials["default"]; ok {
+			return &c
+		}
+		return nil
 	}
-	if err := backend.CheckDistinct(stores); err != nil {
-		return nil, err
-	}
-	return stores, nil
+	return backend.OpenStack(urls, creds, backend.StackOptions{RequestTimeout: g.requestTimeout, Concurrency: g.storeConcurrency})
 }

@@ -129,8 +129,7 @@ errors on their open files).`,
 				return err
 			}
 			if f.order.mix != "" {
-				names, weights, _ := f.order.mixParts()
-				log.Info("mix of datasets", "shares_served", describeMix(names, weights))
+				log.Info("mix of datasets", "shares_served", f.order.sp.DescribeMix())
 			}
 			log.Info("mounted; stop with Ctrl-C or umount", "dataset", mt.Name, "mountpoint", args[1])
 			return mt.Serve(cmd.Context())
@@ -183,39 +182,22 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 			return nil, err
 		}
 	}
-	// The order flags are parsed once, here; the tree asks the schedule for
-	// every rank-epoch it opens.
-	sched, err := f.order.schedule()
+	// The order flags are parsed once, here; mount.Open checks the spec
+	// against the dataset, and the tree asks it for every rank-epoch.
+	spec, err := f.order.spec()
 	if err != nil {
 		return nil, err
 	}
-	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Schedule: sched, Epochs: f.order.epochs, Ranks: f.order.ranks(),
+	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec,
 		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Profiles: f.pprof, Logger: log,
-		Complete: func(h *manifest.Header) error {
-			if err := f.order.setTimes(h); err != nil || sched.Recency == nil {
-				return err
-			}
-			sched.Recency.Start = f.order.times
-			return sched.Recency.Validate()
-		},
-		CheckOrder: func(in *layout.Input) error {
-			if err := f.order.checkResumeInEpochs(); err != nil {
-				return err
-			}
-			_, err := f.order.checkSteps(in)
-			return err
-		},
 		Info: func(m *mount.Mount) ([]byte, error) { return mountInfo(m, f, int64(cacheSize)) },
 	}
 	if f.order.mix != "" {
-		names, _, err := f.order.mixParts()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Name, cfg.Mix = f.order.mix, names
+		cfg.Name, cfg.Mix = f.order.mix, spec.MixNames
 	}
-	return mount.Open(ctx, stores, dir, cfg)
+	mt, err := mount.Open(ctx, stores, dir, cfg)
+	return mt, flagWorded(err)
 }
 
 // mountInfo is the content of .shardfs/info.json: the dataset, the erasure
@@ -264,7 +246,7 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize, "direct_io": f.directIO},
 	}
 	if mt.Mix != nil {
-		names, weights, _ := f.order.mixParts()
+		names, weights := f.order.sp.MixNames, f.order.sp.Base.Mix
 		var parts []map[string]any
 		for i, p := range mt.Mix.Parts {
 			d := describe(p.Manifest)
@@ -457,7 +439,7 @@ func alphaByEpoch(f *mountFlags) []float64 {
 	if n == 0 || n > 1000 {
 		n = 1000
 	}
-	s, err := f.order.schedule()
+	s, err := f.order.spec()
 	if err != nil {
 		return nil
 	}

@@ -43,10 +43,11 @@ type orderFlags struct {
 	mix                                     string // "NAME:W,NAME:W,...", see mixParts
 	version                                 int    // order version; see layout.OrderVersion
 	halfLife, timeWindow, windowStep, asOf  string // time weights; see recency
-	// times are the strata's time bucket starts, set from the dataset's
-	// header (setTimes) before the schedule is asked for an order.
-	times []int64
-	flags *pflag.FlagSet
+	// firstEpoch is the first epoch served (warm's --epoch; 0 elsewhere).
+	firstEpoch int
+	flags      *pflag.FlagSet
+	// sp is the spec the flags parse into, once (spec).
+	sp *layout.Spec
 }
 
 // orderDefaults are what differs between the commands that take the order
@@ -93,16 +94,46 @@ func (f *orderFlags) orderVersion() int {
 
 // params is the order of rank's epoch, from the flags.
 func (f *orderFlags) params(epoch, rank int) (layout.Params, error) {
-	s, err := f.schedule()
+	s, err := f.spec()
 	if err != nil {
 		return layout.Params{Seed: f.seed, Epoch: epoch, World: f.world, Rank: rank, Batch: f.batch}, err
 	}
 	return s.Params(epoch, rank)
 }
 
-// schedule parses and checks the order flags into the run's schedule: once
-// per mount, which then asks it for every rank-epoch.
-func (f *orderFlags) schedule() (*layout.Schedule, error) {
+// orderFlagNames are the flags that set each option of a layout.Spec: the
+// CLI words the spec's errors with them (flagWorded).
+var orderFlagNames = map[layout.Option]string{
+	layout.OptWorld: "--world-size", layout.OptRanks: "--rank", layout.OptBatch: "--batch-size", layout.OptEpochs: "--epochs",
+	layout.OptEpochSize: "--epoch-size", layout.OptAlpha: "--alpha", layout.OptAlphaSchedule: "--alpha-schedule", layout.OptWindow: "--window",
+	layout.OptAffinity: "--affinity", layout.OptTail: "--tail", layout.OptResume: "--resume-at", layout.OptMix: "--mix",
+	layout.OptOrderVersion: "--order-version", layout.OptHalfLife: "--recency-half-life", layout.OptTimeWindow: "--time-window",
+	layout.OptTimeStep: "--time-window-step", layout.OptAsOf: "--as-of",
+}
+
+// flagWorded is err with any layout.SpecError in it worded with the flags'
+// names, wherever in the chain of wrapped errors it is.
+func flagWorded(err error) error {
+	var se *layout.SpecError
+	if err == nil || !errors.As(err, &se) {
+		return err
+	}
+	name := func(o layout.Option) string {
+		if n, ok := orderFlagNames[o]; ok {
+			return n
+		}
+		return string(o)
+	}
+	return errors.New(strings.Replace(err.Error(), se.Error(), se.In(name), 1))
+}
+
+// spec parses the order flags into the run's spec and checks it (the
+// rules are layout.Spec's): once per command, which then asks it for every
+// rank-epoch. A copy of the flags with other values clears sp first.
+func (f *orderFlags) spec() (*layout.Spec, error) {
+	if f.sp != nil {
+		return f.sp, nil
+	}
 	switch {
 	case f.datasetVersion < 0:
 		return nil, fmt.Errorf("--version %d: a dataset version is 1 or more (0: the current one)", f.datasetVersion)
@@ -113,34 +144,26 @@ func (f *orderFlags) schedule() (*layout.Schedule, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &layout.Schedule{Base: layout.Params{Seed: f.seed, World: f.world, Batch: f.batch,
-		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity, Version: f.version}, ResumeEpoch: -1}
-	if f.version != 0 && (f.version < layout.MinOrderVersion || f.version > layout.OrderVersion) {
-		return nil, fmt.Errorf("--order-version %d: this shardfs computes order versions %d to %d: pin one of them, or run the shardfs release the job started with on every node", f.version, layout.MinOrderVersion, layout.OrderVersion)
-	}
-	if f.epochs < 0 {
-		return nil, fmt.Errorf("--epochs %d: must be at least 1, or 0 for open-ended epochs (mount only)", f.epochs)
-	}
-	if _, err := parseRanks(f.rank, f.world); err != nil {
-		return nil, err
+	s := &layout.Spec{Base: layout.Params{Seed: f.seed, World: f.world, Batch: f.batch,
+		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity, Version: f.version},
+		ResumeEpoch: -1, FirstEpoch: f.firstEpoch, Epochs: f.epochs}
+	if f.world >= 1 {
+		if s.Ranks, err = parseRanks(f.rank, f.world); err != nil {
+			return nil, err
+		}
 	}
 	if f.alphaSchedule != "" {
 		if f.flags != nil && f.flags.Changed("alpha") {
 			return nil, fmt.Errorf("--alpha and --alpha-schedule both given: use one (a schedule with one point is a constant)")
-		}
-		if f.window > 0 || f.affinity {
-			return nil, fmt.Errorf("--alpha-schedule: window and affinity keep each pool's own class mix (alpha 1)")
 		}
 		if s.AlphaPoints, err = f.alphaPoints(); err != nil {
 			return nil, err
 		}
 	}
 	if f.mix != "" {
-		_, weights, err := f.mixParts()
-		if err != nil {
+		if s.MixNames, s.Base.Mix, err = f.mixParts(); err != nil {
 			return nil, err
 		}
-		s.Base.Mix = weights
 	}
 	if s.ResumeEpoch, s.ResumeSkip, err = f.resume(); err != nil {
 		return nil, err
@@ -148,6 +171,10 @@ func (f *orderFlags) schedule() (*layout.Schedule, error) {
 	if s.Recency, err = f.recency(); err != nil {
 		return nil, err
 	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	f.sp = s
 	return s, nil
 }
 
@@ -156,16 +183,13 @@ func (f *orderFlags) timed() bool {
 	return f.halfLife != "" || f.timeWindow != "" || f.windowStep != "" || f.asOf != ""
 }
 
-// recency parses the time weighting flags against the strata's times (nil
-// when no flag is given).
+// recency parses the time weighting flags (nil when no flag is given); the
+// strata's times come from the dataset (dataset.BindTimes).
 func (f *orderFlags) recency() (*layout.Recency, error) {
 	if !f.timed() {
 		return nil, nil
 	}
-	if f.window > 0 || f.affinity || f.mix != "" {
-		return nil, errors.New("--recency-half-life, --time-window and --as-of re-weight the global order: leave out --window, --affinity and --mix")
-	}
-	r := &layout.Recency{Start: f.times}
+	r := &layout.Recency{}
 	for _, x := range []struct {
 		flag, v string
 		dst     *int64
@@ -189,24 +213,18 @@ func (f *orderFlags) recency() (*layout.Recency, error) {
 		}
 		r.AsOf = t.Unix()
 	}
-	if err := r.Validate(); err != nil {
-		return nil, err
-	}
 	return r, nil
 }
 
-// setTimes records the strata's time bucket starts from a dataset's header,
-// and refuses time weighting flags on a dataset without time buckets.
+// setTimes gives the spec the strata's time bucket starts from a dataset's
+// header, and refuses time weighting flags on a dataset without time
+// buckets.
 func (f *orderFlags) setTimes(h *manifest.Header) error {
-	if !f.timed() {
-		return nil
-	}
-	times, err := manifest.StratumTimes(h)
+	s, err := f.spec()
 	if err != nil {
-		return fmt.Errorf("dataset %s: %v", h.Name, err)
+		return err
 	}
-	f.times = times
-	return nil
+	return dataset.BindTimes(h, s)
 }
 
 // mixParts parses --mix into dataset names and weights, in the order given.
@@ -258,34 +276,6 @@ func mixShares(weights []float64) []float64 {
 	return out
 }
 
-// describeMix is the mix as the order serves it: each dataset's share.
-func describeMix(names []string, weights []float64) string {
-	var parts []string
-	for i, sh := range mixShares(weights) {
-		parts = append(parts, fmt.Sprintf("%s %.4g%%", names[i], 100*sh))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// checkMix refuses a mix in which some dataset's share of an epoch of n
-// samples is less than one sample: that dataset would never be served.
-func (f *orderFlags) checkMix(n int) error {
-	if f.mix == "" {
-		return nil
-	}
-	names, weights, err := f.mixParts()
-	if err != nil {
-		return err
-	}
-	for i, sh := range mixShares(weights) {
-		if sh*float64(n) < 1 {
-			return fmt.Errorf("--mix %q: %s's weight is %.3g of the total, %.3g of an epoch's %d samples: it would never be served; raise its weight or leave it out (the mix as given: %s)",
-				f.mix, names[i], sh, sh*float64(n), n, describeMix(names, weights))
-		}
-	}
-	return nil
-}
-
 // alphaPoints parses --alpha-schedule's EPOCH:ALPHA points.
 func (f *orderFlags) alphaPoints() ([]layout.AlphaPoint, error) {
 	var pts []layout.AlphaPoint
@@ -318,22 +308,6 @@ func (f *orderFlags) resume() (epoch, batches int, err error) {
 	return epoch, batches, nil
 }
 
-// checkResumeInEpochs refuses a resume point past the last of epochs
-// epochs (0: open-ended), which would show nothing to resume in.
-func (f *orderFlags) checkResumeInEpochs() error {
-	re, _, err := f.resume()
-	if err != nil || re < 0 || f.epochs == 0 || re < f.epochs {
-		return err
-	}
-	return fmt.Errorf("--resume-at %s: epoch %d is past the last epoch of --epochs %d (epochs 0..%d): pass --epochs %d or more, or --epochs 0 for open-ended epochs",
-		f.resumeAt, re, f.epochs, f.epochs-1, re+1)
-}
-
-// maxRanks bounds the ranks one mount, warm or plan serves: each is a
-// directory and an order in memory, and a flag must not be able to ask for
-// two billion of them.
-const maxRanks = 65536
-
 // parseRanks reads a --rank value: "all" (or -1), a rank, a range A-B, or a
 // comma-separated list of ranks and ranges, each below world.
 func parseRanks(spec string, world int) ([]int, error) {
@@ -342,8 +316,8 @@ func parseRanks(spec string, world int) ([]int, error) {
 	}
 	spec = strings.TrimSpace(spec)
 	if spec == "all" || spec == "-1" {
-		if world > maxRanks {
-			return bad(fmt.Sprintf("all %d ranks of --world-size %d are more than one process serves (at most %d)", world, world, maxRanks))
+		if world > layout.MaxRanks {
+			return bad(fmt.Sprintf("all %d ranks of --world-size %d are more than one process serves (at most %d)", world, world, layout.MaxRanks))
 		}
 		r := make([]int, world)
 		for i := range r {
@@ -368,8 +342,8 @@ func parseRanks(spec string, world int) ([]int, error) {
 		if lo < 0 || hi >= world {
 			return bad(fmt.Sprintf("%s is outside 0..%d for --world-size %d", part, world-1, world))
 		}
-		if hi-lo >= maxRanks-len(out) {
-			return bad(fmt.Sprintf("more than %d ranks: one process serves at most that many", maxRanks))
+		if hi-lo >= layout.MaxRanks-len(out) {
+			return bad(fmt.Sprintf("more than %d ranks: one process serves at most that many", layout.MaxRanks))
 		}
 		for r := lo; r <= hi; r++ {
 			if seen[r] {
@@ -383,46 +357,14 @@ func parseRanks(spec string, world int) ([]int, error) {
 	return out, nil
 }
 
-// checkSteps refuses an order in which a rank gets no batch at all, and a
-// resume point past the end of its epoch.
+// checkSteps binds the spec to the order's input (layout.Spec.Bind owns
+// the rules) and returns the batches per rank of its first epoch.
 func (f *orderFlags) checkSteps(in *layout.Input) (int, error) {
-	if re, _, err := f.resume(); err != nil {
-		return 0, err
-	} else if re >= 0 {
-		p, err := f.params(re, 0)
-		if err != nil {
-			return 0, err
-		}
-		if _, err := layout.Steps(in, p); err != nil {
-			return 0, fmt.Errorf("--resume-at %s: %w", f.resumeAt, err)
-		}
-	}
-	plain := *f
-	plain.resumeAt = ""
-	p, err := plain.params(0, 0)
+	s, err := f.spec()
 	if err != nil {
 		return 0, err
 	}
-	if err := f.checkMix(cmp.Or(f.epochSize, in.N())); err != nil {
-		return 0, err
-	}
-	if n := cmp.Or(f.epochSize, in.N()); f.batch > n {
-		// Padded, one batch of that size: memory a flag could make any size.
-		return 0, fmt.Errorf("--batch-size %d is larger than an epoch (%d samples): lower --batch-size", f.batch, n)
-	}
-	steps, err := layout.Steps(in, p)
-	if err != nil {
-		return 0, err
-	}
-	if steps == 0 {
-		n := f.epochSize
-		if n == 0 {
-			n = in.N()
-		}
-		return 0, fmt.Errorf("--batch-size %d is larger than a rank's share of an epoch (%d samples over --world-size %d is %d per rank), so every epoch would be empty: lower --batch-size or --world-size, or pass --tail pad",
-			f.batch, n, f.world, n/f.world)
-	}
-	return steps, nil
+	return s.Bind(in)
 }
 
 // ranks lists the ranks to show; params has checked the spec.
@@ -500,6 +442,7 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 				if emit != "index" {
 					return fmt.Errorf("--emit %q: only index is supported", emit)
 				}
+				of.firstEpoch, of.sp = epoch, nil
 				return emitIndex(cmd.OutOrStdout(), m, of, epoch)
 			}
 			return printPlan(cmd.Context(), cmd.OutOrStdout(), m, of, lookahead, compareWindow)
@@ -521,17 +464,15 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 const mergeGap = 64 << 10
 
 func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) error {
-	p0, err := of.params(0, 0) // checks the flags; rank 0 is in every world
+	spec, err := of.spec()
 	if err != nil {
 		return err
 	}
-	in, err := dataset.OrderInput(&dataset.Dataset{Manifest: m}, p0)
+	plan, err := dataset.PlanOrder(&dataset.Dataset{Manifest: m}, spec)
 	if err != nil {
 		return err
 	}
-	if _, err := of.checkSteps(in); err != nil {
-		return err
-	}
+	in := plan.Input
 	if _, err := of.params(epoch, 0); err != nil {
 		return err
 	}
@@ -546,7 +487,7 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 	if err != nil {
 		return err
 	}
-	f := layout.NewMembers(o, dataset.Catalog{M: m}.ForLayout()).Index()
+	f := layout.NewMembers(o, dataset.ManifestCatalog{M: m}.ForLayout()).Index()
 	buf := make([]byte, f.Size())
 	for _, e := range f.Extents(nil, 0, f.Size()) {
 		f.Render(e, buf[e.FileOff:e.FileOff+e.Len])
@@ -556,21 +497,16 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 }
 
 func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *orderFlags, lookahead, compareWindow int) error {
-	p0, err := of.params(0, 0) // checks the flags; rank 0 is in every world
+	spec, err := of.spec()
 	if err != nil {
 		return err
 	}
-	in, err := dataset.OrderInput(&dataset.Dataset{Manifest: m}, p0)
+	plan, err := dataset.PlanOrder(&dataset.Dataset{Manifest: m}, spec)
 	if err != nil {
 		return err
 	}
-	if _, err := of.checkSteps(in); err != nil {
-		return err
-	}
-	if err := of.checkResumeInEpochs(); err != nil {
-		return err
-	}
-	cat := dataset.Catalog{M: m}
+	in, p0 := plan.Input, plan.First
+	cat := dataset.ManifestCatalog{M: m}
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", m.Name, m.Samples.Len(), len(m.Strata), len(m.Shards), m.Data, m.Parity)
 	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v alpha-schedule=%q tail=%s window=%d affinity=%v resume-at=%q\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.alphaSchedule, of.tail, of.window, of.affinity, of.resumeAt)
 	if err := printStrataByField(out, m); err != nil {
@@ -584,6 +520,7 @@ func printPlan(ctx context.Context, out io.Writer, m *manifest.Manifest, of *ord
 	fmt.Fprintln(out)
 	pi := layout.TargetsOf(in, p0) // epoch 0's, for the class mix table
 	other := *of
+	other.sp = nil
 	other.affinity = false
 	other.halfLife, other.timeWindow, other.windowStep, other.asOf = "", "", "", "" // a window keeps each pool's own mix
 	if of.window == 0 {
@@ -699,7 +636,7 @@ func printStrataByField(out io.Writer, m *manifest.Manifest) error {
 
 // printTimeWindows shows the time weighting and the first epochs' windows.
 func printTimeWindows(out io.Writer, of *orderFlags) error {
-	s, err := of.schedule()
+	s, err := of.spec()
 	if err != nil {
 		return err
 	}
@@ -1005,6 +942,7 @@ func printAffinity(out io.Writer, in *layout.Input, of *orderFlags) error {
 		fmt.Fprintf(out, "\naffinity: each rank reads the same shards in every epoch (rank 0: %d of %d shards)\n", len(shards[0]), in.NumShards)
 	}
 	global := *of
+	global.sp = nil
 	global.affinity = false
 	type mode struct {
 		name    string
@@ -1052,10 +990,11 @@ func printAffinity(out io.Writer, in *layout.Input, of *orderFlags) error {
 // (dataset, class) mix from the targets, beside a plain uniform shuffle of
 // the same samples; then each dataset's share as served.
 func printMixPlan(ctx context.Context, out io.Writer, stores []backend.Store, of *orderFlags, log *slog.Logger) error {
-	names, weights, err := of.mixParts()
+	sp, err := of.spec()
 	if err != nil {
 		return err
 	}
+	names, weights := sp.MixNames, sp.Base.Mix
 	var parts []*dataset.Dataset
 	for _, n := range names {
 		m, err := dataset.LoadManifest(ctx, stores, n, log)
@@ -1083,7 +1022,7 @@ func printMixPlan(ctx context.Context, out io.Writer, stores []backend.Store, of
 	for i, p := range parts {
 		fmt.Fprintf(out, "%s %s (%d samples, weight %v)", map[bool]string{true: "", false: ","}[i == 0], p.Name, p.Manifest.Samples.Len(), weights[i])
 	}
-	fmt.Fprintf(out, "\nshares served: %s\n", describeMix(names, weights))
+	fmt.Fprintf(out, "\nshares served: %s\n", sp.DescribeMix())
 	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
 	// datasetTV is the mean and max TV of the batches' dataset mix from the weights.
 	datasetTV := func(o *layout.RankOrder) (mean, worst float64, served []int) {

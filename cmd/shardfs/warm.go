@@ -15,7 +15,6 @@ import (
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
-	"github.com/shardfs/shardfs/mount"
 	"github.com/shardfs/shardfs/prefetch"
 )
 
@@ -86,20 +85,16 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err != nil {
 		return err
 	}
-	if err := f.order.setTimes(&ds.Manifest.Header); err != nil {
-		return err
-	}
-	p0, err := f.order.params(f.epoch, 0) // checks the flags; rank 0 is in every world
+	f.order.firstEpoch = f.epoch
+	spec, err := f.order.spec()
 	if err != nil {
 		return err
 	}
-	in, err := dataset.OrderInput(ds, p0)
+	plan, err := dataset.PlanOrder(ds, spec)
 	if err != nil {
 		return err
 	}
-	if _, err := f.order.checkSteps(in); err != nil {
-		return err
-	}
+	in := plan.Input
 	var samples []int64
 	for e := f.epoch; e < f.epoch+f.order.epochs; e++ {
 		for _, r := range f.order.ranks() {
@@ -119,7 +114,7 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 		}
 	}
 	var total int64
-	cat := dataset.Catalog{M: ds.Manifest}
+	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	seen := map[int64]bool{}
 	for _, s := range samples {
 		if !seen[s] {
@@ -127,9 +122,9 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 			total += cat.Size(int(s))
 		}
 	}
-	disk, err := cache.OpenDisk(f.cacheDir, ds.Manifest.Name+"-"+ds.Manifest.IngestID, int64(size))
+	disk, err := cache.OpenDisk(f.cacheDir, dataset.DiskNamespace(&ds.Manifest.Header), int64(size))
 	if err == nil {
-		disk.SetShardNamespace(mount.ShardNamespace(&ds.Manifest.Header)) // as the mount reads it
+		disk.SetShardNamespace(dataset.ShardNamespace(&ds.Manifest.Header)) // as the mount reads it
 	}
 	if err != nil {
 		return err

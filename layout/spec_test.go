@@ -7,8 +7,8 @@ import (
 
 // A schedule gives each rank-epoch its alpha, linear between the points and
 // constant outside them, and the resume point's skip in its epoch alone.
-func TestSchedule(t *testing.T) {
-	s := &Schedule{Base: Params{Seed: 1, World: 4, Batch: 8, Alpha: 0.7}, ResumeEpoch: 3, ResumeSkip: 12,
+func TestSpec(t *testing.T) {
+	s := &Spec{Base: Params{Seed: 1, World: 4, Batch: 8, Alpha: 0.7}, ResumeEpoch: 3, ResumeSkip: 12,
 		AlphaPoints: []AlphaPoint{{2, 0}, {6, 1}}}
 	for _, tc := range []struct {
 		epoch int

@@ -1,0 +1,20 @@
+#!/bin/bash
+# counts lines that branch (if/case/&&/||/?) on an order mode, per mode, outside tests
+rev=$1
+for mode in window affinity mix recency; do
+ case $mode in
+  window) pat='[.]([Ww]indow) *(>|==|!=) *0' ;;
+  affinity) pat='[.][Aa]ffinity\b|rangeAffine' ;;
+  mix) pat='[.]Mix *(!=|==) *nil|[.]mix *(!=|==) *""' ;;
+  recency) pat='[.]Weights *(!=|==) *nil|[.]Recency *(!=|==) *nil|timed\(\)' ;;
+ esac
+ if [ -n "$rev" ]; then
+  out=$(git grep -nE "$pat" $rev -- '*.go' ':!*_test.go' | grep -E '\bif\b|\bcase\b|&&|\|\|' )
+ else
+  out=$(git grep -nE "$pat" -- '*.go' ':!*_test.go' | grep -E '\bif\b|\bcase\b|&&|\|\|')
+ fi
+ n=$(echo "$out" | grep -c .)
+ if [ -n "$rev" ]; then files=$(echo "$out" | cut -d: -f2 | sort -u | wc -l); else files=$(echo "$out" | cut -d: -f1 | sort -u | wc -l); fi
+ cli=$(echo "$out" | grep -c "cmd/shardfs")
+ echo "$mode: $n sites in $files files, $cli in the CLI"
+done
