@@ -87,19 +87,19 @@ func (p Params) OrderVersion() int {
 func (p Params) Validate() error {
 	switch {
 	case p.Version != 0 && (p.Version < MinOrderVersion || p.Version > OrderVersion):
-		return fmt.Errorf("order version %d: this shardfs computes versions %d to %d: use a shardfs release that computes it", p.Version, MinOrderVersion, OrderVersion)
+		return specErr(OptOrderVersion, "{%s} %d: this shardfs computes versions %d to %d: use a shardfs release that computes it", OptOrderVersion, p.Version, MinOrderVersion, OrderVersion)
 	case p.World < 1:
-		return fmt.Errorf("world size %d: must be at least 1", p.World)
+		return specErr(OptWorld, "{%s} %d: must be at least 1", OptWorld, p.World)
 	case p.Rank < 0 || p.Rank >= p.World:
 		return fmt.Errorf("rank %d: must be in 0..%d for world size %d", p.Rank, p.World-1, p.World)
 	case p.Batch < 1:
-		return fmt.Errorf("batch size %d: must be at least 1", p.Batch)
+		return specErr(OptBatch, "{%s} %d: must be at least 1", OptBatch, p.Batch)
 	case p.Alpha < 0 || math.IsNaN(p.Alpha) || math.IsInf(p.Alpha, 0):
-		return fmt.Errorf("alpha %v: must be a finite number >= 0 (1 = proportional, 0 = balanced)", p.Alpha)
+		return specErr(OptAlpha, "{%s} %v: must be a finite number >= 0 (1 = proportional, 0 = balanced)", OptAlpha, p.Alpha)
 	case p.EpochSize < 0 || p.EpochSize > maxSamples:
-		return fmt.Errorf("epoch size %d: must be in 0..%d", p.EpochSize, int64(maxSamples))
+		return specErr(OptEpochSize, "epoch size %d: must be in 0..%d", p.EpochSize, int64(maxSamples))
 	case p.Window < 0:
-		return fmt.Errorf("window %d: must be >= 0 (0 = global shuffle)", p.Window)
+		return specErr(OptWindow, "{%s} %d: must be >= 0 (0 = global shuffle)", OptWindow, p.Window)
 	case p.Window > 0 && p.Alpha != 1:
 		return errors.New("window mode keeps each window's own class mix: use alpha 1 with a window")
 	case p.Window > 0 && p.EpochSize != 0:

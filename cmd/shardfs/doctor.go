@@ -20,7 +20,7 @@ import (
 )
 
 // errNotReady: doctor found a problem (exit 1); each is printed with its fix.
-var errNotReady = &exitError{code: 1, err: errors.New("this node is not ready: fix the checks marked FAIL above")}
+var errNotReady = &exitError{code: exitFailure, err: errors.New("this node is not ready: fix the checks marked FAIL above")}
 
 type doctorFlags struct {
 	cacheDir string
@@ -30,6 +30,7 @@ type doctorFlags struct {
 
 func newDoctorCmd(g *globals) *cobra.Command {
 	f := &doctorFlags{}
+	var pr *printer
 	cmd := &cobra.Command{
 		Use:   "doctor [NAME]",
 		Short: "Check that this node can mount: FUSE, stores, credentials, clocks, the dataset, the cache dir, file limits",
@@ -53,32 +54,78 @@ when a check failed.
 			if len(args) == 1 {
 				name = args[0]
 			}
-			return runDoctor(cmd.Context(), cmd.OutOrStdout(), g, name, f)
+			pr.out = cmd.OutOrStdout()
+			return runDoctor(cmd.Context(), pr, g, name, f)
 		},
 	}
 	cmd.Flags().StringVar(&f.cacheDir, "cache-dir", "", "the disk tier the mount will use (--cache-dir of mount)")
 	cmd.Flags().DurationVar(&f.maxSkew, "max-skew", 5*time.Minute, "largest clock difference to a store that passes")
 	cmd.Flags().Uint64Var(&f.minFiles, "min-open-files", 4096, "smallest open-file limit (ulimit -n) that passes")
+	pr = addJSONFlag(cmd)
 	return cmd
 }
 
-// checker prints one line a check and counts the failures.
+// checker prints one line a check as it is made (with --json, one
+// document at the end) and counts the failures.
 type checker struct {
-	out    io.Writer
+	pr     *printer
+	checks []doctorCheck
 	failed int
 }
 
+// doctorReport is what doctor --json prints.
+type doctorReport struct {
+	Ready  bool          `json:"ready"`
+	Failed int           `json:"failed"`
+	Checks []doctorCheck `json:"checks"`
+}
+
+type doctorCheck struct {
+	Check  string `json:"check"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"` // with a failure, what is wrong and the fix
+}
+
 func (c *checker) ok(what, detail string, args ...any) {
-	fmt.Fprintf(c.out, "OK    %-12s %s\n", what, fmt.Sprintf(detail, args...))
+	c.add(doctorCheck{what, true, fmt.Sprintf(detail, args...)})
 }
 
 func (c *checker) fail(what, detail string, args ...any) {
 	c.failed++
-	fmt.Fprintf(c.out, "FAIL  %-12s %s\n", what, fmt.Sprintf(detail, args...))
+	c.add(doctorCheck{what, false, fmt.Sprintf(detail, args...)})
 }
 
-func runDoctor(ctx context.Context, out io.Writer, g *globals, name string, f *doctorFlags) error {
-	c := &checker{out: out}
+func (c *checker) add(ch doctorCheck) {
+	c.checks = append(c.checks, ch)
+	if c.pr.json {
+		return
+	}
+	mark := "OK"
+	if !ch.OK {
+		mark = "FAIL"
+	}
+	fmt.Fprintf(c.pr.out, "%-4s  %-12s %s\n", mark, ch.Check, ch.Detail)
+}
+
+// done prints the verdict: the last line, or the JSON document.
+func (c *checker) done() error {
+	rep := doctorReport{Ready: c.failed == 0, Failed: c.failed, Checks: c.checks}
+	if err := c.pr.print(rep, func(out io.Writer) error {
+		if rep.Ready {
+			fmt.Fprintln(out, "this node is ready")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if !rep.Ready {
+		return errNotReady
+	}
+	return nil
+}
+
+func runDoctor(ctx context.Context, pr *printer, g *globals, name string, f *doctorFlags) error {
+	c := &checker{pr: pr}
 	if fi, err := os.Stat("/dev/fuse"); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
 		c.fail("fuse", "/dev/fuse is missing: load the module (modprobe fuse), or give the container --device /dev/fuse")
 	} else {
@@ -96,7 +143,7 @@ func runDoctor(ctx context.Context, out io.Writer, g *globals, name string, f *d
 	stores, err := g.openStores()
 	if err != nil {
 		c.fail("stores", "%v", err)
-		return errNotReady
+		return c.done()
 	}
 	answered := doctorStores(ctx, c, stores, f.maxSkew, name != "")
 	if name != "" {
@@ -104,11 +151,7 @@ func runDoctor(ctx context.Context, out io.Writer, g *globals, name string, f *d
 		// own failure, with the stores' causes: no count of ours first.
 		doctorDataset(ctx, c, stores, name, answered)
 	}
-	if c.failed > 0 {
-		return errNotReady
-	}
-	fmt.Fprintln(out, "this node is ready")
-	return nil
+	return c.done()
 }
 
 // doctorDataset opens the dataset as a mount does (its manifest on a

@@ -17,7 +17,8 @@ import (
 )
 
 func newListCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var pr *printer
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the datasets the stores hold: ingest, size, code, and manifest copies",
 		Long: `List names the datasets on the stores, one line each: its ingest (the
@@ -28,19 +29,50 @@ NAME rewrites it. A name whose manifest copies cannot be read is listed
 with why; a name with no manifest object on any store is not a dataset and
 is not listed.`,
 		Example: `  shardfs list
-  shardfs list --stores http://10.0.0.1:9000/b/ds,...,http://10.0.0.6:9000/b/ds`,
+  shardfs list --stores http://10.0.0.1:9000/b/ds,...,http://10.0.0.6:9000/b/ds
+  shardfs list --json | jq -r '.datasets[].name'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stores, err := g.openStores()
 			if err != nil {
 				return err
 			}
-			return runList(cmd.Context(), cmd.OutOrStdout(), stores)
+			pr.out = cmd.OutOrStdout()
+			return runList(cmd.Context(), pr, stores)
 		},
 	}
+	pr = addJSONFlag(cmd)
+	return cmd
 }
 
-func runList(ctx context.Context, out io.Writer, stores []backend.Store) error {
+// listReport is what list prints.
+type listReport struct {
+	Datasets []listedDataset `json:"datasets"`
+	// Unlisted are the stores that could not be listed, by index.
+	Unlisted []storeError `json:"unlisted_stores,omitempty"`
+}
+
+type listedDataset struct {
+	Name           string `json:"name"`
+	Ingest         string `json:"ingest,omitempty"`
+	Samples        int64  `json:"samples"`
+	Bytes          int64  `json:"bytes"`
+	Shards         int    `json:"shards"`
+	Data           int    `json:"data"`
+	Parity         int    `json:"parity"`
+	ManifestCopies int    `json:"manifest_copies"`
+	Stores         int    `json:"stores"`
+	// Unreadable says why the manifest copies could not be read; the
+	// numbers are then unknown (0).
+	Unreadable string `json:"unreadable,omitempty"`
+}
+
+type storeError struct {
+	Store int    `json:"store"`
+	Error string `json:"error"`
+}
+
+func runList(ctx context.Context, pr *printer, stores []backend.Store) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	names := make([][]string, len(stores))
@@ -61,8 +93,7 @@ func runList(ctx context.Context, out io.Writer, stores []backend.Store) error {
 	if len(up) == 0 {
 		return fmt.Errorf("no store could be listed: %v", failed[0])
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tINGEST\tSAMPLES\tBYTES\tSHARDS\tCODE\tMANIFEST ON")
+	rep := listReport{Datasets: []listedDataset{}}
 	for _, name := range all {
 		if dataset.CheckName(name) != nil {
 			continue
@@ -76,22 +107,36 @@ func runList(ctx context.Context, out io.Writer, stores []backend.Store) error {
 		if copies == 0 {
 			continue // not a dataset: no manifest on any store
 		}
-		m, err := dataset.LoadHeader(ctx, stores, name, nil)
-		if err != nil {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d of %d stores; unreadable: %s\n", name, copies, len(stores), strings.ReplaceAll(err.Error(), "\n", " "))
-			continue
+		d := listedDataset{Name: name, ManifestCopies: copies, Stores: len(stores)}
+		if m, err := dataset.LoadHeader(ctx, stores, name, nil); err != nil {
+			d.Unreadable = strings.ReplaceAll(err.Error(), "\n", " ")
+		} else {
+			d.Ingest, d.Samples, d.Bytes, d.Shards, d.Data, d.Parity = m.IngestID, samples(m), m.TotalBytes(), m.NumShards(), m.Data, m.Parity
 		}
-		n, bytes, shards := samples(m), m.TotalBytes(), m.NumShards()
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\tRS(%d,%d)\t%d of %d stores\n", name, m.IngestID, n, humanize.IBytes(uint64(bytes)),
-			shards, m.Data, m.Parity, copies, len(stores))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
+		rep.Datasets = append(rep.Datasets, d)
 	}
 	for i, err := range listErrs {
 		if err != nil {
-			fmt.Fprintf(out, "store %d could not be listed: %v\n", i, err)
+			rep.Unlisted = append(rep.Unlisted, storeError{i, err.Error()})
 		}
 	}
-	return nil
+	return pr.print(rep, func(out io.Writer) error {
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tINGEST\tSAMPLES\tBYTES\tSHARDS\tCODE\tMANIFEST ON")
+		for _, d := range rep.Datasets {
+			if d.Unreadable != "" {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d of %d stores; unreadable: %s\n", d.Name, d.ManifestCopies, d.Stores, d.Unreadable)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\tRS(%d,%d)\t%d of %d stores\n", d.Name, d.Ingest, d.Samples, humanize.IBytes(uint64(d.Bytes)),
+				d.Shards, d.Data, d.Parity, d.ManifestCopies, d.Stores)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, u := range rep.Unlisted {
+			fmt.Fprintf(out, "store %d could not be listed: %s\n", u.Store, u.Error)
+		}
+		return nil
+	})
 }

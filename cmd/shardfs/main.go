@@ -26,15 +26,6 @@ import (
 	"github.com/shardfs/shardfs/backend"
 )
 
-// exitError carries a specific exit code.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -42,12 +33,8 @@ func main() {
 	err := flagWorded(withCPUProfile(func() error { return root.ExecuteContext(ctx) }))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shardfs:", err)
-		var ee *exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
-		os.Exit(1)
 	}
+	os.Exit(exitCode(err))
 }
 
 // withCPUProfile runs f, writing a CPU profile of it to the file

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -18,7 +16,6 @@ import (
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
-	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/mount"
 )
 
@@ -262,143 +259,6 @@ func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) 
 	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	return append(b, '\n'), err
-}
-
-func newStatsCmd() *cobra.Command {
-	var count int
-	var interval time.Duration
-	cmd := &cobra.Command{
-		Use:   "stats MOUNTPOINT",
-		Short: "Print a mount's live counters once a second",
-		Long: `Stats reads MOUNTPOINT/.shardfs/stats.json once a second and prints a
-compact line: throughput, memory cache hit ratio, disk tier hit ratio (with
---cache-dir), prefetch lead, stalls, degraded reads, checksum failures and
-hedged reads, then each store's state. It ends with the totals since the
-mount started.`,
-		Example: `  shardfs stats /mnt/data                       # until Ctrl-C
-  shardfs stats --count 10 --interval 5s /mnt/data`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runStats(cmd.Context(), cmd.OutOrStdout(), args[0], count, interval)
-		},
-	}
-	cmd.Flags().IntVar(&count, "count", 0, "stop after this many lines (0: until Ctrl-C)")
-	cmd.Flags().DurationVar(&interval, "interval", time.Second, "time between lines")
-	return cmd
-}
-
-func readStats(mountpoint string) (metrics.Snapshot, error) {
-	var s metrics.Snapshot
-	b, err := os.ReadFile(mountpoint + "/.shardfs/stats.json")
-	if err != nil {
-		return s, fmt.Errorf("%s is not a shardfs mount? %w", mountpoint, err)
-	}
-	return s, json.Unmarshal(b, &s)
-}
-
-func runStats(ctx context.Context, out interface{ Write([]byte) (int, error) }, mountpoint string, count int, interval time.Duration) error {
-	prev, err := readStats(mountpoint)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%8s %10s %6s %6s %10s %8s %8s %9s %8s %6s %6s  stores\n",
-		"uptime", "MB/s", "hit%", "disk%", "lead MB", "lead s", "stalls", "stall s", "degraded", "csum", "hedged")
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	// The totals since the mount started close the output, however it ends.
-	defer func() { printTotals(out, prev) }()
-	for i := 0; count == 0 || i < count; i++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		s, err := readStats(mountpoint)
-		if err != nil {
-			return err
-		}
-		dt := s.UptimeSeconds - prev.UptimeSeconds
-		hits, misses := s.CacheHits-prev.CacheHits, s.CacheMisses-prev.CacheMisses
-		hit := 0.0
-		if hits+misses > 0 {
-			hit = 100 * float64(hits) / float64(hits+misses)
-		}
-		disk := "-"
-		if s.Disk != nil && prev.Disk != nil {
-			dh, dm := s.Disk.Hits-prev.Disk.Hits, s.Disk.Misses-prev.Disk.Misses
-			disk = "0.0"
-			if dh+dm > 0 {
-				disk = fmt.Sprintf("%.1f", 100*float64(dh)/float64(dh+dm))
-			}
-		}
-		stores := ""
-		for i, st := range s.Stores {
-			mark := "+"
-			if st.State != "healthy" {
-				mark = "DOWN"
-			}
-			stores += fmt.Sprintf(" %d:%s", i, mark)
-		}
-		fmt.Fprintf(out, "%7.0fs %10.1f %6.1f %6s %10.1f %8.2f %8d %9.2f %8d %6d %6d %s\n",
-			s.UptimeSeconds, float64(s.BytesServed-prev.BytesServed)/1e6/max(dt, 1e-9), hit, disk,
-			float64(s.PrefetchLeadBytes)/1e6, s.PrefetchLeadSecs, s.Stalls, s.StallSeconds,
-			s.DegradedReads, s.ChecksumFailures, s.HedgedReads, stores)
-		printNewAnomalies(out, prev.Anomalies, s.Anomalies)
-		prev = s
-	}
-	return nil
-}
-
-// printTotals prints the mount's counters since it started.
-func printTotals(out interface{ Write([]byte) (int, error) }, s metrics.Snapshot) {
-	hit := 0.0
-	if s.CacheHits+s.CacheMisses > 0 {
-		hit = 100 * float64(s.CacheHits) / float64(s.CacheHits+s.CacheMisses)
-	}
-	fmt.Fprintf(out, "total since mount (%.0fs): %s served (%.1f MB/s), hit %.1f%%, %d stalls (%.2fs), %d degraded reads, %d checksum failures, %d hedged reads\n",
-		s.UptimeSeconds, humanize.IBytes(uint64(max(s.BytesServed, 0))), float64(s.BytesServed)/1e6/max(s.UptimeSeconds, 1e-9), hit,
-		s.Stalls, s.StallSeconds, s.DegradedReads, s.ChecksumFailures, s.HedgedReads)
-	if len(s.Anomalies) == 0 {
-		fmt.Fprintln(out, "anomalies now: none")
-	}
-	printNewAnomalies(out, nil, s.Anomalies)
-	if s.ShardsRead > 0 {
-		var hot []string
-		for _, h := range s.HotShards {
-			hot = append(hot, fmt.Sprintf("%d (%s)", h.Shard, humanize.IBytes(uint64(h.Bytes))))
-		}
-		shards := "shards"
-		if s.ShardsRead == 1 {
-			shards = "shard"
-		}
-		fmt.Fprintf(out, "hottest of %d %s read: %s; store bytes, most over mean: %.2f\n", s.ShardsRead, shards, strings.Join(hot, ", "), s.StoreSkew)
-	}
-	var rebuilt []string
-	for i, st := range s.Stores {
-		if st.Degraded > 0 {
-			rebuilt = append(rebuilt, fmt.Sprintf("store %d (%s) in %d", i, st.Name, st.Degraded))
-		}
-	}
-	if len(rebuilt) > 0 {
-		fmt.Fprintf(out, "degraded reads rebuilt the fragments of %s\n", strings.Join(rebuilt, ", "))
-	}
-	if s.BytesFetched > 0 {
-		fmt.Fprintf(out, "fetched from the stores: %s (%.2f× the bytes served); chunks evicted unread: %d\n",
-			humanize.IBytes(uint64(s.BytesFetched)), s.ReadAmplification, s.CacheEvictedUnread)
-	}
-	for _, r := range s.Ranks {
-		fmt.Fprintf(out, "rank %d: epoch %d, %d batches served, %s ready ahead, reads waited %.2fs\n",
-			r.Rank, r.Epoch, r.BatchesServed, humanize.IBytes(uint64(max(r.LeadBytes, 0))), r.WaitSeconds)
-	}
-}
-
-// printNewAnomalies prints the anomalies of now that were not active before.
-func printNewAnomalies(out interface{ Write([]byte) (int, error) }, before, now []metrics.Anomaly) {
-	for _, a := range now {
-		if !slices.ContainsFunc(before, func(b metrics.Anomaly) bool { return b.Kind == a.Kind && b.Subject == a.Subject }) {
-			fmt.Fprintf(out, "anomaly %s since %s: %s. Fix: %s\n", a.Kind, a.Since.Format(time.TimeOnly), a.Reason, a.Fix)
-		}
-	}
 }
 
 // mkdirAll is os.MkdirAll that returns the directories it created,

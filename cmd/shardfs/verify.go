@@ -16,13 +16,6 @@ import (
 	"github.com/shardfs/shardfs/dataset"
 )
 
-// Exit codes of verify and repair.
-const (
-	exitDamaged       = 1 // damage found, repair can fix it
-	exitUnrecoverable = 2 // some block stripe lost more than m blocks
-	exitNotChecked    = 3 // could not check: a store did not answer, wrong stores or order, cancelled, not found
-)
-
 // notChecked wraps err as "could not check" (exit 3).
 func notChecked(err error) error {
 	if errors.Is(err, context.Canceled) {
@@ -33,6 +26,7 @@ func notChecked(err error) error {
 
 func newVerifyCmd(g *globals) *cobra.Command {
 	var version int
+	var pr *printer
 	cmd := &cobra.Command{
 		Use:   "verify --stores URL,... NAME",
 		Short: "Read every fragment and check every checksum",
@@ -66,15 +60,22 @@ order, the dataset was not found, or the run was interrupted).`,
 			if err != nil {
 				return err
 			}
-			_, err = runVerify(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, args[0], version)
+			pr.out = cmd.OutOrStdout()
+			_, err = verifyAndPrint(cmd.Context(), g.logger(), pr, stores, args[0], version)
 			return err
 		},
 	}
 	cmd.Flags().IntVar(&version, "version", 0, "check this version of the dataset (shardfs versions lists them); 0: the current one")
+	pr = addJSONFlag(cmd)
+	cmd.Flags().Lookup("json").Usage = "print the report as one JSON document (for scripts): its \"state\" is ok, damaged, unrecoverable or incomplete, as the exit status says"
 	return cmd
 }
 
 func runVerify(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, name string, version int) (*dataset.Report, error) {
+	return verifyAndPrint(ctx, log, &printer{out: out}, stores, name, version)
+}
+
+func verifyAndPrint(ctx context.Context, log *slog.Logger, pr *printer, stores []backend.Store, name string, version int) (*dataset.Report, error) {
 	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, LostIndexesOK: true, Version: version})
 	if err != nil {
 		return nil, notChecked(err)
@@ -84,7 +85,9 @@ func runVerify(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 	if err != nil {
 		return nil, notChecked(err)
 	}
-	printReport(out, ds, rep)
+	if err := pr.print(newVerifyReport(ds, rep), func(out io.Writer) error { printReport(out, ds, rep); return nil }); err != nil {
+		return rep, err
+	}
 	switch {
 	case !rep.Recoverable():
 		return rep, &exitError{exitUnrecoverable, fmt.Errorf("%s is unrecoverable: %s", name, unrecoverableShards(ds, rep))}
@@ -150,7 +153,7 @@ func verifyWithProgress(ctx context.Context, ds *dataset.Dataset) (*dataset.Repo
 func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	m := ds.Manifest
 	fmt.Fprintf(out, "dataset %s: %d samples, %d shards, %d fragments, RS(%d,%d), %s read\n",
-		ds.Name, m.Samples.Len(), rep.Shards, rep.Fragments, m.Data, m.Parity, humanize.IBytes(uint64(rep.Bytes)))
+		ds.Name, samples(m), rep.Shards, rep.Fragments, m.Data, m.Parity, humanize.IBytes(uint64(rep.Bytes)))
 	unrec := map[int]bool{}
 	for _, s := range rep.Unrecoverable {
 		unrec[s] = true
@@ -248,75 +251,97 @@ func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	}
 }
 
-func newRepairCmd(g *globals) *cobra.Command {
-	var force bool
-	cmd := &cobra.Command{
-		Use:   "repair --stores URL,... NAME",
-		Short: "Rebuild lost or corrupt fragments from the survivors",
-		Long: `Repair verifies the dataset, then rebuilds every missing or corrupt fragment
-from the surviving ones and writes it back, and rewrites missing or corrupt
-manifest copies, index and group object copies, kept versions' manifests
-and store identities. A store replaced by an empty one is refilled this way.
+// verifyReport is verify's report as --json prints it: the same report
+// the text shows, each problem with the shard, fragment, store or version
+// it is about.
+type verifyReport struct {
+	Dataset   string `json:"dataset"`
+	Version   int    `json:"version"`
+	State     string `json:"state"` // ok, damaged, unrecoverable or incomplete
+	Samples   int64  `json:"samples"`
+	Shards    int    `json:"shards"`
+	Fragments int    `json:"fragments"`
+	Data      int    `json:"data"`
+	Parity    int    `json:"parity"`
+	BytesRead int64  `json:"bytes_read"`
 
-Repair proves every write safe before it makes one: a rebuilt fragment is
-decoded from blocks that verified, and nothing is written to a store that
-did not answer. It mends what can be mended with the stores that answer:
-shards that lost more than m blocks of one stripe, or every copy of their
-index, are left as they are and named (exit 2); stores that did not answer
-or refused us are named with the cause (exit 3). It writes nothing at all
-when the stores are out of order, or when a store holds another dataset of
-this name, unless --force says to overwrite that store.`,
-		Example: `  shardfs repair imagenet-train                 # after replacing a failed store with an empty one
-  shardfs repair --force imagenet-train         # also overwrite a store that holds another dataset of this name`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			stores, err := g.openStores()
-			if err != nil {
-				return err
-			}
-			return runRepair(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, args[0], force)
-		},
-	}
-	cmd.Flags().BoolVar(&force, "force", false, "also overwrite stores that hold another dataset of this name")
-	return cmd
+	Damaged        []damagedFragment `json:"damaged_fragments"`
+	Unrecoverable  []int             `json:"unrecoverable_shards"`
+	BadSamples     []string          `json:"bad_samples"`
+	BadManifests   []int             `json:"bad_manifest_stores"`
+	StaleManifests map[int]int       `json:"stale_manifests,omitempty"` // store: the version its copy is of
+	BadIndexes     []objectCopy      `json:"bad_index_copies"`
+	BadGroups      []objectCopy      `json:"bad_group_copies"`
+	BadVersions    []objectCopy      `json:"bad_version_copies"`
+	LostVersions   []int             `json:"lost_versions"`
+	LostGroups     []int             `json:"lost_groups"`
+	LostIndexes    []int             `json:"lost_indexes"`
+	Removing       []int             `json:"removing_versions"`
+	NoIdentity     []int             `json:"stores_without_identity"`
+	Pending        []int             `json:"stores_with_pending_copies"`
+	Foreign        []int             `json:"foreign_stores"`
+	Unreadable     []string          `json:"unreadable"`
+	NotChecked     []storeError      `json:"stores_not_checked"`
+	Unchecked      int               `json:"fragments_not_checked"`
 }
 
-func runRepair(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, name string, force bool) error {
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, LostIndexesOK: true})
-	if err != nil {
-		return notChecked(err)
-	}
-	rep, bar, err := verifyWithProgress(ctx, ds)
-	bar.Finish()
-	if err != nil {
-		return notChecked(err)
-	}
-	printReport(out, ds, rep)
+type damagedFragment struct {
+	Shard       int    `json:"shard"`
+	Fragment    int    `json:"fragment"`
+	Store       int    `json:"store"`
+	Error       string `json:"error"`
+	BadBlocks   []int  `json:"bad_blocks,omitempty"` // nil: the whole fragment
+	Recoverable bool   `json:"recoverable"`
+}
+
+// objectCopy is one store's copy of a shard index, group object or kept
+// version's manifest: Of is the shard, group or version.
+type objectCopy struct {
+	Of    int    `json:"of"`
+	Store int    `json:"store"`
+	Error string `json:"error"`
+}
+
+func newVerifyReport(ds *dataset.Dataset, rep *dataset.Report) verifyReport {
+	m := ds.Manifest
+	v := verifyReport{Dataset: ds.Name, Version: m.VersionNumber(), Samples: samples(m), Shards: rep.Shards, Fragments: rep.Fragments,
+		Data: m.Data, Parity: m.Parity, BytesRead: rep.Bytes, Unrecoverable: nonNil(rep.Unrecoverable), BadSamples: nonNil(rep.BadSamples),
+		BadManifests: nonNil(rep.BadManifests), StaleManifests: rep.StaleManifests, LostVersions: nonNil(rep.LostVersions),
+		LostGroups: nonNil(rep.LostGroups), LostIndexes: nonNil(rep.LostIndexes), Removing: nonNil(rep.Removing), NoIdentity: nonNil(rep.NoIdentity),
+		Pending: nonNil(rep.Pending), Foreign: nonNil(rep.Foreign), Unreadable: nonNil(rep.Unreadable), Unchecked: rep.Unchecked,
+		Damaged: []damagedFragment{}, BadIndexes: []objectCopy{}, BadGroups: []objectCopy{}, BadVersions: []objectCopy{}, NotChecked: []storeError{}}
 	switch {
-	case rep.Intact() && len(rep.Pending) == 0 && rep.Recoverable():
-		fmt.Fprintln(out, "nothing to repair")
-		return nil
-	case rep.Intact() && len(rep.Pending) == 0:
-		// Nothing repair can write, and something lost: say so (exit 2).
-		return &exitError{exitUnrecoverable, fmt.Errorf("%s is unrecoverable: %s", name, unrecoverableShards(ds, rep))}
+	case !rep.Recoverable():
+		v.State = "unrecoverable"
+	case !rep.Complete():
+		v.State = "incomplete"
+	case rep.Intact():
+		v.State = "ok"
+	default:
+		v.State = "damaged"
 	}
-	var total int64
 	for _, d := range rep.Damaged {
-		total += ds.Manifest.FragSize(d.Shard)
+		v.Damaged = append(v.Damaged, damagedFragment{d.Shard, d.Frag, d.Store, fmt.Sprint(d.Err), d.BadBlocks, !slices.Contains(rep.Unrecoverable, d.Shard)})
 	}
-	rbar := newProgress("repair "+name, total)
-	n, err := ds.Repair(ctx, rep, force, rbar.Add)
-	rbar.Finish()
-	if n > 0 || err == nil {
-		fmt.Fprintf(out, "repaired %s: wrote %d objects; run shardfs verify %s to confirm\n", name, n, name)
+	for _, c := range rep.BadIndexes {
+		v.BadIndexes = append(v.BadIndexes, objectCopy{c.Shard, c.Store, fmt.Sprint(c.Err)})
 	}
-	switch {
-	case errors.Is(err, dataset.ErrIncomplete):
-		return notChecked(err)
-	case errors.Is(err, dataset.ErrForeignStore):
-		return &exitError{exitDamaged, err}
-	case err != nil:
-		return &exitError{exitUnrecoverable, err}
+	for _, c := range rep.BadGroups {
+		v.BadGroups = append(v.BadGroups, objectCopy{c.Group, c.Store, fmt.Sprint(c.Err)})
 	}
-	return nil
+	for _, c := range rep.BadVersions {
+		v.BadVersions = append(v.BadVersions, objectCopy{c.Version, c.Store, fmt.Sprint(c.Err)})
+	}
+	for _, i := range rep.Unreachable {
+		v.NotChecked = append(v.NotChecked, storeError{i, rep.StoreProblem(i)})
+	}
+	return v
+}
+
+// nonNil is xs, or an empty slice for nil, so JSON shows [] and not null.
+func nonNil[T any](xs []T) []T {
+	if xs == nil {
+		return []T{}
+	}
+	return xs
 }
