@@ -81,7 +81,10 @@ type KeptVersion struct {
 }
 
 // GC applies the retention rules of opts to dataset name; see the type's
-// comment above.
+// comment above. Its phases: read the current version and prove every
+// store is this dataset's (gcCurrent); choose what stays and why
+// (gcRetain); list and size what goes (gcPlan); then, with opts.Delete,
+// delete in the order that a kill leaves safe (gcDelete).
 func GC(ctx context.Context, stores []backend.Store, name string, opts GCOptions) (*GCReport, error) {
 	if opts.KeepLast <= 0 && opts.KeepWithin <= 0 {
 		return nil, fmt.Errorf("%w: gc %s: say which versions to keep, with --keep-last K and/or --keep-within DURATION (nothing was deleted)", ErrNoRule, name)
@@ -101,26 +104,68 @@ func GC(ctx context.Context, stores []backend.Store, name string, opts GCOptions
 	}
 	defer lock.Release(context.WithoutCancel(ctx))
 
+	cur, err := gcCurrent(ctx, stores, name, log)
+	if err != nil {
+		return nil, fmt.Errorf("gc %s: %w", name, err)
+	}
+	ret, err := gcRetain(ctx, stores, cur, opts)
+	if err != nil {
+		return nil, fmt.Errorf("gc %s: %w", name, err)
+	}
+	plan, err := gcPlan(ctx, stores, name, ret)
+	if err != nil {
+		return nil, fmt.Errorf("gc %s: %w (nothing was deleted)", name, err)
+	}
+	if !opts.Delete {
+		return plan.rep, nil
+	}
+	if err := gcDelete(ctx, stores, name, lock, opts, plan); err != nil {
+		return nil, fmt.Errorf("gc %s: %w", name, err)
+	}
+	plan.rep.Deleted = true
+	return plan.rep, nil
+}
+
+// gcCurrent reads the dataset's current version, and refuses to go on
+// when a store holds another dataset of this name: gc deletes nothing on
+// stores it cannot prove are this dataset's.
+func gcCurrent(ctx context.Context, stores []backend.Store, name string, log *slog.Logger) (*manifest.Manifest, error) {
 	copies := readCopies(ctx, stores, name)
 	cur, err := chooseManifest(copies, stores, name, log)
 	if err != nil {
-		return nil, fmt.Errorf("gc %s: %w", name, err)
+		return nil, err
 	}
 	places, err := checkPlaces(copies, stores, cur)
 	if err != nil {
-		return nil, fmt.Errorf("gc %s: %w", name, err)
+		return nil, err
 	}
 	for i, p := range places {
 		if p.State == Foreign {
-			return nil, fmt.Errorf("gc %s: store %d (%s) holds %s: gc deletes nothing on stores it cannot prove are this dataset's (shardfs verify %s)", name, i, stores[i], p.Detail, name)
+			return nil, fmt.Errorf("store %d (%s) holds %s: gc deletes nothing on stores it cannot prove are this dataset's (shardfs verify %s)", i, stores[i], p.Detail, name)
 		}
 	}
+	return cur, nil
+}
+
+// gcRetention is what the retention rules and the leases keep.
+type gcRetention struct {
+	rep     *GCReport              // Kept filled in
+	needed  map[string]bool        // ingest ids a kept or leased version reads
+	keptIDs map[string]bool        // ingest ids of kept versions: their kept manifests stay
+	removed []manifest.VersionInfo // versions no rule keeps
+}
+
+// gcRetain chooses the versions that stay, each with why (the current
+// one, the rules of opts, a live mount's lease), and the ingests they
+// read.
+func gcRetain(ctx context.Context, stores []backend.Store, cur *manifest.Manifest, opts GCOptions) (*gcRetention, error) {
+	name := cur.Name
 	history := History(cur)
 	leases, err := ReadLeases(ctx, stores, name, opts.LeaseStale)
 	if err != nil {
-		return nil, fmt.Errorf("gc %s: %w", name, err)
+		return nil, err
 	}
-	rep := &GCReport{}
+	ret := &gcRetention{rep: &GCReport{}, needed: map[string]bool{}, keptIDs: map[string]bool{}}
 	keep := map[int][]string{}
 	keepWhy := func(n int, why string) { keep[n] = append(keep[n], why) }
 	keepWhy(cur.VersionNumber(), "current")
@@ -132,47 +177,57 @@ func GC(ctx context.Context, stores []backend.Store, name string, opts GCOptions
 			keepWhy(v.Number, fmt.Sprintf("--keep-within %v", opts.KeepWithin))
 		}
 	}
-	needed := map[string]bool{}
 	for _, l := range leases {
 		keepWhy(l.Version, "leased by "+l.Describe())
 		for _, id := range l.IngestIDs {
-			needed[id] = true
+			ret.needed[id] = true
 		}
 	}
-	keptIDs := map[string]bool{} // ingest ids of kept versions: their kept manifests stay
-	var removed []manifest.VersionInfo
 	for _, v := range history {
 		whys, ok := keep[v.Number]
 		if !ok {
-			removed = append(removed, v)
+			ret.removed = append(ret.removed, v)
 			continue
 		}
-		keptIDs[v.IngestID] = true
+		ret.keptIDs[v.IngestID] = true
 		m := cur
 		if v.IngestID != cur.IngestID {
 			if m, err = loadVersion(ctx, stores, cur, v.Number); errors.Is(err, ErrNoVersion) {
 				continue // removed by an earlier gc: nothing of it to keep
 			} else if err != nil {
-				return nil, fmt.Errorf("gc %s: version %d is kept, and its manifest cannot be read to tell what it reads: %w (nothing was deleted)", name, v.Number, err)
+				return nil, fmt.Errorf("version %d is kept, and its manifest cannot be read to tell what it reads: %w (nothing was deleted)", v.Number, err)
 			}
 		}
 		for _, id := range LeaseIDs(m) {
-			needed[id] = true
+			ret.needed[id] = true
 		}
-		rep.Kept = append(rep.Kept, KeptVersion{v.Number, strings.Join(whys, ", ")})
+		ret.rep.Kept = append(ret.rep.Kept, KeptVersion{v.Number, strings.Join(whys, ", ")})
 	}
+	return ret, nil
+}
 
-	versionKeys, dataKeys, err := gcCandidates(ctx, stores, name, needed, keptIDs)
+// gcDeletion is what gc deletes: per store, the removed versions' kept
+// manifests and the objects of ingests nothing kept reads.
+type gcDeletion struct {
+	rep                   *GCReport
+	versionKeys, dataKeys [][]string
+	ingests               map[string]bool // whose objects go
+}
+
+// gcPlan lists and sizes what goes.
+func gcPlan(ctx context.Context, stores []backend.Store, name string, ret *gcRetention) (*gcDeletion, error) {
+	versionKeys, dataKeys, err := gcCandidates(ctx, stores, name, ret.needed, ret.keptIDs)
 	if err != nil {
-		return nil, fmt.Errorf("gc %s: %w (nothing was deleted)", name, err)
+		return nil, err
 	}
+	rep := ret.rep
 	stillKept := map[string]bool{}
 	for _, ks := range versionKeys {
 		for _, k := range ks {
 			stillKept[strings.TrimPrefix(k, VersionPrefix(name))] = true
 		}
 	}
-	for _, v := range removed {
+	for _, v := range ret.removed {
 		if stillKept[v.IngestID] {
 			rep.Removed = append(rep.Removed, v.Number)
 		}
@@ -188,36 +243,42 @@ func GC(ctx context.Context, stores []backend.Store, name string, opts GCOptions
 	}
 	slices.Sort(rep.Ingests)
 	if rep.Objects, rep.Bytes, err = sizeOf(ctx, stores, versionKeys, dataKeys); err != nil {
-		return nil, fmt.Errorf("gc %s: %w (nothing was deleted)", name, err)
+		return nil, err
 	}
-	if !opts.Delete {
-		return rep, nil
-	}
+	return &gcDeletion{rep: rep, versionKeys: versionKeys, dataKeys: dataKeys, ingests: ingests}, nil
+}
 
-	// The marks first, so that a kill from here on leaves the removal
-	// recognisable; then the removed versions' kept manifests: from here no
-	// new mount opens them, and a mount that did is in the leases read next.
-	if err := markRemoving(ctx, stores, name, versionKeys); err != nil {
-		return nil, fmt.Errorf("gc %s: %w (nothing was deleted)", name, err)
+// gcDelete deletes what plan lists. What is current stays whole whatever
+// happens next: nothing the current version (or a kept or leased one)
+// reads is in the plan, and the order makes every kill leave a state the
+// tools read right. The marks go first, so that a kill from here on leaves
+// the removal recognisable; then the removed versions' kept manifests:
+// from here no new mount opens them, and a mount that did is in the leases
+// read next; then the data, unless a mount leased it while gc ran; the
+// marks last.
+func gcDelete(ctx context.Context, stores []backend.Store, name string, lock *Lock, opts GCOptions, plan *gcDeletion) error {
+	if err := markRemoving(ctx, stores, name, plan.versionKeys); err != nil {
+		return fmt.Errorf("%w (nothing was deleted)", err)
 	}
-	if err := deleteAll(ctx, stores, versionKeys); err != nil {
-		return nil, fmt.Errorf("gc %s: %w", name, err)
+	if err := deleteAll(ctx, stores, plan.versionKeys); err != nil {
+		return err
 	}
-	if leases, err = ReadLeases(ctx, stores, name, opts.LeaseStale); err != nil {
-		return nil, fmt.Errorf("gc %s: %w (the removed versions' manifests were deleted, their data was not)", name, err)
+	leases, err := ReadLeases(ctx, stores, name, opts.LeaseStale)
+	if err != nil {
+		return fmt.Errorf("%w (the removed versions' manifests were deleted, their data was not)", err)
 	}
 	for _, l := range leases {
 		for _, id := range l.IngestIDs {
-			if ingests[id] {
-				return nil, fmt.Errorf("gc %s: a mount leased version %d while gc ran (%s): its objects were left; run gc again when it ends", name, l.Version, l.Describe())
+			if plan.ingests[id] {
+				return fmt.Errorf("a mount leased version %d while gc ran (%s): its objects were left; run gc again when it ends", l.Version, l.Describe())
 			}
 		}
 	}
 	if err := lock.Refresh(ctx); err != nil {
-		return nil, fmt.Errorf("gc %s: %w", name, err)
+		return err
 	}
-	if err := deleteAll(ctx, stores, dataKeys); err != nil {
-		return nil, fmt.Errorf("gc %s: %w", name, err)
+	if err := deleteAll(ctx, stores, plan.dataKeys); err != nil {
+		return err
 	}
 	// Every mark goes, an earlier interrupted gc's too: what they marked is
 	// now removed, or kept by this gc's rules (and then repair may restore
@@ -227,10 +288,9 @@ func GC(ctx context.Context, stores []backend.Store, name string, opts GCOptions
 		err = deleteAll(ctx, stores, marks)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("gc %s: the removal is done, but its marks remain (run gc again): %w", name, err)
+		return fmt.Errorf("the removal is done, but its marks remain (run gc again): %w", err)
 	}
-	rep.Deleted = true
-	return rep, nil
+	return nil
 }
 
 // gcCandidates lists, per store, the kept manifests of versions not in

@@ -61,7 +61,13 @@ type shardKey struct {
 	shard  int
 }
 
-// Migrate copies dataset opts.Name from opts.From to opts.To.
+// Migrate copies dataset opts.Name from opts.From to opts.To. Its phases:
+// check the stores and the new code (migrationCode); lock both sets;
+// open every kept version (versionsToMigrate); re-encode each distinct shard
+// once onto the new stores (reencodeShards); write each version's
+// description in the new code (writeVersions); commit the migration.
+// Nothing is written to the old stores but the lock, so their current
+// version stays current and whole whatever happens (the rollback).
 func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 	start := time.Now()
 	log := opts.Logger
@@ -71,31 +77,8 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 	if opts.ShardsInFlight <= 0 {
 		opts.ShardsInFlight = 2
 	}
-	if err := dataset.CheckName(opts.Name); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckDistinct(append(slices.Clone(opts.From), opts.To...)); err != nil {
-		return nil, fmt.Errorf("migrate %s: the new stores must all differ from the old ones and from each other: %w", opts.Name, err)
-	}
-	cur, err := dataset.LoadHeader(ctx, opts.From, opts.Name, log)
+	cur, params, codec, err := migrationCode(ctx, opts, log)
 	if err != nil {
-		return nil, fmt.Errorf("migrate %s: %w", opts.Name, err)
-	}
-	params := erasure.Params{Data: cmpOr(opts.Data, cur.Data), Parity: cmpOr(opts.Parity, cur.Parity), BlockSize: cmpOr(opts.BlockSize, cur.BlockSize)}
-	if err := params.Validate(); err != nil {
-		return nil, err
-	}
-	if len(opts.To) != params.Total() {
-		return nil, fmt.Errorf("migrate %s: %d new stores for RS(%d,%d): pass exactly k+m = %d", opts.Name, len(opts.To), params.Data, params.Parity, params.Total())
-	}
-	codec, err := erasure.NewCodec(params)
-	if err != nil {
-		return nil, err
-	}
-	if err := pingAll(ctx, opts.To); err != nil {
-		return nil, err
-	}
-	if err := checkMigrationAliases(ctx, opts.From, opts.To, opts.Name); err != nil {
 		return nil, err
 	}
 	res := &MigrateResult{From: fmt.Sprintf("RS(%d,%d) on %d stores", cur.Data, cur.Parity, len(opts.From)),
@@ -124,7 +107,81 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 		return res, err
 	}
 
-	// Every version still kept, oldest first, the current one last.
+	versions, err := versionsToMigrate(ctx, opts, cur, log, res)
+	if err != nil {
+		return nil, err
+	}
+	sums, err := reencodeShards(ctx, opts, codec, versions, res)
+	if err != nil {
+		return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command: what was written is checked and kept)", opts.Name, err)
+	}
+	wopts := Options{Name: opts.Name, Stores: opts.To, Data: params.Data, Parity: params.Parity}
+	written := map[shardKey]indexRef{}
+	last, err := writeVersions(ctx, opts, wopts, params, versions, sums, written)
+	if err != nil {
+		return nil, err
+	}
+	mig, err := migration(last, migrationID, res.From, res.To)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrateMetadata(ctx, wopts, mig, formatOf(versions[len(versions)-1].Manifest), written); err != nil {
+		return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command)", opts.Name, err)
+	}
+	if err := oldLock.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	enc, err := manifest.EncodeStored(mig)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := dataset.Commit(ctx, opts.To, mig, enc, newLock, log); err != nil {
+		return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command)", opts.Name, err)
+	}
+	res.Version = mig.VersionNumber()
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// migrationCode checks the name and the stores (the new ones all differ
+// from the old ones, answer, and are no alias of them), reads the current
+// version, and makes the new code: the dataset's, where opts leaves a
+// parameter 0.
+func migrationCode(ctx context.Context, opts MigrateOptions, log *slog.Logger) (*manifest.Manifest, erasure.Params, *erasure.Codec, error) {
+	var params erasure.Params
+	if err := dataset.CheckName(opts.Name); err != nil {
+		return nil, params, nil, err
+	}
+	if err := backend.CheckDistinct(append(slices.Clone(opts.From), opts.To...)); err != nil {
+		return nil, params, nil, fmt.Errorf("migrate %s: the new stores must all differ from the old ones and from each other: %w", opts.Name, err)
+	}
+	cur, err := dataset.LoadHeader(ctx, opts.From, opts.Name, log)
+	if err != nil {
+		return nil, params, nil, fmt.Errorf("migrate %s: %w", opts.Name, err)
+	}
+	params = erasure.Params{Data: cmpOr(opts.Data, cur.Data), Parity: cmpOr(opts.Parity, cur.Parity), BlockSize: cmpOr(opts.BlockSize, cur.BlockSize)}
+	if err := params.Validate(); err != nil {
+		return nil, params, nil, err
+	}
+	if len(opts.To) != params.Total() {
+		return nil, params, nil, fmt.Errorf("migrate %s: %d new stores for RS(%d,%d): pass exactly k+m = %d", opts.Name, len(opts.To), params.Data, params.Parity, params.Total())
+	}
+	codec, err := erasure.NewCodec(params)
+	if err != nil {
+		return nil, params, nil, err
+	}
+	if err := pingAll(ctx, opts.To); err != nil {
+		return nil, params, nil, err
+	}
+	if err := checkMigrationAliases(ctx, opts.From, opts.To, opts.Name); err != nil {
+		return nil, params, nil, err
+	}
+	return cur, params, codec, nil
+}
+
+// versionsToMigrate opens every version still kept, oldest first, the current
+// one last, and lists them in res.
+func versionsToMigrate(ctx context.Context, opts MigrateOptions, cur *manifest.Manifest, log *slog.Logger, res *MigrateResult) ([]*dataset.Dataset, error) {
 	var versions []*dataset.Dataset
 	for _, v := range dataset.History(cur) {
 		ds, err := dataset.Open(ctx, opts.From, opts.Name, dataset.Options{Logger: log, Version: v.Number})
@@ -137,7 +194,14 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 		versions = append(versions, ds)
 		res.Versions = append(res.Versions, v.Number)
 	}
-	names := storeNames(opts.To)
+	return versions, nil
+}
+
+// reencodeShards reads each distinct shard of the versions once, verified
+// from the old stores, re-encodes it and writes (or finds intact) its
+// fragments on the new stores, opts.ShardsInFlight at once; it returns
+// each shard's new fragment checksums.
+func reencodeShards(ctx context.Context, opts MigrateOptions, codec *erasure.Codec, versions []*dataset.Dataset, res *MigrateResult) (map[shardKey][]uint32, error) {
 	sums := map[shardKey][]uint32{}
 	var mu sync.Mutex // guards sums, res
 	for _, ds := range versions {
@@ -202,16 +266,20 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 			})
 		}
 		if err := g.Wait(); err != nil {
-			return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command: what was written is checked and kept)", opts.Name, err)
+			return nil, err
 		}
 	}
+	return sums, nil
+}
 
-	// Each version's description in the new code, its metadata objects
-	// written, and all but the current one kept under their version keys.
-	wopts := Options{Name: opts.Name, Stores: opts.To, Data: params.Data, Parity: params.Parity}
-	written := map[shardKey]indexRef{}
+// writeVersions writes each version's description in the new code (its
+// metadata objects, and its manifest kept under its version key, the
+// current one's too) and returns the current one's, whose content the
+// migration commits.
+func writeVersions(ctx context.Context, opts MigrateOptions, wopts Options, params erasure.Params, versions []*dataset.Dataset, sums map[shardKey][]uint32, written map[shardKey]indexRef) (*manifest.Manifest, error) {
+	names := storeNames(opts.To)
 	var last *manifest.Manifest
-	for i, ds := range versions {
+	for _, ds := range versions {
 		m, err := recoded(ds.Manifest, params, names, sums)
 		if err != nil {
 			return nil, err
@@ -219,10 +287,8 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 		if err := migrateMetadata(ctx, wopts, m, formatOf(ds.Manifest), written); err != nil {
 			return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command)", opts.Name, err)
 		}
-		if i == len(versions)-1 {
-			last = m
-			break
-		}
+		// Every version is kept, the old current one too: the migration,
+		// whose content is its, is committed after it.
 		enc, err := manifest.EncodeStored(m)
 		if err != nil {
 			return nil, err
@@ -230,35 +296,9 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 		if err := dataset.KeepVersion(ctx, opts.To, opts.Name, m.IngestID, enc, params.Data, params.Parity); err != nil {
 			return nil, fmt.Errorf("migrate %s not committed: %w", opts.Name, err)
 		}
+		last = m
 	}
-	// The old current version is kept too, and the migration, whose
-	// content is its, is committed after it.
-	enc, err := manifest.EncodeStored(last)
-	if err != nil {
-		return nil, err
-	}
-	if err := dataset.KeepVersion(ctx, opts.To, opts.Name, last.IngestID, enc, params.Data, params.Parity); err != nil {
-		return nil, fmt.Errorf("migrate %s not committed: %w", opts.Name, err)
-	}
-	mig, err := migration(last, migrationID, res.From, res.To)
-	if err != nil {
-		return nil, err
-	}
-	if err := migrateMetadata(ctx, wopts, mig, formatOf(versions[len(versions)-1].Manifest), written); err != nil {
-		return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command)", opts.Name, err)
-	}
-	if err := oldLock.Refresh(ctx); err != nil {
-		return nil, err
-	}
-	if enc, err = manifest.EncodeStored(mig); err != nil {
-		return nil, err
-	}
-	if _, _, err := dataset.Commit(ctx, opts.To, mig, enc, newLock, log); err != nil {
-		return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command)", opts.Name, err)
-	}
-	res.Version = mig.VersionNumber()
-	res.Elapsed = time.Since(start)
-	return res, nil
+	return last, nil
 }
 
 // checkTarget refuses new stores that hold another dataset of this name,

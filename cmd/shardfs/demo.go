@@ -76,7 +76,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, dir string, once bo
 		stores = append(stores, s)
 	}
 	fmt.Fprintf(out, "== ingest into 6 local stores %s/store{0..5}, RS(4,2)\n", dir)
-	if _, err := runIngest(ctx, log, out, stores, &ingestFlags{data: 4, parity: 2, shardSize: "8MiB", blockSize: "64KiB", force: true, groupShards: manifest.DefaultGroupShards}, src, "demo"); err != nil {
+	if _, err := runIngest(ctx, log, out, stores, &ingestFlags{data: 4, parity: 2, shardSize: "8MiB", blockSize: "64KiB", force: true, groupShards: manifest.DefaultGroupShards, maxRecord: defaultMaxRecordSize}, src, "demo"); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "== verify")

@@ -48,6 +48,10 @@ type ingestFlags struct {
 	appendTo, skipExisting bool
 }
 
+// defaultMaxRecordSize is --max-record-size's default: a record must fit
+// one shard, at most 2GiB-1.
+const defaultMaxRecordSize = "2147483647B"
+
 func newIngestCmd(g *globals) *cobra.Command {
 	f := &ingestFlags{}
 	f.openSource = func(url string) (backend.Store, error) {
@@ -183,7 +187,7 @@ never writes over this one's fragments.`,
 	fl.StringVar(&f.label, "label", "", "records (WebDataset shards): the field of each record's .json member the model learns; a batch's <key>.cls is its class (none: no .cls)")
 	fl.StringArrayVar(&f.members, "member", nil, "a .jsonl corpus of records: FIELD=NAME makes each line's string FIELD the record's <key>.NAME member, e.g. text=txt; the other fields go to its .json; repeatable")
 	fl.StringVar(&f.keyField, "key", "", "a .jsonl corpus: the field that keys each record (default: its line number)")
-	fl.StringVar(&f.maxRecord, "max-record-size", "2147483647B", "records: refuse a record larger than this, naming its shard (a record must fit one shard: at most 2GiB-1)")
+	fl.StringVar(&f.maxRecord, "max-record-size", defaultMaxRecordSize, "records: refuse a record larger than this, naming its shard (a record must fit one shard: at most 2GiB-1)")
 	fl.StringSliceVar(&f.strata, "strata", nil, "records: fields of each record's .json member that make strata besides the label, e.g. source,lang (every batch mirrors their mix)")
 	fl.StringArrayVar(&f.timeBuckets, "time-bucket", nil, "FIELD=SPAN: add to the stratum the bucket of a timestamp field, e.g. time=30d (units s, m, h, d, w; buckets align to Unix time 0); repeatable")
 	fl.StringArrayVar(&f.bins, "bins", nil, "FIELD=N or FIELD=E0,E1,...: add to the stratum the range of a numeric field, N quantile ranges of the data or explicit edges, e.g. len=8 or len=0,128,512,2048; repeatable")
