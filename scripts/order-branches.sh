@@ -1,6 +1,12 @@
-#!/bin/bash
-# counts lines that branch (if/case/&&/||/?) on an order mode, per mode, outside tests
-rev=$1
+#!/usr/bin/env bash
+# Counts the places that branch on an order mode (window, affinity, mix,
+# recency), per mode, in the Go code outside tests: a line that tests the
+# mode's field or flag in an if, a case, or a && / || condition. With a
+# git revision, counts that tree instead (e.g. the tree before a change).
+#   scripts/order-branches.sh [REV]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rev=${1:-}
 for mode in window affinity mix recency; do
  case $mode in
   window) pat='[.]([Ww]indow) *(>|==|!=) *0' ;;
