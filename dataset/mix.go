@@ -180,3 +180,17 @@ func DiskNamespace(h *manifest.Header) string { return h.Name + "-" + h.IngestID
 func ShardNamespace(h *manifest.Header) func(shard int) string {
 	return func(shard int) string { return h.Name + "-" + h.ShardIngest(shard) }
 }
+
+// SampleCount is m's number of samples, also when its rows (or, in format
+// 3, its shards) are not loaded.
+func SampleCount(m *manifest.Manifest) int64 {
+	switch {
+	case m.Samples.Len() > 0:
+		return int64(m.Samples.Len())
+	case m.Top != nil:
+		return int64(m.Top.Samples())
+	case m.Root != nil:
+		return m.Root.Samples()
+	}
+	return 0
+}

@@ -65,8 +65,8 @@ type Config struct {
 	Profiles     bool   // also serve Go profiles (/debug/pprof/) at MetricsAddr
 	Logger       *slog.Logger
 
-	// Info, if set, renders .shardfs/info.json.
-	Info func(m *Mount) ([]byte, error)
+	// Info is what .shardfs/info.json says in the caller's words (info.go).
+	Info Info
 }
 
 // Mount is a served dataset.
@@ -130,12 +130,10 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		mt.releaseLeases()
 		return nil, err
 	}
-	info := []byte("{}\n")
-	if cfg.Info != nil {
-		if info, err = cfg.Info(mt); err != nil {
-			mt.shutdown()
-			return nil, err
-		}
+	info, err := mt.infoJSON(cfg)
+	if err != nil {
+		mt.shutdown()
+		return nil, err
 	}
 	root := fs.NewRoot(fs.Options{
 		Catalog: rp.cat, Pinner: rp.pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Spec.Params, Epochs: cfg.Spec.Epochs, Ranks: cfg.Spec.Ranks, DirectIO: cfg.DirectIO,

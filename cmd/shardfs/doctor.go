@@ -166,7 +166,7 @@ func doctorDataset(ctx context.Context, c *checker, stores []backend.Store, name
 		return
 	}
 	m := ds.Manifest
-	c.ok("dataset", "%s: ingest %s, %d samples in %d shards, RS(%d,%d)", name, m.IngestID, samples(m), m.NumShards(), m.Data, m.Parity)
+	c.ok("dataset", "%s: ingest %s, %d samples in %d shards, RS(%d,%d)", name, m.IngestID, dataset.SampleCount(m), m.NumShards(), m.Data, m.Parity)
 	inPlace := 0
 	for i, p := range ds.Places {
 		switch {

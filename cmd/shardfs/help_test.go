@@ -71,17 +71,3 @@ func TestVersionFlag(t *testing.T) {
 		t.Fatalf("shardfs --version printed %q, want %q", got, versionLine())
 	}
 }
-
-// Issue 40 item 17: info.json of an open-ended mount held 1,000
-// alpha_by_epoch entries, all the same. It lists epochs until the
-// schedule stops changing.
-func TestAlphaByEpochStopsWhenConstant(t *testing.T) {
-	f := &mountFlags{order: orderFlags{alpha: 0.5, world: 1, batch: 8, tail: "drop", rank: "all"}}
-	if got := alphaByEpoch(f); len(got) != 1 || got[0] != 0.5 {
-		t.Fatalf("open-ended, no schedule: %v, want [0.5]", got)
-	}
-	f.order.alphaSchedule, f.order.sp = "0:0,4:1", nil // the flags parse once: a new value, a new spec
-	if got := alphaByEpoch(f); len(got) != 5 || got[4] != 1 || got[2] != 0.5 {
-		t.Fatalf("open-ended, schedule 0:0,4:1: %v, want 5 entries ending at 1", got)
-	}
-}

@@ -111,7 +111,7 @@ func runList(ctx context.Context, pr *printer, stores []backend.Store) error {
 		if m, err := dataset.LoadHeader(ctx, stores, name, nil); err != nil {
 			d.Unreadable = strings.ReplaceAll(err.Error(), "\n", " ")
 		} else {
-			d.Ingest, d.Samples, d.Bytes, d.Shards, d.Data, d.Parity = m.IngestID, samples(m), m.TotalBytes(), m.NumShards(), m.Data, m.Parity
+			d.Ingest, d.Samples, d.Bytes, d.Shards, d.Data, d.Parity = m.IngestID, dataset.SampleCount(m), m.TotalBytes(), m.NumShards(), m.Data, m.Parity
 		}
 		rep.Datasets = append(rep.Datasets, d)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,8 +13,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/layout"
-	"github.com/shardfs/shardfs/manifest"
 	"github.com/shardfs/shardfs/mount"
 )
 
@@ -188,77 +185,18 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec,
 		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Profiles: f.pprof, Logger: log,
-		Info: func(m *mount.Mount) ([]byte, error) { return mountInfo(m, f, int64(cacheSize)) },
+		// info.json shows these options as they were given.
+		Info: mount.Info{
+			Order: map[string]any{"resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "recency_half_life": f.order.halfLife,
+				"time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf},
+			Mount: map[string]any{"cache_dir_size": f.cacheDirSize},
+		},
 	}
 	if f.order.mix != "" {
 		cfg.Name, cfg.Mix = f.order.mix, spec.MixNames
 	}
 	mt, err := mount.Open(ctx, stores, dir, cfg)
 	return mt, flagWorded(err)
-}
-
-// mountInfo is the content of .shardfs/info.json: the dataset, the erasure
-// code, the order and the mount's settings.
-func mountInfo(mt *mount.Mount, f *mountFlags, cacheSize int64) ([]byte, error) {
-	m := mt.Dataset.Manifest
-	type stratum struct {
-		Name   string   `json:"name"`
-		Labels []string `json:"labels"`
-		Count  int      `json:"count"`
-	}
-	describe := func(m *manifest.Manifest) map[string]any {
-		var strata []stratum
-		for _, s := range m.Strata {
-			strata = append(strata, stratum{s.Name, s.Labels, s.Count})
-		}
-		classes, _ := m.Classes()
-		d := map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
-			"samples": samples(m), "bytes": m.TotalBytes(), "shards": m.NumShards(), "label_fields": m.LabelFields, "num_strata": len(m.Strata), "strata": strata,
-			"class_fields": m.ClassFields(), "classes": classes}
-		if m.HasFields() {
-			d["fields"], d["derived"] = m.Fields, m.Derived
-		}
-		if m.HasRecords() {
-			// Records: every member a batch tar holds of each, and whether
-			// a .cls follows them.
-			d["members"], d["strata_only"], d["labelled"] = m.Members, m.StrataOnly, m.Labelled()
-		}
-		return d
-	}
-	steps, err := layout.Steps(mt.Input, mt.Params)
-	if err != nil {
-		return nil, err
-	}
-	ds := describe(m)
-	// The version served, and the one current when the mount started: a
-	// mount never switches, so a newer one means a remount would read it.
-	ds["version"], ds["current_version"] = m.VersionNumber(), mt.Dataset.Current.VersionNumber()
-	v := map[string]any{
-		"dataset": ds,
-		"erasure": map[string]any{"data": m.Data, "parity": m.Parity, "block_size": m.BlockSize, "stores": mt.Metrics.Snapshot().Stores},
-		"order": map[string]any{"version": f.order.orderVersion(), "seed": f.order.seed, "world_size": f.order.world, "ranks": f.order.ranks(), "batch_size": f.order.batch,
-			"epochs": f.order.epochs, "alpha": f.order.alpha, "window": f.order.window, "affinity": f.order.affinity, "resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "alpha_by_epoch": alphaByEpoch(f), "alpha_by_epoch_note": "epochs 0, 1, ...; the last value holds for every later epoch", "tail": f.order.tail,
-			"epoch_size": f.order.epochSize, "batches_per_rank": steps,
-			"recency_half_life": f.order.halfLife, "time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf},
-		"mount": map[string]any{"cache_size": cacheSize, "prefetch": !f.noPrefetch, "cache_dir": f.cacheDir, "cache_dir_size": f.cacheDirSize, "direct_io": f.directIO},
-	}
-	if mt.Mix != nil {
-		names, weights := f.order.sp.MixNames, f.order.sp.Base.Mix
-		var parts []map[string]any
-		for i, p := range mt.Mix.Parts {
-			d := describe(p.Manifest)
-			d["weight"] = weights[i]
-			d["share"] = mixShares(weights)[i]
-			parts = append(parts, d)
-		}
-		delete(v, "dataset")
-		v["mix"] = map[string]any{"datasets": names, "parts": parts}
-		v["classes"] = mt.Mix.ClassNames()
-	} else {
-		v["classes"] = ds["classes"]
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	return append(b, '\n'), err
 }
 
 // mkdirAll is os.MkdirAll that returns the directories it created,
@@ -288,42 +226,4 @@ func removeEmpty(created []string) {
 			return
 		}
 	}
-}
-
-// alphaByEpoch lists the alpha of each epoch from 0 until the schedule
-// stops changing: the last entry holds for every later epoch. So an
-// open-ended mount without a schedule lists one alpha, not a thousand.
-// It lists at most 1,000, and no more than the epochs shown.
-func alphaByEpoch(f *mountFlags) []float64 {
-	n := f.order.epochs
-	if n == 0 || n > 1000 {
-		n = 1000
-	}
-	s, err := f.order.spec()
-	if err != nil {
-		return nil
-	}
-	out := make([]float64, 0, 8)
-	for e := 0; e < n; e++ {
-		out = append(out, s.AlphaAt(e))
-	}
-	last := len(out) - 1
-	for last > 0 && out[last-1] == out[last] {
-		last--
-	}
-	return out[:last+1]
-}
-
-// samples is m's number of samples, also when its rows (or, in format 3,
-// its shards) are not loaded.
-func samples(m *manifest.Manifest) int64 {
-	switch {
-	case m.Samples.Len() > 0:
-		return int64(m.Samples.Len())
-	case m.Top != nil:
-		return int64(m.Top.Samples())
-	case m.Root != nil:
-		return m.Root.Samples()
-	}
-	return 0
 }

@@ -153,7 +153,7 @@ func verifyWithProgress(ctx context.Context, ds *dataset.Dataset) (*dataset.Repo
 func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
 	m := ds.Manifest
 	fmt.Fprintf(out, "dataset %s: %d samples, %d shards, %d fragments, RS(%d,%d), %s read\n",
-		ds.Name, samples(m), rep.Shards, rep.Fragments, m.Data, m.Parity, humanize.IBytes(uint64(rep.Bytes)))
+		ds.Name, dataset.SampleCount(m), rep.Shards, rep.Fragments, m.Data, m.Parity, humanize.IBytes(uint64(rep.Bytes)))
 	unrec := map[int]bool{}
 	for _, s := range rep.Unrecoverable {
 		unrec[s] = true
@@ -304,7 +304,7 @@ type objectCopy struct {
 
 func newVerifyReport(ds *dataset.Dataset, rep *dataset.Report) verifyReport {
 	m := ds.Manifest
-	v := verifyReport{Dataset: ds.Name, Version: m.VersionNumber(), Samples: samples(m), Shards: rep.Shards, Fragments: rep.Fragments,
+	v := verifyReport{Dataset: ds.Name, Version: m.VersionNumber(), Samples: dataset.SampleCount(m), Shards: rep.Shards, Fragments: rep.Fragments,
 		Data: m.Data, Parity: m.Parity, BytesRead: rep.Bytes, Unrecoverable: nonNil(rep.Unrecoverable), BadSamples: nonNil(rep.BadSamples),
 		BadManifests: nonNil(rep.BadManifests), StaleManifests: rep.StaleManifests, LostVersions: nonNil(rep.LostVersions),
 		LostGroups: nonNil(rep.LostGroups), LostIndexes: nonNil(rep.LostIndexes), Removing: nonNil(rep.Removing), NoIdentity: nonNil(rep.NoIdentity),
