@@ -38,9 +38,19 @@ func main() {
 }
 
 // withCPUProfile runs f, writing a CPU profile of it to the file
-// $SHARDFS_CPU_PROFILE names, if any: how ingest, verify or a mount spend
-// their CPU, for "go tool pprof" (a developer's switch, not a flag).
+// $SHARDFS_CPU_PROFILE names, if any, and a heap profile (allocations
+// since the start, and what the last GC found live) to the file
+// $SHARDFS_MEM_PROFILE names: how ingest, verify or a mount spend their CPU
+// and memory, for "go tool pprof" (developers' switches, not flags).
 func withCPUProfile(f func() error) error {
+	if mem := os.Getenv("SHARDFS_MEM_PROFILE"); mem != "" {
+		defer func() {
+			if out, err := os.Create(mem); err == nil {
+				pprof.Lookup("allocs").WriteTo(out, 0)
+				out.Close()
+			}
+		}()
+	}
 	path := os.Getenv("SHARDFS_CPU_PROFILE")
 	if path == "" {
 		return f()
