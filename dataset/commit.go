@@ -410,3 +410,77 @@ func noManifest(copies []storeCopy, stores []backend.Store, name string, missing
 	}
 	return fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
 }
+
+// FinishCommit writes what a commit of ds's current version left
+// unwritten when it stopped past its commit point (a kill, or stores that
+// failed after the pending copies reached a quorum): on every store that
+// answers and is this dataset's, the current manifest copy and the
+// store's identity where they are missing, pending or of an earlier
+// version; then it removes the store's pending keys. A rerun of the
+// stopped command calls it, so the rerun leaves what an uninterrupted run
+// leaves. It returns how many objects it wrote.
+//
+// What is current stays whole whatever happens next. ds is current by the
+// reader's rules (R1-R3 above), which already count its pending copies on
+// a quorum as committed. This writes only ds's own manifest and
+// identities, under the real keys, never on a store that holds another
+// dataset (Foreign), and deletes a store's pending keys only after its
+// real copy is written. A kill at any point leaves each store holding the
+// pending copy, the real one, or both, all of ds: the same current
+// version. Nothing of an earlier version is touched but the stale
+// manifest copy that the rules out-vote already (kept versions live under
+// their version keys), and no other ingest's pending keys. A store
+// failing mid-write keeps what it held, which was out-voted before the
+// write and still is.
+func FinishCommit(ctx context.Context, ds *Dataset) (int, error) {
+	current := ds.Current.IngestID
+	if current == "" {
+		current = ds.Manifest.IngestID
+	}
+	if ds.Manifest.IngestID != current {
+		return 0, fmt.Errorf("finish the commit of %s: opened version %d, not the current one", ds.Name, ds.Manifest.VersionNumber())
+	}
+	enc, err := manifest.EncodeStored(ds.Manifest)
+	if err != nil {
+		return 0, err
+	}
+	copies := readCopies(ctx, ds.Stores, ds.Name) // the real keys and the pending ones, apart
+	written := make([]int, len(ds.Stores))
+	errs := backend.OnEvery(ds.Stores, func(i int, s backend.Store) error {
+		c := copies[i]
+		if ds.Places[i].State == Foreign || c.err != nil && unavailable(c.err) {
+			return nil // not this dataset's, or it did not answer: repair's to mend
+		}
+		if c.err != nil || c.m.IngestID != current {
+			if err := s.Put(ctx, ManifestKey(ds.Name), enc); err != nil {
+				return err
+			}
+			written[i]++
+		}
+		if c.id == nil || c.id.IngestID != current || c.id.Position != i {
+			if err := WriteIdentity(ctx, s, ds.Manifest, i); err != nil {
+				return err
+			}
+			written[i]++
+		}
+		// Only this version's pending keys: another ingest's (one that
+		// never reached its commit point) are repair's to judge.
+		if c.pm != nil && c.pm.IngestID == current {
+			if err := s.Delete(ctx, PendingManifestKey(ds.Name)); err != nil {
+				return err
+			}
+		}
+		if c.pid != nil && c.pid.IngestID == current {
+			return s.Delete(ctx, PendingIdentityKey(ds.Name))
+		}
+		return nil
+	})
+	n := 0
+	for _, w := range written {
+		n += w
+	}
+	if _, failed := backend.Split(errs); len(failed) > 0 {
+		return n, fmt.Errorf("finish the commit of %s: %w (the version is committed; shardfs repair %s writes the rest)", ds.Name, failed[0], ds.Name)
+	}
+	return n, nil
+}

@@ -66,6 +66,15 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 		return nil, err
 	}
 	skipped, err := dropExisting(src, parent, aopts.SkipExisting)
+	if errors.Is(err, ErrNothingToDo) {
+		// A rerun of an append that committed and was stopped before its
+		// commit finished (a kill past the commit point): finish it, so the
+		// rerun leaves what an uninterrupted append leaves.
+		if ferr := finishCommit(ctx, opts, log); ferr != nil {
+			return nil, ferr
+		}
+		return nil, err
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +142,21 @@ func openParent(ctx context.Context, opts Options, n int) (*manifest.Manifest, e
 		}
 	}
 	return ds.Manifest, nil
+}
+
+// finishCommit finishes the commit of the dataset's current version where
+// one stopped past its commit point (dataset.FinishCommit); with the
+// ingest lock held.
+func finishCommit(ctx context.Context, opts Options, log *slog.Logger) error {
+	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("%s: %w", opts.Name, err)
+	}
+	n, err := dataset.FinishCommit(ctx, ds)
+	if n > 0 {
+		log.Info("finished the commit a stopped run left", "dataset", opts.Name, "version", ds.Manifest.VersionNumber(), "objects_written", n)
+	}
+	return err
 }
 
 // commitVersion keeps the current version (parent) under its version key,
