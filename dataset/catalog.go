@@ -68,3 +68,29 @@ func splitFields(joined string, n int) []string {
 }
 
 var _ layout.FieldCatalog = ManifestCatalog{}
+
+// DiskNamespace is the disk tier namespace of a dataset's ingest (the
+// mount's and warm's alike): its name and ingest id, so a dataset
+// ingested again under the same name never meets stale bytes.
+func DiskNamespace(h *manifest.Header) string { return h.Name + "-" + h.IngestID }
+
+// ShardNamespace names the disk tier namespace of each shard of a dataset:
+// the dataset and the ingest that uploaded the shard, whose bytes are the
+// same in every version that holds it.
+func ShardNamespace(h *manifest.Header) func(shard int) string {
+	return func(shard int) string { return h.Name + "-" + h.ShardIngest(shard) }
+}
+
+// SampleCount is m's number of samples, also when its rows (or, in format
+// 3, its shards) are not loaded.
+func SampleCount(m *manifest.Manifest) int64 {
+	switch {
+	case m.Samples.Len() > 0:
+		return int64(m.Samples.Len())
+	case m.Top != nil:
+		return int64(m.Top.Samples())
+	case m.Root != nil:
+		return m.Root.Samples()
+	}
+	return 0
+}

@@ -164,3 +164,16 @@ func MixTargets(in *Input, mix []float64, alpha float64) []float64 {
 	}
 	return out
 }
+
+// MixShares is each dataset's share of a mix: its weight over their sum.
+func MixShares(mix []float64) []float64 {
+	sum := 0.0
+	for _, w := range mix {
+		sum += w
+	}
+	out := make([]float64, len(mix))
+	for i, w := range mix {
+		out[i] = w / sum
+	}
+	return out
+}

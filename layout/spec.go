@@ -225,16 +225,10 @@ func (s *Spec) Bind(in *Input) (steps int, err error) {
 		return 0, err
 	}
 	n := cmp.Or(s.Base.EpochSize, in.N())
-	if s.Base.Mix != nil {
-		sum := 0.0
-		for _, w := range s.Base.Mix {
-			sum += w
-		}
-		for i, w := range s.Base.Mix {
-			if sh := w / sum; sh*float64(n) < 1 {
-				return 0, specErr(OptMix, "{%s} %q: %s's weight is %.3g of the total, %.3g of an epoch's %d samples: it would never be served; raise its weight or leave it out (the mix as given: %s)",
-					OptMix, s.mixText(), s.mixName(i), sh, sh*float64(n), n, s.DescribeMix())
-			}
+	for i, sh := range MixShares(s.Base.Mix) {
+		if sh*float64(n) < 1 {
+			return 0, specErr(OptMix, "{%s} %q: %s's weight is %.3g of the total, %.3g of an epoch's %d samples: it would never be served; raise its weight or leave it out (the mix as given: %s)",
+				OptMix, s.mixText(), s.mixName(i), sh, sh*float64(n), n, s.DescribeMix())
 		}
 	}
 	if s.Base.Batch > n {
@@ -262,14 +256,9 @@ func (s *Spec) mixName(i int) string {
 
 // DescribeMix is the mix as the order serves it: each dataset's share.
 func (s *Spec) DescribeMix() string {
-	sum := 0.0
-	for _, w := range s.Base.Mix {
-		sum += w
-	}
 	var parts []string
-	for i, w := range s.Base.Mix {
-		name := s.mixName(i)
-		parts = append(parts, fmt.Sprintf("%s %.4g%%", name, 100*w/sum))
+	for i, sh := range MixShares(s.Base.Mix) {
+		parts = append(parts, fmt.Sprintf("%s %.4g%%", s.mixName(i), 100*sh))
 	}
 	return strings.Join(parts, ", ")
 }

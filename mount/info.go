@@ -51,16 +51,12 @@ func (mt *Mount) infoJSON(cfg Config) ([]byte, error) {
 		"mount":   settings,
 	}
 	if mt.Mix != nil {
-		weights := spec.Base.Mix
-		sum := 0.0
-		for _, w := range weights {
-			sum += w
-		}
+		weights, shares := spec.Base.Mix, layout.MixShares(spec.Base.Mix)
 		var parts []map[string]any
 		for i, p := range mt.Mix.Parts {
 			d := describeDataset(p.Manifest)
 			d["weight"] = weights[i]
-			d["share"] = weights[i] / sum
+			d["share"] = shares[i]
 			parts = append(parts, d)
 		}
 		delete(v, "dataset")

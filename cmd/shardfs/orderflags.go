@@ -256,16 +256,6 @@ func sumOf(xs []float64) float64 {
 	return sum
 }
 
-// mixShares is each weight's share of their sum.
-func mixShares(weights []float64) []float64 {
-	sum := sumOf(weights)
-	out := make([]float64, len(weights))
-	for i, w := range weights {
-		out[i] = w / sum
-	}
-	return out
-}
-
 // alphaPoints parses --alpha-schedule's EPOCH:ALPHA points.
 func (f *orderFlags) alphaPoints() ([]layout.AlphaPoint, error) {
 	var pts []layout.AlphaPoint
