@@ -71,15 +71,7 @@ func validateMix(in *Input, p Params) error {
 // apportionMix splits total slots over groups by their weights, then each
 // group's slots over its strata by π_c ∝ n_c^α within the group.
 func apportionMix(in *Input, mix []float64, alpha float64, total int) []int {
-	sum := 0.0
-	for _, w := range mix {
-		sum += w
-	}
-	wn := make([]float64, len(mix))
-	for g, w := range mix {
-		wn[g] = w / sum
-	}
-	perGroup := apportionFloat(total, wn)
+	perGroup := apportionFloat(total, MixShares(mix))
 	counts := make([]int, in.NumStrata)
 	for g := range mix {
 		var strata, n []int
