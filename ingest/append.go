@@ -86,7 +86,7 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 		Version: m.VersionNumber(), Parent: parent.VersionNumber(), Skipped: skipped}
 	log.Info("append plan", "dataset", opts.Name, "samples", res.Samples, "shards", len(newShards),
 		"bytes", res.Bytes, "version", res.Version, "ingest_id", ingestID)
-	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, codec, opts, newShards, parent.Top); err != nil {
+	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, nil, codec, opts, newShards, parent.Top); err != nil {
 		return nil, fmt.Errorf("append to %s not committed: %w", opts.Name, err)
 	}
 	if err := commitVersion(ctx, opts, m, parent, lock, &res.Result, log); err != nil {
@@ -402,7 +402,7 @@ func RunAppendPart(ctx context.Context, src *Source, opts Options, aopts AppendO
 	if err != nil {
 		return nil, err
 	}
-	return runPart(ctx, src, opts, codec, part, m, len(parent.Shards), parent.IngestID, committed, start)
+	return runPart(ctx, src, opts, codec, part, m, nil, len(parent.Shards), parent.IngestID, committed, start)
 }
 
 // appendParent is the version a distributed append's parts add to, which

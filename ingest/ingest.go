@@ -91,7 +91,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err := refuseCommitted(ctx, opts, "", log); err != nil {
 		return nil, err
 	}
-	m, err := plan(src, opts, ingestID)
+	m, windows, err := plan(src, opts, ingestID)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	for i := range all {
 		all[i] = i
 	}
-	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, codec, opts, all, nil); err != nil {
+	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, windows, codec, opts, all, nil); err != nil {
 		return nil, fmt.Errorf("ingest %s not committed: %w", opts.Name, err)
 	}
 	if err := commitReplacing(ctx, opts, m, parent, lock, res, log); err != nil {
@@ -159,8 +159,8 @@ func commitReplacing(ctx context.Context, opts Options, m, parent *manifest.Mani
 // their indexes (formats 2 and 3) and the group objects (format 3), and
 // sets m.Top and m.Root; the shards not given are earlier ones, whose
 // index references are kept's. It returns the fragment bytes written.
-func uploadAndDescribe(ctx context.Context, src *Source, m *manifest.Manifest, codec *erasure.Codec, opts Options, shards []int, kept *manifest.Top) (int64, error) {
-	stored, err := uploadShards(ctx, src, m, codec, opts, shards, putObject)
+func uploadAndDescribe(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, shards []int, kept *manifest.Top) (int64, error) {
+	stored, err := uploadShards(ctx, src, m, windows, codec, opts, shards, putObject)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
 			err = cause
@@ -428,9 +428,9 @@ func keptVersions(ctx context.Context, opts Options) []string {
 // plan places src's samples into shards: a pure function of the listing,
 // the seed and the shard size, so every part of a distributed ingest
 // computes the same plan on its own. Sample and block checksums are filled
-// as shards are encoded.
-func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error) {
-	m := &manifest.Manifest{Header: manifest.Header{
+// as shards are encoded. windows are the plan's read windows (place.go).
+func plan(src *Source, opts Options, ingestID string) (m *manifest.Manifest, windows []int, err error) {
+	m = &manifest.Manifest{Header: manifest.Header{
 		Name: opts.Name, IngestID: ingestID, CreatedUnix: time.Now().Unix(),
 		Seed: opts.Seed, Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize, ShardSize: opts.ShardSize,
 		LabelFields: src.LabelFields, Fields: src.Fields, Derived: src.Derived,
@@ -441,8 +441,8 @@ func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error
 	}
 	var strata []uint32
 	m.Strata, strata = src.strata()
-	order := stratifiedOrder(strata, len(m.Strata), opts.Seed)
-	shards := cutShards(src.Items, order, opts.ShardSize)
+	placed := place(src, strata, len(m.Strata), opts.Seed, opts.ShardSize)
+	shards := placed.shards
 	if opts.Format >= 2 {
 		// Format 2 stores a shard stratum by stratum, so a stratum's k-th
 		// member is found from per-shard counts alone. A stable sort keeps
@@ -465,9 +465,9 @@ func plan(src *Source, opts Options, ingestID string) (*manifest.Manifest, error
 		}
 	}
 	if err := m.Finish(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return m, nil
+	return m, placed.windows, nil
 }
 
 // recordTable is a record item's table in the manifest: its members, as
@@ -481,16 +481,60 @@ func (s *Source) recordTable(it *Item) []byte {
 }
 
 // uploadShards reads, encodes and uploads the given shards of m's plan,
-// ShardsInFlight at a time, filling their sample and block checksums in m.
-// It returns the fragment bytes written.
-func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, codec *erasure.Codec, opts Options, shards []int, write writeFunc) (int64, error) {
+// window by window (windows: the plan's, place.go), ShardsInFlight shards
+// at a time, filling their sample and block checksums in m. The next
+// window's source shards are read while this one's shards upload, so at
+// most two windows are in memory. It returns the fragment bytes written.
+func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, shards []int, write writeFunc) (int64, error) {
+	type window struct {
+		shards []int
+		files  sourceFiles // nil: the source's own, read item by item
+	}
+	next := make(chan window)
+	var stored int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(next)
+		for _, group := range windowsOf(windows, shards) {
+			w := window{shards: group}
+			if windows != nil {
+				var err error
+				if w.files, err = windowFiles(gctx, src, m, group); err != nil {
+					return err
+				}
+			}
+			select {
+			case next <- w:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		return nil
+	})
+	g.Go(func() error {
+		for w := range next {
+			n, err := uploadWindow(gctx, src, m, w.files, codec, opts, w.shards, write)
+			stored += n
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	err := g.Wait()
+	return stored, err
+}
+
+// uploadWindow is uploadShards of shards whose records files holds (nil:
+// read from the source item by item).
+func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, files sourceFiles, codec *erasure.Codec, opts Options, shards []int, write writeFunc) (int64, error) {
 	var mu sync.Mutex // guards stored
 	var stored int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(opts.ShardsInFlight)
 	for _, si := range shards {
 		g.Go(func() error {
-			data, err := readShard(gctx, src, m, si)
+			data, err := readShard(gctx, src, m, si, files)
 			if err != nil {
 				return err
 			}
@@ -610,13 +654,16 @@ func cutShards(items []Item, order []int, shardSize int64) [][]int {
 	return shards
 }
 
-// readShard reads the samples of shard si back to back and records their checksums.
-func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int) ([]byte, error) {
+// readShard reads the samples of shard si back to back and records their
+// checksums; records from files, when given (a window read whole).
+func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, files sourceFiles) ([]byte, error) {
 	sh := &m.Shards[si]
 	data := make([]byte, sh.Size)
 	keyIndex := src.keyIndex()
-	files := src.filesOf() // the source shards records are read from, each opened once
-	defer files.close()
+	if files == nil {
+		files = src.filesOf() // the source shards records are read from, each opened once
+		defer files.close()
+	}
 	open := func(name string) (io.ReaderAt, error) {
 		f, _, err := files.open(ctx, name)
 		if err != nil {

@@ -140,6 +140,9 @@ type partRecord struct {
 	// an ingest.
 	Parent string
 	First  int
+	// Windows are the plan's read windows (place.go): each one's first
+	// shard; they decide which part owns which shard.
+	Windows []int `json:",omitempty"`
 }
 
 // partShard is one owned shard: its rows, block checksums and id as its
@@ -243,28 +246,25 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	} else if err != nil {
 		return nil, err
 	}
-	m, err := plan(src, opts, id)
+	m, windows, err := plan(src, opts, id)
 	if err != nil {
 		return nil, err
 	}
-	return runPart(ctx, src, opts, codec, part, m, 0, "", committed, start)
+	return runPart(ctx, src, opts, codec, part, m, windows, 0, "", committed, start)
 }
 
 // runPart uploads part's shards of plan m, those from first on (the new
 // shards of an append to version parent; 0 and "" for an ingest), checks
 // them and writes its record.
-func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Codec, part Part, m *manifest.Manifest, first int, parent string, committed bool, start time.Time) (*PartResult, error) {
+func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Codec, part Part, m *manifest.Manifest, windows []int, first int, parent string, committed bool, start time.Time) (*PartResult, error) {
 	log := opts.logger()
 	id := m.IngestID
 	if n := len(m.Shards) - first; n < part.Count {
 		log.Warn("more parts than shards: some parts have nothing to upload", "parts", part.Count, "shards", n)
 	}
-	var owned []int
-	for si := first + part.Index; si < len(m.Shards); si += part.Count {
-		owned = append(owned, si)
-	}
+	owned := ownedShards(len(m.Shards), windows, first, part)
 	if committed {
-		return nil, compareCommitted(ctx, src, m, codec, opts, part, owned)
+		return nil, compareCommitted(ctx, src, m, windows, codec, opts, part, owned)
 	}
 	// Marked before the first fragment: a purge by another ingest of this
 	// name leaves the fragments of a running distributed ingest alone.
@@ -273,7 +273,7 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 	}
 	log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "shards", len(owned), "of", len(m.Shards))
 	res := &PartResult{IngestID: id, Part: part, Shards: len(owned), AllShards: len(m.Shards) - first}
-	stored, err := uploadShards(ctx, src, m, codec, opts, owned, createOrSame)
+	stored, err := uploadShards(ctx, src, m, windows, codec, opts, owned, createOrSame)
 	if err == nil {
 		err = verifyUploads(ctx, m, codec, opts, owned)
 	}
@@ -307,7 +307,7 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 	rec := &partRecord{Format: 1, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count, Parent: parent, First: first,
 		Seed: m.Seed, Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
 		LabelFields: m.LabelFields, Fields: m.Fields, Derived: m.Derived, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len(),
-		Members: m.Members, StrataOnly: m.StrataOnly}
+		Members: m.Members, StrataOnly: m.StrataOnly, Windows: windows}
 	for _, si := range owned {
 		ps := partShard{ShardIndex: *manifest.ShardIndexOf(m, si), FragLen: m.FragSize(si)}
 		if indexSize != nil {
@@ -328,12 +328,38 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 	return res, nil
 }
 
+// shardPart is the part that uploads shard si of a plan whose new shards
+// start at first: whole windows are dealt round-robin when the plan has
+// at least one window per part (so the parts between them read each
+// source shard once); else shards are.
+func shardPart(si int, windows []int, first, parts int) int {
+	if len(windows) >= parts {
+		w, found := slices.BinarySearch(windows, si)
+		if !found {
+			w--
+		}
+		return w % parts
+	}
+	return (si - first) % parts
+}
+
+// ownedShards are the shards part uploads, of a plan of n shards.
+func ownedShards(n int, windows []int, first int, part Part) []int {
+	var owned []int
+	for si := first; si < n; si++ {
+		if shardPart(si, windows, first, part.Count) == part.Index {
+			owned = append(owned, si)
+		}
+	}
+	return owned
+}
+
 // compareCommitted is a part of the committed ingest run again: it encodes
 // its shards and compares every fragment (and index object) with what the
 // stores hold, writing nothing. Equal, there is nothing to do; different,
 // the source changed since the commit, and the part says what to do.
-func compareCommitted(ctx context.Context, src *Source, m *manifest.Manifest, codec *erasure.Codec, opts Options, part Part, owned []int) error {
-	_, err := uploadShards(ctx, src, m, codec, opts, owned, sameObject)
+func compareCommitted(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, part Part, owned []int) error {
+	_, err := uploadShards(ctx, src, m, windows, codec, opts, owned, sameObject)
 	if err == nil && opts.Format >= 2 {
 		_, _, err = writeIndexes(ctx, opts, m, owned, sameObject)
 	}
@@ -777,18 +803,21 @@ func owners(name string, recs []*partRecord, inherited []*partShard) ([]*partSha
 	if len(inherited) != r0.First {
 		return nil, notOneIngest(name, "the parts add to a version of %d shards, the dataset's has %d", r0.First, len(inherited))
 	}
+	if !cutsShards(r0.Windows, r0.First, r0.Shards) {
+		return nil, notOneIngest(name, "part 0's read windows %v do not cut its %d shards", r0.Windows, r0.Shards)
+	}
 	owner := make([]*partShard, r0.Shards)
 	copy(owner, inherited)
 	for _, r := range recs {
 		if r.Metadata != r0.Metadata || r.Seed != r0.Seed || r.Data != r0.Data || r.Parity != r0.Parity || r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize ||
 			r.Shards != r0.Shards || r.Samples != r0.Samples || !slices.Equal(r.LabelFields, r0.LabelFields) || !sameStrata(r.Strata, r0.Strata) ||
 			!slices.Equal(r.Fields, r0.Fields) || fmt.Sprint(r.Derived) != fmt.Sprint(r0.Derived) || r.Parent != r0.Parent || r.First != r0.First ||
-			!slices.Equal(r.Members, r0.Members) || !slices.Equal(r.StrataOnly, r0.StrataOnly) {
+			!slices.Equal(r.Members, r0.Members) || !slices.Equal(r.StrataOnly, r0.StrataOnly) || !slices.Equal(r.Windows, r0.Windows) {
 			return nil, notOneIngest(name, "part %d's plan differs from part 0's", r.Part)
 		}
 		for k := range r.Owned {
 			ps := &r.Owned[k]
-			if ps.Shard < r0.First || ps.Shard >= r0.Shards || (ps.Shard-r0.First)%r.Parts != r.Part {
+			if ps.Shard < r0.First || ps.Shard >= r0.Shards || shardPart(ps.Shard, r.Windows, r0.First, r.Parts) != r.Part {
 				return nil, notOneIngest(name, "part %d holds shard %d, which is not its own", r.Part, ps.Shard)
 			}
 			if owner[ps.Shard] != nil {
@@ -799,10 +828,21 @@ func owners(name string, recs []*partRecord, inherited []*partShard) ([]*partSha
 	}
 	for si, ps := range owner {
 		if ps == nil {
-			return nil, notOneIngest(name, "no part holds shard %d (part %d of %d should)", si, (si-r0.First)%r0.Parts, r0.Parts)
+			return nil, notOneIngest(name, "no part holds shard %d (part %d of %d should)", si, shardPart(si, r0.Windows, r0.First, r0.Parts), r0.Parts)
 		}
 	}
 	return owner, nil
+}
+
+// cutsShards says whether windows cut shards first..n: empty, or strictly
+// increasing from first, each below n.
+func cutsShards(windows []int, first, n int) bool {
+	for i, w := range windows {
+		if (i == 0 && w != first) || (i > 0 && w <= windows[i-1]) || w >= n {
+			return false
+		}
+	}
+	return true
 }
 
 // checkColumns checks that shard ps's sample columns are as long as its keys.

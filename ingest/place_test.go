@@ -1,0 +1,171 @@
+package ingest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
+)
+
+// countingStore counts the reads of each key.
+type countingStore struct {
+	backend.Store
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (c *countingStore) count(key string) {
+	c.mu.Lock()
+	c.reads[key]++
+	c.mu.Unlock()
+}
+
+func (c *countingStore) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	c.count(key)
+	return c.Store.ReadAt(ctx, key, p, off)
+}
+
+func (c *countingStore) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
+	c.count(key)
+	return c.Store.ReadAtV(ctx, key, bufs, off)
+}
+
+// writeShards writes a WebDataset set of shards × per records (a .bin of
+// 500-3,000 random bytes, a .txt and a .json with a skewed source) into a
+// file:// store's directory, and returns the records' members by key.
+func writeShards(t *testing.T, dir string, shards, per int) map[string]map[string][]byte {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[string]map[string][]byte{}
+	sources := []string{"web", "web", "web", "books", "code"}
+	for s := 0; s < shards; s++ {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for r := 0; r < per; r++ {
+			key := fmt.Sprintf("%06d", s*per+r)
+			bin := make([]byte, 500+rng.IntN(2500))
+			for i := range bin {
+				bin[i] = byte(rng.Uint32())
+			}
+			members := map[string][]byte{
+				"bin":  bin,
+				"txt":  []byte("caption " + key),
+				"json": []byte(fmt.Sprintf(`{"source": %q}`, sources[rng.IntN(len(sources))])),
+			}
+			want[key] = members
+			for _, name := range []string{"bin", "json", "txt"} {
+				b := members[name]
+				if err := tw.WriteHeader(&tar.Header{Name: key + "." + name, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+					t.Fatal(err)
+				}
+				tw.Write(b)
+			}
+		}
+		tw.Close()
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("shard-%04d.tar", s)), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return want
+}
+
+// An ingest from WebDataset shards on a store reads each source shard
+// once, whole, when uploading (it used to make one ranged GET per record),
+// in a single process and split among parts, and every record comes back
+// byte for byte; the parts commit the single process's manifest.
+func TestWindowsReadEachSourceShardOnce(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	want := writeShards(t, dir, 24, 40)
+	raw, err := backend.Open("file://"+dir, backend.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcStore := &countingStore{Store: raw, reads: map[string]int{}}
+	src, err := ScanStore(ctx, ScanOptions{Store: srcStore, Strata: []string{"source"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Options{Data: 2, Parity: 1, ShardSize: 16 << 10, Seed: 5, BlockSize: 4096, Format: 2}
+	if _, windows, err := plan(src, base, "x"); err != nil || len(windows) < 6 {
+		t.Fatalf("the plan has %d windows (%v); the test wants several per part", len(windows), err)
+	}
+
+	single := base
+	single.Name, single.Stores = "single", localStores(t, t.TempDir(), 3)
+	srcStore.reads = map[string]int{}
+	res, err := Run(ctx, src, single)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onceEach(t, "single process", srcStore.reads, 24)
+	readsBack(t, single.Stores, "single", want)
+
+	dist := base
+	dist.Name, dist.Stores = "dist", localStores(t, t.TempDir(), 3)
+	srcStore.reads = map[string]int{}
+	for i := 0; i < 3; i++ {
+		if _, err := RunPart(ctx, src, dist, Part{i, 3}, "job"); err != nil {
+			t.Fatalf("part %d: %v", i, err)
+		}
+	}
+	onceEach(t, "3 parts", srcStore.reads, 24)
+	if _, err := Commit(ctx, CommitOptions{Name: "dist", Stores: dist.Stores}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := dataset.Open(ctx, dist.Stores, "dist", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameManifest(t, res.Manifest, ds.Manifest)
+	readsBack(t, dist.Stores, "dist", want)
+}
+
+func onceEach(t *testing.T, what string, reads map[string]int, shards int) {
+	t.Helper()
+	if len(reads) != shards {
+		t.Errorf("%s: the upload read %d source shards, want %d: %v", what, len(reads), shards, reads)
+	}
+	for key, n := range reads {
+		if n != 1 {
+			t.Errorf("%s: source shard %s read %d times, want once", what, key, n)
+		}
+	}
+}
+
+// readsBack checks that every record of dataset name holds its members,
+// byte for byte, in stored order.
+func readsBack(t *testing.T, stores []backend.Store, name string, want map[string]map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	ds, err := dataset.Open(ctx, stores, name, dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ds.Manifest
+	if m.Samples.Len() != len(want) {
+		t.Fatalf("%s holds %d records, want %d", name, m.Samples.Len(), len(want))
+	}
+	for i := 0; i < m.Samples.Len(); i++ {
+		got, err := ds.ReadSample(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members := want[m.Samples.Key(i)]
+		var expect []byte
+		for _, name := range m.Members {
+			expect = append(expect, members[name]...)
+		}
+		if !bytes.Equal(got, expect) {
+			t.Fatalf("%s: record %s: %d bytes differ from its members' %d", name, m.Samples.Key(i), len(got), len(expect))
+		}
+	}
+}
