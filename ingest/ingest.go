@@ -138,7 +138,10 @@ func replaceLineage(ctx context.Context, opts Options, m *manifest.Manifest, cha
 	if m.Top != nil {
 		m.Top.Versions = m.Versions
 	}
-	return parent
+	// The commit needs the replaced version's header only: its sample
+	// table (27 MB of a 100,000-record ingest's heap) is not kept through
+	// the upload.
+	return &manifest.Manifest{Header: parent.Header}
 }
 
 // commitReplacing commits m: as the next version of parent, which is kept,
@@ -487,8 +490,8 @@ func (s *Source) recordTable(it *Item) []byte {
 // most two windows are in memory. It returns the fragment bytes written.
 func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, shards []int, write writeFunc) (int64, error) {
 	type window struct {
-		shards []int
-		files  sourceFiles // nil: the source's own, read item by item
+		shards  []int
+		records windowRecords // nil: read from the source item by item
 	}
 	next := make(chan window)
 	var stored int64
@@ -499,7 +502,7 @@ func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, window
 			w := window{shards: group}
 			if windows != nil {
 				var err error
-				if w.files, err = windowFiles(gctx, src, m, group); err != nil {
+				if w.records, err = readWindowRecords(gctx, src, m, group); err != nil {
 					return err
 				}
 			}
@@ -513,7 +516,7 @@ func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, window
 	})
 	g.Go(func() error {
 		for w := range next {
-			n, err := uploadWindow(gctx, src, m, w.files, codec, opts, w.shards, write)
+			n, err := uploadWindow(gctx, src, m, w.records, codec, opts, w.shards, write)
 			stored += n
 			if err != nil {
 				return err
@@ -525,16 +528,16 @@ func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, window
 	return stored, err
 }
 
-// uploadWindow is uploadShards of shards whose records files holds (nil:
+// uploadWindow is uploadShards of shards whose records are read (nil:
 // read from the source item by item).
-func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, files sourceFiles, codec *erasure.Codec, opts Options, shards []int, write writeFunc) (int64, error) {
+func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, records windowRecords, codec *erasure.Codec, opts Options, shards []int, write writeFunc) (int64, error) {
 	var mu sync.Mutex // guards stored
 	var stored int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(opts.ShardsInFlight)
 	for _, si := range shards {
 		g.Go(func() error {
-			data, err := readShard(gctx, src, m, si, files)
+			data, err := readShard(gctx, src, m, si, records)
 			if err != nil {
 				return err
 			}
@@ -655,15 +658,13 @@ func cutShards(items []Item, order []int, shardSize int64) [][]int {
 }
 
 // readShard reads the samples of shard si back to back and records their
-// checksums; records from files, when given (a window read whole).
-func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, files sourceFiles) ([]byte, error) {
+// checksums; records from read, when given (a window's).
+func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, read windowRecords) ([]byte, error) {
 	sh := &m.Shards[si]
 	data := make([]byte, sh.Size)
 	keyIndex := src.keyIndex()
-	if files == nil {
-		files = src.filesOf() // the source shards records are read from, each opened once
-		defer files.close()
-	}
+	files := src.filesOf() // the source shards records are read from, each opened once
+	defer files.close()
 	open := func(name string) (io.ReaderAt, error) {
 		f, _, err := files.open(ctx, name)
 		if err != nil {
@@ -680,7 +681,11 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, f
 		}
 		it := src.Items[keyIndex[m.Samples.Key(j)]]
 		off, size := int64(m.Samples.Offset[j]), int64(m.Samples.Size[j])
-		if it.row {
+		if b, ok := read[it.Key]; ok && int64(len(b)) == size {
+			copy(data[off:off+size], b)
+		} else if read != nil {
+			return nil, fmt.Errorf("record %q of shard %d is not in its read window (%d bytes read, %d planned)", it.Key, si, len(b), size)
+		} else if it.row {
 			if err := readParquetRecord(&it, data[off:off+size], src.table, &rows); err != nil {
 				return nil, err
 			}

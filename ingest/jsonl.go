@@ -135,7 +135,7 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 			return nil, fmt.Errorf("corpus %s line %d: key %q again, after line %d: two records with one key; give every record its own --key", name, lineNo, key, prev)
 		}
 		seen[key] = lineNo
-		r := wdsRecord{key: key, shard: name, off: at, line: lineNo, lineLen: int64(len(b)), fields: fields}
+		r := wdsRecord{key: key, shard: name, off: at, line: lineNo, lineLen: int64(len(b)), fields: compactFields(fields, nil)}
 		var size int64
 		for k, body := range bodies {
 			r.members = append(r.members, ItemMember{Name: names[k], Path: name, Size: int64(len(body))})

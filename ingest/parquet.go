@@ -190,7 +190,7 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 				return nil, fmt.Errorf("parquet %s row %d: key %q again, after row %d: two records with one key; give every record its own --key", name, rowNo, key, prev)
 			}
 			seen[key] = rowNo
-			rec := wdsRecord{key: key, shard: name, off: rowNo, row: true, fields: fields}
+			rec := wdsRecord{key: key, shard: name, off: rowNo, row: true, fields: compactFields(fields, nil)}
 			var size int64
 			for k, body := range bodies {
 				rec.members = append(rec.members, ItemMember{Name: names[k], Path: name, Size: int64(len(body))})

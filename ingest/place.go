@@ -1,14 +1,16 @@
 package ingest
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
 )
 
@@ -18,26 +20,28 @@ import (
 // a run of consecutive source shards holding about readWindow bytes of
 // records (a source shard is never split between two windows), and its
 // records fill output shards of their own. Uploading a window then reads
-// each of its source shards once, whole, in one GET from a store (where a
-// ranged GET per record ran a 100,000-record ingest from MinIO at 3 MB/s),
-// or one read from local disk, and holds only that window in memory, so
-// memory follows the window, not the dataset. Each output shard mirrors
-// its window's stratum mix: the whole dataset's, when the source's shards
-// hold shuffled records, as WebDataset's writers make them. The mount's
-// batches mirror the global mix whatever the shards hold; only a
-// window-local read order (--window) sees a window's mix.
+// each of its source shards once, front to back, in ranged GETs of a few
+// MiB from a store (where a ranged GET per record ran a 100,000-record
+// ingest from MinIO at 3 MB/s) or reads of local disk, and holds only the
+// window's records in memory, so memory follows the window, not the
+// dataset. Each output shard mirrors its window's stratum mix: the whole
+// dataset's, when the source's shards hold shuffled records, as
+// WebDataset's writers make them. The mount's batches mirror the global
+// mix whatever the shards hold; only a shard-local read order (--window)
+// sees a window's mix.
 //
 // Every other source is one window, read item by item, placed as before
 // windows existed.
 
-// readWindow is the source bytes of a window: eight output shards' worth,
-// so most of a window's shards are full, and a window's memory is a few
-// times what ShardsInFlight holds anyway.
-func readWindow(shardSize int64) int64 { return 8 * shardSize }
+// readWindow is the record bytes of a window: four output shards' worth,
+// so most of a window's shards are full, while the two windows an upload
+// holds (one uploading, the next being read) are about what its
+// ShardsInFlight hold.
+func readWindow(shardSize int64) int64 { return 4 * shardSize }
 
 // placement is a plan's shards (item indexes, in stored order) and the
 // windows they are read in: windows[w] is window w's first shard; nil
-// means one window, read item by item.
+// means one window, read item by item (a source other than tar shards).
 type placement struct {
 	shards  [][]int
 	windows []int
@@ -69,9 +73,6 @@ func place(src *Source, strata []uint32, nStrata int, seed uint64, shardSize int
 			}
 			p.shards = append(p.shards, sh)
 		}
-	}
-	if len(p.windows) == 1 {
-		p.windows = nil // one window: nothing to gain from reading it whole
 	}
 	return p
 }
@@ -121,59 +122,146 @@ func windowsOf(windows []int, shards []int) [][]int {
 	return out
 }
 
-// windowFiles reads whole the source shards that the given shards' records
-// lie in, a few at once, and serves them from memory.
-func windowFiles(ctx context.Context, src *Source, m *manifest.Manifest, shards []int) (sourceFiles, error) {
+// windowRecords are the records of a window, read from their source
+// shards in one pass each: a record's members back to back, by key.
+type windowRecords map[string][]byte
+
+// readChunk bounds one read of a source shard: consecutive records are
+// read together up to this span (one ranged GET from a store), and a
+// record larger than it in one read of its own.
+const readChunk = 4 << 20
+
+// readWindowRecords reads the records of the given shards of m from their
+// source shards: each source shard front to back, once, in reads of about
+// readChunk, a few source shards at once. Only the members' bytes are
+// kept (a WebDataset shard of small members is mostly tar headers and
+// padding), so the window holds about its records' bytes.
+func readWindowRecords(ctx context.Context, src *Source, m *manifest.Manifest, shards []int) (windowRecords, error) {
 	keyIndex := src.keyIndex()
+	byShard := map[string][]int{} // source shard -> its items in this window
 	var paths []string
-	seen := map[string]bool{}
 	for _, si := range shards {
 		sh := &m.Shards[si]
 		for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
-			if p := src.Items[keyIndex[m.Samples.Key(j)]].Path; !seen[p] {
-				seen[p] = true
+			i := keyIndex[m.Samples.Key(j)]
+			p := src.Items[i].Path
+			if byShard[p] == nil {
 				paths = append(paths, p)
 			}
+			byShard[p] = append(byShard[p], i)
 		}
 	}
 	files := src.filesOf()
 	defer files.close()
-	data := make([][]byte, len(paths))
+	got := make([]windowRecords, len(paths))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
-	for i, p := range paths {
+	for k, p := range paths {
 		g.Go(func() error {
-			f, size, err := files.open(gctx, p)
+			items := byShard[p]
+			slices.SortFunc(items, func(a, b int) int { return cmp.Compare(src.Items[a].Members[0].Off, src.Items[b].Members[0].Off) })
+			f, _, err := files.open(gctx, p)
 			if err != nil {
 				return fmt.Errorf("read source shard %s: %w", p, err)
 			}
-			b := make([]byte, size)
-			if _, err := f.ReadAt(b, 0); err != nil && err != io.EOF {
-				return fmt.Errorf("read source shard %s: %w (did it change during ingest?)", p, err)
-			}
-			data[i] = b
-			return nil
+			got[k], err = readShardRecordsOf(src.Items, items, f)
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	mem := memFiles{}
-	for i, p := range paths {
-		mem[p] = data[i]
+	recs := windowRecords{}
+	for _, part := range got {
+		for key, b := range part {
+			recs[key] = b
+		}
 	}
-	return mem, nil
+	return recs, nil
 }
 
-// memFiles are source shards read whole into memory.
-type memFiles map[string][]byte
+// spanBufs are the buffers source shards are read into, a few MiB each.
+var spanBufs = sync.Pool{New: func() any { return new([]byte) }}
 
-func (f memFiles) open(_ context.Context, name string) (io.ReaderAt, int64, error) {
-	b, ok := f[name]
-	if !ok {
-		return nil, 0, fmt.Errorf("source shard %s is not in the window read", name)
+// readShardRecordsOf reads the given records of one source shard (items
+// sorted by offset) through f, in runs of consecutive records of about
+// readChunk bytes, into one buffer of their members' bytes.
+func readShardRecordsOf(all []Item, items []int, f io.ReaderAt) (windowRecords, error) {
+	var total int64
+	for _, i := range items {
+		total += all[i].Size
 	}
-	return bytes.NewReader(b), int64(len(b)), nil
+	arena := make([]byte, 0, total)
+	recs := make(windowRecords, len(items))
+	bp := spanBufs.Get().(*[]byte)
+	defer spanBufs.Put(bp)
+	buf := *bp
+	defer func() { *bp = buf }()
+	for lo := 0; lo < len(items); {
+		from := all[items[lo]].Members[0].Off
+		hi, to := lo, from
+		for hi < len(items) {
+			it := &all[items[hi]]
+			last := it.Members[len(it.Members)-1]
+			if hi > lo && last.Off+last.Size-from > readChunk {
+				break
+			}
+			to = max(to, last.Off+last.Size)
+			hi++
+		}
+		if int64(cap(buf)) < to-from {
+			buf = make([]byte, to-from)
+		}
+		span := buf[:to-from]
+		if _, err := f.ReadAt(span, from); err != nil && !(err == io.EOF && len(span) > 0) {
+			return nil, fmt.Errorf("read record %q at offset %d of %s: %w (did the shard change during ingest?)", all[items[lo]].Key, from, all[items[lo]].Path, err)
+		}
+		for _, i := range items[lo:hi] {
+			it := &all[i]
+			start := len(arena)
+			for _, mb := range it.Members {
+				if mb.Off < from || mb.Off+mb.Size > to {
+					return nil, fmt.Errorf("record %q: member %q of %s lies apart from its record: a WebDataset record's members are consecutive", it.Key, mb.Name, it.Path)
+				}
+				arena = append(arena, span[mb.Off-from:mb.Off-from+mb.Size]...)
+			}
+			recs[it.Key] = arena[start:len(arena):len(arena)]
+		}
+		lo = hi
+	}
+	return recs, nil
 }
 
-func (memFiles) close() {}
+// DryRun is what Run would write for a source, computed without touching
+// a store.
+type DryRun struct {
+	Samples     int
+	Bytes       int64 // sample bytes
+	StoredBytes int64 // fragment bytes, parity included
+	Strata      []manifest.Stratum
+	Shards      int
+	Windows     int // read windows (1: the source is read item by item)
+}
+
+// Plan places src as Run would with opts and says what it would write;
+// it writes nothing and reads no store.
+func Plan(src *Source, opts Options) (*DryRun, error) {
+	if opts.ShardSize <= 0 {
+		opts.ShardSize = DefaultShardSize
+	}
+	if opts.BlockSize == 0 {
+		opts.BlockSize = erasure.DefaultBlockSize
+	}
+	if err := (erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}).Validate(); err != nil {
+		return nil, err
+	}
+	m, windows, err := plan(src, opts, "dry-run")
+	if err != nil {
+		return nil, err
+	}
+	d := &DryRun{Samples: m.Samples.Len(), Bytes: m.TotalBytes(), Strata: m.Strata, Shards: len(m.Shards), Windows: max(1, len(windows))}
+	for si := range m.Shards {
+		d.StoredBytes += int64(opts.Data+opts.Parity) * m.FragSize(si)
+	}
+	return d, nil
+}

@@ -127,6 +127,20 @@ func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 	}
 	sameManifest(t, res.Manifest, ds.Manifest)
 	readsBack(t, dist.Stores, "dist", want)
+
+	// A source of one window is read so too (it was read record by record:
+	// 10,000 records from MinIO at 0.8 MB/s).
+	one := base
+	one.Name, one.Stores, one.ShardSize = "one", localStores(t, t.TempDir(), 3), 4<<20
+	if _, windows, err := plan(src, one, "x"); err != nil || len(windows) != 1 {
+		t.Fatalf("the plan has %d windows (%v), want 1", len(windows), err)
+	}
+	srcStore.reads = map[string]int{}
+	if _, err := Run(ctx, src, one); err != nil {
+		t.Fatal(err)
+	}
+	onceEach(t, "one window", srcStore.reads, 24)
+	readsBack(t, one.Stores, "one", want)
 }
 
 func onceEach(t *testing.T, what string, reads map[string]int, shards int) {

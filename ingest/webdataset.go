@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 
@@ -91,7 +92,48 @@ type wdsRecord struct {
 	lineLen int64  // the line's bytes (JSONL)
 	row     bool   // a Parquet row: off is its number
 	members []ItemMember
-	fields  map[string]any
+	fields  []fieldValue // sorted by name
+}
+
+// fieldValue is one of a record's fields as the manifest keeps it: a
+// string, number or boolean as its text, a list or an object as its JSON
+// text, null as "".
+type fieldValue struct{ name, value string }
+
+// compactFields keeps a record's decoded JSON object as its fields, sorted
+// by name, the names interned in names when it is given: a map of decoded
+// values per record was the largest part of a 100,000-record scan's
+// memory.
+func compactFields(obj map[string]any, names map[string]string) []fieldValue {
+	out := make([]fieldValue, 0, len(obj))
+	for k, x := range obj {
+		if names != nil {
+			if in, ok := names[k]; ok {
+				k = in
+			} else {
+				names[k] = k
+			}
+		}
+		v := ""
+		if x != nil {
+			var err error
+			if v, err = jsonLabel(x); err != nil {
+				b, _ := json.Marshal(x) // a list or an object is kept as its JSON text
+				v = string(b)
+			}
+		}
+		out = append(out, fieldValue{k, v})
+	}
+	slices.SortFunc(out, func(a, b fieldValue) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// field is the record's value of field name, "" when it has none.
+func (r *wdsRecord) field(name string) string {
+	if i, ok := slices.BinarySearchFunc(r.fields, name, func(f fieldValue, n string) int { return strings.Compare(f.name, n) }); ok {
+		return r.fields[i].value
+	}
+	return ""
 }
 
 // where names the record's place in the source for a message.
@@ -190,8 +232,8 @@ func recordSource(s *Source, o ScanOptions, records []wdsRecord) (*Source, error
 	// Fields: every record's JSON keys, named in sorted order.
 	names := map[string]bool{}
 	for _, r := range records {
-		for k := range r.fields {
-			names[k] = true
+		for _, f := range r.fields {
+			names[f.name] = true
 		}
 	}
 	for k := range names {
@@ -225,14 +267,7 @@ func recordSource(s *Source, o ScanOptions, records []wdsRecord) (*Source, error
 			it.Size += m.Size
 		}
 		for _, f := range s.Fields {
-			v := ""
-			if x, ok := r.fields[f]; ok && x != nil {
-				var err error
-				if v, err = jsonLabel(x); err != nil {
-					b, _ := json.Marshal(x) // a list or an object is kept as its JSON text
-					v = string(b)
-				}
-			}
+			v := r.field(f)
 			if strings.ContainsAny(v, "\x00"+manifest.FieldSep) {
 				return nil, fmt.Errorf("%s: record %q: field %q holds a NUL or unit-separator (0x1f) character", r.where(), r.key, f)
 			}
@@ -270,11 +305,20 @@ func duplicateKey(shard string, off int64, key, prev string) error {
 	return fmt.Errorf("shard %s at offset %d: key %q again, after the record at %s: two records with one key (a record split across two shards is read as two records, as WebDataset reads it): give every record its own key, with its members together in one shard", shard, off, key, prev)
 }
 
+// scanReaders are the scan's read buffers, one per shard being scanned: a
+// read fills one (a ranged GET of 4 MiB from a store), and a new one per
+// shard was most of what a 100,000-record scan allocated (800 MB).
+var scanReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<20) }}
+
 // readShardRecords reads one tar shard's records (size bytes, through f,
 // in one sequential pass) and hands each to add.
 func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add func(wdsRecord)) error {
-	seen := map[string]string{} // key -> "shard at offset", in this shard
-	in := &countingReader{r: bufio.NewReaderSize(io.NewSectionReader(f, 0, size), 4<<20)}
+	seen := map[string]int64{} // key -> its record's offset, in this shard
+	fieldNames, memberNames := map[string]string{}, map[string]string{}
+	br := scanReaders.Get().(*bufio.Reader)
+	defer scanReaders.Put(br)
+	br.Reset(io.NewSectionReader(f, 0, size))
+	in := &countingReader{r: br}
 	tr := tar.NewReader(in)
 	var cur *wdsRecord
 	var at int64 // where the next header starts
@@ -289,7 +333,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 		if size > limit {
 			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", shard, cur.off, cur.key, size, limit)
 		}
-		seen[cur.key] = fmt.Sprintf("%s at offset %d", shard, cur.off)
+		seen[cur.key] = cur.off
 		add(*cur)
 		cur = nil
 		return nil
@@ -321,7 +365,13 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 		if dot <= 0 || dot == len(base)-1 {
 			return fmt.Errorf("shard %s at offset %d: member %q has no key or no member name: WebDataset names a member <key>.<member> (for example 000123.jpg), cut at the first '.' of its base name", shard, hdrAt, h.Name)
 		}
-		key, member := dir+base[:dot], base[dot+1:]
+		key, member := strings.Clone(dir+base[:dot]), base[dot+1:]
+		if in, ok := memberNames[member]; ok {
+			member = in // the header's name is not kept alive by each member
+		} else {
+			member = strings.Clone(member)
+			memberNames[member] = member
+		}
 		if err := manifest.CheckKey(key); err != nil {
 			return fmt.Errorf("shard %s at offset %d: member %q: key %q: %v", shard, hdrAt, h.Name, key, err)
 		}
@@ -330,7 +380,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 				return err
 			}
 			if prev, dup := seen[key]; dup {
-				return duplicateKey(shard, hdrAt, key, prev)
+				return duplicateKey(shard, hdrAt, key, fmt.Sprintf("%s at offset %d", shard, prev))
 			}
 			cur = &wdsRecord{key: key, shard: shard, off: hdrAt}
 		}
@@ -351,9 +401,11 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 			}
 			dec := json.NewDecoder(bytes.NewReader(b))
 			dec.UseNumber()
-			if err := dec.Decode(&cur.fields); err != nil {
+			var obj map[string]any
+			if err := dec.Decode(&obj); err != nil {
 				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields", shard, hdrAt, h.Name, err)
 			}
+			cur.fields = compactFields(obj, fieldNames)
 		}
 	}
 	return flush()

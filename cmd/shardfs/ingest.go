@@ -26,6 +26,7 @@ type ingestFlags struct {
 	blockSize    string
 	seed         uint64
 	force        bool
+	dryRun       bool // read the source and print the plan only
 	// noCreateBuckets: a missing bucket is an error, not created.
 	noCreateBuckets bool
 	labelFields     []string
@@ -154,6 +155,12 @@ never writes over this one's fragments.`,
 			if err != nil {
 				return err
 			}
+			if f.dryRun {
+				if f.appendTo || cmd.Flags().Changed("part") {
+					return fmt.Errorf("--dry-run plans a whole ingest: leave out --append and --part")
+				}
+				return runDryRun(g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
+			}
 			if !f.noCreateBuckets {
 				if err := createBuckets(cmd.Context(), cmd.OutOrStdout(), stores); err != nil {
 					return err
@@ -182,6 +189,7 @@ never writes over this one's fragments.`,
 	fl.StringVar(&f.blockSize, "block-size", "64KiB", "checksum block size (at most 1MiB); smaller blocks read less beyond each sample")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the stratified placement into shards")
 	fl.BoolVar(&f.force, "force", false, "replace an existing dataset of the same name")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "read SRC and say what the ingest would write (samples, strata, shards, bytes), writing nothing to the stores")
 	fl.BoolVar(&f.noCreateBuckets, "no-create-buckets", false, "fail on an S3 store whose bucket does not exist, instead of creating it")
 	fl.StringSliceVar(&f.labelFields, "label-fields", nil, "listing fields that form the stratum, e.g. class,site (listings only; default: the field named label, or a CSV's only column besides path; other columns are ignored)")
 	fl.StringVar(&f.label, "label", "", "records (WebDataset shards): the field of each record's .json member the model learns; a batch's <key>.cls is its class (none: no .cls)")
@@ -316,6 +324,22 @@ func printPart(out io.Writer, name string, part ingest.Part, res *ingest.PartRes
 		part, name, res.Shards, res.AllShards, humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
 		float64(res.Bytes)/1e6/res.Elapsed.Seconds(), res.Elapsed.Round(1e6), res.IngestID)
 	fmt.Fprintf(out, "  when all %d parts are done: shardfs commit %s --stores ...\n", part.Count, name)
+}
+
+// runDryRun reads src and prints what its ingest would write.
+func runDryRun(log *slog.Logger, out io.Writer, stores []backend.Store, f *ingestFlags, src, name string) error {
+	source, opts, err := ingestOptions(f, src, name, stores, log)
+	if err != nil {
+		return err
+	}
+	d, err := ingest.Plan(source, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "dry run of %s: %d samples (%s) in %d strata would be %d shards (%d read windows), %s stored RS(%d,%d); nothing was written\n",
+		name, d.Samples, humanize.IBytes(uint64(d.Bytes)), len(d.Strata), d.Shards, d.Windows, humanize.IBytes(uint64(d.StoredBytes)), opts.Data, opts.Parity)
+	printStrata(out, d.Strata)
+	return nil
 }
 
 func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, f *ingestFlags, src, name string) (*ingest.Result, error) {
@@ -458,14 +482,7 @@ func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, 
 			humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
 			float64(res.StoredBytes)/float64(max(res.Bytes, 1)), res.Elapsed.Round(1e6))
 	}
-	var parts []string
-	for _, st := range m.Strata[:min(len(m.Strata), maxStrataShown)] {
-		parts = append(parts, fmt.Sprintf("%s=%d", st.Name, st.Count))
-	}
-	if more := len(m.Strata) - maxStrataShown; more > 0 {
-		parts = append(parts, fmt.Sprintf("(%d more: shardfs plan shows them by field)", more))
-	}
-	fmt.Fprintf(out, "  strata: %s\n", strings.Join(parts, " "))
+	printStrata(out, m.Strata)
 	if len(m.Members) > 0 {
 		label := "none (batches carry no .cls)"
 		if classes, _ := m.Classes(); m.Labelled() {
@@ -473,6 +490,18 @@ func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, 
 		}
 		fmt.Fprintf(out, "  records of the members %s; label: %s\n", strings.Join(m.Members, ", "), label)
 	}
+}
+
+// printStrata prints the first strata and their counts.
+func printStrata(out io.Writer, strata []manifest.Stratum) {
+	var parts []string
+	for _, st := range strata[:min(len(strata), maxStrataShown)] {
+		parts = append(parts, fmt.Sprintf("%s=%d", st.Name, st.Count))
+	}
+	if more := len(strata) - maxStrataShown; more > 0 {
+		parts = append(parts, fmt.Sprintf("(%d more: shardfs plan shows them by field)", more))
+	}
+	fmt.Fprintf(out, "  strata: %s\n", strings.Join(parts, " "))
 }
 
 // maxStrataShown bounds the strata an ingest prints.
