@@ -674,7 +674,6 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, r
 	}
 	var rows parquetRows
 	defer rows.close()
-	var scratch []byte // a record's span, for readRecord
 	for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -694,57 +693,13 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, r
 				return nil, err
 			}
 		} else if it.Members != nil {
-			if err := readRecord(&it, data[off:off+size], open, &scratch); err != nil {
-				return nil, err
-			}
+			return nil, fmt.Errorf("record %q of shard %d: a record from tar shards is read with its window", it.Key, si)
 		} else if err := readFile(it.Path, data[off:off+size]); err != nil {
 			return nil, err
 		}
 		m.Samples.Sum[j] = erasure.Checksum(data[off : off+size])
 	}
 	return data, nil
-}
-
-// readRecord reads a record's members back to back into p: with one read
-// of their span when they lie close together in one file, as a WebDataset
-// record's do (each member's header between them): a read per member was
-// a tenth of a 100,000-record ingest's CPU, in pread calls.
-func readRecord(it *Item, p []byte, open func(string) (io.ReaderAt, error), scratch *[]byte) error {
-	first, last := it.Members[0], it.Members[len(it.Members)-1]
-	span := last.Off + last.Size - first.Off
-	together := span >= it.Size && span <= 2*it.Size+64<<10
-	for k := 1; k < len(it.Members) && together; k++ {
-		prev, mb := it.Members[k-1], it.Members[k]
-		together = mb.Path == first.Path && mb.Off >= prev.Off+prev.Size
-	}
-	if together {
-		f, err := open(first.Path)
-		if err != nil {
-			return err
-		}
-		if int64(cap(*scratch)) < span {
-			*scratch = make([]byte, span)
-		}
-		buf := (*scratch)[:span]
-		if _, err := f.ReadAt(buf, first.Off); err != nil {
-			return fmt.Errorf("read record %q at offset %d of %s: %w (did the shard change during ingest?)", it.Key, first.Off, first.Path, err)
-		}
-		for _, mb := range it.Members {
-			p = p[copy(p, buf[mb.Off-first.Off:mb.Off-first.Off+mb.Size]):]
-		}
-		return nil
-	}
-	for _, mb := range it.Members {
-		f, err := open(mb.Path)
-		if err != nil {
-			return err
-		}
-		if _, err := f.ReadAt(p[:mb.Size], mb.Off); err != nil {
-			return fmt.Errorf("read record %q: member %q at offset %d of %s: %w (did the shard change during ingest?)", it.Key, mb.Name, mb.Off, mb.Path, err)
-		}
-		p = p[mb.Size:]
-	}
-	return nil
 }
 
 func readFile(name string, p []byte) error {

@@ -138,7 +138,7 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 		r := wdsRecord{key: key, shard: name, off: at, line: lineNo, lineLen: int64(len(b)), fields: compactFields(fields, nil)}
 		var size int64
 		for k, body := range bodies {
-			r.members = append(r.members, ItemMember{Name: names[k], Path: name, Size: int64(len(body))})
+			r.members = append(r.members, ItemMember{Name: names[k], Size: int64(len(body))})
 			size += int64(len(body))
 		}
 		if size > limit {

@@ -193,7 +193,7 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 			rec := wdsRecord{key: key, shard: name, off: rowNo, row: true, fields: compactFields(fields, nil)}
 			var size int64
 			for k, body := range bodies {
-				rec.members = append(rec.members, ItemMember{Name: names[k], Path: name, Size: int64(len(body))})
+				rec.members = append(rec.members, ItemMember{Name: names[k], Size: int64(len(body))})
 				size += int64(len(body))
 			}
 			if size > limit {

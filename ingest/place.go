@@ -129,7 +129,7 @@ type windowRecords map[string][]byte
 // readChunk bounds one read of a source shard: consecutive records are
 // read together up to this span (one ranged GET from a store), and a
 // record larger than it in one read of its own.
-const readChunk = 4 << 20
+const readChunk = 1 << 20
 
 // readWindowRecords reads the records of the given shards of m from their
 // source shards: each source shard front to back, once, in reads of about

@@ -42,11 +42,10 @@ import (
 // an object.
 
 // ItemMember is one member of a record item: its name and where its bytes
-// lie in the source.
+// lie in the source file its record is in (Item.Path).
 type ItemMember struct {
 	Name string
-	Path string // the source shard it is in
-	Off  int64  // where its bytes start in that file
+	Off  int64 // where its bytes start in that file
 	Size int64
 }
 
@@ -321,6 +320,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 	in := &countingReader{r: br}
 	tr := tar.NewReader(in)
 	var cur *wdsRecord
+	width := 1   // members of the last record
 	var at int64 // where the next header starts
 	flush := func() error {
 		if cur == nil {
@@ -334,6 +334,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", shard, cur.off, cur.key, size, limit)
 		}
 		seen[cur.key] = cur.off
+		width = len(cur.members) // the next record most likely has as many
 		add(*cur)
 		cur = nil
 		return nil
@@ -382,7 +383,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 			if prev, dup := seen[key]; dup {
 				return duplicateKey(shard, hdrAt, key, fmt.Sprintf("%s at offset %d", shard, prev))
 			}
-			cur = &wdsRecord{key: key, shard: shard, off: hdrAt}
+			cur = &wdsRecord{key: key, shard: shard, off: hdrAt, members: make([]ItemMember, 0, width)}
 		}
 		if slices.ContainsFunc(cur.members, func(m ItemMember) bool { return m.Name == member }) {
 			return fmt.Errorf("shard %s at offset %d: record %q has two members named %q", shard, hdrAt, key, member)
@@ -390,7 +391,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 		if len(cur.members) == manifest.MaxRecordMembers {
 			return fmt.Errorf("shard %s at offset %d: record %q has more than %d members", shard, hdrAt, key, manifest.MaxRecordMembers)
 		}
-		cur.members = append(cur.members, ItemMember{Name: member, Path: shard, Off: dataAt, Size: h.Size})
+		cur.members = append(cur.members, ItemMember{Name: member, Off: dataAt, Size: h.Size})
 		if member == FieldsMember {
 			if h.Size > maxFieldsMember {
 				return fmt.Errorf("shard %s at offset %d: record %q's .json member is %d bytes, more than the %d read for fields", shard, hdrAt, key, h.Size, maxFieldsMember)
