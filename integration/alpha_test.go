@@ -19,13 +19,8 @@ import (
 // within one of M·B·π_c with π_c ∝ n_c^α, and index.csv and info.json show
 // each epoch's α.
 func TestAlphaSchedule(t *testing.T) {
-	_, urls := localStores(t, 3)
-	stores := "--stores=" + strings.Join(urls, ",")
 	counts := []int{300, 120, 50, 20, 10}
-	src := writeSource(t, synth.Spec{Counts: counts, MinSize: 200, MaxSize: 2000, Seed: 61})
-	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
-		t.Fatalf("ingest: %v", r)
-	}
+	stores := ingestLongTailed(t, counts, 61)
 	mnt := mountShardfs(t, stores, "--batch-size=10", "--epochs=5", "--alpha-schedule=0:0,4:1", "ds")
 	var info struct {
 		Order struct {
@@ -70,4 +65,59 @@ func TestAlphaSchedule(t *testing.T) {
 	if r := run(t, time.Minute, nil, "plan", stores, "--batch-size=10", "--alpha=0.5", "--alpha-schedule=0:0,4:1", "ds"); r.code == 0 || !strings.Contains(r.stderr, "both given") {
 		t.Fatalf("--alpha with --alpha-schedule must be refused: %v", r)
 	}
+}
+
+// TestRepeatsThroughTheLoader: at α = 0 the small classes are drawn more
+// than once an epoch. With order version 4 no batch holds a sample twice
+// (every class here has at least the batch's quota of it); the loader
+// hands back plain keys, each with its repeat count, which counts the
+// key's earlier appearances in the rank-epoch (the mount names a repeat
+// <key>~N).
+func TestRepeatsThroughTheLoader(t *testing.T) {
+	requireTorch(t)
+	stores := ingestLongTailed(t, []int{300, 120, 50, 20, 10}, 62)
+	// B = 40 at α = 0: 8 a class, and the smallest class holds 10.
+	mnt := mountShardfs(t, stores, "--batch-size=40", "--epochs=1", "--alpha=0", "ds")
+	lines := runPython(t, "testdata/repeats.py", mnt)
+	seen := map[string]int{}
+	inBatch := map[string]map[string]bool{}
+	repeats := 0
+	for _, l := range lines {
+		batch, key, repeat := l[0], l[1], l[2]
+		if strings.Contains(key, "~") {
+			t.Fatalf("batch %s: the loader handed back %q, not the plain key", batch, key)
+		}
+		if inBatch[batch] == nil {
+			inBatch[batch] = map[string]bool{}
+		}
+		if inBatch[batch][key] {
+			t.Fatalf("batch %s holds %s twice, though every class has at least the batch's 8 of it", batch, key)
+		}
+		inBatch[batch][key] = true
+		if want := strconv.Itoa(seen[key]); repeat != want {
+			t.Fatalf("batch %s: %s has repeat %s, but it came %s times before in the rank-epoch", batch, key, repeat, want)
+		}
+		if seen[key] > 0 {
+			repeats++
+		}
+		seen[key]++
+	}
+	// 500 samples at α = 0: 12 batches of 40, 96 of each class; the class
+	// of 10 is drawn almost 10 times over.
+	if len(lines) != 12*40 || len(inBatch) != 12 || repeats < 96-10 {
+		t.Fatalf("read %d samples in %d batches with %d repeats; want 480 in 12, with at least 86 repeats", len(lines), len(inBatch), repeats)
+	}
+}
+
+// ingestLongTailed ingests classes of the given counts as dataset ds into
+// 3 local stores, and returns the --stores flag.
+func ingestLongTailed(t *testing.T, counts []int, seed uint64) string {
+	t.Helper()
+	_, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	src := writeSource(t, synth.Spec{Counts: counts, MinSize: 200, MaxSize: 2000, Seed: seed})
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	return stores
 }

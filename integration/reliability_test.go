@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/layout"
 )
 
 // localStores makes n file:// store directories and returns their URLs.
@@ -454,8 +455,8 @@ func TestReplacedDatasetNamed(t *testing.T) {
 			Version int `json:"version"`
 		} `json:"order"`
 	}
-	if err := json.Unmarshal(mustRead(t, filepath.Join(mp.dir, ".shardfs", "info.json")), &info); err != nil || info.Order.Version != 3 {
-		t.Errorf("info.json must record the default order version, 3: %+v, %v", info, err)
+	if err := json.Unmarshal(mustRead(t, filepath.Join(mp.dir, ".shardfs", "info.json")), &info); err != nil || info.Order.Version != layout.OrderVersion {
+		t.Errorf("info.json must record the default order version, %d: %+v, %v", layout.OrderVersion, info, err)
 	}
 	// A job that started on order version 1 pins it and gets that order.
 	v1 := mountShardfsEnv(t, nil, stores, "--batch-size=4", "--no-prefetch", "--order-version=1", "ds")

@@ -16,6 +16,7 @@ var goldenMix = map[int]string{
 	1: "7073de662317bfb7446f42c4d4e9567ce9b20043123c71aa1a81bf5097ad331f",
 	2: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71",
 	3: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71", // version 3 changed rank affinity only
+	4: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71", // no seam of these mixes held a repeat
 }
 
 func TestGoldenMixOrder(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // 0 selects (see the package documentation). Bump it with every change to
 // the order, and keep computing the old versions: a running job pins its
 // version so that an upgrade never changes its order.
-const OrderVersion = 3
+const OrderVersion = 4
 
 // MinOrderVersion is the oldest order version this build computes.
 const MinOrderVersion = 1
@@ -483,15 +483,22 @@ func (a *arrangement) extrasBefore(b, c int) int {
 // overlap is the size of [lo,hi) ∩ [0,b).
 func overlap(lo, hi, b int) int { return max(0, min(hi, b)-lo) }
 
+// firstDraw is the first of stratum c's draws that arranged batch b takes.
+func (a *arrangement) firstDraw(b, c int) int { return b*a.q[c] + a.extrasBefore(b, c) }
+
+// quota is how many draws of stratum c arranged batch b takes.
+func (a *arrangement) quota(b, c int) int {
+	if a.hasExtra(b, c) {
+		return a.q[c] + 1
+	}
+	return a.q[c]
+}
+
 func (a *arrangement) batch(j int, dst []int64) []int64 {
 	b := a.arranged(j)
 	start := len(dst)
 	for _, c := range a.active {
-		x := a.q[c]
-		if a.hasExtra(b, c) {
-			x++
-		}
-		k0 := b*a.q[c] + a.extrasBefore(b, c)
+		k0, x := a.firstDraw(b, c), a.quota(b, c)
 		for k := k0; k < k0+x; k++ {
 			dst = append(dst, a.draw(c, k))
 		}
@@ -510,13 +517,14 @@ type globalCycle struct {
 	in      *Input
 	seed    uint64
 	version int
-	perms   [][][]int32  // version 1: [stratum][draw cycle] permutation, built on demand
-	keyed   [][]*feistel // version 2: the same, as permutations of member positions
+	perms   [][][]int32     // version 1: [stratum][draw cycle] permutation, built on demand
+	keyed   [][]*feistel    // version 2: the same, as permutations of member positions
+	seams   [][]map[int]int // version 4: [stratum][draw cycle] position swaps at the cycle's start (seam)
 }
 
 func newGlobalCycle(in *Input, p Params, cyc, m int) *globalCycle {
 	seed := seedOf(p.Seed, uint64(p.Epoch), uint64(cyc))
-	g := &globalCycle{in: in, seed: seed, version: p.OrderVersion(), perms: make([][][]int32, in.NumStrata), keyed: make([][]*feistel, in.NumStrata)}
+	g := &globalCycle{in: in, seed: seed, version: p.OrderVersion(), perms: make([][][]int32, in.NumStrata), keyed: make([][]*feistel, in.NumStrata), seams: make([][]map[int]int, in.NumStrata)}
 	if p.Mix != nil {
 		counts := apportionMix(in, p.Mix, p.Alpha, m*p.Batch)
 		g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.version, g.draw,
@@ -543,12 +551,13 @@ func shuffledChain(active []int, rng *rand.Rand) []int {
 func (g *globalCycle) draw(c, k int) int64 {
 	n := g.in.Count(c)
 	dc, pos := k/n, k%n
-	if g.version >= 2 {
-		for len(g.keyed[c]) <= dc {
-			f := newFeistel(uint64(n), seedOf(g.seed, tagDraws, uint64(c), uint64(len(g.keyed[c]))))
-			g.keyed[c] = append(g.keyed[c], &f)
+	if g.version >= 4 && dc > 0 {
+		if to, ok := g.seam(c, dc)[pos]; ok {
+			pos = to
 		}
-		return g.in.member(c, int(g.keyed[c][dc].at(uint64(pos))))
+	}
+	if g.version >= 2 {
+		return g.keyedDraw(c, dc, pos)
 	}
 	mem := g.in.members[c]
 	for len(g.perms[c]) <= dc {
@@ -558,6 +567,89 @@ func (g *globalCycle) draw(c, k int) int64 {
 		g.perms[c] = append(g.perms[c], perm)
 	}
 	return int64(g.perms[c][dc][pos])
+}
+
+// keyedDraw is position pos of stratum c's draw cycle dc, as versions 2
+// and 3 draw it.
+func (g *globalCycle) keyedDraw(c, dc, pos int) int64 {
+	n := g.in.Count(c)
+	for len(g.keyed[c]) <= dc {
+		f := newFeistel(uint64(n), seedOf(g.seed, tagDraws, uint64(c), uint64(len(g.keyed[c]))))
+		g.keyed[c] = append(g.keyed[c], &f)
+	}
+	return g.in.member(c, int(g.keyed[c][dc].at(uint64(pos))))
+}
+
+// seam is order version 4's mend of the seam between stratum c's draw
+// cycles dc-1 and dc (dc ≥ 1). Each cycle is a permutation of the
+// stratum's members, and a batch takes consecutive draws; so the only
+// batch that can hold a member twice is the one whose draws straddle the
+// seam: t draws from the end of cycle dc-1 and h from the start of cycle
+// dc. When that batch's quota t+h is at most the stratum's n members, the
+// head's positions whose member is in the tail are swapped with the first
+// later positions of cycle dc whose member is not. There are enough such
+// positions: of the n-h positions from h on, at most t-(conflicts) hold
+// tail members, and n-h-t ≥ 0. A swap keeps cycle dc a permutation (every
+// member once per cycle), changes no other batch's stratum counts, and
+// moves members only within cycle dc, past the straddling batch; so the
+// straddling batch holds h+t distinct members, and no other batch takes
+// draws from two cycles. A quota larger than n must repeat members, and
+// gets no swaps. Versions 1-3 draw without the mend: at α = 0 a study
+// found 15% of batches holding a member twice. The result is cached per
+// cycle; it needs cycle dc-1's seam, for the tail's members.
+func (g *globalCycle) seam(c, dc int) map[int]int {
+	for len(g.seams[c]) <= dc {
+		g.seams[c] = append(g.seams[c], nil)
+	}
+	if g.seams[c][dc] != nil {
+		return g.seams[c][dc]
+	}
+	swaps := map[int]int{}
+	defer func() { g.seams[c][dc] = swaps }()
+	n := g.in.Count(c)
+	first := dc * n // cycle dc's first draw
+	// The arranged batch holding draw first-1: the last one whose first
+	// draw is at most first-1 (a batch's first draw grows with b).
+	a := g.arrangement
+	b := sortSearch(a.m, func(b int) bool { return a.firstDraw(b, c) > first-1 }) - 1
+	if b < 0 {
+		return swaps
+	}
+	k0, x := a.firstDraw(b, c), a.quota(b, c)
+	t, h := first-k0, k0+x-first
+	if h <= 0 || x > n {
+		return swaps
+	}
+	tail := make(map[int64]bool, t)
+	for k := first - t; k < first; k++ {
+		tail[g.draw(c, k)] = true
+	}
+	next := h // the next later position to try
+	for pos := 0; pos < h; pos++ {
+		if !tail[g.keyedDraw(c, dc, pos)] {
+			continue
+		}
+		for tail[g.keyedDraw(c, dc, next)] {
+			next++
+		}
+		swaps[pos], swaps[next] = next, pos
+		next++
+	}
+	return swaps
+}
+
+// sortSearch is sort.Search: the smallest i in [0, n) with f(i), else n.
+func sortSearch(n int, f func(int) bool) int {
+	lo, hi := 0, n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if !f(mid) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // ApportionShares splits total into integer parts proportional to pi by

@@ -16,6 +16,7 @@ for batch in loader:
         assert isinstance(r["txt"], str) and r["txt"].startswith("caption "), r["__key__"]
         assert isinstance(r["json"], dict) and r["json"]["source"] in ("web", "books", "news", "code", "forum"), r["__key__"]
         assert isinstance(r["json"]["aesthetic"], float), r["__key__"]
-        names |= set(k for k in r if k != "__key__")
+        assert r["__repeat__"] == 0, r["__key__"]  # alpha 1: no sample is drawn twice
+        names |= set(k for k in r if not k.startswith("__"))
         n += 1
 print("records", n, ",".join(sorted(names)))

@@ -136,6 +136,28 @@ def _split_member(name):
     return os.path.join(d, b[:i]) if d else b[:i], b[i + 1:]
 
 
+class Key(str):
+    """A sample's key as ingest stored it, with repeat: 0 for the first time
+    the rank-epoch serves the sample, N for its N-th repeat. A mount names
+    a repeat's members <key>~N (a key never holds '~' in a member name:
+    the mount writes any other byte outside [A-Za-z0-9_/-] as '_'), and
+    the loader hands back the plain key with its repeat count. Repeats come
+    from recycling: alpha < 1, stratum weights or an epoch longer than the
+    data draw a small stratum's samples more than once an epoch; order
+    version 4 puts no sample twice in one batch unless its stratum has
+    fewer samples than the batch's quota of it."""
+
+    def __new__(cls, stem):
+        key, sep, n = stem.rpartition("~")
+        if sep and n.isdigit():
+            k = super().__new__(cls, key)
+            k.repeat = int(n)
+        else:
+            k = super().__new__(cls, stem)
+            k.repeat = 0
+        return k
+
+
 def _stack(values):
     if values and all(isinstance(v, torch.Tensor) and v.shape == values[0].shape for v in values):
         return torch.stack(values)
@@ -207,16 +229,20 @@ class BatchDataset(IterableDataset):
 
     def read_records(self, path):
         """A batch of records: a list of dicts of member name to decoded
-        member (self.decode(body, name)), each with "__key__", in order; or
+        member (self.decode(body, name)), each with "__key__" (the plain
+        key) and "__repeat__" (0, or N for the record's N-th repeat in this
+        rank-epoch; see Key), in order; or
         with to_tuple, a tuple with one entry per name asked, each the
         batch's values (stacked into a tensor when they are tensors of one
         shape, or ints such as .cls)."""
-        out = []
+        out, stems = [], []
         with tarfile.open(path) as tf:
             for m in tf.getmembers():
-                key, name = _split_member(m.name)
-                if not out or out[-1]["__key__"] != key:
-                    out.append({"__key__": key})
+                stem, name = _split_member(m.name)
+                if not stems or stems[-1] != stem:
+                    key = Key(stem)
+                    stems.append(stem)
+                    out.append({"__key__": str(key), "__repeat__": key.repeat})
                 out[-1][name] = self.decode(tf.extractfile(m).read(), m.name)
         if self.transform is not None:
             out = [self.transform(r) for r in out]
@@ -225,7 +251,7 @@ class BatchDataset(IterableDataset):
         for r in out:
             missing = [n for n in self.to_tuple if n not in r]
             if missing:
-                raise KeyError("%s: record %s has no member %s (it has %s)" % (path, r["__key__"], ", ".join(missing), ", ".join(sorted(k for k in r if k != "__key__"))))
+                raise KeyError("%s: record %s has no member %s (it has %s)" % (path, r["__key__"], ", ".join(missing), ", ".join(sorted(k for k in r if not k.startswith("__")))))
         return tuple(_stack([r[n] for r in out]) for n in self.to_tuple)
 
     def read_batch(self, path):
@@ -242,7 +268,7 @@ class BatchDataset(IterableDataset):
                     sample = self.transform(sample)
                 samples.append(sample)
                 classes.append(int(tf.extractfile(cls).read()))
-                keys.append(os.path.splitext(data.name)[0])
+                keys.append(Key(os.path.splitext(data.name)[0]))
         if samples and all(isinstance(s, torch.Tensor) and s.shape == samples[0].shape for s in samples):
             samples = torch.stack(samples)
         out = (samples, torch.tensor(classes, dtype=torch.long))
