@@ -71,6 +71,11 @@ type Params struct {
 	// (recency.go). A stratum of weight 0 is left out of the epoch, and the
 	// epoch size defaults to the samples of the others. nil: every weight 1.
 	Weights []float64
+	// MinShare, when above 0, is the least share of every epoch's samples
+	// each stratum with samples gets: the targets below it are raised to
+	// it and the others scaled down in proportion (WithMinShare). At most
+	// 1/(strata with samples); the global order only.
+	MinShare float64
 	// Version is the order construction; 0 means OrderVersion.
 	Version int
 }
@@ -100,6 +105,10 @@ func (p Params) Validate() error {
 		return specErr(OptEpochSize, "epoch size %d: must be in 0..%d", p.EpochSize, int64(maxSamples))
 	case p.Window < 0:
 		return specErr(OptWindow, "{%s} %d: must be >= 0 (0 = global shuffle)", OptWindow, p.Window)
+	case p.MinShare < 0 || p.MinShare >= 1 || math.IsNaN(p.MinShare):
+		return specErr(OptMinShare, "{%s} %v: must be in [0, 1): the least share of an epoch every stratum gets", OptMinShare, p.MinShare)
+	case p.MinShare > 0 && (p.Window > 0 || p.Affinity || p.Mix != nil):
+		return specErr(OptMinShare, "{%s} re-weights the global order of one dataset: leave out {%s}, {%s} and {%s}", OptMinShare, OptWindow, OptAffinity, OptMix)
 	case p.Window > 0 && p.Alpha != 1:
 		return errors.New("window mode keeps each window's own class mix: use alpha 1 with a window")
 	case p.Window > 0 && p.EpochSize != 0:
@@ -532,6 +541,9 @@ func newGlobalCycle(in *Input, p Params, cyc, m int) *globalCycle {
 		return g
 	}
 	counts := apportionTargets(in, p.Alpha, p.Weights, m*p.Batch)
+	if p.MinShare > 0 {
+		counts = apportionFloat(m*p.Batch, TargetsOf(in, p))
+	}
 	chain := shuffledChain
 	if in.Group != nil {
 		// Time groups: each group's extras dealt together (see mix.go).
@@ -672,21 +684,70 @@ func Targets(in *Input, alpha float64) []float64 {
 	return w
 }
 
-// TargetsOf returns the π an order with p aims at: π_c ∝ n_c^α·w_c.
+// TargetsOf returns the π an order with p aims at: π_c ∝ n_c^α·w_c, each
+// then at least p.MinShare (WithMinShare).
 func TargetsOf(in *Input, p Params) []float64 {
 	pi := Targets(in, p.Alpha)
-	if p.Weights == nil {
-		return pi
+	if p.Weights != nil {
+		sum := 0.0
+		for c := range pi {
+			pi[c] *= p.Weights[c]
+			sum += pi[c]
+		}
+		for c := range pi {
+			pi[c] /= sum
+		}
 	}
-	sum := 0.0
-	for c := range pi {
-		pi[c] *= p.Weights[c]
-		sum += pi[c]
-	}
-	for c := range pi {
-		pi[c] /= sum
+	if p.MinShare > 0 {
+		pi = WithMinShare(pi, p.MinShare)
 	}
 	return pi
+}
+
+// WithMinShare raises every positive share of pi (summing to 1) below q to
+// q, and scales the others down in proportion so that the shares still sum
+// to 1. The strata raised are found smallest first: a stratum is raised
+// when its scaled share would fall below q, which scaling the rest down
+// further can only make truer, so one pass in ascending order finds them
+// all. Zero shares stay 0. It needs q·(positive shares) ≤ 1 (else every
+// positive share is 1/k).
+func WithMinShare(pi []float64, q float64) []float64 {
+	var pos []int
+	for c, x := range pi {
+		if x > 0 {
+			pos = append(pos, c)
+		}
+	}
+	out := make([]float64, len(pi))
+	if len(pos) == 0 {
+		return out
+	}
+	if q*float64(len(pos)) >= 1 {
+		for _, c := range pos {
+			out[c] = 1 / float64(len(pos))
+		}
+		return out
+	}
+	slices.SortStableFunc(pos, func(a, b int) int { return cmp.Compare(pi[a], pi[b]) })
+	free := 0.0 // the sum of the shares not raised
+	for _, c := range pos {
+		free += pi[c]
+	}
+	raised := 0
+	for _, c := range pos {
+		rest := 1 - q*float64(raised)
+		if pi[c]*rest/free >= q {
+			break
+		}
+		out[c] = q
+		free -= pi[c]
+		raised++
+	}
+	rest := 1 - q*float64(raised)
+	for _, c := range pos[raised:] {
+		out[c] = pi[c] * rest / free
+	}
+	return out
 }
 
 // weightedSamples counts the samples of strata of weight > 0.

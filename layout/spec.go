@@ -22,8 +22,10 @@ import (
 type Spec struct {
 	Base Params // Epoch and Rank are set by Params; Alpha when AlphaPoints is empty
 	// AlphaPoints, ascending by epoch, make alpha linear between them and
-	// constant before the first and after the last.
+	// constant before the first and after the last. Preset names the
+	// preset they come from, if any (PresetSchedule), for messages.
 	AlphaPoints []AlphaPoint
+	Preset      string
 	// ResumeEpoch is the epoch a resumed job starts in (-1: none), of which
 	// ResumeSkip global batches were consumed.
 	ResumeEpoch, ResumeSkip int
@@ -74,6 +76,8 @@ const (
 	OptTimeWindow    Option = "time window"
 	OptTimeStep      Option = "time window step"
 	OptAsOf          Option = "as-of time"
+	OptMinShare      Option = "minimum share"
+	OptPreset        Option = "preset"
 )
 
 // SpecError is an order that cannot be served, and why. Option is the one
@@ -138,7 +142,11 @@ func (s *Spec) Validate() error {
 	case s.Epochs < 0:
 		return specErr(OptEpochs, "{%s} %d: must be at least 1, or 0 for open-ended epochs (mount only)", OptEpochs, s.Epochs)
 	case len(s.AlphaPoints) > 0 && (p.Window > 0 || p.Affinity):
-		return specErr(OptAlphaSchedule, "{%s}: window and affinity keep each pool's own class mix (alpha 1)", OptAlphaSchedule)
+		opt := OptAlphaSchedule
+		if s.Preset != "" {
+			opt = OptPreset
+		}
+		return specErr(opt, "{%s}: window and affinity keep each pool's own class mix (alpha 1)", opt)
 	case s.Recency != nil && (p.Window > 0 || p.Affinity || p.Mix != nil):
 		return specErr(OptHalfLife, "{%s}, {%s} and {%s} re-weight the global order: leave out {%s}, {%s} and {%s}", OptHalfLife, OptTimeWindow, OptAsOf, OptWindow, OptAffinity, OptMix)
 	case s.FirstEpoch < 0:
@@ -229,6 +237,17 @@ func (s *Spec) Bind(in *Input) (steps int, err error) {
 		if sh*float64(n) < 1 {
 			return 0, specErr(OptMix, "{%s} %q: %s's weight is %.3g of the total, %.3g of an epoch's %d samples: it would never be served; raise its weight or leave it out (the mix as given: %s)",
 				OptMix, s.mixText(), s.mixName(i), sh, sh*float64(n), n, s.DescribeMix())
+		}
+	}
+	if q := s.Base.MinShare; q > 0 {
+		k := 0
+		for c := range in.NumStrata {
+			if in.Count(c) > 0 {
+				k++
+			}
+		}
+		if q*float64(k) > 1 {
+			return 0, specErr(OptMinShare, "{%s} %v for each of %d strata is more than a whole epoch: at most %.4g (1/%d), which balances them", OptMinShare, q, k, 1/float64(k), k)
 		}
 	}
 	if s.Base.Batch > n {

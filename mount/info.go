@@ -35,7 +35,7 @@ func (mt *Mount) infoJSON(cfg Config) ([]byte, error) {
 	p := spec.Base
 	order := map[string]any{"version": p.OrderVersion(), "seed": p.Seed, "world_size": p.World, "ranks": spec.Ranks, "batch_size": p.Batch,
 		"epochs": spec.Epochs, "alpha": p.Alpha, "window": p.Window, "affinity": p.Affinity, "tail": p.Tail.String(), "epoch_size": p.EpochSize,
-		"alpha_by_epoch": alphaByEpoch(spec), "alpha_by_epoch_note": "epochs 0, 1, ...; the last value holds for every later epoch",
+		"min_share": p.MinShare, "alpha_by_epoch": alphaByEpoch(spec), "alpha_by_epoch_note": "epochs 0, 1, ...; the last value holds for every later epoch",
 		"batches_per_rank": steps}
 	for k, v := range cfg.Info.Order {
 		order[k] = v

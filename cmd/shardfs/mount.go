@@ -187,7 +187,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Profiles: f.pprof, Logger: log,
 		// info.json shows these options as they were given.
 		Info: mount.Info{
-			Order: map[string]any{"resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "recency_half_life": f.order.halfLife,
+			Order: map[string]any{"resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "preset": f.order.preset, "recency_half_life": f.order.halfLife,
 				"time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf},
 			Mount: map[string]any{"cache_dir_size": f.cacheDirSize},
 		},

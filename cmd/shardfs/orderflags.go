@@ -30,6 +30,8 @@ type orderFlags struct {
 	affinity                                bool
 	resumeAt                                string // "E:N", see resume
 	alphaSchedule                           string // "E:A,E:A,...", see alphaPoints
+	preset                                  string // a named alpha schedule, layout.PresetSchedule
+	minShare                                float64
 	mix                                     string // "NAME:W,NAME:W,...", see mixParts
 	version                                 int    // order version; see layout.OrderVersion
 	halfLife, timeWindow, windowStep, asOf  string // time weights; see recency
@@ -54,6 +56,8 @@ type orderDefaults struct {
 func (f *orderFlags) register(fs *pflag.FlagSet, d orderDefaults) {
 	f.flags = fs
 	fs.StringVar(&f.alphaSchedule, "alpha-schedule", "", "alpha per epoch, linear between points E:A, e.g. 0:0.3,30:1.0 (temperature annealing); before the first and after the last point it holds")
+	fs.StringVar(&f.preset, "preset", "", "a named alpha schedule: decoupled:N reads the natural mix (alpha 1) for the first 80% of a run of N epochs and balances the strata (alpha 0) for the rest, as Kang et al. (ICLR 2020) found best; decoupled:N:F balances the last fraction F")
+	fs.Float64Var(&f.minShare, "min-share", 0, "every stratum gets at least this share of each epoch's samples (e.g. 0.02), the others scaled down in proportion; at most 1/(strata)")
 	fs.StringVar(&f.rank, "rank", d.rank, d.rankHelp+": one (3), a range (8-15), a list (0,2,5), or all (also -1)")
 	fs.IntVar(&f.world, "world-size", 1, "number of ranks W; every rank gets the same number of batches")
 	fs.IntVar(&f.batch, "batch-size", 256, "samples per batch B")
@@ -98,7 +102,7 @@ var orderFlagNames = map[layout.Option]string{
 	layout.OptEpochSize: "--epoch-size", layout.OptAlpha: "--alpha", layout.OptAlphaSchedule: "--alpha-schedule", layout.OptWindow: "--window",
 	layout.OptAffinity: "--affinity", layout.OptTail: "--tail", layout.OptResume: "--resume-at", layout.OptMix: "--mix",
 	layout.OptOrderVersion: "--order-version", layout.OptHalfLife: "--recency-half-life", layout.OptTimeWindow: "--time-window",
-	layout.OptTimeStep: "--time-window-step", layout.OptAsOf: "--as-of",
+	layout.OptTimeStep: "--time-window-step", layout.OptAsOf: "--as-of", layout.OptMinShare: "--min-share", layout.OptPreset: "--preset",
 }
 
 // flagWorded is err with any layout.SpecError in it worded with the flags'
@@ -135,7 +139,7 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 		return nil, err
 	}
 	s := &layout.Spec{Base: layout.Params{Seed: f.seed, World: f.world, Batch: f.batch,
-		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity, Version: f.version},
+		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity, Version: f.version, MinShare: f.minShare},
 		ResumeEpoch: -1, FirstEpoch: f.firstEpoch, Epochs: f.epochs}
 	if f.world >= 1 {
 		if s.Ranks, err = parseRanks(f.rank, f.world); err != nil {
@@ -149,6 +153,18 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 		if s.AlphaPoints, err = f.alphaPoints(); err != nil {
 			return nil, err
 		}
+	}
+	if f.preset != "" {
+		switch {
+		case f.alphaSchedule != "":
+			return nil, fmt.Errorf("--preset and --alpha-schedule both given: a preset is an alpha schedule; use one")
+		case f.flags != nil && f.flags.Changed("alpha"):
+			return nil, fmt.Errorf("--preset and --alpha both given: a preset sets alpha by epoch; use one")
+		}
+		if s.AlphaPoints, err = layout.PresetSchedule(f.preset); err != nil {
+			return nil, err
+		}
+		s.Preset = f.preset
 	}
 	if f.mix != "" {
 		if s.MixNames, s.Base.Mix, err = f.mixParts(); err != nil {

@@ -168,6 +168,8 @@ type planReport struct {
 	Seed          uint64         `json:"seed"`
 	Alpha         float64        `json:"alpha"`
 	AlphaSchedule string         `json:"alpha_schedule"`
+	Preset        string         `json:"preset,omitempty"`
+	MinShare      float64        `json:"min_share,omitempty"`
 	Tail          string         `json:"tail"`
 	Window        int            `json:"window"`
 	Affinity      bool           `json:"affinity"`
@@ -215,7 +217,7 @@ func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *order
 	in, p0 := plan.Input, plan.First
 	cat := dataset.ManifestCatalog{M: m}
 	rep := planReport{Dataset: m.Name, Samples: m.Samples.Len(), Strata: len(m.Strata), Shards: len(m.Shards), Data: m.Data, Parity: m.Parity,
-		OrderVersion: of.orderVersion(), World: of.world, Batch: of.batch, Seed: of.seed, Alpha: of.alpha, AlphaSchedule: of.alphaSchedule,
+		OrderVersion: of.orderVersion(), World: of.world, Batch: of.batch, Seed: of.seed, Alpha: of.alpha, AlphaSchedule: of.alphaSchedule, Preset: of.preset, MinShare: of.minShare,
 		Tail: of.tail, Window: of.window, Affinity: of.affinity, ResumeAt: of.resumeAt, Lookahead: lookahead, MixRank: of.ranks()[0]}
 	pi := layout.TargetsOf(in, p0) // epoch 0's, for the class mix table
 	other := *of
@@ -225,6 +227,7 @@ func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *order
 	if of.window == 0 {
 		// A window keeps each pool's own class mix: the comparison has alpha 1.
 		other.window, other.alpha, other.alphaSchedule, other.epochSize = compareWindow, 1, "", 0
+		other.preset, other.minShare = "", 0
 	} else {
 		other.window = 0
 	}
