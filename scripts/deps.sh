@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: MinIO and toxiproxy
 # (built with go install, reused when already in the Go bin directory), fio,
-# fuse3, python3-torch, python3-torchvision, python3-pil, python3-pip,
+# fuse3, python3-torch, python3-torchvision, python3-pil, python3-sklearn and
+# python3-matplotlib (the study), python3-pip,
 # python3-setuptools and prometheus (promtool). Under CI=true anything
 # missing afterwards is a failure.
 set -euo pipefail
@@ -39,6 +40,8 @@ command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need_apt+=(python3-torch)
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || need_apt+=(python3-torchvision)
 /usr/bin/python3 -c 'import PIL' 2>/dev/null || need_apt+=(python3-pil)
+/usr/bin/python3 -c 'import sklearn' 2>/dev/null || need_apt+=(python3-sklearn)   # the study's digits
+/usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need_apt+=(python3-matplotlib) # the study's plot
 # pip and setuptools: the test that installs python/ as the README says.
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 /usr/bin/python3 -c 'import setuptools' 2>/dev/null || need_apt+=(python3-setuptools)
@@ -70,6 +73,8 @@ command -v fusermount3 >/dev/null || missing+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || missing+=(python3-torchvision)
 /usr/bin/python3 -c 'import PIL' 2>/dev/null || missing+=(python3-pil)
+/usr/bin/python3 -c 'import sklearn' 2>/dev/null || missing+=(python3-sklearn)
+/usr/bin/python3 -c 'import matplotlib' 2>/dev/null || missing+=(python3-matplotlib)
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 /usr/bin/python3 -c 'import setuptools' 2>/dev/null || missing+=(python3-setuptools)
 command -v promtool >/dev/null || missing+=(prometheus)

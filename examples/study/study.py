@@ -1,0 +1,274 @@
+"""What stratified and re-weighted batches do to training, measured.
+
+Long-tailed digits (scikit-learn's bundled 8x8 digits, the training split
+thinned so class k keeps 126 * 20^(-k/9) samples: 126 down to 6) are
+ingested into three file:// stores and read through real mounts and the
+Python loader, one mount per arm and seed. A small MLP trains on each arm's
+batches; every arm gets the same number of steps and the same test set.
+
+Arms:
+  shuffle      a plain shuffle (torch DataLoader, shuffle=True): no shardfs
+  alpha=1      stratified batches, the natural mix
+  alpha=0.5    temperature 0.5: the small classes drawn more often
+  alpha=0      balanced classes
+  decoupled    --preset decoupled:E: alpha 1, then alpha 0 for the last 20%
+  min-share    --min-share 0.06: every class at least 6% of each epoch
+(The feedback rule of issue 43 is not built; it has no arm.)
+
+Metrics, each the mean and spread (standard deviation) over the seeds:
+accuracy, balanced accuracy and worst-class recall on the test split after
+the last step; the steps until balanced accuracy first reaches 80% (tested
+every 5 steps); the variance of the step-to-step change of the batch loss
+and of the gradient norm (how much one step differs from the next); and the
+mean total variation between each batch's class mix and its epoch's target
+mix (how faithfully batches follow the mix they are meant to have).
+
+Usage (as root, FUSE available, the shardfs binary given or on PATH):
+  /usr/bin/python3 examples/study/study.py [--quick] [--seeds N] [--epochs E]
+      [--shardfs PATH] [--out DIR]
+It writes DIR/results.md (the table), DIR/results.json (every number) and
+DIR/results.png (balanced accuracy by step). --quick (2 seeds, 4 epochs) is
+the plumbing test CI runs: it asserts nothing about accuracy.
+"""
+import argparse
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from sklearn.datasets import load_digits
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import shardfs  # noqa: E402
+
+BATCH = 32
+ARMS = ["shuffle", "alpha=1", "alpha=0.5", "alpha=0", "decoupled", "min-share"]
+TARGET = 0.8  # balanced accuracy for "steps to target"
+EVAL_EVERY = 5
+
+
+def long_tailed_digits():
+    """The training split (long-tailed) and the test split (balanced), as
+    float32 arrays in [0, 1]; the same on every run."""
+    X, y = load_digits(return_X_y=True)
+    X = (X / 16.0).astype(np.float32)
+    rng = np.random.default_rng(0)
+    train, test = [], []
+    for c in range(10):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        cut = int(round(0.3 * len(idx)))
+        test.extend(idx[:cut])
+        keep = int(round(126 * 20 ** (-c / 9)))
+        train.extend(idx[cut:cut + keep])
+    return X[train], y[train], X[test], y[test]
+
+
+def write_tree(root, X, y):
+    for i, (x, c) in enumerate(zip(X, y)):
+        d = os.path.join(root, str(c))
+        os.makedirs(d, exist_ok=True)
+        buf = io.BytesIO()
+        np.save(buf, x)
+        with open(os.path.join(d, "%04d.npy" % i), "wb") as f:
+            f.write(buf.getvalue())
+
+
+def decode_npy(body, name):
+    return torch.from_numpy(np.load(io.BytesIO(body)))
+
+
+def targets(counts, alpha, min_share=0.0):
+    """The class mix an epoch aims at: pi_c ∝ n_c^alpha, then at least
+    min_share each (as shardfs's WithMinShare)."""
+    w = np.array([n ** alpha for n in counts], dtype=float)
+    pi = w / w.sum()
+    if min_share > 0:
+        order = np.argsort(pi, kind="stable")
+        out, free, raised = np.zeros_like(pi), pi.sum(), 0
+        for c in order:
+            if pi[c] * (1 - min_share * raised) / free >= min_share:
+                break
+            out[c], free, raised = min_share, free - pi[c], raised + 1
+        rest = 1 - min_share * raised
+        for c in order[raised:]:
+            out[c] = pi[c] * rest / free
+        pi = out
+    return pi
+
+
+class Mount:
+    """A shardfs mount of the digits for one arm and seed."""
+
+    def __init__(self, shardfs_bin, stores, mnt, epochs, seed, flags):
+        self.mnt = mnt
+        env = dict(os.environ, SHARDFS_STORES=stores)
+        subprocess.run([shardfs_bin, "mount", "--daemon", "--mkdir", "--batch-size", str(BATCH), "--epochs", str(epochs),
+                        "--seed", str(seed)] + flags + ["digits", mnt], check=True, env=env, stdout=subprocess.DEVNULL)
+
+    def batches(self, epoch):
+        loader = shardfs.Loader(self.mnt, rank=0, world_size=1, num_workers=0, decode=decode_npy)
+        classes = [int(c) for c in loader.classes()]
+        loader.set_epoch(epoch)
+        for samples, t in loader:
+            yield samples, torch.tensor([classes[i] for i in t.tolist()])
+
+    def close(self):
+        subprocess.run(["umount", self.mnt], check=True)
+
+
+def shuffled_batches(X, y, seed, epoch):
+    g = torch.Generator().manual_seed(seed * 1000 + epoch)
+    perm = torch.randperm(len(X), generator=g)
+    for b in range(len(X) // BATCH):
+        idx = perm[b * BATCH:(b + 1) * BATCH]
+        yield torch.from_numpy(X)[idx], torch.from_numpy(y)[idx]
+
+
+def evaluate(model, X, y):
+    with torch.no_grad():
+        pred = model(torch.from_numpy(X)).argmax(1).numpy()
+    recalls = [float((pred[y == c] == c).mean()) for c in range(10)]
+    return float((pred == y).mean()), float(np.mean(recalls)), float(min(recalls))
+
+
+def run_arm(arm, seed, epochs, data, shardfs_bin, stores, work):
+    Xtr, ytr, Xte, yte = data
+    counts = np.bincount(ytr, minlength=10)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    flags = {"alpha=1": ["--alpha", "1"], "alpha=0.5": ["--alpha", "0.5"], "alpha=0": ["--alpha", "0"],
+             "decoupled": ["--preset", "decoupled:%d" % epochs], "min-share": ["--min-share", "0.06"]}.get(arm)
+    mount = None
+    if flags is not None:
+        mount = Mount(shardfs_bin, stores, os.path.join(work, "mnt-%s-%d" % (arm, seed)), epochs, seed, flags)
+    losses, norms, tvs, curve = [], [], [], []
+    step, reached = 0, None
+    try:
+        for e in range(epochs):
+            if arm == "decoupled":
+                alpha = 0.0 if e >= epochs - max(1, round(0.2 * epochs)) else 1.0
+            else:
+                alpha = {"alpha=0.5": 0.5, "alpha=0": 0.0}.get(arm, 1.0)
+            pi = targets(counts, alpha, 0.06 if arm == "min-share" else 0.0)
+            batches = mount.batches(e) if mount else shuffled_batches(Xtr, ytr, seed, e)
+            for xb, yb in batches:
+                mix = np.bincount(yb.numpy(), minlength=10) / len(yb)
+                tvs.append(0.5 * float(np.abs(mix - pi).sum()))
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(xb.float()), yb)
+                loss.backward()
+                norms.append(float(torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))))
+                losses.append(float(loss))
+                opt.step()
+                step += 1
+                if step % EVAL_EVERY == 0:
+                    bal = evaluate(model, Xte, yte)[1]
+                    curve.append((step, bal))
+                    if reached is None and bal >= TARGET:
+                        reached = step
+    finally:
+        if mount:
+            mount.close()
+    acc, bal, worst = evaluate(model, Xte, yte)
+    return {"arm": arm, "seed": seed, "steps": step, "accuracy": acc, "balanced_accuracy": bal, "worst_class_recall": worst,
+            "steps_to_target": reached, "loss_change_variance": float(np.var(np.diff(losses))),
+            "grad_norm_change_variance": float(np.var(np.diff(norms))), "batch_tv": float(np.mean(tvs)), "curve": curve}
+
+
+METRICS = [("accuracy", "accuracy", 3), ("balanced_accuracy", "balanced accuracy", 3), ("worst_class_recall", "worst-class recall", 3),
+           ("steps_to_target", "steps to 80% balanced", 0), ("loss_change_variance", "var. of loss change", 4),
+           ("grad_norm_change_variance", "var. of grad-norm change", 3), ("batch_tv", "batch TV to target", 3)]
+
+
+def table(results, seeds):
+    lines = ["| arm | " + " | ".join(m[1] for m in METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
+    for arm in ARMS:
+        rs = [r for r in results if r["arm"] == arm]
+        cells = []
+        for key, _, digits in METRICS:
+            vals = [r[key] for r in rs if r[key] is not None]
+            if not vals:
+                cells.append("never")
+                continue
+            cell = "%.*f ± %.*f" % (digits, np.mean(vals), digits, np.std(vals))
+            if len(vals) < len(rs):
+                cell += " (%d of %d seeds)" % (len(vals), len(rs))
+            cells.append(cell)
+        lines.append("| %s | %s |" % (arm, " | ".join(cells)))
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm in ARMS:
+        curves = [r["curve"] for r in results if r["arm"] == arm]
+        n = min(len(c) for c in curves)
+        steps = [s for s, _ in curves[0][:n]]
+        mean = np.mean([[b for _, b in c[:n]] for c in curves], axis=0)
+        ax.plot(steps, mean, label=arm)
+    ax.axhline(TARGET, color="grey", linewidth=0.5)
+    ax.set_xlabel("step")
+    ax.set_ylabel("balanced accuracy (test, mean over seeds)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 seeds, 4 epochs: the plumbing test")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--shardfs", default=shutil.which("shardfs") or "shardfs")
+    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    a = ap.parse_args()
+    if a.quick:
+        a.seeds, a.epochs = 2, 4
+    torch.set_num_threads(1)  # one thread: the same numbers on every run
+    data = long_tailed_digits()
+    work = tempfile.mkdtemp(prefix="shardfs-study-")
+    try:
+        tree = os.path.join(work, "train")
+        write_tree(tree, data[0], data[1])
+        stores = ",".join("file://%s/s%d" % (work, i) for i in range(3))
+        subprocess.run([a.shardfs, "ingest", "--stores", stores, "--data", "2", "--parity", "1", tree, "digits"],
+                       check=True, stdout=subprocess.DEVNULL)
+        results = []
+        for seed in range(a.seeds):
+            for arm in ARMS:
+                r = run_arm(arm, seed, a.epochs, data, a.shardfs, stores, work)
+                print("%-10s seed %d: balanced accuracy %.3f, worst-class recall %.3f" % (arm, seed, r["balanced_accuracy"], r["worst_class_recall"]), flush=True)
+                results.append(r)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    counts = np.bincount(data[1], minlength=10).tolist()
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({"train_counts": counts, "test_samples": len(data[3]), "epochs": a.epochs, "seeds": a.seeds, "batch": BATCH, "results": results}, f, indent=1)
+    md = ("# Study: stratified and re-weighted batches on long-tailed digits\n\n"
+          "Made by `/usr/bin/python3 examples/study/study.py%s` (see its docstring). Training classes %s (%d samples), "
+          "a balanced test split of %d; an MLP 64-64-10, SGD lr 0.1 momentum 0.9, batches of %d, %d epochs of the training "
+          "set's size, %d seeds; mean ± standard deviation over the seeds.\n\n%s\n"
+          % (" --quick" if a.quick else "", counts, sum(counts), len(data[3]), BATCH, a.epochs, a.seeds, table(results, a.seeds)))
+    with open(os.path.join(a.out, "results.md"), "w") as f:
+        f.write(md)
+    plot(results, os.path.join(a.out, "results.png"))
+    print(md)
+    for r in results:
+        for key, _, _ in METRICS:
+            if r[key] is not None and not math.isfinite(r[key]):
+                sys.exit("%s seed %d: %s is %r" % (r["arm"], r["seed"], key, r[key]))
+
+
+if __name__ == "__main__":
+    main()
