@@ -10,8 +10,8 @@
 //
 // Files: scan.go reads the source (tree or listing) into Items, and
 // webdataset.go, jsonl.go and parquet.go sources of records (each Item a
-// record of members, remade or read again by range at upload;
-// sourcefiles.go reads local files or store objects); ingest.go
+// record of members, remade at upload, or read again window by window:
+// place.go; sourcefiles.go reads local files or store objects); ingest.go
 // plans, encodes and uploads a single-process ingest and commits it with
 // dataset.Commit (the protocol lives there, beside the code that reads it);
 // part.go is a distributed ingest: parts that upload with conditional
