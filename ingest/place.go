@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
 )
@@ -253,6 +254,9 @@ func Plan(src *Source, opts Options) (*DryRun, error) {
 		opts.BlockSize = erasure.DefaultBlockSize
 	}
 	if err := (erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}).Validate(); err != nil {
+		return nil, err
+	}
+	if err := dataset.CheckName(opts.Name); err != nil {
 		return nil, err
 	}
 	m, windows, err := plan(src, opts, "dry-run")

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -622,5 +623,39 @@ func TestWebDatasetFromS3OnMinIO(t *testing.T) {
 	}
 	if members != 3*400 {
 		t.Fatalf("read %d members, want 1200", members)
+	}
+}
+
+// TestIngestDryRun: --dry-run reads the source and says what the ingest
+// would write, in the same numbers the ingest then commits, and writes
+// nothing: no store directory is created, and list shows no dataset.
+func TestIngestDryRun(t *testing.T) {
+	dirs, urls := localStores(t, 3)
+	stores := "--stores=" + strings.Join(urls, ",")
+	src := filepath.Join(t.TempDir(), "shards")
+	if out, err := exec.Command("/usr/bin/python3", "../examples/make_webdataset.py", src, "4", "400", "1").CombinedOutput(); err != nil {
+		t.Fatalf("make_webdataset.py: %v\n%s", err, out)
+	}
+	args := []string{stores, "--data=2", "--parity=1", "--shard-size=64KiB", "--strata=source", "--bins=aesthetic=4", src, "pairs"}
+	dry := run(t, time.Minute, nil, append([]string{"ingest", "--dry-run"}, args...)...)
+	want := regexp.MustCompile(`^dry run of pairs: 400 samples \(.*\) in 20 strata would be (\d+) shards \((\d+) read windows\), .* stored RS\(2,1\); nothing was written`)
+	m := want.FindStringSubmatch(dry.stdout)
+	if dry.code != 0 || m == nil {
+		t.Fatalf("ingest --dry-run: %v", dry)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Fatalf("ingest --dry-run touched store %s: %v", d, err)
+		}
+	}
+	if r := run(t, time.Minute, nil, "list", stores); r.code != 0 || strings.Contains(r.stdout, "pairs") {
+		t.Fatalf("list after a dry run: %v", r)
+	}
+	if m[2] == "1" {
+		t.Fatalf("the dry run planned one read window: the test wants several (%s)", dry.stdout)
+	}
+	r := run(t, time.Minute, nil, append([]string{"ingest"}, args...)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "committed pairs: 400 samples in 20 strata, "+m[1]+" shards") {
+		t.Fatalf("the ingest after the dry run does not commit the %s shards it said: %v", m[1], r)
 	}
 }

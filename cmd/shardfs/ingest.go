@@ -151,15 +151,17 @@ never writes over this one's fragments.`,
   shardfs ingest --stores ... --append ./week-48 train`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			stores, err := g.openStores()
-			if err != nil {
-				return err
-			}
 			if f.dryRun {
+				// The stores are not opened: a file:// store would
+				// create its directory.
 				if f.appendTo || cmd.Flags().Changed("part") {
 					return fmt.Errorf("--dry-run plans a whole ingest: leave out --append and --part")
 				}
-				return runDryRun(g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
+				return runDryRun(g.logger(), cmd.OutOrStdout(), f, args[0], args[1])
+			}
+			stores, err := g.openStores()
+			if err != nil {
+				return err
 			}
 			if !f.noCreateBuckets {
 				if err := createBuckets(cmd.Context(), cmd.OutOrStdout(), stores); err != nil {
@@ -326,9 +328,10 @@ func printPart(out io.Writer, name string, part ingest.Part, res *ingest.PartRes
 	fmt.Fprintf(out, "  when all %d parts are done: shardfs commit %s --stores ...\n", part.Count, name)
 }
 
-// runDryRun reads src and prints what its ingest would write.
-func runDryRun(log *slog.Logger, out io.Writer, stores []backend.Store, f *ingestFlags, src, name string) error {
-	source, opts, err := ingestOptions(f, src, name, stores, log)
+// runDryRun reads src and prints what its ingest would write, touching no
+// store.
+func runDryRun(log *slog.Logger, out io.Writer, f *ingestFlags, src, name string) error {
+	source, opts, err := ingestOptions(f, src, name, nil, log)
 	if err != nil {
 		return err
 	}
