@@ -299,6 +299,9 @@ func printPlanText(out io.Writer, m *manifest.Manifest, of *orderFlags, in *layo
 	if p0.Weights != nil {
 		target += "·w, w the time weight"
 	}
+	if p0.MinShare > 0 {
+		target += fmt.Sprintf(", each at least %v", p0.MinShare)
+	}
 	fmt.Fprintf(out, "\nclass mix, epoch 0 rank %d (target %s):\n", rep.MixRank, target)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "stratum\tsamples\tdata share\ttarget\tserved\t\n")
