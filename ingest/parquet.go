@@ -1,6 +1,8 @@
 package ingest
 
 import (
+	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/shardfs/shardfs/layout"
@@ -137,12 +140,102 @@ func openParquet(name string) (*os.File, *parquet.GenericReader[map[string]any],
 		f.Close()
 		return nil, nil, err
 	}
+	if err := checkFooter(f, fi.Size()); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("not a readable Parquet file (%v): the file is damaged or cut short", err)
+	}
 	pf, err := parquet.OpenFile(f, fi.Size())
+	if err == nil {
+		err = checkPages(f, fi.Size(), pf.Metadata())
+	}
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("not a readable Parquet file (%v): the file is damaged or cut short", err)
 	}
 	return f, parquet.NewGenericReader[map[string]any](f, pf.Schema()), nil
+}
+
+// checkFooter checks a Parquet file's frame before the reader sees it: the
+// magic at both ends, and a footer that fits in the file. The reader
+// allocates the footer's length as the file states it: a damaged length
+// made it allocate 3.5 GB for a 300-byte file (found by FuzzParquet).
+func checkFooter(f io.ReaderAt, size int64) error {
+	if size < 12 {
+		return fmt.Errorf("%d bytes, shorter than a Parquet file's frame", size)
+	}
+	var head [4]byte
+	var tail [8]byte
+	if _, err := f.ReadAt(head[:], 0); err != nil {
+		return err
+	}
+	if _, err := f.ReadAt(tail[:], size-8); err != nil {
+		return err
+	}
+	if string(head[:]) != "PAR1" || string(tail[4:]) != "PAR1" {
+		return errors.New("no PAR1 magic at its start and end")
+	}
+	if n := int64(binary.LittleEndian.Uint32(tail[:4])); n > size-12 {
+		return fmt.Errorf("its footer says it is %d bytes, more than the file's %d", n, size)
+	}
+	return nil
+}
+
+// Bounds on one page, checked before the reader allocates what a page
+// header states: a damaged header made it allocate 831 MB for a 700-byte
+// file (found by FuzzParquet).
+const (
+	maxPageBytes  = 1 << 30 // a page's bytes, decompressed
+	maxPageRatio  = 64      // decompressed over compressed bytes, past the first MiB
+	maxPageValues = 1 << 26 // values in one page
+)
+
+// checkPages walks every column chunk's page headers, as the reader will,
+// and checks that each page lies inside its chunk, inside the file, and
+// within the bounds above.
+func checkPages(f io.ReaderAt, size int64, md *format.FileMetaData) error {
+	for g, rg := range md.RowGroups {
+		for c, col := range rg.Columns {
+			m := col.MetaData
+			start := m.DataPageOffset
+			if m.DictionaryPageOffset > 0 && m.DictionaryPageOffset < start {
+				start = m.DictionaryPageOffset
+			}
+			end := start + m.TotalCompressedSize
+			if start < 4 || m.TotalCompressedSize < 0 || end > size-8 || end < start {
+				return fmt.Errorf("row group %d column %d lies at bytes %d..%d, outside the file's %d", g, c, start, end, size)
+			}
+			for pos := start; pos < end; {
+				section := io.NewSectionReader(f, pos, end-pos)
+				br := bufio.NewReaderSize(section, 4096)
+				var h format.PageHeader
+				if err := thrift.NewDecoder(new(thrift.CompactProtocol).NewReader(br)).Decode(&h); err != nil {
+					return fmt.Errorf("row group %d column %d: page header at byte %d: %v", g, c, pos, err)
+				}
+				read, _ := section.Seek(0, io.SeekCurrent)
+				pos += read - int64(br.Buffered())
+				values := int64(0)
+				switch {
+				case h.DataPageHeader.Valid:
+					values = int64(h.DataPageHeader.V.NumValues)
+				case h.DataPageHeaderV2.Valid:
+					values = int64(h.DataPageHeaderV2.V.NumValues)
+				case h.DictionaryPageHeader.Valid:
+					values = int64(h.DictionaryPageHeader.V.NumValues)
+				}
+				comp, full := int64(h.CompressedPageSize), int64(h.UncompressedPageSize)
+				switch {
+				case comp < 0 || pos+comp > end:
+					return fmt.Errorf("row group %d column %d: a page at byte %d says it holds %d bytes, past its column chunk's end at %d", g, c, pos, comp, end)
+				case full < 0 || full > maxPageBytes || full > maxPageRatio*comp+1<<20:
+					return fmt.Errorf("row group %d column %d: a page at byte %d says it decompresses from %d to %d bytes (at most %d, and %dx)", g, c, pos, comp, full, maxPageBytes, maxPageRatio)
+				case values < 0 || values > maxPageValues:
+					return fmt.Errorf("row group %d column %d: a page at byte %d says it holds %d values (at most %d)", g, c, pos, values, maxPageValues)
+				}
+				pos += comp
+			}
+		}
+	}
+	return nil
 }
 
 // recovered turns a panic of the Parquet reader into *err.

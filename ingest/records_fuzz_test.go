@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
@@ -89,4 +91,26 @@ func FuzzParquet(f *testing.F) {
 		}
 		scanParquet(p, ScanOptions{Strata: []string{"source"}}) // an error is fine; a panic is not
 	})
+}
+
+// Parquet files whose footer or page header states a size far past the
+// file (both found by FuzzParquet) are refused, naming what is wrong,
+// before the reader allocates it: it allocated 3.5 GB and 831 MB for these
+// 698-byte files.
+func TestParquetBombsRefused(t *testing.T) {
+	for file, want := range map[string]string{
+		"testdata/bomb-footer.parquet": "its footer says it is 3758096467 bytes, more than the file's 698",
+		"testdata/bomb-page.parquet":   "row group 0 column 2: a page at byte 214 says it holds 810913875 bytes, past its column chunk's end at 244",
+	} {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		_, err := scanParquet(file, ScanOptions{Strata: []string{"source"}})
+		runtime.ReadMemStats(&m1)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), file) {
+			t.Errorf("%s: %v; want an error naming the file and %q", file, err, want)
+		}
+		if d := m1.TotalAlloc - m0.TotalAlloc; d > 16<<20 {
+			t.Errorf("%s: the scan allocated %d MB", file, d>>20)
+		}
+	}
 }
