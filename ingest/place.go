@@ -18,18 +18,20 @@ import (
 // Where a plan puts a source's items, and how the upload reads them.
 //
 // Records from WebDataset shards are placed window by window. A window is
-// a run of consecutive source shards holding about readWindow bytes of
-// records (a source shard is never split between two windows), and its
-// records fill output shards of their own. Uploading a window then reads
-// each of its source shards once, front to back, in ranged GETs of a few
-// MiB from a store (where a ranged GET per record ran a 100,000-record
-// ingest from MinIO at 3 MB/s) or reads of local disk, and holds only the
-// window's records in memory, so memory follows the window, not the
-// dataset. Each output shard mirrors its window's stratum mix: the whole
-// dataset's, when the source's shards hold shuffled records, as
-// WebDataset's writers make them. The mount's batches mirror the global
-// mix whatever the shards hold; only a shard-local read order (--window)
-// sees a window's mix.
+// a run of consecutive records, in source order, holding about readWindow
+// bytes (a large source shard, as WebDataset shards of a GB often are,
+// spans several windows), and its records fill output shards of their
+// own. Uploading a window then reads the span of its records in each of
+// its source shards once, front to back, in reads of readChunk (ranged
+// GETs from a store, where a ranged GET per record ran a 100,000-record
+// ingest from MinIO at 3 MB/s; or reads of local disk), and holds only
+// the window's records in memory; the windows partition the records, so
+// every source byte that holds a member is read once. Memory follows the
+// window, not the dataset. Each output shard mirrors its window's stratum
+// mix: the whole dataset's, when the source's shards hold shuffled
+// records, as WebDataset's writers make them. The mount's batches mirror
+// the global mix whatever the shards hold; only a shard-local read order
+// (--window) sees a window's mix.
 //
 // Every other source is one window, read item by item, placed as before
 // windows existed.
@@ -78,23 +80,18 @@ func place(src *Source, strata []uint32, nStrata int, seed uint64, shardSize int
 	return p
 }
 
-// windowSpans cuts items (records in source-shard order) into windows of
-// whole source shards, each [lo, hi) of about budget bytes.
+// windowSpans cuts items (records in source order) into windows of
+// consecutive records, each [lo, hi) of about budget bytes (a record
+// larger than budget is a window of its own).
 func windowSpans(items []Item, budget int64) [][2]int {
 	var spans [][2]int
 	lo, bytes := 0, int64(0)
-	for i := 0; i < len(items); {
-		j, shard := i, int64(0)
-		for j < len(items) && items[j].Path == items[i].Path {
-			shard += items[j].Size
-			j++
-		}
-		if bytes > 0 && bytes+shard > budget {
+	for i, it := range items {
+		if bytes > 0 && bytes+it.Size > budget {
 			spans = append(spans, [2]int{lo, i})
 			lo, bytes = i, 0
 		}
-		bytes += shard
-		i = j
+		bytes += it.Size
 	}
 	if lo < len(items) {
 		spans = append(spans, [2]int{lo, len(items)})
@@ -133,10 +130,10 @@ type windowRecords map[string][]byte
 const readChunk = 1 << 20
 
 // readWindowRecords reads the records of the given shards of m from their
-// source shards: each source shard front to back, once, in reads of about
-// readChunk, a few source shards at once. Only the members' bytes are
-// kept (a WebDataset shard of small members is mostly tar headers and
-// padding), so the window holds about its records' bytes.
+// source shards: the records' span in each source shard front to back,
+// once, in reads of about readChunk, a few source shards at once. Only the
+// members' bytes are kept (a WebDataset shard of small members is mostly
+// tar headers and padding), so the window holds about its records' bytes.
 func readWindowRecords(ctx context.Context, src *Source, m *manifest.Manifest, shards []int) (windowRecords, error) {
 	keyIndex := src.keyIndex()
 	byShard := map[string][]int{} // source shard -> its items in this window

@@ -3,11 +3,13 @@ package ingest
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -15,26 +17,30 @@ import (
 	"github.com/shardfs/shardfs/dataset"
 )
 
-// countingStore counts the reads of each key.
+// countingStore records the byte ranges read of each key.
 type countingStore struct {
 	backend.Store
 	mu    sync.Mutex
-	reads map[string]int
+	reads map[string][][2]int64 // [off, end) of each read
 }
 
-func (c *countingStore) count(key string) {
+func (c *countingStore) count(key string, off, n int64) {
 	c.mu.Lock()
-	c.reads[key]++
+	c.reads[key] = append(c.reads[key], [2]int64{off, off + n})
 	c.mu.Unlock()
 }
 
 func (c *countingStore) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
-	c.count(key)
+	c.count(key, off, int64(len(p)))
 	return c.Store.ReadAt(ctx, key, p, off)
 }
 
 func (c *countingStore) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
-	c.count(key)
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	c.count(key, off, int64(n))
 	return c.Store.ReadAtV(ctx, key, bufs, off)
 }
 
@@ -77,10 +83,12 @@ func writeShards(t *testing.T, dir string, shards, per int) map[string]map[strin
 	return want
 }
 
-// An ingest from WebDataset shards on a store reads each source shard
-// once, whole, when uploading (it used to make one ranged GET per record),
-// in a single process and split among parts, and every record comes back
-// byte for byte; the parts commit the single process's manifest.
+// An ingest from WebDataset shards on a store reads no byte of a source
+// shard twice when uploading, in reads of up to readChunk (it used to make
+// one ranged GET per record), in a single process and split among parts,
+// with windows smaller than a source shard and a window of the whole
+// source; every record comes back byte for byte, and the parts commit the
+// single process's manifest.
 func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -89,19 +97,20 @@ func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srcStore := &countingStore{Store: raw, reads: map[string]int{}}
+	srcStore := &countingStore{Store: raw, reads: map[string][][2]int64{}}
 	src, err := ScanStore(ctx, ScanOptions{Store: srcStore, Strata: []string{"source"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := Options{Data: 2, Parity: 1, ShardSize: 16 << 10, Seed: 5, BlockSize: 4096, Format: 2}
-	if _, windows, err := plan(src, base, "x"); err != nil || len(windows) < 6 {
-		t.Fatalf("the plan has %d windows (%v); the test wants several per part", len(windows), err)
+	// Windows of 64 KiB of records: smaller than a source shard's 120 KiB.
+	if _, windows, err := plan(src, base, "x"); err != nil || len(windows) < 24 {
+		t.Fatalf("the plan has %d windows (%v); the test wants more than one per source shard", len(windows), err)
 	}
 
 	single := base
 	single.Name, single.Stores = "single", localStores(t, t.TempDir(), 3)
-	srcStore.reads = map[string]int{}
+	srcStore.reads = map[string][][2]int64{}
 	res, err := Run(ctx, src, single)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +120,7 @@ func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 
 	dist := base
 	dist.Name, dist.Stores = "dist", localStores(t, t.TempDir(), 3)
-	srcStore.reads = map[string]int{}
+	srcStore.reads = map[string][][2]int64{}
 	for i := 0; i < 3; i++ {
 		if _, err := RunPart(ctx, src, dist, Part{i, 3}, "job"); err != nil {
 			t.Fatalf("part %d: %v", i, err)
@@ -135,7 +144,7 @@ func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 	if _, windows, err := plan(src, one, "x"); err != nil || len(windows) != 1 {
 		t.Fatalf("the plan has %d windows (%v), want 1", len(windows), err)
 	}
-	srcStore.reads = map[string]int{}
+	srcStore.reads = map[string][][2]int64{}
 	if _, err := Run(ctx, src, one); err != nil {
 		t.Fatal(err)
 	}
@@ -143,14 +152,20 @@ func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 	readsBack(t, one.Stores, "one", want)
 }
 
-func onceEach(t *testing.T, what string, reads map[string]int, shards int) {
+func onceEach(t *testing.T, what string, reads map[string][][2]int64, shards int) {
 	t.Helper()
 	if len(reads) != shards {
-		t.Errorf("%s: the upload read %d source shards, want %d: %v", what, len(reads), shards, reads)
+		t.Errorf("%s: the upload read %d source shards, want %d", what, len(reads), shards)
 	}
-	for key, n := range reads {
-		if n != 1 {
-			t.Errorf("%s: source shard %s read %d times, want once", what, key, n)
+	for key, rs := range reads {
+		slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+		for i, r := range rs {
+			if r[1]-r[0] > readChunk+16<<10 {
+				t.Errorf("%s: source shard %s: a read of %d bytes, more than a chunk", what, key, r[1]-r[0])
+			}
+			if i > 0 && r[0] < rs[i-1][1] {
+				t.Errorf("%s: source shard %s: bytes %d..%d read twice", what, key, r[0], min(r[1], rs[i-1][1]))
+			}
 		}
 	}
 }
