@@ -250,19 +250,24 @@ func (opts *Options) logger() *slog.Logger {
 	return opts.Logger
 }
 
-// check fills opts' defaults, checks them and the stores, and returns the codec.
-func (opts *Options) check(ctx context.Context) (*erasure.Codec, error) {
+// fillDefaults gives the sizes left at zero their defaults.
+func (opts *Options) fillDefaults() {
 	if opts.ShardSize <= 0 {
 		opts.ShardSize = DefaultShardSize
-	}
-	if opts.ShardSize > manifest.MaxShardSize {
-		return nil, fmt.Errorf("--shard-size %d: at most %d bytes", opts.ShardSize, int64(manifest.MaxShardSize))
 	}
 	if opts.BlockSize == 0 {
 		opts.BlockSize = erasure.DefaultBlockSize
 	}
 	if opts.ShardsInFlight <= 0 {
 		opts.ShardsInFlight = 2
+	}
+}
+
+// check fills opts' defaults, checks them and the stores, and returns the codec.
+func (opts *Options) check(ctx context.Context) (*erasure.Codec, error) {
+	opts.fillDefaults()
+	if opts.ShardSize > manifest.MaxShardSize {
+		return nil, fmt.Errorf("--shard-size %d: at most %d bytes", opts.ShardSize, int64(manifest.MaxShardSize))
 	}
 	params := erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}
 	if err := params.Validate(); err != nil {

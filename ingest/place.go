@@ -244,12 +244,7 @@ type DryRun struct {
 // Plan places src as Run would with opts and says what it would write;
 // it writes nothing and reads no store.
 func Plan(src *Source, opts Options) (*DryRun, error) {
-	if opts.ShardSize <= 0 {
-		opts.ShardSize = DefaultShardSize
-	}
-	if opts.BlockSize == 0 {
-		opts.BlockSize = erasure.DefaultBlockSize
-	}
+	opts.fillDefaults()
 	if err := (erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}).Validate(); err != nil {
 		return nil, err
 	}

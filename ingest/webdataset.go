@@ -315,7 +315,10 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 	seen := map[string]int64{} // key -> its record's offset, in this shard
 	fieldNames, memberNames := map[string]string{}, map[string]string{}
 	br := scanReaders.Get().(*bufio.Reader)
-	defer scanReaders.Put(br)
+	defer func() {
+		br.Reset(nil) // the pool keeps the buffer, not this shard's file
+		scanReaders.Put(br)
+	}()
 	br.Reset(io.NewSectionReader(f, 0, size))
 	in := &countingReader{r: br}
 	tr := tar.NewReader(in)

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"sort"
 )
 
 // OrderVersion is the version of the order construction that Params.Version
@@ -623,7 +624,7 @@ func (g *globalCycle) seam(c, dc int) map[int]int {
 	// The arranged batch holding draw first-1: the last one whose first
 	// draw is at most first-1 (a batch's first draw grows with b).
 	a := g.arrangement
-	b := sortSearch(a.m, func(b int) bool { return a.firstDraw(b, c) > first-1 }) - 1
+	b := sort.Search(a.m, func(b int) bool { return a.firstDraw(b, c) > first-1 }) - 1
 	if b < 0 {
 		return swaps
 	}
@@ -648,20 +649,6 @@ func (g *globalCycle) seam(c, dc int) map[int]int {
 		next++
 	}
 	return swaps
-}
-
-// sortSearch is sort.Search: the smallest i in [0, n) with f(i), else n.
-func sortSearch(n int, f func(int) bool) int {
-	lo, hi := 0, n
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if !f(mid) {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return lo
 }
 
 // ApportionShares splits total into integer parts proportional to pi by
