@@ -179,18 +179,64 @@ func (f *storeFaults) mark(i int, err error) {
 // if not nil, receives fragment bytes as they are checked.
 func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Report, error) {
 	m := d.Manifest
-	rep := &Report{Shards: len(m.Shards), Fragments: len(m.Shards) * (m.Data + m.Parity), LostIndexes: slices.Clone(d.LostIndexes), LostGroups: slices.Clone(d.LostGroups)}
-	if slices.ContainsFunc(m.Derived, func(dv manifest.Derived) bool { return dv.Width > 0 }) {
-		if _, err := manifest.StratumTimes(&m.Header); err != nil {
-			rep.Unreadable = append(rep.Unreadable, fmt.Sprintf("the strata: %v", err))
+	rep := &Report{LostIndexes: slices.Clone(d.LostIndexes), LostGroups: slices.Clone(d.LostGroups)}
+	faults := newStoreFaults(len(d.Stores))
+	all := make([]int, len(m.Shards))
+	for i := range all {
+		all[i] = i
+	}
+	if err := d.checkShards(ctx, rep, all, faults, progress); err != nil {
+		return nil, err
+	}
+	if err := d.checkMetadata(ctx, rep, faults); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// VerifyShards is Verify of the given shards' fragments and samples
+// alone, the part of a scrub that reads data: the healer checks a dataset
+// a few shards at a time, and the rest (VerifyMetadata) once a cycle. Its
+// report names the stores that did not answer (Unreachable, Causes).
+func (d *Dataset) VerifyShards(ctx context.Context, shards []int, progress func(bytes int64)) (*Report, error) {
+	rep := &Report{}
+	for _, si := range shards {
+		if slices.Contains(d.LostIndexes, si) {
+			rep.LostIndexes = append(rep.LostIndexes, si)
 		}
 	}
 	faults := newStoreFaults(len(d.Stores))
-	unreachable := faults.down
+	if err := d.checkShards(ctx, rep, shards, faults, progress); err != nil {
+		return nil, err
+	}
+	for i := range d.Stores {
+		if faults.down[i].Load() {
+			rep.Unreachable = append(rep.Unreachable, i)
+		}
+	}
+	rep.Causes = faults.cause
+	return rep, nil
+}
+
+// VerifyMetadata is Verify of everything but the fragments: the manifest
+// copies, identities, index and group objects and kept versions' manifests.
+func (d *Dataset) VerifyMetadata(ctx context.Context) (*Report, error) {
+	rep := &Report{LostIndexes: slices.Clone(d.LostIndexes), LostGroups: slices.Clone(d.LostGroups)}
+	if err := d.checkMetadata(ctx, rep, newStoreFaults(len(d.Stores))); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// checkShards is the fragment and sample half of Verify, over shards.
+func (d *Dataset) checkShards(ctx context.Context, rep *Report, shards []int, faults *storeFaults, progress func(bytes int64)) error {
+	m := d.Manifest
+	rep.Shards += len(shards)
+	rep.Fragments += len(shards) * (m.Data + m.Parity)
 	var mu sync.Mutex // guards rep
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(2) // each shard in flight holds up to one shard of data
-	for i := range m.Shards {
+	for _, i := range shards {
 		if slices.Contains(d.LostIndexes, i) {
 			continue // nothing to check its fragments against
 		}
@@ -238,13 +284,27 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return err
 	}
 	sort.Slice(rep.Damaged, func(i, j int) bool {
 		a, b := rep.Damaged[i], rep.Damaged[j]
 		return a.Shard < b.Shard || a.Shard == b.Shard && a.Frag < b.Frag
 	})
 	sort.Ints(rep.Unrecoverable)
+	return nil
+}
+
+// checkMetadata is the rest of Verify: the manifest copies, identities,
+// indexes, groups and kept versions, on the stores faults has not marked
+// down (those are reported unreachable).
+func (d *Dataset) checkMetadata(ctx context.Context, rep *Report, faults *storeFaults) error {
+	m := d.Manifest
+	unreachable := faults.down
+	if slices.ContainsFunc(m.Derived, func(dv manifest.Derived) bool { return dv.Width > 0 }) {
+		if _, err := manifest.StratumTimes(&m.Header); err != nil {
+			rep.Unreadable = append(rep.Unreadable, fmt.Sprintf("the strata: %v", err))
+		}
+	}
 	var silent []int
 	for i := range unreachable {
 		if unreachable[i].Load() {
@@ -253,7 +313,7 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 	}
 	copies := readCopies(ctx, d.Stores, d.Name, silent...)
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	// The manifest copies and identities name the current version, which
 	// an older one opened (Options.Version) is not.
@@ -292,16 +352,16 @@ func (d *Dataset) Verify(ctx context.Context, progress func(bytes int64)) (*Repo
 		}
 	}
 	if err := d.checkIndexes(ctx, rep, faults); err != nil {
-		return nil, err
+		return err
 	}
 	if err := d.checkGroups(ctx, rep, faults); err != nil {
-		return nil, err
+		return err
 	}
 	if err := d.checkVersions(ctx, rep, faults); err != nil {
-		return nil, err
+		return err
 	}
 	rep.Causes = faults.cause
-	return rep, nil
+	return nil
 }
 
 // checkIndexes reads every store's copy of every shard index (format 2)
@@ -576,6 +636,18 @@ var ErrIncomplete = errors.New("some stores did not answer")
 // them (ErrUnrecoverable), or the stores not checked (ErrIncomplete). It
 // returns the number of objects written.
 func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress func(bytes int64)) (int, error) {
+	return d.repairWith(ctx, rep, force, nil, progress)
+}
+
+// RepairHolding is Repair (without force) by a caller that holds the
+// dataset's ingest lock already (lock, from AcquireLock with the default
+// key): the healer, which must hold it from before it reads what is
+// current until its last metadata write, so that no commit lands between.
+func (d *Dataset) RepairHolding(ctx context.Context, rep *Report, lock *Lock, progress func(bytes int64)) (int, error) {
+	return d.repairWith(ctx, rep, false, lock, progress)
+}
+
+func (d *Dataset) repairWith(ctx context.Context, rep *Report, force bool, held *Lock, progress func(bytes int64)) (int, error) {
 	if len(rep.BadSamples) > 0 {
 		return 0, fmt.Errorf("%w: samples %v decode to bytes that fail their own checksum although every block verified; nothing was written",
 			ErrUnrecoverable, rep.BadSamples)
@@ -587,7 +659,7 @@ func (d *Dataset) Repair(ctx context.Context, rep *Report, force bool, progress 
 		}
 		return 0, fmt.Errorf("%w %s: %v; nothing was written: fix --stores (--force would overwrite those stores with this dataset, and what they hold would be lost)", ErrForeignStore, d.Name, names)
 	}
-	rp := &repair{d: d, rep: rep, skip: map[int]bool{}, progress: progress}
+	rp := &repair{d: d, rep: rep, skip: map[int]bool{}, progress: progress, held: held}
 	for _, si := range append(slices.Clone(rep.Unrecoverable), rep.LostIndexes...) {
 		rp.skip[si] = true // left as they are
 	}
@@ -609,6 +681,7 @@ type repair struct {
 	rep      *Report
 	skip     map[int]bool // shards left as they are
 	progress func(bytes int64)
+	held     *Lock // the ingest lock, held by the caller; nil: take it where needed
 	written  atomic.Int64
 
 	mu     sync.Mutex // guards failed
@@ -836,15 +909,23 @@ func (rp *repair) rewriteVersions(ctx context.Context, versions map[VersionCopy]
 		return nil
 	}
 	d := rp.d
-	lock, lctx, err := AcquireLock(ctx, d.Stores, d.Name, "repair-"+d.Current.IngestID, LockOptions{})
-	if errors.Is(err, ErrLocked) {
-		rp.fail(fmt.Sprintf("kept versions' manifests not rewritten: %v; run repair again when it ends", err))
-		return nil
+	lctx := ctx
+	if rp.held != nil {
+		if err := rp.held.Refresh(ctx); err != nil {
+			return err
+		}
+	} else {
+		lock, c, err := AcquireLock(ctx, d.Stores, d.Name, "repair-"+d.Current.IngestID, LockOptions{})
+		if errors.Is(err, ErrLocked) {
+			rp.fail(fmt.Sprintf("kept versions' manifests not rewritten: %v; run repair again when it ends", err))
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer lock.Release(context.WithoutCancel(ctx))
+		lctx = c
 	}
-	if err != nil {
-		return err
-	}
-	defer lock.Release(context.WithoutCancel(ctx))
 	answering := rp.rep.answering(d.Stores)
 	_, removing, err := gcMarks(lctx, answering, d.Name)
 	if err != nil {

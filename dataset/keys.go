@@ -38,6 +38,23 @@ func IdentityKey(name string) string { return name + "/identity" }
 // LockKey is the object key of the ingest lock of dataset name.
 func LockKey(name string) string { return name + "/lock" }
 
+// HealLockKey is the object of the healer's lock of dataset name: one
+// healer writes at a time (heal).
+func HealLockKey(name string) string { return name + "/heal/lock" }
+
+// HealStateKey holds where the healer of dataset name is in its scrub, so
+// a healer that restarts resumes there.
+func HealStateKey(name string) string { return name + "/heal/state" }
+
+// HealHintPrefix holds the shards a mount read degraded, for the healer
+// to heal first: one object per shard, HealHintKey.
+func HealHintPrefix(name string) string { return name + "/heal/hints/" }
+
+// HealHintKey names the hint that shard of ingest ingestID read degraded.
+func HealHintKey(name, ingestID string, shard int) string {
+	return fmt.Sprintf("%s%s.%08d", HealHintPrefix(name), ingestID, shard)
+}
+
 // PartPrefix holds the part records of name's distributed ingests.
 func PartPrefix(name string) string { return name + "/parts/" }
 

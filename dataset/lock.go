@@ -41,6 +41,11 @@ type LockOptions struct {
 	// process is gone) is taken over at once.
 	Stale  time.Duration
 	Logger *slog.Logger
+	// Key is the object the lock lives in; empty: the ingest lock,
+	// LockKey(name), which ingests, gc and repair share. The healer's
+	// own lock (HealLockKey) makes one healer of a dataset at a time
+	// without keeping ingests out.
+	Key string
 }
 
 func (o *LockOptions) fill() {
@@ -53,6 +58,14 @@ func (o *LockOptions) fill() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+}
+
+// key is the object l lives in.
+func (l *Lock) key() string {
+	if l.opts.Key != "" {
+		return l.opts.Key
+	}
+	return LockKey(l.name)
 }
 
 // Lock is an ingest's hold on NAME/lock on a majority of the stores. It is
@@ -122,11 +135,11 @@ func (o *LockInfo) describe() string {
 // createOrTakeOver creates the lock on s, or takes over a lock whose holder
 // is provably dead. It returns the other holder when the lock is taken.
 func (l *Lock) createOrTakeOver(ctx context.Context, s backend.Store, body []byte) (*LockInfo, error) {
-	err := s.Create(ctx, LockKey(l.name), body)
+	err := s.Create(ctx, l.key(), body)
 	if !errors.Is(err, backend.ErrExists) {
 		return nil, err
 	}
-	other, rerr := readLock(ctx, s, l.name)
+	other, rerr := readLock(ctx, s, l.key())
 	if rerr != nil && !errors.Is(rerr, backend.ErrNotExist) {
 		return nil, rerr
 	}
@@ -136,12 +149,12 @@ func (l *Lock) createOrTakeOver(ctx context.Context, s backend.Store, body []byt
 	if other != nil {
 		l.opts.Logger.Warn("taking over the ingest lock of a dead ingest", "store", s.String(), "dead", other.describe())
 	}
-	if err := s.Delete(ctx, LockKey(l.name)); err != nil {
+	if err := s.Delete(ctx, l.key()); err != nil {
 		return other, err
 	}
-	if err := s.Create(ctx, LockKey(l.name), body); err != nil {
+	if err := s.Create(ctx, l.key(), body); err != nil {
 		if errors.Is(err, backend.ErrExists) {
-			other, _ = readLock(ctx, s, l.name)
+			other, _ = readLock(ctx, s, l.key())
 			return other, ErrLocked
 		}
 		return nil, err
@@ -182,16 +195,17 @@ func processStart(pid int) string {
 	return ""
 }
 
-func readLock(ctx context.Context, s backend.Store, name string) (*LockInfo, error) {
-	size, err := s.Stat(ctx, LockKey(name))
+// readLock reads the lock object key of s.
+func readLock(ctx context.Context, s backend.Store, key string) (*LockInfo, error) {
+	size, err := s.Stat(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	if size > 4<<10 {
-		return nil, fmt.Errorf("store %s: %s of %d bytes is not a lock", s, LockKey(name), size)
+		return nil, fmt.Errorf("store %s: %s of %d bytes is not a lock", s, key, size)
 	}
 	b := make([]byte, size)
-	if err := s.ReadAt(ctx, LockKey(name), b, 0); err != nil {
+	if err := s.ReadAt(ctx, key, b, 0); err != nil {
 		return nil, err
 	}
 	var o LockInfo
@@ -233,7 +247,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	var thief *LockInfo
 	var tmu sync.Mutex
 	l.eachHeld(func(i int, s backend.Store) {
-		o, err := readLock(ctx, s, l.name)
+		o, err := readLock(ctx, s, l.key())
 		if err != nil || o.IngestID != l.info.IngestID {
 			l.held[i] = false
 			if o != nil {
@@ -243,7 +257,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 			}
 			return
 		}
-		if err := s.Put(ctx, LockKey(l.name), body); err != nil {
+		if err := s.Put(ctx, l.key(), body); err != nil {
 			l.held[i] = false
 		}
 	})
@@ -270,8 +284,8 @@ func (l *Lock) Release(ctx context.Context) {
 
 func (l *Lock) releaseHeld(ctx context.Context) {
 	l.eachHeld(func(i int, s backend.Store) {
-		if o, err := readLock(ctx, s, l.name); err == nil && o.IngestID == l.info.IngestID {
-			s.Delete(ctx, LockKey(l.name))
+		if o, err := readLock(ctx, s, l.key()); err == nil && o.IngestID == l.info.IngestID {
+			s.Delete(ctx, l.key())
 		}
 		l.held[i] = false
 	})
