@@ -85,15 +85,22 @@ type Metrics interface {
 	HedgedRead(reason string)
 	// StoreState reports a store marked down (true) or healthy again (false).
 	StoreState(store int, down bool)
+	// LostFragment reports a fragment read that found it missing or
+	// corrupt (not late): what the healer should rebuild (dataset.Hinter).
+	LostFragment(store, shard int)
 }
 
 type nopMetrics struct{}
+
+// NopMetrics is a Metrics that records nothing.
+func NopMetrics() Metrics { return nopMetrics{} }
 
 func (nopMetrics) BackendRead(int, int, int, time.Duration, time.Duration, error) {}
 func (nopMetrics) ChecksumFailure(int)                                            {}
 func (nopMetrics) DegradedRead([]int)                                             {}
 func (nopMetrics) HedgedRead(string)                                              {}
 func (nopMetrics) StoreState(int, bool)                                           {}
+func (nopMetrics) LostFragment(int, int)                                          {}
 
 // stateLog rate-limits one store's health log lines: a change is logged at
 // once, then at most one line a minute, which gives the state at its end
@@ -259,6 +266,9 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 	ttfb, _ := fb.Since(start)
 	r.metrics.BackendRead(store, sh.ID, len(p), time.Since(start), ttfb, err)
 	if err != nil {
+		if errors.Is(err, backend.ErrNotExist) || errors.Is(err, backend.ErrShortRead) {
+			r.metrics.LostFragment(store, sh.ID)
+		}
 		return fragRead{err: fail(err)}
 	}
 	bad, first, n := r.codec.badBlocks(sh, frag, A, p)
@@ -267,6 +277,7 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 		return fragRead{data: p}
 	}
 	r.metrics.ChecksumFailure(store)
+	r.metrics.LostFragment(store, sh.ID)
 	r.stores[store].Corrupted()
 	fr := fragRead{err: fail(fmt.Errorf("%w in block %d (%d of %d blocks bad)", ErrChecksum, first, n, len(bad)))}
 	if n < len(bad) {

@@ -87,6 +87,7 @@ type Mount struct {
 	dir           string
 	log           *slog.Logger
 	leases        []*dataset.Lease // on the versions served, until the mount ends
+	hinters       []*dataset.Hinter
 }
 
 // Open mounts cfg's dataset at dir and returns once the tree is served.
@@ -117,9 +118,11 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	}
 	mt := &Mount{Name: cfg.Name, dir: dir, log: log}
 	if err := mt.openSource(ctx, stores, cfg); err != nil {
+		mt.closeHinters()
 		return nil, err
 	}
 	if err := mt.takeLeases(ctx, stores); err != nil {
+		mt.closeHinters()
 		return nil, err
 	}
 	rp, err := mt.readPath(cfg)
@@ -127,6 +130,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		err = mt.newReader(cfg, rp)
 	}
 	if err != nil {
+		mt.closeHinters()
 		mt.releaseLeases()
 		return nil, err
 	}
@@ -263,12 +267,16 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 	}()
 	var err error
 	if cfg.Mix != nil {
-		mt.Mix, err = openMix(ctx, stores, cfg.Mix, mt.log, mt.Metrics)
+		mt.Mix, err = openMix(ctx, stores, cfg.Mix, mt.log, mt.hinterFor(stores))
 		if err == nil {
 			mt.Dataset = mt.Mix.Parts[0]
 		}
 	} else {
-		mt.Dataset, err = dataset.Open(ctx, stores, cfg.Name, dataset.Options{Logger: mt.log, Metrics: mt.Metrics, LazyIndexes: true, Version: cfg.Version})
+		hinter := mt.hinterFor(stores)(cfg.Name)
+		mt.Dataset, err = dataset.Open(ctx, stores, cfg.Name, dataset.Options{Logger: mt.log, Metrics: hinter, LazyIndexes: true, Version: cfg.Version})
+		if err == nil {
+			hinter.SetHeader(&mt.Dataset.Manifest.Header)
+		}
 	}
 	checked := <-failingc
 	failing := checked.lines
@@ -429,14 +437,35 @@ func (mt *Mount) StatsJSON() []byte {
 	return append(b, '\n')
 }
 
+// hinterFor returns a maker of each served dataset's read metrics: the
+// mount's, and a hint to the healer (dataset.Hinter) for every shard read
+// with a fragment missing or corrupt. The hinters end with the mount.
+func (mt *Mount) hinterFor(stores []backend.Store) func(name string) *dataset.Hinter {
+	return func(name string) *dataset.Hinter {
+		h := dataset.NewHinter(stores, name, mt.Metrics, mt.log)
+		mt.hinters = append(mt.hinters, h)
+		return h
+	}
+}
+
+// closeHinters ends the hinters, after the reads that feed them.
+func (mt *Mount) closeHinters() {
+	for _, h := range mt.hinters {
+		h.Close()
+	}
+	mt.hinters = nil
+}
+
 // openMix opens every dataset of a mix on the same stores.
-func openMix(ctx context.Context, stores []backend.Store, names []string, log *slog.Logger, met *metrics.Metrics) (*dataset.Mix, error) {
+func openMix(ctx context.Context, stores []backend.Store, names []string, log *slog.Logger, hinter func(string) *dataset.Hinter) (*dataset.Mix, error) {
 	var parts []*dataset.Dataset
 	for _, n := range names {
-		ds, err := dataset.Open(ctx, stores, n, dataset.Options{Logger: log, Metrics: met})
+		h := hinter(n)
+		ds, err := dataset.Open(ctx, stores, n, dataset.Options{Logger: log, Metrics: h})
 		if err != nil {
 			return nil, fmt.Errorf("--mix: %w", err)
 		}
+		h.SetHeader(&ds.Manifest.Header)
 		parts = append(parts, ds)
 	}
 	return dataset.NewMix(parts)

@@ -132,5 +132,6 @@ func (mt *Mount) shutdown() {
 	if mt.disk != nil {
 		mt.disk.Close()
 	}
+	mt.closeHinters()
 	mt.releaseLeases()
 }
