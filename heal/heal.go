@@ -218,6 +218,7 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 		next, cycle = st.Next, st.Cycle
 		h.log.Info("heal: resuming", "cycle", cycle+1, "shard", next, "of", h.nShards)
 	}
+	h.survey(ctx, ds)
 	lastHints := time.Now()
 	cycleStart, rebuilt := time.Now(), 0
 	for {
@@ -274,6 +275,7 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 		if ds, err = h.open(ctx); err != nil {
 			return err
 		}
+		h.survey(ctx, ds)
 		next, cycleStart, rebuilt = 0, time.Now(), 0
 		lastHints = time.Now()
 	}
@@ -373,6 +375,52 @@ func (h *healer) missing(ds *dataset.Dataset, rep *dataset.Report, shards []int)
 		}
 	}
 	return out
+}
+
+// survey lists every store's fragments, at the start of each cycle, and
+// takes as each shard's losses the fragments missing from where they
+// belong (a store that cannot list counts as missing all of its): a store
+// wiped or replaced shows in the margin at once, not shard by shard as the
+// scrub reaches it. The scrub then checks the bytes, and each step's
+// findings replace the survey's for its shards.
+func (h *healer) survey(ctx context.Context, ds *dataset.Dataset) {
+	m := ds.Manifest
+	total := m.Data + m.Parity
+	present := make([]map[string]bool, len(h.stores))
+	listed := make([]bool, len(h.stores))
+	backend.OnEvery(h.stores, func(i int, s backend.Store) error {
+		keys, err := s.List(ctx, dataset.DataPrefix(h.cfg.Name))
+		if err != nil {
+			return err
+		}
+		present[i], listed[i] = make(map[string]bool, len(keys)), true
+		for _, k := range keys {
+			present[i][k] = true
+		}
+		return nil
+	})
+	if ctx.Err() != nil {
+		return
+	}
+	codec := ds.Reader.Codec()
+	losses := map[int]int{}
+	for si := range m.Shards {
+		if slices.Contains(ds.LostIndexes, si) {
+			losses[si] = m.Parity + 1 // its fragments can be neither checked nor read
+			continue
+		}
+		for f := range total {
+			st := codec.Placement(si, f)
+			if !listed[st] || !present[st][dataset.FragmentKey(h.cfg.Name, m.ShardIngest(si), si, f)] {
+				losses[si]++
+			}
+		}
+	}
+	h.losses = losses
+	h.publish()
+	if mg := h.margin(); mg < h.parity {
+		h.log.Warn("heal: fragments are missing; rebuilding them as the scrub reaches them", "shards_missing_some", len(losses), "margin", mg, "parity", h.parity)
+	}
 }
 
 // margin is m minus the most fragments a shard is known to miss.

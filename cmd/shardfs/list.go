@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/heal"
 )
 
 func newListCmd(g *globals) *cobra.Command {
@@ -27,7 +28,8 @@ many stores its manifest object is. Fewer copies than stores means a store
 is down or lost its copy: shardfs verify NAME says which, and shardfs repair
 NAME rewrites it. A name whose manifest copies cannot be read is listed
 with why; a name with no manifest object on any store is not a dataset and
-is not listed.`,
+is not listed. MARGIN is how many more stores the dataset can lose, as
+its healer (shardfs heal) last found it: "- (no healer)" when none runs.`,
 		Example: `  shardfs list
   shardfs list --stores http://10.0.0.1:9000/b/ds,...,http://10.0.0.6:9000/b/ds
   shardfs list --json | jq -r '.datasets[].name'`,
@@ -65,6 +67,11 @@ type listedDataset struct {
 	// Unreadable says why the manifest copies could not be read; the
 	// numbers are then unknown (0).
 	Unreadable string `json:"unreadable,omitempty"`
+	// Margin is how many more stores the dataset can lose, as its healer
+	// (shardfs heal) last found it; nil when no healer recorded one for
+	// this version. MarginCheckedUnix is when.
+	Margin            *int  `json:"margin,omitempty"`
+	MarginCheckedUnix int64 `json:"margin_checked_unix,omitempty"`
 }
 
 type storeError struct {
@@ -112,6 +119,9 @@ func runList(ctx context.Context, pr *printer, stores []backend.Store) error {
 			d.Unreadable = strings.ReplaceAll(err.Error(), "\n", " ")
 		} else {
 			d.Ingest, d.Samples, d.Bytes, d.Shards, d.Data, d.Parity = m.IngestID, dataset.SampleCount(m), m.TotalBytes(), m.NumShards(), m.Data, m.Parity
+			if st, _ := heal.ReadState(ctx, stores, name); st != nil && st.Version == m.IngestID {
+				d.Margin, d.MarginCheckedUnix = &st.Margin, st.Updated
+			}
 		}
 		rep.Datasets = append(rep.Datasets, d)
 	}
@@ -122,14 +132,18 @@ func runList(ctx context.Context, pr *printer, stores []backend.Store) error {
 	}
 	return pr.print(rep, func(out io.Writer) error {
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tINGEST\tSAMPLES\tBYTES\tSHARDS\tCODE\tMANIFEST ON")
+		fmt.Fprintln(tw, "NAME\tINGEST\tSAMPLES\tBYTES\tSHARDS\tCODE\tMANIFEST ON\tMARGIN")
 		for _, d := range rep.Datasets {
 			if d.Unreadable != "" {
 				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d of %d stores; unreadable: %s\n", d.Name, d.ManifestCopies, d.Stores, d.Unreadable)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\tRS(%d,%d)\t%d of %d stores\n", d.Name, d.Ingest, d.Samples, humanize.IBytes(uint64(d.Bytes)),
-				d.Shards, d.Data, d.Parity, d.ManifestCopies, d.Stores)
+			margin := "- (no healer)"
+			if d.Margin != nil {
+				margin = fmt.Sprintf("%d of %d (healer, %s)", *d.Margin, d.Parity, humanize.Time(time.Unix(d.MarginCheckedUnix, 0)))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\tRS(%d,%d)\t%d of %d stores\t%s\n", d.Name, d.Ingest, d.Samples, humanize.IBytes(uint64(d.Bytes)),
+				d.Shards, d.Data, d.Parity, d.ManifestCopies, d.Stores, margin)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

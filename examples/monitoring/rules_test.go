@@ -28,7 +28,7 @@ func promtool(t *testing.T) string {
 func TestAlertRules(t *testing.T) {
 	tool := promtool(t)
 	out, err := exec.Command(tool, "check", "rules", "shardfs-alerts.yml").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "SUCCESS: 6 rules found") {
+	if err != nil || !strings.Contains(string(out), "SUCCESS: 8 rules found") {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
 	out, err = exec.Command(tool, "test", "rules", "shardfs-alerts_test.yml").CombinedOutput()
