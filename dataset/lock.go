@@ -78,11 +78,13 @@ type Lock struct {
 	info   LockInfo
 	opts   LockOptions
 
-	mu     sync.Mutex // guards held, lost
-	held   []bool
-	lost   error
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu   sync.Mutex // guards held, lost
+	held []bool
+	lost error
+	// renewed is when a Refresh last confirmed the lock on a majority.
+	renewed time.Time
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 func majority(n int) int { return n/2 + 1 }
@@ -120,6 +122,7 @@ func AcquireLock(ctx context.Context, stores []backend.Store, name, ingestID str
 		}
 		return nil, nil, fmt.Errorf("could not take the ingest lock of %s on a majority of the stores (%d of %d): %w", name, got, len(stores), errors.Join(errs...))
 	}
+	l.renewed = time.Now()
 	lctx, cancel := context.WithCancelCause(ctx)
 	l.cancel = func() { cancel(ErrLockLost) }
 	go l.heartbeat(lctx, cancel)
@@ -262,6 +265,9 @@ func (l *Lock) Refresh(ctx context.Context) error {
 		}
 	})
 	got := l.heldCount()
+	if got >= majority(len(l.stores)) {
+		l.renewed = time.Now()
+	}
 	if got < majority(len(l.stores)) {
 		who := "the stores did not answer"
 		if thief != nil {
@@ -271,6 +277,15 @@ func (l *Lock) Refresh(ctx context.Context) error {
 		return l.lost
 	}
 	return nil
+}
+
+// Renewed is when the lock was last confirmed on a majority of the
+// stores (taken, or refreshed). A holder that was stopped for longer than
+// the lock's Stale may have lost it without knowing: Refresh before writing.
+func (l *Lock) Renewed() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewed
 }
 
 // Release stops the heartbeat and deletes the lock where this ingest holds it.

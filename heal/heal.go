@@ -101,6 +101,10 @@ type State struct {
 	Parity  int    `json:"parity"`
 	Updated int64  `json:"updated_unix"`
 	Healer  string `json:"healer"`
+	// Retry are shards the scrub found missing fragments it could not
+	// rebuild then (too few stores answered): they are tried again when
+	// a healer resumes and at the end of every cycle.
+	Retry []int `json:"retry,omitempty"`
 }
 
 // ReadState returns the newest state any store holds for name; nil when
@@ -145,16 +149,27 @@ func ReadState(ctx context.Context, stores []backend.Store, name string) (*State
 // healer is one run of Run.
 type healer struct {
 	cfg    Config
-	raw    []backend.Store // for the lease: its heartbeats must not wait behind the scrub
-	stores []backend.Store // rate-limited
+	stores []backend.Store // every request of the healer's goes through these, counted
+	pacer  *pacer          // paid after each step: the healer's rates
 	id     string
 	log    *slog.Logger
 
-	version string      // the version the losses are of
-	parity  int         // its m
-	losses  map[int]int // shard -> fragments missing, as last checked (only shards missing some)
-	down    []int       // stores that did not answer in the last step
-	nShards int
+	version string // the version damaged is of
+	parity  int    // its m
+	// damaged are the fragments each shard was last found missing or
+	// corrupt on stores that answered (only shards with some); down are
+	// the stores that did not answer the last step. A shard's loss is
+	// both: a store back up stops counting at once.
+	damaged  map[int][]int
+	down     []int
+	codec    placement
+	total    int          // k+m
+	surveyed time.Time    // the last survey
+	retry    map[int]bool // shards left missing fragments the scrub could not rebuild
+	// cycle is the cycles completed, next the first shard of the next
+	// step: what record writes.
+	cycle, next int
+	nShards     int
 }
 
 // Run heals cfg.Name until ctx ends (or, with Once, for one cycle). It
@@ -163,11 +178,12 @@ type healer struct {
 func Run(ctx context.Context, cfg Config) error {
 	cfg.fill()
 	host, _ := os.Hostname()
-	h := &healer{cfg: cfg, raw: cfg.Stores, stores: limitStores(cfg.Stores, cfg.Rates),
+	c := &counter{}
+	h := &healer{cfg: cfg, stores: countStores(cfg.Stores, c), pacer: newPacer(cfg.Rates, c),
 		id: fmt.Sprintf("heal-%s-%d", host, os.Getpid()), log: cfg.Logger.With("dataset", cfg.Name)}
 	waiting := false
 	for {
-		lock, lctx, err := dataset.AcquireLock(ctx, h.raw, cfg.Name, h.id, dataset.LockOptions{
+		lock, lctx, err := dataset.AcquireLock(ctx, h.stores, cfg.Name, h.id, dataset.LockOptions{
 			Key: dataset.HealLockKey(cfg.Name), Stale: cfg.Lease, Heartbeat: cfg.Lease / 4, Logger: cfg.Logger})
 		switch {
 		case err == nil:
@@ -213,16 +229,24 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 	if err != nil {
 		return err
 	}
-	next, cycle := 0, 0
+	h.next, h.cycle = 0, 0
 	if st, _ := ReadState(ctx, h.stores, h.cfg.Name); st != nil && st.Version == ds.Current.IngestID && st.Next <= h.nShards {
-		next, cycle = st.Next, st.Cycle
-		h.log.Info("heal: resuming", "cycle", cycle+1, "shard", next, "of", h.nShards)
+		h.next, h.cycle = st.Next, st.Cycle
+		h.log.Info("heal: resuming", "cycle", h.cycle+1, "shard", h.next, "of", h.nShards, "retry", len(st.Retry))
+		for _, si := range st.Retry {
+			if si >= 0 && si < h.nShards {
+				h.retry[si] = true
+			}
+		}
 	}
 	h.survey(ctx, ds)
+	if _, err := h.retryPending(ctx, ds); err != nil {
+		return err
+	}
 	lastHints := time.Now()
 	cycleStart, rebuilt := time.Now(), 0
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := h.stillHolds(ctx, lock); err != nil {
 			return err
 		}
 		if time.Since(lastHints) >= h.cfg.HintPoll {
@@ -233,27 +257,34 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 			rebuilt += n
 			lastHints = time.Now()
 		}
-		if next < h.nShards {
+		if h.next < h.nShards {
 			shards := make([]int, 0, h.cfg.Batch)
-			for si := next; si < min(next+h.cfg.Batch, h.nShards); si++ {
+			for si := h.next; si < min(h.next+h.cfg.Batch, h.nShards); si++ {
 				shards = append(shards, si)
 			}
+			// The state scrub records once the step is done says the
+			// next step starts after it.
+			h.next = shards[len(shards)-1] + 1
 			n, err := h.scrub(ctx, ds, shards)
 			if err != nil {
 				return err
 			}
 			rebuilt += n
-			next = shards[len(shards)-1] + 1
-			h.record(ctx, ds, cycle, next)
 			continue
 		}
-		// The end of a cycle: the metadata, then the pause.
+		// The end of a cycle: what could not be rebuilt, the metadata,
+		// then the pause.
+		n, err := h.retryPending(ctx, ds)
+		if err != nil {
+			return err
+		}
+		rebuilt += n
 		if err := h.mendMetadata(ctx); err != nil {
 			return err
 		}
-		cycle++
-		h.record(ctx, ds, cycle, 0)
-		h.log.Info("heal: cycle done", "cycle", cycle, "shards", h.nShards, "fragments_rebuilt", rebuilt,
+		h.cycle, h.next = h.cycle+1, 0
+		h.record(ctx, ds)
+		h.log.Info("heal: cycle done", "cycle", h.cycle, "shards", h.nShards, "fragments_rebuilt", rebuilt,
 			"took", time.Since(cycleStart).Round(time.Millisecond), "margin", h.margin(), "parity", h.parity)
 		if h.cfg.Metrics != nil {
 			h.cfg.Metrics.cycles.WithLabelValues(h.cfg.Name).Inc()
@@ -268,6 +299,9 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 				return ctx.Err()
 			case <-time.After(min(h.cfg.HintPoll, time.Until(pauseEnd))):
 			}
+			if err := h.stillHolds(ctx, lock); err != nil {
+				return err
+			}
 			if _, err := h.healHints(ctx, ds); err != nil {
 				return err
 			}
@@ -276,9 +310,24 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 			return err
 		}
 		h.survey(ctx, ds)
-		next, cycleStart, rebuilt = 0, time.Now(), 0
+		cycleStart, rebuilt = time.Now(), 0
 		lastHints = time.Now()
 	}
+}
+
+// stillHolds runs before each step: the heartbeat renews the lock every
+// quarter lease, but a healer that was frozen (SIGSTOP, a paused VM) for
+// longer than the lease may have been taken over without knowing, so when
+// the last renewal is older than half a lease it proves it holds the lock
+// before it writes anything more.
+func (h *healer) stillHolds(ctx context.Context, lock *dataset.Lock) error {
+	if err := h.pacer.pay(ctx); err != nil {
+		return err
+	}
+	if time.Since(lock.Renewed()) > h.cfg.Lease/2 {
+		return lock.Refresh(ctx)
+	}
+	return nil
 }
 
 // open opens the current version; a new version forgets the old one's losses.
@@ -288,9 +337,10 @@ func (h *healer) open(ctx context.Context) (*dataset.Dataset, error) {
 		return nil, err
 	}
 	if ds.Current.IngestID != h.version {
-		h.version, h.losses = ds.Current.IngestID, map[int]int{}
+		h.version, h.damaged, h.retry = ds.Current.IngestID, map[int][]int{}, map[int]bool{}
 	}
 	h.parity, h.nShards = ds.Manifest.Parity, len(ds.Manifest.Shards)
+	h.codec, h.total = ds.Reader.Codec(), ds.Manifest.Data+ds.Manifest.Parity
 	return ds, nil
 }
 
@@ -306,7 +356,7 @@ func (h *healer) scrub(ctx context.Context, ds *dataset.Dataset, shards []int) (
 		h.cfg.Metrics.bytesChecked.WithLabelValues(h.cfg.Name).Add(float64(rep.Bytes))
 	}
 	h.down = rep.Unreachable
-	missing := h.missing(ds, rep, shards)
+	damaged := damagedOf(rep, ds.Manifest.Parity)
 	written := 0
 	if len(rep.Damaged) > 0 {
 		// rep holds only these shards' fragments, so Repair rebuilds
@@ -318,12 +368,11 @@ func (h *healer) scrub(ctx context.Context, ds *dataset.Dataset, shards []int) (
 			return n, ctx.Err()
 		case err == nil:
 			h.log.Info("heal: rebuilt fragments", "shards", damagedShards(rep), "written", n)
-			// Rebuilt: what is missing now is only what sits on stores
-			// that did not answer.
-			missing = h.missing(ds, &dataset.Report{Unreachable: rep.Unreachable}, shards)
+			damaged = nil // every damaged fragment was rebuilt
 		case errors.Is(err, dataset.ErrIncomplete):
+			// Which shards had too few survivors is not told apart:
+			// they stay damaged (the margin errs low) until retried.
 			h.log.Warn("heal: rebuilt what the answering stores allow", "shards", damagedShards(rep), "written", n, "detail", err)
-			missing = h.missing(ds, &dataset.Report{Unreachable: rep.Unreachable}, shards)
 		default:
 			h.log.Error("heal: cannot rebuild", "shards", damagedShards(rep), "err", err)
 		}
@@ -331,51 +380,85 @@ func (h *healer) scrub(ctx context.Context, ds *dataset.Dataset, shards []int) (
 			h.cfg.Metrics.rebuilt.WithLabelValues(h.cfg.Name).Add(float64(n))
 		}
 	}
-	for _, si := range shards {
-		if missing[si] > 0 {
-			h.losses[si] = missing[si]
-		} else {
-			delete(h.losses, si)
+	// Damage the last survey did not show (a store wiped or replaced
+	// since) is likely on shards the scrub has not reached: survey
+	// again, so the margin says so now, not when the scrub gets there.
+	surprise := false
+	for si, frags := range damagedOf(rep, ds.Manifest.Parity) {
+		for _, f := range frags {
+			surprise = surprise || !slices.Contains(h.damaged[si], f)
 		}
 	}
+	for _, si := range shards {
+		if len(damaged[si]) > 0 {
+			h.damaged[si] = damaged[si]
+		} else {
+			delete(h.damaged, si)
+		}
+		if len(damaged[si]) > 0 && len(h.retry) < maxRetry {
+			h.retry[si] = true
+		} else {
+			delete(h.retry, si)
+		}
+	}
+	if surprise && time.Since(h.surveyed) > resurveyAfter {
+		h.survey(ctx, ds)
+	}
 	h.publish()
+	h.record(ctx, ds)
+	return written, h.pacer.pay(ctx)
+}
+
+// resurveyAfter bounds how often damage the scrub did not expect makes
+// the healer list the stores again.
+const resurveyAfter = 10 * time.Second
+
+// maxRetry bounds the shards a state carries to retry; past it, the next
+// cycle finds the rest.
+const maxRetry = 10_000
+
+// retryPending scrubs again the shards left missing fragments; it
+// returns the fragments written.
+func (h *healer) retryPending(ctx context.Context, ds *dataset.Dataset) (int, error) {
+	if len(h.retry) == 0 {
+		return 0, nil
+	}
+	var shards []int
+	for si := range h.retry {
+		shards = append(shards, si)
+	}
+	slices.Sort(shards)
+	h.log.Info("heal: trying again the shards left missing fragments", "shards", len(shards))
+	written := 0
+	for chunk := range slices.Chunk(shards, h.cfg.Batch) {
+		n, err := h.scrub(ctx, ds, chunk)
+		if err != nil {
+			return written, err
+		}
+		written += n
+	}
 	return written, nil
 }
 
-// missing counts, per shard of shards, the fragments rep found damaged or
-// could not check (their store did not answer).
-func (h *healer) missing(ds *dataset.Dataset, rep *dataset.Report, shards []int) map[int]int {
-	lost := map[int]map[int]bool{}
-	mark := func(si, f int) {
-		if lost[si] == nil {
-			lost[si] = map[int]bool{}
-		}
-		lost[si][f] = true
-	}
+// damagedOf lists, per shard, the fragments rep found missing or
+// corrupt; a shard past repair (more than m lost in a stripe) counts m+1.
+func damagedOf(rep *dataset.Report, parity int) map[int][]int {
+	out := map[int][]int{}
 	for _, d := range rep.Damaged {
-		mark(d.Shard, d.Frag)
-	}
-	codec := ds.Reader.Codec()
-	total := ds.Manifest.Data + ds.Manifest.Parity
-	for _, si := range shards {
-		for f := 0; f < total; f++ {
-			if slices.Contains(rep.Unreachable, codec.Placement(si, f)) {
-				mark(si, f)
-			}
+		if !slices.Contains(out[d.Shard], d.Frag) {
+			out[d.Shard] = append(out[d.Shard], d.Frag)
 		}
 	}
 	for _, si := range rep.Unrecoverable {
-		mark(si, -1) // past m: counted as one more than m below
-	}
-	out := map[int]int{}
-	for si, fs := range lost {
-		out[si] = len(fs)
-		if fs[-1] {
-			out[si] = max(len(fs)-1, ds.Manifest.Parity+1)
+		for f := len(out[si]); f <= parity; f++ {
+			out[si] = append(out[si], -1-f) // past m: as many as it takes
 		}
 	}
 	return out
 }
+
+// placement is where a shard's fragments are (erasure.Codec).
+type placement interface{ Placement(shard, frag int) int }
 
 // survey lists every store's fragments, at the start of each cycle, and
 // takes as each shard's losses the fragments missing from where they
@@ -402,31 +485,57 @@ func (h *healer) survey(ctx context.Context, ds *dataset.Dataset) {
 	if ctx.Err() != nil {
 		return
 	}
-	codec := ds.Reader.Codec()
-	losses := map[int]int{}
+	damaged := map[int][]int{}
+	var down []int
+	for i := range h.stores {
+		if !listed[i] {
+			down = append(down, i)
+		}
+	}
 	for si := range m.Shards {
 		if slices.Contains(ds.LostIndexes, si) {
-			losses[si] = m.Parity + 1 // its fragments can be neither checked nor read
+			for f := 0; f <= m.Parity; f++ {
+				damaged[si] = append(damaged[si], -1-f) // its fragments can be neither checked nor read
+			}
 			continue
 		}
 		for f := range total {
-			st := codec.Placement(si, f)
-			if !listed[st] || !present[st][dataset.FragmentKey(h.cfg.Name, m.ShardIngest(si), si, f)] {
-				losses[si]++
+			st := h.codec.Placement(si, f)
+			if listed[st] && !present[st][dataset.FragmentKey(h.cfg.Name, m.ShardIngest(si), si, f)] {
+				damaged[si] = append(damaged[si], f)
 			}
 		}
 	}
-	h.losses = losses
+	// What the scrub found corrupt but could not rebuild does not show
+	// in a listing: keep it.
+	for si := range h.retry {
+		for _, f := range h.damaged[si] {
+			if !slices.Contains(damaged[si], f) {
+				damaged[si] = append(damaged[si], f)
+			}
+		}
+	}
+	h.damaged, h.down, h.surveyed = damaged, down, time.Now()
 	h.publish()
 	if mg := h.margin(); mg < h.parity {
-		h.log.Warn("heal: fragments are missing; rebuilding them as the scrub reaches them", "shards_missing_some", len(losses), "margin", mg, "parity", h.parity)
+		h.log.Warn("heal: fragments are missing or their stores do not answer; rebuilding them as the scrub reaches them", "shards_missing_some", len(damaged), "stores_down", down, "margin", mg, "parity", h.parity)
 	}
 }
 
-// margin is m minus the most fragments a shard is known to miss.
+// margin is m minus the most fragments a shard is known to miss: those
+// found damaged, and those on stores that do not answer now (every shard
+// has one fragment on each of the k+m stores).
 func (h *healer) margin() int {
-	worst := 0
-	for _, n := range h.losses {
+	worst := len(h.down)
+	for si, frags := range h.damaged {
+		n := len(frags)
+		for _, st := range h.down {
+			for f := range h.total {
+				if h.codec.Placement(si, f) == st && !slices.Contains(frags, f) {
+					n++
+				}
+			}
+		}
 		worst = max(worst, n)
 	}
 	return h.parity - worst
@@ -440,15 +549,19 @@ func (h *healer) publish() {
 }
 
 // record writes where the scrub is to every store (advisory; see State).
-func (h *healer) record(ctx context.Context, ds *dataset.Dataset, cycle, next int) {
-	st := State{Version: ds.Current.IngestID, Cycle: cycle, Next: next, Shards: h.nShards,
+func (h *healer) record(ctx context.Context, ds *dataset.Dataset) {
+	st := State{Version: ds.Current.IngestID, Cycle: h.cycle, Next: h.next, Shards: h.nShards,
 		Margin: h.margin(), Parity: h.parity, Updated: time.Now().Unix(), Healer: h.id}
+	for si := range h.retry {
+		st.Retry = append(st.Retry, si)
+	}
+	slices.Sort(st.Retry)
 	b, _ := json.Marshal(st)
 	backend.OnEvery(h.stores, func(i int, s backend.Store) error {
 		return s.Put(ctx, dataset.HealStateKey(h.cfg.Name), b)
 	})
 	if h.cfg.Metrics != nil {
-		h.cfg.Metrics.position.WithLabelValues(h.cfg.Name).Set(float64(next))
+		h.cfg.Metrics.position.WithLabelValues(h.cfg.Name).Set(float64(h.next))
 	}
 }
 
@@ -467,7 +580,7 @@ func (h *healer) mendMetadata(ctx context.Context) error {
 	if rep.Intact() && len(rep.Pending) == 0 {
 		return nil
 	}
-	lock, lctx, err := dataset.AcquireLock(ctx, h.raw, h.cfg.Name, h.id, dataset.LockOptions{Logger: h.cfg.Logger})
+	lock, lctx, err := dataset.AcquireLock(ctx, h.stores, h.cfg.Name, h.id, dataset.LockOptions{Logger: h.cfg.Logger})
 	if errors.Is(err, dataset.ErrLocked) {
 		h.log.Info("heal: the metadata needs mending, but an ingest, gc or repair holds the dataset's lock; mending it next cycle", "detail", err)
 		return nil

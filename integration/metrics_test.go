@@ -285,14 +285,18 @@ func promQuery(t *testing.T, base, q string) []map[string]any {
 	return r.Data.Result
 }
 
-// Issue 29 item 4: Debian's Prometheus server scrapes a real mount that
-// reads through toxiproxy, with the shipped alert rules. With one store
-// slowed, ShardfsSlowStore fires and names that store; every query of the
-// shipped dashboard returns series (checked over Prometheus's HTTP API).
-func TestPrometheusScrapesAMount(t *testing.T) {
-	prom := requireTool(t, "prometheus")
-	pc, mp := readingMount(t, 33)
-	target := strings.TrimSuffix(strings.TrimPrefix(metricsURL(t, mp), "http://"), "/metrics")
+// prometheus is a Debian Prometheus server that scrapes one target every
+// second under the shipped alert rules.
+type prometheus struct {
+	base, dir string
+}
+
+// startPrometheus starts Prometheus on a free loopback port, scraping
+// target (host:port) with examples/monitoring/shardfs-alerts.yml; it is
+// killed in t.Cleanup.
+func startPrometheus(t *testing.T, target string) *prometheus {
+	t.Helper()
+	bin := requireTool(t, "prometheus")
 	dir := t.TempDir()
 	rules, err := filepath.Abs("../examples/monitoring/shardfs-alerts.yml")
 	if err != nil {
@@ -301,8 +305,7 @@ func TestPrometheusScrapesAMount(t *testing.T) {
 	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - %s\nscrape_configs:\n  - job_name: shardfs\n    static_configs:\n      - targets: ['%s']\n", rules, target)
 	os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644)
 	port := freePort(t)
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	srv := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+	srv := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
 	logf, _ := os.Create(filepath.Join(dir, "prometheus.log"))
 	srv.Stdout, srv.Stderr = logf, logf
@@ -310,6 +313,61 @@ func TestPrometheusScrapesAMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait(); logf.Close() })
+	return &prometheus{base: fmt.Sprintf("http://127.0.0.1:%d", port), dir: dir}
+}
+
+func (p *prometheus) logText() string {
+	b, _ := os.ReadFile(filepath.Join(p.dir, "prometheus.log"))
+	return string(b)
+}
+
+// promAlert is one alert Prometheus holds active (pending or firing).
+type promAlert struct {
+	Labels map[string]string `json:"labels"`
+	State  string            `json:"state"`
+}
+
+// get decodes the JSON answer of an API path into out; it leaves out as
+// it is while Prometheus is not up yet.
+func (p *prometheus) get(path string, out any) {
+	resp, err := http.Get(p.base + path)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	json.NewDecoder(resp.Body).Decode(out)
+}
+
+// alerts are the active alerts.
+func (p *prometheus) alerts() []promAlert {
+	var a struct {
+		Data struct {
+			Alerts []promAlert `json:"alerts"`
+		} `json:"data"`
+	}
+	p.get("/api/v1/alerts", &a)
+	return a.Data.Alerts
+}
+
+// series counts the series an instant query returns.
+func (p *prometheus) series(q string) int {
+	var r struct {
+		Data struct {
+			Result []any `json:"result"`
+		} `json:"data"`
+	}
+	p.get("/api/v1/query?query="+url.QueryEscape(q), &r)
+	return len(r.Data.Result)
+}
+
+// Issue 29 item 4: Debian's Prometheus server scrapes a real mount that
+// reads through toxiproxy, with the shipped alert rules. With one store
+// slowed, ShardfsSlowStore fires and names that store; every query of the
+// shipped dashboard returns series (checked over Prometheus's HTTP API).
+func TestPrometheusScrapesAMount(t *testing.T) {
+	pc, mp := readingMount(t, 33)
+	target := strings.TrimSuffix(strings.TrimPrefix(metricsURL(t, mp), "http://"), "/metrics")
+	prom := startPrometheus(t, target)
 
 	defer readEpochs(mp)()
 	toxitest.Latency(t, pc.proxies[2], 150, 0)
@@ -317,25 +375,10 @@ func TestPrometheusScrapesAMount(t *testing.T) {
 	var named string
 	for named == "" {
 		if time.Since(start) > 3*time.Minute {
-			log, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
-			t.Fatalf("ShardfsSlowStore did not fire in 3 minutes; stats:\n%s\nprometheus log:\n%s", mustRead(t, filepath.Join(mp.dir, ".shardfs", "stats.json")), log)
+			t.Fatalf("ShardfsSlowStore did not fire in 3 minutes; stats:\n%s\nprometheus log:\n%s", mustRead(t, filepath.Join(mp.dir, ".shardfs", "stats.json")), prom.logText())
 		}
 		time.Sleep(2 * time.Second)
-		resp, err := http.Get(base + "/api/v1/alerts")
-		if err != nil {
-			continue
-		}
-		var a struct {
-			Data struct {
-				Alerts []struct {
-					Labels map[string]string `json:"labels"`
-					State  string            `json:"state"`
-				} `json:"alerts"`
-			} `json:"data"`
-		}
-		json.NewDecoder(resp.Body).Decode(&a)
-		resp.Body.Close()
-		for _, al := range a.Data.Alerts {
+		for _, al := range prom.alerts() {
 			if al.Labels["alertname"] == "ShardfsSlowStore" && al.State == "firing" {
 				named = al.Labels["subject"]
 			}
@@ -359,7 +402,7 @@ func TestPrometheusScrapesAMount(t *testing.T) {
 	queries := 0
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
-			if len(promQuery(t, base, tg.Expr)) == 0 {
+			if len(promQuery(t, prom.base, tg.Expr)) == 0 {
 				t.Errorf("dashboard panel %q: query %q returns no series", p.Title, tg.Expr)
 			}
 			queries++
