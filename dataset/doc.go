@@ -1,7 +1,9 @@
 // Package dataset owns a committed dataset as the stores hold it: where its
 // objects live, how its manifest is found among the k+m copies, its
 // versions and the mounts' leases on them, and the whole-dataset checks
-// (verify), fixes (repair) and clean-up (gc); and the catalogs the read
+// (verify, whole or a few shards at a time), fixes (repair) and clean-up
+// (gc); the keys the healer (package heal) keeps its lock, state and the
+// mounts' hints under (a mount's Hinter writes the hints); and the catalogs the read
 // path asks about samples, whole (ManifestCatalog) or read shard by shard as a
 // mount needs them (LazyCatalog: in format 3, group by group too).
 //
@@ -19,6 +21,9 @@
 //	NAME/parts/JOB-ID/part-IIIIII-of-NNNNNN  a finished part of a distributed ingest, until its commit
 //	NAME/parts/JOB-ID/started                a distributed ingest is running: purges leave it alone
 //	NAME/probe/TOKEN/I                       ingest's probe that tells stores apart, removed at once
+//	NAME/heal/lock                           held by the one healer of NAME that may write
+//	NAME/heal/state                          where the healer is in its scrub, a copy on every store
+//	NAME/heal/hints/INGEST-ID.SSSSSSSS       a mount read shard SSSSSSSS with a fragment missing or corrupt
 //
 // Names are flat (letters, digits, '-', '_', '.'), so NAME/ is a namespace
 // no other dataset's name can fall inside. A dataset's versions share

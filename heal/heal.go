@@ -22,8 +22,10 @@
 //     versions) is written only under the dataset's ingest lock, taken
 //     before the healer reads what is current and held until its last
 //     write (dataset.RepairHolding): no commit, gc or repair can run in
-//     between, so the copies it writes are the current version's. An
-//     ingest that wants the lock meanwhile waits and says who holds it.
+//     between, so the copies it writes are the current version's. It
+//     holds that lock only while it mends (seconds, and only when some
+//     metadata is damaged); an ingest started then is refused with the
+//     healer named as the holder, and can be run again at once.
 //   - The state object (where the scrub is) and hints are advisory: losing
 //     or corrupting them only makes the healer start its cycle again.
 package heal
@@ -64,7 +66,9 @@ type Config struct {
 	Lease time.Duration
 	Rates Rates
 	// Once runs one whole cycle (from the recorded position), then returns.
-	Once    bool
+	Once bool
+	// OnCycle, if set, is told of every cycle done.
+	OnCycle func(Cycle)
 	Logger  *slog.Logger
 	Metrics *Metrics // nil: none
 }
@@ -85,6 +89,16 @@ func (c *Config) fill() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+}
+
+// Cycle is what one scrub cycle did.
+type Cycle struct {
+	Number  int           // cycles completed on this version, this one included
+	Checked int           // shards checked (a resumed cycle: from where it resumed)
+	Written int           // objects written: rebuilt fragments, mended metadata copies
+	Took    time.Duration // from this healer's start of the cycle
+	Margin  int           // as at its end (see State)
+	Parity  int
 }
 
 // State is where a healer is in its scrub of a dataset, recorded on the
@@ -244,7 +258,7 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 		return err
 	}
 	lastHints := time.Now()
-	cycleStart, rebuilt := time.Now(), 0
+	cycleStart, rebuilt, checked := time.Now(), 0, 0
 	for {
 		if err := h.stillHolds(ctx, lock); err != nil {
 			return err
@@ -270,6 +284,7 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 				return err
 			}
 			rebuilt += n
+			checked += len(shards)
 			continue
 		}
 		// The end of a cycle: what could not be rebuilt, the metadata,
@@ -279,15 +294,20 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 			return err
 		}
 		rebuilt += n
-		if err := h.mendMetadata(ctx); err != nil {
+		mended, err := h.mendMetadata(ctx)
+		if err != nil {
 			return err
 		}
 		h.cycle, h.next = h.cycle+1, 0
 		h.record(ctx, ds)
-		h.log.Info("heal: cycle done", "cycle", h.cycle, "shards", h.nShards, "fragments_rebuilt", rebuilt,
-			"took", time.Since(cycleStart).Round(time.Millisecond), "margin", h.margin(), "parity", h.parity)
+		took := time.Since(cycleStart)
+		h.log.Info("heal: cycle done", "cycle", h.cycle, "shards", h.nShards, "checked", checked, "fragments_rebuilt", rebuilt,
+			"metadata_written", mended, "took", took.Round(time.Millisecond), "margin", h.margin(), "parity", h.parity)
 		if h.cfg.Metrics != nil {
 			h.cfg.Metrics.cycles.WithLabelValues(h.cfg.Name).Inc()
+		}
+		if h.cfg.OnCycle != nil {
+			h.cfg.OnCycle(Cycle{Number: h.cycle, Checked: checked, Written: rebuilt + mended, Took: took, Margin: h.margin(), Parity: h.parity})
 		}
 		if h.cfg.Once {
 			return nil
@@ -310,7 +330,7 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 			return err
 		}
 		h.survey(ctx, ds)
-		cycleStart, rebuilt = time.Now(), 0
+		cycleStart, rebuilt, checked = time.Now(), 0, 0
 		lastHints = time.Now()
 	}
 }
@@ -568,37 +588,37 @@ func (h *healer) record(ctx context.Context, ds *dataset.Dataset) {
 // mendMetadata checks the manifest copies, identities, indexes, groups
 // and kept versions, and mends what is missing or wrong under the
 // dataset's ingest lock (see the package comment).
-func (h *healer) mendMetadata(ctx context.Context) error {
+func (h *healer) mendMetadata(ctx context.Context) (int, error) {
 	ds, err := h.open(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	rep, err := ds.VerifyMetadata(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if rep.Intact() && len(rep.Pending) == 0 {
-		return nil
+		return 0, nil
 	}
 	lock, lctx, err := dataset.AcquireLock(ctx, h.stores, h.cfg.Name, h.id, dataset.LockOptions{Logger: h.cfg.Logger})
 	if errors.Is(err, dataset.ErrLocked) {
 		h.log.Info("heal: the metadata needs mending, but an ingest, gc or repair holds the dataset's lock; mending it next cycle", "detail", err)
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer lock.Release(context.WithoutCancel(ctx))
 	// Under the lock, read again what is current: a commit may have
 	// landed between the check above and the lock.
 	if ds, err = h.open(lctx); err != nil {
-		return err
+		return 0, err
 	}
 	if rep, err = ds.VerifyMetadata(lctx); err != nil {
-		return err
+		return 0, err
 	}
 	if rep.Intact() && len(rep.Pending) == 0 {
-		return nil
+		return 0, nil
 	}
 	n, err := ds.RepairHolding(lctx, rep, lock, nil)
 	switch {
@@ -612,7 +632,7 @@ func (h *healer) mendMetadata(ctx context.Context) error {
 	if h.cfg.Metrics != nil {
 		h.cfg.Metrics.rebuilt.WithLabelValues(h.cfg.Name).Add(float64(n))
 	}
-	return nil
+	return n, nil
 }
 
 // healHints heals the shards mounts read degraded, then removes their

@@ -251,9 +251,9 @@ func healState(t *testing.T, c *cluster, name string) *heal.State {
 // the shipped alert rules. Store 3 is wiped and restarted empty: the healer
 // brings verify back to exit 0 with no command from a person, and the
 // critical alert stays quiet (one store lost of m = 2). Then stores 1 and
-// 4 are wiped while the healer runs held to 300 KiB/s (so that healing
-// outlasts the alert's minute): ShardfsRedundancyCritical fires (margin 0:
-// one more loss and samples are gone), and shardfs list shows the margin.
+// 4 are wiped, and a healer held to 300 KiB/s (so that healing outlasts
+// the alert's minute) takes over: ShardfsRedundancyCritical fires (margin
+// 0: one more loss and samples are gone), and shardfs list shows it.
 // The healer is then restarted without the bound: verify comes back
 // clean and the alert clears. The reader never sees a wrong byte or an
 // error; its rate during healing is logged against the rate before.
@@ -306,13 +306,12 @@ func TestHealWipedStoresWhileReading(t *testing.T) {
 		t.Fatalf("ShardfsRedundancyCritical is %s with one store lost of m=2", st)
 	}
 
-	// A healer held to 300 KiB/s; then stores 1 and 4 are lost.
+	// Stores 1 and 4 lost, and a healer held to 300 KiB/s.
 	healer.kill()
-	healer = startHealer(t, stores, "--pause=2s", "--hint-poll=1s", "--rate-bytes=300KiB", metricsAddr, "ds")
-	healer.waitLog(t, `holding the healer lock`, time.Minute)
 	wiped = time.Now()
 	wipeStore(t, c.servers[1])
 	wipeStore(t, c.servers[4])
+	healer = startHealer(t, stores, "--pause=2s", "--hint-poll=1s", "--rate-bytes=300KiB", metricsAddr, "ds")
 	for alertState() != "firing" {
 		if time.Since(wiped) > 3*time.Minute {
 			t.Fatalf("ShardfsRedundancyCritical did not fire in 3 minutes with 2 stores wiped; healer log:\n%s", healer.logText(t))

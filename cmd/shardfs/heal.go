@@ -43,7 +43,8 @@ renewing its lease (--lease).
 Its margin, the number of stores the dataset can still lose, is logged after
 every cycle, exported as shardfs_heal_redundancy_margin on --metrics-addr,
 and shown by shardfs list. Metadata is written only under the dataset's
-ingest lock, so an ingest that starts meanwhile waits a moment and says so.
+ingest lock, held for the seconds the mending takes: an ingest started
+then is refused, naming the healer, and can be run again at once.
 
 --rate-bytes and --rate-requests bound what the healer asks of all stores
 together, so a scrub never takes the bandwidth a training job reads with.`,
@@ -91,8 +92,16 @@ together, so a scrub never takes the bandwidth a training job reads with.`,
 				defer srv.Close()
 				log.Info("heal: serving metrics", "addr", ln.Addr().String())
 			}
+			var onCycle func(heal.Cycle)
+			if once {
+				out := cmd.OutOrStdout()
+				onCycle = func(c heal.Cycle) {
+					fmt.Fprintf(out, "healed %s (cycle %d): %d shards checked, %d objects written in %v; margin %d of %d\n",
+						args[0], c.Number, c.Checked, c.Written, c.Took.Round(time.Millisecond), c.Margin, c.Parity)
+				}
+			}
 			err = heal.Run(cmd.Context(), heal.Config{Stores: stores, Name: args[0], Batch: batch, Pause: pause, HintPoll: hint,
-				Lease: lease, Rates: rates, Once: once, Logger: log, Metrics: metrics})
+				Lease: lease, Rates: rates, Once: once, OnCycle: onCycle, Logger: log, Metrics: metrics})
 			if errors.Is(err, dataset.ErrLocked) {
 				return fmt.Errorf("%w (with --once, heal does not wait for another healer)", err)
 			}
