@@ -237,8 +237,26 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-// serve scrubs while this healer holds the lock (ctx ends when it is lost).
+// errNewVersion: another version became current while the healer
+// scrubbed one (an append, a rollback; gc may then remove the old one's
+// objects, which must not read as damage).
+var errNewVersion = errors.New("a new version is current")
+
+// serve scrubs while this healer holds the lock (ctx ends when it is
+// lost), the current version, then the next one that becomes current.
 func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
+	for {
+		err := h.serveVersion(ctx, lock)
+		if !errors.Is(err, errNewVersion) {
+			return err
+		}
+		h.log.Info("heal: a new version is current; scrubbing it from its first shard")
+	}
+}
+
+// serveVersion scrubs the version current when it starts, until another
+// one is (errNewVersion).
+func (h *healer) serveVersion(ctx context.Context, lock *dataset.Lock) error {
 	ds, err := h.open(ctx)
 	if err != nil {
 		return err
@@ -379,6 +397,11 @@ func (h *healer) scrub(ctx context.Context, ds *dataset.Dataset, shards []int) (
 	damaged := damagedOf(rep, ds.Manifest.Parity)
 	written := 0
 	if len(rep.Damaged) > 0 {
+		// Damage is a version's objects gone; first make sure the
+		// version is still current (gc removes what no kept version reads).
+		if m, err := dataset.LoadHeader(ctx, h.stores, h.cfg.Name, nil); err == nil && m.IngestID != ds.Current.IngestID {
+			return 0, errNewVersion
+		}
 		// rep holds only these shards' fragments, so Repair rebuilds
 		// fragments and writes no metadata (see the package comment).
 		n, err := ds.Repair(ctx, rep, false, nil)

@@ -368,3 +368,76 @@ func TestParseHint(t *testing.T) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// A version replaced while the healer pauses, and its fragments removed
+// (as gc would): a mount's hint for one of its shards must not read as
+// damage. The healer finds the new version current, moves to it, writes
+// nothing, and its margin stays m.
+func TestNewVersionIsNotDamage(t *testing.T) {
+	stores, _ := ingestLocal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	met := NewMetrics(reg)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Stores: stores, Name: "ds", Pause: time.Hour, HintPoll: 100 * time.Millisecond, Metrics: met})
+	}()
+	for {
+		if st, _ := ReadState(ctx, stores, "ds"); st != nil && st.Cycle == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no cycle in a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	src := filepath.Join(t.TempDir(), "src2")
+	if _, err := synth.Write(src, synth.Spec{Counts: []int{20, 10}, MinSize: 1000, MaxSize: 9000, Seed: 9}); err != nil {
+		t.Fatal(err)
+	}
+	source, err := ingest.Scan(src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ingest.Run(ctx, source, ingest.Options{Name: "ds", Stores: stores, Data: 4, Parity: 2, ShardSize: 100_000, BlockSize: 4096, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores {
+		keys, _ := s.List(ctx, dataset.DataPrefix("ds")+old.Current.IngestID+"/")
+		for _, k := range keys {
+			s.Delete(ctx, k)
+		}
+	}
+	h := dataset.NewHinter(stores, "ds", nil, nil)
+	h.SetHeader(&old.Manifest.Header)
+	h.LostFragment(0, 0)
+	h.Close()
+	for {
+		if st, _ := ReadState(ctx, stores, "ds"); st != nil && st.Version == res.Manifest.IngestID {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the healer did not move to the new version in a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(met.rebuilt.WithLabelValues("ds")); got != 0 {
+		t.Fatalf("the healer wrote %v objects for a version gc removed", got)
+	}
+	if got := testutil.ToFloat64(met.margin.WithLabelValues("ds")); got != 2 {
+		t.Fatalf("margin %v after the version changed, want 2", got)
+	}
+	for _, s := range stores {
+		if keys, _ := s.List(ctx, dataset.DataPrefix("ds")+old.Current.IngestID+"/"); len(keys) != 0 {
+			t.Fatalf("fragments of the removed version written back: %v", keys)
+		}
+	}
+	cancel()
+	<-done
+}
