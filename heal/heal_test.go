@@ -250,16 +250,7 @@ func TestHintHealedDuringPause(t *testing.T) {
 	go func() {
 		done <- Run(ctx, Config{Stores: stores, Name: "ds", Pause: time.Hour, HintPoll: 100 * time.Millisecond})
 	}()
-	// Wait for the first cycle to end.
-	for {
-		if st, _ := ReadState(ctx, stores, "ds"); st != nil && st.Cycle == 1 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("no cycle in a minute")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitState(ctx, t, stores, func(st *State) bool { return st.Cycle == 1 })
 	frags, _ := filepath.Glob(filepath.Join(dirs[0], "ds", "data", "*", "00000001.*"))
 	if len(frags) != 1 {
 		t.Fatalf("shard 1 on store 0: %v", frags)
@@ -302,16 +293,11 @@ func TestHintHealedDuringPause(t *testing.T) {
 // Of two healers, one holds the lock; --once on the other says so.
 func TestOneHealerAtATime(t *testing.T) {
 	stores, _ := ingestLocal(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, Config{Stores: stores, Name: "ds", Pause: time.Hour}) }()
-	for {
-		if st, _ := ReadState(ctx, stores, "ds"); st != nil && st.Cycle == 1 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitState(ctx, t, stores, func(st *State) bool { return st.Cycle == 1 })
 	err := Run(context.Background(), Config{Stores: stores, Name: "ds", Once: true})
 	if err == nil || !errorsIs(err, dataset.ErrLocked) {
 		t.Fatalf("a second healer with --once: %v, want ErrLocked", err)
@@ -387,15 +373,7 @@ func TestNewVersionIsNotDamage(t *testing.T) {
 	go func() {
 		done <- Run(ctx, Config{Stores: stores, Name: "ds", Pause: time.Hour, HintPoll: 100 * time.Millisecond, Metrics: met})
 	}()
-	for {
-		if st, _ := ReadState(ctx, stores, "ds"); st != nil && st.Cycle == 1 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("no cycle in a minute")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitState(ctx, t, stores, func(st *State) bool { return st.Cycle == 1 })
 	src := filepath.Join(t.TempDir(), "src2")
 	if _, err := synth.Write(src, synth.Spec{Counts: []int{20, 10}, MinSize: 1000, MaxSize: 9000, Seed: 9}); err != nil {
 		t.Fatal(err)
@@ -418,15 +396,7 @@ func TestNewVersionIsNotDamage(t *testing.T) {
 	h.SetHeader(&old.Manifest.Header)
 	h.LostFragment(0, 0)
 	h.Close()
-	for {
-		if st, _ := ReadState(ctx, stores, "ds"); st != nil && st.Version == res.Manifest.IngestID {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the healer did not move to the new version in a minute")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitState(ctx, t, stores, func(st *State) bool { return st.Version == res.Manifest.IngestID })
 	if got := testutil.ToFloat64(met.rebuilt.WithLabelValues("ds")); got != 0 {
 		t.Fatalf("the healer wrote %v objects for a version gc removed", got)
 	}
@@ -440,4 +410,20 @@ func TestNewVersionIsNotDamage(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// waitState waits until the recorded state satisfies ok, or fails when
+// ctx ends.
+func waitState(ctx context.Context, t *testing.T, stores []backend.Store, ok func(*State) bool) {
+	t.Helper()
+	for {
+		if st, _ := ReadState(ctx, stores, "ds"); st != nil && ok(st) {
+			return
+		}
+		if ctx.Err() != nil {
+			st, _ := ReadState(context.Background(), stores, "ds")
+			t.Fatalf("the healer's state did not come to what the test waits for; it is %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
