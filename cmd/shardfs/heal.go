@@ -68,6 +68,9 @@ together, so a scrub never takes the bandwidth a training job reads with.`,
 			if batch < 1 {
 				return fmt.Errorf("--batch %d: at least 1 shard a step", batch)
 			}
+			if pause <= 0 || hint <= 0 {
+				return fmt.Errorf("--pause %v, --hint-poll %v: both must be above 0 (--pause 1s scrubs almost without pause)", pause, hint)
+			}
 			if lease < 4*time.Second {
 				return fmt.Errorf("--lease %v: at least 4s (the holder renews it every quarter)", lease)
 			}

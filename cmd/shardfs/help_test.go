@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,5 +70,26 @@ func TestVersionFlag(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out.String()); got != versionLine() {
 		t.Fatalf("shardfs --version printed %q, want %q", got, versionLine())
+	}
+}
+
+// Bad heal flags are refused, naming the flag, before any store is asked.
+func TestHealFlagsRefused(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"--pause 0", "--pause 0s"},
+		{"--hint-poll 0", "--hint-poll 0s"},
+		{"--lease 1s", "--lease 1s: at least 4s"},
+		{"--batch 0", "--batch 0: at least 1"},
+		{"--rate-bytes lots", `--rate-bytes "lots"`},
+		{"--rate-requests -1", "--rate-requests -1"},
+	} {
+		root := newRoot()
+		root.SetArgs(append(append([]string{"heal", "--stores", "file:///nonexistent/s0"}, strings.Fields(c.args)...), "ds"))
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("heal %s: %v, want an error naming %q", c.args, err, c.want)
+		}
 	}
 }
