@@ -50,6 +50,7 @@ func TestJSONReportsAgreeWithText(t *testing.T) {
 				Shards, Data, Parity int
 				ManifestCopies       int `json:"manifest_copies"`
 				Stores               int
+				Margin               *int
 			}
 		}
 		decode(js, &l)
@@ -57,8 +58,9 @@ func TestJSONReportsAgreeWithText(t *testing.T) {
 			t.Fatalf("list --json: %+v", l)
 		}
 		d := l.Datasets[0]
-		want := fmt.Sprintf(`(?m)^train\s+%s\s+%d\s+%s\s+%d\s+RS\(%d,%d\)\s+%d of %d stores$`, d.Ingest, d.Samples, regexp.QuoteMeta(humanize.IBytes(uint64(d.Bytes))), d.Shards, d.Data, d.Parity, d.ManifestCopies, d.Stores)
-		if d.Data != 2 || d.Parity != 1 || d.ManifestCopies != 3 || d.Stores != 3 || !regexp.MustCompile(want).MatchString(text.stdout) {
+		// No healer ran: no margin in the JSON, "- (no healer)" in the text.
+		want := fmt.Sprintf(`(?m)^train\s+%s\s+%d\s+%s\s+%d\s+RS\(%d,%d\)\s+%d of %d stores\s+- \(no healer\)$`, d.Ingest, d.Samples, regexp.QuoteMeta(humanize.IBytes(uint64(d.Bytes))), d.Shards, d.Data, d.Parity, d.ManifestCopies, d.Stores)
+		if d.Data != 2 || d.Parity != 1 || d.ManifestCopies != 3 || d.Stores != 3 || d.Margin != nil || !regexp.MustCompile(want).MatchString(text.stdout) {
 			t.Fatalf("list: the text does not show the JSON's numbers (%s):\n%s", want, text.stdout)
 		}
 	})

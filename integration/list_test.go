@@ -35,8 +35,8 @@ func TestList(t *testing.T) {
 		t.Fatalf("list: %v", r)
 	}
 	for _, re := range []string{
-		`(?m)^alpha +\d{8}T\d{6}Z-[0-9a-f]+ +50 +\S+ \S+ +\d+ +RS\(2,1\) +3 of 3 stores$`,
-		`(?m)^beta +\d{8}T\d{6}Z-[0-9a-f]+ +80 +\S+ \S+ +\d+ +RS\(2,1\) +2 of 3 stores$`,
+		`(?m)^alpha +\d{8}T\d{6}Z-[0-9a-f]+ +50 +\S+ \S+ +\d+ +RS\(2,1\) +3 of 3 stores +- \(no healer\)$`,
+		`(?m)^beta +\d{8}T\d{6}Z-[0-9a-f]+ +80 +\S+ \S+ +\d+ +RS\(2,1\) +2 of 3 stores +- \(no healer\)$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Fatalf("list output does not match %s:\n%v", re, r)
@@ -56,6 +56,20 @@ func TestList(t *testing.T) {
 	for _, name := range []string{"alpha2", "alpha3"} {
 		if got, want := row(name), row("alpha"); got != want {
 			t.Fatalf("%s lists %q, alpha (format 1) %q", name, got, want)
+		}
+	}
+	// Once a healer has run on alpha, list shows its margin (RS(2,1),
+	// intact: 1 of 1), and beta's still none.
+	if r := run(t, time.Minute, nil, "heal", "--once", "--stores="+strings.Join(c.urls, ","), "alpha"); r.code != 0 {
+		t.Fatalf("heal --once alpha: %v", r)
+	}
+	r = run(t, time.Minute, nil, "list", "--stores="+strings.Join(c.urls, ","))
+	for _, re := range []string{
+		`(?m)^alpha +.* 3 of 3 stores +1 of 1 \(healer, now\)$`,
+		`(?m)^beta +.* 2 of 3 stores +- \(no healer\)$`,
+	} {
+		if r.code != 0 || !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Fatalf("list after a healer ran on alpha does not match %s:\n%v", re, r)
 		}
 	}
 }
