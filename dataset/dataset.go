@@ -419,7 +419,7 @@ func (d *Dataset) ReadRange(ctx context.Context, shard int, off, n int64) ([]byt
 func (d *Dataset) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
 	err := d.readRangeV(ctx, shard, off, bufs)
 	if err != nil && errors.Is(err, backend.ErrNotExist) {
-		if rerr := d.replaced(ctx); rerr != nil {
+		if rerr := d.Replaced(ctx); rerr != nil {
 			return fmt.Errorf("%w (%v)", rerr, err)
 		}
 	}
@@ -429,10 +429,11 @@ func (d *Dataset) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][
 // ErrReplaced: the stores now hold another ingest of the dataset than the one opened.
 var ErrReplaced = errors.New("dataset was replaced on the stores")
 
-// replaced checks, at most every few seconds, whether the stores now agree
-// on another ingest of this dataset (an ingest --force since it was opened),
-// which is why its fragments are gone.
-func (d *Dataset) replaced(ctx context.Context) error {
+// Replaced checks, at most every few seconds, whether the stores now agree
+// on another ingest of this dataset (an ingest --force, an append or a
+// rollback since it was opened), which is why its fragments are gone: it
+// returns ErrReplaced then, and keeps returning it.
+func (d *Dataset) Replaced(ctx context.Context) error {
 	d.replacedMu.Lock()
 	defer d.replacedMu.Unlock()
 	if d.replacedErr != nil || time.Since(d.replacedAt) < 5*time.Second {

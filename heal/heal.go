@@ -46,6 +46,7 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/erasure"
 )
 
 // Config is one healer's dataset and pace.
@@ -176,7 +177,7 @@ type healer struct {
 	// both: a store back up stops counting at once.
 	damaged  map[int][]int
 	down     []int
-	codec    placement
+	codec    *erasure.Codec
 	total    int          // k+m
 	surveyed time.Time    // the last survey
 	retry    map[int]bool // shards left missing fragments the scrub could not rebuild
@@ -394,12 +395,13 @@ func (h *healer) scrub(ctx context.Context, ds *dataset.Dataset, shards []int) (
 		h.cfg.Metrics.bytesChecked.WithLabelValues(h.cfg.Name).Add(float64(rep.Bytes))
 	}
 	h.down = rep.Unreachable
-	damaged := damagedOf(rep, ds.Manifest.Parity)
+	found := damagedOf(rep, ds.Manifest.Parity)
+	damaged := found
 	written := 0
 	if len(rep.Damaged) > 0 {
 		// Damage is a version's objects gone; first make sure the
 		// version is still current (gc removes what no kept version reads).
-		if m, err := dataset.LoadHeader(ctx, h.stores, h.cfg.Name, nil); err == nil && m.IngestID != ds.Current.IngestID {
+		if errors.Is(ds.Replaced(ctx), dataset.ErrReplaced) {
 			return 0, errNewVersion
 		}
 		// rep holds only these shards' fragments, so Repair rebuilds
@@ -427,7 +429,7 @@ func (h *healer) scrub(ctx context.Context, ds *dataset.Dataset, shards []int) (
 	// since) is likely on shards the scrub has not reached: survey
 	// again, so the margin says so now, not when the scrub gets there.
 	surprise := false
-	for si, frags := range damagedOf(rep, ds.Manifest.Parity) {
+	for si, frags := range found {
 		for _, f := range frags {
 			surprise = surprise || !slices.Contains(h.damaged[si], f)
 		}
@@ -499,9 +501,6 @@ func damagedOf(rep *dataset.Report, parity int) map[int][]int {
 	}
 	return out
 }
-
-// placement is where a shard's fragments are (erasure.Codec).
-type placement interface{ Placement(shard, frag int) int }
 
 // survey lists every store's fragments, at the start of each cycle, and
 // takes as each shard's losses the fragments missing from where they

@@ -299,7 +299,7 @@ func TestOneHealerAtATime(t *testing.T) {
 	go func() { done <- Run(ctx, Config{Stores: stores, Name: "ds", Pause: time.Hour}) }()
 	waitState(ctx, t, stores, func(st *State) bool { return st.Cycle == 1 })
 	err := Run(context.Background(), Config{Stores: stores, Name: "ds", Once: true})
-	if err == nil || !errorsIs(err, dataset.ErrLocked) {
+	if err == nil || !errors.Is(err, dataset.ErrLocked) {
 		t.Fatalf("a second healer with --once: %v, want ErrLocked", err)
 	}
 	cancel()
@@ -352,8 +352,6 @@ func TestParseHint(t *testing.T) {
 		}
 	}
 }
-
-func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 // A version replaced while the healer pauses, and its fragments removed
 // (as gc would): a mount's hint for one of its shards must not read as
