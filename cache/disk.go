@@ -146,6 +146,21 @@ func (d *Disk) Close() error {
 // Limit is the byte bound of the tier.
 func (d *Disk) Limit() int64 { return d.limit }
 
+// Used is the bytes the tier holds as its usage record says, across every
+// mount that shares the directory (0 before the first write). The record
+// is replaced whole by rename, so it is read without the lock.
+func (d *Disk) Used() int64 {
+	b, err := os.ReadFile(filepath.Join(d.root, ".usage"))
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // Get fills dst (len(dst) == s.Size) with sample s's bytes if the tier holds

@@ -397,16 +397,22 @@ func noManifest(copies []storeCopy, stores []backend.Store, name string, missing
 		// refused us may hold intact copies.
 		names := make([]string, len(stores))
 		errs := make([]error, len(stores))
+		var denied error
 		for i, c := range copies {
 			names[i] = fmt.Sprintf("store %d (%s)", i, stores[i])
 			if c.err != nil && unavailable(c.err) {
 				errs[i] = c.err
+				if errors.Is(c.err, backend.ErrAccessDenied) {
+					denied = backend.ErrAccessDenied
+				}
 				if !errors.Is(c.err, backend.ErrAccessDenied) && !errors.Is(c.err, backend.ErrNoBucket) {
 					errs[i] = fmt.Errorf("did not answer in time (%w): retry when it answers, or raise --request-timeout on a busy machine", c.err)
 				}
 			}
 		}
-		return fmt.Errorf("could not read a manifest of %s, and nothing is known to be lost: %s", name, strings.Join(backend.Causes(names, errs), "; "))
+		// A refusal of our credentials stays visible to errors.Is: the
+		// CSI plugin answers it UNAUTHENTICATED.
+		return &causeError{msg: fmt.Sprintf("could not read a manifest of %s, and nothing is known to be lost: %s", name, strings.Join(backend.Causes(names, errs), "; ")), cause: denied}
 	}
 	return fmt.Errorf("no intact manifest of %s on any store: %w", name, errors.Join(errs...))
 }
@@ -484,3 +490,13 @@ func FinishCommit(ctx context.Context, ds *Dataset) (int, error) {
 	}
 	return n, nil
 }
+
+// causeError is a message that says its cause in its own words, with the
+// cause kept for errors.Is (nil: none).
+type causeError struct {
+	msg   string
+	cause error
+}
+
+func (e *causeError) Error() string { return e.msg }
+func (e *causeError) Unwrap() error { return e.cause }

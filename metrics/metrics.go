@@ -95,6 +95,8 @@ type DiskSnapshot struct {
 	// dropped and fetched again, never served.
 	Corrupt int64 `json:"corrupt_refetches"`
 	Limit   int64 `json:"limit_bytes"`
+	// Used is the bytes the tier holds, across every mount sharing it.
+	Used int64 `json:"used_bytes"`
 }
 
 // SetDisk makes the disk tier's counters part of every snapshot and of /metrics.

@@ -399,7 +399,7 @@ func (mt *Mount) newReader(cfg Config, rp readPath) error {
 		met.SetDisk(func() metrics.DiskSnapshot {
 			return metrics.DiskSnapshot{Hits: disk.Hits.Load(), HitBytes: disk.HitBytes.Load(), Misses: disk.Misses.Load(),
 				Writes: disk.Writes.Load(), WriteBytes: disk.WriteBytes.Load(), Evictions: disk.Evictions.Load(),
-				Corrupt: disk.Corrupt.Load(), Limit: disk.Limit()}
+				Corrupt: disk.Corrupt.Load(), Limit: disk.Limit(), Used: disk.Used()}
 		})
 		mt.log.Info("disk tier", "dir", cfg.CacheDir, "limit", humanize.IBytes(uint64(cfg.CacheDirSize)))
 	}

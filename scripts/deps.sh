@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the tests need on a fresh Debian machine: MinIO and toxiproxy
-# (built with go install, reused when already in the Go bin directory), fio,
+# Installs what the tests need on a fresh Debian machine: MinIO, toxiproxy
+# and csi-sanity (built with go install, reused when already in the Go bin directory), fio,
 # fuse3, python3-torch, python3-torchvision, python3-pil, python3-sklearn and
 # python3-matplotlib (the study), python3-pip,
 # python3-setuptools and prometheus (promtool). Under CI=true anything
@@ -9,6 +9,7 @@ set -euo pipefail
 
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 TOXIPROXY_VERSION=v2.5.0
+CSI_TEST_VERSION=v5.6.0 # csi-sanity, the CSI conformance suite
 gobin="$(go env GOBIN)"
 [ -n "$gobin" ] || gobin="$(go env GOPATH)/bin"
 
@@ -32,6 +33,12 @@ elif [ ! -x "$gobin/toxiproxy-server" ]; then
 		go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
 	fi
 	cp "$gobin/server" "$gobin/toxiproxy-server"
+fi
+
+csi_sanity_bin="$gobin/csi-sanity"
+if [ ! -x "$csi_sanity_bin" ]; then
+	echo "deps: building csi-sanity $CSI_TEST_VERSION"
+	go install "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$CSI_TEST_VERSION"
 fi
 
 need_apt=()
@@ -68,6 +75,7 @@ fi
 missing=()
 [ -x "$minio_bin" ] || missing+=(minio)
 [ -x "$toxiproxy_bin" ] || missing+=(toxiproxy)
+[ -x "$csi_sanity_bin" ] || missing+=(csi-sanity)
 command -v fio >/dev/null || missing+=(fio)
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
@@ -87,3 +95,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 export MINIO_BIN="$minio_bin"
 export TOXIPROXY_BIN="$toxiproxy_bin"
+export CSI_SANITY_BIN="$csi_sanity_bin"

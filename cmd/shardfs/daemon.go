@@ -11,15 +11,19 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/csinode"
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/layout"
 )
 
 // readyFDEnv names, in a daemon's environment, the file descriptor on which
-// it tells the command that started it that the mount is served ("ready"),
-// or why it failed ("error: ...").
-const readyFDEnv = "SHARDFS_READY_FD"
+// it tells the command that started it (mount --daemon, or the CSI plugin)
+// that the mount is served, or why it failed: csinode.ReadyLine.
+const readyFDEnv = csinode.ReadyFDEnv
 
 // daemonTimeout bounds how long mount --daemon waits for the daemon to say
 // it is ready: opening a dataset reads a manifest from every store, each
@@ -132,16 +136,17 @@ func startDaemon(ctx context.Context, out io.Writer, mountpoint, logFile string)
 	lines := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(pr).ReadString('\n')
-		lines <- strings.TrimSpace(line)
+		lines <- line
 	}()
 	select {
 	case line := <-lines:
+		ready, _, msg := csinode.ParseReadyLine(line)
 		switch {
-		case line == "ready":
+		case ready:
 			fmt.Fprintf(out, "mounted at %s by daemon pid %d, logging to %s; stop it with: umount %s\n", mountpoint, pid, logFile, mountpoint)
 			return nil
-		case strings.HasPrefix(line, "error: "):
-			return fmt.Errorf("%s (daemon log: %s)", strings.TrimPrefix(line, "error: "), logFile)
+		case msg != "":
+			return fmt.Errorf("%s (daemon log: %s)", msg, logFile)
 		default:
 			return fmt.Errorf("the daemon (pid %d) exited before the mount was served; see its log %s", pid, logFile)
 		}
@@ -170,12 +175,25 @@ func reportReady(p *os.File, err error) {
 	if p == nil {
 		return
 	}
-	if err != nil {
-		fmt.Fprintf(p, "error: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
-	} else {
-		fmt.Fprintln(p, "ready")
-	}
+	io.WriteString(p, csinode.ReadyLine(errorKind(err), err))
 	p.Close()
+}
+
+// errorKind sorts a mount's failure for whoever started the daemon: the
+// CSI plugin answers each kind with its own gRPC code.
+func errorKind(err error) string {
+	var se *layout.SpecError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &se):
+		return csinode.KindInvalid
+	case errors.Is(err, dataset.ErrNotFound), errors.Is(err, dataset.ErrNoVersion):
+		return csinode.KindNotFound
+	case errors.Is(err, backend.ErrAccessDenied):
+		return csinode.KindDenied
+	}
+	return csinode.KindFailed
 }
 
 // writeReadyFile writes the daemon's pid and the mountpoint to name, whole

@@ -43,8 +43,11 @@ var (
 	testCommands      []func(g *globals) *cobra.Command
 )
 
-func newMountCmd(g *globals) *cobra.Command {
-	f := &mountFlags{}
+func newMountCmd(g *globals) *cobra.Command { return mountCmd(g, &mountFlags{}) }
+
+// mountCmd is the mount command over the flag values f (csi.go reads them
+// to check a volume's attributes).
+func mountCmd(g *globals, f *mountFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mount --stores URL,... [order flags] NAME MOUNTPOINT | --mix NAME:W,... MOUNTPOINT",
 		Short: "Mount a dataset as directories of stratified epoch and batch files",
@@ -156,21 +159,38 @@ errors on their open files).`,
 	return cmd
 }
 
-// mountDataset parses the mount's flags into a mount.Config and mounts.
-func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store, name, dir string, f *mountFlags) (*mount.Mount, error) {
-	cacheSize, err := humanize.ParseBytes(f.cacheSize)
-	if err != nil || cacheSize < 16<<20 {
-		return nil, fmt.Errorf("--cache-size %q: use a size of at least 16MiB, e.g. 2GiB", f.cacheSize)
+// mountSizes are the mount's size and time flags, parsed.
+type mountSizes struct {
+	cache, cacheDir uint64
+}
+
+// checkMountFlags parses and checks the mount's own flags (not the order
+// flags), with errors that name the flag.
+func checkMountFlags(f *mountFlags) (mountSizes, error) {
+	var sz mountSizes
+	var err error
+	sz.cache, err = humanize.ParseBytes(f.cacheSize)
+	if err != nil || sz.cache < 16<<20 {
+		return sz, fmt.Errorf("--cache-size %q: use a size of at least 16MiB, e.g. 2GiB", f.cacheSize)
 	}
 	if f.readTimeout <= 0 {
-		return nil, fmt.Errorf("--read-timeout %v: must be positive, e.g. 10s: a read that waits longer returns EIO", f.readTimeout)
+		return sz, fmt.Errorf("--read-timeout %v: must be positive, e.g. 10s: a read that waits longer returns EIO", f.readTimeout)
 	}
-	var cacheDirSize uint64
 	if f.cacheDir != "" {
-		if cacheDirSize, err = humanize.ParseBytes(f.cacheDirSize); err != nil {
-			return nil, fmt.Errorf("--cache-dir-size %q: use a size such as 200GiB", f.cacheDirSize)
+		if sz.cacheDir, err = humanize.ParseBytes(f.cacheDirSize); err != nil {
+			return sz, fmt.Errorf("--cache-dir-size %q: use a size such as 200GiB", f.cacheDirSize)
 		}
 	}
+	return sz, nil
+}
+
+// mountDataset parses the mount's flags into a mount.Config and mounts.
+func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store, name, dir string, f *mountFlags) (*mount.Mount, error) {
+	sz, err := checkMountFlags(f)
+	if err != nil {
+		return nil, err
+	}
+	cacheSize, cacheDirSize := sz.cache, sz.cacheDir
 	if wrapStores != nil {
 		if stores, err = wrapStores(stores, f, log); err != nil {
 			return nil, err
