@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
@@ -23,8 +24,20 @@ import (
 // podSpec decodes one YAML document strictly (unknown fields, wrong types
 // and duplicate keys fail) into the object its kind names, and returns its
 // pod template.
-// secrets are the names of the Secrets the manifests define.
-var secrets = map[string]bool{}
+// secrets are the Secrets the manifests define, with their keys.
+var secrets = map[string][]string{}
+
+// csiDrivers are the CSIDriver objects' names; csiVolumes the shardfs CSI
+// volumes of pods and PersistentVolumes, to check once every document is read.
+var (
+	csiDrivers = map[string]bool{}
+	csiVolumes []csiVolume
+)
+
+type csiVolume struct {
+	where, driver, secret string
+	attrs                 map[string]string
+}
 
 func podSpec(t *testing.T, name string, doc []byte) *corev1.PodSpec {
 	t.Helper()
@@ -41,8 +54,42 @@ func podSpec(t *testing.T, name string, doc []byte) *corev1.PodSpec {
 		if err := yaml.UnmarshalStrict(doc, &sec); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		secrets[sec.Name] = true
+		for k := range sec.StringData {
+			secrets[sec.Name] = append(secrets[sec.Name], k)
+		}
 		return nil
+	case "storage.k8s.io/v1 CSIDriver":
+		var d storagev1.CSIDriver
+		if err := yaml.UnmarshalStrict(doc, &d); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		csiDrivers[d.Name] = true
+		return nil
+	case "v1 PersistentVolume":
+		var pv corev1.PersistentVolume
+		if err := yaml.UnmarshalStrict(doc, &pv); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if c := pv.Spec.CSI; c != nil {
+			v := csiVolume{where: name, driver: c.Driver, attrs: c.VolumeAttributes}
+			if c.NodePublishSecretRef != nil {
+				v.secret = c.NodePublishSecretRef.Name
+			}
+			csiVolumes = append(csiVolumes, v)
+		}
+		return nil
+	case "v1 PersistentVolumeClaim":
+		var pvc corev1.PersistentVolumeClaim
+		if err := yaml.UnmarshalStrict(doc, &pvc); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return nil
+	case "v1 Pod":
+		var pod corev1.Pod
+		if err := yaml.UnmarshalStrict(doc, &pod); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return &pod.Spec
 	case "apps/v1 DaemonSet":
 		var ds appsv1.DaemonSet
 		if err := yaml.UnmarshalStrict(doc, &ds); err != nil {
@@ -62,7 +109,7 @@ func podSpec(t *testing.T, name string, doc []byte) *corev1.PodSpec {
 		}
 		return &job.Spec.Template.Spec
 	default:
-		t.Fatalf("%s: kind %q of %q: this test knows DaemonSet and Deployment (apps/v1) and Job (batch/v1); teach it the new kind", name, head.Kind, head.APIVersion)
+		t.Fatalf("%s: kind %q of %q: this test knows DaemonSet and Deployment (apps/v1), Job (batch/v1), CSIDriver (storage.k8s.io/v1), Pod, PersistentVolume(Claim) and Secret (v1); teach it the new kind", name, head.Kind, head.APIVersion)
 		return nil
 	}
 }
@@ -110,6 +157,15 @@ func TestManifests(t *testing.T) {
 			if spec == nil {
 				continue
 			}
+			for _, v := range spec.Volumes {
+				if c := v.CSI; c != nil {
+					cv := csiVolume{where: name + " volume " + v.Name, driver: c.Driver, attrs: c.VolumeAttributes}
+					if c.NodePublishSecretRef != nil {
+						cv.secret = c.NodePublishSecretRef.Name
+					}
+					csiVolumes = append(csiVolumes, cv)
+				}
+			}
 			for _, c := range spec.Containers {
 				if !strings.HasPrefix(c.Image, "shardfs:") {
 					continue
@@ -156,6 +212,10 @@ func TestManifests(t *testing.T) {
 						t.Errorf("%s: --metrics-addr=%s listens on every address: bind the pod's IP ($(POD_IP)) or loopback", where, addr)
 					}
 				}
+				if c.Args[0] == "csi" {
+					checkCSIPlugin(t, where, c)
+					continue
+				}
 				if c.Args[0] != "mount" {
 					continue
 				}
@@ -192,10 +252,11 @@ func TestManifests(t *testing.T) {
 		t.Fatalf("checked %d shardfs containers, want at least 3", containers)
 	}
 	for name := range secretNames {
-		if !secrets[name] {
+		if secrets[name] == nil {
 			t.Errorf("Secret %s is used (%v) but no manifest here defines it: add a template", name, secretRefs)
 		}
 	}
+	checkCSIVolumes(t, help("mount"))
 	// The image is built from the repository root: a demo run's data must
 	// stay out of it.
 	b, err := os.ReadFile("../../.dockerignore")
@@ -239,5 +300,68 @@ func checkMountPod(t *testing.T, where string, c corev1.Container) {
 
 	if _, ok := flags["--pprof"]; ok || slices.Contains(c.Args, "--pprof") {
 		t.Errorf("%s: --pprof in a shipped manifest serves profiles to the network", where)
+	}
+}
+
+// checkCSIPlugin checks the node plugin's container: privileged, and the
+// kubelet's pods directory and the plugin's state directory shared back to
+// the host (Bidirectional), or the mounts it makes reach no pod.
+func checkCSIPlugin(t *testing.T, where string, c corev1.Container) {
+	t.Helper()
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Errorf("%s: the CSI plugin needs a privileged container (mount(2), /dev/fuse)", where)
+	}
+	state := ""
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--state-dir="); ok {
+			state = v
+		}
+	}
+	for _, dir := range []string{"/var/lib/kubelet/pods", state} {
+		shared := false
+		for _, vm := range c.VolumeMounts {
+			if filepath.Clean(vm.MountPath) == filepath.Clean(dir) {
+				shared = vm.MountPropagation != nil && *vm.MountPropagation == corev1.MountPropagationBidirectional
+			}
+		}
+		if dir == "" || !shared {
+			t.Errorf("%s: %q must be a volume mounted with mountPropagation: Bidirectional (give --state-dir)", where, dir)
+		}
+	}
+}
+
+// checkCSIVolumes checks every shardfs CSI volume: its driver is a
+// CSIDriver defined here, each attribute is one the plugin takes (dataset,
+// stores, a few global flags, or a mount flag; csi.go in cmd/shardfs), and
+// its Secret is defined with only the keys the plugin reads.
+func checkCSIVolumes(t *testing.T, mountHelp string) {
+	t.Helper()
+	if len(csiVolumes) < 3 {
+		t.Fatalf("found %d shardfs CSI volumes, want the Pod's, the Job's and the PersistentVolume's", len(csiVolumes))
+	}
+	globals := []string{"dataset", "stores", "request-timeout", "store-concurrency", "log-level", "log-format"}
+	owned := []string{"daemon", "mkdir", "ready-file", "log-file", "config", "allow-other", "help"}
+	for _, v := range csiVolumes {
+		if !csiDrivers[v.driver] {
+			t.Errorf("%s: driver %q: no CSIDriver of that name here", v.where, v.driver)
+		}
+		for k := range v.attrs {
+			ok := slices.Contains(globals, k) || !slices.Contains(owned, k) && strings.Contains(mountHelp, "  --"+k+" ")
+			if !ok {
+				t.Errorf("%s: volume attribute %q is not one the plugin takes", v.where, k)
+			}
+		}
+		if v.attrs["dataset"] == "" || v.attrs["stores"] == "" {
+			t.Errorf("%s: volume attributes dataset and stores are required", v.where)
+		}
+		keys, ok := secrets[v.secret]
+		if !ok {
+			t.Errorf("%s: Secret %q is not defined here", v.where, v.secret)
+		}
+		for _, k := range keys {
+			if !slices.Contains([]string{"access_key_id", "secret_access_key", "session_token"}, k) {
+				t.Errorf("Secret %s: key %q is refused by the plugin", v.secret, k)
+			}
+		}
 	}
 }

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A volume's attributes become mount arguments through the flags' own
+// parsers: sorted (equal attributes, equal views), the plugin's own flags
+// refused, errors that name the attribute.
+func TestCSIArgs(t *testing.T) {
+	attrs := map[string]string{"dataset": "train", "stores": "file:///a,file:///b,file:///c", "seed": "7", "batch-size": "16", "cache-size": "64MiB", "alpha": "0.5"}
+	args, err := csiArgs(attrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--alpha=0.5 --batch-size=16 --cache-size=64MiB --seed=7 --stores=file:///a,file:///b,file:///c --allow-other train"
+	if got := strings.Join(args, " "); got != want {
+		t.Fatalf("args:\n got %s\nwant %s", got, want)
+	}
+	for _, tc := range []struct {
+		key, value, names string
+	}{
+		{"batchsize", "16", `"batchsize" is not known`},
+		{"batch-size", "lots", `batch-size="lots"`},
+		{"batch-size", "0", "batch-size 0"},
+		{"tail", "sometimes", "tail"},
+		{"cache-size", "1MiB", "cache-size"},
+		{"request-timeout", "0s", "request-timeout"},
+		{"log-level", "loud", "log-level"},
+		{"ready-file", "/tmp/x", `"ready-file" is not known`},
+		{"allow-other", "false", `"allow-other" is not known`},
+		{"config", "/etc/shardfs.json", `"config" is not known`},
+		{"stores", "", "stores is required"},
+		{"dataset", "", "dataset is required"},
+		{"mix", "a:1,b:1", "dataset and mix"},
+	} {
+		bad := map[string]string{}
+		for k, v := range attrs {
+			bad[k] = v
+		}
+		bad[tc.key] = tc.value
+		_, err := csiArgs(bad)
+		if err == nil || !strings.Contains(err.Error(), tc.names) || strings.Contains(err.Error(), "--"+tc.key) {
+			t.Errorf("%s=%q: %v; want an error naming %q, in attribute terms (no --flag)", tc.key, tc.value, err, tc.names)
+		}
+	}
+}
