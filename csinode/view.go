@@ -163,7 +163,14 @@ func (d *Driver) publishTo(ctx context.Context, v *view, volumeID, target string
 	if v.gone {
 		return nil, true
 	}
-	if v.dm == nil {
+	switch {
+	case v.dm == nil && len(v.st.Targets) > 0:
+		// The view's daemon died and is being restarted: start it now,
+		// with every target it serves, not this one alone.
+		if err := d.reviveLocked(v); err != nil {
+			return err, false
+		}
+	case v.dm == nil:
 		if err := d.create(ctx, v, secrets); err != nil {
 			return err, false
 		}
@@ -330,12 +337,14 @@ func (d *Driver) watch(v *view, dm *daemon) {
 func (d *Driver) revive(v *view) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.gone || v.dm != nil {
+	if v.gone || v.dm != nil || len(v.st.Targets) == 0 {
 		return true
 	}
-	if len(v.st.Targets) == 0 {
-		return true
-	}
+	return d.reviveLocked(v) == nil
+}
+
+// reviveLocked is revive with v.mu held; its error is the daemon's.
+func (d *Driver) reviveLocked(v *view) error {
 	for t := range v.st.Targets {
 		if err := d.unmountAll(t); err != nil {
 			d.log.Warn("clear a dead target mount", "target", t, "err", err)
@@ -350,10 +359,12 @@ func (d *Driver) revive(v *view) bool {
 	if err != nil {
 		v.abnormal = "the mount daemon cannot be started again: " + err.Error()
 		d.log.Error("restart the view's daemon", "view", v.key, "err", err)
-		return false
+		return err
 	}
 	v.dm, v.st.PID = dm, dm.pid
-	v.save()
+	if err := v.save(); err != nil {
+		d.log.Error("record the view's new daemon", "view", v.key, "err", err)
+	}
 	var failed []string
 	for t := range v.st.Targets {
 		if err := d.bind(v.staging(), t); err != nil {
@@ -367,7 +378,7 @@ func (d *Driver) revive(v *view) bool {
 	}
 	d.log.Info("the view serves again", "view", v.key, "daemon", dm.pid, "targets", len(v.st.Targets))
 	go d.watch(v, dm)
-	return true
+	return nil
 }
 
 // volumeStats is what NodeGetVolumeStats reports of a target's view.

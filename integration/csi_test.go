@@ -351,6 +351,52 @@ func TestCSIDriverPlaysKubelet(t *testing.T) {
 		}
 	})
 
+	t.Run("many pods at once", func(t *testing.T) {
+		// Eight publishes of one view and two of another, all at once,
+		// as a Job's pods landing on a node: one daemon per view.
+		var targets []string
+		errs := make(chan error, 10)
+		for i := range 10 {
+			tgt := filepath.Join(pods, fmt.Sprintf("many-%d", i), "vol")
+			targets = append(targets, tgt)
+			seed := "7"
+			if i >= 8 {
+				seed = "9"
+			}
+			go func() { errs <- p.publish(t, fmt.Sprintf("vol-many-%d", i), tgt, attrs(fmt.Sprintf("pod-%d", i), seed), secrets) }()
+		}
+		for range targets {
+			if err := <-errs; err != nil {
+				t.Fatalf("a concurrent publish: %v\n%s", err, p.log)
+			}
+		}
+		pids := viewPIDs(t, state)
+		if len(pids) != 2 || len(daemonsOf(state)) != 2 {
+			t.Fatalf("10 concurrent publishes of 2 views: %d views %v, daemons %v", len(pids), pids, daemonsOf(state))
+		}
+		for _, tgt := range targets {
+			if b := mustRead(t, filepath.Join(tgt, ".shardfs/info.json")); !bytes.Contains(b, []byte(`"train"`)) {
+				t.Fatalf("%s: info.json does not name the dataset", tgt)
+			}
+		}
+		done := make(chan struct{}, len(targets))
+		for i, tgt := range targets {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				p.unpublish(t, fmt.Sprintf("vol-many-%d", i), tgt)
+			}()
+		}
+		for range targets {
+			<-done
+		}
+		for _, pid := range pids {
+			waitGone(t, pid, "a daemon after its last of several concurrent unpublishes")
+		}
+		if m := mountsUnder(root); len(m) != 0 {
+			t.Fatalf("mounts left: %v", m)
+		}
+	})
+
 	t.Run("bad attributes", func(t *testing.T) {
 		cases := []struct {
 			name    string
