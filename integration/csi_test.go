@@ -215,12 +215,16 @@ func TestCSIDriverPlaysKubelet(t *testing.T) {
 	pods := filepath.Join(root, "pods")
 	a, b := filepath.Join(pods, "a", "vol"), filepath.Join(pods, "b", "vol")
 
+	start := time.Now()
 	if err := p.publish(t, "vol-a", a, attrs("pod-a", "7"), secrets); err != nil {
 		t.Fatalf("publish a: %v\nplugin log:\n%s", err, p.log)
 	}
+	first := time.Since(start)
+	start = time.Now()
 	if err := p.publish(t, "vol-b", b, attrs("pod-b", "7"), secrets); err != nil {
 		t.Fatalf("publish b: %v\nplugin log:\n%s", err, p.log)
 	}
+	t.Logf("publish: %v starting the view's daemon, %v sharing it (a bind mount)", first.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	pids := viewPIDs(t, state)
 	if len(pids) != 1 {
 		t.Fatalf("two publishes of the same attributes (other pods) made %d views, want 1 daemon: %v", len(pids), pids)
