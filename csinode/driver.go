@@ -84,7 +84,10 @@ func New(cfg Config) (*Driver, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "views"), 0o700); err != nil {
 		return nil, fmt.Errorf("--state-dir %s: %w", cfg.StateDir, err)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, mounter: mountutils.New(""), done: make(chan struct{}),
+	// Without systemd: its only use in mount-utils is to run a mount
+	// helper in a scope of its own, and a bind mount has none (its lazy
+	// detection is also unsafe for concurrent mounts).
+	d := &Driver{cfg: cfg, log: cfg.Logger, mounter: mountutils.NewWithoutSystemd(""), done: make(chan struct{}),
 		views: map[string]*view{}, targets: map[string]*view{}}
 	d.recoverViews()
 	return d, nil
@@ -124,7 +127,10 @@ func (d *Driver) Run(ctx context.Context, endpoint string) error {
 			srv.Stop()
 		}
 	}()
-	d.log.Info("serving CSI", "driver", d.cfg.DriverName, "node", d.cfg.NodeID, "endpoint", path, "views", len(d.views))
+	d.mu.Lock()
+	views := len(d.views)
+	d.mu.Unlock()
+	d.log.Info("serving CSI", "driver", d.cfg.DriverName, "node", d.cfg.NodeID, "endpoint", path, "views", views)
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return err
 	}

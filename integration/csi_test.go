@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ type csiPlugin struct {
 	cmd   *exec.Cmd
 	sock  string
 	state string
-	log   *bytes.Buffer
+	log   *lockedBuffer
 	node  csi.NodeClient
 	conn  *grpc.ClientConn
 }
@@ -42,7 +43,7 @@ type csiPlugin struct {
 // credentials: a volume's come from its secrets.
 func startCSIPlugin(t *testing.T, dir, state string) *csiPlugin {
 	t.Helper()
-	p := &csiPlugin{sock: filepath.Join(dir, "csi.sock"), state: state, log: &bytes.Buffer{}}
+	p := &csiPlugin{sock: filepath.Join(dir, "csi.sock"), state: state, log: &lockedBuffer{}}
 	p.cmd = exec.Command(binary, "csi", "--endpoint", "unix://"+p.sock, "--node-id", "test-node", "--state-dir", state, "--log-level", "debug")
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "AWS_") {
@@ -72,6 +73,25 @@ func startCSIPlugin(t *testing.T, dir, state string) *csiPlugin {
 		}
 	}
 	return p
+}
+
+// lockedBuffer is the plugin's output: written by exec's copying
+// goroutine while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // kill ends the plugin with SIGKILL, as a node's OOM killer or a crash
@@ -175,14 +195,23 @@ func (p *csiPlugin) publish(t *testing.T, id, target string, attrs, secrets map[
 
 func (p *csiPlugin) unpublish(t *testing.T, id, target string) {
 	t.Helper()
+	if err := p.tryUnpublish(id, target); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryUnpublish unpublishes target and checks that the path is gone, as
+// the spec asks; safe from any goroutine.
+func (p *csiPlugin) tryUnpublish(id, target string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := p.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
-		t.Fatalf("unpublish %s: %v\nplugin log:\n%s", target, err, p.log)
+		return fmt.Errorf("unpublish %s: %v\nplugin log:\n%s", target, err, p.log)
 	}
 	if _, err := os.Stat(target); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("unpublish %s: the target path is still there (%v); the spec says the plugin removes it", target, err)
+		return fmt.Errorf("unpublish %s: the target path is still there (%v); the spec says the plugin removes it", target, err)
 	}
+	return nil
 }
 
 // waitGone waits up to 20 s for a process to end.
@@ -273,7 +302,7 @@ func TestCSIDriverPlaysKubelet(t *testing.T) {
 		if b, _ := os.ReadFile(cfg); !bytes.Contains(b, []byte(secret)) {
 			t.Fatalf("%s does not hold the secret: the daemon read it from somewhere else", cfg)
 		}
-		places := map[string][]byte{"the plugin's log": p.log.Bytes(), "info.json": mustRead(t, filepath.Join(a, ".shardfs/info.json")),
+		places := map[string][]byte{"the plugin's log": []byte(p.log.String()), "info.json": mustRead(t, filepath.Join(a, ".shardfs/info.json")),
 			"stats.json": mustRead(t, filepath.Join(a, ".shardfs/stats.json"))}
 		for _, f := range []string{"cmdline", "environ"} {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
@@ -367,7 +396,9 @@ func TestCSIDriverPlaysKubelet(t *testing.T) {
 			if i >= 8 {
 				seed = "9"
 			}
-			go func() { errs <- p.publish(t, fmt.Sprintf("vol-many-%d", i), tgt, attrs(fmt.Sprintf("pod-%d", i), seed), secrets) }()
+			go func() {
+				errs <- p.publish(t, fmt.Sprintf("vol-many-%d", i), tgt, attrs(fmt.Sprintf("pod-%d", i), seed), secrets)
+			}()
 		}
 		for range targets {
 			if err := <-errs; err != nil {
@@ -383,15 +414,13 @@ func TestCSIDriverPlaysKubelet(t *testing.T) {
 				t.Fatalf("%s: info.json does not name the dataset", tgt)
 			}
 		}
-		done := make(chan struct{}, len(targets))
 		for i, tgt := range targets {
-			go func() {
-				defer func() { done <- struct{}{} }()
-				p.unpublish(t, fmt.Sprintf("vol-many-%d", i), tgt)
-			}()
+			go func() { errs <- p.tryUnpublish(fmt.Sprintf("vol-many-%d", i), tgt) }()
 		}
 		for range targets {
-			<-done
+			if err := <-errs; err != nil {
+				t.Fatalf("a concurrent unpublish: %v", err)
+			}
 		}
 		for _, pid := range pids {
 			waitGone(t, pid, "a daemon after its last of several concurrent unpublishes")

@@ -1,0 +1,204 @@
+package csinode
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/shardfs/shardfs/internal/synth"
+)
+
+// The driver in-process, under -race: publishes, stats, health and
+// unpublishes of two views from many goroutines at once, with a daemon
+// killed in the middle (the watch restarts it while publishes run). The
+// daemons are the real binary's mount on file:// stores, on real FUSE.
+func TestDriverConcurrentPublishes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: this test mounts FUSE and needs root")
+		}
+		t.Skip("needs root (FUSE mounts)")
+	}
+	root := t.TempDir()
+	bin := filepath.Join(root, "shardfs")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/shardfs").CombinedOutput(); err != nil {
+		t.Fatalf("build shardfs: %v\n%s", err, out)
+	}
+	src := filepath.Join(root, "src")
+	if _, err := synth.Write(src, synth.Imbalanced(120, 3, 0.6, 1_000, 8_000, 3)); err != nil {
+		t.Fatal(err)
+	}
+	stores := fmt.Sprintf("file://%s/s0,file://%s/s1,file://%s/s2", root, root, root)
+	if out, err := exec.Command(bin, "ingest", "--stores="+stores, "--data=2", "--parity=1", src, "train").CombinedOutput(); err != nil {
+		t.Fatalf("ingest: %v\n%s", err, out)
+	}
+	state := filepath.Join(root, "state")
+	args := func(attrs map[string]string) ([]string, error) {
+		keys := make([]string, 0, len(attrs))
+		for k := range attrs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var out []string
+		for _, k := range keys {
+			if k != "dataset" {
+				out = append(out, "--"+k+"="+attrs[k])
+			}
+		}
+		return append(out, attrs["dataset"]), nil
+	}
+	d, err := New(Config{DriverName: "csi.shardfs.io", NodeID: "n", StateDir: state, MountCommand: []string{bin, "mount"}, Args: args,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- d.Run(ctx, "unix://"+filepath.Join(root, "csi.sock")) }()
+	t.Cleanup(func() {
+		cancel()
+		<-served
+		for _, m := range mountsOf(root) {
+			syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	})
+
+	const n = 12
+	target := func(i int) string { return filepath.Join(root, "pods", fmt.Sprint(i), "vol") }
+	attrs := func(i int) map[string]string {
+		return map[string]string{"dataset": "train", "stores": stores, "batch-size": "8", "cache-size": "16MiB", "seed": fmt.Sprint(i % 2),
+			"csi.storage.k8s.io/pod.name": fmt.Sprint("pod-", i)}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*n)
+	killed := make(chan int, 1)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := d.NodePublishVolume(context.Background(), publishRequest(fmt.Sprint("vol-", i), target(i), attrs(i)))
+			if err != nil {
+				errs <- fmt.Errorf("publish %d: %w", i, err)
+				return
+			}
+			if i == 3 {
+				// Kill this view's daemon while the others publish.
+				d.mu.Lock()
+				v := d.targets[target(i)]
+				d.mu.Unlock()
+				v.mu.Lock()
+				pid := v.st.PID
+				v.mu.Unlock()
+				syscall.Kill(pid, syscall.SIGKILL)
+				killed <- pid
+			}
+			for range 5 {
+				d.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: fmt.Sprint("vol-", i), VolumePath: target(i)})
+				d.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: fmt.Sprint("vol-", i)})
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Every target serves, after the killed daemon's restart.
+	for i := range n {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			b, err := os.ReadFile(filepath.Join(target(i), "epochs/0000/rank-000/index.csv"))
+			if err == nil && len(b) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("target %d does not serve a minute after the publishes: %v", i, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	d.mu.Lock()
+	views := len(d.views)
+	d.mu.Unlock()
+	if views != 2 {
+		t.Fatalf("%d publishes of 2 attribute sets made %d views", n, views)
+	}
+	dead := <-killed
+	d.mu.Lock()
+	v := d.targets[target(3)]
+	d.mu.Unlock()
+	v.mu.Lock()
+	now := v.st.PID
+	v.mu.Unlock()
+	if now == dead || syscall.Kill(now, 0) != nil {
+		t.Fatalf("the killed daemon %d was not replaced: the view's pid is %d", dead, now)
+	}
+	var pids []int
+	d.mu.Lock()
+	for _, v := range d.views {
+		v.mu.Lock()
+		pids = append(pids, v.st.PID)
+		v.mu.Unlock()
+	}
+	d.mu.Unlock()
+	var uw sync.WaitGroup
+	uerrs := make(chan error, n)
+	for i := range n {
+		uw.Add(1)
+		go func() {
+			defer uw.Done()
+			if _, err := d.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: fmt.Sprint("vol-", i), TargetPath: target(i)}); err != nil {
+				uerrs <- err
+			}
+		}()
+	}
+	uw.Wait()
+	close(uerrs)
+	for err := range uerrs {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		for deadline := time.Now().Add(20 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("daemon %d runs 20s after its view's last unpublish", pid)
+			}
+		}
+	}
+	if m := mountsOf(root); len(m) != 0 {
+		t.Fatalf("mounts left: %v", m)
+	}
+	if left, _ := filepath.Glob(filepath.Join(state, "views", "*")); len(left) != 0 {
+		t.Fatalf("views left: %v", left)
+	}
+}
+
+func publishRequest(id, target string, attrs map[string]string) *csi.NodePublishVolumeRequest {
+	return &csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: target, VolumeContext: attrs, Readonly: true,
+		VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY}}}
+}
+
+// mountsOf lists the mount points under dir.
+func mountsOf(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
