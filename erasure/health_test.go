@@ -17,12 +17,25 @@ type countMetrics struct {
 	hedged, degraded atomic.Int64
 	down             [16]atomic.Bool
 	reads            [16]atomic.Int64
+	kinds            [NumReadKinds]atomic.Int64
 	rebuilt          [16]atomic.Int64 // degraded reads that rebuilt the store's fragment
 	mu               sync.Mutex
 	reasons          map[string]int
 }
 
-func (m *countMetrics) BackendRead(s, sh, n int, d, ttfb time.Duration, err error) { m.reads[s].Add(1) }
+func (m *countMetrics) BackendRead(s, sh, n int, d, ttfb time.Duration, kind ReadKind, err error) {
+	m.reads[s].Add(1)
+	m.kinds[kind].Add(1)
+}
+
+// allReads is the GETs counted on every store.
+func (m *countMetrics) allReads() int64 {
+	var n int64
+	for i := range m.reads {
+		n += m.reads[i].Load()
+	}
+	return n
+}
 
 func (m *countMetrics) HedgedRead(reason string) {
 	m.hedged.Add(1)
@@ -218,4 +231,64 @@ func TestSlowIsNotLost(t *testing.T) {
 			t.Fatalf("range %v: %v", rg, err)
 		}
 	}
+}
+
+// Issue 46 item 3: every GET is counted under why it was made. A prefetch
+// context's healthy reads are prefetch; with the data fragment's store
+// down, its rebuild is degraded; with it hung, the race is hedge. The
+// kinds add up to the GETs.
+func TestReadKinds(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("kinds "), 1000)
+	r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{HedgeFloor: 20 * time.Millisecond, MinBackoff: time.Hour})
+	ctx, cancel := context.WithTimeout(WithReadKind(context.Background(), ReadPrefetch), 30*time.Second)
+	defer cancel()
+	read := func(stage string) {
+		t.Helper()
+		for _, exact := range []bool{false, true} {
+			var got []byte
+			var err error
+			if exact {
+				got, err = readExact(ctx, r, sh, 10, 500, func(b []byte) bool { return bytes.Equal(b, data[10:510]) })
+			} else {
+				got, err = r.ReadRange(ctx, sh, 10, 500)
+			}
+			if err != nil || !bytes.Equal(got, data[10:510]) {
+				t.Fatalf("%s, exact=%v: %v", stage, exact, err)
+			}
+		}
+	}
+	read("healthy")
+	if m.kinds[ReadPrefetch].Load() != m.allReads() || m.allReads() == 0 {
+		t.Fatalf("healthy: %d GETs, %d of them prefetch; want all", m.allReads(), m.kinds[ReadPrefetch].Load())
+	}
+	faulty[p.Placement(0, 0)].SetDelay(time.Minute, 0)
+	read("hung")
+	if m.kinds[ReadHedge].Load() == 0 {
+		t.Fatalf("a hung store: no hedge GETs counted (kinds %v)", m.kindCounts())
+	}
+	faulty[p.Placement(0, 0)].SetDelay(0, 0)
+	faulty[p.Placement(0, 0)].SetDown(true)
+	before := m.kinds[ReadDegraded].Load()
+	for range 4 {
+		read("down")
+	}
+	if m.kinds[ReadDegraded].Load() == before {
+		t.Fatalf("a store down: no degraded GETs counted (kinds %v)", m.kindCounts())
+	}
+	var sum int64
+	for k := range NumReadKinds {
+		sum += m.kinds[k].Load()
+	}
+	if sum != m.allReads() || m.kinds[ReadDemand].Load() != 0 {
+		t.Fatalf("kinds %v add up to %d of %d GETs; none was demand", m.kindCounts(), sum, m.allReads())
+	}
+}
+
+func (m *countMetrics) kindCounts() map[string]int64 {
+	out := map[string]int64{}
+	for k := range NumReadKinds {
+		out[k.String()] = m.kinds[k].Load()
+	}
+	return out
 }

@@ -73,8 +73,8 @@ func (e *TooFewError) Stores() []int {
 // Metrics receives read events. Implementations must be safe for concurrent use.
 type Metrics interface {
 	// BackendRead reports one ranged GET: its time, its time to first byte (0:
-	// not reported by the store) and its outcome.
-	BackendRead(store, shard int, bytes int, d, firstByte time.Duration, err error)
+	// not reported by the store), why it was made, and its outcome.
+	BackendRead(store, shard int, bytes int, d, firstByte time.Duration, kind ReadKind, err error)
 	// ChecksumFailure reports a fragment range that failed its checksum.
 	ChecksumFailure(store int)
 	// DegradedRead reports a range decoded from survivors, with the stores
@@ -95,12 +95,12 @@ type nopMetrics struct{}
 // NopMetrics is a Metrics that records nothing.
 func NopMetrics() Metrics { return nopMetrics{} }
 
-func (nopMetrics) BackendRead(int, int, int, time.Duration, time.Duration, error) {}
-func (nopMetrics) ChecksumFailure(int)                                            {}
-func (nopMetrics) DegradedRead([]int)                                             {}
-func (nopMetrics) HedgedRead(string)                                              {}
-func (nopMetrics) StoreState(int, bool)                                           {}
-func (nopMetrics) LostFragment(int, int)                                          {}
+func (nopMetrics) BackendRead(int, int, int, time.Duration, time.Duration, ReadKind, error) {}
+func (nopMetrics) ChecksumFailure(int)                                                      {}
+func (nopMetrics) DegradedRead([]int)                                                       {}
+func (nopMetrics) HedgedRead(string)                                                        {}
+func (nopMetrics) StoreState(int, bool)                                                     {}
+func (nopMetrics) LostFragment(int, int)                                                    {}
 
 // stateLog rate-limits one store's health log lines: a change is logged at
 // once, then at most one line a minute, which gives the state at its end
@@ -264,7 +264,7 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 	start := time.Now()
 	err := r.stores[store].ReadAt(backend.WithFirstByte(ctx, fb), r.key(sh.ID, frag), p, A)
 	ttfb, _ := fb.Since(start)
-	r.metrics.BackendRead(store, sh.ID, len(p), time.Since(start), ttfb, err)
+	r.metrics.BackendRead(store, sh.ID, len(p), time.Since(start), ttfb, readKindOf(ctx), err)
 	if err != nil {
 		if errors.Is(err, backend.ErrNotExist) || errors.Is(err, backend.ErrShortRead) {
 			r.metrics.LostFragment(store, sh.ID)
@@ -347,8 +347,8 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	A, B := a/bs*bs, min(sh.FragSize, (b+bs-1)/bs*bs)
 	store := r.codec.Placement(sh.ID, frag)
 	slowRead := fragRead{err: &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: errSlow}}
-	decode := func(ctx context.Context, known fragRead) error {
-		frags, err := r.decode(ctx, sh, A, B, map[int]fragRead{frag: known}, false, false)
+	decode := func(ctx context.Context, known fragRead, kind ReadKind) error {
+		frags, err := r.decode(WithReadKind(ctx, kind), sh, A, B, map[int]fragRead{frag: known}, false, false)
 		if err == nil {
 			copy(dst, frags[frag][a-A:b-A])
 		}
@@ -356,9 +356,9 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	}
 	if r.codec.Parity > 0 && (slow || r.excluded[store] || r.stores[store].Down()) {
 		if slow {
-			return decode(ctx, slowRead)
+			return decode(ctx, slowRead, ReadHedge)
 		}
-		return decode(ctx, r.readFrag(ctx, sh, frag, A, B, false, nil))
+		return decode(ctx, r.readFrag(ctx, sh, frag, A, B, false, nil), ReadDegraded)
 	}
 	type result struct {
 		fr     fragRead
@@ -392,7 +392,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 			r.metrics.HedgedRead(hg.reason())
 			r.stores[store].Suspect()
 			go func() {
-				frags, err := r.decode(pctx, sh, A, B, map[int]fragRead{frag: slowRead}, false, false)
+				frags, err := r.decode(WithReadKind(pctx, ReadHedge), sh, A, B, map[int]fragRead{frag: slowRead}, false, false)
 				res := result{err: err, hedged: true}
 				if err == nil {
 					res.fr.data = frags[frag]
@@ -412,7 +412,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				return decode(ctx, res.fr)
+				return decode(ctx, res.fr, ReadDegraded)
 			case !res.hedged:
 				lastErr = res.fr.err
 			default:
@@ -483,7 +483,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 			start := time.Now()
 			err := r.stores[store].ReadAtV(backend.WithFirstByte(ectx, fb), r.key(sh.ID, frag), dst, a)
 			ttfb, _ := fb.Since(start)
-			r.metrics.BackendRead(store, sh.ID, int(b-a), time.Since(start), ttfb, err)
+			r.metrics.BackendRead(store, sh.ID, int(b-a), time.Since(start), ttfb, readKindOf(ctx), err)
 			if err != nil {
 				mu.Lock()
 				firstErr = cmp.Or(firstErr, err)
@@ -548,7 +548,12 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 		// checksums find which; the failure is counted there.
 		r.log.Debug("exact read failed its checksum; reading verified blocks", "shard", sh.ID, "off", off, "len", n)
 	}
-	return r.readRangeV(ctx, sh, off, n, bufs, slow)
+	// What is read again now is read because of the hedge or the failure.
+	kind := ReadDegraded
+	if hedged.Load() {
+		kind = ReadHedge
+	}
+	return r.readRangeV(WithReadKind(ctx, kind), sh, off, n, bufs, slow)
 }
 
 // ReadRangeV is ReadRangeInto for a range that fills bufs in turn.

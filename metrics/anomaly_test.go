@@ -7,13 +7,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/shardfs/shardfs/erasure"
 )
 
 // feed records n GETs of each store with the given times to first byte.
 func feed(m *Metrics, n int, ttfb ...time.Duration) {
 	for range n {
 		for s, d := range ttfb {
-			m.BackendRead(s, 0, 1000, 2*d, d, nil)
+			m.BackendRead(s, 0, 1000, 2*d, d, erasure.ReadDemand, nil)
 		}
 	}
 }
@@ -281,8 +283,8 @@ func TestThrashAndAmplificationAnomalies(t *testing.T) {
 	t0 := time.Now()
 	m.Evaluate(t0)
 	inserted, unread = 1000, 200 // 20%
-	m.BackendRead(0, 1, 100<<20, time.Millisecond, time.Millisecond, nil)
-	m.BackendRead(1, 2, 100<<20, time.Millisecond, time.Millisecond, nil)
+	m.BackendRead(0, 1, 100<<20, time.Millisecond, time.Millisecond, erasure.ReadDemand, nil)
+	m.BackendRead(1, 2, 100<<20, time.Millisecond, time.Millisecond, erasure.ReadDemand, nil)
 	m.BytesServed.Add(150 << 20)
 	m.CacheBytes.Store(20 << 20) // 200 MiB fetched for 170 MiB needed: 1.18x
 	m.Evaluate(t0.Add(2 * time.Second))
@@ -290,7 +292,7 @@ func TestThrashAndAmplificationAnomalies(t *testing.T) {
 		t.Fatalf("20%% thrash and 1.18x amplification raised %v", got)
 	}
 	inserted, unread = 2000, 500 // 300 of the last 1000
-	m.BackendRead(0, 1, 400<<20, time.Millisecond, time.Millisecond, nil)
+	m.BackendRead(0, 1, 400<<20, time.Millisecond, time.Millisecond, erasure.ReadDemand, nil)
 	m.Evaluate(t0.Add(4 * time.Second)) // 600 MiB fetched for 170 MiB needed
 	if got := kinds(m); len(got) != 2 || got[0] != "read_amplification/stores" || got[1] != "thrash/cache" {
 		t.Fatalf("anomalies %v, want read_amplification and thrash", got)

@@ -3,6 +3,8 @@ package metrics
 import (
 	"testing"
 	"time"
+
+	"github.com/shardfs/shardfs/erasure"
 )
 
 // benchReadPath is what the metrics cost the read path, per byte served:
@@ -32,7 +34,7 @@ func benchReadPath(b *testing.B, getBytes int) {
 			ranks[i%8].ReadWait(0)
 			if i%every == 0 {
 				for g := range gets {
-					m.BackendRead((i+g)%6, (i+g)%200, getBytes, 20*time.Millisecond, 15*time.Millisecond, nil)
+					m.BackendRead((i+g)%6, (i+g)%200, getBytes, 20*time.Millisecond, 15*time.Millisecond, erasure.ReadDemand, nil)
 				}
 			}
 			i++

@@ -39,6 +39,10 @@ type Metrics struct {
 	leadSeconds      atomic.Uint64
 	CacheBytes       atomic.Int64
 	PrefetchStreams  atomic.Int64 // rank-epochs with prefetch state
+	// GETs and GETBytes count the GETs sent to the stores, and the bytes
+	// they asked for, by why they were made (erasure.ReadKind): what an
+	// epoch costs in requests, by cause.
+	GETs, GETBytes [erasure.NumReadKinds]atomic.Int64
 	// VersionServed is the dataset version the mount serves, and
 	// VersionCurrent the one its stores last said is current: a mount
 	// never switches, so a newer one means a remount would read it.
@@ -154,9 +158,11 @@ func (m *Metrics) LeadSeconds() float64 { return math.Float64frombits(m.leadSeco
 
 // BackendRead implements erasure.Metrics: firstByte is 0 when the store
 // does not report it.
-func (m *Metrics) BackendRead(store, shard int, bytes int, d, firstByte time.Duration, err error) {
+func (m *Metrics) BackendRead(store, shard int, bytes int, d, firstByte time.Duration, kind erasure.ReadKind, err error) {
 	s := m.stores[store]
 	s.Requests.Add(1)
+	m.GETs[kind].Add(1)
+	m.GETBytes[kind].Add(int64(bytes))
 	s.Nanos.Add(int64(d))
 	if firstByte > 0 {
 		s.firstByte.Observe(firstByte.Seconds())
@@ -423,6 +429,11 @@ type Snapshot struct {
 	PrefetchLeadBytes  int64   `json:"prefetch_lead_bytes"`
 	PrefetchLeadSecs   float64 `json:"prefetch_lead_seconds"`
 	PrefetchStreams    int64   `json:"prefetch_streams"`
+	// GETsByKind counts the GETs sent to the stores by why (demand,
+	// prefetch, hedge, degraded), and GETBytesByKind the bytes they asked
+	// for: the sum of GETsByKind is the stores' requests.
+	GETsByKind     map[string]int64 `json:"gets_by_kind"`
+	GETBytesByKind map[string]int64 `json:"get_bytes_by_kind"`
 	// DatasetVersion is the version served, CurrentVersion the stores'
 	// current one when last checked (0 for a mix).
 	DatasetVersion int64           `json:"dataset_version"`
@@ -485,6 +496,11 @@ func (m *Metrics) Snapshot() Snapshot {
 	if s.BytesServed > 0 {
 		s.ReadAmplification = float64(s.BytesFetched) / float64(s.BytesServed)
 	}
+	s.GETsByKind, s.GETBytesByKind = map[string]int64{}, map[string]int64{}
+	for k := range erasure.NumReadKinds {
+		s.GETsByKind[k.String()] = m.GETs[k].Load()
+		s.GETBytesByKind[k.String()] = m.GETBytes[k].Load()
+	}
 	if m.disk != nil {
 		d := m.disk()
 		s.Disk = &d
@@ -546,6 +562,15 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_evicted_unread_total", Help: "Chunks evicted from the memory tier before any reader took them: fetched for nothing (thrash)."},
 			func() float64 { return float64(orZero(m.CacheEvictedUnread)) }),
 		gauge("store_read_skew", "Most bytes any store served over the stores' mean: 1 when reads spread evenly.", m.storeSkew),
+	}
+	for k := range erasure.NumReadKinds {
+		labels := prometheus.Labels{"kind": k.String()}
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_gets_total", Help: "GETs sent to the stores, by why: demand (a reader waits), prefetch (ahead, by the order), hedge (a slow store raced), degraded (rebuilt from other fragments). Stores bill per request.", ConstLabels: labels},
+				func() float64 { return float64(m.GETs[k].Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_get_bytes_total", Help: "Bytes the GETs to the stores asked for, by why (as shardfs_gets_total).", ConstLabels: labels},
+				func() float64 { return float64(m.GETBytes[k].Load()) }),
+		)
 	}
 	if m.disk != nil {
 		disk := func(name, help string, f func(DiskSnapshot) int64) prometheus.Collector {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/erasure"
 )
 
 // target is a member to have ready and its distance ahead of its reader.
@@ -253,7 +254,7 @@ func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) 
 // so a cached chunk never pins the rest of the span, and the disk tier
 // reads a whole-sample chunk straight into its buffer.
 func (r *Reader) fetchSpan(sp span) {
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ReadTimeout)
+	ctx, cancel := context.WithTimeout(erasure.WithReadKind(r.ctx, erasure.ReadPrefetch), r.cfg.ReadTimeout)
 	defer cancel()
 	start := time.Now()
 	pieces := make([]piece, len(sp.keys))

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/erasure"
 )
 
 // Warm fetches the given samples into the disk tier, skipping those it
@@ -44,7 +45,8 @@ func (r *Reader) Warm(ctx context.Context, samples []int64, progress func(bytes 
 		shards = append(shards, sh)
 	}
 	slices.Sort(shards)
-	g, gctx := errgroup.WithContext(ctx)
+	// Warming fetches ahead of the readers, as prefetch does.
+	g, gctx := errgroup.WithContext(erasure.WithReadKind(ctx, erasure.ReadPrefetch))
 	g.SetLimit(r.cfg.PrefetchGET)
 	for _, sh := range shards {
 		ws := byShard[sh]

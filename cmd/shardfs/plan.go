@@ -27,6 +27,7 @@ func newPlanCmd(g *globals) *cobra.Command {
 	of := &orderFlags{}
 	var emit, describe string
 	var epoch, synthetic, syntheticBuckets, lookahead, compareWindow int
+	var prices requestPrices
 	var pr *printer
 	cmd := &cobra.Command{
 		Use:   "plan --stores URL,... [order flags] NAME | --mix NAME:W,...",
@@ -100,7 +101,10 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 				of.firstEpoch, of.sp = epoch, nil
 				return emitIndex(cmd.OutOrStdout(), m, of, epoch)
 			}
-			return printPlan(cmd.Context(), pr, m, of, lookahead, compareWindow)
+			if prices.per1kGETs < 0 || prices.perGB < 0 {
+				return fmt.Errorf("--price-per-1k-gets %v, --price-per-gb %v: prices are 0 or more", prices.per1kGETs, prices.perGB)
+			}
+			return printPlan(cmd.Context(), pr, m, of, lookahead, compareWindow, prices)
 		},
 	}
 	of.register(cmd.Flags(), orderDefaults{rank: "0", rankHelp: "the ranks to plan (only rank 0 unless asked: planning every rank of a large world costs as much as serving it)",
@@ -113,6 +117,8 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 	cmd.Flags().StringVar(&describe, "describe", "", "with --synthetic above 10,000,000: write the dataset's format-3 description (root and group objects, counts only) to this directory, then start rank --rank from it as a node would; a directory that holds it already is only read")
 	cmd.Flags().IntVar(&lookahead, "lookahead", 8, "batches a reader fetches at once, for the ranged-GET count")
 	cmd.Flags().IntVar(&compareWindow, "compare-window", 8, "window to compare with when --window is 0 (and the reverse)")
+	cmd.Flags().Float64Var(&prices.per1kGETs, "price-per-1k-gets", 0, "dollars per 1,000 GETs, for the job's cost per epoch (S3 Standard: 0.0004; 0, the default, prices requests at nothing)")
+	cmd.Flags().Float64Var(&prices.perGB, "price-per-gb", 0, "dollars per GB read from the stores (transfer out of a region, e.g. 0.09; 0, the default: reads inside the region)")
 	return cmd
 }
 
@@ -156,29 +162,33 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 // rank, how close the batches keep to the targets and what a reader
 // fetches; then epoch 0's mix of the strata.
 type planReport struct {
-	Dataset       string         `json:"dataset"`
-	Samples       int            `json:"samples"`
-	Strata        int            `json:"strata"`
-	Shards        int            `json:"shards"`
-	Data          int            `json:"data"`
-	Parity        int            `json:"parity"`
-	OrderVersion  int            `json:"order_version"`
-	World         int            `json:"world_size"`
-	Batch         int            `json:"batch_size"`
-	Seed          uint64         `json:"seed"`
-	Alpha         float64        `json:"alpha"`
-	AlphaSchedule string         `json:"alpha_schedule"`
-	Preset        string         `json:"preset,omitempty"`
-	MinShare      float64        `json:"min_share,omitempty"`
-	Tail          string         `json:"tail"`
-	Window        int            `json:"window"`
-	Affinity      bool           `json:"affinity"`
-	ResumeAt      string         `json:"resume_at"`
-	Lookahead     int            `json:"lookahead"`
-	CompareWindow int            `json:"compare_window"`
-	RankEpochs    []planRankRow  `json:"rank_epochs"`
-	MixRank       int            `json:"mix_rank"`
-	Mix           []planMixEntry `json:"mix"` // epoch 0 of MixRank, every stratum
+	Dataset       string        `json:"dataset"`
+	Samples       int           `json:"samples"`
+	Strata        int           `json:"strata"`
+	Shards        int           `json:"shards"`
+	Data          int           `json:"data"`
+	Parity        int           `json:"parity"`
+	OrderVersion  int           `json:"order_version"`
+	World         int           `json:"world_size"`
+	Batch         int           `json:"batch_size"`
+	Seed          uint64        `json:"seed"`
+	Alpha         float64       `json:"alpha"`
+	AlphaSchedule string        `json:"alpha_schedule"`
+	Preset        string        `json:"preset,omitempty"`
+	MinShare      float64       `json:"min_share,omitempty"`
+	Tail          string        `json:"tail"`
+	Window        int           `json:"window"`
+	Affinity      bool          `json:"affinity"`
+	ResumeAt      string        `json:"resume_at"`
+	Lookahead     int           `json:"lookahead"`
+	CompareWindow int           `json:"compare_window"`
+	RankEpochs    []planRankRow `json:"rank_epochs"`
+	// Job is what the whole job (every rank) reads per epoch, and costs.
+	Job            []planJobEpoch `json:"job_epochs"`
+	PricePer1kGETs float64        `json:"price_per_1k_gets"`
+	PricePerGB     float64        `json:"price_per_gb"`
+	MixRank        int            `json:"mix_rank"`
+	Mix            []planMixEntry `json:"mix"` // epoch 0 of MixRank, every stratum
 }
 
 type planRankRow struct {
@@ -197,6 +207,56 @@ type planRankRow struct {
 	CompareWindowN int     `json:"compare_window"`
 }
 
+// planJobEpoch is one epoch of the whole job: its GETs and bytes, exact
+// when every rank was planned, else the planned ranks' mean times the
+// world size; and its cost at the given prices.
+type planJobEpoch struct {
+	Epoch        int     `json:"epoch"`
+	GETs         int64   `json:"gets"`
+	ReadBytes    int64   `json:"read_bytes"`
+	RanksPlanned int     `json:"ranks_planned"`
+	Exact        bool    `json:"exact"`
+	Dollars      float64 `json:"dollars"`
+	// The same with the other window (planReport.CompareWindow).
+	CompareGETs      int64   `json:"compare_gets"`
+	CompareReadBytes int64   `json:"compare_read_bytes"`
+	CompareDollars   float64 `json:"compare_dollars"`
+}
+
+// requestPrices are what the stores charge: per 1,000 GETs, per GB read.
+type requestPrices struct{ per1kGETs, perGB float64 }
+
+func (p requestPrices) cost(gets, bytes int64) float64 {
+	return float64(gets)/1000*p.per1kGETs + float64(bytes)/1e9*p.perGB
+}
+
+// jobEpochs sums the planned rank-epochs into the whole job's epochs.
+func jobEpochs(rows []planRankRow, world int, prices requestPrices) []planJobEpoch {
+	var out []planJobEpoch
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1].Epoch != r.Epoch {
+			out = append(out, planJobEpoch{Epoch: r.Epoch})
+		}
+		j := &out[len(out)-1]
+		j.GETs += int64(r.GETs)
+		j.ReadBytes += r.ReadBytes
+		j.CompareGETs += int64(r.CompareGETs)
+		j.CompareReadBytes += r.CompareRead
+		j.RanksPlanned++
+	}
+	for i := range out {
+		j := &out[i]
+		j.Exact = j.RanksPlanned == world
+		if !j.Exact {
+			scale := func(v int64) int64 { return v * int64(world) / int64(j.RanksPlanned) }
+			j.GETs, j.ReadBytes = scale(j.GETs), scale(j.ReadBytes)
+			j.CompareGETs, j.CompareReadBytes = scale(j.CompareGETs), scale(j.CompareReadBytes)
+		}
+		j.Dollars, j.CompareDollars = prices.cost(j.GETs, j.ReadBytes), prices.cost(j.CompareGETs, j.CompareReadBytes)
+	}
+	return out
+}
+
 type planMixEntry struct {
 	Stratum   string  `json:"stratum"`
 	Samples   int     `json:"samples"`
@@ -205,7 +265,7 @@ type planMixEntry struct {
 	Served    float64 `json:"served"`
 }
 
-func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *orderFlags, lookahead, compareWindow int) error {
+func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *orderFlags, lookahead, compareWindow int, prices requestPrices) error {
 	spec, err := of.spec()
 	if err != nil {
 		return err
@@ -256,6 +316,7 @@ func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *order
 	if err != nil {
 		return err
 	}
+	rep.Job, rep.PricePer1kGETs, rep.PricePerGB = jobEpochs(rep.RankEpochs, of.world, prices), prices.per1kGETs, prices.perGB
 	for c := range m.Strata {
 		rep.Mix = append(rep.Mix, planMixEntry{Stratum: m.Strata[c].Name, Samples: m.Strata[c].Count,
 			DataShare: float64(m.Strata[c].Count) / float64(m.Samples.Len()), Target: pi[c], Served: first.Share[c]})
@@ -285,6 +346,7 @@ func printPlanText(out io.Writer, m *manifest.Manifest, of *orderFlags, in *layo
 			r.TVMean, r.TVMax, r.UniformTVMean, r.UniformTVMax, r.GETs, humanize.IBytes(uint64(r.ReadBytes)), r.CompareGETs, humanize.IBytes(uint64(r.CompareRead)))
 	}
 	tw.Flush()
+	printJobCost(out, rep)
 	if of.affinity {
 		if err := printAffinity(out, in, of); err != nil {
 			return err
@@ -831,4 +893,34 @@ func eachOrderTimed(ctx context.Context, of *orderFlags, in *layout.Input, fn fu
 		}
 	}
 	return nil
+}
+
+// printJobCost prints what the whole job reads per epoch, in GETs and
+// bytes, and what that costs at the given prices.
+func printJobCost(out io.Writer, rep *planReport) {
+	if len(rep.Job) == 0 {
+		return
+	}
+	how := "every rank planned"
+	if !rep.Job[0].Exact {
+		how = fmt.Sprintf("estimated from %d of %d ranks: their mean times %d; --rank all counts them all", rep.Job[0].RanksPlanned, rep.World, rep.World)
+	}
+	fmt.Fprintf(out, "\nthe whole job (%d ranks), per epoch (%s), at $%v per 1,000 GETs and $%v per GB read:\n", rep.World, how, rep.PricePer1kGETs, rep.PricePerGB)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "epoch\tGETs (window=%d)\tread\tGETs per GB\tdollars\tGETs (window=%d)\tread\tGETs per GB\tdollars\t\n", rep.Window, rep.CompareWindow)
+	perGB := func(gets, bytes int64) string {
+		if bytes == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", float64(gets)/(float64(bytes)/1e9))
+	}
+	for _, j := range rep.Job {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.4f\t%d\t%s\t%s\t%.4f\t\n", j.Epoch, j.GETs, humanize.IBytes(uint64(j.ReadBytes)), perGB(j.GETs, j.ReadBytes), j.Dollars,
+			j.CompareGETs, humanize.IBytes(uint64(j.CompareReadBytes)), perGB(j.CompareGETs, j.CompareReadBytes), j.CompareDollars)
+	}
+	tw.Flush()
+	if rep.PricePer1kGETs == 0 && rep.PricePerGB == 0 {
+		fmt.Fprintln(out, "(no prices given: pass --price-per-1k-gets, e.g. 0.0004 for S3 Standard, and --price-per-gb for reads out of the region)")
+	}
+	fmt.Fprintln(out, "GETs count healthy reads of data fragments; a store down makes a range's GETs k, and hedges add some.")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/metrics"
 )
 
@@ -160,6 +161,7 @@ func printTotals(out io.Writer, s metrics.Snapshot) {
 	fmt.Fprintf(out, "total since mount (%.0fs): %s served (%.1f MB/s), hit %.1f%%, %d stalls (%.2fs), %d degraded reads, %d checksum failures, %d hedged reads\n",
 		s.UptimeSeconds, humanize.IBytes(uint64(max(s.BytesServed, 0))), float64(s.BytesServed)/1e6/max(s.UptimeSeconds, 1e-9), hit,
 		s.Stalls, s.StallSeconds, s.DegradedReads, s.ChecksumFailures, s.HedgedReads)
+	printGETs(out, s)
 	if len(s.Anomalies) == 0 {
 		fmt.Fprintln(out, "anomalies now: none")
 	}
@@ -210,4 +212,21 @@ func printAnomalies(out io.Writer, anomalies []metrics.Anomaly) {
 	for _, a := range anomalies {
 		fmt.Fprintf(out, "anomaly %s since %s: %s. Fix: %s\n", a.Kind, a.Since.Format(time.TimeOnly), a.Reason, a.Fix)
 	}
+}
+
+// printGETs prints the GETs sent to the stores by why, and per GB served:
+// object stores bill per request.
+func printGETs(out io.Writer, s metrics.Snapshot) {
+	var total int64
+	var parts []string
+	for k := range erasure.NumReadKinds {
+		n := s.GETsByKind[k.String()]
+		total += n
+		parts = append(parts, fmt.Sprintf("%d %s", n, k))
+	}
+	perGB := "-"
+	if s.BytesServed > 0 {
+		perGB = fmt.Sprintf("%.0f", float64(total)/(float64(s.BytesServed)/1e9))
+	}
+	fmt.Fprintf(out, "GETs to the stores: %d (%s); %s per GB served\n", total, strings.Join(parts, ", "), perGB)
 }
