@@ -287,6 +287,7 @@ func TestBenchmarks(t *testing.T) {
 		{"latency", func() { latencyRegime(t, r, work) }},
 		{"floors", func() { cpuFloors(t, r, work) }},
 		{"records", func() { records(t, r, work) }},
+		{"requests", func() { requestsPerEpoch(t, r, work) }},
 		// Only when asked: SHARDFS_BENCH_ONLY=baseline SHARDFS_BENCH_BASELINE=<rev>.
 		{"baseline", func() { againstBaseline(t, r, work) }},
 	}
