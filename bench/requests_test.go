@@ -50,13 +50,15 @@ func s3Requests(t *testing.T, addr string) map[string]float64 {
 	return out
 }
 
-// settledRequests reads the counters until two reads 3 s apart agree
-// (MinIO refreshes them every few seconds), for at most 40 s.
+// settledRequests reads the counters once they hold every request made
+// before the call: MinIO refreshes them at most every 10 s, so it reads
+// twice, 11 s apart and after 11 s, until two reads agree (at most 60 s).
 func settledRequests(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
+	time.Sleep(11 * time.Second)
 	prev := s3Requests(t, addr)
-	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(3 * time.Second)
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(11 * time.Second)
 		now := s3Requests(t, addr)
 		if fmt.Sprint(now) == fmt.Sprint(prev) {
 			return now
@@ -161,12 +163,14 @@ func requestsPerEpoch(t *testing.T, r *report, work string) {
 	n := 0
 	// measure runs read reps times and returns GETs and all requests per GB
 	// of sample bytes read, as MinIO counted them.
+	last := settledRequests(t, srv.Addr)
 	measure := func(read func(i int) float64) (stat, stat) {
 		var gets, all []float64
 		for i := 0; i < reps; i++ {
-			before := settledRequests(t, srv.Addr)
+			before := last
 			moved := read(i)
-			g, a := requestDelta(before, settledRequests(t, srv.Addr))
+			last = settledRequests(t, srv.Addr)
+			g, a := requestDelta(before, last)
 			gets = append(gets, g/(moved/1e9))
 			all = append(all, a/(moved/1e9))
 		}
