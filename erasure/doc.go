@@ -19,4 +19,8 @@
 //
 // Fragment i of shard s lives on store (i+s) mod (k+m), so healthy reads
 // spread evenly over all stores.
+//
+// Every GET is reported to Metrics with why it was made (ReadKind, kind.go):
+// the caller's kind from its context (demand or prefetch), or hedge and
+// degraded for the reads this package adds itself.
 package erasure
