@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -84,12 +85,7 @@ func daemonEnv(withSecrets bool) []string {
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		keep := true
-		for _, d := range drop {
-			keep = keep && name != d
-		}
-		if keep {
+		if name, _, _ := strings.Cut(kv, "="); !slices.Contains(drop, name) {
 			env = append(env, kv)
 		}
 	}

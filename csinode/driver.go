@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -258,11 +259,7 @@ func checkSecrets(in map[string]string) (map[string]string, error) {
 	out := map[string]string{}
 	var unknown []string
 	for k, v := range in {
-		known := false
-		for _, s := range SecretKeys {
-			known = known || k == s
-		}
-		if !known {
+		if !slices.Contains(SecretKeys, k) {
 			unknown = append(unknown, k)
 			continue
 		}

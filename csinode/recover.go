@@ -70,21 +70,6 @@ func (d *Driver) recoverViews() {
 	}
 }
 
-// retryRevive keeps starting a view's daemon, from 5 s apart up to a
-// minute, until it serves or has no target left.
-func (d *Driver) retryRevive(v *view) {
-	for wait := 5 * time.Second; ; wait = min(2*wait, time.Minute) {
-		select {
-		case <-time.After(wait):
-		case <-d.done:
-			return
-		}
-		if d.revive(v) {
-			return
-		}
-	}
-}
-
 // killStale ends a view's daemon that runs but does not answer (hung), so
 // that a new one can take its place.
 func (d *Driver) killStale(v *view) {

@@ -319,13 +319,21 @@ func (d *Driver) watch(v *view, dm *daemon) {
 	v.abnormal = fmt.Sprintf("the mount daemon (pid %d) exited; restarting it: %s", dm.pid, tail(v.logPath()))
 	d.log.Warn("the mount daemon exited while its targets are published: restarting it", "view", v.key, "pid", dm.pid, "targets", len(v.st.Targets))
 	v.mu.Unlock()
+	if !d.revive(v) {
+		d.retryRevive(v)
+	}
+}
+
+// retryRevive keeps starting a view's daemon, from 5 s apart up to a
+// minute, until it serves or has no target left.
+func (d *Driver) retryRevive(v *view) {
 	for wait := 5 * time.Second; ; wait = min(2*wait, time.Minute) {
-		if d.revive(v) {
-			return
-		}
 		select {
 		case <-time.After(wait):
 		case <-d.done:
+			return
+		}
+		if d.revive(v) {
 			return
 		}
 	}
