@@ -61,7 +61,7 @@ func randomRecency(rng *rand.Rand, start []int64) *Recency {
 // no sample twice.
 func checkWeighted(in *Input, p Params, orders []*RankOrder) error {
 	pi := TargetsOf(in, p)
-	once := p.Alpha == 1 && p.Tail == Drop && !slices.ContainsFunc(p.Weights, func(w float64) bool { return w > 0 && w < 1 })
+	once := p.Alpha == 1 && p.Tail == Drop && p.MinShare == 0 && !slices.ContainsFunc(p.Weights, func(w float64) bool { return w > 0 && w < 1 })
 	seen := make([]bool, in.N())
 	for r, o := range orders {
 		if o.Batches != orders[0].Batches {

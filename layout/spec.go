@@ -40,6 +40,9 @@ type Spec struct {
 	// MixNames name the datasets Base.Mix weights, in its order, for
 	// messages.
 	MixNames []string
+	// Feedback, when set, weights the strata of each epoch after the first
+	// from the trainer's reports (feedback.go).
+	Feedback *Feedback
 }
 
 // MaxRanks bounds the ranks one process serves: each is a directory and an
@@ -78,6 +81,7 @@ const (
 	OptAsOf          Option = "as-of time"
 	OptMinShare      Option = "minimum share"
 	OptPreset        Option = "preset"
+	OptFeedback      Option = "feedback"
 )
 
 // SpecError is an order that cannot be served, and why. Option is the one
@@ -149,6 +153,9 @@ func (s *Spec) Validate() error {
 		return specErr(opt, "{%s}: window and affinity keep each pool's own class mix (alpha 1)", opt)
 	case s.Recency != nil && (p.Window > 0 || p.Affinity || p.Mix != nil):
 		return specErr(OptHalfLife, "{%s}, {%s} and {%s} re-weight the global order: leave out {%s}, {%s} and {%s}", OptHalfLife, OptTimeWindow, OptAsOf, OptWindow, OptAffinity, OptMix)
+	case s.Feedback != nil && (p.Window > 0 || p.Affinity || p.Mix != nil || s.Recency != nil || len(s.AlphaPoints) > 0 || p.MinShare > 0):
+		return specErr(OptFeedback, "{%s} re-weights the strata of the global order of one dataset from the trainer's reports: leave out {%s}, {%s}, {%s}, {%s}, {%s} and {%s} (its floor is the least share)",
+			OptFeedback, OptWindow, OptAffinity, OptMix, OptHalfLife, OptAlphaSchedule, OptMinShare)
 	case s.FirstEpoch < 0:
 		return specErr(OptEpochs, "first epoch %d: must be >= 0", s.FirstEpoch)
 	case s.ResumeEpoch >= 0 && s.Epochs > 0 && s.ResumeEpoch >= s.FirstEpoch+s.Epochs:
@@ -169,6 +176,11 @@ func (s *Spec) Validate() error {
 	}
 	if s.Recency != nil {
 		if err := s.Recency.Validate(); err != nil {
+			return err
+		}
+	}
+	if s.Feedback != nil {
+		if err := s.Feedback.Validate(); err != nil {
 			return err
 		}
 	}
@@ -205,6 +217,13 @@ func (s *Spec) Params(e, rank int) (Params, error) {
 			return p, err
 		}
 	}
+	if f := s.Feedback; f != nil {
+		var err error
+		if p.Weights, err = f.Multipliers(e); err != nil {
+			return p, err
+		}
+		p.MinShare = f.Floor
+	}
 	return p, p.Validate()
 }
 
@@ -239,7 +258,11 @@ func (s *Spec) Bind(in *Input) (steps int, err error) {
 				OptMix, s.mixText(), s.mixName(i), sh, sh*float64(n), n, s.DescribeMix())
 		}
 	}
-	if q := s.Base.MinShare; q > 0 {
+	q, opt := s.Base.MinShare, OptMinShare
+	if s.Feedback != nil {
+		q, opt = s.Feedback.Floor, OptFeedback
+	}
+	if q > 0 {
 		k := 0
 		for c := range in.NumStrata {
 			if in.Count(c) > 0 {
@@ -247,7 +270,7 @@ func (s *Spec) Bind(in *Input) (steps int, err error) {
 			}
 		}
 		if q*float64(k) > 1 {
-			return 0, specErr(OptMinShare, "{%s} %v for each of %d strata is more than a whole epoch: at most %.4g (1/%d), which balances them", OptMinShare, q, k, 1/float64(k), k)
+			return 0, specErr(opt, "{%s}: a least share of %v for each of %d strata is more than a whole epoch: at most %.4g (1/%d), which balances them", opt, q, k, 1/float64(k), k)
 		}
 	}
 	if s.Base.Batch > n {

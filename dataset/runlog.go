@@ -1,0 +1,214 @@
+package dataset
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"sync"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+// The run log: what the trainer reported about each epoch of a run that
+// re-weights its strata from those reports (layout.Feedback). The next
+// epoch's weights are a pure function of the reports, so the reports are
+// all a run has to record for every node, and every resumed job, to
+// compute the same order: NAME/runs/RUN/report-EEEEEE, one object per
+// epoch, a copy on every store.
+//
+// A report is written once. Its bytes are canonical (the run, the epoch and
+// the values by stratum name, in JSON with sorted keys), so two writers of
+// the same report write the same bytes.
+//
+// Why every node reads one report per epoch, whatever is killed or fails:
+//   - The writer creates the object with a conditional PUT on every store
+//     (backend.Store.Create: where one is, none is written), and accepts a
+//     store's existing copy only if it holds exactly its bytes. It succeeds
+//     only once a majority of the stores hold its bytes, and it reads first:
+//     where any store answers with another report of that epoch, it writes
+//     nothing and says so. The first report of an epoch therefore stands,
+//     which is what a resumed job needs (it recomputes the weights it had).
+//   - A writer killed part way leaves its bytes on some stores. A reader
+//     that finds any copy uses it; one that finds none waits for it (the
+//     mount, up to --report-wait), as it waits for a report not yet made.
+//   - Two different copies exist only if a second writer wrote while every
+//     store holding the first was down. A reader that sees both takes the
+//     one most stores hold, ties to the smaller bytes: every reader that
+//     sees the same stores decides the same, and the writer that lost was
+//     told so (it could not reach a majority, or found the other copy).
+//
+// Nothing here deletes: reports go with the dataset (shardfs delete).
+
+// RunPrefix holds the log of run of dataset name.
+func RunPrefix(name, run string) string { return name + "/runs/" + run + "/" }
+
+// ReportKey names the trainer's report of epoch of run.
+func ReportKey(name, run string, epoch int) string {
+	return fmt.Sprintf("%sreport-%06d", RunPrefix(name, run), epoch)
+}
+
+var runName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+
+// CheckRunName explains what is wrong with a run's name.
+func CheckRunName(run string) error {
+	if !runName.MatchString(run) {
+		return fmt.Errorf("run name %q: use 1 to 100 letters, digits, '.', '_' or '-', starting with a letter or digit", run)
+	}
+	return nil
+}
+
+// EpochReport is the trainer's report of one epoch of a run: a number per
+// stratum, by the stratum's name (info.json's strata).
+type EpochReport struct {
+	Run    string             `json:"run"`
+	Epoch  int                `json:"epoch"`
+	Strata map[string]float64 `json:"strata"`
+}
+
+// maxReportBytes bounds a report object: a number per stratum.
+const maxReportBytes = 4 << 20
+
+func (r *EpochReport) encode() ([]byte, error) {
+	for name, x := range r.Strata {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("stratum %q: %v is not a finite number", name, x)
+		}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxReportBytes {
+		return nil, fmt.Errorf("the report is %d bytes, more than %d", len(b), maxReportBytes)
+	}
+	return b, nil
+}
+
+// ErrReportRecorded: the run's log already holds another report of that
+// epoch; the first one stands.
+var ErrReportRecorded = errors.New("already recorded")
+
+// RecordReport writes r into the run log of dataset name on stores (see
+// the protocol above). It returns nil when a majority of the stores hold
+// exactly r, also when r was recorded before.
+func RecordReport(ctx context.Context, stores []backend.Store, name string, r *EpochReport) error {
+	if err := CheckRunName(r.Run); err != nil {
+		return err
+	}
+	data, err := r.encode()
+	if err != nil {
+		return err
+	}
+	key := ReportKey(name, r.Run, r.Epoch)
+	if old, err := ReadReport(ctx, stores, name, r.Run, r.Epoch); err != nil {
+		return err
+	} else if old != nil {
+		oldData, _ := old.encode()
+		if !bytes.Equal(oldData, data) {
+			return fmt.Errorf("run %s: epoch %d's report is %w with other numbers (%s); the first report of an epoch stands, so a resumed job gets the weights it had", r.Run, r.Epoch, ErrReportRecorded, oldData)
+		}
+	}
+	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
+		err := s.Create(ctx, key, data)
+		if !errors.Is(err, backend.ErrExists) {
+			return err
+		}
+		got, err := readSmall(ctx, s, key, maxReportBytes)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, data) {
+			return fmt.Errorf("holds another report of epoch %d (%s): %w", r.Epoch, got, ErrReportRecorded)
+		}
+		return nil
+	})
+	ok := 0
+	var failed []error
+	for i, err := range errs {
+		if err == nil {
+			ok++
+		} else {
+			failed = append(failed, fmt.Errorf("store %d (%s): %w", i, stores[i], err))
+		}
+	}
+	if need := len(stores)/2 + 1; ok < need {
+		return fmt.Errorf("run %s: epoch %d's report reached %d of %d stores, fewer than the %d a report needs: %w", r.Run, r.Epoch, ok, len(stores), need, errors.Join(failed...))
+	}
+	return nil
+}
+
+// ReadReport returns epoch's report of run from the stores that answer
+// (nil when none holds one). It fails only when no store answers.
+func ReadReport(ctx context.Context, stores []backend.Store, name, run string, epoch int) (*EpochReport, error) {
+	key := ReportKey(name, run, epoch)
+	var mu sync.Mutex
+	var copies [][]byte
+	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
+		b, err := readSmall(ctx, s, key, maxReportBytes)
+		if errors.Is(err, backend.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var r EpochReport
+		if json.Unmarshal(b, &r) != nil || r.Epoch != epoch || r.Run != run {
+			return fmt.Errorf("store %s: %s is not a report of run %s epoch %d", s, key, run, epoch)
+		}
+		mu.Lock()
+		copies = append(copies, b)
+		mu.Unlock()
+		return nil
+	})
+	if len(copies) == 0 {
+		failed := 0
+		for _, err := range errs {
+			if err != nil {
+				failed++
+			}
+		}
+		if failed == len(stores) {
+			return nil, fmt.Errorf("run %s: reading epoch %d's report: no store answered: %w", run, epoch, errors.Join(errs...))
+		}
+		return nil, nil
+	}
+	// The copy most stores hold; ties to the smaller bytes.
+	slices.SortFunc(copies, bytes.Compare)
+	best, bestN := copies[0], 0
+	for i := 0; i < len(copies); {
+		j := i
+		for j < len(copies) && bytes.Equal(copies[j], copies[i]) {
+			j++
+		}
+		if j-i > bestN {
+			best, bestN = copies[i], j-i
+		}
+		i = j
+	}
+	var r EpochReport
+	if err := json.Unmarshal(best, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// readSmall reads key whole from s, refusing one over limit bytes.
+func readSmall(ctx context.Context, s backend.Store, key string, limit int64) ([]byte, error) {
+	size, err := s.Stat(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if size > limit {
+		return nil, fmt.Errorf("store %s: %s is %d bytes, more than %d", s, key, size, limit)
+	}
+	b := make([]byte, size)
+	if err := s.ReadAt(ctx, key, b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
+}

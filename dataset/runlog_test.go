@@ -1,0 +1,116 @@
+package dataset
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+func localStores(t *testing.T, n int) ([]backend.Store, []string) {
+	t.Helper()
+	var out []backend.Store
+	var dirs []string
+	for range n {
+		dir := t.TempDir()
+		s, err := backend.NewLocal(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+		dirs = append(dirs, dir)
+	}
+	return out, dirs
+}
+
+// The run log's promises, on local stores: a report reads back as written;
+// the same report again is accepted, another one for that epoch refused
+// and never written; a copy on a single store (a writer killed after its
+// first PUT) is read by every reader; a report needs a majority of the
+// stores; and of two different copies, readers take the one most stores
+// hold.
+func TestRunLogReports(t *testing.T) {
+	ctx := context.Background()
+	stores, dirs := localStores(t, 5)
+	r := &EpochReport{Run: "r1", Epoch: 0, Strata: map[string]float64{"a": 0.5, "b": 2}}
+	if got, err := ReadReport(ctx, stores, "ds", "r1", 0); err != nil || got != nil {
+		t.Fatalf("no report yet: %v %v", got, err)
+	}
+	if err := RecordReport(ctx, stores, "ds", r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadReport(ctx, stores, "ds", "r1", 0)
+	if err != nil || got == nil || got.Strata["b"] != 2 || got.Strata["a"] != 0.5 || len(got.Strata) != 2 {
+		t.Fatalf("read back %+v %v", got, err)
+	}
+	if err := RecordReport(ctx, stores, "ds", r); err != nil {
+		t.Fatalf("the same report again: %v", err)
+	}
+	other := &EpochReport{Run: "r1", Epoch: 0, Strata: map[string]float64{"a": 9}}
+	if err := RecordReport(ctx, stores, "ds", other); !errors.Is(err, ErrReportRecorded) || !strings.Contains(err.Error(), "the first report of an epoch stands") {
+		t.Fatalf("another report of epoch 0: %v", err)
+	}
+	if got, _ := ReadReport(ctx, stores, "ds", "r1", 0); got.Strata["a"] != 0.5 {
+		t.Fatalf("the second report changed the first: %+v", got)
+	}
+
+	// A writer killed after its first store: every reader finds that copy.
+	key := ReportKey("ds", "r1", 1)
+	one := &EpochReport{Run: "r1", Epoch: 1, Strata: map[string]float64{"a": 1}}
+	data, _ := one.encode()
+	if err := stores[3].Create(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if got, err := ReadReport(ctx, stores, "ds", "r1", 1); err != nil || got == nil || got.Strata["a"] != 1 {
+			t.Fatalf("a copy on one store: %+v %v", got, err)
+		}
+	}
+	// The rest completes it: the same bytes are accepted where they are.
+	if err := RecordReport(ctx, stores, "ds", one); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, key)); err != nil || string(b) != string(data) {
+			t.Fatalf("store %d: %q %v", i, b, err)
+		}
+	}
+
+	// Three of five stores down: no majority, and the writer says so.
+	down := []backend.Store{stores[0], stores[1], brokenStore{stores[2]}, brokenStore{stores[3]}, brokenStore{stores[4]}}
+	two := &EpochReport{Run: "r1", Epoch: 2, Strata: map[string]float64{"b": 1}}
+	if err := RecordReport(ctx, down, "ds", two); err == nil || !strings.Contains(err.Error(), "reached 2 of 5 stores, fewer than the 3 a report needs") {
+		t.Fatalf("a report on 2 of 5 stores: %v", err)
+	}
+	// Two different copies (a second writer while the first's stores were
+	// down): readers take the one most stores hold.
+	b, _ := (&EpochReport{Run: "r1", Epoch: 3, Strata: map[string]float64{"a": 7}}).encode()
+	c, _ := (&EpochReport{Run: "r1", Epoch: 3, Strata: map[string]float64{"a": 8}}).encode()
+	for i, s := range stores {
+		d := b
+		if i >= 2 {
+			d = c
+		}
+		if err := s.Create(ctx, ReportKey("ds", "r1", 3), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := ReadReport(ctx, stores, "ds", "r1", 3); got.Strata["a"] != 8 {
+		t.Fatalf("3 copies against 2: read %+v, want the 3", got)
+	}
+	if err := RecordReport(ctx, stores, "ds", &EpochReport{Run: "bad/name", Epoch: 0, Strata: map[string]float64{"a": 1}}); err == nil || !strings.Contains(err.Error(), `run name "bad/name"`) {
+		t.Fatal(err)
+	}
+}
+
+// brokenStore answers every request with an error, as a store that is down.
+type brokenStore struct{ backend.Store }
+
+var errDown = errors.New("store down")
+
+func (brokenStore) Create(context.Context, string, []byte) error { return errDown }
+func (brokenStore) Stat(context.Context, string) (int64, error)  { return 0, errDown }

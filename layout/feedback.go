@@ -1,0 +1,196 @@
+package layout
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Feedback re-weights the strata epoch by epoch from what the trainer
+// reports about each of them (its loss, or any number where higher means
+// "needs more"): the exponentiated-gradient rule of DoReMi (Xie et al.,
+// 2023) and online data mixing (Albalak et al., 2023).
+//
+// Epoch 0 serves the natural targets π⁰_c ∝ n_c^α. After epoch e the
+// trainer reports r^e_c per stratum, and epoch e+1 aims at
+//
+//	π^{e+1}_c ∝ π^e_c · exp(η · r^e_c)
+//
+// with every stratum then raised to at least the floor f of the epoch
+// (WithMinShare: the others scaled down in proportion). The floor is
+// applied to what an epoch serves, never fed back into the update, so it
+// is a bound, not a drift: a stratum whose loss stays low sinks to the
+// floor and no lower. Strata the report leaves out get the mean of the
+// values reported (a constant added to every r changes nothing), and
+// strata with no samples get nothing.
+//
+// The weights are a pure function of the reports, so every node that
+// reads the same reports computes the same order, and a resumed job (of
+// any world size) recomputes exactly the weights it had. Reports is the
+// only input that is not a flag: a mount reads it from the run's log in
+// the stores (dataset.ReadReport).
+type Feedback struct {
+	Step  float64 // η, the step size
+	Floor float64 // f, the least share of an epoch every stratum with samples gets
+	// Strata is the dataset's number of strata, the length of a report.
+	Strata int
+	// Reports gives the trainer's report of epoch e, one value per stratum
+	// (NaN where the report is silent). It may wait for the report.
+	Reports func(epoch int) ([]float64, error)
+
+	mu   sync.Mutex
+	mult [][]float64 // mult[e]: the multipliers w^e, π^e ∝ n^α·w^e, as far as computed
+}
+
+// DefaultFeedbackStep and DefaultFeedbackFloor are the rule's defaults: a
+// step of 1 moves a stratum whose loss is one unit above another's by a
+// factor e ≈ 2.7 an epoch; a floor of 1% keeps every stratum in every
+// epoch (set it to 0 to let the rule starve one).
+const (
+	DefaultFeedbackStep  = 1.0
+	DefaultFeedbackFloor = 0.01
+)
+
+// minMultiplier keeps every multiplier above 0: a weight of 0 would leave
+// the stratum out of the epoch and change the epoch's size.
+const minMultiplier = 1e-12
+
+// ParseFeedback parses the --feedback flag: "eg" (the defaults), or "eg:"
+// followed by step=X and floor=F, comma-separated.
+func ParseFeedback(s string) (*Feedback, error) {
+	bad := func(why string) error {
+		return specErr(OptFeedback, "{%s} %q: %s; use eg, or eg:step=X,floor=F (e.g. eg:step=0.5,floor=0.02)", OptFeedback, s, why)
+	}
+	rule, args, _ := strings.Cut(s, ":")
+	if rule != "eg" {
+		return nil, bad("the only rule is eg (exponentiated gradient, as in DoReMi)")
+	}
+	f := &Feedback{Step: DefaultFeedbackStep, Floor: DefaultFeedbackFloor}
+	if args == "" {
+		return f, nil
+	}
+	for _, kv := range strings.Split(args, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		x, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			return nil, bad(fmt.Sprintf("%q is not NAME=NUMBER", kv))
+		}
+		switch k {
+		case "step":
+			f.Step = x
+		case "floor":
+			f.Floor = x
+		default:
+			return nil, bad(fmt.Sprintf("no setting %q (step, floor)", k))
+		}
+	}
+	return f, f.Validate()
+}
+
+// Validate explains what is wrong with f's settings.
+func (f *Feedback) Validate() error {
+	switch {
+	case !(f.Step > 0) || math.IsInf(f.Step, 0):
+		return specErr(OptFeedback, "{%s} step %v: must be a number above 0", OptFeedback, f.Step)
+	case !(f.Floor >= 0 && f.Floor < 1):
+		return specErr(OptFeedback, "{%s} floor %v: must be in [0, 1): the least share of an epoch every stratum gets", OptFeedback, f.Floor)
+	}
+	return nil
+}
+
+// String is f as the flag gives it.
+func (f *Feedback) String() string {
+	return "eg:step=" + strconv.FormatFloat(f.Step, 'g', -1, 64) + ",floor=" + strconv.FormatFloat(f.Floor, 'g', -1, 64)
+}
+
+// Multipliers are the weights w^e of epoch e (π^e ∝ n^α·w^e), from the
+// reports of epochs 0..e-1. Computed once per epoch and kept: Params asks
+// for them on every directory opened.
+func (f *Feedback) Multipliers(e int) ([]float64, error) {
+	nstrata := f.Strata
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.mult) == 0 {
+		w := make([]float64, nstrata)
+		for c := range w {
+			w[c] = 1
+		}
+		f.mult = [][]float64{w}
+	}
+	for len(f.mult) <= e {
+		prev := len(f.mult) - 1
+		r, err := f.Reports(prev)
+		if err != nil {
+			return nil, err
+		}
+		if len(r) != nstrata {
+			return nil, fmt.Errorf("epoch %d's report has %d values for %d strata", prev, len(r), nstrata)
+		}
+		f.mult = append(f.mult, NextMultipliers(f.mult[prev], r, f.Step))
+	}
+	return slices.Clone(f.mult[e]), nil
+}
+
+// NextMultipliers is one exponentiated-gradient step: w'_c = w_c·exp(η·r_c),
+// with NaN (not reported) as the mean of the values reported, scaled so
+// that the largest is 1 and none is below minMultiplier.
+func NextMultipliers(w, r []float64, step float64) []float64 {
+	sum, n := 0.0, 0
+	for _, x := range r {
+		if !math.IsNaN(x) {
+			sum += x
+			n++
+		}
+	}
+	mean := 0.0
+	if n > 0 {
+		mean = sum / float64(n)
+	}
+	top := math.Inf(-1)
+	logs := make([]float64, len(w))
+	for c := range w {
+		x := r[c]
+		if math.IsNaN(x) {
+			x = mean
+		}
+		logs[c] = math.Log(w[c]) + step*(x-mean)
+		top = max(top, logs[c])
+	}
+	out := make([]float64, len(w))
+	for c := range out {
+		out[c] = max(minMultiplier, math.Exp(logs[c]-top))
+	}
+	return out
+}
+
+// CheckReport explains what is wrong with a report's values.
+func CheckReport(values map[string]float64, strata []string) ([]float64, error) {
+	out := make([]float64, len(strata))
+	for c := range out {
+		out[c] = math.NaN()
+	}
+	for name, x := range values {
+		c := slices.Index(strata, name)
+		if c < 0 {
+			return nil, fmt.Errorf("stratum %q is not one of the dataset's %d (%s)", name, len(strata), strings.Join(firstN(strata, 8), ", "))
+		}
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("stratum %q: %v is not a finite number", name, x)
+		}
+		out[c] = x
+	}
+	if len(values) == 0 {
+		return nil, fmt.Errorf("the report names no stratum: give a number for each, e.g. {%q: 0.7}", strata[0])
+	}
+	return out, nil
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(slices.Clone(s[:n]), "...")
+}
