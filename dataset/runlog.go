@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,8 +11,13 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"time"
+
+	"log/slog"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
 )
 
 // The run log: what the trainer reported about each epoch of a run that
@@ -211,4 +217,67 @@ func readSmall(ctx context.Context, s backend.Store, key string, limit int64) ([
 		return nil, err
 	}
 	return b, nil
+}
+
+// FeedbackSource is where a spec's layout.Feedback gets the trainer's
+// reports: the run log of one run of a dataset, on its stores.
+type FeedbackSource struct {
+	Stores []backend.Store
+	Name   string // the dataset
+	Run    string
+	// Wait bounds how long a report not yet recorded is waited for
+	// (polled every Poll); 0 does not wait.
+	Wait, Poll time.Duration
+	Log        *slog.Logger
+}
+
+// BindFeedback gives spec's feedback rule the strata of h and the reports
+// of src's run: epoch e's order then waits for the report of epoch e-1,
+// up to src.Wait. A spec without feedback is left as it is.
+func BindFeedback(h *manifest.Header, spec *layout.Spec, src FeedbackSource) error {
+	f := spec.Feedback
+	if f == nil {
+		return nil
+	}
+	if err := CheckRunName(src.Run); err != nil {
+		return err
+	}
+	names := make([]string, len(h.Strata))
+	for c, s := range h.Strata {
+		names[c] = s.Name
+	}
+	f.Strata = len(names)
+	poll := cmp.Or(src.Poll, 2*time.Second)
+	f.Reports = func(epoch int) ([]float64, error) {
+		deadline := time.Now().Add(src.Wait)
+		waited := false
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			r, err := ReadReport(ctx, src.Stores, src.Name, src.Run, epoch)
+			cancel()
+			if err == nil && r != nil {
+				v, err := layout.CheckReport(r.Strata, names)
+				if err != nil {
+					return nil, fmt.Errorf("run %s: epoch %d's report: %v", src.Run, epoch, err)
+				}
+				if waited && src.Log != nil {
+					src.Log.Info("the trainer's report arrived", "run", src.Run, "epoch", epoch)
+				}
+				return v, nil
+			}
+			if time.Now().Add(poll).After(deadline) {
+				if err != nil {
+					return nil, err
+				}
+				return nil, fmt.Errorf("run %s: epoch %d's weights come from the trainer's report of epoch %d, and none is recorded (waited %v): report it on rank 0 when the epoch ends (the Python loader's report(), or shardfs report --run %s --epoch %d %s FILE)",
+					src.Run, epoch+1, epoch, src.Wait, src.Run, epoch, src.Name)
+			}
+			if !waited && src.Log != nil {
+				src.Log.Info("waiting for the trainer's report of the epoch before", "run", src.Run, "epoch", epoch+1, "report_of", epoch, "wait", src.Wait)
+			}
+			waited = true
+			time.Sleep(poll)
+		}
+	}
+	return nil
 }

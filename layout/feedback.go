@@ -41,8 +41,9 @@ type Feedback struct {
 	// (NaN where the report is silent). It may wait for the report.
 	Reports func(epoch int) ([]float64, error)
 
-	mu   sync.Mutex
-	mult [][]float64 // mult[e]: the multipliers w^e, π^e ∝ n^α·w^e, as far as computed
+	mu      sync.Mutex
+	mult    [][]float64 // mult[e]: the multipliers w^e, π^e ∝ n^α·w^e, as far as computed
+	reading sync.Mutex  // held by the one caller asking Reports for the next epochs
 }
 
 // DefaultFeedbackStep and DefaultFeedbackFloor are the rule's defaults: a
@@ -110,28 +111,54 @@ func (f *Feedback) String() string {
 // reports of epochs 0..e-1. Computed once per epoch and kept: Params asks
 // for them on every directory opened.
 func (f *Feedback) Multipliers(e int) ([]float64, error) {
-	nstrata := f.Strata
+	if w, _ := f.known(e); w != nil {
+		return w, nil
+	}
+	// One caller waits for the reports at a time; the epochs already
+	// known stay readable meanwhile (known takes mu alone).
+	f.reading.Lock()
+	defer f.reading.Unlock()
+	for {
+		w, n := f.known(e)
+		if w != nil {
+			return w, nil
+		}
+		f.mu.Lock()
+		prev := f.mult[n-1]
+		f.mu.Unlock()
+		if f.Reports == nil {
+			return nil, fmt.Errorf("epoch %d's weights come from the trainer's reports, and this order reads none (name a dataset and its run)", e)
+		}
+		r, err := f.Reports(n - 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(r) != f.Strata {
+			return nil, fmt.Errorf("epoch %d's report has %d values for %d strata", n-1, len(r), f.Strata)
+		}
+		next := NextMultipliers(prev, r, f.Step)
+		f.mu.Lock()
+		f.mult = append(f.mult, next)
+		f.mu.Unlock()
+	}
+}
+
+// known returns epoch e's multipliers if they are computed, else nil and
+// the number of epochs that are.
+func (f *Feedback) known(e int) ([]float64, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.mult) == 0 {
-		w := make([]float64, nstrata)
+		w := make([]float64, f.Strata)
 		for c := range w {
 			w[c] = 1
 		}
 		f.mult = [][]float64{w}
 	}
-	for len(f.mult) <= e {
-		prev := len(f.mult) - 1
-		r, err := f.Reports(prev)
-		if err != nil {
-			return nil, err
-		}
-		if len(r) != nstrata {
-			return nil, fmt.Errorf("epoch %d's report has %d values for %d strata", prev, len(r), nstrata)
-		}
-		f.mult = append(f.mult, NextMultipliers(f.mult[prev], r, f.Step))
+	if e < len(f.mult) {
+		return slices.Clone(f.mult[e]), len(f.mult)
 	}
-	return slices.Clone(f.mult[e]), nil
+	return nil, len(f.mult)
 }
 
 // NextMultipliers is one exponentiated-gradient step: w'_c = w_c·exp(η·r_c),

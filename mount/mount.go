@@ -52,6 +52,11 @@ type Config struct {
 	// here against the dataset as the CLI's are (dataset.PlanOrder), then
 	// asked for every rank-epoch.
 	Spec *layout.Spec
+	// Run names the run whose log holds the trainer's reports, when
+	// Spec.Feedback re-weights the strata from them; ReportWait bounds how
+	// long opening an epoch waits for the report of the epoch before.
+	Run        string
+	ReportWait time.Duration
 
 	CacheSize    int64  // the memory budget, at least 16 MiB
 	CacheDir     string // the disk tier; empty: none
@@ -334,6 +339,10 @@ func (mt *Mount) readPath(cfg Config) (readPath, error) {
 		rp = readPath{cat: mt.Mix, fetch: mt.Mix, ns: mt.Mix.Namespace()}
 		plan, err = mt.Mix.PlanOrder(cfg.Spec)
 	default:
+		if err := dataset.BindFeedback(&ds.Manifest.Header, cfg.Spec, dataset.FeedbackSource{
+			Stores: ds.Stores, Name: ds.Name, Run: cfg.Run, Wait: cfg.ReportWait, Log: mt.log}); err != nil {
+			return readPath{}, err
+		}
 		plan, err = dataset.PlanOrder(ds, cfg.Spec)
 	}
 	if err != nil {

@@ -28,6 +28,7 @@ type mountFlags struct {
 	noPrefetch   bool
 	directIO     bool
 	readTimeout  time.Duration
+	reportWait   time.Duration
 	daemon       bool
 	logFile      string
 	mkdir        bool
@@ -147,6 +148,7 @@ errors on their open files).`,
 		"such files cannot be mmap'ed, and a second read of one is served by the daemon again")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
+	fl.DurationVar(&f.reportWait, "report-wait", 10*time.Minute, "with --feedback, how long opening epoch E waits for the trainer's report of epoch E-1 before it fails (EIO, and the log says what to report)")
 	fl.BoolVar(&f.daemon, "daemon", false, "run in the background: return once the tree is served (exit 0), or with the mount's error;\n"+
 		"stop the daemon with umount MOUNTPOINT")
 	fl.BoolVar(&f.mkdir, "mkdir", false, "create MOUNTPOINT (and its parents) if missing, as a container whose volume holds only the parent needs")
@@ -172,6 +174,9 @@ func checkMountFlags(f *mountFlags) (mountSizes, error) {
 	sz.cache, err = humanize.ParseBytes(f.cacheSize)
 	if err != nil || sz.cache < 16<<20 {
 		return sz, fmt.Errorf("--cache-size %q: use a size of at least 16MiB, e.g. 2GiB", f.cacheSize)
+	}
+	if f.reportWait < 0 {
+		return sz, fmt.Errorf("--report-wait %v: must be 0 (do not wait) or more, e.g. 10m", f.reportWait)
 	}
 	if f.readTimeout <= 0 {
 		return sz, fmt.Errorf("--read-timeout %v: must be positive, e.g. 10s: a read that waits longer returns EIO", f.readTimeout)
@@ -202,13 +207,13 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if err != nil {
 		return nil, err
 	}
-	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec,
+	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec, Run: f.order.run, ReportWait: f.reportWait,
 		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MetricsAddr: f.metricsAddr, Profiles: f.pprof, Logger: log,
 		// info.json shows these options as they were given.
 		Info: mount.Info{
 			Order: map[string]any{"resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "preset": f.order.preset, "recency_half_life": f.order.halfLife,
-				"time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf},
+				"time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf, "feedback": f.order.feedback, "run": f.order.run},
 			Mount: map[string]any{"cache_dir_size": f.cacheDirSize},
 		},
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/ingest"
 	"github.com/shardfs/shardfs/layout"
@@ -35,6 +36,7 @@ type orderFlags struct {
 	mix                                     string // "NAME:W,NAME:W,...", see mixParts
 	version                                 int    // order version; see layout.OrderVersion
 	halfLife, timeWindow, windowStep, asOf  string // time weights; see recency
+	feedback, run                           string // weights from the trainer's reports; layout.ParseFeedback
 	// firstEpoch is the first epoch served (warm's --epoch; 0 elsewhere).
 	firstEpoch int
 	flags      *pflag.FlagSet
@@ -75,6 +77,8 @@ func (f *orderFlags) register(fs *pflag.FlagSet, d orderDefaults) {
 	fs.StringVar(&f.timeWindow, "time-window", "", "read only the time buckets that start within SPAN of the newest (or of --as-of), e.g. 180d")
 	fs.StringVar(&f.windowStep, "time-window-step", "", "slide the --time-window forward by SPAN each epoch, from the oldest bucket until it reaches the newest (or --as-of); a resumed job gets its epoch's window")
 	fs.StringVar(&f.asOf, "as-of", "", "the newest time read (RFC 3339 or Unix seconds): later buckets are left out, and a fixed --time-window ends here")
+	fs.StringVar(&f.feedback, "feedback", "", "re-weight the strata after every epoch from the trainer's report of it (its loss per stratum, from the Python loader's report() on rank 0, or shardfs report): eg, or eg:step=X,floor=F, the exponentiated-gradient rule of DoReMi: the next epoch's share of a stratum ∝ its share now × exp(step × its reported value), each at least floor (defaults step=1, floor=0.01); needs --run")
+	fs.StringVar(&f.run, "run", "", "with --feedback, the run's name: its reports are kept in the stores under it, so every node, and a resumed job, computes the same weights; a new run starts from the natural mix")
 	fs.BoolVar(&f.affinity, "affinity", false, "each rank reads the same shards in every epoch (about 1/W of the dataset), so a node's disk tier holds its share; batches stay stratified; see shardfs plan for the randomness traded")
 }
 
@@ -103,6 +107,7 @@ var orderFlagNames = map[layout.Option]string{
 	layout.OptAffinity: "--affinity", layout.OptTail: "--tail", layout.OptResume: "--resume-at", layout.OptMix: "--mix",
 	layout.OptOrderVersion: "--order-version", layout.OptHalfLife: "--recency-half-life", layout.OptTimeWindow: "--time-window",
 	layout.OptTimeStep: "--time-window-step", layout.OptAsOf: "--as-of", layout.OptMinShare: "--min-share", layout.OptPreset: "--preset",
+	layout.OptFeedback: "--feedback",
 }
 
 // flagWorded is err with any layout.SpecError in it worded with the flags'
@@ -177,6 +182,19 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 	if s.Recency, err = f.recency(); err != nil {
 		return nil, err
 	}
+	switch {
+	case f.feedback != "" && f.run == "":
+		return nil, fmt.Errorf("--feedback needs --run NAME: the trainer's reports are kept under the run's name, so every node and a resumed job read the same ones")
+	case f.feedback == "" && f.run != "":
+		return nil, fmt.Errorf("--run %s without --feedback: a run's log holds the trainer's reports, which only --feedback reads; add --feedback eg, or leave out --run", f.run)
+	case f.feedback != "":
+		if err := dataset.CheckRunName(f.run); err != nil {
+			return nil, fmt.Errorf("--run: %v", err)
+		}
+		if s.Feedback, err = layout.ParseFeedback(f.feedback); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -231,6 +249,20 @@ func (f *orderFlags) setTimes(h *manifest.Header) error {
 		return err
 	}
 	return dataset.BindTimes(h, s)
+}
+
+// bindFeedback gives --feedback the reports of --run on stores, for
+// dataset name of header h, without waiting for a report not yet made
+// (plan and warm: the mount waits, --report-wait).
+func (f *orderFlags) bindFeedback(h *manifest.Header, stores []backend.Store, name string) error {
+	s, err := f.spec()
+	if err != nil || s.Feedback == nil {
+		return err
+	}
+	if stores == nil {
+		return fmt.Errorf("--feedback computes each epoch's weights from the reports of --run in the stores: name a dataset")
+	}
+	return dataset.BindFeedback(h, s, dataset.FeedbackSource{Stores: stores, Name: name, Run: f.run})
 }
 
 // mixParts parses --mix into dataset names and weights, in the order given.

@@ -88,6 +88,9 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 				if m, err = dataset.LoadManifestVersion(cmd.Context(), stores, args[0], of.datasetVersion, g.logger()); err != nil {
 					return err
 				}
+				if err := of.bindFeedback(&m.Header, stores, args[0]); err != nil {
+					return err
+				}
 			default:
 				return fmt.Errorf("name a dataset, or pass --synthetic N")
 			}
@@ -572,6 +575,9 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 	const perShard = 671 // 64 MiB of 100 kB samples
 	h := syntheticHeader(buckets)
 	if err := of.setTimes(&h); err != nil {
+		return err
+	}
+	if err := of.bindFeedback(&h, nil, ""); err != nil {
 		return err
 	}
 	pi := syntheticShare(buckets)

@@ -90,6 +90,9 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err != nil {
 		return err
 	}
+	if err := f.order.bindFeedback(&ds.Manifest.Header, stores, name); err != nil {
+		return err
+	}
 	plan, err := dataset.PlanOrder(ds, spec)
 	if err != nil {
 		return err

@@ -44,10 +44,13 @@ DataLoader arguments other than the batching ones pass through
 batches and shuffles, so ``batch_size``, ``shuffle``, ``sampler``,
 ``batch_sampler`` and ``drop_last`` are refused.
 """
+import csv
 import io
 import json
+import math
 import multiprocessing
 import os
+import subprocess
 import tarfile
 
 import torch
@@ -58,13 +61,14 @@ __all__ = ["Loader", "BatchDataset", "decode_image", "decode_member", "info", "r
 # The order flags (info.json's "order") that fix which sample comes when;
 # world_size, batch_size, ranks and resume_at are checked on their own.
 ORDER_KEYS = ("version", "seed", "alpha", "alpha_schedule", "tail", "window", "affinity", "epoch_size",
-              "recency_half_life", "time_window", "time_window_step", "as_of")
+              "recency_half_life", "time_window", "time_window_step", "as_of", "feedback", "run")
 
 _ORDER_NAMES = {"version": "order version (--order-version)", "seed": "--seed", "alpha": "--alpha",
                 "alpha_schedule": "--alpha-schedule", "tail": "--tail", "window": "--window", "affinity": "--affinity",
                 "epoch_size": "--epoch-size", "recency_half_life": "--recency-half-life", "time_window": "--time-window",
                 "time_window_step": "--time-window-step", "as_of": "--as-of", "dataset": "dataset",
-                "dataset_version": "dataset version (--version)", "ingest_id": "ingest", "mix": "--mix"}
+                "dataset_version": "dataset version (--version)", "ingest_id": "ingest", "mix": "--mix",
+                "feedback": "--feedback", "run": "--run"}
 
 
 def _norm(v):
@@ -321,6 +325,59 @@ class Loader:
         # A mount from before classes were told apart from strata.
         ds = self.info.get("dataset") or {}
         return [s["name"] for s in ds.get("strata", [])]
+
+    def strata(self):
+        """Stratum names, as a report names them: what each batch balances
+        (the labels, and any time or value bins), which may be more than
+        the classes."""
+        ds = self.info.get("dataset") or {}
+        return [s["name"] for s in ds.get("strata", [])]
+
+    def strata_of(self, epoch=None):
+        """The stratum of each sample this rank reads in epoch (default: the
+        current one), batch by batch: strata_of()[b][i] is the stratum name
+        of the i-th sample of the rank's batch b, in the order the loader
+        yields them (from the rank's index.csv). With it a trainer sums its
+        loss per stratum for report()."""
+        e = self.epoch if epoch is None else epoch
+        path = os.path.join(self.mount, "epochs", "%04d" % e, "rank-%03d" % self.rank, "index.csv")
+        out = []
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                b = int(row["batch"])
+                while len(out) <= b:
+                    out.append([])
+                out[b].append(row["stratum"])
+        return out
+
+    def report(self, epoch, values, shardfs="shardfs"):
+        """Record what the trainer measured in epoch (a number per stratum
+        name, higher meaning "needs more", e.g. the mean loss), so that
+        mounts with --feedback weight epoch+1 from it. Call it on rank 0
+        when the epoch ends, after summing over the ranks if every rank's
+        samples should count; the first report of an epoch stands (a
+        resumed job that reports again with other numbers is told so, and
+        gets the weights it had). It runs `shardfs report`, which writes to
+        the stores: this node needs the shardfs binary and write
+        credentials (SHARDFS_STORES and the stores' keys in the
+        environment, or the config file). Raises RuntimeError with
+        shardfs's message when the report is refused."""
+        order = self.info["order"]
+        run = order.get("run")
+        if not order.get("feedback") or not run:
+            raise ValueError("the mount at %s has no --feedback and --run: nothing reads a report; mount with --feedback eg --run NAME" % self.mount)
+        clean = {}
+        for k, v in dict(values).items():
+            x = float(v)
+            if not math.isfinite(x):
+                raise ValueError("report(%d): stratum %r has %r, not a finite number" % (epoch, k, v))
+            clean[str(k)] = x
+        ds = self.info["dataset"]
+        cmd = [shardfs, "report", "--run", run, "--epoch", str(epoch), "--version", str(ds["version"]), ds["name"], "-"]
+        p = subprocess.run(cmd, input=json.dumps(clean).encode(), capture_output=True)
+        if p.returncode != 0:
+            raise RuntimeError("shardfs report (run %s, epoch %d): %s" % (run, epoch, p.stderr.decode(errors="replace").strip()))
+        return p.stdout.decode()
 
     def resumed_after(self, epoch):
         """Global batches of epoch the mount resumed after (--resume-at), else 0."""

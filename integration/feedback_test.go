@@ -1,0 +1,218 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/internal/miniotest"
+	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/layout"
+)
+
+// Issue 43 item 3: weights that follow the trainer's reports, on six
+// MinIO stores and real mounts, W = 2.
+//   - Epoch 1 cannot open before the trainer reports epoch 0: a mount
+//     waits --report-wait, then answers EIO and logs what to report.
+//   - The trainer reads epoch 0 through the Python loader (a DataLoader
+//     with workers), sums a loss per stratum (one stratum's 4× the rest)
+//     and reports it with loader.report(), which runs shardfs report.
+//   - Epoch 1 then aims at π¹ ∝ n·exp(η·r), each stratum at least the
+//     floor: every batch of both ranks holds each stratum within one
+//     sample of B·π¹, and the stratum reported high rises.
+//   - A second mount (another process, its own cache) serves byte-
+//     identical epoch 1 files; a fresh mount of another world size
+//     resuming inside epoch 1 (--resume-at) deals the same global batches.
+//   - A second report of epoch 0 with other numbers is refused and changes
+//     nothing.
+func TestFeedbackWeights(t *testing.T) {
+	requireTorch(t)
+	c := startCluster(t, 6)
+	counts := []int{300, 120, 50, 20, 10}
+	src := writeSource(t, synth.Spec{Counts: counts, MinSize: 200, MaxSize: 2000, Seed: 71})
+	storesFlag := "--stores=" + strings.Join(c.urls, ",")
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--data=4", "--parity=2", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	const world, batch, step, floor = 2, 10, 1.0, 0.02
+	order := []string{storesFlag, fmt.Sprintf("--world-size=%d", world), fmt.Sprintf("--batch-size=%d", batch), "--seed=5",
+		fmt.Sprintf("--feedback=eg:step=%g,floor=%g", step, floor), "--run=r1"}
+	a := mountShardfsEnv(t, nil, append(order, "--report-wait=1m", "ds")...)
+	b := mountShardfsEnv(t, nil, append(order, "--report-wait=1s", "ds")...)
+
+	// Before the report: epoch 1 is refused once the wait runs out.
+	start := time.Now()
+	if _, err := os.Stat(filepath.Join(b.dir, "epochs", "0001", "rank-000")); !errorsIsErrno(err, 5 /* EIO */) {
+		t.Fatalf("epoch 1 before the trainer's report: %v, want EIO", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the refusal took %v with --report-wait 1s", took)
+	}
+	if log := string(mustRead(t, b.log)); !strings.Contains(log, "none is recorded") || !strings.Contains(log, "report it on rank 0") {
+		t.Fatalf("the mount's log does not say what is missing:\n%s", log)
+	}
+
+	// Epoch 0 is the natural mix.
+	shares0 := layout.WithMinShare(naturalShares(counts), floor)
+	checkEpochShares(t, a.dir, 0, world, batch, shares0)
+
+	// The trainer reads epoch 0 and reports.
+	high := synth.ClassName(3)
+	cmd := exec.Command("/usr/bin/python3", "testdata/feedback.py", a.dir, strconv.Itoa(world), high, binary)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey,
+		"SHARDFS_STORES="+strings.Join(c.urls, ","))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("feedback.py: %v\n%s", err, stderr.String())
+	}
+	var py struct {
+		Samples int
+		Strata  []string
+		Report  map[string]float64
+		Out     string
+	}
+	if err := json.Unmarshal(out, &py); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if py.Samples != 500/world || len(py.Report) != len(counts) || py.Report[high] != 4 || !strings.Contains(py.Out, "recorded run r1, epoch 0") {
+		t.Fatalf("the trainer read %d samples and reported %v (%q); want %d samples, all %d strata, %s at 4", py.Samples, py.Report, py.Out, 500/world, len(counts), high)
+	}
+
+	// Epoch 1 follows the rule.
+	r := make([]float64, len(counts))
+	for c := range counts {
+		r[c] = py.Report[synth.ClassName(c)]
+	}
+	raw := make([]float64, len(counts))
+	sum := 0.0
+	for c, n := range counts {
+		raw[c] = float64(n) * math.Exp(step*r[c])
+		sum += raw[c]
+	}
+	for c := range raw {
+		raw[c] /= sum
+	}
+	shares1 := layout.WithMinShare(raw, floor)
+	if !(shares1[3] > 2*shares0[3]) {
+		t.Fatalf("the stratum reported high has share %v in epoch 1, %v in epoch 0", shares1[3], shares0[3])
+	}
+	checkEpochShares(t, a.dir, 1, world, batch, shares1)
+
+	// The other mount: byte-identical epoch 1 (it failed once; it reads
+	// the report now).
+	for rank := range world {
+		dir := filepath.Join("epochs", "0001", fmt.Sprintf("rank-%03d", rank))
+		entries, err := os.ReadDir(filepath.Join(a.dir, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if !bytes.Equal(mustRead(t, filepath.Join(a.dir, dir, e.Name())), mustRead(t, filepath.Join(b.dir, dir, e.Name()))) {
+				t.Fatalf("%s/%s differs between two mounts of the run", dir, e.Name())
+			}
+		}
+	}
+
+	// An elastic resume: world size 1 from global batch 6 of epoch 1.
+	const skip = 6
+	cm := mountShardfsEnv(t, nil, storesFlag, "--world-size=1", fmt.Sprintf("--batch-size=%d", batch), "--seed=5",
+		fmt.Sprintf("--feedback=eg:step=%g,floor=%g", step, floor), "--run=r1", fmt.Sprintf("--resume-at=1:%d", skip), "ds")
+	resumed := batchKeys(t, filepath.Join(cm.dir, "epochs", "0001", "rank-000", "index.csv"))
+	ranks := make([][][]string, world)
+	for rank := range world {
+		ranks[rank] = batchKeys(t, filepath.Join(a.dir, "epochs", "0001", fmt.Sprintf("rank-%03d", rank), "index.csv"))
+	}
+	if len(resumed) != world*len(ranks[0])-skip {
+		t.Fatalf("the resumed mount has %d batches of epoch 1, want %d", len(resumed), world*len(ranks[0])-skip)
+	}
+	for i, keys := range resumed {
+		g := skip + i
+		if want := ranks[g%world][g/world]; !slices.Equal(keys, want) {
+			t.Fatalf("resumed batch %d (global %d): %v, the run's %v", i, g, keys, want)
+		}
+	}
+
+	// The first report stands.
+	other := filepath.Join(t.TempDir(), "r.json")
+	os.WriteFile(other, []byte(`{"`+synth.ClassName(0)+`": 9}`), 0o644)
+	if r := run(t, time.Minute, nil, "report", storesFlag, "--run=r1", "--epoch=0", "ds", other); r.code == 0 || !strings.Contains(r.stderr, "the first report of an epoch stands") {
+		t.Fatalf("a second report of epoch 0: %v", r)
+	}
+	if r := run(t, time.Minute, nil, "report", storesFlag, "--run=r1", "--epoch=1", "ds", other+".missing"); r.code == 0 || !strings.Contains(r.stderr, "r.json.missing") {
+		t.Fatalf("a missing report file: %v", r)
+	}
+	os.WriteFile(other, []byte(`{"nosuch": 1}`), 0o644)
+	if r := run(t, time.Minute, nil, "report", storesFlag, "--run=r1", "--epoch=1", "ds", other); r.code == 0 || !strings.Contains(r.stderr, `stratum "nosuch" is not one of the dataset's 5`) {
+		t.Fatalf("a report naming no stratum of the dataset: %v", r)
+	}
+	checkEpochShares(t, b.dir, 1, world, batch, shares1)
+}
+
+// naturalShares is n_c / N.
+func naturalShares(counts []int) []float64 {
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	out := make([]float64, len(counts))
+	for c, n := range counts {
+		out[c] = float64(n) / float64(total)
+	}
+	return out
+}
+
+// checkEpochShares checks that every batch of every rank of epoch e holds
+// each class (synth.ClassName) within one sample of batch × its share.
+func checkEpochShares(t *testing.T, mnt string, e, world, batch int, shares []float64) {
+	t.Helper()
+	for rank := range world {
+		data := mustRead(t, filepath.Join(mnt, "epochs", fmt.Sprintf("%04d", e), fmt.Sprintf("rank-%03d", rank), "index.csv"))
+		per := map[int]map[string]int{}
+		for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n")[1:] {
+			f := strings.Split(l, ",")
+			b, _ := strconv.Atoi(f[1])
+			if per[b] == nil {
+				per[b] = map[string]int{}
+			}
+			per[b][f[3]]++
+		}
+		if len(per) == 0 {
+			t.Fatalf("epoch %d rank %d: no batch", e, rank)
+		}
+		for b, got := range per {
+			for c, pi := range shares {
+				n := got[synth.ClassName(c)]
+				lo, hi := math.Floor(float64(batch)*pi-1e-9), math.Ceil(float64(batch)*pi+1e-9)
+				if float64(n) < lo || float64(n) > hi {
+					t.Fatalf("epoch %d rank %d batch %d: %s has %d of %d, want %v..%v (share %.4f)", e, rank, b, synth.ClassName(c), n, batch, lo, hi, pi)
+				}
+			}
+		}
+	}
+}
+
+// batchKeys is an index.csv's keys, batch by batch.
+func batchKeys(t *testing.T, path string) [][]string {
+	t.Helper()
+	var out [][]string
+	for _, l := range strings.Split(strings.TrimSpace(string(mustRead(t, path))), "\n")[1:] {
+		f := strings.Split(l, ",")
+		b, _ := strconv.Atoi(f[1])
+		for len(out) <= b {
+			out = append(out, nil)
+		}
+		out[b] = append(out[b], f[2])
+	}
+	return out
+}
