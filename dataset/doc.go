@@ -3,7 +3,9 @@
 // versions and the mounts' leases on them, and the whole-dataset checks
 // (verify, whole or a few shards at a time), fixes (repair) and clean-up
 // (gc); the keys the healer (package heal) keeps its lock, state and the
-// mounts' hints under (a mount's Hinter writes the hints); and the catalogs the read
+// mounts' hints under (a mount's Hinter writes the hints); the run log of
+// the trainer's reports that --feedback weights epochs from (runlog.go);
+// and the catalogs the read
 // path asks about samples, whole (ManifestCatalog) or read shard by shard as a
 // mount needs them (LazyCatalog: in format 3, group by group too).
 //
@@ -24,6 +26,7 @@
 //	NAME/heal/lock                           held by the one healer of NAME that may write
 //	NAME/heal/state                          where the healer is in its scrub, a copy on every store
 //	NAME/heal/hints/INGEST-ID.SSSSSSSS       a mount read shard SSSSSSSS with a fragment missing or corrupt
+//	NAME/runs/RUN/report-EEEEEE              the trainer's report of epoch EEEEEE of run RUN, written once, a copy on every store (runlog.go)
 //
 // Names are flat (letters, digits, '-', '_', '.'), so NAME/ is a namespace
 // no other dataset's name can fall inside. A dataset's versions share

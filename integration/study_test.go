@@ -65,7 +65,7 @@ func TestStudyPlumbing(t *testing.T) {
 			t.Fatalf("arm %v seed %v ran %v steps; 4 epochs of 427 samples in batches of 32 are 52", r["arm"], r["seed"], r["steps"])
 		}
 	}
-	for _, arm := range []string{"shuffle", "alpha=1", "alpha=0.5", "alpha=0", "decoupled", "min-share"} {
+	for _, arm := range []string{"shuffle", "alpha=1", "alpha=0.5", "alpha=0", "decoupled", "min-share", "feedback"} {
 		if arms[arm] != res.Seeds || res.Seeds != 2 {
 			t.Fatalf("arm %s ran %d times, want once per seed (%d): %v", arm, arms[arm], res.Seeds, arms)
 		}

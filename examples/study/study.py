@@ -13,7 +13,10 @@ Arms:
   alpha=0      balanced classes
   decoupled    --preset decoupled:E: alpha 1, then alpha 0 for the last 20%
   min-share    --min-share 0.06: every class at least 6% of each epoch
-(The feedback rule of issue 43 is not built; it has no arm.)
+  feedback     --feedback eg:step=1,floor=0.02: after each epoch the trainer
+               reports its mean loss per stratum (loader.report), and the
+               next epoch's share of a stratum ∝ its share now × exp(loss),
+               each at least 2% (the exponentiated-gradient rule of DoReMi)
 
 Metrics, each the mean and spread (standard deviation) over the seeds:
 accuracy, balanced accuracy and worst-class recall on the test split after
@@ -48,7 +51,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import shardfs  # noqa: E402
 
 BATCH = 32
-ARMS = ["shuffle", "alpha=1", "alpha=0.5", "alpha=0", "decoupled", "min-share"]
+ARMS = ["shuffle", "alpha=1", "alpha=0.5", "alpha=0", "decoupled", "min-share", "feedback"]
+FEEDBACK_STEP, FEEDBACK_FLOOR = 1.0, 0.02
 TARGET = 0.8  # balanced accuracy for "steps to target"
 EVAL_EVERY = 5
 
@@ -83,10 +87,12 @@ def decode_npy(body, name):
     return torch.from_numpy(np.load(io.BytesIO(body)))
 
 
-def targets(counts, alpha, min_share=0.0):
-    """The class mix an epoch aims at: pi_c ∝ n_c^alpha, then at least
-    min_share each (as shardfs's WithMinShare)."""
+def targets(counts, alpha, min_share=0.0, weights=None):
+    """The class mix an epoch aims at: pi_c ∝ n_c^alpha (times weights_c),
+    then at least min_share each (as shardfs's WithMinShare)."""
     w = np.array([n ** alpha for n in counts], dtype=float)
+    if weights is not None:
+        w = w * np.asarray(weights, dtype=float)
     pi = w / w.sum()
     if min_share > 0:
         order = np.argsort(pi, kind="stable")
@@ -112,11 +118,16 @@ class Mount:
                         "--seed", str(seed)] + flags + ["digits", mnt], check=True, env=env, stdout=subprocess.DEVNULL)
 
     def batches(self, epoch):
-        loader = shardfs.Loader(self.mnt, rank=0, world_size=1, num_workers=0, decode=decode_npy)
-        classes = [int(c) for c in loader.classes()]
-        loader.set_epoch(epoch)
-        for samples, t in loader:
-            yield samples, torch.tensor([classes[i] for i in t.tolist()])
+        """(samples, digits, each sample's stratum name), batch by batch."""
+        self.loader = shardfs.Loader(self.mnt, rank=0, world_size=1, num_workers=0, decode=decode_npy)
+        classes = [int(c) for c in self.loader.classes()]
+        self.loader.set_epoch(epoch)
+        strata = self.loader.strata_of(epoch)
+        for b, (samples, t) in enumerate(self.loader):
+            yield samples, torch.tensor([classes[i] for i in t.tolist()]), strata[b]
+
+    def report(self, epoch, values, shardfs_bin):
+        self.loader.report(epoch, values, shardfs=shardfs_bin)
 
     def close(self):
         subprocess.run(["umount", self.mnt], check=True)
@@ -127,7 +138,7 @@ def shuffled_batches(X, y, seed, epoch):
     perm = torch.randperm(len(X), generator=g)
     for b in range(len(X) // BATCH):
         idx = perm[b * BATCH:(b + 1) * BATCH]
-        yield torch.from_numpy(X)[idx], torch.from_numpy(y)[idx]
+        yield torch.from_numpy(X)[idx], torch.from_numpy(y)[idx], None
 
 
 def evaluate(model, X, y):
@@ -144,25 +155,35 @@ def run_arm(arm, seed, epochs, data, shardfs_bin, stores, work):
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     flags = {"alpha=1": ["--alpha", "1"], "alpha=0.5": ["--alpha", "0.5"], "alpha=0": ["--alpha", "0"],
-             "decoupled": ["--preset", "decoupled:%d" % epochs], "min-share": ["--min-share", "0.06"]}.get(arm)
+             "decoupled": ["--preset", "decoupled:%d" % epochs], "min-share": ["--min-share", "0.06"],
+             "feedback": ["--feedback", "eg:step=%g,floor=%g" % (FEEDBACK_STEP, FEEDBACK_FLOOR), "--run", "study-%d" % seed]}.get(arm)
     mount = None
     if flags is not None:
         mount = Mount(shardfs_bin, stores, os.path.join(work, "mnt-%s-%d" % (arm, seed)), epochs, seed, flags)
     losses, norms, tvs, curve = [], [], [], []
     step, reached = 0, None
+    mult = np.ones(10)  # the feedback arm's multipliers, as shardfs computes them
     try:
         for e in range(epochs):
             if arm == "decoupled":
                 alpha = 0.0 if e >= epochs - max(1, round(0.2 * epochs)) else 1.0
             else:
                 alpha = {"alpha=0.5": 0.5, "alpha=0": 0.0}.get(arm, 1.0)
-            pi = targets(counts, alpha, 0.06 if arm == "min-share" else 0.0)
+            if arm == "feedback":
+                pi = targets(counts, 1.0, FEEDBACK_FLOOR, mult)
+            else:
+                pi = targets(counts, alpha, 0.06 if arm == "min-share" else 0.0)
+            loss_sum, loss_n = {}, {}
             batches = mount.batches(e) if mount else shuffled_batches(Xtr, ytr, seed, e)
-            for xb, yb in batches:
+            for xb, yb, strata in batches:
                 mix = np.bincount(yb.numpy(), minlength=10) / len(yb)
                 tvs.append(0.5 * float(np.abs(mix - pi).sum()))
                 opt.zero_grad()
-                loss = torch.nn.functional.cross_entropy(model(xb.float()), yb)
+                per_sample = torch.nn.functional.cross_entropy(model(xb.float()), yb, reduction="none")
+                if strata is not None:
+                    for s, l in zip(strata, per_sample.detach().tolist()):
+                        loss_sum[s], loss_n[s] = loss_sum.get(s, 0.0) + l, loss_n.get(s, 0) + 1
+                loss = per_sample.mean()
                 loss.backward()
                 norms.append(float(torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))))
                 losses.append(float(loss))
@@ -173,6 +194,14 @@ def run_arm(arm, seed, epochs, data, shardfs_bin, stores, work):
                     curve.append((step, bal))
                     if reached is None and bal >= TARGET:
                         reached = step
+            if arm == "feedback" and e + 1 < epochs:
+                # The trainer's report of the epoch: its mean loss per stratum.
+                report = {s: loss_sum[s] / loss_n[s] for s in loss_sum}
+                mount.report(e, report, shardfs_bin)
+                r = np.array([report.get(str(c), np.nan) for c in range(10)])
+                r = np.where(np.isnan(r), np.nanmean(r), r)
+                logs = np.log(mult) + FEEDBACK_STEP * (r - r.mean())
+                mult = np.maximum(1e-12, np.exp(logs - logs.max()))
     finally:
         if mount:
             mount.close()
@@ -241,6 +270,7 @@ def main():
         tree = os.path.join(work, "train")
         write_tree(tree, data[0], data[1])
         stores = ",".join("file://%s/s%d" % (work, i) for i in range(3))
+        os.environ["SHARDFS_STORES"] = stores  # the feedback arm's reports (shardfs report) go there
         subprocess.run([a.shardfs, "ingest", "--stores", stores, "--data", "2", "--parity", "1", tree, "digits"],
                        check=True, stdout=subprocess.DEVNULL)
         results = []

@@ -39,6 +39,14 @@ order flags). ``load_state_dict()`` refuses a state saved under another
 order, naming what differs, since resuming there would repeat or skip
 samples; and it refuses numbers state_dict() cannot have written.
 
+Feedback. A mount with ``--feedback eg --run NAME`` weights each epoch's
+strata from the trainer's report of the epoch before. ``strata_of(e)``
+gives each sample's stratum, batch by batch; sum the loss per stratum and
+call ``report(e, {stratum: mean_loss})`` on rank 0 when the epoch ends
+(it runs ``shardfs report``, so that node needs the binary and write
+credentials; the mounts read the report from the stores). The mount opens
+epoch e+1 once the report is recorded.
+
 DataLoader arguments other than the batching ones pass through
 (``persistent_workers=True`` keeps the workers across epochs); the mount
 batches and shuffles, so ``batch_size``, ``shuffle``, ``sampler``,
