@@ -31,22 +31,31 @@ import (
 // the values by stratum name, in JSON with sorted keys), so two writers of
 // the same report write the same bytes.
 //
-// Why every node reads one report per epoch, whatever is killed or fails:
-//   - The writer creates the object with a conditional PUT on every store
-//     (backend.Store.Create: where one is, none is written), and accepts a
-//     store's existing copy only if it holds exactly its bytes. It succeeds
-//     only once a majority of the stores hold its bytes, and it reads first:
-//     where any store answers with another report of that epoch, it writes
-//     nothing and says so. The first report of an epoch therefore stands,
-//     which is what a resumed job needs (it recomputes the weights it had).
-//   - A writer killed part way leaves its bytes on some stores. A reader
-//     that finds any copy uses it; one that finds none waits for it (the
-//     mount, up to --report-wait), as it waits for a report not yet made.
-//   - Two different copies exist only if a second writer wrote while every
-//     store holding the first was down. A reader that sees both takes the
-//     one most stores hold, ties to the smaller bytes: every reader that
-//     sees the same stores decides the same, and the writer that lost was
-//     told so (it could not reach a majority, or found the other copy).
+// Why no two readers ever take different reports for one epoch, whatever
+// is killed or fails: a report counts only once a majority of all the
+// stores, ⌊n/2⌋+1, hold exactly its bytes.
+//   - Each store holds at most one copy: the writer creates the object with
+//     a conditional PUT (backend.Store.Create: where one is, none is
+//     written) and never overwrites one.
+//   - Two sets of ⌊n/2⌋+1 of n stores share a store, which holds one copy,
+//     so at most one report of an epoch can ever reach a majority; a reader
+//     takes a report only when it sees a majority holding it. Readers that
+//     see different stores therefore take the same report, or wait.
+//   - The writer reads first: a report already counted with other numbers
+//     makes it write nothing and say so (the first counted report stands,
+//     which is what a resumed job needs: it recomputes the weights it
+//     had). It then creates its bytes on every store, accepts a store's
+//     copy only if it holds exactly its bytes, and succeeds only when a
+//     majority hold them.
+//   - A writer killed part way leaves copies on fewer stores than a
+//     majority, or on a majority (then the report counts). Short of one,
+//     readers wait (the mount, up to --report-wait), and the same report
+//     written again completes it; a different one may take the stores
+//     left, and counts if it reaches a majority, since the first never did.
+//   - Availability: a report on every store stays readable while fewer than
+//     half the stores are down (m of RS(k, m) with k > m). Copies split so
+//     that no report can reach a majority (two writers racing with other
+//     numbers, each on half) leave the epoch unreadable, and say so.
 //
 // Nothing here deletes: reports go with the dataset (shardfs delete).
 
@@ -111,7 +120,7 @@ func RecordReport(ctx context.Context, stores []backend.Store, name string, r *E
 		return err
 	}
 	key := ReportKey(name, r.Run, r.Epoch)
-	if old, err := ReadReport(ctx, stores, name, r.Run, r.Epoch); err != nil {
+	if old, err := ReadReport(ctx, stores, name, r.Run, r.Epoch); err != nil && !errors.Is(err, ErrReportIncomplete) {
 		return err
 	} else if old != nil {
 		oldData, _ := old.encode()
@@ -129,7 +138,7 @@ func RecordReport(ctx context.Context, stores []backend.Store, name string, r *E
 			return err
 		}
 		if !bytes.Equal(got, data) {
-			return fmt.Errorf("holds another report of epoch %d (%s): %w", r.Epoch, got, ErrReportRecorded)
+			return fmt.Errorf("holds a copy of another report of epoch %d (%s)", r.Epoch, got)
 		}
 		return nil
 	})
@@ -148,8 +157,14 @@ func RecordReport(ctx context.Context, stores []backend.Store, name string, r *E
 	return nil
 }
 
-// ReadReport returns epoch's report of run from the stores that answer
-// (nil when none holds one). It fails only when no store answers.
+// ErrReportIncomplete: copies of a report exist, on fewer stores than a
+// report needs to count.
+var ErrReportIncomplete = errors.New("is on fewer stores than a report needs")
+
+// ReadReport returns epoch's report of run: the one a majority of the
+// stores hold (nil when no store holds one). Copies on fewer stores give
+// an error that wraps ErrReportIncomplete; it also fails when no store
+// answers.
 func ReadReport(ctx context.Context, stores []backend.Store, name, run string, epoch int) (*EpochReport, error) {
 	key := ReportKey(name, run, epoch)
 	var mu sync.Mutex
@@ -171,36 +186,38 @@ func ReadReport(ctx context.Context, stores []backend.Store, name, run string, e
 		mu.Unlock()
 		return nil
 	})
-	if len(copies) == 0 {
-		failed := 0
-		for _, err := range errs {
-			if err != nil {
-				failed++
-			}
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
 		}
+	}
+	if len(copies) == 0 {
 		if failed == len(stores) {
 			return nil, fmt.Errorf("run %s: reading epoch %d's report: no store answered: %w", run, epoch, errors.Join(errs...))
 		}
 		return nil, nil
 	}
-	// The copy most stores hold; ties to the smaller bytes.
+	need := len(stores)/2 + 1
 	slices.SortFunc(copies, bytes.Compare)
-	best, bestN := copies[0], 0
+	most := 0
 	for i := 0; i < len(copies); {
 		j := i
 		for j < len(copies) && bytes.Equal(copies[j], copies[i]) {
 			j++
 		}
-		if j-i > bestN {
-			best, bestN = copies[i], j-i
+		if j-i >= need {
+			var r EpochReport
+			if err := json.Unmarshal(copies[i], &r); err != nil {
+				return nil, err
+			}
+			return &r, nil
 		}
+		most = max(most, j-i)
 		i = j
 	}
-	var r EpochReport
-	if err := json.Unmarshal(best, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return nil, fmt.Errorf("run %s: epoch %d's report %w: %d of %d stores hold the same copy (%d copies, %d stores did not answer), and it takes %d: the stores holding it may be down, or its writer stopped part way (reporting the same numbers again completes it)",
+		run, epoch, ErrReportIncomplete, most, len(stores), len(copies), failed, need)
 }
 
 // readSmall reads key whole from s, refusing one over limit bytes.

@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -58,19 +59,17 @@ func TestRunLogReports(t *testing.T) {
 		t.Fatalf("the second report changed the first: %+v", got)
 	}
 
-	// A writer killed after its first store: every reader finds that copy.
+	// A writer killed after its first store: that copy does not count yet
+	// (readers wait), and the same report written again completes it.
 	key := ReportKey("ds", "r1", 1)
 	one := &EpochReport{Run: "r1", Epoch: 1, Strata: map[string]float64{"a": 1}}
 	data, _ := one.encode()
 	if err := stores[3].Create(ctx, key, data); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
-		if got, err := ReadReport(ctx, stores, "ds", "r1", 1); err != nil || got == nil || got.Strata["a"] != 1 {
-			t.Fatalf("a copy on one store: %+v %v", got, err)
-		}
+	if got, err := ReadReport(ctx, stores, "ds", "r1", 1); got != nil || !errors.Is(err, ErrReportIncomplete) || !strings.Contains(err.Error(), "1 of 5 stores hold the same copy (1 copies, 0 stores did not answer), and it takes 3") {
+		t.Fatalf("a copy on one store of five: %+v %v", got, err)
 	}
-	// The rest completes it: the same bytes are accepted where they are.
 	if err := RecordReport(ctx, stores, "ds", one); err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +78,9 @@ func TestRunLogReports(t *testing.T) {
 			t.Fatalf("store %d: %q %v", i, b, err)
 		}
 	}
+	if got, err := ReadReport(ctx, stores, "ds", "r1", 1); err != nil || got == nil || got.Strata["a"] != 1 {
+		t.Fatalf("completed: %+v %v", got, err)
+	}
 
 	// Three of five stores down: no majority, and the writer says so.
 	down := []backend.Store{stores[0], stores[1], brokenStore{stores[2]}, brokenStore{stores[3]}, brokenStore{stores[4]}}
@@ -86,8 +88,8 @@ func TestRunLogReports(t *testing.T) {
 	if err := RecordReport(ctx, down, "ds", two); err == nil || !strings.Contains(err.Error(), "reached 2 of 5 stores, fewer than the 3 a report needs") {
 		t.Fatalf("a report on 2 of 5 stores: %v", err)
 	}
-	// Two different copies (a second writer while the first's stores were
-	// down): readers take the one most stores hold.
+	// Two different copies: 3 of 5 count, whichever stores a reader sees;
+	// 2 of 5 do not, and a reader that sees only those waits.
 	b, _ := (&EpochReport{Run: "r1", Epoch: 3, Strata: map[string]float64{"a": 7}}).encode()
 	c, _ := (&EpochReport{Run: "r1", Epoch: 3, Strata: map[string]float64{"a": 8}}).encode()
 	for i, s := range stores {
@@ -99,8 +101,30 @@ func TestRunLogReports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, _ := ReadReport(ctx, stores, "ds", "r1", 3); got.Strata["a"] != 8 {
+	if got, _ := ReadReport(ctx, stores, "ds", "r1", 3); got == nil || got.Strata["a"] != 8 {
 		t.Fatalf("3 copies against 2: read %+v, want the 3", got)
+	}
+	seesMinority := []backend.Store{stores[0], stores[1], stores[2], brokenStore{stores[3]}, brokenStore{stores[4]}}
+	if got, err := ReadReport(ctx, seesMinority, "ds", "r1", 3); got != nil || !errors.Is(err, ErrReportIncomplete) {
+		t.Fatalf("a reader that sees 2 copies of one report and 1 of the counted one took %+v (%v); it must wait", got, err)
+	}
+	if err := RecordReport(ctx, stores, "ds", &EpochReport{Run: "r1", Epoch: 3, Strata: map[string]float64{"a": 7}}); !errors.Is(err, ErrReportRecorded) {
+		t.Fatalf("the report that never counted, again: %v", err)
+	}
+	// A split no report can win (2 and 2 of 4, say two racing writers):
+	// unreadable, and said so.
+	four := stores[:4]
+	for i, s := range four {
+		d := b
+		if i >= 2 {
+			d = c
+		}
+		if err := s.Create(ctx, ReportKey("ds", "r1", 4), bytes.Replace(d, []byte(`"epoch":3`), []byte(`"epoch":4`), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := ReadReport(ctx, four, "ds", "r1", 4); got != nil || !errors.Is(err, ErrReportIncomplete) || !strings.Contains(err.Error(), "2 of 4 stores hold the same copy") {
+		t.Fatalf("a 2-2 split: %+v %v", got, err)
 	}
 	if err := RecordReport(ctx, stores, "ds", &EpochReport{Run: "bad/name", Epoch: 0, Strata: map[string]float64{"a": 1}}); err == nil || !strings.Contains(err.Error(), `run name "bad/name"`) {
 		t.Fatal(err)

@@ -2,9 +2,12 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/miniotest"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/layout"
@@ -215,4 +220,85 @@ func batchKeys(t *testing.T, path string) [][]string {
 		out[b] = append(out[b], f[2])
 	}
 	return out
+}
+
+// The run log under kills and store failures: shardfs report is killed
+// (SIGKILL) at random moments while one store at a time may be down, and a
+// second report of the same epoch with other numbers follows. Whatever
+// each step left, readers that see different stores (every set of n−1 of
+// the 6, and all 6) never take two different reports of one epoch: they
+// take the same one, or none yet. A report that returned success is the
+// one every reader of all the stores takes.
+func TestReportsUnderKills(t *testing.T) {
+	c := startCluster(t, 6)
+	src := writeSource(t, synth.Spec{Counts: []int{30, 20, 10}, MinSize: 200, MaxSize: 500, Seed: 72})
+	storesFlag := "--stores=" + strings.Join(c.urls, ",")
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--data=4", "--parity=2", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	rng := rand.New(rand.NewPCG(72, 9))
+	dir := t.TempDir()
+	killedMidway := 0
+	for epoch := range 12 {
+		down := -1
+		if epoch%2 == 1 {
+			down = rng.IntN(6)
+			c.servers[down].Kill()
+		}
+		first := filepath.Join(dir, fmt.Sprintf("a%d.json", epoch))
+		os.WriteFile(first, []byte(fmt.Sprintf(`{"%s": %d}`, synth.ClassName(0), epoch+1)), 0o644)
+		cmd := execShardfs("report", storesFlag, "--run=k", fmt.Sprintf("--epoch=%d", epoch), "ds", first)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(rng.IntN(120)) * time.Millisecond)
+		cmd.Process.Kill()
+		if err := cmd.Wait(); err != nil {
+			killedMidway++
+		}
+		if down >= 0 {
+			c.servers[down].Restart()
+		}
+		second := filepath.Join(dir, fmt.Sprintf("b%d.json", epoch))
+		os.WriteFile(second, []byte(fmt.Sprintf(`{"%s": %d}`, synth.ClassName(1), 100+epoch)), 0o644)
+		r := run(t, time.Minute, nil, "report", storesFlag, "--run=k", fmt.Sprintf("--epoch=%d", epoch), "ds", second)
+		if r.code != 0 && !strings.Contains(r.stderr, "the first report of an epoch stands") {
+			t.Fatalf("epoch %d: the second report failed otherwise: %v", epoch, r)
+		}
+		all := c.clients(t)
+		var taken []string
+		for skip := -1; skip < len(all); skip++ {
+			// A reader that does not reach store skip (-1: it reaches all).
+			view := slices.Clone(all)
+			if skip >= 0 {
+				view[skip] = deadStore{all[skip]}
+			}
+			got, err := dataset.ReadReport(context.Background(), view, "ds", "k", epoch)
+			if err != nil && !errors.Is(err, dataset.ErrReportIncomplete) {
+				t.Fatalf("epoch %d, reader without store %d: %v", epoch, skip, err)
+			}
+			if got != nil {
+				b, _ := json.Marshal(got.Strata)
+				taken = append(taken, string(b))
+			}
+		}
+		if distinct := slices.Compact(slices.Sorted(slices.Values(taken))); len(distinct) > 1 {
+			t.Fatalf("epoch %d: readers took different reports: %v", epoch, taken)
+		}
+		if r.code == 0 {
+			want := fmt.Sprintf(`{"%s":%d}`, synth.ClassName(1), 100+epoch)
+			if len(taken) == 0 || taken[0] != want {
+				t.Fatalf("epoch %d: the second report succeeded, readers took %v, want %s", epoch, taken, want)
+			}
+		}
+		t.Logf("epoch %d: store %d down for the first (killed) report; the second exited %d; readers took %v", epoch, down, r.code, taken)
+	}
+	t.Logf("%d of 12 first reports were killed before they exited", killedMidway)
+}
+
+// deadStore answers nothing, as a store a reader cannot reach.
+type deadStore struct{ backend.Store }
+
+func (deadStore) Stat(context.Context, string) (int64, error) {
+	return 0, errors.New("store unreachable")
 }
