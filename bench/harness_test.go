@@ -288,6 +288,7 @@ func TestBenchmarks(t *testing.T) {
 		{"floors", func() { cpuFloors(t, r, work) }},
 		{"records", func() { records(t, r, work) }},
 		{"requests", func() { requestsPerEpoch(t, r, work) }},
+		{"fusereq", func() { fuseRequestSizes(t, r, work) }},
 		// Only when asked: SHARDFS_BENCH_ONLY=baseline SHARDFS_BENCH_BASELINE=<rev>.
 		{"baseline", func() { againstBaseline(t, r, work) }},
 	}

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log"
@@ -30,6 +31,22 @@ type MountOptions struct {
 	// OpLatency, if set, returns the observer of each FUSE op's time in
 	// the daemon (timedOps names the ops); it is called once per op.
 	OpLatency func(op string) func(time.Duration)
+	// MaxRequest is the largest FUSE read the kernel may send, in bytes;
+	// 0 means 1 MiB. The kernel caps it at fs.fuse.max_pages_limit pages.
+	MaxRequest int
+}
+
+// KernelMaxRequest is the largest FUSE request this kernel sends, in
+// bytes: fs.fuse.max_pages_limit pages (256 before Linux 6.13 made it a
+// setting).
+func KernelMaxRequest() int {
+	pages := 256
+	if b, err := os.ReadFile("/proc/sys/fs/fuse/max_pages_limit"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			pages = n
+		}
+	}
+	return pages * os.Getpagesize()
 }
 
 // slogWriter routes go-fuse's log lines to slog at debug level.
@@ -148,7 +165,7 @@ func Mount(dir string, root gofs.InodeEmbedder, o MountOptions) (*fuse.Server, e
 			Name:         "shardfs",
 			DirectMount:  true,
 			AllowOther:   o.AllowOther,
-			MaxWrite:     1 << 20,
+			MaxWrite:     cmp.Or(o.MaxRequest, 1<<20),
 			MaxReadAhead: 1 << 20,
 			// Concurrent direct I/O reads reach the daemon in parallel.
 			ExtraCapabilities: fuse.CAP_ASYNC_DIO,

@@ -20,7 +20,7 @@ func TestDoctor(t *testing.T) {
 	cache := t.TempDir()
 
 	r := run(t, 2*time.Minute, nil, "doctor", stores, "--cache-dir", cache, "train")
-	for _, want := range []string{"OK    fuse ", "OK    fuse3", "OK    open files", "OK    cache dir", "OK    store 0 ", "OK    store 2 clock", "OK    dataset      train: ingest", "OK    identity     every store is in its place", "this node is ready"} {
+	for _, want := range []string{"OK    fuse ", "OK    fuse3", "OK    open files", "OK    fuse reads   ", "OK    cache dir", "OK    store 0 ", "OK    store 2 clock", "OK    dataset      train: ingest", "OK    identity     every store is in its place", "this node is ready"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("healthy node: no %q: %v", want, r)
 		}

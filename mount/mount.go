@@ -66,6 +66,7 @@ type Config struct {
 	ReadTimeout  time.Duration // a read that waits longer fails with EIO
 	AllowOther   bool
 	ReadAheadKB  int
+	MaxRequest   int // the largest FUSE read, bytes; 0: 1 MiB
 	MetricsAddr  string // serve Prometheus metrics here; empty: none
 	Profiles     bool   // also serve Go profiles (/debug/pprof/) at MetricsAddr
 	Logger       *slog.Logger
@@ -148,7 +149,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		Catalog: rp.cat, Pinner: rp.pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Spec.Params, Epochs: cfg.Spec.Epochs, Ranks: cfg.Spec.Ranks, DirectIO: cfg.DirectIO,
 		Info: info, Stats: mt.StatsJSON, Created: time.Unix(mt.Dataset.Manifest.CreatedUnix, 0), Logger: log,
 	})
-	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, Logger: log,
+	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, MaxRequest: cfg.MaxRequest, Logger: log,
 		OpLatency: mt.Metrics.FuseOp,
 		XAttrs:    mt.Mix == nil && len(mt.Dataset.Manifest.Fields) > 0})
 	if err != nil {

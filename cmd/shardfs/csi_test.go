@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/fs"
 )
 
 // A volume's attributes become mount arguments through the flags' own
@@ -44,5 +47,32 @@ func TestCSIArgs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.names) || strings.Contains(err.Error(), "--"+tc.key) {
 			t.Errorf("%s=%q: %v; want an error naming %q, in attribute terms (no --flag)", tc.key, tc.value, err, tc.names)
 		}
+	}
+}
+
+// --fuse-max-request: a power of two from 128KiB to 16MiB, and no more
+// than the kernel sends (fs.fuse.max_pages_limit), refused naming the
+// sysctl; unset (a command that fills the flags itself) is 1 MiB.
+func TestFuseMaxRequestFlag(t *testing.T) {
+	base := mountFlags{cacheSize: "256MiB", readTimeout: time.Second}
+	for _, bad := range []string{"3MiB", "64KiB", "32MiB", "big"} {
+		f := base
+		f.maxRequest = bad
+		if _, err := checkMountFlags(&f); err == nil || !strings.Contains(err.Error(), "--fuse-max-request") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	f := base
+	if sz, err := checkMountFlags(&f); err != nil || sz.maxRequest != 1<<20 {
+		t.Fatalf("unset: %d %v", sz.maxRequest, err)
+	}
+	f.maxRequest = "16MiB"
+	_, err := checkMountFlags(&f)
+	if fs.KernelMaxRequest() >= 16<<20 {
+		if err != nil {
+			t.Fatalf("16MiB on a kernel that allows it: %v", err)
+		}
+	} else if err == nil || !strings.Contains(err.Error(), "sysctl -w fs.fuse.max_pages_limit=4096") {
+		t.Fatalf("16MiB on a kernel that sends at most %d: %v", fs.KernelMaxRequest(), err)
 	}
 }

@@ -74,7 +74,7 @@ func parseLatency(s string) (d, jitter time.Duration, err error) {
 // in-memory file with the same mount settings as shardfs mount.
 func newCeilingCmd(g *globals) *cobra.Command {
 	var size, from string
-	var readAheadKB int
+	var readAheadKB, maxRequestKB int
 	var directIO bool
 	cmd := &cobra.Command{
 		Use:    "ceiling-mount MOUNTPOINT",
@@ -93,7 +93,7 @@ func newCeilingCmd(g *globals) *cobra.Command {
 				}
 				defer o.From.Close()
 			}
-			server, err := fs.Mount(args[0], ceiling.NewRoot(int64(n), o), fs.MountOptions{Name: "ceiling", ReadAheadKB: readAheadKB, Logger: g.logger()})
+			server, err := fs.Mount(args[0], ceiling.NewRoot(int64(n), o), fs.MountOptions{Name: "ceiling", ReadAheadKB: readAheadKB, MaxRequest: maxRequestKB << 10, Logger: g.logger()})
 			if err != nil {
 				return err
 			}
@@ -107,6 +107,7 @@ func newCeilingCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&size, "size", "512MiB", "file size")
 	cmd.Flags().IntVar(&readAheadKB, "read-ahead-kb", 4096, "as for shardfs mount")
+	cmd.Flags().IntVar(&maxRequestKB, "max-request-kb", 0, "largest FUSE read, KiB (0: 1 MiB)")
 	cmd.Flags().BoolVar(&directIO, "direct-io", false, "as for shardfs mount: every read reaches the daemon")
 	cmd.Flags().StringVar(&from, "from", "", "serve this file's bytes (one pread and a CRC32C per read) instead of memory")
 	return cmd
