@@ -66,7 +66,7 @@ type Config struct {
 	ReadTimeout  time.Duration // a read that waits longer fails with EIO
 	AllowOther   bool
 	ReadAheadKB  int
-	MaxRequest   int // the largest FUSE read, bytes; 0: 1 MiB
+	MaxRequest   int    // the largest FUSE read, bytes; 0: 1 MiB
 	MetricsAddr  string // serve Prometheus metrics here; empty: none
 	Profiles     bool   // also serve Go profiles (/debug/pprof/) at MetricsAddr
 	Logger       *slog.Logger
