@@ -113,6 +113,22 @@ func TestFeedbackWeights(t *testing.T) {
 		t.Fatalf("the stratum reported high has share %v in epoch 1, %v in epoch 0", shares1[3], shares0[3])
 	}
 	checkEpochShares(t, a.dir, 1, world, batch, shares1)
+	// stats.json shows the shares the rule gave each epoch so far.
+	var stats struct {
+		Feedback struct {
+			Rule, Run string
+			Epochs    []struct {
+				Epoch  int
+				Shares map[string]float64
+			}
+		}
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(a.dir, ".shardfs", "stats.json")), &stats); err != nil {
+		t.Fatal(err)
+	}
+	if f := stats.Feedback; f.Rule != "eg:step=1,floor=0.02" || f.Run != "r1" || len(f.Epochs) != 2 || math.Abs(f.Epochs[1].Shares[high]-shares1[3]) > 1e-9 || math.Abs(f.Epochs[0].Shares[high]-shares0[3]) > 1e-9 {
+		t.Fatalf("stats.json's feedback: %+v; want epoch 0 and 1 with %s at %v and %v", f, high, shares0[3], shares1[3])
+	}
 
 	// The other mount: byte-identical epoch 1 (it failed once; it reads
 	// the report now).

@@ -143,6 +143,14 @@ func (f *Feedback) Multipliers(e int) ([]float64, error) {
 	}
 }
 
+// Known is the number of epochs whose weights are computed (0..Known-1),
+// without waiting for any report.
+func (f *Feedback) Known() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(1, len(f.mult))
+}
+
 // known returns epoch e's multipliers if they are computed, else nil and
 // the number of epochs that are.
 func (f *Feedback) known(e int) ([]float64, int) {

@@ -94,6 +94,8 @@ type Mount struct {
 	log           *slog.Logger
 	leases        []*dataset.Lease // on the versions served, until the mount ends
 	hinters       []*dataset.Hinter
+	spec          *layout.Spec // the run's order
+	run           string       // the run the feedback's reports are read from
 }
 
 // Open mounts cfg's dataset at dir and returns once the tree is served.
@@ -122,7 +124,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if err := fs.CheckMountpoint(dir, log); err != nil {
 		return nil, err
 	}
-	mt := &Mount{Name: cfg.Name, dir: dir, log: log}
+	mt := &Mount{Name: cfg.Name, dir: dir, log: log, spec: cfg.Spec, run: cfg.Run}
 	if err := mt.openSource(ctx, stores, cfg); err != nil {
 		mt.closeHinters()
 		return nil, err
@@ -443,7 +445,29 @@ func (mt *Mount) serveMetrics(addr string, profiles bool) error {
 
 // StatsJSON is the content of .shardfs/stats.json.
 func (mt *Mount) StatsJSON() []byte {
-	b, _ := json.MarshalIndent(mt.Metrics.Snapshot(), "", "  ")
+	snap := any(mt.Metrics.Snapshot())
+	if f := mt.spec.Feedback; f != nil && mt.Mix == nil {
+		// The weights --feedback computed so far: each epoch's share of
+		// every stratum, from the reports read.
+		b, _ := json.Marshal(snap)
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		var epochs []map[string]any
+		for e := range f.Known() {
+			p, err := mt.spec.Params(e, 0)
+			if err != nil {
+				break
+			}
+			shares := map[string]float64{}
+			for c, pi := range layout.TargetsOf(mt.Input, p) {
+				shares[mt.Dataset.Manifest.Strata[c].Name] = pi
+			}
+			epochs = append(epochs, map[string]any{"epoch": e, "shares": shares})
+		}
+		m["feedback"] = map[string]any{"rule": f.String(), "run": mt.run, "epochs": epochs}
+		snap = m
+	}
+	b, _ := json.MarshalIndent(snap, "", "  ")
 	return append(b, '\n')
 }
 
