@@ -62,7 +62,7 @@ type Driver struct {
 	mounter mountutils.Interface
 	done    chan struct{} // closed when Run returns: watches stop
 
-	mu      sync.Mutex
+	mu      sync.Mutex       // never held while waiting for a view's (see dropIfIdle)
 	views   map[string]*view // by key
 	targets map[string]*view // by target path
 }

@@ -202,3 +202,39 @@ func mountsOf(dir string) []string {
 	}
 	return out
 }
+
+// A view that is starting holds its lock for as long as its daemon takes
+// to come up (up to the start timeout). Nothing may hold the driver's lock
+// while it waits for that one: dropping an idle view and finding a
+// volume's target must leave other publishes free meanwhile.
+func TestSlowViewBlocksNoOther(t *testing.T) {
+	d := &Driver{views: map[string]*view{}, targets: map[string]*view{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	starting := &view{key: "a", dir: t.TempDir(), st: viewState{Targets: map[string]string{"/t/a": "vol-a"}}}
+	d.views["a"], d.targets["/t/a"] = starting, starting
+	starting.mu.Lock() // its daemon is starting
+	defer starting.mu.Unlock()
+	idle := &view{key: "b", dir: t.TempDir(), st: viewState{Targets: map[string]string{}}}
+	d.views["b"] = idle
+
+	go d.targetOf("vol-x")        // looks at every view's targets
+	go d.dropIfIdle(starting)     // a failed publish of the starting view
+	time.Sleep(100 * time.Millisecond)
+	took := make(chan struct{})
+	go func() {
+		d.mu.Lock() // what every other publish takes first
+		d.mu.Unlock()
+		close(took)
+	}()
+	select {
+	case <-took:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the driver's lock stayed held while a starting view held its own: other publishes wait for that start")
+	}
+	d.dropIfIdle(idle)
+	d.mu.Lock()
+	_, left := d.views["b"]
+	d.mu.Unlock()
+	if left {
+		t.Fatal("an idle view was not dropped")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -236,15 +237,20 @@ func (d *Driver) create(ctx context.Context, v *view, secrets map[string]string)
 
 // dropIfIdle removes a view that serves no target and that no publish is
 // choosing: its daemon is stopped, its directory removed.
+//
+// Lock order: a view's lock, then the driver's, never the other way. A
+// view holds its lock across its daemon's start (up to the start timeout),
+// so whoever holds the driver's lock must never wait for a view's: it
+// would stall every other publish for that start.
 func (d *Driver) dropIfIdle(v *view) {
-	d.mu.Lock()
-	if v.pending > 0 {
-		d.mu.Unlock()
-		return
-	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if len(v.st.Targets) > 0 || v.gone {
+		return
+	}
+	d.mu.Lock()
+	if v.pending > 0 {
+		// A publish chose this view and will take its lock next.
 		d.mu.Unlock()
 		return
 	}
@@ -400,8 +406,9 @@ type volumeStats struct {
 // targetOf is a target path where volumeID is published, or "".
 func (d *Driver) targetOf(volumeID string) string {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	for t, v := range d.targets {
+	targets := maps.Clone(d.targets) // not held while waiting for a view (dropIfIdle)
+	d.mu.Unlock()
+	for t, v := range targets {
 		v.mu.Lock()
 		id := v.st.Targets[t]
 		v.mu.Unlock()
