@@ -24,6 +24,8 @@ import (
 //   - the current version, always;
 //   - the last KeepLast versions, and those committed within KeepWithin;
 //   - every version a live mount's lease names (lease.go);
+//   - every version a run's epoch record names (mount --follow, runlog.go):
+//     the run may resume at that epoch;
 //   - every object of an ingest in progress: it holds the ingest lock, so
 //     no single-process ingest, append or rollback runs, and a distributed
 //     ingest's parts (which take no lock) are left alone while their
@@ -181,6 +183,15 @@ func gcRetain(ctx context.Context, stores []backend.Store, cur *manifest.Manifes
 		keepWhy(l.Version, "leased by "+l.Describe())
 		for _, id := range l.IngestIDs {
 			ret.needed[id] = true
+		}
+	}
+	runs, err := RunVersions(ctx, stores, name)
+	if err != nil {
+		return nil, fmt.Errorf("%w (nothing was deleted)", err)
+	}
+	for v, whys := range runs {
+		for _, why := range whys {
+			keepWhy(v, why)
 		}
 	}
 	for _, v := range history {

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,22 +130,31 @@ func RecordReport(ctx context.Context, stores []backend.Store, name string, r *E
 			return fmt.Errorf("run %s: epoch %d's report is %w with other numbers (%s); the first report of an epoch stands, so a resumed job gets the weights it had", r.Run, r.Epoch, ErrReportRecorded, oldData)
 		}
 	}
+	if ok, need, failed := writeOnce(ctx, stores, key, data, maxReportBytes); ok < need {
+		return fmt.Errorf("run %s: epoch %d's report reached %d of %d stores, fewer than the %d a report needs: %w", r.Run, r.Epoch, ok, len(stores), need, errors.Join(failed...))
+	}
+	return nil
+}
+
+// writeOnce creates key with data on every store (a conditional PUT, never
+// an overwrite) and accepts a store's existing copy only if it is data. It
+// returns the stores that hold data, the majority it takes, and why the
+// others do not.
+func writeOnce(ctx context.Context, stores []backend.Store, key string, data []byte, limit int64) (ok, need int, failed []error) {
 	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
 		err := s.Create(ctx, key, data)
 		if !errors.Is(err, backend.ErrExists) {
 			return err
 		}
-		got, err := readSmall(ctx, s, key, maxReportBytes)
+		got, err := readSmall(ctx, s, key, limit)
 		if err != nil {
 			return err
 		}
 		if !bytes.Equal(got, data) {
-			return fmt.Errorf("holds a copy of another report of epoch %d (%s)", r.Epoch, got)
+			return fmt.Errorf("holds another copy (%s)", got)
 		}
 		return nil
 	})
-	ok := 0
-	var failed []error
 	for i, err := range errs {
 		if err == nil {
 			ok++
@@ -151,10 +162,57 @@ func RecordReport(ctx context.Context, stores []backend.Store, name string, r *E
 			failed = append(failed, fmt.Errorf("store %d (%s): %w", i, stores[i], err))
 		}
 	}
-	if need := len(stores)/2 + 1; ok < need {
-		return fmt.Errorf("run %s: epoch %d's report reached %d of %d stores, fewer than the %d a report needs: %w", r.Run, r.Epoch, ok, len(stores), need, errors.Join(failed...))
+	return ok, len(stores)/2 + 1, failed
+}
+
+// readMajority reads key from every store and returns the copy a majority
+// of all the stores hold (nil if none does), with how many stores hold the
+// most common copy, how many copies were found and how many stores did
+// not answer. valid rejects a copy that is not what key should hold. It
+// fails when no store answers.
+func readMajority(ctx context.Context, stores []backend.Store, key string, limit int64, valid func([]byte) bool) (best []byte, most, copies, failed int, err error) {
+	var mu sync.Mutex
+	var found [][]byte
+	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
+		b, err := readSmall(ctx, s, key, limit)
+		if errors.Is(err, backend.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !valid(b) {
+			return fmt.Errorf("store %s: %s does not hold what it should", s, key)
+		}
+		mu.Lock()
+		found = append(found, b)
+		mu.Unlock()
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
 	}
-	return nil
+	if len(found) == 0 && failed == len(stores) {
+		return nil, 0, 0, failed, fmt.Errorf("no store answered: %w", errors.Join(errs...))
+	}
+	need := len(stores)/2 + 1
+	slices.SortFunc(found, bytes.Compare)
+	for i := 0; i < len(found); {
+		j := i
+		for j < len(found) && bytes.Equal(found[j], found[i]) {
+			j++
+		}
+		if j-i > most {
+			most = j - i
+			if most >= need {
+				best = found[i]
+			}
+		}
+		i = j
+	}
+	return best, most, len(found), failed, nil
 }
 
 // ErrReportIncomplete: copies of a report exist, on fewer stores than a
@@ -166,58 +224,25 @@ var ErrReportIncomplete = errors.New("is on fewer stores than a report needs")
 // an error that wraps ErrReportIncomplete; it also fails when no store
 // answers.
 func ReadReport(ctx context.Context, stores []backend.Store, name, run string, epoch int) (*EpochReport, error) {
-	key := ReportKey(name, run, epoch)
-	var mu sync.Mutex
-	var copies [][]byte
-	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
-		b, err := readSmall(ctx, s, key, maxReportBytes)
-		if errors.Is(err, backend.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	valid := func(b []byte) bool {
 		var r EpochReport
-		if json.Unmarshal(b, &r) != nil || r.Epoch != epoch || r.Run != run {
-			return fmt.Errorf("store %s: %s is not a report of run %s epoch %d", s, key, run, epoch)
-		}
-		mu.Lock()
-		copies = append(copies, b)
-		mu.Unlock()
-		return nil
-	})
-	failed := 0
-	for _, err := range errs {
-		if err != nil {
-			failed++
-		}
+		return json.Unmarshal(b, &r) == nil && r.Epoch == epoch && r.Run == run
 	}
-	if len(copies) == 0 {
-		if failed == len(stores) {
-			return nil, fmt.Errorf("run %s: reading epoch %d's report: no store answered: %w", run, epoch, errors.Join(errs...))
+	best, most, copies, failed, err := readMajority(ctx, stores, ReportKey(name, run, epoch), maxReportBytes, valid)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("run %s: reading epoch %d's report: %w", run, epoch, err)
+	case best != nil:
+		var r EpochReport
+		if err := json.Unmarshal(best, &r); err != nil {
+			return nil, err
 		}
+		return &r, nil
+	case copies == 0:
 		return nil, nil
 	}
-	need := len(stores)/2 + 1
-	slices.SortFunc(copies, bytes.Compare)
-	most := 0
-	for i := 0; i < len(copies); {
-		j := i
-		for j < len(copies) && bytes.Equal(copies[j], copies[i]) {
-			j++
-		}
-		if j-i >= need {
-			var r EpochReport
-			if err := json.Unmarshal(copies[i], &r); err != nil {
-				return nil, err
-			}
-			return &r, nil
-		}
-		most = max(most, j-i)
-		i = j
-	}
 	return nil, fmt.Errorf("run %s: epoch %d's report %w: %d of %d stores hold the same copy (%d copies, %d stores did not answer), and it takes %d: the stores holding it may be down, or its writer stopped part way (reporting the same numbers again completes it)",
-		run, epoch, ErrReportIncomplete, most, len(stores), len(copies), failed, need)
+		run, epoch, ErrReportIncomplete, most, len(stores), copies, failed, len(stores)/2+1)
 }
 
 // readSmall reads key whole from s, refusing one over limit bytes.
@@ -297,4 +322,198 @@ func BindFeedback(h *manifest.Header, spec *layout.Spec, src FeedbackSource) err
 		}
 	}
 	return nil
+}
+
+// Epoch records (mount --follow): which dataset version each epoch of a
+// run serves, NAME/runs/RUN/epoch-EEEEEE, written once by the first node
+// that needs the epoch, under the run's lock (RunLockKey) so that no two
+// nodes decide at once. A record counts, and is read, by the reports'
+// rule above (a majority of all the stores hold its bytes): at most one
+// record of an epoch can ever count, so every node serves an epoch from
+// the same version. The lock is for progress, not for safety: two
+// recorders at once could split the stores between two versions so that
+// neither counts. A recorder killed part way leaves copies short of a
+// majority; the next one adopts the copy most stores hold (ties to the
+// smaller bytes), which is the version that epoch was first recorded
+// with, and completes it.
+
+// EpochKey names the record of epoch of run.
+func EpochKey(name, run string, epoch int) string {
+	return fmt.Sprintf("%sepoch-%06d", RunPrefix(name, run), epoch)
+}
+
+// RunLockKey is the lock a node holds while it records an epoch of run.
+func RunLockKey(name, run string) string { return RunPrefix(name, run) + "lock" }
+
+// RunEpochsPrefix lists every run's epoch records of name: gc keeps the
+// versions they name (a run may resume at any of its epochs).
+func RunEpochsPrefix(name string) string { return name + "/runs/" }
+
+// EpochRecord says which version of the dataset epoch Epoch of run Run
+// serves.
+type EpochRecord struct {
+	Run     string `json:"run"`
+	Epoch   int    `json:"epoch"`
+	Version int    `json:"version"`
+}
+
+// ErrEpochIncomplete: copies of an epoch's record exist, on fewer stores
+// than a record needs to count.
+var ErrEpochIncomplete = errors.New("is on fewer stores than a record needs")
+
+const maxEpochBytes = 4 << 10
+
+// ReadEpochRecord returns the record of epoch of run that counts (nil when
+// no store holds one); copies short of a majority give an error wrapping
+// ErrEpochIncomplete.
+func ReadEpochRecord(ctx context.Context, stores []backend.Store, name, run string, epoch int) (*EpochRecord, error) {
+	r, _, err := readEpoch(ctx, stores, name, run, epoch)
+	return r, err
+}
+
+// readEpoch is ReadEpochRecord, also returning the copy most stores hold
+// when none counts yet.
+func readEpoch(ctx context.Context, stores []backend.Store, name, run string, epoch int) (counted, partial *EpochRecord, err error) {
+	valid := func(b []byte) bool {
+		var r EpochRecord
+		return json.Unmarshal(b, &r) == nil && r.Epoch == epoch && r.Run == run && r.Version > 0
+	}
+	best, most, copies, failed, err := readMajority(ctx, stores, EpochKey(name, run, epoch), maxEpochBytes, valid)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("run %s: reading epoch %d's record: %w", run, epoch, err)
+	case best != nil:
+		var r EpochRecord
+		return &r, nil, json.Unmarshal(best, &r)
+	case copies == 0:
+		return nil, nil, nil
+	}
+	// The copy most stores hold, ties to the smaller bytes: read again
+	// without the majority rule.
+	var mu sync.Mutex
+	var found [][]byte
+	backend.OnEvery(stores, func(i int, s backend.Store) error {
+		if b, err := readSmall(ctx, s, EpochKey(name, run, epoch), maxEpochBytes); err == nil && valid(b) {
+			mu.Lock()
+			found = append(found, b)
+			mu.Unlock()
+		}
+		return nil
+	})
+	slices.SortFunc(found, bytes.Compare)
+	var pick []byte
+	n := 0
+	for i := 0; i < len(found); {
+		j := i
+		for j < len(found) && bytes.Equal(found[j], found[i]) {
+			j++
+		}
+		if j-i > n {
+			pick, n = found[i], j-i
+		}
+		i = j
+	}
+	if pick != nil {
+		partial = &EpochRecord{}
+		json.Unmarshal(pick, partial)
+	}
+	return nil, partial, fmt.Errorf("run %s: epoch %d's record %w: %d of %d stores hold the same copy (%d copies, %d stores did not answer), and it takes %d",
+		run, epoch, ErrEpochIncomplete, most, len(stores), copies, failed, len(stores)/2+1)
+}
+
+// ErrRecording: another node holds the run's lock and is recording.
+var ErrRecording = errors.New("another node is recording the run's epoch")
+
+// RecordEpoch returns epoch's record of run, recording it first if none
+// counts: under the run's lock, it adopts the copy a recorder killed part
+// way left, or else asks choose for the version, and writes the record to
+// every store; it counts once a majority hold it. While another node holds
+// the lock it returns an error wrapping ErrRecording: read again later.
+func RecordEpoch(ctx context.Context, stores []backend.Store, name, run string, epoch int, choose func() (int, error), log *slog.Logger) (*EpochRecord, error) {
+	if r, err := ReadEpochRecord(ctx, stores, name, run, epoch); err == nil && r != nil {
+		return r, nil
+	}
+	host, _ := os.Hostname()
+	lock, lctx, err := AcquireLock(ctx, stores, name, fmt.Sprintf("follow-%s-%d", host, os.Getpid()), LockOptions{Key: RunLockKey(name, run), Logger: log})
+	if errors.Is(err, ErrLocked) {
+		return nil, fmt.Errorf("run %s, epoch %d: %w: %v", run, epoch, ErrRecording, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	counted, partial, err := readEpoch(lctx, stores, name, run, epoch)
+	switch {
+	case counted != nil:
+		return counted, nil
+	case err != nil && !errors.Is(err, ErrEpochIncomplete):
+		return nil, err
+	}
+	rec := partial
+	if rec == nil {
+		v, err := choose()
+		if err != nil {
+			return nil, err
+		}
+		rec = &EpochRecord{Run: run, Epoch: epoch, Version: v}
+	}
+	data, _ := json.Marshal(rec)
+	if ok, need, failed := writeOnce(lctx, stores, EpochKey(name, run, epoch), data, maxEpochBytes); ok < need {
+		return nil, fmt.Errorf("run %s: epoch %d's record reached %d of %d stores, fewer than the %d it needs: %w", run, epoch, ok, len(stores), need, errors.Join(failed...))
+	}
+	return rec, nil
+}
+
+// RunVersions are the versions the runs of name recorded epochs with
+// (mount --follow), each with why: gc keeps them, since a run may resume
+// at any of its epochs. A copy short of a majority counts too: keeping a
+// version is always safe.
+func RunVersions(ctx context.Context, stores []backend.Store, name string) (map[int][]string, error) {
+	var mu sync.Mutex
+	keys := map[string]bool{}
+	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
+		ks, err := s.List(ctx, RunEpochsPrefix(name))
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range ks {
+			if strings.Contains(k[len(RunEpochsPrefix(name)):], "/epoch-") {
+				keys[k] = true
+			}
+		}
+		return nil
+	})
+	out := map[int][]string{}
+	for k := range keys {
+		rest := k[len(RunEpochsPrefix(name)):]
+		run, file, _ := strings.Cut(rest, "/")
+		var epoch int
+		if _, err := fmt.Sscanf(file, "epoch-%06d", &epoch); err != nil {
+			continue
+		}
+		seen := map[int]bool{}
+		for _, s := range stores {
+			b, err := readSmall(ctx, s, k, maxEpochBytes)
+			var r EpochRecord
+			if err != nil || json.Unmarshal(b, &r) != nil || r.Version <= 0 || seen[r.Version] {
+				continue
+			}
+			seen[r.Version] = true
+			out[r.Version] = append(out[r.Version], fmt.Sprintf("run %s epoch %d (--follow)", run, epoch))
+		}
+	}
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	// A record counts on a majority of the stores, so with at most half
+	// of them silent, one that answered holds every record that counts.
+	if failed > len(stores)/2 {
+		return nil, fmt.Errorf("listing the runs of %s: %d of %d stores did not answer: %w", name, failed, len(stores), errors.Join(errs...))
+	}
+	return out, nil
 }

@@ -45,8 +45,12 @@ func (d *epochsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	for cur := d.t.maxEpoch.Load(); int64(e) > cur && !d.t.maxEpoch.CompareAndSwap(cur, int64(e)); cur = d.t.maxEpoch.Load() {
 	}
+	t, err := d.t.forEpoch(e)
+	if err != nil {
+		return nil, d.t.toErrno(err)
+	}
 	d.t.setAttr(&out.Attr, dirMode, 0)
-	return d.NewInode(ctx, &epochDir{dir: dir{t: d.t}, epoch: e}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino("epochs/" + name)}), 0
+	return d.NewInode(ctx, &epochDir{dir: dir{t: t}, epoch: e}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino("epochs/" + name)}), 0
 }
 
 // epochDir is epochs/<EEEE>/: one directory per rank shown.

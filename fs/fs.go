@@ -63,6 +63,19 @@ type Options struct {
 	// DirectIO serves batch and epoch files past the kernel's page cache:
 	// each read reaches the daemon, no page is kept.
 	DirectIO bool
+	// SourceAt, if set, gives the read path an epoch is served from (mount
+	// --follow: each epoch from its own dataset version); a nil Source
+	// means the tree's own. It may wait, and is asked once per epoch.
+	SourceAt func(epoch int) (*Source, error)
+}
+
+// Source is the read path of the epochs one dataset version serves: what
+// Options holds for the tree's own.
+type Source struct {
+	Catalog TreeCatalog
+	Pinner  Pinner
+	Input   *layout.Input
+	Reader  *prefetch.Reader
 }
 
 // tree is shared by every node.
@@ -81,6 +94,35 @@ type tree struct {
 	causes map[string]*causeLog
 
 	maxEpoch atomic.Int64 // highest epoch opened, for the open-ended listing
+
+	srcMu    sync.Mutex // guards bySource
+	bySource map[*Source]*tree
+}
+
+// forEpoch is the tree epoch e's directories are served by: t itself, or
+// one over the Source SourceAt gives (one tree per Source, sharing t's
+// settings).
+func (t *tree) forEpoch(e int) (*tree, error) {
+	if t.SourceAt == nil {
+		return t, nil
+	}
+	src, err := t.SourceAt(e)
+	if err != nil || src == nil {
+		return t, err
+	}
+	t.srcMu.Lock()
+	defer t.srcMu.Unlock()
+	if u := t.bySource[src]; u != nil {
+		return u, nil
+	}
+	o := t.Options
+	o.Catalog, o.Pinner, o.Input, o.Reader, o.SourceAt = src.Catalog, src.Pinner, src.Input, src.Reader, nil
+	u := &tree{Options: o, log: t.log, causes: map[string]*causeLog{}}
+	if t.bySource == nil {
+		t.bySource = map[*Source]*tree{}
+	}
+	t.bySource[src] = u
+	return u, nil
 }
 
 // causeLog rate-limits the log of one cause of failed reads.

@@ -57,6 +57,10 @@ type Config struct {
 	// long opening an epoch waits for the report of the epoch before.
 	Run        string
 	ReportWait time.Duration
+	// Follow serves each epoch from the version the run's log records for
+	// it, the newest committed when the epoch was first needed (follow.go);
+	// it needs Run.
+	Follow bool
 
 	CacheSize    int64  // the memory budget, at least 16 MiB
 	CacheDir     string // the disk tier; empty: none
@@ -96,6 +100,9 @@ type Mount struct {
 	hinters       []*dataset.Hinter
 	spec          *layout.Spec // the run's order
 	run           string       // the run the feedback's reports are read from
+	follow        *follower    // --follow; nil without
+	cache         *cache.Cache // the memory cache every reader shares
+	readerCfg     prefetch.Config
 }
 
 // Open mounts cfg's dataset at dir and returns once the tree is served.
@@ -121,6 +128,9 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if cfg.ReadTimeout <= 0 {
 		return nil, fmt.Errorf("read timeout %v: must be positive", cfg.ReadTimeout)
 	}
+	if cfg.Follow && (cfg.Run == "" || cfg.Mix != nil) {
+		return nil, fmt.Errorf("mount %s: following new versions needs a run name, and one dataset (not a mix)", cfg.Name)
+	}
 	if err := fs.CheckMountpoint(dir, log); err != nil {
 		return nil, err
 	}
@@ -132,6 +142,11 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if err := mt.takeLeases(ctx, stores); err != nil {
 		mt.closeHinters()
 		return nil, err
+	}
+	if cfg.Follow && mt.Dataset.Lazy != nil {
+		mt.closeHinters()
+		mt.releaseLeases()
+		return nil, fmt.Errorf("mount %s --follow: the dataset keeps its shard indexes apart (metadata format 2 or 3, ingest's default from a million samples); following new versions serves format 1 (ingest --format 1)", cfg.Name)
 	}
 	rp, err := mt.readPath(cfg)
 	if err == nil {
@@ -147,7 +162,16 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		mt.shutdown()
 		return nil, err
 	}
-	root := fs.NewRoot(fs.Options{
+	var sourceAt func(int) (*fs.Source, error)
+	if cfg.Follow {
+		mt.follow = &follower{mt: mt, stores: stores, run: cfg.Run, wait: cfg.ReportWait, cache: mt.cache, pc: mt.readerCfg,
+			epochs: map[int]int{}, sources: map[int]*fs.Source{}, versions: map[int]*dataset.Dataset{}, largest: mt.Dataset.Manifest}
+		if mt.disk != nil {
+			mt.disk.SetShardNamespace(mt.follow.shardNamespace)
+		}
+		sourceAt = mt.follow.sourceAt
+	}
+	root := fs.NewRoot(fs.Options{SourceAt: sourceAt,
 		Catalog: rp.cat, Pinner: rp.pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Spec.Params, Epochs: cfg.Spec.Epochs, Ranks: cfg.Spec.Ranks, DirectIO: cfg.DirectIO,
 		Info: info, Stats: mt.StatsJSON, Created: time.Unix(mt.Dataset.Manifest.CreatedUnix, 0), Logger: log,
 	})
@@ -188,8 +212,13 @@ func (mt *Mount) watchVersion(stores []backend.Store, every time.Duration, stop 
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			if h, err := dataset.LoadHeader(ctx, stores, mt.Dataset.Name, nil); err == nil {
 				if n := int64(h.VersionNumber()); mt.Metrics.VersionCurrent.Swap(n) != n && n != mt.Metrics.VersionServed.Load() {
-					mt.log.Info("a newer version of the dataset is current; this mount keeps serving its own until it is remounted",
-						"dataset", mt.Dataset.Name, "serving", mt.Metrics.VersionServed.Load(), "current", n)
+					if mt.follow != nil {
+						mt.log.Info("a newer version of the dataset is current; with --follow, the next epoch no node has recorded yet serves it",
+							"dataset", mt.Dataset.Name, "serving", mt.Metrics.VersionServed.Load(), "current", n)
+					} else {
+						mt.log.Info("a newer version of the dataset is current; this mount keeps serving its own until it is remounted",
+							"dataset", mt.Dataset.Name, "serving", mt.Metrics.VersionServed.Load(), "current", n)
+					}
 				}
 			}
 			cancel()
@@ -416,6 +445,7 @@ func (mt *Mount) newReader(cfg Config, rp readPath) error {
 		mt.log.Info("disk tier", "dir", cfg.CacheDir, "limit", humanize.IBytes(uint64(cfg.CacheDirSize)))
 	}
 	mt.disk = pc.Disk
+	mt.cache, mt.readerCfg = c, pc
 	mt.reader = prefetch.New(rp.fetch, rp.cat, c, met, pc, mt.log)
 	return nil
 }
@@ -446,6 +476,13 @@ func (mt *Mount) serveMetrics(addr string, profiles bool) error {
 // StatsJSON is the content of .shardfs/stats.json.
 func (mt *Mount) StatsJSON() []byte {
 	snap := any(mt.Metrics.Snapshot())
+	if mt.follow != nil {
+		b, _ := json.Marshal(snap)
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		m["follow"] = map[string]any{"run": mt.run, "epochs": mt.follow.servedVersions()}
+		snap = m
+	}
 	if f := mt.spec.Feedback; f != nil && mt.Mix == nil {
 		// The weights --feedback computed so far: each epoch's share of
 		// every stratum, from the reports read.

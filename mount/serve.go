@@ -122,6 +122,9 @@ func (mt *Mount) shutdown() {
 		cancel()
 	}
 	mt.reader.Close()
+	if mt.follow != nil {
+		mt.follow.close()
+	}
 	if mt.Mix != nil {
 		for _, ds := range mt.Mix.Parts {
 			ds.Reader.Close()

@@ -28,6 +28,7 @@ type mountFlags struct {
 	allowOther   bool
 	readAheadKB  int
 	maxRequest   string
+	follow       bool
 	noPrefetch   bool
 	directIO     bool
 	readTimeout  time.Duration
@@ -152,7 +153,8 @@ errors on their open files).`,
 		"such files cannot be mmap'ed, and a second read of one is served by the daemon again")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
-	fl.DurationVar(&f.reportWait, "report-wait", 10*time.Minute, "with --feedback, how long opening epoch E waits for the trainer's report of epoch E-1 before it fails (EIO, and the log says what to report)")
+	fl.DurationVar(&f.reportWait, "report-wait", 10*time.Minute, "how long opening an epoch waits for the run's log: with --feedback the trainer's report of the epoch before, with --follow another node recording the epoch's version; then EIO, and the log says what is missing")
+	fl.BoolVar(&f.follow, "follow", false, "serve each epoch from the newest dataset version committed when the epoch was first opened by any node: an append made during training joins at the next epoch, never mid-epoch; the version of each epoch is recorded under --run in the stores, so every node and a resumed job serve the same (needs --run and write credentials on the node that records; metadata format 1)")
 	fl.BoolVar(&f.daemon, "daemon", false, "run in the background: return once the tree is served (exit 0), or with the mount's error;\n"+
 		"stop the daemon with umount MOUNTPOINT")
 	fl.BoolVar(&f.mkdir, "mkdir", false, "create MOUNTPOINT (and its parents) if missing, as a container whose volume holds only the parent needs")
@@ -215,17 +217,18 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	}
 	// The order flags are parsed once, here; mount.Open checks the spec
 	// against the dataset, and the tree asks it for every rank-epoch.
+	f.order.follow = f.follow
 	spec, err := f.order.spec()
 	if err != nil {
 		return nil, err
 	}
-	cfg := mount.Config{Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec, Run: f.order.run, ReportWait: f.reportWait,
+	cfg := mount.Config{Follow: f.follow, Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec, Run: f.order.run, ReportWait: f.reportWait,
 		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MaxRequest: int(sz.maxRequest), MetricsAddr: f.metricsAddr, Profiles: f.pprof, Logger: log,
 		// info.json shows these options as they were given.
 		Info: mount.Info{
 			Order: map[string]any{"resume_at": f.order.resumeAt, "alpha_schedule": f.order.alphaSchedule, "preset": f.order.preset, "recency_half_life": f.order.halfLife,
-				"time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf, "feedback": f.order.feedback, "run": f.order.run},
+				"time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf, "feedback": f.order.feedback, "run": f.order.run, "follow": f.follow},
 			Mount: map[string]any{"cache_dir_size": f.cacheDirSize},
 		},
 	}

@@ -37,6 +37,10 @@ type orderFlags struct {
 	version                                 int    // order version; see layout.OrderVersion
 	halfLife, timeWindow, windowStep, asOf  string // time weights; see recency
 	feedback, run                           string // weights from the trainer's reports; layout.ParseFeedback
+	// follow is mount --follow (not an order flag: plan and warm have no
+	// such flag); with it, --run names the run whose log says each epoch's
+	// version.
+	follow bool
 	// firstEpoch is the first epoch served (warm's --epoch; 0 elsewhere).
 	firstEpoch int
 	flags      *pflag.FlagSet
@@ -78,7 +82,7 @@ func (f *orderFlags) register(fs *pflag.FlagSet, d orderDefaults) {
 	fs.StringVar(&f.windowStep, "time-window-step", "", "slide the --time-window forward by SPAN each epoch, from the oldest bucket until it reaches the newest (or --as-of); a resumed job gets its epoch's window")
 	fs.StringVar(&f.asOf, "as-of", "", "the newest time read (RFC 3339 or Unix seconds): later buckets are left out, and a fixed --time-window ends here")
 	fs.StringVar(&f.feedback, "feedback", "", "re-weight the strata after every epoch from the trainer's report of it (its loss per stratum, from the Python loader's report() on rank 0, or shardfs report): eg, or eg:step=X,floor=F, the exponentiated-gradient rule of DoReMi: the next epoch's share of a stratum ∝ its share now × exp(step × its reported value), each at least floor (defaults step=1, floor=0.01); needs --run")
-	fs.StringVar(&f.run, "run", "", "with --feedback, the run's name: its reports are kept in the stores under it, so every node, and a resumed job, computes the same weights; a new run starts from the natural mix")
+	fs.StringVar(&f.run, "run", "", "with --feedback or mount --follow, the run's name: its log in the stores keeps the trainer's reports and each epoch's dataset version under it, so every node, and a resumed job, computes the same order; a new name starts a new run")
 	fs.BoolVar(&f.affinity, "affinity", false, "each rank reads the same shards in every epoch (about 1/W of the dataset), so a node's disk tier holds its share; batches stay stratified; see shardfs plan for the randomness traded")
 }
 
@@ -185,12 +189,19 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 	switch {
 	case f.feedback != "" && f.run == "":
 		return nil, fmt.Errorf("--feedback needs --run NAME: the trainer's reports are kept under the run's name, so every node and a resumed job read the same ones")
-	case f.feedback == "" && f.run != "":
-		return nil, fmt.Errorf("--run %s without --feedback: a run's log holds the trainer's reports, which only --feedback reads; add --feedback eg, or leave out --run", f.run)
-	case f.feedback != "":
+	case f.follow && f.run == "":
+		return nil, fmt.Errorf("--follow needs --run NAME: the version each epoch serves is recorded under the run's name, so every node and a resumed job serve the same")
+	case f.follow && (f.feedback != "" || f.timed() || f.mix != ""):
+		return nil, fmt.Errorf("--follow serves one dataset's global order from version to version: leave out --feedback, --mix and the time weighting flags (--recency-half-life, --time-window, --time-window-step, --as-of), which do not follow new versions yet")
+	case f.feedback == "" && !f.follow && f.run != "":
+		return nil, fmt.Errorf("--run %s without --feedback or --follow: a run's log holds the trainer's reports and each epoch's version, which only those read; add one, or leave out --run", f.run)
+	case f.run != "":
 		if err := dataset.CheckRunName(f.run); err != nil {
 			return nil, fmt.Errorf("--run: %v", err)
 		}
+	}
+	switch {
+	case f.feedback != "":
 		if s.Feedback, err = layout.ParseFeedback(f.feedback); err != nil {
 			return nil, err
 		}

@@ -69,14 +69,14 @@ __all__ = ["Loader", "BatchDataset", "decode_image", "decode_member", "info", "r
 # The order flags (info.json's "order") that fix which sample comes when;
 # world_size, batch_size, ranks and resume_at are checked on their own.
 ORDER_KEYS = ("version", "seed", "alpha", "alpha_schedule", "tail", "window", "affinity", "epoch_size",
-              "recency_half_life", "time_window", "time_window_step", "as_of", "feedback", "run")
+              "recency_half_life", "time_window", "time_window_step", "as_of", "feedback", "run", "follow")
 
 _ORDER_NAMES = {"version": "order version (--order-version)", "seed": "--seed", "alpha": "--alpha",
                 "alpha_schedule": "--alpha-schedule", "tail": "--tail", "window": "--window", "affinity": "--affinity",
                 "epoch_size": "--epoch-size", "recency_half_life": "--recency-half-life", "time_window": "--time-window",
                 "time_window_step": "--time-window-step", "as_of": "--as-of", "dataset": "dataset",
                 "dataset_version": "dataset version (--version)", "ingest_id": "ingest", "mix": "--mix",
-                "feedback": "--feedback", "run": "--run"}
+                "feedback": "--feedback", "run": "--run", "follow": "--follow"}
 
 
 def _norm(v):

@@ -1,0 +1,186 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/internal/synth"
+)
+
+// Issue 43 item 2: new data joins the next epoch (mount --follow), on six
+// MinIO stores and real mounts, W = 2.
+//   - Epoch 0 is opened, then an append is committed: epoch 0 (rank 1
+//     opened after the append too) serves version 1 alone; epoch 1, first
+//     opened after it, serves version 2 with the new samples, every byte
+//     checked against the sources by Python's tarfile.
+//   - A fresh mount of another world size resuming inside epoch 1
+//     (--resume-at) deals exactly epoch 1's global batches; a mount of
+//     version 2 alone (its base) serves epoch 0 from version 1 as recorded.
+//   - stats.json names each epoch's version; gc keeps version 1 because the
+//     run recorded it, and says so.
+//   - The first node killed (SIGKILL) while it records an epoch: every
+//     mount after it reads one version for that epoch.
+func TestFollowAppends(t *testing.T) {
+	requireTool(t, "python3")
+	c := startCluster(t, 6)
+	specA := synth.Spec{Counts: []int{120, 60, 20}, MinSize: 500, MaxSize: 3000, Seed: 81}
+	specB := synth.Spec{Counts: []int{40, 30, 30}, MinSize: 500, MaxSize: 3000, Seed: 82, Tag: "new-"}
+	srcA, srcB, all := writeSource(t, specA), writeSource(t, specB), t.TempDir()
+	for _, s := range []synth.Spec{specA, specB} {
+		if _, err := synth.Write(all, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storesFlag := "--stores=" + strings.Join(c.urls, ",")
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--data=4", "--parity=2", srcA, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	order := []string{storesFlag, "--world-size=2", "--batch-size=10", "--seed=3", "--follow", "--run=f1", "--report-wait=1m"}
+	a := mountShardfsEnv(t, nil, append(order, "ds")...)
+	epoch0rank0 := readIndexKeys(t, a.dir, 0, 0)
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--append", srcB, "ds"); r.code != 0 || !strings.Contains(r.stdout, "committed version 2") {
+		t.Fatalf("append: %v", r)
+	}
+	epoch0rank1 := readIndexKeys(t, a.dir, 0, 1)
+	epoch1 := [][]string{readIndexKeys(t, a.dir, 1, 0), readIndexKeys(t, a.dir, 1, 1)}
+	isNew := func(k string) bool { return strings.Contains(filepath.Base(k), "new-") }
+	for _, k := range append(epoch0rank0, epoch0rank1...) {
+		if isNew(k) {
+			t.Fatalf("epoch 0 serves %s, a sample appended after it began", k)
+		}
+	}
+	newIn1 := 0
+	for _, k := range append(slices.Clone(epoch1[0]), epoch1[1]...) {
+		if isNew(k) {
+			newIn1++
+		}
+	}
+	if len(epoch0rank0)+len(epoch0rank1) != 200 || len(epoch1[0])+len(epoch1[1]) != 300 || newIn1 != 100 {
+		t.Fatalf("epoch 0 serves %d samples, epoch 1 %d with %d appended; want 200, and 300 with the 100 appended",
+			len(epoch0rank0)+len(epoch0rank1), len(epoch1[0])+len(epoch1[1]), newIn1)
+	}
+	for e := range 2 {
+		out, err := exec.Command("python3", "testdata/check_tars.py", a.dir, all, fmt.Sprintf("%04d", e)).Output()
+		if err != nil {
+			t.Fatalf("check_tars epoch %d: %v", e, err)
+		}
+		var rep tarReport
+		if err := json.Unmarshal(out, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Mismatch)+len(rep.ClsWrong)+len(rep.EpochTarMismatch)+len(rep.IndexMismatch) > 0 {
+			t.Fatalf("epoch %d: %s", e, out)
+		}
+	}
+	var stats struct {
+		Follow struct {
+			Run    string
+			Epochs []struct{ Epoch, Version int }
+		}
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(a.dir, ".shardfs", "stats.json")), &stats); err != nil {
+		t.Fatal(err)
+	}
+	if f := stats.Follow; f.Run != "f1" || len(f.Epochs) != 2 || f.Epochs[0].Version != 1 || f.Epochs[1].Version != 2 {
+		t.Fatalf("stats.json follow: %+v, want epoch 0 at version 1 and epoch 1 at version 2", f)
+	}
+
+	// A fresh mount of another world size, resuming in epoch 1: its base is
+	// version 2; epoch 1 is dealt as the run dealt it.
+	const skip = 4
+	b := mountShardfsEnv(t, nil, storesFlag, "--world-size=1", "--batch-size=10", "--seed=3", "--follow", "--run=f1", fmt.Sprintf("--resume-at=1:%d", skip), "ds")
+	resumed := batchKeys(t, filepath.Join(b.dir, "epochs", "0001", "rank-000", "index.csv"))
+	ranks := [][][]string{batchKeys(t, filepath.Join(a.dir, "epochs", "0001", "rank-000", "index.csv")), batchKeys(t, filepath.Join(a.dir, "epochs", "0001", "rank-001", "index.csv"))}
+	if len(resumed) != 2*len(ranks[0])-skip {
+		t.Fatalf("the resumed mount has %d batches of epoch 1, want %d", len(resumed), 2*len(ranks[0])-skip)
+	}
+	for i, keys := range resumed {
+		g := skip + i
+		if want := ranks[g%2][g/2]; !slices.Equal(keys, want) {
+			t.Fatalf("resumed batch %d (global %d): %v, the run's %v", i, g, keys, want)
+		}
+	}
+	// Its epoch 0 is version 1's, as recorded, though it opened version 2.
+	b0 := readIndexKeys(t, b.dir, 0, 0)
+	if len(b0) != 200 || slices.ContainsFunc(b0, isNew) {
+		t.Fatalf("a mount of version 2 serves epoch 0 with %d samples (appended ones: %v); the run recorded version 1's 200", len(b0), slices.ContainsFunc(b0, isNew))
+	}
+
+	// gc keeps version 1: the run may resume in epoch 0.
+	if r := run(t, time.Minute, nil, "gc", storesFlag, "--keep-last=1", "ds"); r.code != 0 || !strings.Contains(r.stdout, "run f1 epoch 0 (--follow)") {
+		t.Fatalf("gc: %v", r)
+	}
+
+	// The first node killed while it records epoch 0 of run f2: every mount
+	// after it serves that epoch from one version.
+	cmd := execShardfs(append([]string{"mount", storesFlag, "--world-size=2", "--batch-size=10", "--seed=3", "--follow", "--run=f2"}, "ds", filepath.Join(t.TempDir(), "killed"))...)
+	os.MkdirAll(cmd.Args[len(cmd.Args)-1], 0o755)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killedDir := cmd.Args[len(cmd.Args)-1]
+	deadline := time.Now().Add(time.Minute)
+	for !isMounted(killedDir) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	go os.ReadDir(filepath.Join(killedDir, "epochs", "0000", "rank-000")) // records epoch 0
+	time.Sleep(30 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	exec.Command("fusermount3", "-uz", killedDir).Run()
+	var versions []int
+	for range 2 {
+		m := mountShardfsEnv(t, nil, storesFlag, "--world-size=2", "--batch-size=10", "--seed=3", "--follow", "--run=f2", "ds")
+		keys := readIndexKeys(t, m.dir, 0, 0)
+		rec, err := dataset.ReadEpochRecord(context.Background(), c.clients(t), "ds", "f2", 0)
+		if err != nil || rec == nil {
+			t.Fatalf("epoch 0's record after a mount read it: %+v %v", rec, err)
+		}
+		if want := map[int]int{1: 100, 2: 150}[rec.Version]; len(keys) != want {
+			t.Fatalf("run f2 epoch 0 recorded at version %d, and a mount serves %d samples of rank 0", rec.Version, len(keys))
+		}
+		versions = append(versions, rec.Version)
+	}
+	if versions[0] != versions[1] {
+		t.Fatalf("two mounts after the kill read epoch 0 at versions %v", versions)
+	}
+
+	// A recorder killed after its first PUT, as written by hand: run f3's
+	// epoch 0 at version 1 on store 4 alone, while version 2 is current.
+	// The record does not count yet; the next mount adopts it (the version
+	// the epoch was first recorded with), completes it, and serves version
+	// 1; so does the one after.
+	partial, _ := json.Marshal(dataset.EpochRecord{Run: "f3", Epoch: 0, Version: 1})
+	if err := c.store(t, 4).Create(context.Background(), dataset.EpochKey("ds", "f3", 0), partial); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		m := mountShardfsEnv(t, nil, storesFlag, "--world-size=2", "--batch-size=10", "--seed=3", "--follow", "--run=f3", "ds")
+		if keys := readIndexKeys(t, m.dir, 0, 0); len(keys) != 100 || slices.ContainsFunc(keys, isNew) {
+			t.Fatalf("run f3 epoch 0, first recorded at version 1 by a recorder killed part way: a mount serves %d samples of rank 0 (appended ones: %v), want version 1's 100", len(keys), slices.ContainsFunc(keys, isNew))
+		}
+	}
+	if rec, err := dataset.ReadEpochRecord(context.Background(), c.clients(t), "ds", "f3", 0); err != nil || rec == nil || rec.Version != 1 {
+		t.Fatalf("run f3 epoch 0's record: %+v %v, want version 1, counted", rec, err)
+	}
+}
+
+// readIndexKeys is the keys of rank's index.csv in epoch e of mnt.
+func readIndexKeys(t *testing.T, mnt string, e, rank int) []string {
+	t.Helper()
+	var keys []string
+	for _, b := range batchKeys(t, filepath.Join(mnt, "epochs", fmt.Sprintf("%04d", e), fmt.Sprintf("rank-%03d", rank), "index.csv")) {
+		keys = append(keys, b...)
+	}
+	return keys
+}
