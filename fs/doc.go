@@ -20,7 +20,8 @@
 //
 // Files, one node kind each:
 //
-//	fs.go       the tree every node shares, Options, the one toErrno, inode numbers
+//	fs.go       the tree every node shares, Options, the one toErrno, inode numbers;
+//	            an epoch served from another read path (Source) gets a tree of its own
 //	root.go     the root and .shardfs/ (info.json, stats.json)
 //	epochs.go   epochs/ and epochs/<EEEE>/
 //	rank.go     epochs/<EEEE>/rank-<RRR>/: its order, computed and pinned on first use

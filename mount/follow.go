@@ -145,6 +145,17 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	}
 	r := prefetch.New(ds, cat.(prefetch.ReadCatalog), f.cache, f.mt.Metrics, f.pc, f.mt.log)
 	f.readers = append(f.readers, r)
+	// prefetch.New made r the cache's only judge of next use; every
+	// reader's streams count, or an older epoch's prefetched chunks would
+	// look unneeded while its ranks still read it.
+	all := append([]*prefetch.Reader{f.mt.reader}, f.readers...)
+	f.cache.SetNextUse(func(k cache.Key) int64 {
+		best := cache.NoUse
+		for _, rd := range all {
+			best = min(best, rd.NextUse(k))
+		}
+		return best
+	})
 	f.versions[v] = ds
 	s := &fs.Source{Catalog: cat, Input: in, Reader: r}
 	f.sources[v] = s

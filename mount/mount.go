@@ -2,7 +2,9 @@
 // several) on its stores, makes the run's order (dataset.PlanOrder, which
 // checks the spec against the data) and chooses the catalog, sizes
 // the memory cache and opens the disk tier, builds the prefetching reader
-// and the go-fuse tree, serves metrics, and unmounts on a signal. Tests
+// and the go-fuse tree, serves metrics, and unmounts on a signal. With
+// --follow it also opens each newer version an epoch's record names, as a
+// read path of its own over the same cache (follow.go). Tests
 // build a mount in-process with Open, on any stores, fault-injecting ones
 // included; cmd/shardfs only parses flags into a Config.
 package mount

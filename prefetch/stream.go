@@ -127,6 +127,11 @@ func (s *stream) wasRead(member int) bool {
 
 // nextUse is the cache's NextUse: the nearest next use of k over every
 // open stream.
+// NextUse is the distance in bytes to the next read of k by any stream
+// of r, or cache.NoUse: what a cache shared by several readers (mount
+// --follow) asks of each.
+func (r *Reader) NextUse(k cache.Key) int64 { return r.nextUse(k) }
+
 func (r *Reader) nextUse(k cache.Key) int64 {
 	best := cache.NoUse
 	for _, s := range *r.live.Load() {
