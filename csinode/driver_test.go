@@ -216,8 +216,8 @@ func TestSlowViewBlocksNoOther(t *testing.T) {
 	idle := &view{key: "b", dir: t.TempDir(), st: viewState{Targets: map[string]string{}}}
 	d.views["b"] = idle
 
-	go d.targetOf("vol-x")        // looks at every view's targets
-	go d.dropIfIdle(starting)     // a failed publish of the starting view
+	go d.targetOf("vol-x")    // looks at every view's targets
+	go d.dropIfIdle(starting) // a failed publish of the starting view
 	time.Sleep(100 * time.Millisecond)
 	took := make(chan struct{})
 	go func() {
