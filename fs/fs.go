@@ -76,6 +76,9 @@ type Source struct {
 	Pinner  Pinner
 	Input   *layout.Input
 	Reader  *prefetch.Reader
+	// ParamsAt, if set, replaces the tree's: the order's parameters bound
+	// to this version (time weights over its own time buckets).
+	ParamsAt func(epoch, rank int) (layout.Params, error)
 }
 
 // tree is shared by every node.
@@ -117,6 +120,9 @@ func (t *tree) forEpoch(e int) (*tree, error) {
 	}
 	o := t.Options
 	o.Catalog, o.Pinner, o.Input, o.Reader, o.SourceAt = src.Catalog, src.Pinner, src.Input, src.Reader, nil
+	if src.ParamsAt != nil {
+		o.ParamsAt = src.ParamsAt
+	}
 	u := &tree{Options: o, log: t.log, causes: map[string]*causeLog{}}
 	if t.bySource == nil {
 		t.bySource = map[*Source]*tree{}

@@ -184,3 +184,64 @@ func readIndexKeys(t *testing.T, mnt string, e, rank int) []string {
 	}
 	return keys
 }
+
+// --follow with a time window: the window slides to the buckets an append
+// brings. Version 1 holds samples from January and March 2025; with
+// --time-window 40d, epoch 0 reads March alone. An append brings May:
+// epoch 1 reads May's samples and not January's.
+func TestFollowTimeWindow(t *testing.T) {
+	c := startCluster(t, 6)
+	storesFlag := "--stores=" + strings.Join(c.urls, ",")
+	listing := func(dir, prefix string, months []int, n int) string {
+		var lines []string
+		for i := range n {
+			key := fmt.Sprintf("%s/%04d.bin", prefix, i)
+			os.MkdirAll(filepath.Join(dir, prefix), 0o755)
+			if err := os.WriteFile(filepath.Join(dir, key), []byte(fmt.Sprintf("%s sample %d %s", prefix, i, strings.Repeat("x", 100+i))), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			month := months[i%len(months)]
+			ts := time.Date(2025, time.Month(month), 10+i%5, 12, 0, 0, 0, time.UTC)
+			lines = append(lines, fmt.Sprintf(`{"path": %q, "label": "c%d", "time": %q}`, key, i%2, ts.Format(time.RFC3339)))
+		}
+		p := filepath.Join(dir, prefix+".jsonl")
+		if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	dir := t.TempDir()
+	a := listing(dir, "a", []int{1, 3}, 120)
+	b := listing(dir, "b", []int{5}, 40)
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--data=4", "--parity=2", "--time-bucket=time=30d", a, "tw"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	m := mountShardfsEnv(t, nil, storesFlag, "--batch-size=4", "--follow", "--run=w1", "--time-window=40d", "tw")
+	month := func(k string) int {
+		var n int
+		fmt.Sscanf(filepath.Base(k), "%04d.bin", &n)
+		if strings.HasPrefix(k, "b/") {
+			return 5
+		}
+		return []int{1, 3}[n%2]
+	}
+	months := func(keys []string) map[int]int {
+		out := map[int]int{}
+		for _, k := range keys {
+			out[month(k)]++
+		}
+		return out
+	}
+	e0 := months(readIndexKeys(t, m.dir, 0, 0))
+	if e0[1] != 0 || e0[5] != 0 || e0[3] == 0 {
+		t.Fatalf("epoch 0 with a 40-day window reads months %v; want March alone", e0)
+	}
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--append", b, "tw"); r.code != 0 {
+		t.Fatalf("append: %v", r)
+	}
+	e1 := months(readIndexKeys(t, m.dir, 1, 0))
+	if e1[1] != 0 || e1[5] == 0 {
+		t.Fatalf("epoch 1, after an append of May, reads months %v; want May, and no January", e1)
+	}
+	t.Logf("epoch 0 read months %v, epoch 1 %v", e0, e1)
+}

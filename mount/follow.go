@@ -128,7 +128,17 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	} else {
 		f.mt.log.Warn("could not lease a followed version (read-only credentials?): shardfs gc cannot see that this mount reads it", "version", v, "err", err)
 	}
-	first, err := f.mt.spec.Params(0, 0)
+	// The order bound to this version: time weights and windows over its
+	// own time buckets, new ones included.
+	spec := *f.mt.spec
+	if spec.Recency != nil {
+		rc := *spec.Recency
+		spec.Recency = &rc
+		if err := dataset.BindTimes(&ds.Manifest.Header, &spec); err != nil {
+			return nil, err
+		}
+	}
+	first, err := spec.Params(0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +167,7 @@ func (f *follower) source(v int) (*fs.Source, error) {
 		return best
 	})
 	f.versions[v] = ds
-	s := &fs.Source{Catalog: cat, Input: in, Reader: r}
+	s := &fs.Source{Catalog: cat, Input: in, Reader: r, ParamsAt: spec.Params}
 	f.sources[v] = s
 	f.mt.Metrics.VersionServed.Store(int64(max(int(f.mt.Metrics.VersionServed.Load()), v)))
 	f.mt.log.Info("serving a newer version's epochs", "version", v, "samples", dataset.SampleCount(ds.Manifest), "shards", ds.Manifest.NumShards())

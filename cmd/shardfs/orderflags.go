@@ -191,8 +191,8 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 		return nil, fmt.Errorf("--feedback needs --run NAME: the trainer's reports are kept under the run's name, so every node and a resumed job read the same ones")
 	case f.follow && f.run == "":
 		return nil, fmt.Errorf("--follow needs --run NAME: the version each epoch serves is recorded under the run's name, so every node and a resumed job serve the same")
-	case f.follow && (f.feedback != "" || f.timed() || f.mix != ""):
-		return nil, fmt.Errorf("--follow serves one dataset's global order from version to version: leave out --feedback, --mix and the time weighting flags (--recency-half-life, --time-window, --time-window-step, --as-of), which do not follow new versions yet")
+	case f.follow && (f.feedback != "" || f.mix != ""):
+		return nil, fmt.Errorf("--follow serves one dataset from version to version: leave out --mix and --feedback (whose strata would change under it)")
 	case f.feedback == "" && !f.follow && f.run != "":
 		return nil, fmt.Errorf("--run %s without --feedback or --follow: a run's log holds the trainer's reports and each epoch's version, which only those read; add one, or leave out --run", f.run)
 	case f.run != "":
