@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
@@ -42,12 +43,18 @@ type follower struct {
 	cache  *cache.Cache
 	pc     prefetch.Config
 
-	mu       sync.Mutex
-	epochs   map[int]int              // epoch: the version it serves, as recorded
+	mu     sync.Mutex  // guards epochs; held for map accesses only
+	epochs map[int]int // epoch: the version it serves, as recorded
+
+	// openMu guards what follows, and is held while a version is opened
+	// (reads of the stores): nothing on the read path takes it.
+	openMu   sync.Mutex
 	sources  map[int]*fs.Source       // version: its read path (the base version: nil, the tree's own)
 	versions map[int]*dataset.Dataset // version: opened
-	largest  *manifest.Manifest       // the largest version served: the disk tier's shard namespaces
 	readers  []*prefetch.Reader
+	// largest is the largest version served, whose shards the disk tier
+	// names by the ingest that uploaded each (every version's are its).
+	largest atomic.Pointer[manifest.Manifest]
 }
 
 // sourceAt is fs.Options.SourceAt: epoch's read path, recording which
@@ -102,8 +109,8 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	if v == base.Manifest.VersionNumber() {
 		return nil, nil
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.openMu.Lock()
+	defer f.openMu.Unlock()
 	if s := f.sources[v]; s != nil {
 		return s, nil
 	}
@@ -150,8 +157,8 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	if rc, ok := (dataset.ManifestCatalog{M: ds.Manifest}).ForLayout().(dataset.RecordCatalog); ok {
 		cat = rc
 	}
-	if large == ds.Manifest && large.NumShards() > f.largest.NumShards() {
-		f.largest = ds.Manifest
+	if large == ds.Manifest && large.NumShards() > f.largest.Load().NumShards() {
+		f.largest.Store(ds.Manifest)
 	}
 	r := prefetch.New(ds, cat.(prefetch.ReadCatalog), f.cache, f.mt.Metrics, f.pc, f.mt.log)
 	f.readers = append(f.readers, r)
@@ -177,16 +184,13 @@ func (f *follower) source(v int) (*fs.Source, error) {
 // shardNamespace is the disk tier's namespace of shard: the largest
 // version served names every shard any version served has.
 func (f *follower) shardNamespace(shard int) string {
-	f.mu.Lock()
-	h := f.largest
-	f.mu.Unlock()
-	return dataset.ShardNamespace(&h.Header)(shard)
+	return dataset.ShardNamespace(&f.largest.Load().Header)(shard)
 }
 
 // close ends the readers of the versions followed.
 func (f *follower) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.openMu.Lock()
+	defer f.openMu.Unlock()
 	for _, r := range f.readers {
 		r.Close()
 	}

@@ -167,7 +167,8 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	var sourceAt func(int) (*fs.Source, error)
 	if cfg.Follow {
 		mt.follow = &follower{mt: mt, stores: stores, run: cfg.Run, wait: cfg.ReportWait, cache: mt.cache, pc: mt.readerCfg,
-			epochs: map[int]int{}, sources: map[int]*fs.Source{}, versions: map[int]*dataset.Dataset{}, largest: mt.Dataset.Manifest}
+			epochs: map[int]int{}, sources: map[int]*fs.Source{}, versions: map[int]*dataset.Dataset{}}
+		mt.follow.largest.Store(mt.Dataset.Manifest)
 		if mt.disk != nil {
 			mt.disk.SetShardNamespace(mt.follow.shardNamespace)
 		}
