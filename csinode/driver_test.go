@@ -25,56 +25,7 @@ import (
 // killed in the middle (the watch restarts it while publishes run). The
 // daemons are the real binary's mount on file:// stores, on real FUSE.
 func TestDriverConcurrentPublishes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: this test mounts FUSE and needs root")
-		}
-		t.Skip("needs root (FUSE mounts)")
-	}
-	root := t.TempDir()
-	bin := filepath.Join(root, "shardfs")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/shardfs").CombinedOutput(); err != nil {
-		t.Fatalf("build shardfs: %v\n%s", err, out)
-	}
-	src := filepath.Join(root, "src")
-	if _, err := synth.Write(src, synth.Imbalanced(120, 3, 0.6, 1_000, 8_000, 3)); err != nil {
-		t.Fatal(err)
-	}
-	stores := fmt.Sprintf("file://%s/s0,file://%s/s1,file://%s/s2", root, root, root)
-	if out, err := exec.Command(bin, "ingest", "--stores="+stores, "--data=2", "--parity=1", src, "train").CombinedOutput(); err != nil {
-		t.Fatalf("ingest: %v\n%s", err, out)
-	}
-	state := filepath.Join(root, "state")
-	args := func(attrs map[string]string) ([]string, error) {
-		keys := make([]string, 0, len(attrs))
-		for k := range attrs {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var out []string
-		for _, k := range keys {
-			if k != "dataset" {
-				out = append(out, "--"+k+"="+attrs[k])
-			}
-		}
-		return append(out, attrs["dataset"]), nil
-	}
-	d, err := New(Config{DriverName: "csi.shardfs.io", NodeID: "n", StateDir: state, MountCommand: []string{bin, "mount"}, Args: args,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- d.Run(ctx, "unix://"+filepath.Join(root, "csi.sock")) }()
-	t.Cleanup(func() {
-		cancel()
-		<-served
-		for _, m := range mountsOf(root) {
-			syscall.Unmount(m, syscall.MNT_DETACH)
-		}
-	})
-
+	d, root, state, stores := startTestDriver(t)
 	const n = 12
 	target := func(i int) string { return filepath.Join(root, "pods", fmt.Sprint(i), "vol") }
 	attrs := func(i int) map[string]string {
@@ -181,6 +132,110 @@ func TestDriverConcurrentPublishes(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(state, "views", "*")); len(left) != 0 {
 		t.Fatalf("views left: %v", left)
+	}
+}
+
+// startTestDriver builds the binary, ingests a small dataset on file://
+// stores and runs the driver in-process on a socket under the test's
+// root; it is stopped, and every mount under the root taken off, at the
+// test's end.
+func startTestDriver(t *testing.T) (d *Driver, root, state, stores string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: this test mounts FUSE and needs root")
+		}
+		t.Skip("needs root (FUSE mounts)")
+	}
+	root = t.TempDir()
+	bin := filepath.Join(root, "shardfs")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/shardfs").CombinedOutput(); err != nil {
+		t.Fatalf("build shardfs: %v\n%s", err, out)
+	}
+	src := filepath.Join(root, "src")
+	if _, err := synth.Write(src, synth.Imbalanced(120, 3, 0.6, 1_000, 8_000, 3)); err != nil {
+		t.Fatal(err)
+	}
+	stores = fmt.Sprintf("file://%s/s0,file://%s/s1,file://%s/s2", root, root, root)
+	if out, err := exec.Command(bin, "ingest", "--stores="+stores, "--data=2", "--parity=1", src, "train").CombinedOutput(); err != nil {
+		t.Fatalf("ingest: %v\n%s", err, out)
+	}
+	state = filepath.Join(root, "state")
+	args := func(attrs map[string]string) ([]string, error) {
+		keys := make([]string, 0, len(attrs))
+		for k := range attrs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var out []string
+		for _, k := range keys {
+			if k != "dataset" {
+				out = append(out, "--"+k+"="+attrs[k])
+			}
+		}
+		return append(out, attrs["dataset"]), nil
+	}
+	d, err := New(Config{DriverName: "csi.shardfs.io", NodeID: "n", StateDir: state, MountCommand: []string{bin, "mount"}, Args: args,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- d.Run(ctx, "unix://"+filepath.Join(root, "csi.sock")) }()
+	t.Cleanup(func() {
+		cancel()
+		<-served
+		for _, m := range mountsOf(root) {
+			syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	})
+	return d, root, state, stores
+}
+
+// A publish to a view whose daemon has just died, before its watch
+// restarts it: the publish starts the daemon again and binds, rather than
+// binding to the dead mount (CI saw "transport endpoint is not connected"
+// from the concurrent test). Three rounds of kill, then publish at once.
+func TestPublishToADeadDaemon(t *testing.T) {
+	d, root, _, stores := startTestDriver(t)
+	attrs := map[string]string{"dataset": "train", "stores": stores, "batch-size": "8", "cache-size": "16MiB"}
+	target := func(i int) string { return filepath.Join(root, "pods", fmt.Sprint(i), "vol") }
+	if _, err := d.NodePublishVolume(context.Background(), publishRequest("vol-0", target(0), attrs)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		d.mu.Lock()
+		v := d.targets[target(0)]
+		d.mu.Unlock()
+		v.mu.Lock()
+		pid := v.st.PID
+		v.mu.Unlock()
+		syscall.Kill(pid, syscall.SIGKILL)
+		if _, err := d.NodePublishVolume(context.Background(), publishRequest(fmt.Sprint("vol-", i), target(i), attrs)); err != nil {
+			t.Fatalf("round %d: a publish right after the view's daemon (pid %d) was killed: %v", i, pid, err)
+		}
+		for k := 0; k <= i; k++ {
+			deadline := time.Now().Add(time.Minute)
+			for {
+				b, err := os.ReadFile(filepath.Join(target(k), "epochs/0000/rank-000/index.csv"))
+				if err == nil && len(b) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: target %d does not serve: %v", i, k, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	for i := 0; i <= 3; i++ {
+		if _, err := d.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: fmt.Sprint("vol-", i), TargetPath: target(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := mountsOf(root); len(m) != 0 {
+		t.Fatalf("mounts left: %v", m)
 	}
 }
 

@@ -164,6 +164,20 @@ func (d *Driver) publishTo(ctx context.Context, v *view, volumeID, target string
 	if v.gone {
 		return nil, true
 	}
+	if dm := v.dm; dm != nil {
+		if err := answers(v.staging()); err != nil {
+			// Its daemon died and the watch has not restarted it yet: a
+			// bind now would bind a dead mount. Wait for the exit the
+			// watch waits for, then start it here, as the watch would.
+			select {
+			case <-dm.exited:
+				d.log.Warn("the view's mount daemon exited; a publish starts it again", "view", v.key, "pid", dm.pid)
+				v.dm = nil
+			case <-time.After(answerTimeout):
+				return fmt.Errorf("the view's mount daemon (pid %d) does not answer: %w", dm.pid, err), false
+			}
+		}
+	}
 	switch {
 	case v.dm == nil && len(v.st.Targets) > 0:
 		// The view's daemon died and is being restarted: start it now,

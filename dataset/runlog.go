@@ -273,55 +273,108 @@ type FeedbackSource struct {
 	Log        *slog.Logger
 }
 
-// BindFeedback gives spec's feedback rule the strata of h and the reports
-// of src's run: epoch e's order then waits for the report of epoch e-1,
-// up to src.Wait. A spec without feedback is left as it is.
-func BindFeedback(h *manifest.Header, spec *layout.Spec, src FeedbackSource) error {
+// BindFeedback gives spec's feedback rule its weights: epoch e's from the
+// reports of epochs 0..e-1 of src's run, each read once from the stores
+// (waiting up to src.Wait for one not yet made) and kept. It returns what
+// it bound (nil for a spec without feedback), which says how many epochs'
+// weights are known.
+func BindFeedback(h *manifest.Header, spec *layout.Spec, src FeedbackSource) (*FeedbackWeights, error) {
 	f := spec.Feedback
 	if f == nil {
-		return nil
+		return nil, nil
 	}
 	if err := CheckRunName(src.Run); err != nil {
-		return err
+		return nil, err
 	}
-	names := make([]string, len(h.Strata))
-	for c, s := range h.Strata {
-		names[c] = s.Name
+	fw := &FeedbackWeights{rule: f, src: src}
+	for _, s := range h.Strata {
+		fw.names = append(fw.names, s.Name)
 	}
-	f.Strata = len(names)
-	poll := cmp.Or(src.Poll, 2*time.Second)
-	f.Reports = func(epoch int) ([]float64, error) {
-		deadline := time.Now().Add(src.Wait)
-		waited := false
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			r, err := ReadReport(ctx, src.Stores, src.Name, src.Run, epoch)
-			cancel()
-			if err == nil && r != nil {
-				v, err := layout.CheckReport(r.Strata, names)
-				if err != nil {
-					return nil, fmt.Errorf("run %s: epoch %d's report: %v", src.Run, epoch, err)
-				}
-				if waited && src.Log != nil {
-					src.Log.Info("the trainer's report arrived", "run", src.Run, "epoch", epoch)
-				}
-				return v, nil
-			}
-			if time.Now().Add(poll).After(deadline) {
-				if err != nil {
-					return nil, err
-				}
-				return nil, fmt.Errorf("run %s: epoch %d's weights come from the trainer's report of epoch %d, and none is recorded (waited %v): report it on rank 0 when the epoch ends (the Python loader's report(), or shardfs report --run %s --epoch %d %s FILE)",
-					src.Run, epoch+1, epoch, src.Wait, src.Run, epoch, src.Name)
-			}
-			if !waited && src.Log != nil {
-				src.Log.Info("waiting for the trainer's report of the epoch before", "run", src.Run, "epoch", epoch+1, "report_of", epoch, "wait", src.Wait)
-			}
-			waited = true
-			time.Sleep(poll)
+	f.Weights = fw.weights
+	return fw, nil
+}
+
+// FeedbackWeights are a run's feedback weights, computed as far as the
+// reports read so far allow.
+type FeedbackWeights struct {
+	rule  *layout.Feedback
+	src   FeedbackSource
+	names []string // the strata, as reports name them
+
+	mu      sync.Mutex
+	reports [][]float64 // reports[e]: epoch e's, read
+	reading sync.Mutex  // held by the one caller reading the next reports; mu stays free
+}
+
+// Known is the number of epochs whose weights are computed (0..Known-1),
+// without waiting for any report.
+func (fw *FeedbackWeights) Known() int {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	return len(fw.reports) + 1
+}
+
+// weights is layout.Feedback.Weights: epoch e's multipliers.
+func (fw *FeedbackWeights) weights(e int) ([]float64, error) {
+	fw.mu.Lock()
+	if e <= len(fw.reports) {
+		defer fw.mu.Unlock()
+		return fw.rule.Multipliers(len(fw.names), fw.reports[:e])
+	}
+	fw.mu.Unlock()
+	fw.reading.Lock()
+	defer fw.reading.Unlock()
+	for {
+		fw.mu.Lock()
+		n := len(fw.reports)
+		if e <= n {
+			defer fw.mu.Unlock()
+			return fw.rule.Multipliers(len(fw.names), fw.reports[:e])
 		}
+		fw.mu.Unlock()
+		r, err := fw.read(n)
+		if err != nil {
+			return nil, err
+		}
+		fw.mu.Lock()
+		fw.reports = append(fw.reports, r)
+		fw.mu.Unlock()
 	}
-	return nil
+}
+
+// read is epoch's report, waiting for it up to src.Wait.
+func (fw *FeedbackWeights) read(epoch int) ([]float64, error) {
+	src := fw.src
+	poll := cmp.Or(src.Poll, 2*time.Second)
+	deadline := time.Now().Add(src.Wait)
+	waited := false
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		r, err := ReadReport(ctx, src.Stores, src.Name, src.Run, epoch)
+		cancel()
+		if err == nil && r != nil {
+			v, err := layout.CheckReport(r.Strata, fw.names)
+			if err != nil {
+				return nil, fmt.Errorf("run %s: epoch %d's report: %v", src.Run, epoch, err)
+			}
+			if waited && src.Log != nil {
+				src.Log.Info("the trainer's report arrived", "run", src.Run, "epoch", epoch)
+			}
+			return v, nil
+		}
+		if time.Now().Add(poll).After(deadline) {
+			if err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("run %s: epoch %d's weights come from the trainer's report of epoch %d, and none is recorded (waited %v): report it on rank 0 when the epoch ends (the Python loader's report(), or shardfs report --run %s --epoch %d %s FILE)",
+				src.Run, epoch+1, epoch, src.Wait, src.Run, epoch, src.Name)
+		}
+		if !waited && src.Log != nil {
+			src.Log.Info("waiting for the trainer's report of the epoch before", "run", src.Run, "epoch", epoch+1, "report_of", epoch, "wait", src.Wait)
+		}
+		waited = true
+		time.Sleep(poll)
+	}
 }
 
 // Epoch records (mount --follow): which dataset version each epoch of a

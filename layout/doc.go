@@ -1,6 +1,10 @@
 // Package layout owns the order of a training run and the byte layout of
 // every virtual file. It is pure: no I/O, no goroutines, no clocks, no map
-// iteration in any result. Same inputs, same output, on any machine.
+// iteration in any result. Same inputs, same output, on any machine. The
+// one input that is neither a flag nor the data, the trainer's reports
+// that --feedback weights epochs from, reaches it as a function a caller
+// binds (Feedback.Weights, set by dataset.BindFeedback); the rule itself
+// (Feedback.Multipliers) is here.
 //
 // # The global order
 //

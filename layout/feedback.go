@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // Feedback re-weights the strata epoch by epoch from what the trainer
@@ -27,23 +26,20 @@ import (
 // values reported (a constant added to every r changes nothing), and
 // strata with no samples get nothing.
 //
-// The weights are a pure function of the reports, so every node that
-// reads the same reports computes the same order, and a resumed job (of
-// any world size) recomputes exactly the weights it had. Reports is the
-// only input that is not a flag: a mount reads it from the run's log in
-// the stores (dataset.ReadReport).
+// The weights are a pure function of the reports (Multipliers), so every
+// node that reads the same reports computes the same order, and a resumed
+// job (of any world size) recomputes exactly the weights it had. The
+// reports are the only input that is not a flag: Weights, set by whoever
+// binds the spec to a run's log (dataset.BindFeedback, which reads them
+// from the stores and keeps each epoch's multipliers), gives them to
+// Spec.Params.
 type Feedback struct {
 	Step  float64 // η, the step size
 	Floor float64 // f, the least share of an epoch every stratum with samples gets
-	// Strata is the dataset's number of strata, the length of a report.
-	Strata int
-	// Reports gives the trainer's report of epoch e, one value per stratum
-	// (NaN where the report is silent). It may wait for the report.
-	Reports func(epoch int) ([]float64, error)
-
-	mu      sync.Mutex
-	mult    [][]float64 // mult[e]: the multipliers w^e, π^e ∝ n^α·w^e, as far as computed
-	reading sync.Mutex  // held by the one caller asking Reports for the next epochs
+	// Weights gives epoch e's multipliers w^e (Multipliers of the reports
+	// of epochs 0..e-1). It may wait for a report; nil: the spec is bound
+	// to no run, and only epoch 0 has weights.
+	Weights func(epoch int) ([]float64, error)
 }
 
 // DefaultFeedbackStep and DefaultFeedbackFloor are the rule's defaults: a
@@ -107,66 +103,22 @@ func (f *Feedback) String() string {
 	return "eg:step=" + strconv.FormatFloat(f.Step, 'g', -1, 64) + ",floor=" + strconv.FormatFloat(f.Floor, 'g', -1, 64)
 }
 
-// Multipliers are the weights w^e of epoch e (π^e ∝ n^α·w^e), from the
-// reports of epochs 0..e-1. Computed once per epoch and kept: Params asks
-// for them on every directory opened.
-func (f *Feedback) Multipliers(e int) ([]float64, error) {
-	if w, _ := f.known(e); w != nil {
-		return w, nil
+// Multipliers are epoch e's weights w^e (π^e ∝ n^α·w^e) for strata
+// strata, from the reports of epochs 0..e-1, each one value per stratum
+// (NaN where the report is silent): w^0 = 1, w^{e+1} = NextMultipliers(w^e,
+// r^e).
+func (f *Feedback) Multipliers(strata int, reports [][]float64) ([]float64, error) {
+	w := make([]float64, strata)
+	for c := range w {
+		w[c] = 1
 	}
-	// One caller waits for the reports at a time; the epochs already
-	// known stay readable meanwhile (known takes mu alone).
-	f.reading.Lock()
-	defer f.reading.Unlock()
-	for {
-		w, n := f.known(e)
-		if w != nil {
-			return w, nil
+	for e, r := range reports {
+		if len(r) != strata {
+			return nil, fmt.Errorf("epoch %d's report has %d values for %d strata", e, len(r), strata)
 		}
-		f.mu.Lock()
-		prev := f.mult[n-1]
-		f.mu.Unlock()
-		if f.Reports == nil {
-			return nil, fmt.Errorf("epoch %d's weights come from the trainer's reports, and this order reads none (name a dataset and its run)", e)
-		}
-		r, err := f.Reports(n - 1)
-		if err != nil {
-			return nil, err
-		}
-		if len(r) != f.Strata {
-			return nil, fmt.Errorf("epoch %d's report has %d values for %d strata", n-1, len(r), f.Strata)
-		}
-		next := NextMultipliers(prev, r, f.Step)
-		f.mu.Lock()
-		f.mult = append(f.mult, next)
-		f.mu.Unlock()
+		w = NextMultipliers(w, r, f.Step)
 	}
-}
-
-// Known is the number of epochs whose weights are computed (0..Known-1),
-// without waiting for any report.
-func (f *Feedback) Known() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return max(1, len(f.mult))
-}
-
-// known returns epoch e's multipliers if they are computed, else nil and
-// the number of epochs that are.
-func (f *Feedback) known(e int) ([]float64, int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.mult) == 0 {
-		w := make([]float64, f.Strata)
-		for c := range w {
-			w[c] = 1
-		}
-		f.mult = [][]float64{w}
-	}
-	if e < len(f.mult) {
-		return slices.Clone(f.mult[e]), len(f.mult)
-	}
-	return nil, len(f.mult)
+	return w, nil
 }
 
 // NextMultipliers is one exponentiated-gradient step: w'_c = w_c·exp(η·r_c),

@@ -57,12 +57,17 @@ func TestPropertyFeedback(t *testing.T) {
 			}
 		}
 		asked := map[int]int{}
-		fb := func() *Feedback {
-			return &Feedback{Step: 0.2 + rng.Float64()*2, Floor: []float64{0, 0.01, 0.05}[rng.IntN(3)], Strata: in.NumStrata,
-				Reports: func(e int) ([]float64, error) { asked[e]++; return reports[e], nil }}
+		f := &Feedback{Step: 0.2 + rng.Float64()*2, Floor: []float64{0, 0.01, 0.05}[rng.IntN(3)]}
+		// As dataset.BindFeedback gives them: epoch e's from the reports
+		// of epochs 0..e-1.
+		f.Weights = func(e int) ([]float64, error) {
+			for k := range e {
+				asked[k]++
+			}
+			return f.Multipliers(in.NumStrata, reports[:e])
 		}
-		f := fb()
-		twin := &Feedback{Step: f.Step, Floor: f.Floor, Strata: f.Strata, Reports: f.Reports}
+		twin := &Feedback{Step: f.Step, Floor: f.Floor}
+		twin.Weights = func(e int) ([]float64, error) { return twin.Multipliers(in.NumStrata, reports[:e]) }
 		active := 0
 		for c := range in.NumStrata {
 			if in.Count(c) > 0 {

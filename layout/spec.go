@@ -218,9 +218,14 @@ func (s *Spec) Params(e, rank int) (Params, error) {
 		}
 	}
 	if f := s.Feedback; f != nil {
-		var err error
-		if p.Weights, err = f.Multipliers(e); err != nil {
-			return p, err
+		switch {
+		case f.Weights != nil:
+			var err error
+			if p.Weights, err = f.Weights(e); err != nil {
+				return p, err
+			}
+		case e > 0:
+			return p, fmt.Errorf("epoch %d's weights come from the trainer's reports, and this order reads none (name a dataset and its run)", e)
 		}
 		p.MinShare = f.Floor
 	}

@@ -100,10 +100,11 @@ type Mount struct {
 	log           *slog.Logger
 	leases        []*dataset.Lease // on the versions served, until the mount ends
 	hinters       []*dataset.Hinter
-	spec          *layout.Spec // the run's order
-	run           string       // the run the feedback's reports are read from
-	follow        *follower    // --follow; nil without
-	cache         *cache.Cache // the memory cache every reader shares
+	spec          *layout.Spec             // the run's order
+	run           string                   // the run the feedback's reports are read from
+	follow        *follower                // --follow; nil without
+	feedback      *dataset.FeedbackWeights // --feedback; nil without
+	cache         *cache.Cache             // the memory cache every reader shares
 	readerCfg     prefetch.Config
 }
 
@@ -374,10 +375,12 @@ func (mt *Mount) readPath(cfg Config) (readPath, error) {
 		rp = readPath{cat: mt.Mix, fetch: mt.Mix, ns: mt.Mix.Namespace()}
 		plan, err = mt.Mix.PlanOrder(cfg.Spec)
 	default:
-		if err := dataset.BindFeedback(&ds.Manifest.Header, cfg.Spec, dataset.FeedbackSource{
-			Stores: ds.Stores, Name: ds.Name, Run: cfg.Run, Wait: cfg.ReportWait, Log: mt.log}); err != nil {
+		fw, err := dataset.BindFeedback(&ds.Manifest.Header, cfg.Spec, dataset.FeedbackSource{
+			Stores: ds.Stores, Name: ds.Name, Run: cfg.Run, Wait: cfg.ReportWait, Log: mt.log})
+		if err != nil {
 			return readPath{}, err
 		}
+		mt.feedback = fw
 		plan, err = dataset.PlanOrder(ds, cfg.Spec)
 	}
 	if err != nil {
@@ -486,14 +489,14 @@ func (mt *Mount) StatsJSON() []byte {
 		m["follow"] = map[string]any{"run": mt.run, "epochs": mt.follow.servedVersions()}
 		snap = m
 	}
-	if f := mt.spec.Feedback; f != nil && mt.Mix == nil {
+	if f := mt.spec.Feedback; f != nil && mt.feedback != nil {
 		// The weights --feedback computed so far: each epoch's share of
 		// every stratum, from the reports read.
 		b, _ := json.Marshal(snap)
 		var m map[string]any
 		json.Unmarshal(b, &m)
 		var epochs []map[string]any
-		for e := range f.Known() {
+		for e := range mt.feedback.Known() {
 			p, err := mt.spec.Params(e, 0)
 			if err != nil {
 				break

@@ -273,7 +273,8 @@ func (f *orderFlags) bindFeedback(h *manifest.Header, stores []backend.Store, na
 	if stores == nil {
 		return fmt.Errorf("--feedback computes each epoch's weights from the reports of --run in the stores: name a dataset")
 	}
-	return dataset.BindFeedback(h, s, dataset.FeedbackSource{Stores: stores, Name: name, Run: f.run})
+	_, err = dataset.BindFeedback(h, s, dataset.FeedbackSource{Stores: stores, Name: name, Run: f.run})
+	return err
 }
 
 // mixParts parses --mix into dataset names and weights, in the order given.
