@@ -488,8 +488,12 @@ func RecordEpoch(ctx context.Context, stores []backend.Store, name, run string, 
 	}
 	host, _ := os.Hostname()
 	lock, lctx, err := AcquireLock(ctx, stores, name, fmt.Sprintf("follow-%s-%d", host, os.Getpid()), LockOptions{Key: RunLockKey(name, run), Logger: log})
-	if errors.Is(err, ErrLocked) {
+	switch {
+	case errors.Is(err, ErrLocked):
 		return nil, fmt.Errorf("run %s, epoch %d: %w: %v", run, epoch, ErrRecording, err)
+	case errors.Is(err, backend.ErrAccessDenied):
+		// Read-only credentials: a node that can write records it.
+		return nil, fmt.Errorf("run %s, epoch %d: this node cannot write the run's log (read-only credentials), so it waits for one that can to record the epoch: %w", run, epoch, ErrRecording)
 	}
 	if err != nil {
 		return nil, err

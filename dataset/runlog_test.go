@@ -138,3 +138,45 @@ var errDown = errors.New("store down")
 
 func (brokenStore) Create(context.Context, string, []byte) error { return errDown }
 func (brokenStore) Stat(context.Context, string) (int64, error)  { return 0, errDown }
+
+// Epoch records: the first recorder's choice stands for every later one;
+// a node with read-only credentials records nothing and is told to wait
+// (ErrRecording), then reads what a writer recorded.
+func TestRunLogEpochs(t *testing.T) {
+	ctx := context.Background()
+	stores, _ := localStores(t, 5)
+	r, err := RecordEpoch(ctx, stores, "ds", "f", 0, func() (int, error) { return 3, nil }, nil)
+	if err != nil || r.Version != 3 {
+		t.Fatalf("first record: %+v %v", r, err)
+	}
+	r, err = RecordEpoch(ctx, stores, "ds", "f", 0, func() (int, error) { return 4, nil }, nil)
+	if err != nil || r.Version != 3 {
+		t.Fatalf("a later recorder of epoch 0 got %+v %v, want the first's version 3", r, err)
+	}
+	ro := make([]backend.Store, len(stores))
+	for i, s := range stores {
+		ro[i] = readOnlyStore{s}
+	}
+	if _, err := RecordEpoch(ctx, ro, "ds", "f", 1, func() (int, error) { return 4, nil }, nil); !errors.Is(err, ErrRecording) || !strings.Contains(err.Error(), "read-only credentials") {
+		t.Fatalf("a read-only node recording epoch 1: %v", err)
+	}
+	if got, err := ReadEpochRecord(ctx, stores, "ds", "f", 1); got != nil || err != nil {
+		t.Fatalf("the read-only node wrote %+v (%v)", got, err)
+	}
+	if _, err := RecordEpoch(ctx, stores, "ds", "f", 1, func() (int, error) { return 4, nil }, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := RecordEpoch(ctx, ro, "ds", "f", 1, func() (int, error) { return 5, nil }, nil); err != nil || r.Version != 4 {
+		t.Fatalf("the read-only node, once a writer recorded epoch 1: %+v %v", r, err)
+	}
+	vs, err := RunVersions(ctx, stores, "ds")
+	if err != nil || len(vs) != 2 || len(vs[3]) != 1 || vs[3][0] != "run f epoch 0 (--follow)" || vs[4][0] != "run f epoch 1 (--follow)" {
+		t.Fatalf("RunVersions: %v %v", vs, err)
+	}
+}
+
+// readOnlyStore refuses every write, as a store does to read-only keys.
+type readOnlyStore struct{ backend.Store }
+
+func (readOnlyStore) Create(context.Context, string, []byte) error { return backend.ErrAccessDenied }
+func (readOnlyStore) Put(context.Context, string, []byte) error    { return backend.ErrAccessDenied }
