@@ -154,7 +154,7 @@ errors on their open files).`,
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
 	fl.DurationVar(&f.reportWait, "report-wait", 10*time.Minute, "how long opening an epoch waits for the run's log: with --feedback the trainer's report of the epoch before, with --follow another node recording the epoch's version; then EIO, and the log says what is missing")
-	fl.BoolVar(&f.follow, "follow", false, "serve each epoch from the newest dataset version committed when the epoch was first opened by any node: an append made during training joins at the next epoch, never mid-epoch; the version of each epoch is recorded under --run in the stores, so every node and a resumed job serve the same (needs --run and write credentials on the node that records; metadata format 1)")
+	fl.BoolVar(&f.follow, "follow", false, "serve each epoch from the newest dataset version committed when the epoch was first opened by any node: an append made during training joins at the next epoch, never mid-epoch; the version of each epoch is recorded under --run in the stores, so every node and a resumed job serve the same (needs --run; a node with read-only credentials waits for one that can write to record the epoch; metadata format 1)")
 	fl.BoolVar(&f.daemon, "daemon", false, "run in the background: return once the tree is served (exit 0), or with the mount's error;\n"+
 		"stop the daemon with umount MOUNTPOINT")
 	fl.BoolVar(&f.mkdir, "mkdir", false, "create MOUNTPOINT (and its parents) if missing, as a container whose volume holds only the parent needs")
