@@ -68,16 +68,8 @@ func TestDriverConcurrentPublishes(t *testing.T) {
 	}
 	// Every target serves, after the killed daemon's restart.
 	for i := range n {
-		deadline := time.Now().Add(time.Minute)
-		for {
-			b, err := os.ReadFile(filepath.Join(target(i), "epochs/0000/rank-000/index.csv"))
-			if err == nil && len(b) > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("target %d does not serve a minute after the publishes: %v", i, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := serves(target(i)); err != nil {
+			t.Fatalf("target %d does not serve a minute after the publishes: %v", i, err)
 		}
 	}
 	d.mu.Lock()
@@ -216,16 +208,8 @@ func TestPublishToADeadDaemon(t *testing.T) {
 			t.Fatalf("round %d: a publish right after the view's daemon (pid %d) was killed: %v", i, pid, err)
 		}
 		for k := 0; k <= i; k++ {
-			deadline := time.Now().Add(time.Minute)
-			for {
-				b, err := os.ReadFile(filepath.Join(target(k), "epochs/0000/rank-000/index.csv"))
-				if err == nil && len(b) > 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("round %d: target %d does not serve: %v", i, k, err)
-				}
-				time.Sleep(100 * time.Millisecond)
+			if err := serves(target(k)); err != nil {
+				t.Fatalf("round %d: target %d does not serve: %v", i, k, err)
 			}
 		}
 	}
@@ -236,6 +220,24 @@ func TestPublishToADeadDaemon(t *testing.T) {
 	}
 	if m := mountsOf(root); len(m) != 0 {
 		t.Fatalf("mounts left: %v", m)
+	}
+}
+
+// serves waits up to a minute for target to serve an index.csv.
+func serves(target string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, err := os.ReadFile(filepath.Join(target, "epochs/0000/rank-000/index.csv"))
+		if err == nil && len(b) > 0 {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("an empty index.csv")
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
