@@ -375,12 +375,10 @@ func (mt *Mount) readPath(cfg Config) (readPath, error) {
 		rp = readPath{cat: mt.Mix, fetch: mt.Mix, ns: mt.Mix.Namespace()}
 		plan, err = mt.Mix.PlanOrder(cfg.Spec)
 	default:
-		fw, err := dataset.BindFeedback(&ds.Manifest.Header, cfg.Spec, dataset.FeedbackSource{
-			Stores: ds.Stores, Name: ds.Name, Run: cfg.Run, Wait: cfg.ReportWait, Log: mt.log})
-		if err != nil {
+		if mt.feedback, err = dataset.BindFeedback(&ds.Manifest.Header, cfg.Spec, dataset.FeedbackSource{
+			Stores: ds.Stores, Name: ds.Name, Run: cfg.Run, Wait: cfg.ReportWait, Log: mt.log}); err != nil {
 			return readPath{}, err
 		}
-		mt.feedback = fw
 		plan, err = dataset.PlanOrder(ds, cfg.Spec)
 	}
 	if err != nil {
