@@ -122,18 +122,18 @@ func (f *follower) source(v int) (*fs.Source, error) {
 		return nil, err
 	}
 	hinter.SetHeader(&ds.Manifest.Header)
+	served := false
+	defer func() {
+		if !served {
+			ds.Reader.Close() // the epoch answers EIO, and its next lookup opens the version again
+		}
+	}()
 	small, large := base.Manifest, ds.Manifest
 	if ds.Manifest.NumShards() < base.Manifest.NumShards() {
 		small, large = large, small
 	}
 	if err := appendOf(small, large); err != nil {
-		ds.Reader.Close()
 		return nil, fmt.Errorf("--follow: version %d is not an append of version %d, which this mount serves (%v): remount to read it", v, base.Manifest.VersionNumber(), err)
-	}
-	if l, err := dataset.TakeLease(ctx, f.stores, base.Name, ds.Manifest, f.mt.log); err == nil {
-		f.mt.leases = append(f.mt.leases, l)
-	} else {
-		f.mt.log.Warn("could not lease a followed version (read-only credentials?): shardfs gc cannot see that this mount reads it", "version", v, "err", err)
 	}
 	// The order bound to this version: time weights and windows over its
 	// own time buckets, new ones included.
@@ -160,6 +160,11 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	if large == ds.Manifest && large.NumShards() > f.largest.Load().NumShards() {
 		f.largest.Store(ds.Manifest)
 	}
+	if l, err := dataset.TakeLease(ctx, f.stores, base.Name, ds.Manifest, f.mt.log); err == nil {
+		f.mt.leases = append(f.mt.leases, l)
+	} else {
+		f.mt.log.Warn("could not lease a followed version (read-only credentials?): shardfs gc cannot see that this mount reads it", "version", v, "err", err)
+	}
 	r := prefetch.New(ds, cat.(prefetch.ReadCatalog), f.cache, f.mt.Metrics, f.pc, f.mt.log)
 	f.readers = append(f.readers, r)
 	// prefetch.New made r the cache's only judge of next use; every
@@ -176,6 +181,7 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	f.versions[v] = ds
 	s := &fs.Source{Catalog: cat, Input: in, Reader: r, ParamsAt: spec.Params}
 	f.sources[v] = s
+	served = true
 	f.mt.Metrics.VersionServed.Store(int64(max(int(f.mt.Metrics.VersionServed.Load()), v)))
 	f.mt.log.Info("serving a newer version's epochs", "version", v, "samples", dataset.SampleCount(ds.Manifest), "shards", ds.Manifest.NumShards())
 	return s, nil
