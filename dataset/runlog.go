@@ -165,12 +165,13 @@ func writeOnce(ctx context.Context, stores []backend.Store, key string, data []b
 	return ok, len(stores)/2 + 1, failed
 }
 
-// readMajority reads key from every store and returns the copy a majority
-// of all the stores hold (nil if none does), with how many stores hold the
-// most common copy, how many copies were found and how many stores did
-// not answer. valid rejects a copy that is not what key should hold. It
+// readMajority reads key from every store and returns the copy most of
+// them hold (ties to the smaller bytes; nil if none holds one), with how
+// many hold it, how many copies were found and how many stores did not
+// answer: the copy counts when most reaches a majority of all the stores
+// (counts). valid rejects a copy that is not what key should hold. It
 // fails when no store answers.
-func readMajority(ctx context.Context, stores []backend.Store, key string, limit int64, valid func([]byte) bool) (best []byte, most, copies, failed int, err error) {
+func readMajority(ctx context.Context, stores []backend.Store, key string, limit int64, valid func([]byte) bool) (top []byte, most, copies, failed int, err error) {
 	var mu sync.Mutex
 	var found [][]byte
 	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
@@ -197,7 +198,6 @@ func readMajority(ctx context.Context, stores []backend.Store, key string, limit
 	if len(found) == 0 && failed == len(stores) {
 		return nil, 0, 0, failed, fmt.Errorf("no store answered: %w", errors.Join(errs...))
 	}
-	need := len(stores)/2 + 1
 	slices.SortFunc(found, bytes.Compare)
 	for i := 0; i < len(found); {
 		j := i
@@ -205,15 +205,16 @@ func readMajority(ctx context.Context, stores []backend.Store, key string, limit
 			j++
 		}
 		if j-i > most {
-			most = j - i
-			if most >= need {
-				best = found[i]
-			}
+			top, most = found[i], j-i
 		}
 		i = j
 	}
-	return best, most, len(found), failed, nil
+	return top, most, len(found), failed, nil
 }
+
+// counts reports whether a copy held by most of stores counts: a majority
+// of all of them hold it.
+func counts(most int, stores []backend.Store) bool { return most >= len(stores)/2+1 }
 
 // ErrReportIncomplete: copies of a report exist, on fewer stores than a
 // report needs to count.
@@ -228,13 +229,13 @@ func ReadReport(ctx context.Context, stores []backend.Store, name, run string, e
 		var r EpochReport
 		return json.Unmarshal(b, &r) == nil && r.Epoch == epoch && r.Run == run
 	}
-	best, most, copies, failed, err := readMajority(ctx, stores, ReportKey(name, run, epoch), maxReportBytes, valid)
+	top, most, copies, failed, err := readMajority(ctx, stores, ReportKey(name, run, epoch), maxReportBytes, valid)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("run %s: reading epoch %d's report: %w", run, epoch, err)
-	case best != nil:
+	case counts(most, stores):
 		var r EpochReport
-		if err := json.Unmarshal(best, &r); err != nil {
+		if err := json.Unmarshal(top, &r); err != nil {
 			return nil, err
 		}
 		return &r, nil
@@ -431,45 +432,21 @@ func readEpoch(ctx context.Context, stores []backend.Store, name, run string, ep
 		var r EpochRecord
 		return json.Unmarshal(b, &r) == nil && r.Epoch == epoch && r.Run == run && r.Version > 0
 	}
-	best, most, copies, failed, err := readMajority(ctx, stores, EpochKey(name, run, epoch), maxEpochBytes, valid)
+	top, most, copies, failed, err := readMajority(ctx, stores, EpochKey(name, run, epoch), maxEpochBytes, valid)
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("run %s: reading epoch %d's record: %w", run, epoch, err)
-	case best != nil:
-		var r EpochRecord
-		return &r, nil, json.Unmarshal(best, &r)
 	case copies == 0:
 		return nil, nil, nil
 	}
-	// The copy most stores hold, ties to the smaller bytes: read again
-	// without the majority rule.
-	var mu sync.Mutex
-	var found [][]byte
-	backend.OnEvery(stores, func(i int, s backend.Store) error {
-		if b, err := readSmall(ctx, s, EpochKey(name, run, epoch), maxEpochBytes); err == nil && valid(b) {
-			mu.Lock()
-			found = append(found, b)
-			mu.Unlock()
-		}
-		return nil
-	})
-	slices.SortFunc(found, bytes.Compare)
-	var pick []byte
-	n := 0
-	for i := 0; i < len(found); {
-		j := i
-		for j < len(found) && bytes.Equal(found[j], found[i]) {
-			j++
-		}
-		if j-i > n {
-			pick, n = found[i], j-i
-		}
-		i = j
+	var r EpochRecord
+	if err := json.Unmarshal(top, &r); err != nil {
+		return nil, nil, err
 	}
-	if pick != nil {
-		partial = &EpochRecord{}
-		json.Unmarshal(pick, partial)
+	if counts(most, stores) {
+		return &r, nil, nil
 	}
+	partial = &r // the copy most stores hold, ties to the smaller bytes
 	return nil, partial, fmt.Errorf("run %s: epoch %d's record %w: %d of %d stores hold the same copy (%d copies, %d stores did not answer), and it takes %d",
 		run, epoch, ErrEpochIncomplete, most, len(stores), copies, failed, len(stores)/2+1)
 }

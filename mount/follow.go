@@ -40,8 +40,6 @@ type follower struct {
 	stores []backend.Store
 	run    string
 	wait   time.Duration
-	cache  *cache.Cache
-	pc     prefetch.Config
 
 	mu     sync.Mutex  // guards epochs; held for map accesses only
 	epochs map[int]int // epoch: the version it serves, as recorded
@@ -165,13 +163,13 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	} else {
 		f.mt.log.Warn("could not lease a followed version (read-only credentials?): shardfs gc cannot see that this mount reads it", "version", v, "err", err)
 	}
-	r := prefetch.New(ds, cat.(prefetch.ReadCatalog), f.cache, f.mt.Metrics, f.pc, f.mt.log)
+	r := prefetch.New(ds, cat.(prefetch.ReadCatalog), f.mt.cache, f.mt.Metrics, f.mt.readerCfg, f.mt.log)
 	f.readers = append(f.readers, r)
 	// prefetch.New made r the cache's only judge of next use; every
 	// reader's streams count, or an older epoch's prefetched chunks would
 	// look unneeded while its ranks still read it.
 	all := append([]*prefetch.Reader{f.mt.reader}, f.readers...)
-	f.cache.SetNextUse(func(k cache.Key) int64 {
+	f.mt.cache.SetNextUse(func(k cache.Key) int64 {
 		best := cache.NoUse
 		for _, rd := range all {
 			best = min(best, rd.NextUse(k))

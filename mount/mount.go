@@ -131,8 +131,8 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if cfg.ReadTimeout <= 0 {
 		return nil, fmt.Errorf("read timeout %v: must be positive", cfg.ReadTimeout)
 	}
-	if cfg.Follow && (cfg.Run == "" || cfg.Mix != nil) {
-		return nil, fmt.Errorf("mount %s: following new versions needs a run name, and one dataset (not a mix)", cfg.Name)
+	if cfg.Follow && (cfg.Run == "" || cfg.Mix != nil || cfg.Spec.Feedback != nil) {
+		return nil, fmt.Errorf("mount %s: following new versions needs a run name, one dataset (not a mix) and no feedback weights (an append may add strata under them)", cfg.Name)
 	}
 	if err := fs.CheckMountpoint(dir, log); err != nil {
 		return nil, err
@@ -167,7 +167,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	}
 	var sourceAt func(int) (*fs.Source, error)
 	if cfg.Follow {
-		mt.follow = &follower{mt: mt, stores: stores, run: cfg.Run, wait: cfg.ReportWait, cache: mt.cache, pc: mt.readerCfg,
+		mt.follow = &follower{mt: mt, stores: stores, run: cfg.Run, wait: cfg.ReportWait,
 			epochs: map[int]int{}, sources: map[int]*fs.Source{}, versions: map[int]*dataset.Dataset{}}
 		mt.follow.largest.Store(mt.Dataset.Manifest)
 		if mt.disk != nil {
@@ -480,19 +480,19 @@ func (mt *Mount) serveMetrics(addr string, profiles bool) error {
 // StatsJSON is the content of .shardfs/stats.json.
 func (mt *Mount) StatsJSON() []byte {
 	snap := any(mt.Metrics.Snapshot())
-	if mt.follow != nil {
-		b, _ := json.Marshal(snap)
-		var m map[string]any
-		json.Unmarshal(b, &m)
-		m["follow"] = map[string]any{"run": mt.run, "epochs": mt.follow.servedVersions()}
-		snap = m
+	if mt.follow == nil && mt.feedback == nil {
+		b, _ := json.MarshalIndent(snap, "", "  ")
+		return append(b, '\n')
 	}
-	if f := mt.spec.Feedback; f != nil && mt.feedback != nil {
-		// The weights --feedback computed so far: each epoch's share of
-		// every stratum, from the reports read.
-		b, _ := json.Marshal(snap)
-		var m map[string]any
-		json.Unmarshal(b, &m)
+	// The run's log as far as this mount has read it, beside the counters.
+	b, _ := json.Marshal(snap)
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	if mt.follow != nil {
+		m["follow"] = map[string]any{"run": mt.run, "epochs": mt.follow.servedVersions()}
+	}
+	if mt.feedback != nil {
+		// Each epoch's share of every stratum, from the reports read.
 		var epochs []map[string]any
 		for e := range mt.feedback.Known() {
 			p, err := mt.spec.Params(e, 0)
@@ -505,10 +505,9 @@ func (mt *Mount) StatsJSON() []byte {
 			}
 			epochs = append(epochs, map[string]any{"epoch": e, "shares": shares})
 		}
-		m["feedback"] = map[string]any{"rule": f.String(), "run": mt.run, "epochs": epochs}
-		snap = m
+		m["feedback"] = map[string]any{"rule": mt.spec.Feedback.String(), "run": mt.run, "epochs": epochs}
 	}
-	b, _ := json.MarshalIndent(snap, "", "  ")
+	b, _ = json.MarshalIndent(m, "", "  ")
 	return append(b, '\n')
 }
 

@@ -200,8 +200,7 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 			return nil, fmt.Errorf("--run: %v", err)
 		}
 	}
-	switch {
-	case f.feedback != "":
+	if f.feedback != "" {
 		if s.Feedback, err = layout.ParseFeedback(f.feedback); err != nil {
 			return nil, err
 		}
