@@ -289,6 +289,8 @@ func TestBenchmarks(t *testing.T) {
 		{"records", func() { records(t, r, work) }},
 		{"requests", func() { requestsPerEpoch(t, r, work) }},
 		{"fusereq", func() { fuseRequestSizes(t, r, work) }},
+		{"ingestcpu", func() { ingestCPU(t, r, work) }},
+		{"trainer", func() { trainerStall(t, r, work) }},
 		// Only when asked: SHARDFS_BENCH_ONLY=baseline SHARDFS_BENCH_BASELINE=<rev>.
 		{"baseline", func() { againstBaseline(t, r, work) }},
 	}

@@ -376,17 +376,7 @@ func latencyRegime(t *testing.T, r *report, work string) {
 			// The trainer: 100 ms of compute per batch of 64; GPU-idle time
 			// over compute time. shardfs reads the epoch's batch tars; the
 			// best peer reads the same samples as files, first batches only.
-			trainer := func(args ...string) float64 {
-				out := run(t, "/usr/bin/python3", append([]string{"trainer.py"}, args...)...)
-				var tr struct {
-					Batches int     `json:"batches"`
-					Stall   float64 `json:"stall"`
-				}
-				if err := json.Unmarshal([]byte(lastLine(out)), &tr); err != nil || tr.Batches == 0 {
-					t.Fatalf("trainer.py: %v: %s", err, out)
-				}
-				return tr.Stall
-			}
+			trainer := func(args ...string) float64 { return runTrainer(t, args...).Stall }
 			res.trainerSFS = repeat(func() float64 {
 				n++
 				mnt := filepath.Join(work, fmt.Sprintf("latency-train-%d", n))

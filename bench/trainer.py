@@ -1,7 +1,9 @@
 """A real trainer's view of a loader: a PyTorch DataLoader with 8 workers
 reads batches for one pass while the "GPU" computes a fixed time per batch.
 Prints one JSON line: batches, samples, wall seconds, seconds the trainer
-waited for data (GPU idle), and the stall fraction = waited / compute.
+waited for data (GPU idle), the stall fraction = waited / compute, and the
+wait before each batch in ms (waits_ms[i] is batch i's; batch 0's is
+start-up, not counted in the stall).
 
     trainer.py tars RANK_DIR COMPUTE_S [BATCHES]
     trainer.py files ROOT INDEX_CSV COMPUTE_S [BATCHES]
@@ -69,7 +71,7 @@ def main():
         ds = FileBatches(sys.argv[2], sys.argv[3], limit)
     loader = DataLoader(ds, batch_size=None, num_workers=8, prefetch_factor=2)
     start = time.monotonic()
-    waited, batches, nbytes = 0.0, 0, 0
+    waited, batches, nbytes, waits = 0.0, 0, 0, []
     it = iter(loader)
     while True:
         t0 = time.monotonic()
@@ -77,13 +79,15 @@ def main():
             n = next(it)
         except StopIteration:
             break
+        w = time.monotonic() - t0
+        waits.append(round(w * 1000, 2))
         if batches > 0:  # the first batch is start-up, not a stall
-            waited += time.monotonic() - t0
+            waited += w
         batches += 1
         nbytes += int(n)
         time.sleep(compute)  # the GPU step
     wall = time.monotonic() - start
-    print(json.dumps({"batches": batches, "bytes": nbytes, "wall": wall, "waited": waited,
+    print(json.dumps({"batches": batches, "bytes": nbytes, "wall": wall, "waited": waited, "waits_ms": waits,
                       "stall": waited / (compute * max(batches - 1, 1))}))
 
 
