@@ -38,7 +38,8 @@ import (
 // stores, ⌊n/2⌋+1, hold exactly its bytes.
 //   - Each store holds at most one copy: the writer creates the object with
 //     a conditional PUT (backend.Store.Create: where one is, none is
-//     written) and never overwrites one.
+//     written) and never overwrites one, except to settle a full split
+//     (below), where no copy was ever taken.
 //   - Two sets of ⌊n/2⌋+1 of n stores share a store, which holds one copy,
 //     so at most one report of an epoch can ever reach a majority; a reader
 //     takes a report only when it sees a majority holding it. Readers that
@@ -55,9 +56,23 @@ import (
 //     written again completes it; a different one may take the stores
 //     left, and counts if it reaches a majority, since the first never did.
 //   - Availability: a report on every store stays readable while fewer than
-//     half the stores are down (m of RS(k, m) with k > m). Copies split so
-//     that no report can reach a majority (two writers racing with other
-//     numbers, each on half) leave the epoch unreadable, and say so.
+//     half the stores are down (m of RS(k, m) with k > m).
+//   - A full split is settled (settleSplit). Copies can end up on every
+//     store with none on a majority: a writer killed after reaching half
+//     the stores while the others were down, and another writer that then
+//     took the rest (3 and 3 of 6). No create can complete that, so a
+//     writer that finds it, every store answering, overwrites: it puts the
+//     copy most stores hold (ties to the smaller bytes) on every store.
+//     Why that is safe: (1) no reader ever took any copy of the key, for a
+//     copy is taken only at a majority, and until a settling starts copies
+//     are only created, never removed, so none ever had one; (2) no create
+//     can land while it runs, as every store holds a copy; (3) a settling
+//     only spreads the copy it chose, which so stays the one most stores
+//     hold, and every settler, killed or racing, chooses by the same rule
+//     from what it reads, so all spread the same copy, the only one that
+//     can ever reach a majority. Where a store does not answer, or holds
+//     none, nothing is overwritten: the store may hold, or still receive,
+//     a copy that makes another one count.
 //
 // Nothing here deletes: reports go with the dataset (shardfs delete).
 
@@ -131,9 +146,48 @@ func RecordReport(ctx context.Context, stores []backend.Store, name string, r *E
 		}
 	}
 	if ok, need, failed := writeOnce(ctx, stores, key, data, maxReportBytes); ok < need {
-		return fmt.Errorf("run %s: epoch %d's report reached %d of %d stores, fewer than the %d a report needs: %w", r.Run, r.Epoch, ok, len(stores), need, errors.Join(failed...))
+		settled, serr := settleSplit(ctx, stores, key, maxReportBytes, validReport(r.Run, r.Epoch))
+		switch {
+		case settled == nil:
+			return fmt.Errorf("run %s: epoch %d's report reached %d of %d stores, fewer than the %d a report needs: %w", r.Run, r.Epoch, ok, len(stores), need, errors.Join(append(failed, serr)...))
+		case !bytes.Equal(settled, data):
+			return fmt.Errorf("run %s: epoch %d's report: the stores were split between this report and another one (%s) that no reader had taken, and now hold the other one, which is %w: it stands for the epoch", r.Run, r.Epoch, settled, ErrReportRecorded)
+		}
 	}
 	return nil
+}
+
+// validReport accepts a copy that is a report of epoch of run.
+func validReport(run string, epoch int) func([]byte) bool {
+	return func(b []byte) bool {
+		var r EpochReport
+		return json.Unmarshal(b, &r) == nil && r.Epoch == epoch && r.Run == run
+	}
+}
+
+// settleSplit ends a full split of key (see the protocol above): when every
+// store answers and holds a valid copy, and no copy is on a majority, it
+// puts the copy most stores hold (ties to the smaller bytes) on every
+// store. It returns the copy that counts once it is done: the settled one,
+// or one that counted already; nil when the stores are not in a full split
+// (a store did not answer or holds none; then nothing is written), or the
+// puts reached too few stores (a later settling goes on with the same copy).
+func settleSplit(ctx context.Context, stores []backend.Store, key string, limit int64, valid func([]byte) bool) ([]byte, error) {
+	top, most, copies, failed, err := readMajority(ctx, stores, key, limit, valid)
+	switch {
+	case err != nil:
+		return nil, err
+	case counts(most, stores):
+		return top, nil
+	case failed > 0 || copies < len(stores):
+		return nil, nil
+	}
+	errs := backend.OnEvery(stores, func(i int, s backend.Store) error { return s.Put(ctx, key, top) })
+	ok, failures := backend.Split(errs)
+	if !counts(len(ok), stores) {
+		return nil, fmt.Errorf("settling a split of %s: %d of %d stores took the copy: %w", key, len(ok), len(stores), errors.Join(failures...))
+	}
+	return top, nil
 }
 
 // writeOnce creates key with data on every store (a conditional PUT, never
@@ -225,11 +279,7 @@ var ErrReportIncomplete = errors.New("is on fewer stores than a report needs")
 // an error that wraps ErrReportIncomplete; it also fails when no store
 // answers.
 func ReadReport(ctx context.Context, stores []backend.Store, name, run string, epoch int) (*EpochReport, error) {
-	valid := func(b []byte) bool {
-		var r EpochReport
-		return json.Unmarshal(b, &r) == nil && r.Epoch == epoch && r.Run == run
-	}
-	top, most, copies, failed, err := readMajority(ctx, stores, ReportKey(name, run, epoch), maxReportBytes, valid)
+	top, most, copies, failed, err := readMajority(ctx, stores, ReportKey(name, run, epoch), maxReportBytes, validReport(run, epoch))
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("run %s: reading epoch %d's report: %w", run, epoch, err)
@@ -386,10 +436,11 @@ func (fw *FeedbackWeights) read(epoch int) ([]float64, error) {
 // record of an epoch can ever count, so every node serves an epoch from
 // the same version. The lock is for progress, not for safety: two
 // recorders at once could split the stores between two versions so that
-// neither counts. A recorder killed part way leaves copies short of a
-// majority; the next one adopts the copy most stores hold (ties to the
-// smaller bytes), which is the version that epoch was first recorded
-// with, and completes it.
+// neither counts; a recorder that then finds a copy on every store and
+// none on a majority settles them (settleSplit). A recorder killed part
+// way leaves copies short of a majority; the next one adopts the copy most
+// stores hold (ties to the smaller bytes), which is the version that epoch
+// was first recorded with, and completes it.
 
 // EpochKey names the record of epoch of run.
 func EpochKey(name, run string, epoch int) string {
@@ -428,11 +479,7 @@ func ReadEpochRecord(ctx context.Context, stores []backend.Store, name, run stri
 // readEpoch is ReadEpochRecord, also returning the copy most stores hold
 // when none counts yet.
 func readEpoch(ctx context.Context, stores []backend.Store, name, run string, epoch int) (counted, partial *EpochRecord, err error) {
-	valid := func(b []byte) bool {
-		var r EpochRecord
-		return json.Unmarshal(b, &r) == nil && r.Epoch == epoch && r.Run == run && r.Version > 0
-	}
-	top, most, copies, failed, err := readMajority(ctx, stores, EpochKey(name, run, epoch), maxEpochBytes, valid)
+	top, most, copies, failed, err := readMajority(ctx, stores, EpochKey(name, run, epoch), maxEpochBytes, validEpoch(run, epoch))
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("run %s: reading epoch %d's record: %w", run, epoch, err)
@@ -449,6 +496,14 @@ func readEpoch(ctx context.Context, stores []backend.Store, name, run string, ep
 	partial = &r // the copy most stores hold, ties to the smaller bytes
 	return nil, partial, fmt.Errorf("run %s: epoch %d's record %w: %d of %d stores hold the same copy (%d copies, %d stores did not answer), and it takes %d",
 		run, epoch, ErrEpochIncomplete, most, len(stores), copies, failed, len(stores)/2+1)
+}
+
+// validEpoch accepts a copy that is a record of epoch of run.
+func validEpoch(run string, epoch int) func([]byte) bool {
+	return func(b []byte) bool {
+		var r EpochRecord
+		return json.Unmarshal(b, &r) == nil && r.Epoch == epoch && r.Run == run && r.Version > 0
+	}
 }
 
 // ErrRecording: another node holds the run's lock and is recording.
@@ -492,8 +547,20 @@ func RecordEpoch(ctx context.Context, stores []backend.Store, name, run string, 
 		rec = &EpochRecord{Run: run, Epoch: epoch, Version: v}
 	}
 	data, _ := json.Marshal(rec)
-	if ok, need, failed := writeOnce(lctx, stores, EpochKey(name, run, epoch), data, maxEpochBytes); ok < need {
-		return nil, fmt.Errorf("run %s: epoch %d's record reached %d of %d stores, fewer than the %d it needs: %w", run, epoch, ok, len(stores), need, errors.Join(failed...))
+	key := EpochKey(name, run, epoch)
+	if ok, need, failed := writeOnce(lctx, stores, key, data, maxEpochBytes); ok < need {
+		// Copies on every store and none on a majority (the protocol's
+		// full split) are settled; anything else waits for stores to
+		// answer again.
+		settled, serr := settleSplit(lctx, stores, key, maxEpochBytes, validEpoch(run, epoch))
+		if settled == nil {
+			return nil, fmt.Errorf("run %s: epoch %d's record reached %d of %d stores, fewer than the %d it needs: %w", run, epoch, ok, len(stores), need, errors.Join(append(failed, serr)...))
+		}
+		var r EpochRecord
+		if err := json.Unmarshal(settled, &r); err != nil {
+			return nil, err
+		}
+		return &r, nil
 	}
 	return rec, nil
 }

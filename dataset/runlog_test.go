@@ -3,9 +3,11 @@ package dataset
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -180,3 +182,118 @@ type readOnlyStore struct{ backend.Store }
 
 func (readOnlyStore) Create(context.Context, string, []byte) error { return backend.ErrAccessDenied }
 func (readOnlyStore) Put(context.Context, string, []byte) error    { return backend.ErrAccessDenied }
+
+// unreachableStore answers nothing, as a store that is down.
+type unreachableStore struct{ backend.Store }
+
+var errUnreachable = errors.New("store unreachable")
+
+func (unreachableStore) Stat(context.Context, string) (int64, error) { return 0, errUnreachable }
+func (unreachableStore) ReadAt(context.Context, string, []byte, int64) error {
+	return errUnreachable
+}
+func (unreachableStore) Create(context.Context, string, []byte) error { return errUnreachable }
+func (unreachableStore) Put(context.Context, string, []byte) error    { return errUnreachable }
+
+// A full split (a copy on every store, none on a majority: 3 and 3 of 6)
+// is settled by the next writer, to the copy most stores hold, ties to the
+// smaller bytes, for reports and epoch records alike; while a store does
+// not answer, or holds no copy, nothing is overwritten.
+func TestRunLogSettlesAFullSplit(t *testing.T) {
+	ctx := context.Background()
+	stores, _ := localStores(t, 6)
+	a := &EpochReport{Run: "r", Epoch: 0, Strata: map[string]float64{"x": 1}}
+	b := &EpochReport{Run: "r", Epoch: 0, Strata: map[string]float64{"x": 2}}
+	aData, _ := a.encode()
+	bData, _ := b.encode()
+	key := ReportKey("ds", "r", 0)
+	for i, s := range stores {
+		data := aData
+		if i >= 3 {
+			data = bData
+		}
+		if err := s.Create(ctx, key, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holding := func(want [][]byte) {
+		t.Helper()
+		for i, s := range stores {
+			got, err := readSmall(ctx, s, key, maxReportBytes)
+			if err != nil || !bytes.Equal(got, want[i]) {
+				t.Fatalf("store %d holds %q (%v), want %q", i, got, err, want[i])
+			}
+		}
+	}
+	split := [][]byte{aData, aData, aData, bData, bData, bData}
+	if got, err := ReadReport(ctx, stores, "ds", "r", 0); got != nil || !errors.Is(err, ErrReportIncomplete) {
+		t.Fatalf("a split read: %+v %v", got, err)
+	}
+	// One store down: it may hold a copy that decides, so nothing moves.
+	down := slices.Clone(stores)
+	down[4] = unreachableStore{stores[4]}
+	if err := RecordReport(ctx, down, "ds", b); err == nil || errors.Is(err, ErrReportRecorded) {
+		t.Fatalf("a report with a store down settled the split: %v", err)
+	}
+	holding(split)
+
+	// Every store answering: the writer of b settles, to a (the smaller
+	// bytes of the tie), and says that the other report stands.
+	if bytes.Compare(aData, bData) >= 0 {
+		t.Fatalf("the test expects a's bytes to sort first: %s %s", aData, bData)
+	}
+	err := RecordReport(ctx, stores, "ds", b)
+	if !errors.Is(err, ErrReportRecorded) || !strings.Contains(err.Error(), "split") {
+		t.Fatalf("settling writer of b: %v", err)
+	}
+	holding([][]byte{aData, aData, aData, aData, aData, aData})
+	for skip := range stores {
+		view := slices.Clone(stores)
+		view[skip] = unreachableStore{stores[skip]}
+		got, err := ReadReport(ctx, view, "ds", "r", 0)
+		if err != nil || got == nil || got.Strata["x"] != 1 {
+			t.Fatalf("reader without store %d: %+v %v", skip, got, err)
+		}
+	}
+	if err := RecordReport(ctx, stores, "ds", a); err != nil {
+		t.Fatalf("a again: %v", err)
+	}
+
+	// Epoch records: versions 3 and 4 split 3 and 3. With a store down,
+	// the recorder adopts version 3 (the tie's smaller bytes), cannot
+	// complete it, and overwrites nothing; with every store answering, it
+	// settles the split to version 3.
+	ekey := EpochKey("ds", "f", 0)
+	rec := func(v int) []byte { b, _ := json.Marshal(EpochRecord{Run: "f", Epoch: 0, Version: v}); return b }
+	for i, s := range stores {
+		v := 3
+		if i >= 3 {
+			v = 4
+		}
+		if err := s.Create(ctx, ekey, rec(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	epochsHeld := func(want ...int) {
+		t.Helper()
+		for i, s := range stores {
+			b, err := readSmall(ctx, s, ekey, maxEpochBytes)
+			if err != nil || !bytes.Equal(b, rec(want[i])) {
+				t.Fatalf("store %d holds %s (%v), want version %d", i, b, err, want[i])
+			}
+		}
+	}
+	choose := func() (int, error) { return 5, nil }
+	if got, err := RecordEpoch(ctx, down, "ds", "f", 0, choose, nil); err == nil {
+		t.Fatalf("recording a split epoch with a store down: %+v", got)
+	}
+	epochsHeld(3, 3, 3, 4, 4, 4)
+	got, err := RecordEpoch(ctx, stores, "ds", "f", 0, choose, nil)
+	if err != nil || got.Version != 3 {
+		t.Fatalf("recording a split epoch: %+v %v, want version 3", got, err)
+	}
+	epochsHeld(3, 3, 3, 3, 3, 3)
+	if got, err := ReadEpochRecord(ctx, stores, "ds", "f", 0); err != nil || got.Version != 3 {
+		t.Fatalf("read after settling: %+v %v", got, err)
+	}
+}

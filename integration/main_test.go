@@ -23,6 +23,9 @@ import (
 var binary, testBinary string
 
 func TestMain(m *testing.M) {
+	if os.Getenv("SHARDFS_TEST_RECORD_EPOCH") != "" {
+		os.Exit(recordEpochChild())
+	}
 	dir, err := os.MkdirTemp("", "shardfs-bin")
 	if err != nil {
 		panic(err)
