@@ -373,6 +373,10 @@ func (fw *FeedbackWeights) weights(e int) ([]float64, error) {
 		return fw.rule.Multipliers(len(fw.names), fw.reports[:e])
 	}
 	fw.mu.Unlock()
+	// The wait is this caller's, from now: callers that queue behind one
+	// reading (a DataLoader's workers opening the epoch at once) each wait
+	// --report-wait in all, not one after the other.
+	start := time.Now()
 	fw.reading.Lock()
 	defer fw.reading.Unlock()
 	for {
@@ -383,7 +387,7 @@ func (fw *FeedbackWeights) weights(e int) ([]float64, error) {
 			return fw.rule.Multipliers(len(fw.names), fw.reports[:e])
 		}
 		fw.mu.Unlock()
-		r, err := fw.read(n)
+		r, err := fw.read(n, start)
 		if err != nil {
 			return nil, err
 		}
@@ -393,11 +397,12 @@ func (fw *FeedbackWeights) weights(e int) ([]float64, error) {
 	}
 }
 
-// read is epoch's report, waiting for it up to src.Wait.
-func (fw *FeedbackWeights) read(epoch int) ([]float64, error) {
+// read is epoch's report, waiting for it until src.Wait after start; it
+// reads at least once.
+func (fw *FeedbackWeights) read(epoch int, start time.Time) ([]float64, error) {
 	src := fw.src
 	poll := cmp.Or(src.Poll, 2*time.Second)
-	deadline := time.Now().Add(src.Wait)
+	deadline := start.Add(src.Wait)
 	waited := false
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -413,18 +418,21 @@ func (fw *FeedbackWeights) read(epoch int) ([]float64, error) {
 			}
 			return v, nil
 		}
-		if time.Now().Add(poll).After(deadline) {
+		// The last read is at the deadline, not a poll before it: a wait
+		// shorter than the poll still waits.
+		left := time.Until(deadline)
+		if left <= 0 {
 			if err != nil {
 				return nil, err
 			}
-			return nil, fmt.Errorf("run %s: epoch %d's weights come from the trainer's report of epoch %d, and none is recorded (waited %v): report it on rank 0 when the epoch ends (the Python loader's report(), or shardfs report --run %s --epoch %d %s FILE)",
-				src.Run, epoch+1, epoch, src.Wait, src.Run, epoch, src.Name)
+			return nil, fmt.Errorf("run %s: epoch %d's weights come from the trainer's report of epoch %d, and none is recorded (waited %v, --report-wait %v): report it on rank 0 when the epoch ends (the Python loader's report(), or shardfs report --run %s --epoch %d %s FILE)",
+				src.Run, epoch+1, epoch, time.Since(start).Round(time.Millisecond), src.Wait, src.Run, epoch, src.Name)
 		}
 		if !waited && src.Log != nil {
 			src.Log.Info("waiting for the trainer's report of the epoch before", "run", src.Run, "epoch", epoch+1, "report_of", epoch, "wait", src.Wait)
 		}
 		waited = true
-		time.Sleep(poll)
+		time.Sleep(min(poll, left))
 	}
 }
 

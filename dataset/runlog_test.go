@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/shardfs/shardfs/backend"
 )
@@ -295,5 +297,51 @@ func TestRunLogSettlesAFullSplit(t *testing.T) {
 	epochsHeld(3, 3, 3, 3, 3, 3)
 	if got, err := ReadEpochRecord(ctx, stores, "ds", "f", 0); err != nil || got.Version != 3 {
 		t.Fatalf("read after settling: %+v %v", got, err)
+	}
+}
+
+// A reader of the run log waits its whole wait, also one shorter than its
+// poll (it used to stop a poll before the deadline: --report-wait 1s did
+// not wait at all), and takes a report that arrives meanwhile.
+func TestFeedbackReadWaitsItsWait(t *testing.T) {
+	stores, _ := localStores(t, 3)
+	const wait = 300 * time.Millisecond
+	fw := &FeedbackWeights{names: []string{"a", "b"}, src: FeedbackSource{Stores: stores, Name: "ds", Run: "w", Wait: wait, Poll: 2 * time.Second}}
+	start := time.Now()
+	if _, err := fw.read(0, start); err == nil || !strings.Contains(err.Error(), "none is recorded") {
+		t.Fatalf("no report: %v", err)
+	}
+	if took := time.Since(start); took < wait || took > 30*time.Second {
+		t.Fatalf("a wait of %v gave up after %v", wait, took)
+	}
+	// Callers at once (a DataLoader's workers opening the epoch) each wait
+	// their own --report-wait, not one after the other's.
+	var wg sync.WaitGroup
+	var took [8]time.Duration
+	for i := range took {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			if _, err := fw.weights(1); err == nil {
+				t.Errorf("caller %d got weights without a report", i)
+			}
+			took[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for i, d := range took {
+		if d > wait+1500*time.Millisecond {
+			t.Fatalf("caller %d of 8 at once gave up after %v with a wait of %v (all: %v)", i, d, wait, took)
+		}
+	}
+	fw.src.Wait, fw.src.Poll = time.Minute, 50*time.Millisecond
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		RecordReport(context.Background(), stores, "ds", &EpochReport{Run: "w", Epoch: 0, Strata: map[string]float64{"a": 1, "b": 2}})
+	}()
+	v, err := fw.read(0, time.Now())
+	if err != nil || len(v) != 2 || v[0] != 1 || v[1] != 2 {
+		t.Fatalf("a report that arrives while the reader waits: %v %v", v, err)
 	}
 }

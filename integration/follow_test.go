@@ -70,17 +70,7 @@ func TestFollowAppends(t *testing.T) {
 			len(epoch0rank0)+len(epoch0rank1), len(epoch1[0])+len(epoch1[1]), newIn1)
 	}
 	for e := range 2 {
-		out, err := exec.Command("python3", "testdata/check_tars.py", a.dir, all, fmt.Sprintf("%04d", e)).Output()
-		if err != nil {
-			t.Fatalf("check_tars epoch %d: %v", e, err)
-		}
-		var rep tarReport
-		if err := json.Unmarshal(out, &rep); err != nil {
-			t.Fatal(err)
-		}
-		if len(rep.Mismatch)+len(rep.ClsWrong)+len(rep.EpochTarMismatch)+len(rep.IndexMismatch) > 0 {
-			t.Fatalf("epoch %d: %s", e, out)
-		}
+		checkEpochTars(t, a.dir, all, e)
 	}
 	var stats struct {
 		Follow struct {

@@ -152,6 +152,24 @@ type tarReport struct {
 	IndexMismatch    []string `json:"index_mismatch"`
 }
 
+// checkEpochTars runs check_tars.py over epoch e of the mount at mnt against
+// the source files under src, and fails the test on any byte, class,
+// epoch.tar or index.csv mismatch.
+func checkEpochTars(t *testing.T, mnt, src string, e int) {
+	t.Helper()
+	out, err := exec.Command("python3", "testdata/check_tars.py", mnt, src, fmt.Sprintf("%04d", e)).Output()
+	if err != nil {
+		t.Fatalf("check_tars epoch %d: %v", e, err)
+	}
+	var rep tarReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Mismatch)+len(rep.ClsWrong)+len(rep.EpochTarMismatch)+len(rep.IndexMismatch) > 0 {
+		t.Fatalf("epoch %d: %s", e, out)
+	}
+}
+
 // TestMountMinIO mounts a dataset on six MinIO processes with four ranks and
 // checks every byte with Python's tarfile, fio, and a PyTorch DataLoader.
 func TestMountMinIO(t *testing.T) {

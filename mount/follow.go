@@ -94,10 +94,12 @@ func (f *follower) versionOf(epoch int) (int, error) {
 			f.mt.log.Info("epoch serves its recorded version", "run", f.run, "epoch", epoch, "version", rec.Version)
 			return rec.Version, nil
 		}
-		if time.Now().Add(time.Second).After(deadline) || !errors.Is(err, dataset.ErrRecording) && !errors.Is(err, dataset.ErrEpochIncomplete) {
+		// The last try is at the deadline, not a second before it.
+		left := time.Until(deadline)
+		if left <= 0 || !errors.Is(err, dataset.ErrRecording) && !errors.Is(err, dataset.ErrEpochIncomplete) {
 			return 0, fmt.Errorf("--follow: which version epoch %d of run %s serves: %w", epoch, f.run, err)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(min(time.Second, left))
 	}
 }
 
