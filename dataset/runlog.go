@@ -64,8 +64,10 @@ import (
 //     writer that finds it, every store answering, overwrites: it puts the
 //     copy most stores hold (ties to the smaller bytes) on every store.
 //     Why that is safe: (1) no reader ever took any copy of the key, for a
-//     copy is taken only at a majority, and until a settling starts copies
-//     are only created, never removed, so none ever had one; (2) no create
+//     copy is taken only at a majority, and copies change only by being
+//     created or by a settling, which starts only where none counts and
+//     only spreads the copy it chose: a copy that ever counted would count
+//     still, and none does; (2) no create
 //     can land while it runs, as every store holds a copy; (3) a settling
 //     only spreads the copy it chose, which so stays the one most stores
 //     hold, and every settler, killed or racing, chooses by the same rule
