@@ -291,6 +291,7 @@ func TestBenchmarks(t *testing.T) {
 		{"fusereq", func() { fuseRequestSizes(t, r, work) }},
 		{"ingestcpu", func() { ingestCPU(t, r, work) }},
 		{"trainer", func() { trainerStall(t, r, work) }},
+		{"steady", func() { steadyState(t, r, work) }},
 		// Only when asked: SHARDFS_BENCH_ONLY=baseline SHARDFS_BENCH_BASELINE=<rev>.
 		{"baseline", func() { againstBaseline(t, r, work) }},
 	}

@@ -31,6 +31,13 @@ type stream struct {
 	// (workers that take batches in stripes spread far apart, and the
 	// batches they finished lie ahead of the slowest one).
 	read []atomic.Uint64
+	// frontier is the lowest member not yet read to its end, at or after
+	// the lowest position any file was opened at (a resumed job's first
+	// batch: what lies before it is never read): where the rank's progress
+	// stands, whatever files are open. Paced workers close their files
+	// between batches, and a member below every open file may still be the
+	// next one a worker opens (issue 46). Len() before any open.
+	frontier atomic.Int64
 
 	mu      sync.Mutex // guards the fields below
 	handles map[*Handle]int
@@ -50,6 +57,7 @@ func newStream(r *Reader, m *layout.Members) *stream {
 		s.batchLeft[b].Store(int32(min(batch, m.Len()-b*batch)))
 	}
 	s.uses = newMemberIndex(m)
+	s.frontier.Store(int64(m.Len()))
 	empty := []int{}
 	s.readers.Store(&empty)
 	return s
@@ -57,29 +65,37 @@ func newStream(r *Reader, m *layout.Members) *stream {
 
 // nextUse is how many bytes of this rank-epoch lie between sample smp's next
 // read and the nearest reader before it, or NoUse. A member read to its end
-// is not a next read, even where it lies ahead of a slower reader.
+// is not a next read, even where it lies ahead of a slower reader. The
+// frontier counts as a reader: a member below every open file that nobody
+// has read yet is still to be read.
 func (s *stream) nextUse(smp int64) int64 {
 	ps := *s.readers.Load()
 	if len(ps) == 0 {
 		return cache.NoUse
 	}
+	// The slowest reader: the lowest open file, or the frontier if lower.
+	front := int(s.frontier.Load())
+	low := min(front, ps[0])
 	m := int(s.uses.first(smp))
-	if m < 0 {
-		return cache.NoUse
-	}
-	if m < ps[0] || s.wasRead(m) {
+	if m >= 0 && (m < low || s.wasRead(m)) {
 		m = -1
 		for _, i := range s.uses.all(smp) {
-			if int(i) >= ps[0] && !s.wasRead(int(i)) {
+			if int(i) >= low && !s.wasRead(int(i)) {
 				m = int(i)
 				break
 			}
 		}
-		if m < 0 {
-			return cache.NoUse
-		}
 	}
-	p := ps[sort.SearchInts(ps, m+1)-1]
+	if m < 0 {
+		return cache.NoUse
+	}
+	p := low // the nearest reader at or before m, the frontier counted as one
+	if front <= m {
+		p = max(p, front)
+	}
+	if j := sort.SearchInts(ps, m+1) - 1; j >= 0 {
+		p = max(p, ps[j])
+	}
 	return s.m.Offset(m) - s.m.Offset(p)
 }
 
@@ -94,6 +110,19 @@ func (s *stream) markRead(member int) {
 		if s.batchLeft[member/max(s.m.Order().Params.Batch, 1)].Add(-1) == 0 {
 			s.rank.BatchesServed.Add(1)
 		}
+	}
+	s.advanceFrontier()
+}
+
+// advanceFrontier moves the frontier past every member read; concurrent
+// callers each help, one member at a time.
+func (s *stream) advanceFrontier() {
+	for {
+		f := s.frontier.Load()
+		if f >= int64(s.m.Len()) || !s.wasRead(int(f)) {
+			return
+		}
+		s.frontier.CompareAndSwap(f, f+1)
 	}
 }
 
@@ -125,13 +154,13 @@ func (s *stream) wasRead(member int) bool {
 	return s.read[member/64].Load()&(1<<(member%64)) != 0
 }
 
-// nextUse is the cache's NextUse: the nearest next use of k over every
-// open stream.
 // NextUse is the distance in bytes to the next read of k by any stream
 // of r, or cache.NoUse: what a cache shared by several readers (mount
 // --follow) asks of each.
 func (r *Reader) NextUse(k cache.Key) int64 { return r.nextUse(k) }
 
+// nextUse is the cache's NextUse: the nearest next use of k over every
+// open stream.
 func (r *Reader) nextUse(k cache.Key) int64 {
 	best := cache.NoUse
 	for _, s := range *r.live.Load() {
@@ -166,6 +195,9 @@ func (s *stream) publishReaders() {
 }
 
 func (s *stream) open(h *Handle, pos int) {
+	for f := s.frontier.Load(); int64(pos) < f && !s.frontier.CompareAndSwap(f, int64(pos)); f = s.frontier.Load() {
+	}
+	s.advanceFrontier()
 	s.mu.Lock()
 	s.handles[h] = pos
 	s.openHandles.Add(1)
