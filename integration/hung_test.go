@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -348,13 +347,7 @@ func TestMoreThanMStoresHungBusy(t *testing.T) {
 	// daemon spin on both cores.
 	stop := burnCPU(4)
 	defer stop()
-	for range 4 {
-		burner := exec.Command("/bin/sh", "-c", "while :; do :; done")
-		if err := burner.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { burner.Process.Kill(); burner.Wait() }()
-	}
+	defer busyProcesses(t, 4)()
 	for _, i := range []int{0, 2, 5} {
 		toxitest.BlackHole(t, pc.proxies[i])
 	}

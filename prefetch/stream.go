@@ -114,6 +114,18 @@ func (s *stream) markRead(member int) {
 	s.advanceFrontier()
 }
 
+// lowerFrontier brings the frontier back to pos, a position a file was
+// opened at, if it lies beyond it, then past what is read from there.
+func (s *stream) lowerFrontier(pos int) {
+	for {
+		f := s.frontier.Load()
+		if int64(pos) >= f || s.frontier.CompareAndSwap(f, int64(pos)) {
+			break
+		}
+	}
+	s.advanceFrontier()
+}
+
 // advanceFrontier moves the frontier past every member read; concurrent
 // callers each help, one member at a time.
 func (s *stream) advanceFrontier() {
@@ -195,9 +207,7 @@ func (s *stream) publishReaders() {
 }
 
 func (s *stream) open(h *Handle, pos int) {
-	for f := s.frontier.Load(); int64(pos) < f && !s.frontier.CompareAndSwap(f, int64(pos)); f = s.frontier.Load() {
-	}
-	s.advanceFrontier()
+	s.lowerFrontier(pos)
 	s.mu.Lock()
 	s.handles[h] = pos
 	s.openHandles.Add(1)
