@@ -149,7 +149,7 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 	if len(records) == 0 {
 		return nil, fmt.Errorf("corpus %s: %w: no line holds a record", name, ErrEmpty)
 	}
-	return recordSource(&Source{Root: filepath.Dir(name)}, o, records)
+	return recordSource(&Source{Root: filepath.Dir(name)}, o, [][]wdsRecord{records})
 }
 
 // bomLen is the length of the UTF-8 byte order mark name starts with.

@@ -305,7 +305,7 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 	if len(records) == 0 {
 		return nil, fmt.Errorf("parquet %s: %w: it holds no rows", name, ErrEmpty)
 	}
-	s, err := recordSource(&Source{Root: filepath.Dir(name)}, o, records)
+	s, err := recordSource(&Source{Root: filepath.Dir(name)}, o, [][]wdsRecord{records})
 	if s != nil {
 		s.table = &parquetTable{cols: cols, opts: o}
 	}
