@@ -48,12 +48,16 @@ func ingestCPU(t *testing.T, r *report, work string) {
 		rate       []float64
 		minio, own []float64
 	}
-	ingestArgs := func(extra ...string) func(int) []string {
+	ingestFrom := func(from, name string, extra ...string) func(int) []string {
 		return func(rep int) []string {
 			return append(append([]string{binary, "ingest", storesOn(srv), "--data=4", "--parity=2", "--shard-size=4MiB", "--strata=source", "--bins=aesthetic=4"}, extra...),
-				"http://"+srv.Addr+"/peer/"+prefix, fmt.Sprintf("cpu%d", rep))
+				from, fmt.Sprintf("%s%d", name, rep))
 		}
 	}
+	ingestArgs := func(extra ...string) func(int) []string {
+		return ingestFrom("http://"+srv.Addr+"/peer/"+prefix, "cpu", extra...)
+	}
+	got := filepath.Join(work, "ingestcpu-got")
 	tools := []*tool{
 		{name: "`rclone copy --transfers 8`", before: func() { run(t, "rclone", "purge", "peer2:peer/dst") },
 			args: func(int) []string {
@@ -61,6 +65,15 @@ func ingestCPU(t *testing.T, r *report, work string) {
 			}},
 		{name: "`shardfs ingest`", args: ingestArgs()},
 		{name: "`shardfs ingest --dry-run` (the scan alone)", args: ingestArgs("--dry-run")},
+		// The two halves of what any ingest of these shards must ask of
+		// the store, measured apart: every source byte read once, and
+		// the fragments written (RS(4,2): 1.5 bytes a source byte).
+		{name: "`rclone copy --transfers 8` from MinIO to a local directory (MinIO reads each source byte once)",
+			before: func() { os.RemoveAll(got) },
+			args: func(int) []string {
+				return []string{"rclone", "copy", "--transfers=8", "peer:peer/" + prefix, got}
+			}},
+		{name: "`shardfs ingest` from the local shards (MinIO stores the fragments, reads nothing)", args: ingestFrom(src, "cpulocal")},
 	}
 	for rep := range reps {
 		for _, tl := range tools {
@@ -92,6 +105,18 @@ func ingestCPU(t *testing.T, r *report, work string) {
 	}
 	rc, sc := summarize(tools[0].rate), summarize(tools[2].rate)
 	r.printf("\nratio ingest / rclone %.2f×, scan alone / rclone %.2f×. For 1.5× rclone here, an ingest's total must be at most two thirds of rclone's CPU per GB.\n\n", summarize(tools[1].rate).med/rc.med, sc.med/rc.med)
+	// The store's floor: an ingest that read each source byte once and
+	// spent no CPU of its own would still cost MinIO the read of the
+	// source and the writes of the fragments. With both tools bound by
+	// the same two cores, rclone's total over that floor bounds the ratio
+	// any ingest of RS(4,2) can reach against rclone on this machine.
+	var rcTotal []float64
+	for i := range tools[0].minio {
+		rcTotal = append(rcTotal, tools[0].minio[i]+tools[0].own[i])
+	}
+	read, write := summarize(tools[3].minio).med, summarize(tools[4].minio).med
+	r.printf("The store's floor: MinIO spends %.1f CPU s per GB reading the source once and %.1f storing its fragments, %.1f in all, before the ingest spends any CPU of its own; rclone's copy costs %.1f in all. So an ingest that read the source once and cost nothing itself would reach at most %.2f× rclone on this machine.\n\n",
+		read, write, read+write, summarize(rcTotal).med, summarize(rcTotal).med/(read+write))
 }
 
 func fmt1(s stat) string { return fmt.Sprintf("%.1f (%.1f–%.1f)", s.med, s.lo, s.hi) }
