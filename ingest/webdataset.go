@@ -297,20 +297,6 @@ func recordSource(s *Source, o ScanOptions, batches [][]wdsRecord) (*Source, err
 	return s, nil
 }
 
-// countingReader counts the bytes read through it: the tar reader reads
-// exactly a member's header blocks, so after Next the count is where the
-// member's bytes start.
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
 // duplicateKey is the refusal of a key that comes back after the record
 // at prev.
 func duplicateKey(shard string, off int64, key, prev string) error {
@@ -323,18 +309,37 @@ func duplicateKey(shard string, off int64, key, prev string) error {
 var scanReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<20) }}
 
 // readShardRecords reads one tar shard's records (size bytes, through f,
-// in one sequential pass) and hands each to add.
+// in one sequential pass) and hands each to add. It reads the headers
+// with plainTarHeaders, and a shard that declines with archive/tar.
 func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add func(wdsRecord)) error {
-	seen := map[string]int64{} // key -> its record's offset, in this shard
-	fieldNames, memberNames := map[string]string{}, map[string]string{}
 	br := scanReaders.Get().(*bufio.Reader)
 	defer func() {
 		br.Reset(nil) // the pool keeps the buffer, not this shard's file
 		scanReaders.Put(br)
 	}()
+	var got []wdsRecord
+	collect := func(r wdsRecord) { got = append(got, r) }
 	br.Reset(io.NewSectionReader(f, 0, size))
-	in := &countingReader{r: br}
-	tr := tar.NewReader(in)
+	err := scanShardRecords(shard, &plainTarHeaders{br: br}, size, limit, collect)
+	if errors.Is(err, errNotPlain) {
+		got = got[:0]
+		br.Reset(io.NewSectionReader(f, 0, size))
+		err = scanShardRecords(shard, newStdTarHeaders(br), size, limit, collect)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range got {
+		add(r)
+	}
+	return nil
+}
+
+// scanShardRecords is readShardRecords of the member headers tr reads.
+// It returns errNotPlain as it is, for readShardRecords to read again.
+func scanShardRecords(shard string, tr tarHeaders, size int64, limit int64, add func(wdsRecord)) error {
+	seen := map[string]int64{} // key -> its record's offset, in this shard
+	fieldNames, memberNames := map[string]string{}, map[string]string{}
 	var cur *wdsRecord
 	width := 1   // members of the last record
 	var at int64 // where the next header starts
@@ -356,31 +361,34 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 		return nil
 	}
 	for {
-		h, err := tr.Next()
+		h, err := tr.next()
 		if err == io.EOF {
 			break
+		}
+		if errors.Is(err, errNotPlain) {
+			return err
 		}
 		if err != nil {
 			return fmt.Errorf("shard %s at offset %d: not a readable tar (%v): the shard is damaged or cut short; re-create it, or leave it out of the source", shard, at, err)
 		}
-		dataAt := in.n
+		dataAt := h.dataAt
 		hdrAt := at
-		at = dataAt + (h.Size+511)/512*512
-		if dataAt+h.Size > size {
-			return fmt.Errorf("shard %s at offset %d: member %q is cut short (%d of its %d bytes are in the file): the shard is damaged or was not copied whole; re-create it, or leave it out of the source", shard, hdrAt, h.Name, max(0, size-dataAt), h.Size)
+		at = dataAt + (h.size+511)/512*512
+		if dataAt+h.size > size {
+			return fmt.Errorf("shard %s at offset %d: member %q is cut short (%d of its %d bytes are in the file): the shard is damaged or was not copied whole; re-create it, or leave it out of the source", shard, hdrAt, h.name, max(0, size-dataAt), h.size)
 		}
-		switch h.Typeflag {
+		switch h.typeflag {
 		case tar.TypeDir:
 			continue
 		case tar.TypeReg:
 		default:
-			return fmt.Errorf("shard %s at offset %d: member %q is not a regular file (tar type %q): a WebDataset shard holds files only", shard, hdrAt, h.Name, h.Typeflag)
+			return fmt.Errorf("shard %s at offset %d: member %q is not a regular file (tar type %q): a WebDataset shard holds files only", shard, hdrAt, h.name, h.typeflag)
 		}
-		name := strings.TrimPrefix(path.Clean(h.Name), "./")
+		name := strings.TrimPrefix(path.Clean(h.name), "./")
 		dir, base := path.Split(name)
 		dot := strings.IndexByte(base, '.')
 		if dot <= 0 || dot == len(base)-1 {
-			return fmt.Errorf("shard %s at offset %d: member %q has no key or no member name: WebDataset names a member <key>.<member> (for example 000123.jpg), cut at the first '.' of its base name", shard, hdrAt, h.Name)
+			return fmt.Errorf("shard %s at offset %d: member %q has no key or no member name: WebDataset names a member <key>.<member> (for example 000123.jpg), cut at the first '.' of its base name", shard, hdrAt, h.name)
 		}
 		key, member := strings.Clone(dir+base[:dot]), base[dot+1:]
 		if in, ok := memberNames[member]; ok {
@@ -390,7 +398,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 			memberNames[member] = member
 		}
 		if err := manifest.CheckKey(key); err != nil {
-			return fmt.Errorf("shard %s at offset %d: member %q: key %q: %v", shard, hdrAt, h.Name, key, err)
+			return fmt.Errorf("shard %s at offset %d: member %q: key %q: %v", shard, hdrAt, h.name, key, err)
 		}
 		if cur == nil || cur.key != key {
 			if err := flush(); err != nil {
@@ -407,20 +415,23 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 		if len(cur.members) == manifest.MaxRecordMembers {
 			return fmt.Errorf("shard %s at offset %d: record %q has more than %d members", shard, hdrAt, key, manifest.MaxRecordMembers)
 		}
-		cur.members = append(cur.members, ItemMember{Name: member, Off: dataAt, Size: h.Size})
+		cur.members = append(cur.members, ItemMember{Name: member, Off: dataAt, Size: h.size})
 		if member == FieldsMember {
-			if h.Size > maxFieldsMember {
-				return fmt.Errorf("shard %s at offset %d: record %q's .json member is %d bytes, more than the %d read for fields", shard, hdrAt, key, h.Size, maxFieldsMember)
+			if h.size > maxFieldsMember {
+				return fmt.Errorf("shard %s at offset %d: record %q's .json member is %d bytes, more than the %d read for fields", shard, hdrAt, key, h.size, maxFieldsMember)
 			}
-			b, err := io.ReadAll(tr)
+			b, err := tr.body()
+			if errors.Is(err, errNotPlain) {
+				return err
+			}
 			if err != nil {
-				return fmt.Errorf("shard %s at offset %d: member %q: %v: the shard is damaged or cut short", shard, hdrAt, h.Name, err)
+				return fmt.Errorf("shard %s at offset %d: member %q: %v: the shard is damaged or cut short", shard, hdrAt, h.name, err)
 			}
 			dec := json.NewDecoder(bytes.NewReader(b))
 			dec.UseNumber()
 			var obj map[string]any
 			if err := dec.Decode(&obj); err != nil {
-				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields", shard, hdrAt, h.Name, err)
+				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields", shard, hdrAt, h.name, err)
 			}
 			cur.fields = compactFields(obj, fieldNames)
 		}

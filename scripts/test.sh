@@ -19,7 +19,7 @@ go test -timeout 10m -run 'TestDecodeMatrix' -count=1 ./erasure/
 echo "== layout property tests, full set, without -race (layout is pure: no goroutines)"
 go test -timeout 10m -count=1 ./layout/
 
-echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and group, and part record decoders, key checks, tar names, file-map offset math, and the record sources' decoders (WebDataset shards, JSONL lines, Parquet files) (about 30s each)"
+echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and group, and part record decoders, key checks, tar names, file-map offset math, and the record sources' decoders (WebDataset shards, their plain tar headers against archive/tar, JSONL lines, Parquet files) (about 30s each)"
 # Each target runs a count of inputs, about 30 s of them on a 2-core
 # machine, and minimises nothing. A duration (-fuzztime 30s) failed CI with
 # "context deadline exceeded" and no failing input: the fuzzer spent the
@@ -28,7 +28,7 @@ echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and grou
 # run in 30 s), and a deadline that ends the run mid-call fails it
 # (go.dev/issue/75804). A count has no deadline to race, and a crashing
 # input is still written to testdata/fuzz, whole.
-for target in manifest:FuzzDecode:1500000 manifest:FuzzDecodeBody:450000 manifest:FuzzDecodeTop:100000 manifest:FuzzDecodeIndex:160000 manifest:FuzzDecodeRootBody:350000 ingest:FuzzDecodePart:200000 manifest:FuzzCheckKey:1200000 layout:FuzzTarName:1500000 layout:FuzzExtents:1200000 ingest:FuzzWebDatasetShard:60000 ingest:FuzzJSONLRecord:240000 ingest:FuzzParquet:60000; do
+for target in manifest:FuzzDecode:1500000 manifest:FuzzDecodeBody:450000 manifest:FuzzDecodeTop:100000 manifest:FuzzDecodeIndex:160000 manifest:FuzzDecodeRootBody:350000 ingest:FuzzDecodePart:200000 manifest:FuzzCheckKey:1200000 layout:FuzzTarName:1500000 layout:FuzzExtents:1200000 ingest:FuzzWebDatasetShard:60000 ingest:FuzzPlainTarHeaders:120000 ingest:FuzzJSONLRecord:240000 ingest:FuzzParquet:60000; do
 	IFS=: read -r pkg name count <<<"$target"
 	go test -run '^$' -fuzz "^${name}\$" -fuzztime "${count}x" -fuzzminimizetime 0x "./${pkg}/"
 done
