@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
+	"math/bits"
 	"strconv"
 )
 
@@ -71,7 +73,6 @@ type plainTarHeaders struct {
 	at   int64 // the offset of the next byte br gives
 	skip int64 // where the next header starts: after the current member's data and padding
 	cur  tarHeader
-	blk  [512]byte
 }
 
 var zeroBlock [512]byte
@@ -84,23 +85,21 @@ func (p *plainTarHeaders) next() (tarHeader, error) {
 			return tarHeader{}, errNotPlain
 		}
 	}
-	n, err := io.ReadFull(p.br, p.blk[:])
-	p.at += int64(n)
+	blk, err := p.block()
 	if err == io.EOF {
 		return tarHeader{}, io.EOF // no byte past the last member: archive/tar ends here too
 	}
 	if err != nil {
 		return tarHeader{}, errNotPlain
 	}
-	if p.blk == zeroBlock {
-		n, err := io.ReadFull(p.br, p.blk[:])
-		p.at += int64(n)
-		if err == io.EOF || (err == nil && p.blk == zeroBlock) {
+	if *blk == zeroBlock {
+		blk, err := p.block()
+		if err == io.EOF || (err == nil && *blk == zeroBlock) {
 			return tarHeader{}, io.EOF
 		}
 		return tarHeader{}, errNotPlain
 	}
-	h, ok := parsePlainHeader(&p.blk)
+	h, ok := parsePlainHeader(blk)
 	if !ok {
 		return tarHeader{}, errNotPlain
 	}
@@ -111,12 +110,11 @@ func (p *plainTarHeaders) next() (tarHeader, error) {
 		if !p.timesOnly(h.size) {
 			return tarHeader{}, errNotPlain
 		}
-		n, err := io.ReadFull(p.br, p.blk[:])
-		p.at += int64(n)
+		blk, err := p.block()
 		if err != nil {
 			return tarHeader{}, errNotPlain
 		}
-		if h, ok = parsePlainHeader(&p.blk); !ok || h.typeflag == tar.TypeXHeader {
+		if h, ok = parsePlainHeader(blk); !ok || h.typeflag == tar.TypeXHeader {
 			return tarHeader{}, errNotPlain
 		}
 	}
@@ -124,6 +122,22 @@ func (p *plainTarHeaders) next() (tarHeader, error) {
 	p.cur = h
 	p.skip = p.at + (h.size+511)/512*512
 	return h, nil
+}
+
+// block reads the next 512-byte block in place (valid until the next
+// read): io.EOF when no byte is left, io.ErrUnexpectedEOF when less than a
+// block is.
+func (p *plainTarHeaders) block() (*[512]byte, error) {
+	b, err := p.br.Peek(512)
+	if len(b) < 512 {
+		if len(b) == 0 && err == io.EOF {
+			return nil, io.EOF
+		}
+		return nil, io.ErrUnexpectedEOF
+	}
+	p.br.Discard(512)
+	p.at += 512
+	return (*[512]byte)(b), nil
 }
 
 // maxPlainPAX bounds the PAX headers plainTarHeaders reads (a few records
@@ -208,14 +222,7 @@ func parsePlainHeader(blk *[512]byte) (tarHeader, bool) {
 	if !ok {
 		return tarHeader{}, false
 	}
-	var unsigned, signed int64
-	for i, c := range blk {
-		if 148 <= i && i < 156 {
-			c = ' ' // the checksum field counts as spaces
-		}
-		unsigned += int64(c)
-		signed += int64(int8(c))
-	}
+	unsigned, signed := headerSums(blk)
 	if sum != unsigned && sum != signed {
 		return tarHeader{}, false
 	}
@@ -256,6 +263,30 @@ func parsePlainHeader(blk *[512]byte) (tarHeader, bool) {
 	return tarHeader{name: name, size: size, typeflag: typeflag}, true
 }
 
+// headerSums are a header block's checksums as archive/tar computes them
+// (its bytes summed unsigned and signed, the checksum field counted as
+// eight spaces), eight bytes at a time: in each word, the bytes summed in
+// four 16-bit lanes (64 words of at most 2*255 a lane fit in 16 bits), and
+// the bytes of 0x80 and over counted, each 256 less when signed.
+func headerSums(blk *[512]byte) (unsigned, signed int64) {
+	const lanes, high = 0x00ff00ff00ff00ff, 0x8080808080808080
+	var acc uint64
+	var neg int
+	for i := 0; i < 512; i += 8 {
+		w := binary.LittleEndian.Uint64(blk[i:])
+		if i == 144 { // bytes 148..151 are checksum
+			w = w&0x00000000ffffffff | 0x2020202000000000
+		} else if i == 152 { // bytes 152..155 are checksum
+			w = w&0xffffffff00000000 | 0x0000000020202020
+		}
+		acc += w&lanes + (w>>8)&lanes
+		neg += bits.OnesCount64(w & high)
+	}
+	acc = acc&0x0000ffff0000ffff + (acc>>16)&0x0000ffff0000ffff
+	unsigned = int64(acc&0xffffffff + acc>>32)
+	return unsigned, unsigned - 256*int64(neg)
+}
+
 // plainOctal is a tar numeric field in octal: NULs and spaces either side
 // of octal digits only (archive/tar reads any other octal field too, and
 // a base-256 one; those are left to it).
@@ -264,13 +295,17 @@ func plainOctal(b []byte) (int64, bool) {
 	if len(b) == 0 {
 		return 0, true
 	}
+	if len(b) > 20 {
+		return 0, false // past 2^60: no field archive/tar reads as octal is this long
+	}
+	var x int64
 	for _, c := range b {
 		if c < '0' || c > '7' {
 			return 0, false
 		}
+		x = x<<3 | int64(c-'0')
 	}
-	x, err := strconv.ParseUint(string(b), 8, 63)
-	return int64(x), err == nil
+	return x, true
 }
 
 // cString is b up to its first NUL.

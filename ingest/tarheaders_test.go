@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,4 +175,34 @@ func FuzzPlainTarHeaders(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		scanBoth(t, b)
 	})
+}
+
+// headerSums is archive/tar's checksum arithmetic, eight bytes at a time:
+// it equals the byte-by-byte sums on random blocks and the extreme ones.
+func TestHeaderSums(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	blocks := []*[512]byte{new([512]byte), new([512]byte)}
+	for i := range blocks[1] {
+		blocks[1][i] = 0xff
+	}
+	for range 2000 {
+		b := new([512]byte)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		blocks = append(blocks, b)
+	}
+	for _, b := range blocks {
+		var unsigned, signed int64
+		for i, c := range b {
+			if 148 <= i && i < 156 {
+				c = ' '
+			}
+			unsigned += int64(c)
+			signed += int64(int8(c))
+		}
+		if u, s := headerSums(b); u != unsigned || s != signed {
+			t.Fatalf("headerSums = %d, %d; byte by byte %d, %d", u, s, unsigned, signed)
+		}
+	}
 }
