@@ -53,10 +53,16 @@ func records(t *testing.T, r *report, work string) {
 			os.Setenv("RCLONE_CONFIG_"+remote+"_"+kv[0], kv[1])
 		}
 	}
-	r.printf("## Records: ingest from WebDataset shards\n\nImage-text pairs (a small JPEG, a caption and a .json each) made by `examples/make_webdataset.py`, ingested (each repetition a first ingest, under a new name) from local shards into 6 MinIO buckets RS(4,2) with `--strata source --bins aesthetic=4 --shard-size 4MiB` (so both sizes have as many shards in flight, and peak RSS compares what the records cost), against `rclone copy --transfers 8` of the same shards to one bucket; then from the same shards on MinIO (ingest reads them over S3; rclone copies them between two remotes on the server, so the bytes pass through it, as between two clouds). MB/s of source bytes; peak RSS from `/usr/bin/time -v`. `--dry-run` is the scan alone: every record's header and .json member read once, which must come before the first shard is placed (the strata, the quantile bins and the fields are the whole source's), and which the upload then reads again; so it bounds what any ingest of this design can reach.\n\n")
+	r.printf("## Records: ingest from WebDataset shards\n\nImage-text pairs (a small JPEG, a caption and a .json each) made by `examples/make_webdataset.py`, ingested (each repetition a first ingest, under a new name) from local shards into 6 MinIO buckets RS(4,2) with `--strata source --bins aesthetic=4 --shard-size 4MiB` (shards of 4 MiB of members, read in windows of 16 MiB; most of a source shard is tar headers and padding, so the 10,000 records' 7 MiB of members are one window, and their peak RSS holds less in flight than the 100,000 records'; the last table compares the two at equal bytes in flight), against `rclone copy --transfers 8` of the same shards to one bucket; then from the same shards on MinIO (ingest reads them over S3; rclone copies them between two remotes on the server, so the bytes pass through it, as between two clouds). MB/s of source bytes; peak RSS from `/usr/bin/time -v`. `--dry-run` is the scan alone: every record's header and .json member read once, which must come before the first shard is placed (the strata, the quantile bins and the fields are the whole source's), and which the upload then reads again; so it bounds what any ingest of this design can reach.\n\n")
 	r.printf("| records | source MB | `shardfs ingest` MB/s | `shardfs ingest --dry-run` MB/s | `rclone copy` MB/s | ratio ingest / rclone | ratio dry run / rclone | ingest peak RSS MB |\n|---|---|---|---|---|---|---|---|\n")
+	type rssRow struct {
+		n   int
+		src string
+	}
+	var rssRows []rssRow
 	for _, n := range []int{10_000, 100_000} {
 		src := filepath.Join(work, fmt.Sprintf("wds-%d", n))
+		rssRows = append(rssRows, rssRow{n, src})
 		run(t, "/usr/bin/python3", "../examples/make_webdataset.py", src, strconv.Itoa(max(4, n/500)), strconv.Itoa(n), "3")
 		var total int64
 		entries, _ := os.ReadDir(src)
@@ -112,6 +118,25 @@ func records(t *testing.T, r *report, work string) {
 			return float64(total) / 1e6 / time.Since(t0).Seconds()
 		})
 		r.printf("| %d, shards on MinIO | %.0f | %s | %s | %s | %.2f× | %.2f× | %s |\n", n, float64(total)/1e6, ingestS3, scanS3, copyS3, ingestS3.med/copyS3.med, scanS3.med/copyS3.med, summarize(rss))
+	}
+	// Peak RSS at equal bytes in flight: shards of 512 KiB are read in
+	// windows of 2 MiB, which both sizes fill several times, so what
+	// differs is what the records themselves cost.
+	r.printf("\nPeak RSS at equal bytes in flight (`--shard-size 512KiB`: windows of 2 MiB of members, which both sizes fill several times), from local shards:\n\n| records | ingest peak RSS MB | MB a 10,000 records more |\n|---|---|---|\n")
+	var meds []float64
+	for _, row := range rssRows {
+		var rss []float64
+		for rep := range reps {
+			_, mb := maxRSS(t, binary, "ingest", stores, "--data=4", "--parity=2", "--shard-size=512KiB", "--strata=source", "--bins=aesthetic=4", row.src, fmt.Sprintf("rss%d-%d", row.n, rep))
+			rss = append(rss, mb)
+		}
+		st := summarize(rss)
+		meds = append(meds, st.med)
+		per := "-"
+		if len(meds) == 2 {
+			per = fmt.Sprintf("%.1f", (meds[1]-meds[0])/float64(rssRows[1].n-rssRows[0].n)*10_000)
+		}
+		r.printf("| %d | %s | %s |\n", row.n, st, per)
 	}
 	r.printf("\n")
 }
