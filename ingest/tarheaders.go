@@ -141,7 +141,8 @@ func (p *plainTarHeaders) block() (*[512]byte, error) {
 }
 
 // maxPlainPAX bounds the PAX headers plainTarHeaders reads (a few records
-// of times); archive/tar reads larger ones.
+// of times; at most bufio's default buffer, so Peek holds it); archive/tar
+// reads larger ones.
 const maxPlainPAX = 4096
 
 // timesOnly reads a PAX header's records (size bytes, and the padding to
@@ -154,12 +155,13 @@ func (p *plainTarHeaders) timesOnly(size int64) bool {
 	if size <= 0 || size > maxPlainPAX {
 		return false
 	}
-	buf := make([]byte, (size+511)/512*512)
-	n, err := io.ReadFull(p.br, buf)
-	p.at += int64(n)
+	padded := int((size + 511) / 512 * 512)
+	buf, err := p.br.Peek(padded) // in place, as block reads: one per member in Python's shards
 	if err != nil {
 		return false
 	}
+	p.br.Discard(padded)
+	p.at += int64(padded)
 	recs := buf[:size]
 	for len(recs) > 0 {
 		sp := bytes.IndexByte(recs, ' ')

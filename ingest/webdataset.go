@@ -177,7 +177,7 @@ func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, sha
 				errs[i] = fmt.Errorf("shard %s: %w", sh, err)
 				return nil
 			}
-			errs[i] = readShardRecords(sh, f, size, limit, func(r wdsRecord) { perShard[i] = append(perShard[i], r) })
+			perShard[i], errs[i] = readShardRecords(sh, f, size, limit)
 			return nil
 		})
 	}
@@ -309,9 +309,9 @@ func duplicateKey(shard string, off int64, key, prev string) error {
 var scanReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<20) }}
 
 // readShardRecords reads one tar shard's records (size bytes, through f,
-// in one sequential pass) and hands each to add. It reads the headers
-// with plainTarHeaders, and a shard that declines with archive/tar.
-func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add func(wdsRecord)) error {
+// in one sequential pass). It reads the headers with plainTarHeaders, and
+// a shard that declines with archive/tar.
+func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) ([]wdsRecord, error) {
 	br := scanReaders.Get().(*bufio.Reader)
 	defer func() {
 		br.Reset(nil) // the pool keeps the buffer, not this shard's file
@@ -327,12 +327,9 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, add 
 		err = scanShardRecords(shard, newStdTarHeaders(br), size, limit, collect)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, r := range got {
-		add(r)
-	}
-	return nil
+	return got, nil
 }
 
 // scanShardRecords is readShardRecords of the member headers tr reads.
