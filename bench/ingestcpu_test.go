@@ -3,14 +3,22 @@
 package bench
 
 import (
+	"archive/tar"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/internal/miniotest"
 )
 
@@ -37,6 +45,7 @@ func ingestCPU(t *testing.T, r *report, work string) {
 			total += fi.Size()
 		}
 	}
+	members := memberBytes(t, src)
 	prefix := "src/ingestcpu"
 	run(t, "rclone", "copy", "--transfers=8", src, "peer:peer/"+prefix)
 	gb := float64(total) / 1e9
@@ -45,6 +54,7 @@ func ingestCPU(t *testing.T, r *report, work string) {
 		name       string
 		before     func()
 		args       func(rep int) []string
+		inProcess  func() // run in this process instead of args, its CPU taken from getrusage
 		rate       []float64
 		minio, own []float64
 	}
@@ -58,6 +68,7 @@ func ingestCPU(t *testing.T, r *report, work string) {
 		return ingestFrom("http://"+srv.Addr+"/peer/"+prefix, "cpu", extra...)
 	}
 	got := filepath.Join(work, "ingestcpu-got")
+	moves := 0
 	tools := []*tool{
 		{name: "`rclone copy --transfers 8`", before: func() { run(t, "rclone", "purge", "peer2:peer/dst") },
 			args: func(int) []string {
@@ -74,23 +85,37 @@ func ingestCPU(t *testing.T, r *report, work string) {
 				return []string{"rclone", "copy", "--transfers=8", "peer:peer/" + prefix, got}
 			}},
 		{name: "`shardfs ingest` from the local shards (MinIO stores the fragments, reads nothing)", args: ingestFrom(src, "cpulocal")},
+		// What shardfs's store client spends only to move the bytes a
+		// single-pass ingest must move, doing nothing else.
+		{name: "shardfs's store client only moving the bytes a single pass must: each source shard read once (one GET, 8 at once), and the members' bytes written as RS(4,2) stripes of 1 MiB fragments (the objects of `--shard-size 4MiB`); no scan, encoding or checksums",
+			inProcess: func() {
+				moveBytesOnly(t, srv, prefix, fmt.Sprintf("moveonly%d", moves), float64(members)/float64(total))
+				moves++
+			}},
 	}
 	for rep := range reps {
 		for _, tl := range tools {
 			if tl.before != nil {
 				tl.before()
 			}
-			args := tl.args(rep)
-			cmd := exec.Command(args[0], args[1:]...)
-			cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
-			before := procTimes()
+			before, selfBefore := procTimes(), selfCPU()
 			t0 := time.Now()
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("%v: %v\n%s", args, err, out)
+			var own float64
+			if tl.inProcess != nil {
+				tl.inProcess()
+				own = selfCPU() - selfBefore
+			} else {
+				args := tl.args(rep)
+				cmd := exec.Command(args[0], args[1:]...)
+				cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("%v: %v\n%s", args, err, out)
+				}
+				own = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 			}
 			tl.rate = append(tl.rate, float64(total)/1e6/time.Since(t0).Seconds())
 			tl.minio = append(tl.minio, cpuDelta(before, procTimes(), roleOf)["MinIO"]/gb)
-			tl.own = append(tl.own, (cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()).Seconds()/gb)
+			tl.own = append(tl.own, own/gb)
 		}
 	}
 	r.printf("## Records: where the cores go in an ingest from shards on MinIO (issue 41)\n\n%d image-text records (%.0f MB in %d WebDataset shards, `examples/make_webdataset.py`: small members, so most of a shard is tar headers and padding) on one MinIO process; `shardfs ingest` writes RS(4,2) into 6 buckets of the same process (`--strata source --bins aesthetic=4 --shard-size 4MiB`), rclone copies the shards between two remotes of it. CPU seconds per GB of source (user + system) of the MinIO process and of the tool; the tools run one after the other, repetitions interleaved.\n\n", n, float64(total)/1e6, len(entries))
@@ -117,6 +142,144 @@ func ingestCPU(t *testing.T, r *report, work string) {
 	read, write := summarize(tools[3].minio).med, summarize(tools[4].minio).med
 	r.printf("The store's floor: MinIO spends %.1f CPU s per GB reading the source once and %.1f storing its fragments, %.1f in all, before the ingest spends any CPU of its own; rclone's copy costs %.1f in all. So an ingest that read the source once and cost nothing itself would reach at most %.2f× rclone on this machine.\n\n",
 		read, write, read+write, summarize(rcTotal).med, summarize(rcTotal).med/(read+write))
+	// The client's floor: the last row is a single pass that only moves
+	// the bytes every single-pass ingest must move, through shardfs's
+	// own store client. Its total, store included, bounds what any
+	// single-pass ingest with this client reaches against rclone here;
+	// one that reads the source twice (a scan, then the upload) pays the
+	// read again on both sides.
+	var moveTotal []float64
+	for i := range tools[5].minio {
+		moveTotal = append(moveTotal, tools[5].minio[i]+tools[5].own[i])
+	}
+	mt := summarize(moveTotal).med
+	var paired []float64 // the byte mover's rate over rclone's, repetition by repetition
+	for i := range tools[5].rate {
+		paired = append(paired, tools[5].rate[i]/tools[0].rate[i])
+	}
+	pr := summarize(paired)
+	r.printf("The client's floor: a pass that only moves those bytes through shardfs's store client (the last row) costs %.1f CPU s per GB in all, %.1f of it the client's own, and runs at %.2f× rclone's rate (%.2f–%.2f, repetition by repetition; %.2f× at the rates two cores allow). An ingest does all that it does and more, so with this client none runs faster than it here: 1.5× rclone needs a total of at most %.1f CPU s per GB.\n\n",
+		mt, summarize(tools[5].own).med, pr.med, pr.lo, pr.hi, summarize(rcTotal).med/mt, summarize(rcTotal).med/1.5)
+}
+
+// moveBytesOnly reads every shard under prefix of the peer bucket once,
+// whole (one GET each, 8 shards at once), and writes memberShare of its
+// bytes (the members, without tar headers and padding: what an ingest
+// stores) as RS(4,2) stripes of 1 MiB fragments, six objects a stripe, one
+// to each store bucket under to (new keys, as an ingest's are), through
+// shardfs's own store client: the CPU a single-pass ingest cannot go
+// below with this client, before it scans, encodes or checksums anything.
+func moveBytesOnly(t *testing.T, srv *miniotest.Server, prefix, to string, memberShare float64) {
+	open := func(url string) backend.Store {
+		st, err := backend.Open(url, backend.OpenOptions{Credentials: &backend.Credentials{AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	src := open(srv.URL("peer/" + prefix))
+	var dst []backend.Store
+	for i := range 6 {
+		dst = append(dst, open(srv.URL(fmt.Sprintf("store%d/%s", i, to))))
+	}
+	ctx := context.Background()
+	keys, err := src.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fragment = 1 << 20
+	// putStripe writes a stripe of 4 fragments as an RS(4,2) ingest
+	// does: its four quarters and two more of a fragment's size, one to
+	// each store at once.
+	putStripe := func(n int, stripe []byte) error {
+		var sg errgroup.Group
+		for i := range 6 {
+			q := i % 4
+			part := stripe[min(q*fragment, len(stripe)):min((q+1)*fragment, len(stripe))]
+			sg.Go(func() error {
+				return dst[i].Put(ctx, fmt.Sprintf("%d/%d", n, i), part)
+			})
+		}
+		return sg.Wait()
+	}
+	var (
+		mu      sync.Mutex
+		pending []byte
+		stripes int
+	)
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, key := range keys {
+		g.Go(func() error {
+			size, err := src.Stat(ctx, key)
+			if err != nil {
+				return err
+			}
+			b := make([]byte, size)
+			if err := src.ReadAt(ctx, key, b, 0); err != nil {
+				return err
+			}
+			mu.Lock()
+			pending = append(pending, b[:int64(float64(len(b))*memberShare)]...)
+			var cut [][]byte
+			for len(pending) >= 4*fragment {
+				cut = append(cut, pending[:4*fragment:4*fragment])
+				pending = pending[4*fragment:]
+			}
+			first := stripes
+			stripes += len(cut)
+			mu.Unlock()
+			for k, stripe := range cut {
+				if err := putStripe(first+k, stripe); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) > 0 {
+		if err := putStripe(stripes, pending); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// memberBytes sums the member bytes of the tar shards in dir: what an
+// ingest stores, without the tar headers and padding.
+func memberBytes(t *testing.T, dir string) int64 {
+	shards, _ := filepath.Glob(filepath.Join(dir, "*.tar"))
+	var n int64
+	for _, p := range shards {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(f)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Typeflag == tar.TypeReg {
+				n += h.Size
+			}
+		}
+		f.Close()
+	}
+	return n
+}
+
+// selfCPU is this process's CPU seconds so far (user + system).
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func fmt1(s stat) string { return fmt.Sprintf("%.1f (%.1f–%.1f)", s.med, s.lo, s.hi) }
