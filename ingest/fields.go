@@ -146,9 +146,14 @@ func (s *Source) derive(o ScanOptions) error {
 			return err
 		}
 		labels := make([]string, len(times))
+		named := map[int64]string{} // a bucket's label, made once: items share it
 		for i, t := range times {
 			start := manifest.BucketStart(t.Unix(), width)
-			labels[i] = manifest.BucketLabel(start, width)
+			var ok bool
+			if labels[i], ok = named[start]; !ok {
+				labels[i] = manifest.BucketLabel(start, width)
+				named[start] = labels[i]
+			}
 			// A bucket whose name does not read back (a year outside
 			// 0000-9999) would commit a dataset no mount can order.
 			if back, err := manifest.ParseBucketLabel(labels[i], width); err != nil || back != start {
@@ -178,12 +183,17 @@ func (s *Source) derive(o ScanOptions) error {
 			}
 		}
 		labels := make([]string, len(s.Items))
+		named := make([]string, len(edges)-1) // a bin's label, made once: items share it
 		for i, x := range values {
 			if x < edges[0] || x > edges[len(edges)-1] {
 				it := &s.Items[i]
 				return fmt.Errorf("%s: field %s=%v is outside the --bins edges %v..%v: widen the first or last edge", it.Where(), b.Field, x, edges[0], edges[len(edges)-1])
 			}
-			labels[i] = manifest.BinLabel(edges, binOf(edges, x))
+			bin := binOf(edges, x)
+			if named[bin] == "" {
+				named[bin] = manifest.BinLabel(edges, bin)
+			}
+			labels[i] = named[bin]
 		}
 		s.addLabel(b.Field, labels, manifest.Derived{Field: b.Field, Edges: edges})
 	}

@@ -88,6 +88,8 @@ type Source struct {
 
 	indexOnce sync.Once
 	index     map[string]int // key -> item, built by keyIndex
+
+	released bool // planned, its items' labels and fields dropped (releasePlanned)
 }
 
 // ErrEmpty: the source holds no samples.

@@ -297,6 +297,7 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	return source, ingest.Options{
 		Name: name, Stores: stores, Data: f.data, Parity: f.parity, BlockSize: int(blockSize),
 		ShardSize: int64(shardSize), Seed: f.seed, Force: f.force, Logger: log, Format: format, GroupShards: f.groupShards,
+		ReleaseSource: true, // each command scans its source for one plan
 	}, nil
 }
 
