@@ -507,7 +507,7 @@ func (s *Source) releasePlanned() {
 func (s *Source) recordTable(it *Item) []byte {
 	var table []byte
 	for _, mb := range it.Members {
-		table = manifest.AppendRecord(table, slices.Index(s.Members, mb.Name), mb.Size)
+		table = manifest.AppendRecord(table, int(mb.Name), int64(mb.Size))
 	}
 	return table
 }
@@ -714,11 +714,11 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, r
 		} else if read != nil {
 			return nil, fmt.Errorf("record %q of shard %d is not in its read window (%d bytes read, %d planned)", it.Key, si, len(b), size)
 		} else if it.row {
-			if err := readParquetRecord(&it, data[off:off+size], src.table, &rows); err != nil {
+			if err := readParquetRecord(&it, src.Members, data[off:off+size], src.table, &rows); err != nil {
 				return nil, err
 			}
 		} else if it.lineLen > 0 {
-			if err := readJSONLRecord(&it, data[off:off+size], *src.corpus, open); err != nil {
+			if err := readJSONLRecord(&it, src.Members, data[off:off+size], *src.corpus, open); err != nil {
 				return nil, err
 			}
 		} else if it.Members != nil {

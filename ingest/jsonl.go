@@ -167,7 +167,7 @@ func bomLen(name string) (int64, bool) {
 }
 
 // readJSONLRecord makes a JSONL record's bytes again, from its line, into p.
-func readJSONLRecord(it *Item, p []byte, o ScanOptions, open func(string) (io.ReaderAt, error)) error {
+func readJSONLRecord(it *Item, memberNames []string, p []byte, o ScanOptions, open func(string) (io.ReaderAt, error)) error {
 	f, err := open(it.Path)
 	if err != nil {
 		return err
@@ -177,7 +177,7 @@ func readJSONLRecord(it *Item, p []byte, o ScanOptions, open func(string) (io.Re
 		return fmt.Errorf("read record %q: %s line %d: %w (did the corpus change during ingest?)", it.Key, it.Path, it.Line, err)
 	}
 	_, names, bodies, _, err := jsonlRecord(line, o, it.Line)
-	return copyMembers(it, names, bodies, err, p)
+	return copyMembers(it, memberNames, names, bodies, err, p)
 }
 
 // appendFieldsMember adds a record's other fields as its "json" member, an
@@ -197,12 +197,12 @@ func appendFieldsMember(names []string, bodies [][]byte, fields map[string]any) 
 // copyMembers copies a record's members, made again at upload (err: the
 // failure to make them), into p, after checking they are what the scan
 // planned.
-func copyMembers(it *Item, names []string, bodies [][]byte, err error, p []byte) error {
+func copyMembers(it *Item, memberNames []string, names []string, bodies [][]byte, err error, p []byte) error {
 	if err != nil || len(bodies) != len(it.Members) {
 		return fmt.Errorf("read %s: it changed during ingest (%v)", it.Where(), err)
 	}
 	for k, body := range bodies {
-		if names[k] != it.Members[k].Name || int64(len(body)) != it.Members[k].Size {
+		if names[k] != memberNames[it.Members[k].Name] || int64(len(body)) != int64(it.Members[k].Size) {
 			return fmt.Errorf("read %s: it changed during ingest (member %q)", it.Where(), names[k])
 		}
 		p = p[copy(p, body):]

@@ -359,11 +359,11 @@ func (p *parquetRows) row(name string, rowNo int64) (_ map[string]any, err error
 }
 
 // readParquetRecord makes a Parquet record's bytes again, from its row, into p.
-func readParquetRecord(it *Item, p []byte, t *parquetTable, rows *parquetRows) error {
+func readParquetRecord(it *Item, memberNames []string, p []byte, t *parquetTable, rows *parquetRows) error {
 	row, err := rows.row(it.Path, it.lineAt)
 	if err != nil {
 		return fmt.Errorf("read record %q: parquet %s row %d: %w (did the file change during ingest?)", it.Key, it.Path, it.lineAt, err)
 	}
 	_, names, bodies, _, err := parquetRecord(row, t.cols, t.opts, it.lineAt)
-	return copyMembers(it, names, bodies, err, p)
+	return copyMembers(it, memberNames, names, bodies, err, p)
 }

@@ -201,10 +201,11 @@ func readShardRecordsOf(all []Item, items []int, f io.ReaderAt) (windowRecords, 
 		for hi < len(items) {
 			it := &all[items[hi]]
 			last := it.Members[len(it.Members)-1]
-			if hi > lo && last.Off+last.Size-from > readChunk {
+			end := last.Off + int64(last.Size)
+			if hi > lo && end-from > readChunk {
 				break
 			}
-			to = max(to, last.Off+last.Size)
+			to = max(to, end)
 			hi++
 		}
 		if int64(cap(buf)) < to-from {
@@ -217,11 +218,11 @@ func readShardRecordsOf(all []Item, items []int, f io.ReaderAt) (windowRecords, 
 		for _, i := range items[lo:hi] {
 			it := &all[i]
 			start := len(arena)
-			for _, mb := range it.Members {
-				if mb.Off < from || mb.Off+mb.Size > to {
-					return nil, fmt.Errorf("record %q: member %q of %s lies apart from its record: a WebDataset record's members are consecutive", it.Key, mb.Name, it.Path)
+			for k, mb := range it.Members {
+				if end := mb.Off + int64(mb.Size); mb.Off < from || end > to {
+					return nil, fmt.Errorf("record %q: member %d of %s lies apart from its record: a WebDataset record's members are consecutive", it.Key, k+1, it.Path)
 				}
-				arena = append(arena, span[mb.Off-from:mb.Off-from+mb.Size]...)
+				arena = append(arena, span[mb.Off-from:mb.Off-from+int64(mb.Size)]...)
 			}
 			recs[it.Key] = arena[start:len(arena):len(arena)]
 		}

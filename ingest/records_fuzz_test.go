@@ -35,12 +35,18 @@ func FuzzWebDatasetShard(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Every member scanned lies inside the file.
+		// Every member scanned lies inside the file, names one of the
+		// source's member names, and the item's size is its members'.
 		for _, it := range s.Items {
+			var size int64
 			for _, m := range it.Members {
-				if m.Off < 0 || m.Size < 0 || m.Off+m.Size > int64(len(b)) {
-					t.Fatalf("member %+v outside a %d-byte shard", m, len(b))
+				if m.Off < 0 || m.Off+int64(m.Size) > int64(len(b)) || int(m.Name) >= len(s.Members) {
+					t.Fatalf("member %+v outside a %d-byte shard, or not among %q", m, len(b), s.Members)
 				}
+				size += int64(m.Size)
+			}
+			if size != it.Size {
+				t.Fatalf("record %q: members of %d bytes, item of %d", it.Key, size, it.Size)
 			}
 		}
 	})

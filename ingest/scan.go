@@ -32,9 +32,9 @@ type Item struct {
 	// line has none); Line is the item's line in the listing.
 	Fields []string
 	Line   int
-	// Members are a record's members, in stored order (WebDataset and
-	// JSONL sources); nil for a file per sample. Size is their sum.
-	Members []ItemMember
+	// Members are a record's members, in stored order (WebDataset, JSONL
+	// and Parquet sources); nil for a file per sample. Size is their sum.
+	Members []MemberAt
 	// lineAt and lineLen place a JSONL record's line in Path: its bytes
 	// are made from it again at upload (0: a WebDataset record). With row,
 	// lineAt is a Parquet record's row in Path.

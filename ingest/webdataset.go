@@ -49,6 +49,17 @@ type ItemMember struct {
 	Size int64
 }
 
+// MemberAt is one member of a record item as the plan and the upload keep
+// it: its name as an index in Source.Members, and where its bytes lie in
+// the file its record is in (Item.Path). It takes 16 bytes where an
+// ItemMember takes 32, and a source of records holds one for each member
+// of each record.
+type MemberAt struct {
+	Off  int64
+	Size uint32 // a member fits a record, at most 2GiB-1
+	Name uint16 // index in Source.Members (at most manifest.MaxMemberNames)
+}
+
 // FieldsMember is the member whose JSON object holds a record's fields.
 const FieldsMember = "json"
 
@@ -265,17 +276,25 @@ func recordSource(s *Source, o ScanOptions, batches [][]wdsRecord) (*Source, err
 			return nil, fmt.Errorf("source %s: no record's .json member has the field %q (fields: %s)", s.Root, f, strings.Join(s.Fields, ", "))
 		}
 	}
+	nameIndex := make(map[string]uint16, len(s.Members))
+	for i, name := range s.Members {
+		nameIndex[name] = uint16(i)
+	}
 	s.Items = make([]Item, 0, n)
 	for b, records := range batches {
+		members := make([]MemberAt, 0, membersIn(records)) // the batch's items share one array
 		for _, r := range records {
-			it := Item{Key: r.key, Members: r.members, Path: r.shard, Line: r.line,
+			it := Item{Key: r.key, Path: r.shard, Line: r.line,
 				Fields: make([]string, 0, len(s.Fields)), Labels: make([]string, 0, len(s.LabelFields))}
 			if r.line > 0 || r.row {
 				it.lineAt, it.lineLen, it.row = r.off, r.lineLen, r.row
 			}
+			from := len(members)
 			for _, m := range r.members {
+				members = append(members, MemberAt{Off: m.Off, Size: uint32(m.Size), Name: nameIndex[m.Name]})
 				it.Size += m.Size
 			}
+			it.Members = members[from:len(members):len(members)]
 			for _, f := range s.Fields {
 				v := r.field(f)
 				if strings.ContainsAny(v, "\x00"+manifest.FieldSep) {
@@ -295,6 +314,15 @@ func recordSource(s *Source, o ScanOptions, batches [][]wdsRecord) (*Source, err
 		batches[b] = nil
 	}
 	return s, nil
+}
+
+// membersIn counts the members of records.
+func membersIn(records []wdsRecord) int {
+	n := 0
+	for _, r := range records {
+		n += len(r.members)
+	}
+	return n
 }
 
 // duplicateKey is the refusal of a key that comes back after the record
