@@ -105,7 +105,7 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 		limit = manifest.MaxShardSize
 	}
 	seen := map[string]int{}
-	var records []wdsRecord
+	batch := recordBatch{file: name}
 	br := bufio.NewReaderSize(skipBOM(f), 1<<20)
 	var off int64
 	if n, ok := bomLen(name); ok {
@@ -135,21 +135,16 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 			return nil, fmt.Errorf("corpus %s line %d: key %q again, after line %d: two records with one key; give every record its own --key", name, lineNo, key, prev)
 		}
 		seen[key] = lineNo
-		r := wdsRecord{key: key, shard: name, off: at, line: lineNo, lineLen: int64(len(b)), fields: compactFields(fields, nil)}
-		var size int64
-		for k, body := range bodies {
-			r.members = append(r.members, ItemMember{Name: names[k], Size: int64(len(body))})
-			size += int64(len(body))
+		r := wdsRecord{key: key, off: at, line: lineNo, lineLen: int64(len(b)), fields: compactFields(fields, nil)}
+		if _, err := batch.addMembers(&r, names, bodies, limit); err != nil {
+			return nil, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
 		}
-		if size > limit {
-			return nil, fmt.Errorf("corpus %s line %d: record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", name, lineNo, key, size, limit)
-		}
-		records = append(records, r)
+		batch.records = append(batch.records, r)
 	}
-	if len(records) == 0 {
+	if len(batch.records) == 0 {
 		return nil, fmt.Errorf("corpus %s: %w: no line holds a record", name, ErrEmpty)
 	}
-	return recordSource(&Source{Root: filepath.Dir(name)}, o, [][]wdsRecord{records})
+	return recordSource(&Source{Root: filepath.Dir(name)}, o, []recordBatch{batch})
 }
 
 // bomLen is the length of the UTF-8 byte order mark name starts with.

@@ -264,7 +264,7 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 		limit = manifest.MaxShardSize
 	}
 	seen := map[string]int64{}
-	var records []wdsRecord
+	batch := recordBatch{file: name}
 	rows := make([]map[string]any, 64)
 	for rowNo := int64(0); ; {
 		for i := range rows {
@@ -283,16 +283,11 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 				return nil, fmt.Errorf("parquet %s row %d: key %q again, after row %d: two records with one key; give every record its own --key", name, rowNo, key, prev)
 			}
 			seen[key] = rowNo
-			rec := wdsRecord{key: key, shard: name, off: rowNo, row: true, fields: compactFields(fields, nil)}
-			var size int64
-			for k, body := range bodies {
-				rec.members = append(rec.members, ItemMember{Name: names[k], Size: int64(len(body))})
-				size += int64(len(body))
+			rec := wdsRecord{key: key, off: rowNo, row: true, fields: compactFields(fields, nil)}
+			if _, err := batch.addMembers(&rec, names, bodies, limit); err != nil {
+				return nil, fmt.Errorf("parquet %s row %d: %v", name, rowNo, err)
 			}
-			if size > limit {
-				return nil, fmt.Errorf("parquet %s row %d: record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", name, rowNo, key, size, limit)
-			}
-			records = append(records, rec)
+			batch.records = append(batch.records, rec)
 			rowNo++
 		}
 		if err == io.EOF {
@@ -302,10 +297,10 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 			return nil, fmt.Errorf("parquet %s row %d: %v: the file is damaged or cut short", name, rowNo, err)
 		}
 	}
-	if len(records) == 0 {
+	if len(batch.records) == 0 {
 		return nil, fmt.Errorf("parquet %s: %w: it holds no rows", name, ErrEmpty)
 	}
-	s, err := recordSource(&Source{Root: filepath.Dir(name)}, o, [][]wdsRecord{records})
+	s, err := recordSource(&Source{Root: filepath.Dir(name)}, o, []recordBatch{batch})
 	if s != nil {
 		s.table = &parquetTable{cols: cols, opts: o}
 	}

@@ -1,11 +1,15 @@
 package ingest
 
 import (
+	"archive/tar"
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shardfs/shardfs/manifest"
 )
 
 func writeFiles(t *testing.T, dir string, names ...string) {
@@ -142,5 +146,42 @@ func TestSymlinksOutOfTheSource(t *testing.T) {
 	}
 	if s, err := ScanWith(filepath.Join(dir, "l.csv"), ScanOptions{FollowSymlinks: true}); err != nil || s.Outside != 1 || len(s.Items) != 2 {
 		t.Fatalf("followed when asked: %v, %+v", err, s)
+	}
+}
+
+// Member names are counted per shard while it is scanned, and over the
+// whole source after: a shard, or a source, with more than
+// manifest.MaxMemberNames distinct names is refused, naming the shard and
+// the offset, or the source (names that carry the key are the usual cause).
+func TestTooManyMemberNamesAreRefused(t *testing.T) {
+	write := func(dir, name string, first, n int) {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for i := first; i < first+n; i++ {
+			for _, m := range []string{"json", fmt.Sprintf("m%05d", i)} {
+				body := []byte(`{"source": "web"}`)
+				if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("%06d.%s", i, m), Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+					t.Fatal(err)
+				}
+				tw.Write(body)
+			}
+		}
+		tw.Close()
+		if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one := t.TempDir()
+	write(one, "a.tar", 0, manifest.MaxMemberNames)
+	_, err := ScanWith(one, ScanOptions{Strata: []string{"source"}})
+	if err == nil || !strings.Contains(err.Error(), "a.tar at offset ") || !strings.Contains(err.Error(), "more than 4096 distinct member names") {
+		t.Fatalf("a shard of %d distinct member names: %v", manifest.MaxMemberNames+1, err)
+	}
+	two := t.TempDir()
+	write(two, "a.tar", 0, 3000)
+	write(two, "b.tar", 3000, 3000)
+	_, err = ScanWith(two, ScanOptions{Strata: []string{"source"}})
+	if err == nil || !strings.Contains(err.Error(), "6001 distinct member names, at most 4096") {
+		t.Fatalf("two shards of 3001 distinct member names each: %v", err)
 	}
 }

@@ -19,11 +19,12 @@ import (
 // and fails t where they differ; plain says whether plainTarHeaders read
 // it (false: it declined, and readShardRecords reads it again with
 // archive/tar).
-func scanBoth(t *testing.T, b []byte) (plain bool, recs []wdsRecord, err error) {
+func scanBoth(t *testing.T, b []byte) (plain bool, recs recordBatch, err error) {
 	t.Helper()
-	scan := func(tr tarHeaders) ([]wdsRecord, error) {
-		var got []wdsRecord
-		err := scanShardRecords("s.tar", tr, int64(len(b)), 1<<30, func(r wdsRecord) { got = append(got, r) })
+	scan := func(tr tarHeaders) (recordBatch, error) {
+		got := recordBatch{file: "s.tar"}
+		err := scanShardRecords(tr, int64(len(b)), 1<<30, &got)
+		got.index = nil // as readShardRecords returns it
 		return got, err
 	}
 	fast, fastErr := scan(&plainTarHeaders{br: bufio.NewReader(bytes.NewReader(b))})
@@ -140,12 +141,12 @@ with tarfile.open(sys.argv[2], "w", format=fmt) as tf:
 		if plain != sh.wantPlain {
 			t.Errorf("%s: read by plainTarHeaders %v, want %v", sh.name, plain, sh.wantPlain)
 		}
-		if len(recs) < 2 {
-			t.Errorf("%s: %d records, want at least 2", sh.name, len(recs))
+		if len(recs.records) < 2 {
+			t.Errorf("%s: %d records, want at least 2", sh.name, len(recs.records))
 		}
 		// And through readShardRecords, which falls back where plain declines.
 		if got, err := readShardRecords("s.tar", bytes.NewReader(sh.b), int64(len(sh.b)), 1<<30); err != nil || !reflect.DeepEqual(got, recs) {
-			t.Errorf("%s: readShardRecords: %v, %d records, want %d", sh.name, err, len(got), len(recs))
+			t.Errorf("%s: readShardRecords: %v, %d records, want %d", sh.name, err, len(got.records), len(recs.records))
 		}
 	}
 }

@@ -41,19 +41,12 @@ import (
 // as two records); a record over the size bound; a JSON member that is not
 // an object.
 
-// ItemMember is one member of a record item: its name and where its bytes
-// lie in the source file its record is in (Item.Path).
-type ItemMember struct {
-	Name string
-	Off  int64 // where its bytes start in that file
-	Size int64
-}
-
 // MemberAt is one member of a record item as the plan and the upload keep
 // it: its name as an index in Source.Members, and where its bytes lie in
-// the file its record is in (Item.Path). It takes 16 bytes where an
-// ItemMember takes 32, and a source of records holds one for each member
-// of each record.
+// the file its record is in (Item.Path; JSONL and Parquet members, made
+// at upload, have none). It takes 16 bytes, where a name and two int64s
+// took 32, and a source of records holds one for each member of each
+// record. While a source is scanned, Name indexes its recordBatch's names.
 type MemberAt struct {
 	Off  int64
 	Size uint32 // a member fits a record, at most 2GiB-1
@@ -93,16 +86,67 @@ func WebDatasetShards(src string) (shards []string, ok bool, err error) {
 	return shards, len(shards) > 0, nil
 }
 
-// wdsRecord is a record as a source of records yields it.
+// wdsRecord is a record as a source of records yields it, in a
+// recordBatch: the file it is in and its member names are the batch's.
 type wdsRecord struct {
 	key     string
-	shard   string // the file it is in
-	off     int64  // its first member's header (WebDataset), or its line (JSONL)
-	line    int    // its line in a JSONL file; 0 for WebDataset
-	lineLen int64  // the line's bytes (JSONL)
-	row     bool   // a Parquet row: off is its number
-	members []ItemMember
+	off     int64        // its first member's header (WebDataset), or its line (JSONL)
+	line    int          // its line in a JSONL file; 0 for WebDataset
+	lineLen int64        // the line's bytes (JSONL)
+	row     bool         // a Parquet row: off is its number
+	members []MemberAt   // Name: an index in the batch's names
 	fields  []fieldValue // sorted by name
+}
+
+// recordBatch is the records of one file of a source of records (a tar
+// shard, a JSONL corpus, a Parquet file), in order. The file and the
+// member names are kept once for the batch, not in each record: a
+// 100,000-record scan held 32 bytes a member, now 16.
+type recordBatch struct {
+	file    string
+	names   []string          // member names, by MemberAt.Name
+	index   map[string]uint16 // names' indexes, while the batch is read
+	records []wdsRecord
+}
+
+// member is the index of member name in b.names, added if new; false
+// when b already has manifest.MaxMemberNames names (a source may not
+// have more).
+func (b *recordBatch) member(name string) (uint16, bool) {
+	if i, ok := b.index[name]; ok {
+		return i, true
+	}
+	if len(b.names) == manifest.MaxMemberNames {
+		return 0, false
+	}
+	if b.index == nil {
+		b.index = map[string]uint16{}
+	}
+	name = strings.Clone(name) // a header's or a line's bytes are not kept alive by it
+	b.index[name] = uint16(len(b.names))
+	b.names = append(b.names, name)
+	return uint16(len(b.names) - 1), true
+}
+
+// addMembers appends members of these sizes and names to r (JSONL and
+// Parquet records, whose members do not lie in their file), after
+// checking they fit a record of at most limit bytes: the error says by
+// how much they do not.
+func (b *recordBatch) addMembers(r *wdsRecord, names []string, bodies [][]byte, limit int64) (size int64, err error) {
+	for _, body := range bodies {
+		size += int64(len(body))
+	}
+	if size > limit {
+		return size, fmt.Errorf("record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", r.key, size, limit)
+	}
+	for k, body := range bodies {
+		i, ok := b.member(names[k])
+		if !ok {
+			return size, fmt.Errorf("more than %d distinct member names", manifest.MaxMemberNames)
+		}
+		r.members = append(r.members, MemberAt{Size: uint32(len(body)), Name: i})
+	}
+	return size, nil
 }
 
 // fieldValue is one of a record's fields as the manifest keeps it: a
@@ -146,15 +190,16 @@ func (r *wdsRecord) field(name string) string {
 	return ""
 }
 
-// where names the record's place in the source for a message.
-func (r *wdsRecord) where() string {
+// where names the record's place in the source for a message; file is
+// its batch's.
+func (r *wdsRecord) where(file string) string {
 	if r.row {
-		return fmt.Sprintf("parquet %s row %d", r.shard, r.off)
+		return fmt.Sprintf("parquet %s row %d", file, r.off)
 	}
 	if r.line > 0 {
-		return fmt.Sprintf("%s line %d", r.shard, r.line)
+		return fmt.Sprintf("%s line %d", file, r.line)
 	}
-	return fmt.Sprintf("shard %s at offset %d", r.shard, r.off)
+	return fmt.Sprintf("shard %s at offset %d", file, r.off)
 }
 
 // scanWebDataset reads the records of the given local tar shards, sorted
@@ -177,7 +222,7 @@ func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, sha
 	// The shards are read in parallel, one per core (the scan is the tar
 	// reader's CPU: 80% of a 100,000-record ingest's before this, in a
 	// profile), each into its own list; then joined in shard order.
-	perShard := make([][]wdsRecord, len(shards))
+	perShard := make([]recordBatch, len(shards))
 	errs := make([]error, len(shards))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(runtime.GOMAXPROCS(0))
@@ -200,14 +245,16 @@ func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, sha
 			}
 		}
 	}
-	seen := map[string]*wdsRecord{}
-	for _, rs := range perShard {
-		for k := range rs {
-			r := &rs[k]
+	type place struct{ batch, record int }
+	seen := map[string]place{}
+	for b := range perShard {
+		for k := range perShard[b].records {
+			r := &perShard[b].records[k]
 			if prev, dup := seen[r.key]; dup {
-				return nil, duplicateKey(r.shard, r.off, r.key, fmt.Sprintf("%s at offset %d", prev.shard, prev.off))
+				first := &perShard[prev.batch]
+				return nil, duplicateKey(perShard[b].file, r.off, r.key, fmt.Sprintf("%s at offset %d", first.file, first.records[prev.record].off))
 			}
-			seen[r.key] = r
+			seen[r.key] = place{b, k}
 		}
 	}
 	if len(seen) == 0 {
@@ -223,15 +270,15 @@ func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, sha
 // its items are made (batches[b] = nil), so the scan's records and the
 // items they become are not all held at once (the largest live heap of a
 // 100,000-record ingest fell from 78 to 66 MB).
-func recordSource(s *Source, o ScanOptions, batches [][]wdsRecord) (*Source, error) {
+func recordSource(s *Source, o ScanOptions, batches []recordBatch) (*Source, error) {
 	// The member names, in order of first appearance.
 	n := 0
-	for _, records := range batches {
-		n += len(records)
-		for _, r := range records {
+	for _, b := range batches {
+		n += len(b.records)
+		for _, r := range b.records {
 			for _, m := range r.members {
-				if !slices.Contains(s.Members, m.Name) {
-					s.Members = append(s.Members, m.Name)
+				if name := b.names[m.Name]; !slices.Contains(s.Members, name) {
+					s.Members = append(s.Members, name)
 				}
 			}
 		}
@@ -247,8 +294,8 @@ func recordSource(s *Source, o ScanOptions, batches [][]wdsRecord) (*Source, err
 	}
 	// Fields: every record's JSON keys, named in sorted order.
 	names := map[string]bool{}
-	for _, records := range batches {
-		for _, r := range records {
+	for _, b := range batches {
+		for _, r := range b.records {
 			for _, f := range r.fields {
 				names[f.name] = true
 			}
@@ -276,53 +323,42 @@ func recordSource(s *Source, o ScanOptions, batches [][]wdsRecord) (*Source, err
 			return nil, fmt.Errorf("source %s: no record's .json member has the field %q (fields: %s)", s.Root, f, strings.Join(s.Fields, ", "))
 		}
 	}
-	nameIndex := make(map[string]uint16, len(s.Members))
-	for i, name := range s.Members {
-		nameIndex[name] = uint16(i)
-	}
 	s.Items = make([]Item, 0, n)
-	for b, records := range batches {
-		members := make([]MemberAt, 0, membersIn(records)) // the batch's items share one array
-		for _, r := range records {
-			it := Item{Key: r.key, Path: r.shard, Line: r.line,
+	for b := range batches {
+		batch := &batches[b]
+		global := make([]uint16, len(batch.names)) // the batch's member names' indexes in s.Members
+		for i, name := range batch.names {
+			global[i] = uint16(slices.Index(s.Members, name))
+		}
+		for _, r := range batch.records {
+			it := Item{Key: r.key, Path: batch.file, Line: r.line, Members: r.members,
 				Fields: make([]string, 0, len(s.Fields)), Labels: make([]string, 0, len(s.LabelFields))}
 			if r.line > 0 || r.row {
 				it.lineAt, it.lineLen, it.row = r.off, r.lineLen, r.row
 			}
-			from := len(members)
-			for _, m := range r.members {
-				members = append(members, MemberAt{Off: m.Off, Size: uint32(m.Size), Name: nameIndex[m.Name]})
-				it.Size += m.Size
+			for k := range it.Members { // the record's own array, its names made the source's
+				it.Members[k].Name = global[it.Members[k].Name]
+				it.Size += int64(it.Members[k].Size)
 			}
-			it.Members = members[from:len(members):len(members)]
 			for _, f := range s.Fields {
 				v := r.field(f)
 				if strings.ContainsAny(v, "\x00"+manifest.FieldSep) {
-					return nil, fmt.Errorf("%s: record %q: field %q holds a NUL or unit-separator (0x1f) character", r.where(), r.key, f)
+					return nil, fmt.Errorf("%s: record %q: field %q holds a NUL or unit-separator (0x1f) character", r.where(batch.file), r.key, f)
 				}
 				it.Fields = append(it.Fields, v)
 			}
 			for _, f := range s.LabelFields {
 				v := it.Fields[slices.Index(s.Fields, f)]
 				if v == "" {
-					return nil, fmt.Errorf("%s: record %q has no field %q: every record needs it, since it makes the strata", r.where(), r.key, f)
+					return nil, fmt.Errorf("%s: record %q has no field %q: every record needs it, since it makes the strata", r.where(batch.file), r.key, f)
 				}
 				it.Labels = append(it.Labels, v)
 			}
 			s.Items = append(s.Items, it)
 		}
-		batches[b] = nil
+		*batch = recordBatch{}
 	}
 	return s, nil
-}
-
-// membersIn counts the members of records.
-func membersIn(records []wdsRecord) int {
-	n := 0
-	for _, r := range records {
-		n += len(r.members)
-	}
-	return n
 }
 
 // duplicateKey is the refusal of a key that comes back after the record
@@ -339,32 +375,33 @@ var scanReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<
 // readShardRecords reads one tar shard's records (size bytes, through f,
 // in one sequential pass). It reads the headers with plainTarHeaders, and
 // a shard that declines with archive/tar.
-func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) ([]wdsRecord, error) {
+func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) (recordBatch, error) {
 	br := scanReaders.Get().(*bufio.Reader)
 	defer func() {
 		br.Reset(nil) // the pool keeps the buffer, not this shard's file
 		scanReaders.Put(br)
 	}()
-	var got []wdsRecord
-	collect := func(r wdsRecord) { got = append(got, r) }
+	got := recordBatch{file: shard}
 	br.Reset(io.NewSectionReader(f, 0, size))
-	err := scanShardRecords(shard, &plainTarHeaders{br: br}, size, limit, collect)
+	err := scanShardRecords(&plainTarHeaders{br: br}, size, limit, &got)
 	if errors.Is(err, errNotPlain) {
-		got = got[:0]
+		got = recordBatch{file: shard}
 		br.Reset(io.NewSectionReader(f, 0, size))
-		err = scanShardRecords(shard, newStdTarHeaders(br), size, limit, collect)
+		err = scanShardRecords(newStdTarHeaders(br), size, limit, &got)
 	}
 	if err != nil {
-		return nil, err
+		return recordBatch{}, err
 	}
+	got.index = nil // read: only the names are kept
 	return got, nil
 }
 
 // scanShardRecords is readShardRecords of the member headers tr reads.
 // It returns errNotPlain as it is, for readShardRecords to read again.
-func scanShardRecords(shard string, tr tarHeaders, size int64, limit int64, add func(wdsRecord)) error {
+func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch) error {
+	shard := batch.file
 	seen := map[string]int64{} // key -> its record's offset, in this shard
-	fieldNames, memberNames := map[string]string{}, map[string]string{}
+	fieldNames := map[string]string{}
 	var cur *wdsRecord
 	width := 1   // members of the last record
 	var at int64 // where the next header starts
@@ -374,14 +411,14 @@ func scanShardRecords(shard string, tr tarHeaders, size int64, limit int64, add 
 		}
 		var size int64
 		for _, m := range cur.members {
-			size += m.Size
+			size += int64(m.Size)
 		}
 		if size > limit {
 			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", shard, cur.off, cur.key, size, limit)
 		}
 		seen[cur.key] = cur.off
 		width = len(cur.members) // the next record most likely has as many
-		add(*cur)
+		batch.records = append(batch.records, *cur)
 		cur = nil
 		return nil
 	}
@@ -416,12 +453,6 @@ func scanShardRecords(shard string, tr tarHeaders, size int64, limit int64, add 
 			return fmt.Errorf("shard %s at offset %d: member %q has no key or no member name: WebDataset names a member <key>.<member> (for example 000123.jpg), cut at the first '.' of its base name", shard, hdrAt, h.name)
 		}
 		key, member := strings.Clone(dir+base[:dot]), base[dot+1:]
-		if in, ok := memberNames[member]; ok {
-			member = in // the header's name is not kept alive by each member
-		} else {
-			member = strings.Clone(member)
-			memberNames[member] = member
-		}
 		if err := manifest.CheckKey(key); err != nil {
 			return fmt.Errorf("shard %s at offset %d: member %q: key %q: %v", shard, hdrAt, h.name, key, err)
 		}
@@ -432,15 +463,22 @@ func scanShardRecords(shard string, tr tarHeaders, size int64, limit int64, add 
 			if prev, dup := seen[key]; dup {
 				return duplicateKey(shard, hdrAt, key, fmt.Sprintf("%s at offset %d", shard, prev))
 			}
-			cur = &wdsRecord{key: key, shard: shard, off: hdrAt, members: make([]ItemMember, 0, width)}
+			cur = &wdsRecord{key: key, off: hdrAt, members: make([]MemberAt, 0, width)}
 		}
-		if slices.ContainsFunc(cur.members, func(m ItemMember) bool { return m.Name == member }) {
+		idx, ok := batch.member(member)
+		if !ok {
+			return fmt.Errorf("shard %s at offset %d: member %q: the shard has more than %d distinct member names: a member name must not carry the record's key (WebDataset splits a name at the first '.' of its base name)", shard, hdrAt, h.name, manifest.MaxMemberNames)
+		}
+		if slices.ContainsFunc(cur.members, func(m MemberAt) bool { return m.Name == idx }) {
 			return fmt.Errorf("shard %s at offset %d: record %q has two members named %q", shard, hdrAt, key, member)
 		}
 		if len(cur.members) == manifest.MaxRecordMembers {
 			return fmt.Errorf("shard %s at offset %d: record %q has more than %d members", shard, hdrAt, key, manifest.MaxRecordMembers)
 		}
-		cur.members = append(cur.members, ItemMember{Name: member, Off: dataAt, Size: h.size})
+		if h.size > limit { // before its size is kept in 32 bits
+			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes or more, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", shard, cur.off, key, h.size, limit)
+		}
+		cur.members = append(cur.members, MemberAt{Off: dataAt, Size: uint32(h.size), Name: idx})
 		if member == FieldsMember {
 			if h.size > maxFieldsMember {
 				return fmt.Errorf("shard %s at offset %d: record %q's .json member is %d bytes, more than the %d read for fields", shard, hdrAt, key, h.size, maxFieldsMember)
