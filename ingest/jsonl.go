@@ -135,7 +135,10 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 			return nil, fmt.Errorf("corpus %s line %d: key %q again, after line %d: two records with one key; give every record its own --key", name, lineNo, key, prev)
 		}
 		seen[key] = lineNo
-		r := wdsRecord{key: key, off: at, line: lineNo, lineLen: int64(len(b)), fields: compactFields(fields, nil)}
+		r := wdsRecord{key: key, off: at, line: lineNo, lineLen: int64(len(b))}
+		if err := batch.setFields(&r, fields, name); err != nil {
+			return nil, err
+		}
 		if _, err := batch.addMembers(&r, names, bodies, limit); err != nil {
 			return nil, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
 		}
@@ -144,6 +147,7 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 	if len(batch.records) == 0 {
 		return nil, fmt.Errorf("corpus %s: %w: no line holds a record", name, ErrEmpty)
 	}
+	batch.read()
 	return recordSource(&Source{Root: filepath.Dir(name)}, o, []recordBatch{batch})
 }
 

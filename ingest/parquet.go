@@ -283,7 +283,10 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 				return nil, fmt.Errorf("parquet %s row %d: key %q again, after row %d: two records with one key; give every record its own --key", name, rowNo, key, prev)
 			}
 			seen[key] = rowNo
-			rec := wdsRecord{key: key, off: rowNo, row: true, fields: compactFields(fields, nil)}
+			rec := wdsRecord{key: key, off: rowNo, row: true}
+			if err := batch.setFields(&rec, fields, name); err != nil {
+				return nil, err
+			}
 			if _, err := batch.addMembers(&rec, names, bodies, limit); err != nil {
 				return nil, fmt.Errorf("parquet %s row %d: %v", name, rowNo, err)
 			}
@@ -300,6 +303,7 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 	if len(batch.records) == 0 {
 		return nil, fmt.Errorf("parquet %s: %w: it holds no rows", name, ErrEmpty)
 	}
+	batch.read()
 	s, err := recordSource(&Source{Root: filepath.Dir(name)}, o, []recordBatch{batch})
 	if s != nil {
 		s.table = &parquetTable{cols: cols, opts: o}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -183,5 +184,61 @@ func TestTooManyMemberNamesAreRefused(t *testing.T) {
 	_, err = ScanWith(two, ScanOptions{Strata: []string{"source"}})
 	if err == nil || !strings.Contains(err.Error(), "6001 distinct member names, at most 4096") {
 		t.Fatalf("two shards of 3001 distinct member names each: %v", err)
+	}
+}
+
+// A record's fields are kept as one string with its shard's set of field
+// names: records with different sets, in one shard or two, come out with
+// every field of the source in its place ("" where a record has none), a
+// list as its JSON text and null as ""; a value holding the unit separator,
+// which joins them, is refused naming the shard, the offset and the field.
+func TestRecordFieldsAcrossSchemas(t *testing.T) {
+	write := func(dir, name string, jsons ...string) {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for i, j := range jsons {
+			for _, m := range [][2]string{{"txt", "caption"}, {"json", j}} {
+				if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("%s-%d.%s", strings.TrimSuffix(name, ".tar"), i, m[0]), Mode: 0o644, Size: int64(len(m[1])), Typeflag: tar.TypeReg}); err != nil {
+					t.Fatal(err)
+				}
+				tw.Write([]byte(m[1]))
+			}
+		}
+		tw.Close()
+		if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	write(dir, "a.tar", `{"source": "web", "score": 1}`, `{"source": "books"}`, `{"score": 2.5, "source": "web"}`)
+	write(dir, "b.tar", `{"source": "code", "extra": [1, 2], "n": null}`, `{"source": "web", "score": 3}`)
+	s, err := ScanWith(dir, ScanOptions{Strata: []string{"source"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"extra", "n", "score", "source"}; !slices.Equal(s.Fields, want) {
+		t.Fatalf("fields %q, want %q", s.Fields, want)
+	}
+	want := map[string][]string{
+		"a-0": {"", "", "1", "web"},
+		"a-1": {"", "", "", "books"},
+		"a-2": {"", "", "2.5", "web"},
+		"b-0": {"[1,2]", "", "", "code"},
+		"b-1": {"", "", "3", "web"},
+	}
+	if len(s.Items) != len(want) {
+		t.Fatalf("%d items, want %d", len(s.Items), len(want))
+	}
+	for _, it := range s.Items {
+		if !slices.Equal(it.Fields, want[it.Key]) || !slices.Equal(it.Labels, want[it.Key][3:]) {
+			t.Errorf("%s: fields %q labels %q, want %q", it.Key, it.Fields, it.Labels, want[it.Key])
+		}
+	}
+
+	bad := t.TempDir()
+	write(bad, "a.tar", `{"source": "web"}`, `{"source": "web", "note": "a\u001fb"}`)
+	_, err = ScanWith(bad, ScanOptions{Strata: []string{"source"}})
+	if err == nil || !strings.Contains(err.Error(), "a.tar at offset 2048") || !strings.Contains(err.Error(), `field "note" holds a NUL or unit-separator`) {
+		t.Fatalf("a value holding the unit separator: %v", err)
 	}
 }

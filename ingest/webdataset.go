@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -90,12 +91,16 @@ func WebDatasetShards(src string) (shards []string, ok bool, err error) {
 // recordBatch: the file it is in and its member names are the batch's.
 type wdsRecord struct {
 	key     string
-	off     int64        // its first member's header (WebDataset), or its line (JSONL)
-	line    int          // its line in a JSONL file; 0 for WebDataset
-	lineLen int64        // the line's bytes (JSONL)
-	row     bool         // a Parquet row: off is its number
-	members []MemberAt   // Name: an index in the batch's names
-	fields  []fieldValue // sorted by name
+	off     int64      // its first member's header (WebDataset), or its line (JSONL)
+	line    int        // its line in a JSONL file; 0 for WebDataset
+	lineLen int64      // the line's bytes (JSONL)
+	row     bool       // a Parquet row: off is its number
+	members []MemberAt // Name: an index in the batch's names
+	// fields are its field values joined by manifest.FieldSep, in the
+	// order of their names, its batch's schemas[schema]: one string, where
+	// a name and a value for each field took 32 bytes and an allocation.
+	fields string
+	schema uint16
 }
 
 // recordBatch is the records of one file of a source of records (a tar
@@ -107,6 +112,15 @@ type recordBatch struct {
 	names   []string          // member names, by MemberAt.Name
 	index   map[string]uint16 // names' indexes, while the batch is read
 	records []wdsRecord
+	// schemas are the sorted field names of its records, by
+	// wdsRecord.schema; schemas[0] is none. Records of one writer share
+	// one or a few.
+	schemas [][]string
+	// While the batch is read: a schema's names joined by NUL -> its
+	// index, and buffers reused for each record.
+	schemaIndex map[string]uint16
+	keys        []string
+	joined, key []byte
 }
 
 // member is the index of member name in b.names, added if new; false
@@ -149,45 +163,76 @@ func (b *recordBatch) addMembers(r *wdsRecord, names []string, bodies [][]byte, 
 	return size, nil
 }
 
-// fieldValue is one of a record's fields as the manifest keeps it: a
-// string, number or boolean as its text, a list or an object as its JSON
-// text, null as "".
-type fieldValue struct{ name, value string }
-
-// compactFields keeps a record's decoded JSON object as its fields, sorted
-// by name, the names interned in names when it is given: a map of decoded
-// values per record was the largest part of a 100,000-record scan's
-// memory.
-func compactFields(obj map[string]any, names map[string]string) []fieldValue {
-	out := make([]fieldValue, 0, len(obj))
-	for k, x := range obj {
-		if names != nil {
-			if in, ok := names[k]; ok {
-				k = in
-			} else {
-				names[k] = k
-			}
-		}
-		v := ""
-		if x != nil {
-			var err error
-			if v, err = jsonLabel(x); err != nil {
-				b, _ := json.Marshal(x) // a list or an object is kept as its JSON text
-				v = string(b)
-			}
-		}
-		out = append(out, fieldValue{k, v})
-	}
-	slices.SortFunc(out, func(a, b fieldValue) int { return strings.Compare(a.name, b.name) })
-	return out
+// read drops what only reading the batch needed: the records, names and
+// schemas are kept.
+func (b *recordBatch) read() {
+	b.index, b.schemaIndex, b.keys, b.joined, b.key = nil, nil, nil, nil, nil
 }
 
-// field is the record's value of field name, "" when it has none.
-func (r *wdsRecord) field(name string) string {
-	if i, ok := slices.BinarySearchFunc(r.fields, name, func(f fieldValue, n string) int { return strings.Compare(f.name, n) }); ok {
-		return r.fields[i].value
+// setFields keeps obj, a record's decoded JSON object, as r's fields: a
+// string, number or boolean as its text, a list or an object as its JSON
+// text, null as "". A value holding NUL or manifest.FieldSep, which could
+// not be told apart from the next value, is refused, naming r's place in
+// file.
+func (b *recordBatch) setFields(r *wdsRecord, obj map[string]any, file string) error {
+	b.keys = b.keys[:0]
+	for k := range obj {
+		b.keys = append(b.keys, k)
 	}
-	return ""
+	slices.Sort(b.keys)
+	b.joined, b.key = b.joined[:0], b.key[:0]
+	for i, k := range b.keys {
+		v := ""
+		if x := obj[k]; x != nil {
+			var err error
+			if v, err = jsonLabel(x); err != nil {
+				j, _ := json.Marshal(x) // a list or an object is kept as its JSON text
+				v = string(j)
+			}
+		}
+		if strings.ContainsAny(v, "\x00"+manifest.FieldSep) {
+			return fmt.Errorf("%s: record %q: field %q holds a NUL or unit-separator (0x1f) character", r.where(file), r.key, k)
+		}
+		if i > 0 {
+			b.joined = append(b.joined, manifest.FieldSep...)
+			b.key = append(b.key, 0)
+		}
+		b.joined = append(b.joined, v...)
+		b.key = append(b.key, k...)
+	}
+	if len(b.schemas) == 0 {
+		b.schemas, b.schemaIndex = [][]string{nil}, map[string]uint16{"": 0}
+	}
+	if len(b.keys) == 0 {
+		r.fields, r.schema = "", 0
+		return nil
+	}
+	i, ok := b.schemaIndex[string(b.key)]
+	if !ok {
+		if len(b.schemas) > math.MaxUint16 {
+			return fmt.Errorf("%s: record %q: more than %d different sets of fields in one file: give the records one set of fields (a missing value can be null)", r.where(file), r.key, math.MaxUint16)
+		}
+		i = uint16(len(b.schemas))
+		b.schemas = append(b.schemas, slices.Clone(b.keys))
+		b.schemaIndex[string(b.key)] = i
+	}
+	r.fields, r.schema = string(b.joined), i
+	return nil
+}
+
+// fieldsOf splits r's fields into parts, one per name of its schema.
+func (b *recordBatch) fieldsOf(r *wdsRecord, parts []string) []string {
+	parts = parts[:0]
+	if r.schema == 0 {
+		return parts
+	}
+	rest := r.fields
+	for range len(b.schemas[r.schema]) - 1 {
+		i := strings.Index(rest, manifest.FieldSep)
+		parts = append(parts, rest[:i])
+		rest = rest[i+len(manifest.FieldSep):]
+	}
+	return append(parts, rest)
 }
 
 // where names the record's place in the source for a message; file is
@@ -295,9 +340,9 @@ func recordSource(s *Source, o ScanOptions, batches []recordBatch) (*Source, err
 	// Fields: every record's JSON keys, named in sorted order.
 	names := map[string]bool{}
 	for _, b := range batches {
-		for _, r := range b.records {
-			for _, f := range r.fields {
-				names[f.name] = true
+		for _, schema := range b.schemas {
+			for _, f := range schema {
+				names[f] = true
 			}
 		}
 	}
@@ -330,7 +375,18 @@ func recordSource(s *Source, o ScanOptions, batches []recordBatch) (*Source, err
 		for i, name := range batch.names {
 			global[i] = uint16(slices.Index(s.Members, name))
 		}
-		for _, r := range batch.records {
+		// at[k][f]: where the value of s.Fields[f] is in a record of
+		// schema k (-1: it has none).
+		at := make([][]int, len(batch.schemas))
+		for k, schema := range batch.schemas {
+			at[k] = make([]int, len(s.Fields))
+			for f, name := range s.Fields {
+				at[k][f] = slices.Index(schema, name)
+			}
+		}
+		var parts []string
+		for k := range batch.records {
+			r := &batch.records[k]
 			it := Item{Key: r.key, Path: batch.file, Line: r.line, Members: r.members,
 				Fields: make([]string, 0, len(s.Fields)), Labels: make([]string, 0, len(s.LabelFields))}
 			if r.line > 0 || r.row {
@@ -340,10 +396,11 @@ func recordSource(s *Source, o ScanOptions, batches []recordBatch) (*Source, err
 				it.Members[k].Name = global[it.Members[k].Name]
 				it.Size += int64(it.Members[k].Size)
 			}
-			for _, f := range s.Fields {
-				v := r.field(f)
-				if strings.ContainsAny(v, "\x00"+manifest.FieldSep) {
-					return nil, fmt.Errorf("%s: record %q: field %q holds a NUL or unit-separator (0x1f) character", r.where(batch.file), r.key, f)
+			parts = batch.fieldsOf(r, parts)
+			for f := range s.Fields {
+				v := ""
+				if len(at) > 0 && at[r.schema][f] >= 0 {
+					v = parts[at[r.schema][f]] // a part of the record's one string
 				}
 				it.Fields = append(it.Fields, v)
 			}
@@ -392,7 +449,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) (rec
 	if err != nil {
 		return recordBatch{}, err
 	}
-	got.index = nil // read: only the names are kept
+	got.read()
 	return got, nil
 }
 
@@ -401,7 +458,6 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) (rec
 func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch) error {
 	shard := batch.file
 	seen := map[string]int64{} // key -> its record's offset, in this shard
-	fieldNames := map[string]string{}
 	var cur *wdsRecord
 	width := 1   // members of the last record
 	var at int64 // where the next header starts
@@ -496,7 +552,9 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 			if err := dec.Decode(&obj); err != nil {
 				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields", shard, hdrAt, h.name, err)
 			}
-			cur.fields = compactFields(obj, fieldNames)
+			if err := batch.setFields(cur, obj, shard); err != nil {
+				return err
+			}
 		}
 	}
 	return flush()
