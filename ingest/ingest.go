@@ -55,9 +55,11 @@ type Options struct {
 	// manifest.DefaultGroupShards.
 	GroupShards int
 	// ReleaseSource says the caller is done with the source once it is
-	// planned: its items' labels and field values are then dropped (the
-	// manifest holds them), so a source of records is not held twice
-	// through the upload. Such a source cannot be planned again.
+	// planned: the plan drops each item's labels and field values as it
+	// copies them into the manifest, which the upload reads instead, so a
+	// source of records is not held twice. A released source cannot be
+	// planned again. The peak RSS of a 100,000-record ingest at
+	// --shard-size 512KiB fell from 178-197 to 157-159 MB with this.
 	ReleaseSource bool
 }
 
@@ -99,9 +101,6 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	m, windows, err := plan(src, opts, ingestID)
 	if err != nil {
 		return nil, err
-	}
-	if opts.ReleaseSource {
-		src.releasePlanned()
 	}
 	parent := replaceLineage(ctx, opts, m, "ingest --force", log)
 	log.Info("ingest plan", "dataset", opts.Name, "samples", m.Samples.Len(), "strata", len(m.Strata),
@@ -472,44 +471,66 @@ func plan(src *Source, opts Options, ingestID string) (m *manifest.Manifest, win
 		}
 	}
 	m.Shards = make([]manifest.Shard, len(shards))
+	m.Samples.Grow(src.tableBytes())
+	var table []byte
+	planned := make([]int32, 0, len(src.Items))
 	for si, shard := range shards {
-		for _, it := range shard {
-			m.Samples.Append(src.Items[it].Key, strata[it], uint32(si), uint32(src.Items[it].Size), 0)
+		for _, i := range shard {
+			planned = append(planned, int32(i))
+			it := &src.Items[i]
+			m.Samples.Append(it.Key, strata[i], uint32(si), uint32(it.Size), 0)
 			if src.Fields != nil {
-				m.Samples.AppendFields(strings.Join(src.Items[it].Fields, manifest.FieldSep))
+				m.Samples.AppendFields(strings.Join(it.Fields, manifest.FieldSep))
 			}
 			if src.Members != nil {
-				m.Samples.AppendRecord(src.recordTable(&src.Items[it]))
+				table = src.appendRecordTable(table[:0], it)
+				m.Samples.AppendRecord(table)
+			}
+			if opts.ReleaseSource {
+				// The manifest holds them now, and the upload never reads
+				// them: dropped as the manifest grows, the two are not
+				// held at once (see Options.ReleaseSource).
+				it.Labels, it.Fields = nil, nil
 			}
 		}
 	}
+	src.released = src.released || opts.ReleaseSource
 	if err := m.Finish(); err != nil {
 		return nil, nil, err
 	}
+	src.planned, src.plannedFor = planned, m
 	return m, placed.windows, nil
 }
 
-// releasePlanned drops the items' labels and field values once a plan has
-// copied them into its manifest (Options.ReleaseSource): the upload never
-// reads them, and for a source of records (a caption, a score and a source
-// name each) they are the largest part of what the plan held twice: the
-// peak RSS of a 100,000-record ingest at --shard-size 512KiB fell from
-// 178-197 to 157-159 MB. A released source cannot be planned again.
-func (s *Source) releasePlanned() {
-	for i := range s.Items {
-		s.Items[i].Labels, s.Items[i].Fields = nil, nil
-	}
-	s.released = true
-}
-
-// recordTable is a record item's table in the manifest: its members, as
-// indexes in src.Members, and their sizes.
-func (s *Source) recordTable(it *Item) []byte {
-	var table []byte
+// appendRecordTable appends a record item's table in the manifest to
+// table: its members, as indexes in s.Members, and their sizes.
+func (s *Source) appendRecordTable(table []byte, it *Item) []byte {
 	for _, mb := range it.Members {
 		table = manifest.AppendRecord(table, int(mb.Name), int64(mb.Size))
 	}
 	return table
+}
+
+// tableBytes is what the manifest's sample table of all of s's items
+// holds: their number, and the bytes of their keys, joined field values
+// (0: s has no fields) and record tables (0: s holds no records).
+func (s *Source) tableBytes() (n, keyBytes, fieldBytes, recordBytes int) {
+	var scratch []byte
+	for i := range s.Items {
+		it := &s.Items[i]
+		keyBytes += len(it.Key)
+		if s.Fields != nil {
+			fieldBytes += max(0, len(it.Fields)-1) * len(manifest.FieldSep)
+			for _, v := range it.Fields {
+				fieldBytes += len(v)
+			}
+		}
+		if s.Members != nil {
+			scratch = s.appendRecordTable(scratch[:0], it)
+			recordBytes += len(scratch)
+		}
+	}
+	return len(s.Items), keyBytes, fieldBytes, recordBytes
 }
 
 // uploadShards reads, encodes and uploads the given shards of m's plan,
@@ -691,7 +712,7 @@ func cutShards(items []Item, order []int, shardSize int64) [][]int {
 func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, read windowRecords) ([]byte, error) {
 	sh := &m.Shards[si]
 	data := make([]byte, sh.Size)
-	keyIndex := src.keyIndex()
+	itemOf := src.itemOf(m)
 	files := src.filesOf() // the source shards records are read from, each opened once
 	defer files.close()
 	open := func(name string) (io.ReaderAt, error) {
@@ -707,7 +728,7 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, r
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		it := src.Items[keyIndex[m.Samples.Key(j)]]
+		it := src.Items[itemOf(j)]
 		off, size := int64(m.Samples.Offset[j]), int64(m.Samples.Size[j])
 		if b, ok := read[it.Key]; ok && int64(len(b)) == size {
 			copy(data[off:off+size], b)
@@ -745,6 +766,18 @@ func readFile(name string, p []byte) error {
 		return fmt.Errorf("read sample %s: file grew during ingest", name)
 	}
 	return nil
+}
+
+// itemOf returns the item of each of m's samples: the one the plan that
+// made m put in that row, else (m is another's, an append's) the item
+// with its key. A map of every key cost a 100,000-record upload 5 MB.
+func (s *Source) itemOf(m *manifest.Manifest) func(j int) int {
+	if s.plannedFor == m && len(s.planned) == m.Samples.Len() {
+		planned := s.planned
+		return func(j int) int { return int(planned[j]) }
+	}
+	index := s.keyIndex()
+	return func(j int) int { return index[m.Samples.Key(j)] }
 }
 
 // keyIndex maps keys to item indexes, built once.

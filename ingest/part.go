@@ -250,9 +250,6 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	if err != nil {
 		return nil, err
 	}
-	if opts.ReleaseSource {
-		src.releasePlanned()
-	}
 	return runPart(ctx, src, opts, codec, part, m, windows, 0, "", committed, start)
 }
 

@@ -135,13 +135,13 @@ const readChunk = 1 << 20
 // members' bytes are kept (a WebDataset shard of small members is mostly
 // tar headers and padding), so the window holds about its records' bytes.
 func readWindowRecords(ctx context.Context, src *Source, m *manifest.Manifest, shards []int) (windowRecords, error) {
-	keyIndex := src.keyIndex()
+	itemOf := src.itemOf(m)
 	byShard := map[string][]int{} // source shard -> its items in this window
 	var paths []string
 	for _, si := range shards {
 		sh := &m.Shards[si]
 		for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
-			i := keyIndex[m.Samples.Key(j)]
+			i := itemOf(j)
 			p := src.Items[i].Path
 			if byShard[p] == nil {
 				paths = append(paths, p)

@@ -89,7 +89,11 @@ type Source struct {
 	indexOnce sync.Once
 	index     map[string]int // key -> item, built by keyIndex
 
-	released bool // planned, its items' labels and fields dropped (releasePlanned)
+	released bool // planned, its items' labels and fields dropped (Options.ReleaseSource)
+	// planned is the item of each sample row of plannedFor, the manifest
+	// the last plan made.
+	planned    []int32
+	plannedFor *manifest.Manifest
 }
 
 // ErrEmpty: the source holds no samples.

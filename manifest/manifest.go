@@ -199,6 +199,27 @@ func (s *Samples) AppendFields(joined string) {
 	s.fieldEnd = append(s.fieldEnd, uint64(len(s.fieldVals)))
 }
 
+// Grow makes room for n more samples of keyBytes of keys in all, and,
+// where fieldBytes or recordBytes is above zero, of their joined field
+// values and record tables: a table built by Append in one pass then
+// holds what it needs, not up to twice that.
+func (s *Samples) Grow(n, keyBytes, fieldBytes, recordBytes int) {
+	s.keys = slices.Grow(s.keys, keyBytes)
+	s.keyEnd = slices.Grow(s.keyEnd, n)
+	s.Stratum = slices.Grow(s.Stratum, n)
+	s.Shard = slices.Grow(s.Shard, n)
+	s.Size = slices.Grow(s.Size, n)
+	s.Sum = slices.Grow(s.Sum, n)
+	if fieldBytes > 0 {
+		s.fieldVals = slices.Grow(s.fieldVals, fieldBytes)
+		s.fieldEnd = slices.Grow(s.fieldEnd, n)
+	}
+	if recordBytes > 0 {
+		s.recs = slices.Grow(s.recs, recordBytes)
+		s.recEnd = slices.Grow(s.recEnd, n)
+	}
+}
+
 // Len is the number of samples.
 func (s *Samples) Len() int { return len(s.keyEnd) }
 
