@@ -139,7 +139,7 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 		if err := batch.setFields(&r, fields, name); err != nil {
 			return nil, err
 		}
-		if _, err := batch.addMembers(&r, names, bodies, limit); err != nil {
+		if err := batch.addMembers(&r, names, bodies, limit); err != nil {
 			return nil, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
 		}
 		batch.records = append(batch.records, r)
@@ -147,7 +147,7 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 	if len(batch.records) == 0 {
 		return nil, fmt.Errorf("corpus %s: %w: no line holds a record", name, ErrEmpty)
 	}
-	batch.read()
+	batch.doneReading()
 	return recordSource(&Source{Root: filepath.Dir(name)}, o, []recordBatch{batch})
 }
 

@@ -287,7 +287,7 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 			if err := batch.setFields(&rec, fields, name); err != nil {
 				return nil, err
 			}
-			if _, err := batch.addMembers(&rec, names, bodies, limit); err != nil {
+			if err := batch.addMembers(&rec, names, bodies, limit); err != nil {
 				return nil, fmt.Errorf("parquet %s row %d: %v", name, rowNo, err)
 			}
 			batch.records = append(batch.records, rec)
@@ -303,7 +303,7 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 	if len(batch.records) == 0 {
 		return nil, fmt.Errorf("parquet %s: %w: it holds no rows", name, ErrEmpty)
 	}
-	batch.read()
+	batch.doneReading()
 	s, err := recordSource(&Source{Root: filepath.Dir(name)}, o, []recordBatch{batch})
 	if s != nil {
 		s.table = &parquetTable{cols: cols, opts: o}

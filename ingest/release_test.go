@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -24,24 +23,15 @@ func TestReleasedSourceCommitsTheSameAndIsNotPlannedAgain(t *testing.T) {
 	want := map[string]map[string][]byte{}
 	sources := []string{"web", "web", "books", "code"}
 	for s := range 6 {
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
+		var shard [][2]string
 		for r := range 50 {
 			key := fmt.Sprintf("%06d", s*50+r)
-			members := map[string][]byte{
-				"txt":  []byte(strings.Repeat("caption "+key, 1+r%7)),
-				"json": fmt.Appendf(nil, `{"source": %q, "score": %d, "caption": "a photo of %s"}`, sources[(s+r)%len(sources)], (s*31+r*7)%100, key),
-			}
-			want[key] = members
-			for _, name := range []string{"json", "txt"} {
-				if err := tw.WriteHeader(&tar.Header{Name: key + "." + name, Mode: 0o644, Size: int64(len(members[name])), Typeflag: tar.TypeReg}); err != nil {
-					t.Fatal(err)
-				}
-				tw.Write(members[name])
-			}
+			json := fmt.Sprintf(`{"source": %q, "score": %d, "caption": "a photo of %s"}`, sources[(s+r)%len(sources)], (s*31+r*7)%100, key)
+			txt := strings.Repeat("caption "+key, 1+r%7)
+			want[key] = map[string][]byte{"json": []byte(json), "txt": []byte(txt)}
+			shard = append(shard, [2]string{key + ".json", json}, [2]string{key + ".txt", txt})
 		}
-		tw.Close()
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("shard-%02d.tar", s)), buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("shard-%02d.tar", s)), goTar(t, tar.FormatUnknown, shard...), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"archive/tar"
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -156,19 +155,13 @@ func TestSymlinksOutOfTheSource(t *testing.T) {
 // the offset, or the source (names that carry the key are the usual cause).
 func TestTooManyMemberNamesAreRefused(t *testing.T) {
 	write := func(dir, name string, first, n int) {
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
+		var members [][2]string
 		for i := first; i < first+n; i++ {
 			for _, m := range []string{"json", fmt.Sprintf("m%05d", i)} {
-				body := []byte(`{"source": "web"}`)
-				if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("%06d.%s", i, m), Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-					t.Fatal(err)
-				}
-				tw.Write(body)
+				members = append(members, [2]string{fmt.Sprintf("%06d.%s", i, m), `{"source": "web"}`})
 			}
 		}
-		tw.Close()
-		if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), goTar(t, tar.FormatUnknown, members...), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -194,18 +187,12 @@ func TestTooManyMemberNamesAreRefused(t *testing.T) {
 // which joins them, is refused naming the shard, the offset and the field.
 func TestRecordFieldsAcrossSchemas(t *testing.T) {
 	write := func(dir, name string, jsons ...string) {
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
+		var members [][2]string
 		for i, j := range jsons {
-			for _, m := range [][2]string{{"txt", "caption"}, {"json", j}} {
-				if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("%s-%d.%s", strings.TrimSuffix(name, ".tar"), i, m[0]), Mode: 0o644, Size: int64(len(m[1])), Typeflag: tar.TypeReg}); err != nil {
-					t.Fatal(err)
-				}
-				tw.Write([]byte(m[1]))
-			}
+			key := fmt.Sprintf("%s-%d", strings.TrimSuffix(name, ".tar"), i)
+			members = append(members, [2]string{key + ".txt", "caption"}, [2]string{key + ".json", j})
 		}
-		tw.Close()
-		if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), goTar(t, tar.FormatUnknown, members...), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,7 +24,7 @@ func scanBoth(t *testing.T, b []byte) (plain bool, recs recordBatch, err error) 
 	scan := func(tr tarHeaders) (recordBatch, error) {
 		got := recordBatch{file: "s.tar"}
 		err := scanShardRecords(tr, int64(len(b)), 1<<30, &got)
-		got.read() // as readShardRecords returns it
+		got.doneReading() // as readShardRecords returns it
 		return got, err
 	}
 	fast, fastErr := scan(&plainTarHeaders{br: bufio.NewReader(bytes.NewReader(b))})

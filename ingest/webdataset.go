@@ -144,28 +144,28 @@ func (b *recordBatch) member(name string) (uint16, bool) {
 
 // addMembers appends members of these sizes and names to r (JSONL and
 // Parquet records, whose members do not lie in their file), after
-// checking they fit a record of at most limit bytes: the error says by
-// how much they do not.
-func (b *recordBatch) addMembers(r *wdsRecord, names []string, bodies [][]byte, limit int64) (size int64, err error) {
+// checking they fit a record of at most limit bytes.
+func (b *recordBatch) addMembers(r *wdsRecord, names []string, bodies [][]byte, limit int64) error {
+	var size int64
 	for _, body := range bodies {
 		size += int64(len(body))
 	}
 	if size > limit {
-		return size, fmt.Errorf("record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", r.key, size, limit)
+		return fmt.Errorf("record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", r.key, size, limit)
 	}
 	for k, body := range bodies {
 		i, ok := b.member(names[k])
 		if !ok {
-			return size, fmt.Errorf("more than %d distinct member names", manifest.MaxMemberNames)
+			return fmt.Errorf("more than %d distinct member names", manifest.MaxMemberNames)
 		}
 		r.members = append(r.members, MemberAt{Size: uint32(len(body)), Name: i})
 	}
-	return size, nil
+	return nil
 }
 
-// read drops what only reading the batch needed: the records, names and
-// schemas are kept.
-func (b *recordBatch) read() {
+// doneReading drops what only reading the batch needed: the records,
+// names and schemas are kept.
+func (b *recordBatch) doneReading() {
 	b.index, b.schemaIndex, b.keys, b.joined, b.key = nil, nil, nil, nil, nil
 }
 
@@ -449,7 +449,7 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) (rec
 	if err != nil {
 		return recordBatch{}, err
 	}
-	got.read()
+	got.doneReading()
 	return got, nil
 }
 
