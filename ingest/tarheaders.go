@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/bits"
 	"strconv"
+	"strings"
 )
 
 // tarHeader is what the scan of a WebDataset shard takes from a member's
@@ -18,6 +19,11 @@ type tarHeader struct {
 	size     int64
 	typeflag byte
 	dataAt   int64
+	// sparse: the member is a GNU sparse file (PAX sparse 0.0, 0.1 or 1.0,
+	// or old GNU type 'S'): its bytes in the archive are a map and the
+	// data between its holes, not its content, so no offset in the shard
+	// holds what the member means.
+	sparse bool
 }
 
 // tarHeaders reads a tar stream's members, front to back: next moves to
@@ -47,7 +53,24 @@ func (s *stdTarHeaders) next() (tarHeader, error) {
 	}
 	// The tar reader reads exactly a member's header blocks, so after
 	// Next the count is where the member's bytes start.
-	return tarHeader{name: h.Name, size: h.Size, typeflag: h.Typeflag, dataAt: s.in.n}, nil
+	return tarHeader{name: h.Name, size: h.Size, typeflag: h.Typeflag, dataAt: s.in.n, sparse: isSparse(h)}, nil
+}
+
+// isSparse is whether archive/tar reads h as a sparse file: as its
+// handleSparseFile decides, by the old GNU type or by any PAX record of
+// the GNU.sparse family (0.0 and 0.1 name their map there, 1.0 its
+// version; a record of the family that archive/tar ignores is refused
+// too, since a writer that sets one meant a sparse member).
+func isSparse(h *tar.Header) bool {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *stdTarHeaders) body() ([]byte, error) { return io.ReadAll(s.tr) }

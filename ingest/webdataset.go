@@ -492,6 +492,11 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 		dataAt := h.dataAt
 		hdrAt := at
 		at = dataAt + (h.size+511)/512*512
+		if h.sparse {
+			// The checksums are taken over the bytes a member means; a
+			// sparse member's are not in the archive as they are.
+			return fmt.Errorf("shard %s at offset %d: member %q is a sparse file (GNU tar -S): its bytes in the archive are not its content, so shardfs cannot serve it from the shard; re-create the shard without --sparse (-S)", shard, hdrAt, h.name)
+		}
 		if dataAt+h.size > size {
 			return fmt.Errorf("shard %s at offset %d: member %q is cut short (%d of its %d bytes are in the file): the shard is damaged or was not copied whole; re-create it, or leave it out of the source", shard, hdrAt, h.name, max(0, size-dataAt), h.size)
 		}
