@@ -3,7 +3,6 @@ package cache
 import (
 	"fmt"
 	"hash/crc32"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,13 +19,22 @@ import (
 // Disk is the persistent tier below the memory cache: verified whole samples
 // kept in local files that survive a remount and a kill -9 of the daemon.
 //
-// Layout under the cache directory ROOT:
+// Layout under the cache directory (--cache-dir) DIR: the tier writes
+// only inside TIER = DIR/shardfs-disk-tier, a directory it made and marked:
 //
-//	ROOT/.lock                      flock'd around accounting and eviction
-//	ROOT/.usage                     bytes the tier holds, as decimal text
-//	ROOT/NAMESPACE/SSSSSSSS.dat     shard SSSSSSSS's sample bytes at their shard offsets (sparse)
-//	ROOT/NAMESPACE/SSSSSSSS.idx     one byte per sample of the shard: 1 = its bytes were written
-//	ROOT/NAMESPACE/SSSSSSSS.meta    the shard's index object (metadata format 2), as the stores hold it
+//	TIER/SHARDFS-DISK-TIER          the mark: this directory is the tier's
+//	TIER/.lock                      flock'd around accounting and eviction
+//	TIER/.usage                     bytes the tier holds, as decimal text
+//	TIER/NAMESPACE/SSSSSSSS.dat     shard SSSSSSSS's sample bytes at their shard offsets (sparse)
+//	TIER/NAMESPACE/SSSSSSSS.idx     one byte per sample of the shard: 1 = its bytes were written
+//	TIER/NAMESPACE/SSSSSSSS.meta    the shard's index object (metadata format 2), as the stores hold it
+//
+// The user's own files may share DIR (a typo, $HOME, a CSI volume's
+// attribute, and the daemon runs as root), so nothing outside TIER is
+// ever read, written or deleted, and inside it eviction and the clean-up
+// of cut-short writes delete only names the tier writes, one namespace
+// level deep, never following a link. A TIER made by anyone else (no
+// mark, and not empty) is refused, not adopted.
 //
 // NAMESPACE names the dataset's ingest, so a re-ingested dataset never meets
 // the bytes of the one it replaced; with SetShardNamespace, each shard's
@@ -84,22 +92,42 @@ type Slot struct {
 // shares with its neighbours at both ends, plus its marker's block.
 const slack = 3 * 4096
 
-// OpenDisk opens (creating if needed) the tier at root for namespace ns,
-// holding at most limit bytes across every namespace under root.
-func OpenDisk(root, ns string, limit int64) (*Disk, error) {
-	if ns == "" || strings.ContainsAny(ns, "/\x00") || strings.HasPrefix(ns, ".") {
+// TierDir is the directory under --cache-dir that holds everything the
+// disk tier writes.
+const TierDir = "shardfs-disk-tier"
+
+// tierMark is the file that marks TierDir as the tier's, and its content.
+const (
+	tierMark     = "SHARDFS-DISK-TIER"
+	tierMarkText = "shardfs disk tier: every file below this directory is shardfs's cache, written and deleted by shardfs\n"
+)
+
+// validNamespace is whether ns is a name the tier keeps shards under.
+func validNamespace(ns string) bool {
+	return ns != "" && !strings.ContainsAny(ns, "/\x00") && !strings.HasPrefix(ns, ".")
+}
+
+// OpenDisk opens (creating if needed) the tier in cacheDir for namespace
+// ns, holding at most limit bytes across every namespace of the tier.
+// Everything it writes lies in cacheDir/TierDir.
+func OpenDisk(cacheDir, ns string, limit int64) (*Disk, error) {
+	if !validNamespace(ns) {
 		return nil, fmt.Errorf("disk cache namespace %q: not a plain name", ns)
 	}
 	if limit < 16<<20 {
 		return nil, fmt.Errorf("--cache-dir-size %d: use at least 16MiB", limit)
 	}
+	root, err := openTierDir(cacheDir)
+	if err != nil {
+		return nil, err
+	}
 	dir := filepath.Join(root, ns)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("--cache-dir %s: %w", root, err)
+		return nil, fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
 	}
 	lock, err := os.OpenFile(filepath.Join(root, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("--cache-dir %s: %w", root, err)
+		return nil, fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
 	}
 	d := &Disk{root: root, dir: dir, limit: limit, lock: lock, files: map[int]*shardFiles{}}
 	// A smaller limit than a previous mount's: shrink to it now.
@@ -108,6 +136,49 @@ func OpenDisk(root, ns string, limit int64) (*Disk, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// openTierDir makes or finds cacheDir/TierDir, the tier's own directory,
+// and returns its path. A TierDir that is a link, not a directory, or a
+// directory without the tier's mark that holds anything is refused: it is
+// someone else's, and the tier deletes what it finds in its own.
+func openTierDir(cacheDir string) (string, error) {
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
+	}
+	root := filepath.Join(cacheDir, TierDir)
+	if err := os.Mkdir(root, 0o755); err != nil && !os.IsExist(err) {
+		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
+	}
+	st, err := os.Lstat(root)
+	if err != nil {
+		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("--cache-dir %s: %s is not a directory (a %v) and was not made by shardfs: move it away, or choose another --cache-dir", cacheDir, root, st.Mode().Type())
+	}
+	mark := filepath.Join(root, tierMark)
+	if b, err := os.ReadFile(mark); err == nil && string(b) == tierMarkText {
+		return root, nil
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
+	}
+	for _, e := range entries {
+		if e.Name() != tierMark && e.Name() != tierMark+".tmp" {
+			return "", fmt.Errorf("--cache-dir %s: %s holds files (%s among them) but not shardfs's mark %s, so shardfs did not make it and will not delete in it: move it away, or choose another --cache-dir", cacheDir, root, e.Name(), tierMark)
+		}
+	}
+	// Empty: the tier's. The mark lands whole (written aside, renamed).
+	tmp := mark + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tierMarkText), 0o644); err != nil {
+		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
+	}
+	if err := os.Rename(tmp, mark); err != nil {
+		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
+	}
+	return root, nil
 }
 
 // SetShardNamespace puts each shard's files under the namespace ns(shard)
@@ -125,7 +196,7 @@ func (d *Disk) dirOf(shard int) string {
 		return d.dir
 	}
 	ns := d.shardNS(shard)
-	if ns == "" || strings.ContainsAny(ns, "/\x00") || strings.HasPrefix(ns, ".") {
+	if !validNamespace(ns) {
 		return d.dir
 	}
 	return filepath.Join(d.root, ns)
@@ -409,38 +480,84 @@ type diskFile struct {
 	used     time.Time
 }
 
-// scanLocked lists every shard file pair and index object under root,
-// least recently used first, with the bytes they occupy on disk.
+// scanLocked lists every shard file pair and index object of the tier,
+// least recently used first, with the bytes they occupy on disk. It looks
+// only at TIER/NAMESPACE/NAME for names the tier writes (shardName), one
+// level of directories, links neither followed nor counted; on the way it
+// deletes the temporary files of index objects a crash cut short (no one
+// writes one outside the lock).
 func (d *Disk) scanLocked() ([]diskFile, int64) {
 	var out []diskFile
 	var total int64
-	filepath.WalkDir(d.root, func(p string, e fs.DirEntry, err error) error {
-		if err == nil && !e.IsDir() && strings.HasSuffix(p, ".tmp") {
-			os.Remove(p) // a write a crash cut short: no one writes one outside the lock
-			return nil
+	namespaces, _ := os.ReadDir(d.root)
+	for _, ns := range namespaces {
+		if !ns.IsDir() || !validNamespace(ns.Name()) { // IsDir is false for a link
+			continue
 		}
-		if err != nil || e.IsDir() || !strings.HasSuffix(p, ".idx") && !strings.HasSuffix(p, ".meta") {
-			return nil
-		}
-		f := diskFile{idx: p}
-		names := []string{p}
-		if strings.HasSuffix(p, ".idx") {
-			f.dat = strings.TrimSuffix(p, ".idx") + ".dat"
-			names = append(names, f.dat)
-		}
-		for _, name := range names {
-			var st syscall.Stat_t
-			if syscall.Stat(name, &st) == nil {
-				f.bytes += st.Blocks * 512
-				if name == f.idx {
-					f.used = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
+		dir := filepath.Join(d.root, ns.Name())
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			kind := shardName(e.Name())
+			if kind == "" || !e.Type().IsRegular() {
+				continue
+			}
+			p := filepath.Join(dir, e.Name())
+			switch kind {
+			case ".tmp":
+				os.Remove(p)
+				continue
+			case ".dat":
+				continue // with its .idx
+			}
+			f := diskFile{idx: p}
+			names := []string{p}
+			if kind == ".idx" {
+				f.dat = strings.TrimSuffix(p, ".idx") + ".dat"
+				names = append(names, f.dat)
+			}
+			for _, name := range names {
+				var st syscall.Stat_t
+				if syscall.Lstat(name, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+					f.bytes += st.Blocks * 512
+					if name == f.idx {
+						f.used = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
+					}
 				}
 			}
+			total += f.bytes
+			out = append(out, f)
 		}
-		total += f.bytes
-		out = append(out, f)
-		return nil
-	})
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].used.Before(out[j].used) })
 	return out, total
+}
+
+// shardName is the kind of a file name the tier writes in a namespace:
+// ".dat", ".idx" or ".meta" for SSSSSSSS and that extension (eight
+// digits or more), ".tmp" for an index object's temporary SSSSSSSS.meta.PID.tmp;
+// "" for any other name, which the tier never touches.
+func shardName(name string) string {
+	digits := func(s string) bool {
+		for _, c := range []byte(s) {
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+		return s != ""
+	}
+	dot := strings.IndexByte(name, '.')
+	if dot < 8 || !digits(name[:dot]) { // %08d: eight digits or more
+		return ""
+	}
+	switch rest := name[dot:]; rest {
+	case ".dat", ".idx", ".meta":
+		return rest
+	default:
+		if pid, ok := strings.CutPrefix(rest, ".meta."); ok {
+			if pid, ok := strings.CutSuffix(pid, ".tmp"); ok && digits(pid) {
+				return ".tmp"
+			}
+		}
+	}
+	return ""
 }

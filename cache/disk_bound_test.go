@@ -232,7 +232,7 @@ func TestDiskBoundAfterKill9(t *testing.T) {
 			t.Fatalf("round %d: after kill -9, du %d bytes, limit %d + one shard", round, got, limit)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(root, ".usage")); err != nil || len(b) == 0 {
+	if b, err := os.ReadFile(filepath.Join(root, TierDir, ".usage")); err != nil || len(b) == 0 {
 		t.Fatalf("after kill -9 the usage record is %q (%v)", b, err)
 	}
 	d, err := OpenDisk(root, "ns", limit)

@@ -104,7 +104,7 @@ func TestDiskCorruptionIsNeverServed(t *testing.T) {
 	// Flip one byte in the middle of every third sample, behind the tier's back.
 	for i := 0; i < len(slots); i += 3 {
 		s := slots[i]
-		name := filepath.Join(root, "ns", fmtShard(s.Shard)+".dat")
+		name := filepath.Join(root, TierDir, "ns", fmtShard(s.Shard)+".dat")
 		f, err := os.OpenFile(name, os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardfs/shardfs/cache"
 	"github.com/shardfs/shardfs/internal/synth"
 )
 
@@ -95,7 +96,7 @@ func TestDiskTierThroughMounts(t *testing.T) {
 	}
 
 	// 2. Bit rot on local disk: flipped bytes are fetched again, never served.
-	files, _ := filepath.Glob(filepath.Join(cacheDir, "*", "*.dat"))
+	files, _ := filepath.Glob(filepath.Join(cacheDir, cache.TierDir, "*", "*.dat"))
 	if len(files) == 0 {
 		t.Fatal("no shard files in the disk tier")
 	}
@@ -146,7 +147,7 @@ func TestDiskTierThroughMounts(t *testing.T) {
 	if st := readDiskStats(t, e.dir); st.storeRequests() == 0 || st.Disk.Writes == 0 {
 		t.Fatalf("the re-ingested dataset was served without fetching: %d store requests, %d disk writes", st.storeRequests(), st.Disk.Writes)
 	}
-	if ns, _ := filepath.Glob(filepath.Join(cacheDir, "ds-*")); len(ns) != 2 {
+	if ns, _ := filepath.Glob(filepath.Join(cacheDir, cache.TierDir, "ds-*")); len(ns) != 2 {
 		t.Fatalf("namespaces in the tier: %v, want one per ingest (2)", ns)
 	}
 }

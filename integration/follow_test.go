@@ -235,3 +235,80 @@ func TestFollowTimeWindow(t *testing.T) {
 	}
 	t.Logf("epoch 0 read months %v, epoch 1 %v", e0, e1)
 }
+
+// Issue 55 item 2: a rollback under a --follow mount, then a new append.
+// The mount opened version 1 and served version 2 (an append, B) for
+// epoch 1, so its cache holds B's samples under their numbers. A rollback
+// to version 1 (version 3) and an append of C (version 4, as many samples
+// as B: the same numbers, other bytes) made version 4 an append of the
+// version the mount opened, and it was served: 2 of 20 samples with the
+// rolled-back samples' bytes, 9 with other wrong bytes, 9 EIO. A version
+// must be on one chain of appends with every version the mount has served:
+// version 3 (version 1's content) is, and serves right bytes; version 4
+// is not, and its epoch answers an error that says to remount. A fresh
+// mount serves that epoch from version 4, byte for byte.
+func TestFollowAfterARollback(t *testing.T) {
+	requireTool(t, "python3")
+	c := startCluster(t, 6)
+	specA := synth.Spec{Counts: []int{60, 30, 10}, MinSize: 500, MaxSize: 3000, Seed: 91}
+	specB := synth.Spec{Counts: []int{10, 6, 4}, MinSize: 500, MaxSize: 3000, Seed: 92, Tag: "new-"}
+	specC := synth.Spec{Counts: []int{10, 6, 4}, MinSize: 500, MaxSize: 3000, Seed: 93, Tag: "newer-"}
+	srcA, srcB, srcC := writeSource(t, specA), writeSource(t, specB), writeSource(t, specC)
+	withB, withC := t.TempDir(), t.TempDir()
+	for dir, specs := range map[string][]synth.Spec{withB: {specA, specB}, withC: {specA, specC}} {
+		for _, s := range specs {
+			if _, err := synth.Write(dir, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	storesFlag := "--stores=" + strings.Join(c.urls, ",")
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--data=4", "--parity=2", srcA, "rb"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	order := []string{storesFlag, "--world-size=1", "--batch-size=10", "--seed=5", "--follow", "--run=r1", "--report-wait=1m"}
+	a := mountShardfsEnv(t, nil, append(order, "rb")...)
+	checkEpochTars(t, a.dir, srcA, 0)
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--append", srcB, "rb"); r.code != 0 || !strings.Contains(r.stdout, "committed version 2") {
+		t.Fatalf("append B: %v", r)
+	}
+	checkEpochTars(t, a.dir, withB, 1) // B's samples read, so cached
+	if r := run(t, time.Minute, nil, "rollback", storesFlag, "rb", "--to=1"); r.code != 0 || !strings.Contains(r.stdout, "committed version 3") {
+		t.Fatalf("rollback: %v", r)
+	}
+	// Version 3 is version 1's content, on the mount's chain: served.
+	if keys := readIndexKeys(t, a.dir, 2, 0); len(keys) != 100 {
+		t.Fatalf("epoch 2 (version 3, version 1's content) serves %d samples, want 100", len(keys))
+	}
+	checkEpochTars(t, a.dir, srcA, 2)
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--append", srcC, "rb"); r.code != 0 || !strings.Contains(r.stdout, "committed version 4") {
+		t.Fatalf("append C: %v", r)
+	}
+	// Epoch 3 is recorded at version 4, which this mount cannot serve
+	// right from its cache: every path into the epoch fails, none serves.
+	epoch3 := filepath.Join(a.dir, "epochs", "0003", "rank-000")
+	for _, name := range []string{"index.csv", "epoch.tar", "batch-000000.tar"} {
+		if b, err := os.ReadFile(filepath.Join(epoch3, name)); err == nil {
+			t.Fatalf("epoch 3 (version 4, off the mount's chain after a rollback) serves %s: %d bytes", name, len(b))
+		}
+	}
+	if log := mustRead(t, a.log); !strings.Contains(string(log), "version 4 is not an append of version 2, which this mount has served") || !strings.Contains(string(log), "remount") {
+		t.Fatalf("the mount's log does not say why epoch 3 is refused, or to remount:\n%s", log)
+	}
+	// A fresh mount of the run serves epoch 3 from version 4, right.
+	b := mountShardfsEnv(t, nil, append(order, "rb")...)
+	keys := readIndexKeys(t, b.dir, 3, 0)
+	newer := 0
+	for _, k := range keys {
+		if strings.Contains(filepath.Base(k), "newer-") {
+			newer++
+		}
+		if strings.Contains(filepath.Base(k), "new-") {
+			t.Fatalf("epoch 3 at version 4 serves %s, a rolled-back sample", k)
+		}
+	}
+	if len(keys) != 120 || newer != 20 {
+		t.Fatalf("epoch 3 at version 4 serves %d samples, %d of them C's; want 120 and 20", len(keys), newer)
+	}
+	checkEpochTars(t, b.dir, withC, 3)
+}

@@ -128,12 +128,20 @@ func (f *follower) source(v int) (*fs.Source, error) {
 			ds.Reader.Close() // the epoch answers EIO, and its next lookup opens the version again
 		}
 	}()
-	small, large := base.Manifest, ds.Manifest
-	if ds.Manifest.NumShards() < base.Manifest.NumShards() {
-		small, large = large, small
-	}
-	if err := appendOf(small, large); err != nil {
-		return nil, fmt.Errorf("--follow: version %d is not an append of version %d, which this mount serves (%v): remount to read it", v, base.Manifest.VersionNumber(), err)
+	// Sample numbers key the one cache every version shares, so v must
+	// be on one chain of appends with every version this mount has
+	// served, not only with the one it opened: after a rollback to an
+	// ancestor and a new append, the new version is an append of the
+	// base, yet its new samples have the numbers of the rolled-back
+	// append's, whose bytes the cache may hold (issue 55 item 2).
+	for _, served := range f.servedManifests() {
+		small, large := served, ds.Manifest
+		if large.NumShards() < small.NumShards() {
+			small, large = large, small
+		}
+		if err := appendOf(small, large); err != nil {
+			return nil, fmt.Errorf("--follow: version %d is not an append of version %d, which this mount has served (%v): a rollback or a replacing ingest was committed since; remount to read it", v, served.VersionNumber(), err)
+		}
 	}
 	// The order bound to this version: time weights and windows over its
 	// own time buckets, new ones included.
@@ -157,7 +165,7 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	if rc, ok := (dataset.ManifestCatalog{M: ds.Manifest}).ForLayout().(dataset.RecordCatalog); ok {
 		cat = rc
 	}
-	if large == ds.Manifest && large.NumShards() > f.largest.Load().NumShards() {
+	if ds.Manifest.NumShards() > f.largest.Load().NumShards() {
 		f.largest.Store(ds.Manifest)
 	}
 	if l, err := dataset.TakeLease(ctx, f.stores, base.Name, ds.Manifest, f.mt.log); err == nil {
@@ -185,6 +193,16 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	f.mt.Metrics.VersionServed.Store(int64(max(int(f.mt.Metrics.VersionServed.Load()), v)))
 	f.mt.log.Info("serving a newer version's epochs", "version", v, "samples", dataset.SampleCount(ds.Manifest), "shards", ds.Manifest.NumShards())
 	return s, nil
+}
+
+// servedManifests are the manifests of the versions this mount serves or
+// has served: the one it opened and each followed. openMu must be held.
+func (f *follower) servedManifests() []*manifest.Manifest {
+	out := []*manifest.Manifest{f.mt.Dataset.Manifest}
+	for _, ds := range f.versions {
+		out = append(out, ds.Manifest)
+	}
+	return out
 }
 
 // shardNamespace is the disk tier's namespace of shard: the largest
