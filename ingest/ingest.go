@@ -747,6 +747,12 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, r
 			return nil, err
 		}
 		m.Samples.Sum[j] = erasure.Checksum(data[off : off+size])
+		if it.summed && m.Samples.Sum[j] != it.sum {
+			// The offsets, sizes and fields planned are the scan's; bytes
+			// read from a source that changed since would match neither
+			// the old source nor the new one (issue 55 item 3).
+			return nil, fmt.Errorf("%s changed since the scan read it: the record's %d bytes now have checksum %08x, not the scan's %08x; re-run the ingest once the source is written whole and left alone", it.Where(), size, m.Samples.Sum[j], it.sum)
+		}
 	}
 	return data, nil
 }

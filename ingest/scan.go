@@ -40,6 +40,11 @@ type Item struct {
 	// lineAt is a Parquet record's row in Path.
 	lineAt, lineLen int64
 	row             bool
+	// summed: sum is the CRC32C of the record's bytes as the scan read
+	// them (a record of a WebDataset, JSONL or Parquet source), which the
+	// upload's checksum of them must equal.
+	summed bool
+	sum    uint32
 }
 
 // Where names the item for a message: its line in the listing, or the

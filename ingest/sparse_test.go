@@ -3,6 +3,7 @@ package ingest
 import (
 	"archive/tar"
 	"bytes"
+	"hash/crc32"
 	"io"
 	"os"
 	"os/exec"
@@ -130,11 +131,18 @@ func tarContents(t testing.TB, b []byte) map[string][]byte {
 // checkMembersAreContent checks that every member the scan of shard b
 // found is, at its offset in b, the bytes archive/tar reads as that
 // member's content: what upload copies and checksums is what the member
-// means.
+// means; and that each record's scan checksum is its members' bytes'.
 func checkMembersAreContent(t testing.TB, s *Source, b []byte) {
 	t.Helper()
 	contents := tarContents(t, b)
 	for _, it := range s.Items {
+		var sum uint32
+		for _, m := range it.Members {
+			sum = crc32.Update(sum, memberCRC, b[m.Off:m.Off+int64(m.Size)])
+		}
+		if !it.summed || sum != it.sum {
+			t.Fatalf("record %q: the scan's checksum %08x (set: %v), its members' bytes in the shard %08x", it.Key, it.sum, it.summed, sum)
+		}
 		for _, m := range it.Members {
 			name := it.Key + "." + s.Members[m.Name]
 			want, ok := contents[name]

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
 	"math/bits"
 	"strconv"
@@ -28,11 +29,18 @@ type tarHeader struct {
 
 // tarHeaders reads a tar stream's members, front to back: next moves to
 // the next member (io.EOF at the end of the archive), body reads the
-// current member's bytes whole.
+// current member's bytes whole, and sum reads them as they stream by,
+// returning crc continued over them (CRC32C, erasure.Checksum's).
 type tarHeaders interface {
 	next() (tarHeader, error)
 	body() ([]byte, error)
+	sum(crc uint32) (uint32, error)
 }
+
+// memberCRC is the table of the checksums a record's bytes get at scan
+// and at upload: erasure.Checksum's, so the upload's own checksum of a
+// record is compared with no second pass.
+var memberCRC = crc32.MakeTable(crc32.Castagnoli)
 
 // stdTarHeaders is archive/tar: every tar it reads, it reads as the
 // standard library does (PAX, GNU long names, sparse files, old formats).
@@ -74,6 +82,23 @@ func isSparse(h *tar.Header) bool {
 }
 
 func (s *stdTarHeaders) body() ([]byte, error) { return io.ReadAll(s.tr) }
+
+func (s *stdTarHeaders) sum(crc uint32) (uint32, error) { return continueCRC(crc, s.tr) }
+
+// continueCRC is crc continued over what r reads.
+func continueCRC(crc uint32, r io.Reader) (uint32, error) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		crc = crc32.Update(crc, memberCRC, buf[:n])
+		if err == io.EOF {
+			return crc, nil
+		}
+		if err != nil {
+			return crc, err
+		}
+	}
+}
 
 // errNotPlain is plainTarHeaders declining a shard: it holds a header
 // that plainTarHeaders does not read itself, or ends where a plain
@@ -233,6 +258,25 @@ func (p *plainTarHeaders) body() ([]byte, error) {
 		return nil, errNotPlain
 	}
 	return b, nil
+}
+
+// sum reads the current member's bytes in place (through bufio's buffer,
+// as Discard would read them), continuing crc over them.
+func (p *plainTarHeaders) sum(crc uint32) (uint32, error) {
+	if p.at != p.cur.dataAt {
+		return 0, errNotPlain
+	}
+	for left := p.cur.size; left > 0; {
+		b, err := p.br.Peek(int(min(left, int64(p.br.Size()))))
+		if len(b) == 0 || err != nil && len(b) < int(min(left, int64(p.br.Size()))) && err != io.EOF {
+			return 0, errNotPlain
+		}
+		crc = crc32.Update(crc, memberCRC, b)
+		p.br.Discard(len(b))
+		p.at += int64(len(b))
+		left -= int64(len(b))
+	}
+	return crc, nil
 }
 
 // parsePlainHeader reads a ustar or GNU header block of a regular file, a

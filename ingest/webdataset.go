@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -96,6 +97,10 @@ type wdsRecord struct {
 	lineLen int64      // the line's bytes (JSONL)
 	row     bool       // a Parquet row: off is its number
 	members []MemberAt // Name: an index in the batch's names
+	// sum is the CRC32C of the record's bytes as the scan read them (its
+	// members back to back): the upload's checksum of the record must
+	// equal it, or the source changed between the two (issue 55 item 3).
+	sum uint32
 	// fields are its field values joined by manifest.FieldSep, in the
 	// order of their names, its batch's schemas[schema]: one string, where
 	// a name and a value for each field took 32 bytes and an allocation.
@@ -159,6 +164,7 @@ func (b *recordBatch) addMembers(r *wdsRecord, names []string, bodies [][]byte, 
 			return fmt.Errorf("more than %d distinct member names", manifest.MaxMemberNames)
 		}
 		r.members = append(r.members, MemberAt{Size: uint32(len(body)), Name: i})
+		r.sum = crc32.Update(r.sum, memberCRC, body)
 	}
 	return nil
 }
@@ -387,7 +393,7 @@ func recordSource(s *Source, o ScanOptions, batches []recordBatch) (*Source, err
 		var parts []string
 		for k := range batch.records {
 			r := &batch.records[k]
-			it := Item{Key: r.key, Path: batch.file, Line: r.line, Members: r.members,
+			it := Item{Key: r.key, Path: batch.file, Line: r.line, Members: r.members, sum: r.sum, summed: true,
 				Fields: make([]string, 0, len(s.Fields)), Labels: make([]string, 0, len(s.LabelFields))}
 			if r.line > 0 || r.row {
 				it.lineAt, it.lineLen, it.row = r.off, r.lineLen, r.row
@@ -540,6 +546,16 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes or more, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", shard, cur.off, key, h.size, limit)
 		}
 		cur.members = append(cur.members, MemberAt{Off: dataAt, Size: uint32(h.size), Name: idx})
+		if member != FieldsMember {
+			// The member's bytes stream by the checksum the upload holds
+			// them to: a shard rewritten since is refused, not served.
+			if cur.sum, err = tr.sum(cur.sum); err != nil {
+				if errors.Is(err, errNotPlain) {
+					return err
+				}
+				return fmt.Errorf("shard %s at offset %d: member %q: %v: the shard is damaged or cut short", shard, hdrAt, h.name, err)
+			}
+		}
 		if member == FieldsMember {
 			if h.size > maxFieldsMember {
 				return fmt.Errorf("shard %s at offset %d: record %q's .json member is %d bytes, more than the %d read for fields", shard, hdrAt, key, h.size, maxFieldsMember)
@@ -551,6 +567,7 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 			if err != nil {
 				return fmt.Errorf("shard %s at offset %d: member %q: %v: the shard is damaged or cut short", shard, hdrAt, h.name, err)
 			}
+			cur.sum = crc32.Update(cur.sum, memberCRC, b)
 			dec := json.NewDecoder(bytes.NewReader(b))
 			dec.UseNumber()
 			var obj map[string]any
