@@ -106,7 +106,11 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 	}
 	seen := map[string]int{}
 	batch := recordBatch{file: name}
-	br := bufio.NewReaderSize(skipBOM(f), 1<<20)
+	// A line holds one record, its members JSON strings: it may take
+	// twice the record bound (escapes), and 64 KiB for its fields, and
+	// is refused as it is read past that, never held whole.
+	maxLine := 2*limit + 64<<10
+	br := bufio.NewReaderSize(newLineBound(skipBOM(f), maxLine), 1<<20)
 	var off int64
 	if n, ok := bomLen(name); ok {
 		off = n
@@ -115,6 +119,9 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 		b, err := br.ReadBytes('\n')
 		if len(b) == 0 && err == io.EOF {
 			break
+		}
+		if long := (*LineTooLongError)(nil); errors.As(err, &long) {
+			return nil, fmt.Errorf("corpus %s line %d: longer than %d bytes, so its record cannot fit --max-record-size %d (a line may take twice the record's bytes, for escapes, and 64KiB for its fields); it was refused before it was read whole: raise --max-record-size, or split the record", name, long.Line, maxLine, limit)
 		}
 		if err != nil && err != io.EOF {
 			return nil, fmt.Errorf("corpus %s line %d: %w", name, lineNo, err)

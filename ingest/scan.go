@@ -378,6 +378,10 @@ func (w *treeWalk) walk(dir, prefix string) error {
 	})
 }
 
+// maxListingLine bounds a line of a listing (CSV or JSONL of files and
+// their labels), as it is read.
+const maxListingLine = 16 << 20
+
 func scanCSV(name string, o ScanOptions) (*Source, error) {
 	labelFields := o.LabelFields
 	f, err := os.Open(name)
@@ -385,7 +389,7 @@ func scanCSV(name string, o ScanOptions) (*Source, error) {
 		return nil, fmt.Errorf("listing %s: %w", name, err)
 	}
 	defer f.Close()
-	r := csv.NewReader(skipBOM(f))
+	r := csv.NewReader(newLineBound(skipBOM(f), maxListingLine))
 	r.FieldsPerRecord = -1
 	s := &Source{Root: filepath.Dir(name)}
 	cols := []int{1}
@@ -394,6 +398,9 @@ func scanCSV(name string, o ScanOptions) (*Source, error) {
 		rec, err := r.Read()
 		if err == io.EOF {
 			break
+		}
+		if long := (*LineTooLongError)(nil); errors.As(err, &long) {
+			return nil, fmt.Errorf("listing %s line %d: longer than %d bytes: a listing's line names one file and its labels; is this a listing?", name, long.Line, maxListingLine)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("listing %s: %w", name, err)
@@ -496,7 +503,7 @@ func scanJSONL(name string, o ScanOptions) (*Source, error) {
 	}
 	s := &Source{Root: filepath.Dir(name), LabelFields: labelFields}
 	sc := bufio.NewScanner(skipBOM(f))
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sc.Buffer(make([]byte, 64<<10), maxListingLine)
 	for line := 1; sc.Scan(); line++ {
 		if strings.TrimSpace(sc.Text()) == "" {
 			continue
