@@ -156,7 +156,8 @@ func openParquet(name string) (*os.File, *parquet.GenericReader[map[string]any],
 }
 
 // checkFooter checks a Parquet file's frame before the reader sees it: the
-// magic at both ends, and a footer that fits in the file. The reader
+// magic at both ends, a footer that fits in the file, and every length
+// the footer states fits in the footer (checkThriftLengths). The reader
 // allocates the footer's length as the file states it: a damaged length
 // made it allocate 3.5 GB for a 300-byte file (found by FuzzParquet).
 func checkFooter(f io.ReaderAt, size int64) error {
@@ -174,10 +175,15 @@ func checkFooter(f io.ReaderAt, size int64) error {
 	if string(head[:]) != "PAR1" || string(tail[4:]) != "PAR1" {
 		return errors.New("no PAR1 magic at its start and end")
 	}
-	if n := int64(binary.LittleEndian.Uint32(tail[:4])); n > size-12 {
+	n := int64(binary.LittleEndian.Uint32(tail[:4]))
+	if n > size-12 {
 		return fmt.Errorf("its footer says it is %d bytes, more than the file's %d", n, size)
 	}
-	return nil
+	footer := make([]byte, n) // at most the file's size, checked above
+	if _, err := f.ReadAt(footer, size-8-n); err != nil {
+		return err
+	}
+	return checkThriftLengths(footer)
 }
 
 // Bounds on one page, checked before the reader allocates what a page

@@ -101,6 +101,13 @@ func FuzzParquet(f *testing.F) {
 	}
 	f.Add(buf.Bytes())
 	f.Add(buf.Bytes()[:buf.Len()/2])
+	for _, name := range []string{"bomb-footer.parquet", "bomb-page.parquet", "bomb-list.parquet"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p := filepath.Join(t.TempDir(), "t.parquet")
 		if err := os.WriteFile(p, b, 0o644); err != nil {
@@ -110,14 +117,17 @@ func FuzzParquet(f *testing.F) {
 	})
 }
 
-// Parquet files whose footer or page header states a size far past the
-// file (both found by FuzzParquet) are refused, naming what is wrong,
+// Parquet files whose footer, a list in it, or a page header states a size
+// far past the file (the first two found by FuzzParquet) are refused, naming what is wrong,
 // before the reader allocates it: it allocated 3.5 GB and 831 MB for these
 // 698-byte files.
 func TestParquetBombsRefused(t *testing.T) {
 	for file, want := range map[string]string{
 		"testdata/bomb-footer.parquet": "its footer says it is 3758096467 bytes, more than the file's 698",
 		"testdata/bomb-page.parquet":   "row group 0 column 2: a page at byte 214 says it holds 810913875 bytes, past its column chunk's end at 244",
+		// Issue 55 item 6: a 48-byte file whose footer's schema list claims
+		// 2³¹−1 structs: "fatal error: runtime: out of memory".
+		"testdata/bomb-list.parquet": "a list of 2147483647 elements, in the 27 bytes left",
 	} {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
