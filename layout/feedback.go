@@ -90,8 +90,8 @@ func ParseFeedback(s string) (*Feedback, error) {
 // Validate explains what is wrong with f's settings.
 func (f *Feedback) Validate() error {
 	switch {
-	case !(f.Step > 0) || math.IsInf(f.Step, 0):
-		return specErr(OptFeedback, "{%s} step %v: must be a number above 0", OptFeedback, f.Step)
+	case !(f.Step > 0) || f.Step > MaxFeedbackStep:
+		return specErr(OptFeedback, "{%s} step %v: must be a number above 0, at most %g", OptFeedback, f.Step, MaxFeedbackStep)
 	case !(f.Floor >= 0 && f.Floor < 1):
 		return specErr(OptFeedback, "{%s} floor %v: must be in [0, 1): the least share of an epoch every stratum gets", OptFeedback, f.Floor)
 	}
@@ -153,6 +153,20 @@ func NextMultipliers(w, r []float64, step float64) []float64 {
 	return out
 }
 
+// MaxReportValue and MaxFeedbackStep bound a report's values and the
+// feedback's step, so that every weight an epoch gets is finite: the mean
+// of values of at most 1e15 in size is finite, and so is step × (value −
+// mean), at most 2e21; exp of it, scaled by the largest, lies in [0, 1].
+// Reports of 1e308 for every stratum were accepted: their sum overflowed,
+// the weights were NaN, and every later epoch of the run answered EIO
+// (issue 55 item 7). A loss or a score is far inside the bound; a step
+// of 1e6 already floors every stratum but the top one at a difference of
+// 1e-3.
+const (
+	MaxReportValue  = 1e15
+	MaxFeedbackStep = 1e6
+)
+
 // CheckReport explains what is wrong with a report's values.
 func CheckReport(values map[string]float64, strata []string) ([]float64, error) {
 	out := make([]float64, len(strata))
@@ -166,6 +180,9 @@ func CheckReport(values map[string]float64, strata []string) ([]float64, error) 
 		}
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return nil, fmt.Errorf("stratum %q: %v is not a finite number", name, x)
+		}
+		if math.Abs(x) > MaxReportValue {
+			return nil, fmt.Errorf("stratum %q: %v is larger in size than %g, the most a report value may be: the weights, exp(step × value), would not be finite; report a loss or a score on its own scale", name, x, MaxReportValue)
 		}
 		out[c] = x
 	}

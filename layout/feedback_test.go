@@ -185,3 +185,70 @@ func TestCheckReport(t *testing.T) {
 		t.Fatal("an empty report was accepted")
 	}
 }
+
+// Issue 55 item 7: reports of 1e308 (or -1e308) for every stratum were
+// accepted, and every later epoch's weights were NaN (EIO). Whatever a
+// report CheckReport accepts, and whatever step Validate accepts, every
+// weight of every epoch is finite, in [minMultiplier, 1]: reports at the
+// bound, mixed signs, one value, none, at the largest step, over many
+// epochs; and values past the bound are refused, naming the stratum.
+func TestReportsMakeFiniteWeights(t *testing.T) {
+	strata := []string{"a", "b", "c", "d"}
+	for _, v := range []float64{1e308, -1e308, math.MaxFloat64, MaxReportValue * 1.0001, -MaxReportValue * 2} {
+		_, err := CheckReport(map[string]float64{"a": 0.5, "c": v}, strata)
+		if err == nil || !strings.Contains(err.Error(), `stratum "c"`) || !strings.Contains(err.Error(), "would not be finite") {
+			t.Fatalf("report value %v: %v; want it refused, naming stratum c", v, err)
+		}
+	}
+	if _, err := ParseFeedback("eg:step=1e300"); err == nil || !strings.Contains(err.Error(), "at most 1e+06") {
+		t.Fatalf("a step of 1e300: %v", err)
+	}
+	rng := rand.New(rand.NewPCG(55, 7))
+	pick := func() float64 {
+		switch rng.IntN(6) {
+		case 0:
+			return MaxReportValue
+		case 1:
+			return -MaxReportValue
+		case 2:
+			return math.NaN() // not reported
+		case 3:
+			return 0
+		default:
+			return (rng.Float64()*2 - 1) * math.Pow(10, float64(rng.IntN(16)))
+		}
+	}
+	for trial := range 2000 {
+		step := []float64{MaxFeedbackStep, DefaultFeedbackStep, 1e-9, rng.Float64() * MaxFeedbackStep}[trial%4]
+		f := &Feedback{Step: step, Floor: DefaultFeedbackFloor}
+		if err := f.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		var reports [][]float64
+		for range 1 + rng.IntN(6) {
+			values := map[string]float64{}
+			for _, s := range strata {
+				if v := pick(); !math.IsNaN(v) {
+					values[s] = v
+				}
+			}
+			if len(values) == 0 {
+				values["b"] = MaxReportValue
+			}
+			r, err := CheckReport(values, strata)
+			if err != nil {
+				t.Fatalf("trial %d: a report within the bound refused: %v", trial, err)
+			}
+			reports = append(reports, r)
+		}
+		w, err := f.Multipliers(len(strata), reports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c, x := range w {
+			if !(x >= minMultiplier && x <= 1) {
+				t.Fatalf("trial %d, step %v, reports %v: weight %d is %v", trial, step, reports, c, x)
+			}
+		}
+	}
+}
