@@ -199,9 +199,14 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	case req.GetVolumeCapability().GetMount() == nil:
 		return nil, status.Error(codes.InvalidArgument, "volume_capability: give the mount access type")
 	}
-	target := filepath.Clean(req.GetTargetPath())
-	if !filepath.IsAbs(target) {
-		return nil, status.Errorf(codes.InvalidArgument, "target_path %s: must be absolute", req.GetTargetPath())
+	target, err := checkTarget(req.GetTargetPath())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// A link at the target would be mounted over at its destination, and
+	// an unpublish would remove the link and leave the bind behind.
+	if fi, err := os.Lstat(target); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "target_path %s is a symbolic link: a volume is published at a directory the kubelet made, never through a link", target)
 	}
 	secrets, err := checkSecrets(req.GetSecrets())
 	if err != nil {
@@ -276,8 +281,24 @@ func checkSecrets(in map[string]string) (map[string]string, error) {
 	return out, nil
 }
 
+// checkTarget is a target path as the driver keeps it: absolute, with no
+// ".." element (Clean would resolve one to somewhere the kubelet never
+// made, such as /etc), cleaned.
+func checkTarget(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("target_path %s: must be absolute", p)
+	}
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		return "", fmt.Errorf("target_path %s: must not hold a \"..\" element", p)
+	}
+	return filepath.Clean(p), nil
+}
+
 // NodeUnpublishVolume takes the target path's bind off and removes it; the
-// view's daemon stops with its last target.
+// view's daemon stops with its last target. It touches only a target this
+// driver published for that volume: a path it never published is left as
+// it is (OK: nothing of the volume is there), and one published for
+// another volume is refused.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
@@ -285,7 +306,15 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	case req.GetTargetPath() == "":
 		return nil, status.Error(codes.InvalidArgument, "target_path is required")
 	}
-	if err := d.unpublish(filepath.Clean(req.GetTargetPath())); err != nil {
+	target, err := checkTarget(req.GetTargetPath())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := d.unpublish(req.GetVolumeId(), target); err != nil {
+		var oe *otherVolumeError
+		if errors.As(err, &oe) {
+			return nil, status.Error(codes.NotFound, err.Error())
+		}
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil

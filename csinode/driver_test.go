@@ -2,12 +2,14 @@ package csinode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +18,8 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/shardfs/shardfs/internal/synth"
 )
@@ -293,5 +297,82 @@ func TestSlowViewBlocksNoOther(t *testing.T) {
 	d.mu.Unlock()
 	if left {
 		t.Fatal("an idle view was not dropped")
+	}
+}
+
+// Issue 55 item 8: NodeUnpublish unmounts only what this driver published,
+// for that volume. Before the fix, on a path it never published it
+// unmounted a tmpfs placed there as bait and removed the directory; with
+// another volume's id it removed the published target anyway; a symlinked
+// target was mounted over at the link's destination, and its unpublish
+// removed the link and left the bind; a target with ".." was cleaned and
+// mounted where it pointed.
+func TestUnpublishTouchesOnlyWhatItPublished(t *testing.T) {
+	d, root, _, stores := startTestDriver(t)
+	ctx := context.Background()
+	attrs := map[string]string{"dataset": "train", "stores": stores, "batch-size": "8", "cache-size": "16MiB"}
+	ours := filepath.Join(root, "pods", "a", "vol")
+	if _, err := d.NodePublishVolume(ctx, publishRequest("vol-a", ours, attrs)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bait: a tmpfs with a file, at a path the driver never published.
+	bait := filepath.Join(root, "pods", "bait", "vol")
+	if err := os.MkdirAll(bait, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", bait, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(bait, syscall.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(bait, "keep"), []byte("the user's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"vol-a", "vol-never"} {
+		if _, err := d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: bait}); err != nil {
+			t.Fatalf("unpublish (%s) of a path never published: %v; want OK, touching nothing", id, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(bait, "keep")); err != nil || string(b) != "the user's" || !slices.Contains(mountsOf(root), bait) {
+		t.Fatalf("after an unpublish of a path never published: its file %q (%v), mounted: %v", b, err, slices.Contains(mountsOf(root), bait))
+	}
+
+	// Another volume's id: refused, and the target still serves.
+	_, err := d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-b", TargetPath: ours})
+	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "published for volume vol-a, not vol-b") {
+		t.Fatalf("unpublish of vol-a's target as vol-b: %v; want NotFound, naming both", err)
+	}
+	if err := serves(ours); err != nil {
+		t.Fatalf("vol-a's target after a refused unpublish: %v", err)
+	}
+
+	// A symlinked target, and one with "..": refused, nothing mounted.
+	dest := filepath.Join(root, "elsewhere")
+	os.MkdirAll(dest, 0o755)
+	link := filepath.Join(root, "pods", "c", "vol")
+	os.MkdirAll(filepath.Dir(link), 0o755)
+	if err := os.Symlink(dest, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.NodePublishVolume(ctx, publishRequest("vol-c", link, attrs)); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("publish at a symlink: %v; want InvalidArgument", err)
+	}
+	dotdot := filepath.Join(root, "pods", "d") + "/../../elsewhere"
+	if _, err := d.NodePublishVolume(ctx, publishRequest("vol-d", dotdot, attrs)); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `".."`) {
+		t.Fatalf("publish at a path with '..': %v; want InvalidArgument", err)
+	}
+	if slices.Contains(mountsOf(root), dest) {
+		t.Fatalf("%s was mounted through a link or a '..'", dest)
+	}
+
+	// Its own volume: unmounted and removed.
+	if _, err := d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-a", TargetPath: ours}); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(mountsOf(root), ours) {
+		t.Fatal("vol-a's target is still mounted after its unpublish")
+	}
+	if _, err := os.Lstat(ours); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("vol-a's target after its unpublish: %v; want it removed", err)
 	}
 }

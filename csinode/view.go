@@ -281,23 +281,24 @@ func (d *Driver) dropIfIdle(v *view) {
 
 // unpublish takes the bind off target and removes the directory, and stops
 // the view's daemon if target was its last.
-func (d *Driver) unpublish(target string) error {
+func (d *Driver) unpublish(volumeID, target string) error {
 	d.mu.Lock()
 	v := d.targets[target]
 	d.mu.Unlock()
 	if v == nil {
-		// Not ours, or unpublished already: clear whatever is mounted
-		// there (a stale bind of a plugin that lost its state), and the
-		// directory, as the spec asks.
-		if err := d.unmountAll(target); err != nil {
-			return err
-		}
-		if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove target path %s: %w", target, err)
-		}
+		// Not published here, or unpublished already. The driver's
+		// targets are saved with their views and recovered at start, so
+		// a target it does not know is not its own: whatever is mounted
+		// there, and the directory, are someone else's, and stay (the
+		// spec's "delete what it created at this path": nothing).
+		d.log.Info("unpublish of a target this driver has not published: nothing to do", "volume", volumeID, "target", target)
 		return nil
 	}
 	v.mu.Lock()
+	if got := v.st.Targets[target]; got != volumeID {
+		v.mu.Unlock()
+		return &otherVolumeError{target: target, volume: volumeID, published: got}
+	}
 	if err := d.unmountAll(target); err != nil {
 		v.mu.Unlock()
 		return err
@@ -318,6 +319,14 @@ func (d *Driver) unpublish(target string) error {
 		d.dropIfIdle(v)
 	}
 	return err
+}
+
+// otherVolumeError is an unpublish of a target published for another
+// volume: nothing is unmounted or removed.
+type otherVolumeError struct{ target, volume, published string }
+
+func (e *otherVolumeError) Error() string {
+	return fmt.Sprintf("target path %s is published for volume %s, not %s: nothing unpublished", e.target, e.published, e.volume)
 }
 
 // watch waits for a daemon to exit. One that exits while the view still

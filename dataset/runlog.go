@@ -104,8 +104,8 @@ type EpochReport struct {
 	Strata map[string]float64 `json:"strata"`
 }
 
-// maxReportBytes bounds a report object: a number per stratum.
-const maxReportBytes = 4 << 20
+// MaxReportBytes bounds a report object: a number per stratum.
+const MaxReportBytes = 4 << 20
 
 func (r *EpochReport) encode() ([]byte, error) {
 	for name, x := range r.Strata {
@@ -117,8 +117,8 @@ func (r *EpochReport) encode() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxReportBytes {
-		return nil, fmt.Errorf("the report is %d bytes, more than %d", len(b), maxReportBytes)
+	if len(b) > MaxReportBytes {
+		return nil, fmt.Errorf("the report is %d bytes, more than %d", len(b), MaxReportBytes)
 	}
 	return b, nil
 }
@@ -147,8 +147,8 @@ func RecordReport(ctx context.Context, stores []backend.Store, name string, r *E
 			return fmt.Errorf("run %s: epoch %d's report is %w with other numbers (%s); the first report of an epoch stands, so a resumed job gets the weights it had", r.Run, r.Epoch, ErrReportRecorded, oldData)
 		}
 	}
-	if ok, need, failed := writeOnce(ctx, stores, key, data, maxReportBytes); ok < need {
-		settled, serr := settleSplit(ctx, stores, key, maxReportBytes, validReport(r.Run, r.Epoch))
+	if ok, need, failed := writeOnce(ctx, stores, key, data, MaxReportBytes); ok < need {
+		settled, serr := settleSplit(ctx, stores, key, MaxReportBytes, validReport(r.Run, r.Epoch))
 		switch {
 		case settled == nil:
 			return fmt.Errorf("run %s: epoch %d's report reached %d of %d stores, fewer than the %d a report needs: %w", r.Run, r.Epoch, ok, len(stores), need, errors.Join(append(failed, serr)...))
@@ -281,7 +281,7 @@ var ErrReportIncomplete = errors.New("is on fewer stores than a report needs")
 // an error that wraps ErrReportIncomplete; it also fails when no store
 // answers.
 func ReadReport(ctx context.Context, stores []backend.Store, name, run string, epoch int) (*EpochReport, error) {
-	top, most, copies, failed, err := readMajority(ctx, stores, ReportKey(name, run, epoch), maxReportBytes, validReport(run, epoch))
+	top, most, copies, failed, err := readMajority(ctx, stores, ReportKey(name, run, epoch), MaxReportBytes, validReport(run, epoch))
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("run %s: reading epoch %d's report: %w", run, epoch, err)

@@ -221,7 +221,7 @@ func TestRunLogSettlesAFullSplit(t *testing.T) {
 	holding := func(want [][]byte) {
 		t.Helper()
 		for i, s := range stores {
-			got, err := readSmall(ctx, s, key, maxReportBytes)
+			got, err := readSmall(ctx, s, key, MaxReportBytes)
 			if err != nil || !bytes.Equal(got, want[i]) {
 				t.Fatalf("store %d holds %q (%v), want %q", i, got, err, want[i])
 			}

@@ -42,6 +42,16 @@ func ParseMemberField(v string) (MemberField, error) {
 	return MemberField{field, name}, nil
 }
 
+// endOfJSON checks that dec, having decoded one value, holds nothing
+// after it but white space: "{..}{..}" and "{..} ]" are refused, as
+// Python's json.loads refuses them.
+func endOfJSON(dec *json.Decoder) error {
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("more than one JSON value, or data after the value")
+	}
+	return nil
+}
+
 // jsonlLine is where a record's line lies in its file: ingest reads it
 // again to make the record's bytes.
 type jsonlLine struct{ off, n int64 }
@@ -58,8 +68,8 @@ func jsonlRecord(line []byte, o ScanOptions, lineNo int) (key string, names []st
 		}
 		return "", nil, nil, nil, fmt.Errorf("not a JSON object (%v): each line of a corpus is one record, an object", err)
 	}
-	if dec.More() {
-		return "", nil, nil, nil, errors.New("more than one JSON value on the line")
+	if err := endOfJSON(dec); err != nil {
+		return "", nil, nil, nil, err
 	}
 	for _, mf := range o.Members {
 		v, ok := obj[mf.Field]

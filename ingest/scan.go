@@ -231,6 +231,12 @@ func checkSource(src string, s *Source, o ScanOptions) error {
 		if err := manifest.CheckKey(it.Key); err != nil {
 			return fmt.Errorf("source %s: %v: keys must be relative paths inside the source", src, err)
 		}
+		if r, ok := controlRune(it.Key); ok {
+			// A key names a file under samples/ and a row of index.csv: a
+			// control character there is an escape sequence in a listing
+			// or a broken row, as it is in a label.
+			return fmt.Errorf("source %s: %s: key %q holds the control character %U: keys name files under samples/ and rows of index.csv; rename the file or the record", src, it.Where(), it.Key, r)
+		}
 		if prev, dup := seen[it.Key]; dup {
 			return fmt.Errorf("source %s: duplicate key %q (from %s and %s): every sample needs its own path", src, it.Key, prev, it.Path)
 		}
@@ -267,12 +273,21 @@ func checkLabel(l string) error {
 	if len(l) > MaxLabelBytes {
 		return fmt.Errorf("the label is %d bytes: labels name directories under samples/ and may have at most %d bytes", len(l), MaxLabelBytes)
 	}
-	for _, r := range l {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("labels may not contain control characters such as newlines (found %q)", r)
-		}
+	if r, ok := controlRune(l); ok {
+		return fmt.Errorf("labels may not contain control characters such as newlines (found %q)", r)
 	}
 	return nil
+}
+
+// controlRune is the first control character in s (C0, DEL or C1: what a
+// terminal or a CSV reader takes as other than text), if any.
+func controlRune(s string) (rune, bool) {
+	for _, r := range s {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 // clip shortens a value for an error message.

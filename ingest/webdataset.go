@@ -571,8 +571,15 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 			dec := json.NewDecoder(bytes.NewReader(b))
 			dec.UseNumber()
 			var obj map[string]any
-			if err := dec.Decode(&obj); err != nil {
-				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields", shard, hdrAt, h.name, err)
+			err = dec.Decode(&obj)
+			if err == nil && obj == nil {
+				err = errors.New("null")
+			}
+			if err == nil {
+				err = endOfJSON(dec)
+			}
+			if err != nil {
+				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields, one object (a loader's json.loads refuses anything else)", shard, hdrAt, h.name, err)
 			}
 			if err := batch.setFields(cur, obj, shard); err != nil {
 				return err

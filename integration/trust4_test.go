@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardfs/shardfs/internal/synth"
 )
 
 // Issue 55 item 5: a 1 GiB JSONL line under --max-record-size 1MiB was
@@ -68,4 +70,43 @@ func TestHugeJSONLLineIsRefusedWithinItsBound(t *testing.T) {
 		t.Fatalf("peak RSS %d KiB refusing a 1 GiB line, more than 2 × the 1 MiB bound + 256 MiB (%d KiB)", rssKiB, bound)
 	}
 	t.Logf("refused a 1 GiB line at a peak RSS of %d MiB (bound %d MiB)", rssKiB/1024, 2+256)
+}
+
+// Issue 55 items 7 and a smaller one, through the CLI as a trainer's
+// script calls it: a report of 1e308 (or -1e308) for every stratum was
+// recorded (rc 0), and every later epoch of the run answered EIO; a 100 MB
+// report was cut at 4 MiB and failed as "unexpected end of JSON input".
+// Both are refused, naming the stratum or the size, and nothing is
+// recorded: a sane report for the same epoch is taken after them.
+func TestReportsRefusedBeforeTheyAreRecorded(t *testing.T) {
+	dir := t.TempDir()
+	var stores []string
+	for i := range 3 {
+		stores = append(stores, "file://"+filepath.Join(dir, fmt.Sprint("s", i)))
+	}
+	storesFlag := "--stores=" + strings.Join(stores, ",")
+	src := writeSource(t, synth.Imbalanced(30, 2, 0.7, 200, 800, 5))
+	if r := run(t, time.Minute, nil, "ingest", storesFlag, "--data=2", "--parity=1", src, "rep"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	report := func(body string) result {
+		p := filepath.Join(t.TempDir(), "report.json")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return run(t, time.Minute, nil, "report", storesFlag, "--run=r1", "--epoch=0", "rep", p)
+	}
+	for _, v := range []string{"1e308", "-1e308", "1.7976931348623157e308", "2e15"} {
+		r := report(fmt.Sprintf(`{%q: %s, %q: %s}`, synth.ClassName(0), v, synth.ClassName(1), v))
+		if r.code == 0 || !strings.Contains(r.stderr, "would not be finite") || !strings.Contains(r.stderr, "stratum \"class0") {
+			t.Fatalf("a report of %s for every stratum: %v; want it refused, naming a stratum", v, r)
+		}
+	}
+	big := `{"` + synth.ClassName(0) + `": 0.5, "pad": "` + strings.Repeat("x", 5<<20) + `"}`
+	if r := report(big); r.code == 0 || !strings.Contains(r.stderr, "more than 4194304 bytes") {
+		t.Fatalf("a 5 MB report: %v; want it refused, naming the size", r)
+	}
+	if r := report(fmt.Sprintf(`{%q: 0.7, %q: 2.5}`, synth.ClassName(0), synth.ClassName(1))); r.code != 0 || !strings.Contains(r.stdout, "recorded run r1, epoch 0") {
+		t.Fatalf("a sane report after the refused ones: %v", r)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shardfs/shardfs/csinode"
+	"github.com/shardfs/shardfs/dataset"
 )
 
 // csiDriverName is the CSI driver's name: the CSIDriver object's, and what
@@ -123,6 +124,11 @@ func csiArgs(attrs map[string]string) ([]string, error) {
 	for _, k := range keys {
 		v := attrs[k]
 		if k == "dataset" {
+			// A name starts with a letter or digit, so it can never be
+			// read as a flag (dataset: --mix=... was).
+			if err := dataset.CheckName(v); v != "" && err != nil {
+				return nil, fmt.Errorf("volume attribute dataset: %v", err)
+			}
 			name = v
 			continue
 		}

@@ -21,6 +21,17 @@ func TestCSIArgs(t *testing.T) {
 	if got := strings.Join(args, " "); got != want {
 		t.Fatalf("args:\n got %s\nwant %s", got, want)
 	}
+	// Profiles on every interface: refused; on loopback: served.
+	for addr, ok := range map[string]bool{"0.0.0.0:9464": false, ":9464": false, "10.0.0.5:9464": false, "127.0.0.1:9464": true, "[::1]:9464": true, "localhost:9464": true} {
+		withProfiles := map[string]string{"pprof": "true", "metrics-addr": addr}
+		for k, v := range attrs {
+			withProfiles[k] = v
+		}
+		_, err := csiArgs(withProfiles)
+		if ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "loopback only") {
+			t.Errorf("pprof with metrics-addr %s: %v; want accepted: %v", addr, err, ok)
+		}
+	}
 	for _, tc := range []struct {
 		key, value, names string
 	}{
@@ -37,6 +48,11 @@ func TestCSIArgs(t *testing.T) {
 		{"stores", "", "stores is required"},
 		{"dataset", "", "dataset is required"},
 		{"mix", "a:1,b:1", "dataset and mix"},
+		// Issue 55: a dataset that reads as a flag, or a bad name, is an
+		// invalid attribute (it was parsed as --mix, or failed Internal).
+		{"dataset", "--mix=a:1", `volume attribute dataset: dataset name "--mix=a:1"`},
+		{"dataset", "bad/name", `volume attribute dataset: dataset name "bad/name"`},
+		{"pprof", "true", "pprof serves profiles on metrics-addr"},
 	} {
 		bad := map[string]string{}
 		for k, v := range attrs {

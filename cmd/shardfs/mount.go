@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -88,9 +89,6 @@ errors on their open files).`,
 				return fmt.Errorf("with --mix the datasets come from the mix: give the mount point alone")
 			case f.order.mix == "" && len(args) != 2:
 				return fmt.Errorf("give the dataset NAME and the MOUNTPOINT (or --mix NAME:W,... and the MOUNTPOINT)")
-			}
-			if f.pprof && f.metricsAddr == "" {
-				return fmt.Errorf("--pprof serves profiles on --metrics-addr: give that too, on loopback (e.g. --metrics-addr 127.0.0.1:9464)")
 			}
 			if f.order.mix != "" {
 				args = []string{"", args[0]}
@@ -177,6 +175,16 @@ type mountSizes struct {
 func checkMountFlags(f *mountFlags) (mountSizes, error) {
 	var sz mountSizes
 	var err error
+	if f.pprof {
+		if f.metricsAddr == "" {
+			return sz, fmt.Errorf("--pprof serves profiles on --metrics-addr: give that too, on loopback (e.g. --metrics-addr 127.0.0.1:9464)")
+		}
+		// Profiles show the daemon's internals (and its memory): never on
+		// every interface, as --metrics-addr 0.0.0.0 would serve them.
+		if host, _, err := net.SplitHostPort(f.metricsAddr); err != nil || !isLoopback(host) {
+			return sz, fmt.Errorf("--pprof with --metrics-addr %s: profiles show the daemon's internals, so they are served on loopback only: give --metrics-addr 127.0.0.1:PORT, or leave out --pprof", f.metricsAddr)
+		}
+	}
 	sz.cache, err = humanize.ParseBytes(f.cacheSize)
 	if err != nil || sz.cache < 16<<20 {
 		return sz, fmt.Errorf("--cache-size %q: use a size of at least 16MiB, e.g. 2GiB", f.cacheSize)
@@ -266,4 +274,13 @@ func removeEmpty(created []string) {
 			return
 		}
 	}
+}
+
+// isLoopback is whether host (of a listen address) names only loopback.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

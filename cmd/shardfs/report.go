@@ -56,9 +56,13 @@ the reports from the stores. The Python loader's report() calls this.`,
 				defer f.Close()
 				r = f
 			}
-			b, err := io.ReadAll(io.LimitReader(r, 4<<20+1))
+			b, err := io.ReadAll(io.LimitReader(r, dataset.MaxReportBytes+1))
 			if err != nil {
 				return err
+			}
+			if len(b) > dataset.MaxReportBytes {
+				// Cut short, it would fail to parse with no word of why.
+				return fmt.Errorf("%s: more than %d bytes: a report is one number per stratum; give the strata's values alone", file, dataset.MaxReportBytes)
 			}
 			var values map[string]float64
 			if err := json.Unmarshal(b, &values); err != nil {
