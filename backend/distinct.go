@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"path/filepath"
 	"strings"
 )
 
@@ -44,6 +45,39 @@ func CheckDistinct(stores []Store) error {
 			case within(a.dir, b.dir), within(b.dir, a.dir):
 				return fmt.Errorf("stores %d (%s) and %d (%s) overlap: one lies inside the other; give every store its own bucket or a prefix outside the others", i, stores[i], j, stores[j])
 			}
+		}
+	}
+	return nil
+}
+
+// CheckApart refuses a source store (a WebDataset set read by ingest) that
+// is the same place as one of stores, lies inside one, or holds one: what
+// lies under a store is shardfs's, and purge and gc delete the objects of
+// a dataset no version needs, so a source there could be deleted once it
+// is ingested (issue 55: ingest --force from NAME/data/ committed, then
+// its purge deleted the source objects).
+func CheckApart(source Store, stores []Store) error {
+	sspace, sdir := location(source)
+	return checkApart(source.String(), sspace, sdir, stores)
+}
+
+// CheckApartDir is CheckApart for a source in a local directory.
+func CheckApartDir(dir string, stores []Store) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	return checkApart(dir, "file", path.Clean("/"+filepath.ToSlash(abs)), stores)
+}
+
+func checkApart(source, sspace, sdir string, stores []Store) error {
+	for i, s := range stores {
+		space, dir := location(s)
+		if space != sspace {
+			continue
+		}
+		if sdir == dir || within(sdir, dir) || within(dir, sdir) {
+			return fmt.Errorf("source %s and store %d (%s) overlap: shardfs deletes the objects under its stores that no dataset version needs (the purge after an ingest, gc), so a source there could be lost; keep the source outside every store, and no store inside the source", source, i, s)
 		}
 	}
 	return nil

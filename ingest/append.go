@@ -125,6 +125,9 @@ func appendTarget(ctx context.Context, src *Source, opts *Options) (*manifest.Ma
 	if err := checkSameFields(src, head); err != nil {
 		return nil, nil, err
 	}
+	if err := src.checkApart(opts.Stores); err != nil {
+		return nil, nil, err
+	}
 	codec, err := opts.check(ctx)
 	return head, codec, err
 }

@@ -87,6 +87,9 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := src.checkApart(opts.Stores); err != nil {
+		return nil, err
+	}
 	ingestID := newIngestID()
 	opts.Lock.Logger = log
 	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)

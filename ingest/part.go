@@ -237,6 +237,9 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	if err != nil {
 		return nil, err
 	}
+	if err := src.checkApart(opts.Stores); err != nil {
+		return nil, err
+	}
 	id := partIngestID(src, opts, job, part.Count)
 	// A part of the committed ingest writes nothing: it compares its work
 	// with what was committed, and says whether the source still matches.

@@ -119,3 +119,53 @@ func TestSourceRewrittenSinceTheScanIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Issue 55: ingest --force from a WebDataset URL inside NAME/data/
+// committed, then its purge of orphans deleted the source objects. A
+// source that overlaps a destination store (inside it, holding it, the
+// same place; read from a store or from a local directory) is refused
+// before anything is written, and every source byte is still there.
+func TestSourceInsideAStoreIsRefused(t *testing.T) {
+	ctx := context.Background()
+	shard := goTar(t, 0, [2]string{"000001.bin", "x"}, [2]string{"000001.json", `{"source": "a"}`}, [2]string{"000002.bin", "y"}, [2]string{"000002.json", `{"source": "b"}`})
+	for _, rel := range []string{
+		"stores/s0/ds/data", // the dataset's own namespace
+		"stores/s2/raw",     // inside a store
+		"stores",            // holding the stores
+	} {
+		for _, fromStore := range []bool{true, false} {
+			if rel == "stores" && !fromStore {
+				continue // a directory of stores and a .tar is no WebDataset directory: refused by the scan
+			}
+			root := t.TempDir()
+			stores := localStores(t, filepath.Join(root, "stores"), 3)
+			dir := filepath.Join(root, rel)
+			os.MkdirAll(dir, 0o755)
+			p := filepath.Join(dir, "shard-000.tar")
+			if err := os.WriteFile(p, shard, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var src *Source
+			var err error
+			if fromStore {
+				st, err2 := backend.Open("file://"+dir, backend.OpenOptions{})
+				if err2 != nil {
+					t.Fatal(err2)
+				}
+				src, err = ScanStore(ctx, ScanOptions{Strata: []string{"source"}, Store: st})
+			} else {
+				src, err = ScanWith(dir, ScanOptions{Strata: []string{"source"}})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Run(ctx, src, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096, Force: true})
+			if err == nil || !strings.Contains(err.Error(), "overlap") || !strings.Contains(err.Error(), "keep the source outside every store") {
+				t.Fatalf("ingest --force of a source in %s (from a store: %v): %v; want it refused", dir, fromStore, err)
+			}
+			if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, shard) {
+				t.Fatalf("the source shard in %s after the refusal: %v", dir, err)
+			}
+		}
+	}
+}

@@ -105,6 +105,18 @@ func (s *Source) filesOf() sourceFiles {
 	return &localFiles{}
 }
 
+// checkApart refuses a source (a store's objects, or a local directory)
+// that overlaps one of the stores it is ingested into (backend.CheckApart).
+func (s *Source) checkApart(stores []backend.Store) error {
+	if s.store == nil {
+		if s.Root == "" {
+			return nil
+		}
+		return backend.CheckApartDir(s.Root, stores)
+	}
+	return backend.CheckApart(s.store, stores)
+}
+
 // StoreShards lists the WebDataset shards of a store: its objects whose
 // keys end in .tar, sorted.
 func StoreShards(ctx context.Context, st backend.Store) ([]string, error) {
