@@ -16,8 +16,9 @@ import (
 	"github.com/shardfs/shardfs/backend"
 )
 
-// ErrLocked: another ingest of the same name holds the lock.
-var ErrLocked = errors.New("another ingest of this dataset is running")
+// ErrLocked: another holder (an ingest, the healer, gc, ...) holds the lock;
+// the error that wraps it names the holder.
+var ErrLocked = errors.New("the dataset is locked")
 
 // ErrLockLost: this ingest's lock was taken over; it must not commit.
 var ErrLockLost = errors.New("ingest lock lost")
@@ -131,8 +132,23 @@ func AcquireLock(ctx context.Context, stores []backend.Store, name, ingestID str
 
 func (o *LockInfo) describe() string {
 	age := time.Since(time.Unix(o.Heartbeat, 0)).Round(time.Second)
-	return fmt.Sprintf("ingest %s (host %s, pid %d, started %s, last heartbeat %v ago)",
-		o.IngestID, o.Host, o.PID, time.Unix(o.Started, 0).UTC().Format(time.RFC3339), age)
+	return fmt.Sprintf("%s %s (host %s, pid %d, started %s, last heartbeat %v ago)",
+		o.holderKind(), o.IngestID, o.Host, o.PID, time.Unix(o.Started, 0).UTC().Format(time.RFC3339), age)
+}
+
+// holderKind names what holds a lock, from the id it took it with: the
+// healer, gc, a migration, a part commit and a --follow recorder take the
+// ingest lock (or their own) too, and a message that called a healer an
+// ingest sent the user looking for an ingest that was never run.
+func (o *LockInfo) holderKind() string {
+	for _, k := range []struct{ prefix, kind string }{
+		{"heal-", "healer"}, {"gc-", "gc"}, {"migrate-", "migration"}, {"commit-", "part commit"}, {"follow-", "--follow recorder"},
+	} {
+		if strings.HasPrefix(o.IngestID, k.prefix) {
+			return k.kind
+		}
+	}
+	return "ingest"
 }
 
 // createOrTakeOver creates the lock on s, or takes over a lock whose holder
