@@ -39,11 +39,14 @@ func (f *virtFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	// A rank-epoch holding lost samples is read past the page cache too:
 	// the kernel would widen a read to its readahead window, and fail the
 	// reads of good bytes near a lost member with it.
-	if f.t.DirectIO || f.fm.Members().HasLost() {
+	if f.directIO() {
 		return f.t.Reader.Open(f.fm), fuse.FOPEN_DIRECT_IO, 0
 	}
 	return f.t.Reader.Open(f.fm), fuse.FOPEN_KEEP_CACHE, 0
 }
+
+// directIO is whether f is opened past the page cache.
+func (f *virtFile) directIO() bool { return f.t.DirectIO || f.fm.Members().HasLost() }
 
 func (f *virtFile) Release(ctx context.Context, fh gofs.FileHandle) syscall.Errno {
 	if h, ok := fh.(*prefetch.Handle); ok {
@@ -59,6 +62,14 @@ func (f *virtFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	n, err := h.ReadAt(ctx, dest, off)
 	if err != nil && err != io.EOF {
+		// Past the page cache, a short read reaches the reader as it is,
+		// and its next read, at the failure, gets the error: the file
+		// reads up to its first lost member or row, as the README says.
+		// Through the page cache a short read would be taken for the end
+		// of the file, so there the read fails whole.
+		if n > 0 && f.directIO() {
+			return fuse.ReadResultData(dest[:n]), 0
+		}
 		return nil, f.t.toErrno(fmt.Errorf("%s at %d: %w", f.fm.Name(), off, err))
 	}
 	return fuse.ReadResultData(dest[:n]), 0

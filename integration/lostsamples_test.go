@@ -156,6 +156,34 @@ func lostMetadataMount(t *testing.T, c *cluster, src, name, kind string, format 
 	if n, err := g.ReadAt(make([]byte, 10), rowAt); !errorsIsErrno(err, syscall.EIO) {
 		t.Fatalf("index.csv at its first lost row: %d bytes, %v; want EIO", n, err)
 	}
+	// Issue 55: a read that spans the lost row gets the bytes before it
+	// (a short read), and the next read fails: 64 KiB reads got 0 bytes.
+	for _, name := range []string{"index.csv", "epoch.tar"} {
+		want, at := wantIndex, rowAt
+		if name == "epoch.tar" {
+			want, at = string(wantEpoch), cut
+		}
+		h, err := os.Open(filepath.Join(after, rankDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := h.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				if !errorsIsErrno(err, syscall.EIO) || int64(len(got)) != at || string(got) != want[:at] {
+					t.Fatalf("%s read in 64 KiB reads: %d bytes, then %v; want the %d before its first lost member or row, then EIO", name, len(got), err, at)
+				}
+				break
+			}
+			if n == 0 || int64(len(got)) > at {
+				t.Fatalf("%s read in 64 KiB reads: %d bytes and no error, past the lost part at %d", name, len(got), at)
+			}
+		}
+		h.Close()
+	}
 	if b, err := os.ReadFile(filepath.Join(after, rankDir, "index.csv")); !errorsIsErrno(err, syscall.EIO) {
 		t.Fatalf("index.csv with lost rows, read whole: %d bytes, %v; want EIO", len(b), err)
 	}

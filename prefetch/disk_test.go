@@ -117,7 +117,7 @@ func TestDiskTierServesAfterRemount(t *testing.T) {
 		t.Fatalf("after remount the memory cache holds %d bytes; only the %d bytes of samples split across reads should pass through it", used, split)
 	}
 	// Flip a byte in the middle of every shard file.
-	files, _ := filepath.Glob(filepath.Join(dir, ns, "*.dat"))
+	files, _ := filepath.Glob(filepath.Join(dir, cache.TierDir, ns, "*.dat"))
 	for _, name := range files {
 		b, _ := os.ReadFile(name)
 		b[len(b)/2] ^= 0x08

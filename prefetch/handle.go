@@ -96,8 +96,11 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			lastMember = e.Member
 		}
 		if e.Piece == layout.PieceLost {
+			// The bytes before this extent are in p, verified: they are
+			// given (io.ReaderAt: n < len(p) with the error), so a reader
+			// gets a file up to its first lost member or row.
 			h.r.account(0, waited, h.rank)
-			return 0, fmt.Errorf("position %d of the rank-epoch: %w", e.Member, layout.ErrLost)
+			return int(e.FileOff - off), fmt.Errorf("position %d of the rank-epoch: %w", e.Member, layout.ErrLost)
 		}
 		if e.Piece != layout.PieceSample {
 			h.f.Render(e, dst)
