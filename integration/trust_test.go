@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -361,6 +362,20 @@ func TestInputsWithoutEffectOrMisleading(t *testing.T) {
 		r := run(t, time.Minute, nil, "plan", stores, "--batch-size=8", "--mix=web:1e308,books:1e308")
 		if r.code != 0 || !strings.Contains(r.stdout, "shares served: web 50%, books 50%") || strings.Contains(r.stderr, "panic") {
 			t.Fatalf("want an even mix, printed: %v", r)
+		}
+		// Issue 55: info.json showed each weight of 1e308 as
+		// 0.1390671161567001 (the weights scaled so their sum is finite).
+		mnt := mountShardfs(t, stores, "--batch-size=8", "--mix=web:1e308,books:1e308")
+		var info struct {
+			Mix struct {
+				Parts []struct{ Weight, Share float64 }
+			}
+		}
+		if err := json.Unmarshal(mustRead(t, filepath.Join(mnt, ".shardfs", "info.json")), &info); err != nil {
+			t.Fatal(err)
+		}
+		if p := info.Mix.Parts; len(p) != 2 || p[0].Weight != 1e308 || p[1].Weight != 1e308 || p[0].Share != 0.5 {
+			t.Fatalf("info.json of --mix=web:1e308,books:1e308: %+v; want the weights as given, each a share of 0.5", p)
 		}
 	})
 	t.Run("a mix weight too small to serve", func(t *testing.T) {

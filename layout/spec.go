@@ -38,8 +38,11 @@ type Spec struct {
 	Ranks              []int
 	FirstEpoch, Epochs int
 	// MixNames name the datasets Base.Mix weights, in its order, for
-	// messages.
+	// messages; MixGiven are the weights as the user gave them, for
+	// display (Base.Mix may be those scaled by a power of two, when their
+	// sum overflows: the same shares, other numbers).
 	MixNames []string
+	MixGiven []float64
 	// Feedback, when set, weights the strata of each epoch after the first
 	// from the trainer's reports (feedback.go).
 	Feedback *Feedback
@@ -129,6 +132,9 @@ func (s *Spec) resumeText() string {
 func (s *Spec) mixText() string {
 	var parts []string
 	for i, w := range s.Base.Mix {
+		if i < len(s.MixGiven) {
+			w = s.MixGiven[i]
+		}
 		name := s.mixName(i)
 		parts = append(parts, name+":"+strconv.FormatFloat(w, 'g', -1, 64))
 	}

@@ -52,6 +52,9 @@ func (mt *Mount) infoJSON(cfg Config) ([]byte, error) {
 	}
 	if mt.Mix != nil {
 		weights, shares := spec.Base.Mix, layout.MixShares(spec.Base.Mix)
+		if len(spec.MixGiven) == len(weights) {
+			weights = spec.MixGiven // as the user gave them (Base.Mix may be scaled)
+		}
 		var parts []map[string]any
 		for i, p := range mt.Mix.Parts {
 			d := describeDataset(p.Manifest)

@@ -176,9 +176,10 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 		s.Preset = f.preset
 	}
 	if f.mix != "" {
-		if s.MixNames, s.Base.Mix, err = f.mixParts(); err != nil {
+		if s.MixNames, s.MixGiven, err = f.mixParts(); err != nil {
 			return nil, err
 		}
+		s.Base.Mix = scaledMix(s.MixGiven)
 	}
 	if s.ResumeEpoch, s.ResumeSkip, err = f.resume(); err != nil {
 		return nil, err
@@ -296,15 +297,21 @@ func (f *orderFlags) mixParts() ([]string, []float64, error) {
 	if len(names) < 2 {
 		return nil, nil, fmt.Errorf("--mix %q: a mix needs at least two datasets", f.mix)
 	}
-	// Weights whose sum overflows are scaled by a power of two, which is
-	// exact: the shares, and so the order, are those of the weights given.
+	return names, weights, nil
+}
+
+// scaledMix is the weights the order uses for the weights given: the same,
+// or, when their sum overflows, scaled by a power of two, which is exact:
+// the shares, and so the order, are those of the weights given.
+func scaledMix(given []float64) []float64 {
+	weights := slices.Clone(given)
 	if sum := sumOf(weights); math.IsInf(sum, 0) {
 		_, e := math.Frexp(slices.Max(weights))
 		for i := range weights {
 			weights[i] = math.Ldexp(weights[i], -e-len(weights))
 		}
 	}
-	return names, weights, nil
+	return weights
 }
 
 func sumOf(xs []float64) float64 {
