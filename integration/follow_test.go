@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -311,4 +312,124 @@ func TestFollowAfterARollback(t *testing.T) {
 		t.Fatalf("epoch 3 at version 4 serves %d samples, %d of them C's; want 120 and 20", len(keys), newer)
 	}
 	checkEpochTars(t, b.dir, withC, 3)
+}
+
+// Issue 55 item 2, the random form: a --follow mount through random
+// appends, rollbacks to a random earlier version, and kills (SIGKILL) of
+// the mount, which a fresh mount of the run replaces. After each step the
+// next epoch is read: it serves its recorded version byte for byte, every
+// member checked against that version's sources, or, when that version is
+// off the chain of what the mount has served, every read of it fails, and
+// a fresh mount then serves it byte for byte. Never another version's
+// bytes. A step may also take one or two of the six stores down (RS(4,2)
+// survives two) while the epoch is recorded and read. The seed is logged;
+// SHARDFS_SEED replays a run.
+func TestFollowRandomAppendsRollbacksAndKills(t *testing.T) {
+	requireTool(t, "python3")
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SHARDFS_SEED"); s != "" {
+		fmt.Sscan(s, &seed)
+	}
+	t.Logf("seed %d (SHARDFS_SEED=%d replays this run)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 55))
+	c := startCluster(t, 6)
+	storesFlag := "--stores=" + strings.Join(c.urls, ",")
+	// content[v] is version v's specs; srcOf(v) a directory of all their files.
+	// With stores down, no version is committed: the epoch is recorded at
+	// the latest one.
+	content := map[int][]synth.Spec{}
+	srcDirs := map[int]string{}
+	srcOf := func(v int) string {
+		if d, ok := srcDirs[v]; ok {
+			return d
+		}
+		d := t.TempDir()
+		for _, s := range content[v] {
+			if _, err := synth.Write(d, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		srcDirs[v] = d
+		return d
+	}
+	spec := func(i int) synth.Spec {
+		n := 10 + rng.IntN(20) // an append's sample count: often the same numbers as a rolled-back one's
+		return synth.Spec{Counts: []int{n, n / 2, 5}, MinSize: 300, MaxSize: 2500, Seed: uint64(100 + i), Tag: fmt.Sprintf("a%d-", i)}
+	}
+	first := synth.Spec{Counts: []int{50, 25, 10}, MinSize: 300, MaxSize: 2500, Seed: 99}
+	if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--data=4", "--parity=2", writeSource(t, first), "fr"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	content[1] = []synth.Spec{first}
+	latest := 1
+	order := []string{storesFlag, "--world-size=1", "--batch-size=10", "--seed=9", "--follow", "--run=rr", "--report-wait=1m", "fr"}
+	m := mountShardfsEnv(t, nil, order...)
+	served, refused := 0, 0
+	for epoch := 0; epoch < 8; epoch++ {
+		step := "read"
+		var down []int
+		switch k := rng.IntN(5); {
+		case epoch == 0:
+		case k == 0 || k == 1:
+			step = "append"
+			s := spec(epoch)
+			if r := run(t, 2*time.Minute, nil, "ingest", storesFlag, "--append", writeSource(t, s), "fr"); r.code != 0 {
+				t.Fatalf("epoch %d: append: %v", epoch, r)
+			}
+			latest++
+			content[latest] = append(slices.Clone(content[latest-1]), s)
+		case k == 2 && latest > 1:
+			to := 1 + rng.IntN(latest-1)
+			step = fmt.Sprintf("rollback to %d", to)
+			if r := run(t, time.Minute, nil, "rollback", storesFlag, "fr", fmt.Sprintf("--to=%d", to)); r.code != 0 {
+				t.Fatalf("epoch %d: rollback: %v", epoch, r)
+			}
+			latest++
+			content[latest] = content[to]
+		case k == 4:
+			// Up to m = 2 stores fail while the epoch is recorded and read.
+			down = rng.Perm(6)[:1+rng.IntN(2)]
+			step = fmt.Sprintf("stores %v down", down)
+			for _, d := range down {
+				c.servers[d].Kill()
+			}
+		default:
+			step = "kill the mount"
+			m.cmd.Process.Signal(syscall.SIGKILL)
+			<-m.exited
+			exec.Command("fusermount3", "-uz", m.dir).Run()
+			m = mountShardfsEnv(t, nil, order...)
+		}
+		_, err := os.ReadFile(filepath.Join(m.dir, "epochs", fmt.Sprintf("%04d", epoch), "rank-000", "index.csv"))
+		if down != nil {
+			checkEpochTars(t, m.dir, srcOf(latest), epoch) // read with the stores down, when served
+		}
+		for _, d := range down {
+			c.servers[d].Restart()
+		}
+		rec, rerr := dataset.ReadEpochRecord(context.Background(), c.clients(t), "fr", "rr", epoch)
+		if rerr != nil || rec == nil {
+			t.Fatalf("epoch %d (after %s): its record: %+v %v", epoch, step, rec, rerr)
+		}
+		if err == nil {
+			checkEpochTars(t, m.dir, srcOf(rec.Version), epoch)
+			served++
+			t.Logf("epoch %d after %s: version %d served by the mount", epoch, step, rec.Version)
+			continue
+		}
+		// Refused: every path into the epoch fails, and a fresh mount of
+		// the run serves it right; it then follows on.
+		for _, name := range []string{"epoch.tar", "batch-000000.tar"} {
+			if b, err := os.ReadFile(filepath.Join(m.dir, "epochs", fmt.Sprintf("%04d", epoch), "rank-000", name)); err == nil {
+				t.Fatalf("epoch %d: index.csv refused, %s served (%d bytes)", epoch, name, len(b))
+			}
+		}
+		m.cmd.Process.Signal(syscall.SIGTERM)
+		<-m.exited
+		m = mountShardfsEnv(t, nil, order...)
+		checkEpochTars(t, m.dir, srcOf(rec.Version), epoch)
+		refused++
+		t.Logf("epoch %d after %s: version %d refused by the mount (%v), served by a fresh one", epoch, step, rec.Version, err)
+	}
+	t.Logf("%d epochs served by the mount that followed, %d refused and served by a fresh mount", served, refused)
 }
