@@ -51,11 +51,12 @@ func CheckDistinct(stores []Store) error {
 }
 
 // CheckApart refuses a source store (a WebDataset set read by ingest) that
-// is the same place as one of stores, lies inside one, or holds one: what
-// lies under a store is shardfs's, and purge and gc delete the objects of
+// is the same place as one of stores or lies inside one: what lies under
+// a store is shardfs's, and purge and gc delete the objects of
 // a dataset no version needs, so a source there could be deleted once it
 // is ingested (issue 55: ingest --force from NAME/data/ committed, then
-// its purge deleted the source objects).
+// its purge deleted the source objects). A store inside the source is
+// allowed: shardfs writes and deletes only its own objects there.
 func CheckApart(source Store, stores []Store) error {
 	sspace, sdir := location(source)
 	return checkApart(source.String(), sspace, sdir, stores)
@@ -76,8 +77,8 @@ func checkApart(source, sspace, sdir string, stores []Store) error {
 		if space != sspace {
 			continue
 		}
-		if sdir == dir || within(sdir, dir) || within(dir, sdir) {
-			return fmt.Errorf("source %s and store %d (%s) overlap: shardfs deletes the objects under its stores that no dataset version needs (the purge after an ingest, gc), so a source there could be lost; keep the source outside every store, and no store inside the source", source, i, s)
+		if sdir == dir || within(sdir, dir) {
+			return fmt.Errorf("source %s lies in store %d (%s): shardfs deletes the objects under its stores that no dataset version needs (the purge after an ingest, gc), so a source there could be lost; keep the source outside every store", source, i, s)
 		}
 	}
 	return nil

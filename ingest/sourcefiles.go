@@ -106,7 +106,7 @@ func (s *Source) filesOf() sourceFiles {
 }
 
 // checkApart refuses a source (a store's objects, or a local directory)
-// that overlaps one of the stores it is ingested into (backend.CheckApart).
+// that lies in one of the stores it is ingested into (backend.CheckApart).
 func (s *Source) checkApart(stores []backend.Store) error {
 	if s.store == nil {
 		if s.Root == "" {
