@@ -50,38 +50,35 @@ func CheckDistinct(stores []Store) error {
 	return nil
 }
 
-// CheckApart refuses a source store (a WebDataset set read by ingest) that
-// is the same place as one of stores or lies inside one: what lies under
-// a store is shardfs's, and purge and gc delete the objects of
-// a dataset no version needs, so a source there could be deleted once it
-// is ingested (issue 55: ingest --force from NAME/data/ committed, then
-// its purge deleted the source objects). A store inside the source is
-// allowed: shardfs writes and deletes only its own objects there.
-func CheckApart(source Store, stores []Store) error {
+// PathIn says where a source (a store's objects) lies in store: its path
+// relative to the store's root ("" for the root itself), and whether it
+// lies there at all. Ingest refuses a source in a dataset's namespace on
+// a destination store, which purge and gc delete in.
+func PathIn(source, store Store) (rel string, in bool) {
 	sspace, sdir := location(source)
-	return checkApart(source.String(), sspace, sdir, stores)
+	return pathIn(sspace, sdir, store)
 }
 
-// CheckApartDir is CheckApart for a source in a local directory.
-func CheckApartDir(dir string, stores []Store) error {
+// DirIn is PathIn for a source in a local directory.
+func DirIn(dir string, store Store) (rel string, in bool) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return err
+		return "", false
 	}
-	return checkApart(dir, "file", path.Clean("/"+filepath.ToSlash(abs)), stores)
+	return pathIn("file", path.Clean("/"+filepath.ToSlash(abs)), store)
 }
 
-func checkApart(source, sspace, sdir string, stores []Store) error {
-	for i, s := range stores {
-		space, dir := location(s)
-		if space != sspace {
-			continue
-		}
-		if sdir == dir || within(sdir, dir) {
-			return fmt.Errorf("source %s lies in store %d (%s): shardfs deletes the objects under its stores that no dataset version needs (the purge after an ingest, gc), so a source there could be lost; keep the source outside every store", source, i, s)
-		}
+func pathIn(sspace, sdir string, store Store) (string, bool) {
+	space, dir := location(store)
+	switch {
+	case space != sspace:
+		return "", false
+	case sdir == dir:
+		return "", true
+	case within(sdir, dir):
+		return strings.TrimPrefix(strings.TrimPrefix(sdir, dir), "/"), true
 	}
-	return nil
+	return "", false
 }
 
 // within reports whether dir is strictly below parent.

@@ -118,7 +118,7 @@ func AcquireLock(ctx context.Context, stores []backend.Store, name, ingestID str
 			}
 		}
 		if holder != nil {
-			return nil, nil, fmt.Errorf("%w: %s holds the lock of %s on stores %v: wait for it to finish; if it died on another host, its lock expires %v after its last heartbeat",
+			return nil, nil, fmt.Errorf("%w: another %s holds the lock of %s on stores %v: wait for it to finish; if it died on another host, its lock expires %v after its last heartbeat",
 				ErrLocked, holder.describe(), name, on, opts.Stale)
 		}
 		return nil, nil, fmt.Errorf("could not take the ingest lock of %s on a majority of the stores (%d of %d): %w", name, got, len(stores), errors.Join(errs...))

@@ -37,7 +37,7 @@ func TestLockRefusalNamesItsHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _, err = AcquireLock(ctx, stores, "ds", "20990101T000000Z-00000000", LockOptions{})
-		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "the dataset is locked: "+kind+" (host") {
+		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "the dataset is locked: another "+kind+" (host") {
 			t.Fatalf("the lock held by %s: %v; want the refusal to name %q", id, err, kind)
 		}
 		held.Release(ctx)

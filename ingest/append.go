@@ -125,7 +125,7 @@ func appendTarget(ctx context.Context, src *Source, opts *Options) (*manifest.Ma
 	if err := checkSameFields(src, head); err != nil {
 		return nil, nil, err
 	}
-	if err := src.checkApart(opts.Stores); err != nil {
+	if err := src.checkApart(ctx, opts.Stores, opts.Name); err != nil {
 		return nil, nil, err
 	}
 	codec, err := opts.check(ctx)

@@ -87,7 +87,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := src.checkApart(opts.Stores); err != nil {
+	if err := src.checkApart(ctx, opts.Stores, opts.Name); err != nil {
 		return nil, err
 	}
 	ingestID := newIngestID()

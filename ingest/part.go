@@ -237,7 +237,7 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	if err != nil {
 		return nil, err
 	}
-	if err := src.checkApart(opts.Stores); err != nil {
+	if err := src.checkApart(ctx, opts.Stores, opts.Name); err != nil {
 		return nil, err
 	}
 	id := partIngestID(src, opts, job, part.Count)

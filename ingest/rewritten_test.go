@@ -122,32 +122,47 @@ func TestSourceRewrittenSinceTheScanIsRefused(t *testing.T) {
 
 // Issue 55: ingest --force from a WebDataset URL inside NAME/data/
 // committed, then its purge of orphans deleted the source objects. A
-// source that lies in a destination store (inside it, or the same place;
-// read from a store or from a local directory) is refused
-// before anything is written, and every source byte is still there.
+// source in a dataset's namespace on a destination store (the one being
+// ingested, another the store holds, or the whole store; read from a
+// store or from a local directory) is refused before anything is written,
+// and every source byte is still there. A source elsewhere in a store's
+// directory is ingested, and left whole.
 func TestSourceInsideAStoreIsRefused(t *testing.T) {
 	ctx := context.Background()
 	shard := goTar(t, 0, [2]string{"000001.bin", "x"}, [2]string{"000001.json", `{"source": "a"}`}, [2]string{"000002.bin", "y"}, [2]string{"000002.json", `{"source": "b"}`})
-	for _, rel := range []string{
-		"stores/s0/ds/data", // the dataset's own namespace
-		"stores/s2/raw",     // inside a store
-		"stores/s1",         // a store itself
+	for _, tc := range []struct{ rel, refusal string }{
+		{"stores/s0/ds/data", "lies in dataset ds's own namespace on store 0"},
+		{"stores/s1", "is store 1"},
+		{"stores/s2/other/data/raw", "lies in dataset other's namespace on store 2"},
+		{"stores/s2/raw", ""},
 	} {
 		for _, fromStore := range []bool{true, false} {
+			if tc.rel == "stores/s1" && !fromStore {
+				continue // a store's directory is no WebDataset directory: the scan refuses it
+			}
 			root := t.TempDir()
 			stores := localStores(t, filepath.Join(root, "stores"), 3)
-			dir := filepath.Join(root, rel)
+			otherSrc := filepath.Join(root, "other-src")
+			os.MkdirAll(otherSrc, 0o755)
+			os.WriteFile(filepath.Join(otherSrc, "o.tar"), goTar(t, 0, [2]string{"9.bin", "z"}, [2]string{"9.json", `{"source": "c"}`}), 0o644)
+			osrc, err := ScanWith(otherSrc, ScanOptions{Strata: []string{"source"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Run(ctx, osrc, Options{Name: "other", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096}); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(root, tc.rel)
 			os.MkdirAll(dir, 0o755)
 			p := filepath.Join(dir, "shard-000.tar")
 			if err := os.WriteFile(p, shard, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			var src *Source
-			var err error
 			if fromStore {
-				st, err2 := backend.Open("file://"+dir, backend.OpenOptions{})
-				if err2 != nil {
-					t.Fatal(err2)
+				st, err := backend.Open("file://"+dir, backend.OpenOptions{})
+				if err != nil {
+					t.Fatal(err)
 				}
 				src, err = ScanStore(ctx, ScanOptions{Strata: []string{"source"}, Store: st})
 			} else {
@@ -157,11 +172,14 @@ func TestSourceInsideAStoreIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = Run(ctx, src, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096, Force: true})
-			if err == nil || !strings.Contains(err.Error(), "lies in store") || !strings.Contains(err.Error(), "keep the source outside every store") {
-				t.Fatalf("ingest --force of a source in %s (from a store: %v): %v; want it refused", dir, fromStore, err)
+			switch {
+			case tc.refusal == "" && err != nil:
+				t.Fatalf("a source in %s, outside the stores' datasets (from a store: %v): %v", tc.rel, fromStore, err)
+			case tc.refusal != "" && (err == nil || !strings.Contains(err.Error(), tc.refusal) || !strings.Contains(err.Error(), "keep the source outside the stores' datasets")):
+				t.Fatalf("ingest --force of a source in %s (from a store: %v): %v; want it refused: %q", tc.rel, fromStore, err, tc.refusal)
 			}
 			if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, shard) {
-				t.Fatalf("the source shard in %s after the refusal: %v", dir, err)
+				t.Fatalf("the source shard in %s after the ingest: %v", tc.rel, err)
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
 )
 
 // The files a source of records is read from: local files, or the objects
@@ -106,15 +107,42 @@ func (s *Source) filesOf() sourceFiles {
 }
 
 // checkApart refuses a source (a store's objects, or a local directory)
-// that lies in one of the stores it is ingested into (backend.CheckApart).
-func (s *Source) checkApart(stores []backend.Store) error {
-	if s.store == nil {
-		if s.Root == "" {
-			return nil
+// that lies in a dataset's namespace on one of the stores name is
+// ingested into, where purge and gc delete what no version needs: the
+// namespace of name itself, of any dataset the store holds, or the whole
+// store (issue 55: ingest --force from NAME/data/ committed, then its
+// purge deleted the source objects). A source elsewhere in a store's
+// bucket or directory is fine: shardfs touches nothing outside the
+// namespaces of its datasets.
+func (s *Source) checkApart(ctx context.Context, stores []backend.Store, name string) error {
+	for i, st := range stores {
+		var rel string
+		var in bool
+		switch {
+		case s.store != nil:
+			rel, in = backend.PathIn(s.store, st)
+		case s.Root != "":
+			rel, in = backend.DirIn(s.Root, st)
 		}
-		return backend.CheckApartDir(s.Root, stores)
+		if !in {
+			continue
+		}
+		where := s.Root
+		if s.store != nil {
+			where = s.store.String()
+		}
+		first, _, _ := strings.Cut(rel, "/")
+		if first == "" {
+			return fmt.Errorf("source %s is store %d (%s) itself, which holds the namespaces of its datasets, where shardfs deletes what no version needs: keep the source outside the stores' datasets", where, i, st)
+		}
+		if first == name {
+			return fmt.Errorf("source %s lies in dataset %s's own namespace on store %d (%s), where shardfs deletes what no version needs (the purge after an ingest, gc): keep the source outside the stores' datasets", where, name, i, st)
+		}
+		if _, err := st.Stat(ctx, dataset.IdentityKey(first)); err == nil {
+			return fmt.Errorf("source %s lies in dataset %s's namespace on store %d (%s), where shardfs deletes what no version of %s needs (gc): keep the source outside the stores' datasets", where, first, i, st, first)
+		}
 	}
-	return backend.CheckApart(s.store, stores)
+	return nil
 }
 
 // StoreShards lists the WebDataset shards of a store: its objects whose
