@@ -40,10 +40,7 @@ func TestHugeJSONLLineIsRefusedWithinItsBound(t *testing.T) {
 	}
 	f.Close()
 	defer os.Remove(corpus)
-	var stores []string
-	for i := range 3 {
-		stores = append(stores, "file://"+filepath.Join(dir, fmt.Sprint("s", i)))
-	}
+	_, stores := localStores(t, 3)
 	stop := busyProcesses(t, 2)
 	defer stop()
 	cmd := exec.Command(binary, "ingest", "--stores="+strings.Join(stores, ","), "--data=2", "--parity=1",
@@ -79,11 +76,7 @@ func TestHugeJSONLLineIsRefusedWithinItsBound(t *testing.T) {
 // Both are refused, naming the stratum or the size, and nothing is
 // recorded: a sane report for the same epoch is taken after them.
 func TestReportsRefusedBeforeTheyAreRecorded(t *testing.T) {
-	dir := t.TempDir()
-	var stores []string
-	for i := range 3 {
-		stores = append(stores, "file://"+filepath.Join(dir, fmt.Sprint("s", i)))
-	}
+	_, stores := localStores(t, 3)
 	storesFlag := "--stores=" + strings.Join(stores, ",")
 	src := writeSource(t, synth.Imbalanced(30, 2, 0.7, 200, 800, 5))
 	if r := run(t, time.Minute, nil, "ingest", storesFlag, "--data=2", "--parity=1", src, "rep"); r.code != 0 {
