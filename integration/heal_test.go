@@ -518,6 +518,12 @@ func TestTwoHealersOneWrites(t *testing.T) {
 	b.waitLog(t, `heal: another healer holds the lock; standing by`, time.Minute)
 	idA := fmt.Sprintf("heal-%s-%d", hostname(t), a.cmd.Process.Pid)
 	idB := fmt.Sprintf("heal-%s-%d", hostname(t), b.cmd.Process.Pid)
+	// A writes its state after its first step, not when it takes the
+	// lock: wait for the first state (on a busy machine the step outlasted
+	// B's start), then it must be A's, and stay A's.
+	for deadline := time.Now().Add(time.Minute); healState(t, c, "two") == nil && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
 	for range 5 {
 		if st := healState(t, c, "two"); st == nil || st.Healer != idA {
 			t.Fatalf("state %+v: healer A (%s) holds the lock, and only it writes", st, idA)
