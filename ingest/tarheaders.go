@@ -45,8 +45,9 @@ var memberCRC = crc32.MakeTable(crc32.Castagnoli)
 // stdTarHeaders is archive/tar: every tar it reads, it reads as the
 // standard library does (PAX, GNU long names, sparse files, old formats).
 type stdTarHeaders struct {
-	in *countingReader
-	tr *tar.Reader
+	in  *countingReader
+	tr  *tar.Reader
+	buf []byte // sum's
 }
 
 func newStdTarHeaders(r io.Reader) *stdTarHeaders {
@@ -83,11 +84,15 @@ func isSparse(h *tar.Header) bool {
 
 func (s *stdTarHeaders) body() ([]byte, error) { return io.ReadAll(s.tr) }
 
-func (s *stdTarHeaders) sum(crc uint32) (uint32, error) { return continueCRC(crc, s.tr) }
+func (s *stdTarHeaders) sum(crc uint32) (uint32, error) {
+	if s.buf == nil {
+		s.buf = make([]byte, 64<<10) // one for the shard, not one a member
+	}
+	return continueCRC(crc, s.tr, s.buf)
+}
 
-// continueCRC is crc continued over what r reads.
-func continueCRC(crc uint32, r io.Reader) (uint32, error) {
-	buf := make([]byte, 64<<10)
+// continueCRC is crc continued over what r reads, through buf.
+func continueCRC(crc uint32, r io.Reader, buf []byte) (uint32, error) {
 	for {
 		n, err := r.Read(buf)
 		crc = crc32.Update(crc, memberCRC, buf[:n])
@@ -267,8 +272,8 @@ func (p *plainTarHeaders) sum(crc uint32) (uint32, error) {
 		return 0, errNotPlain
 	}
 	for left := p.cur.size; left > 0; {
-		b, err := p.br.Peek(int(min(left, int64(p.br.Size()))))
-		if len(b) == 0 || err != nil && len(b) < int(min(left, int64(p.br.Size()))) && err != io.EOF {
+		b, _ := p.br.Peek(int(min(left, int64(p.br.Size()))))
+		if len(b) == 0 { // cut short or unreadable: archive/tar says which
 			return 0, errNotPlain
 		}
 		crc = crc32.Update(crc, memberCRC, b)

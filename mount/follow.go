@@ -133,15 +133,17 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	// served, not only with the one it opened: after a rollback to an
 	// ancestor and a new append, the new version is an append of the
 	// base, yet its new samples have the numbers of the rolled-back
-	// append's, whose bytes the cache may hold (issue 55 item 2).
-	for _, served := range f.servedManifests() {
-		small, large := served, ds.Manifest
-		if large.NumShards() < small.NumShards() {
-			small, large = large, small
-		}
-		if err := appendOf(small, large); err != nil {
-			return nil, fmt.Errorf("--follow: version %d is not an append of version %d, which this mount has served (%v): a rollback or a replacing ingest was committed since; remount to read it", v, served.VersionNumber(), err)
-		}
+	// append's, whose bytes the cache may hold (issue 55 item 2). Every
+	// version served is a prefix of the largest served (this check kept
+	// it so), and two prefixes of one version are prefixes of each
+	// other; so v is on the chain of them all if it is on the largest's.
+	largest := f.largest.Load()
+	small, large := largest, ds.Manifest
+	if large.NumShards() < small.NumShards() {
+		small, large = large, small
+	}
+	if err := appendOf(small, large); err != nil {
+		return nil, fmt.Errorf("--follow: version %d is not an append of version %d, which this mount has served (%v): a rollback or a replacing ingest was committed since; remount to read it", v, largest.VersionNumber(), err)
 	}
 	// The order bound to this version: time weights and windows over its
 	// own time buckets, new ones included.
@@ -193,16 +195,6 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	f.mt.Metrics.VersionServed.Store(int64(max(int(f.mt.Metrics.VersionServed.Load()), v)))
 	f.mt.log.Info("serving a newer version's epochs", "version", v, "samples", dataset.SampleCount(ds.Manifest), "shards", ds.Manifest.NumShards())
 	return s, nil
-}
-
-// servedManifests are the manifests of the versions this mount serves or
-// has served: the one it opened and each followed. openMu must be held.
-func (f *follower) servedManifests() []*manifest.Manifest {
-	out := []*manifest.Manifest{f.mt.Dataset.Manifest}
-	for _, ds := range f.versions {
-		out = append(out, ds.Manifest)
-	}
-	return out
 }
 
 // shardNamespace is the disk tier's namespace of shard: the largest
