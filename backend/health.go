@@ -18,8 +18,8 @@ import (
 //
 // Slowness is not failure: a read that loses a hedge race only makes the
 // store a suspect (Suspect), and one small probe decides. A store that
-// cannot answer the probe within SuspectTimeout is down; one that answers
-// was merely busy.
+// answers nothing, neither the probe nor any other read, within
+// SuspectTimeout is down; one that answers was merely busy.
 //
 // The wrapper sees every ReadAt and ReadAtV, their latency and their store
 // faults. What it cannot see — bytes that failed or passed the caller's
@@ -41,6 +41,7 @@ type Health struct {
 	probing   bool
 	lat       [64]time.Duration // ring of recent successful latencies
 	n         int
+	answered  time.Time                 // when a read through the wrapper last got an answer
 	reads     map[*pendingRead]struct{} // reads in flight
 	timer     *time.Timer               // the next background probe of a store marked down
 	stopped   bool                      // Stop was called: no more background probes
@@ -151,6 +152,11 @@ func (h *Health) end(rd *pendingRead, err error) {
 	h.mu.Lock()
 	delete(h.reads, rd)
 	h.mu.Unlock()
+	if err == nil || errors.Is(err, ErrNotExist) || errors.Is(err, ErrShortRead) {
+		h.mu.Lock()
+		h.answered = time.Now()
+		h.mu.Unlock()
+	}
 	switch {
 	case err == nil:
 		d := time.Since(rd.start)
@@ -211,9 +217,9 @@ func (h *Health) MarkedDown() bool {
 // answers with wrong bytes, or answers only now and then, from flapping
 // between down and healthy on every read; a probe at the end of the
 // backoff brings it back (probed says so).
-func (h *Health) ok(d time.Duration) { h.answered(d, false) }
+func (h *Health) ok(d time.Duration) { h.answer(d, false) }
 
-func (h *Health) answered(d time.Duration, probed bool) {
+func (h *Health) answer(d time.Duration, probed bool) {
 	h.mu.Lock()
 	h.lat[h.n%len(h.lat)] = d
 	h.n++
@@ -361,8 +367,9 @@ func (h *Health) ProbeTimeout(n int) time.Duration {
 }
 
 // Suspect probes a store that was slower than its hedge deadline, unless a
-// probe of it is already running. No answer within SuspectTimeout marks it
-// down at once; an answer of any kind clears it: slowness is not loss.
+// probe of it is already running. No answer within SuspectTimeout, to the
+// probe or to any other read, marks it down at once; an answer of any kind
+// clears it: slowness is not loss.
 func (h *Health) Suspect() {
 	h.mu.Lock()
 	if h.probing {
@@ -375,14 +382,29 @@ func (h *Health) Suspect() {
 }
 
 // runProbe asks the store once; the caller set probing.
+//
+// A probe with no answer in its timeout marks the store down only when no
+// other read through the wrapper got an answer in that time either. The
+// timeout is wall time, and on a busy machine it counts our own waits too:
+// the probe's goroutine waiting to run, our HTTP client waiting for a core.
+// A store whose other reads came back meanwhile was busy, not down (CI: a
+// file:// store, which cannot hang, was "proven down" that way, and a
+// RS(4,2) read with two stores already out failed with every store
+// answering).
 func (h *Health) runProbe(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	start := time.Now()
 	err := h.Store.ReadAt(ctx, h.probeKey, make([]byte, 1), 0)
 	cancel()
+	h.mu.Lock()
+	answeredSince := h.answered.After(start)
+	h.mu.Unlock()
 	switch {
 	case err == nil || errors.Is(err, ErrNotExist) || errors.Is(err, ErrShortRead):
-		h.answered(time.Since(start), true)
+		h.answer(time.Since(start), true)
+	case errors.Is(err, context.DeadlineExceeded) && answeredSince:
+		// Busy, not down: no strike, and no latency sample either (the
+		// probe's time says nothing about the store's).
 	case errors.Is(err, context.DeadlineExceeded) || IsStoreFault(err):
 		h.strike(h.opts.Strikes, true)
 	}

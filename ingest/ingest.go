@@ -589,11 +589,11 @@ func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, record
 	g.SetLimit(opts.ShardsInFlight)
 	for _, si := range shards {
 		g.Go(func() error {
-			data, err := readShard(gctx, src, m, si, records)
+			buf, err := readShard(gctx, src, m, si, records, codec)
 			if err != nil {
 				return err
 			}
-			frags, sums, err := codec.Encode(data)
+			frags, sums, err := codec.EncodeIn(buf, m.Shards[si].Size)
 			if err != nil {
 				return err
 			}
@@ -710,10 +710,13 @@ func cutShards(items []Item, order []int, shardSize int64) [][]int {
 }
 
 // readShard reads the samples of shard si back to back and records their
-// checksums; records from read, when given (a window's).
-func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, read windowRecords) ([]byte, error) {
+// checksums; records from read, when given (a window's). It returns them
+// at the start of a buffer the codec encodes in place (EncodeIn): a shard
+// is never copied to be encoded.
+func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, read windowRecords, codec *erasure.Codec) ([]byte, error) {
 	sh := &m.Shards[si]
-	data := make([]byte, sh.Size)
+	buf := make([]byte, codec.EncodedSize(sh.Size))
+	data := buf[:sh.Size]
 	itemOf := src.itemOf(m)
 	files := src.filesOf() // the source shards records are read from, each opened once
 	defer files.close()
@@ -756,8 +759,9 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, r
 			// the old source nor the new one (issue 55 item 3).
 			return nil, fmt.Errorf("%s changed since the scan read it: the record's %d bytes now have checksum %08x, not the scan's %08x; re-run the ingest once the source is written whole and left alone", it.Where(), size, m.Samples.Sum[j], it.sum)
 		}
+		releaseHuge(size)
 	}
-	return data, nil
+	return buf, nil
 }
 
 func readFile(name string, p []byte) error {

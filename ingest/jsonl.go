@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
@@ -56,32 +58,80 @@ func endOfJSON(dec *json.Decoder) error {
 // again to make the record's bytes.
 type jsonlLine struct{ off, n int64 }
 
+// rawJSON is one value of a line's object, undecoded: the bytes of the
+// line it spans. json.Unmarshal hands an Unmarshaler a slice of its input
+// and never writes to its input, and the caller holds the line until the
+// record is made, so keeping the slice copies nothing (a copy would cost
+// memory, not correctness).
+type rawJSON []byte
+
+func (r *rawJSON) UnmarshalJSON(b []byte) error { *r = b; return nil }
+
+// decodeJSONValue decodes one field's value as the fields are decoded:
+// numbers as json.Number, so that they keep every digit.
+func decodeJSONValue(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}
+
+// jsonString is the text of a JSON string value raw, as json.Unmarshal
+// makes it. A string with no escapes whose bytes are valid UTF-8 is its
+// bytes between the quotes: a slice of raw, no copy (a 1 GiB text field
+// was copied four times, issue 55 item 5). Any other string is unquoted
+// by json.Unmarshal, which replaces invalid UTF-8 as it always has. ok is
+// false when raw is not a string.
+func jsonString(raw []byte) (text []byte, ok bool, err error) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return nil, false, nil
+	}
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return inner, true, nil
+	}
+	var str string
+	if err := json.Unmarshal(raw, &str); err != nil {
+		return nil, true, err
+	}
+	return []byte(str), true, nil
+}
+
 // jsonlRecord makes a line's record: its key, members' bytes (in order:
 // the member fields, then "json" when other fields remain) and fields.
+// The members' bytes may be slices of line.
+//
+// The object is split into its fields' raw values first, and only the
+// fields that are not members are decoded: a member's text is taken from
+// the line itself, so a line's record costs the line and little more, not
+// the line and its decoder's copies of it.
 func jsonlRecord(line []byte, o ScanOptions, lineNo int) (key string, names []string, bodies [][]byte, fields map[string]any, err error) {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	var obj map[string]any
-	if err := dec.Decode(&obj); err != nil || obj == nil {
-		if err == nil {
-			err = errors.New("null")
-		}
-		return "", nil, nil, nil, fmt.Errorf("not a JSON object (%v): each line of a corpus is one record, an object", err)
-	}
-	if err := endOfJSON(dec); err != nil {
-		return "", nil, nil, nil, err
+	var raw map[string]rawJSON
+	if err := json.Unmarshal(line, &raw); err != nil || raw == nil {
+		return "", nil, nil, nil, notAnObject(line)
 	}
 	for _, mf := range o.Members {
-		v, ok := obj[mf.Field]
+		v, ok := raw[mf.Field]
 		if !ok {
 			return "", nil, nil, nil, fmt.Errorf("no field %q (--member %s=%s)", mf.Field, mf.Field, mf.Name)
 		}
-		str, ok := v.(string)
-		if !ok {
-			return "", nil, nil, nil, fmt.Errorf("field %q is a %T, not a string: --member takes text fields", mf.Field, v)
+		text, isString, err := jsonString(v)
+		if err != nil {
+			return "", nil, nil, nil, fmt.Errorf("field %q: %v", mf.Field, err)
 		}
-		names, bodies = append(names, mf.Name), append(bodies, []byte(str))
-		delete(obj, mf.Field)
+		if !isString {
+			other, _ := decodeJSONValue(v)
+			return "", nil, nil, nil, fmt.Errorf("field %q is a %T, not a string: --member takes text fields", mf.Field, other)
+		}
+		names, bodies = append(names, mf.Name), append(bodies, text)
+		delete(raw, mf.Field)
+	}
+	obj := make(map[string]any, len(raw))
+	for k, v := range raw {
+		if obj[k], err = decodeJSONValue(v); err != nil {
+			return "", nil, nil, nil, fmt.Errorf("field %q: %v", k, err)
+		}
 	}
 	key = fmt.Sprintf("%09d", lineNo)
 	if o.KeyField != "" {
@@ -100,6 +150,27 @@ func jsonlRecord(line []byte, o ScanOptions, lineNo int) (key string, names []st
 		return "", nil, nil, nil, errors.New("an empty object: a record needs a member")
 	}
 	return key, names, bodies, obj, nil
+}
+
+// notAnObject says why line, which json.Unmarshal refused as an object,
+// is not one record: in the words of a decoder of one value, as the
+// loaders' json.loads would refuse it (a second value after the first, an
+// array, null).
+func notAnObject(line []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	var obj map[string]any
+	err := dec.Decode(&obj)
+	switch {
+	case err == nil && obj == nil:
+		err = errors.New("null")
+	case err == nil:
+		if err = endOfJSON(dec); err != nil {
+			return err
+		}
+		err = errors.New("not one JSON object")
+	}
+	return fmt.Errorf("not a JSON object (%v): each line of a corpus is one record, an object", err)
 }
 
 // scanJSONLRecords reads a JSONL corpus's records, holding their metadata
@@ -160,12 +231,30 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 			return nil, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
 		}
 		batch.records = append(batch.records, r)
+		releaseHuge(r.lineLen)
 	}
 	if len(batch.records) == 0 {
 		return nil, fmt.Errorf("corpus %s: %w: no line holds a record", name, ErrEmpty)
 	}
 	batch.doneReading()
 	return recordSource(&Source{Root: filepath.Dir(name)}, o, []recordBatch{batch})
+}
+
+// hugeRecord is the size from which a record's transient copies (its
+// line, a decoded string) are handed back to the OS as soon as it is
+// read, instead of when the collector next runs.
+const hugeRecord = 64 << 20
+
+// releaseHuge returns the garbage of reading a record of size bytes to the
+// OS when the record is huge. The collector lets the heap grow to twice
+// what was live at its last run before it runs again: after a 1 GiB line,
+// the line's copies and the next allocations added up to 9 GB of RSS
+// (issue 55 item 5). A collection costs milliseconds; reading the record
+// took seconds.
+func releaseHuge(size int64) {
+	if size >= hugeRecord {
+		debug.FreeOSMemory()
+	}
 }
 
 // bomLen is the length of the UTF-8 byte order mark name starts with.

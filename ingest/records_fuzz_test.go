@@ -3,9 +3,14 @@ package ingest
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,10 +73,29 @@ func FuzzJSONLRecord(f *testing.F) {
 	f.Add([]byte(`[1, 2]`))
 	f.Add([]byte(`{"text": 5}`))
 	o := ScanOptions{Members: []MemberField{{"text", "txt"}}}
+	f.Add([]byte(`{"text": "caf\u00e9 \ud800", "n": 12345678901234567890, "x": [1, {"b": null}]}`))
+	f.Add([]byte("{\"text\": \"\xff\xfe\", \"source\": \"s\"}"))
+	f.Add([]byte(`{"text": "a"} {"text": "b"}`))
+	f.Add([]byte(`{"text": "a", "text": "b"}`))
+	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		key, names, bodies, _, err := jsonlRecord(line, o, 1)
+		key, names, bodies, fields, err := jsonlRecord(line, o, 1)
+		// The record is what decoding the whole line makes, as ingest
+		// did before a member's text was taken from the line itself.
+		wkey, wnames, wbodies, wfields, werr := jsonlRecordDecoded(line, o, 1)
+		if (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
+			t.Fatalf("error %v, decoding the whole line: %v", err, werr)
+		}
 		if err != nil {
 			return
+		}
+		if key != wkey || !slices.Equal(names, wnames) || !reflect.DeepEqual(fields, wfields) || len(bodies) != len(wbodies) {
+			t.Fatalf("record %q %q %v, decoding the whole line: %q %q %v", key, names, fields, wkey, wnames, wfields)
+		}
+		for i := range bodies {
+			if !bytes.Equal(bodies[i], wbodies[i]) {
+				t.Fatalf("member %s: %q, decoding the whole line: %q", names[i], bodies[i], wbodies[i])
+			}
 		}
 		if key == "" || len(names) == 0 || len(names) != len(bodies) {
 			t.Fatalf("key %q, %d names, %d bodies", key, len(names), len(bodies))
@@ -140,4 +164,51 @@ func TestParquetBombsRefused(t *testing.T) {
 			t.Errorf("%s: the scan allocated %d MB", file, d>>20)
 		}
 	}
+}
+
+// jsonlRecordDecoded is jsonlRecord as it was before issue 55 item 5: the
+// whole line decoded into one object, every member's text copied out of
+// it. The fuzzer holds jsonlRecord to it.
+func jsonlRecordDecoded(line []byte, o ScanOptions, lineNo int) (key string, names []string, bodies [][]byte, fields map[string]any, err error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		if err == nil {
+			err = errors.New("null")
+		}
+		return "", nil, nil, nil, fmt.Errorf("not a JSON object (%v): each line of a corpus is one record, an object", err)
+	}
+	if err := endOfJSON(dec); err != nil {
+		return "", nil, nil, nil, err
+	}
+	for _, mf := range o.Members {
+		v, ok := obj[mf.Field]
+		if !ok {
+			return "", nil, nil, nil, fmt.Errorf("no field %q (--member %s=%s)", mf.Field, mf.Field, mf.Name)
+		}
+		str, ok := v.(string)
+		if !ok {
+			return "", nil, nil, nil, fmt.Errorf("field %q is a %T, not a string: --member takes text fields", mf.Field, v)
+		}
+		names, bodies = append(names, mf.Name), append(bodies, []byte(str))
+		delete(obj, mf.Field)
+	}
+	key = fmt.Sprintf("%09d", lineNo)
+	if o.KeyField != "" {
+		v, ok := obj[o.KeyField]
+		if !ok {
+			return "", nil, nil, nil, fmt.Errorf("no key field %q (--key)", o.KeyField)
+		}
+		if key, err = jsonLabel(v); err != nil {
+			return "", nil, nil, nil, fmt.Errorf("key field %q %v", o.KeyField, err)
+		}
+	}
+	if names, bodies, err = appendFieldsMember(names, bodies, obj); err != nil {
+		return "", nil, nil, nil, err
+	}
+	if len(names) == 0 {
+		return "", nil, nil, nil, errors.New("an empty object: a record needs a member")
+	}
+	return key, names, bodies, obj, nil
 }

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,6 +122,59 @@ func (r result) String() string {
 
 // execShardfs prepares a shardfs command with the test credentials, for tests that signal it.
 func execShardfs(args ...string) *exec.Cmd { return execBinary(binary, args...) }
+
+// measurePeakRSS makes cmd, not yet started, run under GNU time, and
+// returns a func that gives the command's own peak resident set in bytes
+// once cmd has ended. Go's rusage of a child cannot be used for it: os/exec
+// starts a child with vfork, and Linux carries the parent's high-water
+// mark across the exec, so a child of a 600 MB test process "peaked" at
+// 600 MB however little it held (CI, in issue 55's RSS test). GNU time
+// forks the command from its own small image. cmd runs in a process group
+// of its own: killGroup ends the command with time.
+func measurePeakRSS(t *testing.T, cmd *exec.Cmd) func() int64 {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "peak-rss")
+	cmd.Args = append([]string{"/usr/bin/time", "-f", "%M", "-o", out, cmd.Path}, cmd.Args[1:]...)
+	cmd.Path = "/usr/bin/time"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return func() int64 {
+		t.Helper()
+		b, err := os.ReadFile(out)
+		lines := strings.Fields(string(b))
+		if err != nil || len(lines) == 0 {
+			t.Fatalf("GNU time wrote no peak RSS for %v: %v %q", cmd.Args, err, b)
+		}
+		kib, err := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+		if err != nil {
+			t.Fatalf("GNU time's peak RSS for %v: %q", cmd.Args, b)
+		}
+		return kib << 10
+	}
+}
+
+// runGroupBounded runs cmd, started by measurePeakRSS's rules, and returns
+// its error; past bound (a hang bound) it kills the group and fails t.
+func runGroupBounded(t *testing.T, cmd *exec.Cmd, bound time.Duration) error {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(bound):
+		killGroup(cmd)
+		<-done
+		t.Fatalf("%v did not end in %v", cmd.Args, bound)
+		return nil
+	}
+}
+
+// killGroup kills cmd's process group: a command run by measurePeakRSS
+// and GNU time with it.
+func killGroup(cmd *exec.Cmd) { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 
 // execBinary is execShardfs with another build of the binary.
 func execBinary(bin string, args ...string) *exec.Cmd {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -84,10 +83,11 @@ func TestPlanBillionTimeStrata(t *testing.T) {
 }
 
 // runBounded runs shardfs with a hang bound and returns its output and its
-// peak resident memory, from the process's own rusage.
+// peak resident memory (measurePeakRSS).
 func runBounded(t *testing.T, bound time.Duration, args ...string) (string, int64) {
 	t.Helper()
 	cmd := execShardfs(args...)
+	peakRSS := measurePeakRSS(t, cmd)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -101,11 +101,11 @@ func runBounded(t *testing.T, bound time.Duration, args ...string) (string, int6
 			t.Fatalf("%v: %v\n%s", args, err, out.String())
 		}
 	case <-time.After(bound):
-		cmd.Process.Kill()
+		killGroup(cmd)
 		<-done
 		t.Fatalf("%v took over %s (a hang bound):\n%s", args, bound, out.String())
 	}
-	return out.String(), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	return out.String(), peakRSS()
 }
 
 // Issue 30: ten billion samples in 14,903,130 shards of about 670, as a

@@ -431,12 +431,13 @@ func TestMigrateWhileMounted(t *testing.T) {
 	}
 	start := time.Now()
 	mig := execShardfs("migrate", from, "moving", to, "--data=3", "--parity=2")
+	peakRSS := measurePeakRSS(t, mig)
 	var out bytes.Buffer
 	mig.Stdout, mig.Stderr = &out, &out
 	if err := mig.Run(); err != nil {
 		t.Fatalf("migrate after the kill: %v\n%s", err, out.String())
 	}
-	rss := mig.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	rss := peakRSS()
 	close(stop)
 	if err := <-readErr; err != nil {
 		t.Fatalf("reading the old stores during the migration: %v", err)

@@ -43,6 +43,9 @@ fi
 
 need_apt=()
 command -v fio >/dev/null || need_apt+=(fio)
+# GNU time: the peak RSS of a command, which Go's rusage of a child
+# overstates (integration's measurePeakRSS).
+[ -x /usr/bin/time ] || need_apt+=(time)
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need_apt+=(python3-torch)
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || need_apt+=(python3-torchvision)
@@ -77,6 +80,7 @@ missing=()
 [ -x "$toxiproxy_bin" ] || missing+=(toxiproxy)
 [ -x "$csi_sanity_bin" ] || missing+=(csi-sanity)
 command -v fio >/dev/null || missing+=(fio)
+[ -x /usr/bin/time ] || missing+=(time)
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
 /usr/bin/python3 -c 'import torchvision' 2>/dev/null || missing+=(python3-torchvision)
