@@ -90,20 +90,8 @@ func runBounded(t *testing.T, bound time.Duration, args ...string) (string, int6
 	peakRSS := measurePeakRSS(t, cmd)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out.String())
-		}
-	case <-time.After(bound):
-		killGroup(cmd)
-		<-done
-		t.Fatalf("%v took over %s (a hang bound):\n%s", args, bound, out.String())
+	if err := runGroupBounded(t, cmd, bound); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out.String())
 	}
 	return out.String(), peakRSS()
 }
