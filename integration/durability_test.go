@@ -195,10 +195,8 @@ func TestKillDuringIngest(t *testing.T) {
 	}
 	// Kill moments spread over the span of an uninterrupted run (and a bit past it).
 	rng := rand.New(rand.NewPCG(20, 26))
-	n := 20
-	if testing.Short() {
-		n = 4
-	}
+	// 8 kill moments in CI, 20 with SHARDFS_SOAK=long.
+	n := soakCount(20, 8, 4)
 	invisible, committed := 0, 0
 	for i := 0; i < n; i++ {
 		after := time.Duration(rng.Int64N(int64(full.elapsed) * 6 / 5))

@@ -104,7 +104,9 @@ func TestEpochRecordsUnderFailures(t *testing.T) {
 	// A recorder is killed at a moment drawn over the longest a whole one
 	// took, so that kills fall before, during and after its writes.
 	window := 150 * time.Millisecond
-	const epochs = 24
+	// 10 epochs (each a kill of the first recorder and two stores cut) in
+	// CI, 24 with SHARDFS_SOAK=long.
+	epochs := soakCount(24, 10, 6)
 	adopted := 0
 	for epoch := range epochs {
 		first, out := recorder(epoch, 1+epoch)

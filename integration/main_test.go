@@ -47,6 +47,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// soakCount is how many rounds a soak of random faults runs: long with
+// SHARDFS_SOAK=long, the count every round ran before issue 56; short
+// under -short; else ci, the count the suite runs on every change (the
+// rounds' seeds are fixed, so CI runs the first ci rounds of the long
+// soak). Each caller's comment gives the coverage of a CI run.
+func soakCount(long, ci, short int) int {
+	switch {
+	case os.Getenv("SHARDFS_SOAK") == "long":
+		return long
+	case testing.Short():
+		return short
+	}
+	return ci
+}
+
 // cluster is k+m MinIO processes, one bucket each.
 type cluster struct {
 	servers []*miniotest.Server

@@ -73,10 +73,8 @@ func rewriteContent(t *testing.T, dir string) {
 func TestRerunPartNeverWritesIntoACommit(t *testing.T) {
 	c := startCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
-	rounds := 20
-	if testing.Short() {
-		rounds = 4
-	}
+	// 8 races with the commit in CI, 20 with SHARDFS_SOAK=long.
+	rounds := soakCount(20, 8, 4)
 	rng := rand.New(rand.NewPCG(23, 1))
 	during, after := 0, 0
 	// One committer holds on a busy machine too: both cores spin while the

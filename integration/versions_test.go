@@ -173,10 +173,8 @@ func killDuringAppend(t *testing.T, urls []string) {
 		t.Fatalf("uninterrupted append: %v", full)
 	}
 	rng := rand.New(rand.NewPCG(28, 1))
-	n := 10
-	if testing.Short() {
-		n = 4
-	}
+	// 5 kill moments in CI, 10 with SHARDFS_SOAK=long.
+	n := soakCount(10, 5, 4)
 	kept, appended, interrupted := 0, 0, 0
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("killed%02d", i)
@@ -328,10 +326,8 @@ func TestKillDuringGC(t *testing.T) {
 		t.Fatalf("uninterrupted gc: %v", full)
 	}
 	rng := rand.New(rand.NewPCG(28, 3))
-	n := 10
-	if testing.Short() {
-		n = 4
-	}
+	// 5 kill moments in CI, 10 with SHARDFS_SOAK=long.
+	n := soakCount(10, 5, 4)
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("gc%02d", i)
 		makeVersions(name)

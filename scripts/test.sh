@@ -4,40 +4,64 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 source scripts/deps.sh
+suite_start=$SECONDS
 
 echo "== gofmt, go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
 go vet ./...
 
-# Every package, two at a time (go test's -p on 2 cores), the MinIO
-# integration tests among them. The output of every test is kept whole in
-# a log: the run prints each package's result, every line of a failing
-# test, and the slowest tests with their seconds (issue 56's data).
-echo "== go test -race (all packages, including the MinIO integration tests)"
-testlog=$(mktemp)
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+# report LOG: each package's result, every line of a failing test, where a
+# timeout struck, and the 30 slowest tests and subtests with their seconds
+# (issue 56's data). awk, not head, cuts the lists: head exits early, the
+# writer dies of SIGPIPE, and pipefail made that the run's exit status
+# (CI: exit 141 after 2,787 s).
+report() {
+	grep -E '^(ok|FAIL|---|panic:|\?)' "$1" | grep -vE '^--- (PASS|SKIP)' || true
+	if grep -qE '^(--- FAIL|FAIL|panic:)' "$1"; then
+		echo "== what failed"
+		awk '/^=== (RUN|CONT|NAME)/{name=$3} /^ *--- FAIL/{fail[$3]=1} {lines[name]=lines[name] $0 "\n"} END{for (n in fail) printf "%s", lines[n]}' "$1" | tail -400 || true
+		grep -A20 'panic: test timed out' "$1" | awk 'NR <= 40' || true
+	fi
+	echo "slowest tests (seconds):"
+	grep -E '^ *--- (PASS|FAIL|SKIP)' "$1" | sed -E 's/^ *--- [A-Z]+: ([^ ]+) \(([0-9.]+)s\)/\2 \1/' | sort -rn | awk 'NR <= 30' || true
+}
+
+# The MinIO integration tests start first, in a go test of their own, and
+# run while every other package, the decode matrix and the fuzzers take the
+# rest of the machine. They run without -race: they drive the shardfs
+# binary, which they build without it, and their own goroutines only wait
+# on it; the concurrent code they exercise is raced in its own package's
+# tests (-race cost the integration package 1.7x its time). -parallel 4:
+# the tests that call t.Parallel wait on stores and proxies, not cores.
+echo "== go test ./integration/ (the MinIO integration tests, in the background)"
+(
+	set +e
+	go test -count=1 -timeout 40m -parallel 4 -v ./integration/ >"$logs/integration" 2>&1
+	echo $? >"$logs/integration.rc"
+) &
+integration_pid=$!
+
+echo "== go test -race (every other package)"
 set +e
-go test -race -count=1 -timeout 50m -v ./... >"$testlog" 2>&1
-testrc=$?
+go test -race -count=1 -timeout 30m -v $(go list ./... | grep -v '/integration$') >"$logs/units" 2>&1
+unitrc=$?
 set -e
-grep -E '^(ok|FAIL|---|panic:|\?)' "$testlog" | grep -vE '^--- (PASS|SKIP)' || true
-if [ "$testrc" != 0 ]; then
-	echo "== what failed"
-	awk '/^=== (RUN|CONT)/{name=$3} /^--- FAIL/{fail[$3]=1} {lines[name]=lines[name] $0 "\n"} END{for (n in fail) printf "%s", lines[n]}' "$testlog" | tail -400 || true
-	grep -A20 'panic: test timed out' "$testlog" | awk 'NR <= 40' || true
-fi
-echo "slowest tests (seconds):"
-# awk, not head: head exits after 30 lines, sort dies of SIGPIPE, and
-# pipefail made that the run's exit status (CI: exit 141 after 2,787 s).
-grep -E '^--- (PASS|FAIL|SKIP)' "$testlog" | sed -E 's/^--- [A-Z]+: ([^ ]+) \(([0-9.]+)s\)/\2 \1/' | sort -rn | awk 'NR <= 30' || true
-rm -f "$testlog"
-[ "$testrc" = 0 ] || exit "$testrc"
+report "$logs/units"
+echo "(every other package: $((SECONDS - suite_start)) s into the suite)"
+# A failure is kept, not acted on, until the integration tests end: the
+# run reports everything, and leaves nothing running behind it.
+failed=""
+[ "$unitrc" = 0 ] || failed="$failed go-test-race"
 
 echo "== full erasure decode matrix (4,2) (6,3) (10,4), without -race"
-go test -timeout 10m -run 'TestDecodeMatrix' -count=1 ./erasure/
+go test -timeout 10m -run 'TestDecodeMatrix' -count=1 ./erasure/ || failed="$failed decode-matrix"
 
 echo "== layout property tests, full set, without -race (layout is pure: no goroutines)"
-go test -timeout 10m -count=1 ./layout/
+go test -timeout 10m -count=1 ./layout/ || failed="$failed layout"
 
 echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and group, and part record decoders, key checks, tar names, file-map offset math, and the record sources' decoders (WebDataset shards, their plain tar headers against archive/tar, JSONL lines, Parquet files) (about 10s each)"
 # Each target runs a count of inputs, about 10 s of them on a 2-core
@@ -53,7 +77,17 @@ echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and grou
 for target in manifest:FuzzDecode:500000 manifest:FuzzDecodeBody:150000 manifest:FuzzDecodeTop:33333 manifest:FuzzDecodeIndex:53333 manifest:FuzzDecodeRootBody:116666 ingest:FuzzDecodePart:66666 manifest:FuzzCheckKey:400000 layout:FuzzTarName:500000 layout:FuzzExtents:400000 ingest:FuzzWebDatasetShard:20000 ingest:FuzzPlainTarHeaders:40000 ingest:FuzzJSONLRecord:80000 ingest:FuzzParquet:20000; do
 	IFS=: read -r pkg name count <<<"$target"
 	count=$((count * ${SHARDFS_FUZZ_SCALE:-1}))
-	go test -run '^$' -fuzz "^${name}\$" -fuzztime "${count}x" -fuzzminimizetime 0x "./${pkg}/"
+	go test -run '^$' -fuzz "^${name}\$" -fuzztime "${count}x" -fuzzminimizetime 0x "./${pkg}/" || failed="$failed $name"
 done
+echo "(decode matrix, layout and fuzz done: $((SECONDS - suite_start)) s into the suite)"
 
-echo "== all tests passed"
+echo "== waiting for the integration tests"
+wait "$integration_pid" || true
+report "$logs/integration"
+echo "(integration: $((SECONDS - suite_start)) s into the suite)"
+[ "$(cat "$logs/integration.rc" 2>/dev/null)" = 0 ] || failed="$failed integration"
+if [ -n "$failed" ]; then
+	echo "== FAILED:$failed ($((SECONDS - suite_start)) s after deps)"
+	exit 1
+fi
+echo "== all tests passed ($((SECONDS - suite_start)) s after deps)"
