@@ -245,8 +245,11 @@ func TestReplacingCommitStates(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(40, 1))
+	// 120 random states; 30 under -race, where the states add coverage,
+	// not concurrency (a state took 1.7 s there: 204 s of the suite), and
+	// scripts/test.sh runs the 120 without it.
 	runs := 120
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		runs = 30
 	}
 	counts := map[string]int{}

@@ -51,23 +51,28 @@ func TestWideNumbersOpen(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(open, "epochs", "123456", "rank-000")); err != nil {
 		t.Fatalf("epoch 123456 with open-ended epochs: %v", err)
 	}
-	// Batch size 1 with pad over an epoch of 1,000,002 samples gives batches past 999999.
+	// Batch size 1 with pad over an epoch of 1,000,002 samples gives
+	// batches past 999999. Listing a million batches through a FUSE server
+	// built with -race took 190 s of the suite: under -race they are
+	// opened, not listed, and scripts/test.sh lists them without it.
 	dir = mountWith(4, []int{0}, layout.Params{Seed: 1, World: 1, Batch: 1, Alpha: 1, Tail: layout.Pad, EpochSize: 1_000_002})
-	entries, err := os.ReadDir(filepath.Join(dir, "epochs/0003/rank-000"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// os.ReadDir sorts by name, so count the batches and find the last one by name.
-	last, batches := "batch-1000001.tar", 0
-	found := false
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "batch-") {
-			batches++
+	last := "batch-1000001.tar"
+	if !raceEnabled {
+		entries, err := os.ReadDir(filepath.Join(dir, "epochs/0003/rank-000"))
+		if err != nil {
+			t.Fatal(err)
 		}
-		found = found || e.Name() == last
-	}
-	if batches != 1_000_002 || !found {
-		t.Fatalf("%d batches listed, %s listed: %v; want 1000002 batches up to %s", batches, last, found, last)
+		// os.ReadDir sorts by name, so count the batches and find the last one by name.
+		batches, found := 0, false
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "batch-") {
+				batches++
+			}
+			found = found || e.Name() == last
+		}
+		if batches != 1_000_002 || !found {
+			t.Fatalf("%d batches listed, %s listed: %v; want 1000002 batches up to %s", batches, last, found, last)
+		}
 	}
 	for _, name := range []string{last, "batch-1000000.tar", "batch-000000.tar"} {
 		if _, err := os.Stat(filepath.Join(dir, "epochs/0003/rank-000", name)); err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -83,9 +82,7 @@ func TestDiskTierThroughMounts(t *testing.T) {
 	if st := readDiskStats(t, a.dir); st.Disk.Writes == 0 {
 		t.Fatalf("a cold epoch wrote nothing to the disk tier: %+v", st.Disk)
 	}
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	time.Sleep(200 * time.Millisecond)
-	exec.Command("fusermount3", "-uz", a.dir).Run()
+	a.kill()
 	b := mountShardfsEnv(t, nil, mountArgs...)
 	if _, err := readEpochVerified(t, b.dir, src, 0, nil); err != nil {
 		t.Fatal(err)

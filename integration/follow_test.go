@@ -127,6 +127,7 @@ func TestFollowAppends(t *testing.T) {
 	go os.ReadDir(filepath.Join(killedDir, "epochs", "0000", "rank-000")) // records epoch 0
 	time.Sleep(30 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGKILL)
+	abortFUSE(killedDir)
 	cmd.Wait()
 	exec.Command("fusermount3", "-uz", killedDir).Run()
 	var versions []int
@@ -395,9 +396,7 @@ func TestFollowRandomAppendsRollbacksAndKills(t *testing.T) {
 			}
 		default:
 			step = "kill the mount"
-			m.cmd.Process.Signal(syscall.SIGKILL)
-			<-m.exited
-			exec.Command("fusermount3", "-uz", m.dir).Run()
+			m.kill()
 			m = mountShardfsEnv(t, nil, order...)
 		}
 		_, err := os.ReadFile(filepath.Join(m.dir, "epochs", fmt.Sprintf("%04d", epoch), "rank-000", "index.csv"))

@@ -60,6 +60,12 @@ failed=""
 echo "== full erasure decode matrix (4,2) (6,3) (10,4), without -race"
 go test -timeout 10m -run 'TestDecodeMatrix' -count=1 ./erasure/ || failed="$failed decode-matrix"
 
+# Their full size is coverage, not concurrency: under -race they run a
+# part (30 of 120 replacing-commit states; a million batches opened, not
+# listed), here all of it.
+echo "== the replacing-commit states and the million-batch listing, full size, without -race"
+go test -timeout 10m -run '^(TestReplacingCommitStates|TestWideNumbersOpen)$' -count=1 ./dataset/ ./fs/ || failed="$failed full-size"
+
 echo "== layout property tests, full set, without -race (layout is pure: no goroutines)"
 go test -timeout 10m -count=1 ./layout/ || failed="$failed layout"
 
@@ -86,6 +92,13 @@ wait "$integration_pid" || true
 report "$logs/integration"
 echo "(integration: $((SECONDS - suite_start)) s into the suite)"
 [ "$(cat "$logs/integration.rc" 2>/dev/null)" = 0 ] || failed="$failed integration"
+
+# Last, on a machine nothing else in the suite is loading: four ratios
+# against floors measured in the same run, held to bench/check-baseline.json.
+echo "== performance check (scripts/perfcheck.sh)"
+perf_start=$SECONDS
+./scripts/perfcheck.sh || failed="$failed perfcheck"
+echo "(performance check: $((SECONDS - perf_start)) s)"
 if [ -n "$failed" ]; then
 	echo "== FAILED:$failed ($((SECONDS - suite_start)) s after deps)"
 	exit 1

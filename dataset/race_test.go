@@ -1,0 +1,5 @@
+//go:build race
+
+package dataset_test
+
+func init() { raceEnabled = true }

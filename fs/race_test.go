@@ -1,0 +1,5 @@
+//go:build race
+
+package fs_test
+
+func init() { raceEnabled = true }

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The performance check (issue 56): four ratios of shardfs against floors
+# measured in the same run (window and global order against the bare S3
+# client's ceilings, the memory cache against the FUSE floor, ingest
+# against its single-pass floor), compared with bench/check-baseline.json.
+# It fails only when a ratio falls clearly below the baseline's spread.
+# About 2 minutes on 2 cores; scripts/test.sh runs it last.
+#
+#   scripts/perfcheck.sh              measure, and compare with the baseline
+#   scripts/perfcheck.sh --calibrate  measure 4 times, the last 2 with both
+#                                     cores spun by other processes, and
+#                                     write the baseline from those runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+
+check() {
+	go test -tags benchharness -count=1 -timeout 10m -run '^TestPerfCheck$' -v ./bench/ 2>&1 |
+		grep -vE '^=== (RUN|PAUSE|CONT)' || return 1
+}
+
+if [ "${1:-}" != "--calibrate" ]; then
+	check
+	exit
+fi
+
+runs=$(mktemp -d)
+trap 'rm -rf "$runs"' EXIT
+for i in 1 2 3 4; do
+	spinners=()
+	if [ "$i" -gt 2 ]; then
+		for _ in 1 2; do
+			sh -c 'while :; do :; done' &
+			spinners+=($!)
+		done
+	fi
+	echo "== calibration run $i of 4 (busy cores: $([ "$i" -gt 2 ] && echo yes || echo no))"
+	SHARDFS_CHECK_NO_BASELINE=1 SHARDFS_CHECK_OUT="$runs/$i.json" check || { kill "${spinners[@]}" 2>/dev/null; exit 1; }
+	[ ${#spinners[@]} -eq 0 ] || kill "${spinners[@]}"
+done
+/usr/bin/python3 - "$runs" bench/check-baseline.json "$(nproc) cores, $(uname -m)" <<'EOF'
+import json, statistics, sys, glob
+runs, out, machine = sys.argv[1], sys.argv[2], sys.argv[3]
+results = [json.load(open(p)) for p in sorted(glob.glob(runs + "/*.json"))]
+ratios = {}
+for name in results[0]:
+    xs = [r[name] for r in results]
+    ratios[name] = {"Median": round(statistics.median(xs), 4), "Lo": round(min(xs), 4), "Hi": round(max(xs), 4)}
+# A ratio fails below 70% of the lowest calibration run: the noise of a
+# busy 2-core machine moved the ratios by up to a fifth between runs.
+json.dump({"machine": machine, "Runs": len(results), "Busy": 2, "ratios": ratios, "tolerance": 0.3}, open(out, "w"), indent=1)
+print(open(out).read())
+EOF
