@@ -232,7 +232,7 @@ func waitGone(t *testing.T, pid int, what string) {
 // nowhere else. Bad attributes get the spec's codes and leave nothing.
 func TestCSIDriverPlaysKubelet(t *testing.T) {
 	node := newCSINode(t)
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	src := ingestSynthetic(t, c.urls, 400, "train", 4, 2)
 	root, state, p := node.root, node.state, node.start(t)
 
@@ -504,7 +504,7 @@ func with(m map[string]string, k, v string) map[string]string {
 // after a restart.
 func TestCSIPluginKilled(t *testing.T) {
 	node := newCSINode(t)
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	src := ingestSynthetic(t, c.urls, 200, "train", 2, 1)
 	root, state, p := node.root, node.state, node.start(t)
 	attrs := func(seed string) map[string]string {

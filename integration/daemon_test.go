@@ -22,7 +22,7 @@ import (
 // made; umount stops the daemon.
 func TestMountDaemonSaysWhenReady(t *testing.T) {
 	requireTool(t, "fusermount3")
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	ingestSynthetic(t, c.urls, 400, "train", 4, 2)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	dir := filepath.Join(t.TempDir(), "mnt")

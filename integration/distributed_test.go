@@ -21,7 +21,7 @@ import (
 // kill -9 leaves the dataset invisible and commit naming the part; the
 // rerun part makes it whole.
 func TestDistributedIngest(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	src := writeSource(t, synth.Imbalanced(700, 5, 0.7, 2_000, 60_000, 11))
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	common := []string{stores, "--data=2", "--parity=1", "--shard-size=512KiB", "--seed=7"}

@@ -21,7 +21,7 @@ import (
 // processes with RS(4,2), deletes every fragment on two of them, and requires
 // verify to report the damage, repair to rebuild it, and verify to pass.
 func TestIngestVerifyRepairMinIO(t *testing.T) {
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	src := t.TempDir()
 	total, err := synth.Write(src, synth.Imbalanced(1500, 8, 0.6, 20_000, 120_000, 3))
 	if err != nil {
@@ -183,7 +183,7 @@ func TestIngestBadInput(t *testing.T) {
 // TestKillDuringIngest kills the ingest with SIGKILL at several moments; the
 // dataset must then be invisible or fully verifiable, and a rerun must succeed.
 func TestKillDuringIngest(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	src := t.TempDir()
 	if _, err := synth.Write(src, synth.Imbalanced(400, 5, 0.7, 20_000, 80_000, 9)); err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ import (
 //     nothing.
 func TestFeedbackWeights(t *testing.T) {
 	requireTorch(t)
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	counts := []int{300, 120, 50, 20, 10}
 	src := writeSource(t, synth.Spec{Counts: counts, MinSize: 200, MaxSize: 2000, Seed: 71})
 	storesFlag := "--stores=" + strings.Join(c.urls, ",")

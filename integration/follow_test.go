@@ -33,7 +33,7 @@ import (
 //     mount after it reads one version for that epoch.
 func TestFollowAppends(t *testing.T) {
 	requireTool(t, "python3")
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	specA := synth.Spec{Counts: []int{120, 60, 20}, MinSize: 500, MaxSize: 3000, Seed: 81}
 	specB := synth.Spec{Counts: []int{40, 30, 30}, MinSize: 500, MaxSize: 3000, Seed: 82, Tag: "new-"}
 	srcA, srcB, all := writeSource(t, specA), writeSource(t, specB), t.TempDir()
@@ -182,7 +182,7 @@ func readIndexKeys(t *testing.T, mnt string, e, rank int) []string {
 // --time-window 40d, epoch 0 reads March alone. An append brings May:
 // epoch 1 reads May's samples and not January's.
 func TestFollowTimeWindow(t *testing.T) {
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	storesFlag := "--stores=" + strings.Join(c.urls, ",")
 	listing := func(dir, prefix string, months []int, n int) string {
 		var lines []string
@@ -251,7 +251,7 @@ func TestFollowTimeWindow(t *testing.T) {
 // mount serves that epoch from version 4, byte for byte.
 func TestFollowAfterARollback(t *testing.T) {
 	requireTool(t, "python3")
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	specA := synth.Spec{Counts: []int{60, 30, 10}, MinSize: 500, MaxSize: 3000, Seed: 91}
 	specB := synth.Spec{Counts: []int{10, 6, 4}, MinSize: 500, MaxSize: 3000, Seed: 92, Tag: "new-"}
 	specC := synth.Spec{Counts: []int{10, 6, 4}, MinSize: 500, MaxSize: 3000, Seed: 93, Tag: "newer-"}

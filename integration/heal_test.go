@@ -393,7 +393,7 @@ func TestHealScrubFindsRotAndLoss(t *testing.T) {
 // mount's read of that shard decodes around it and leaves a hint, and the
 // healer rebuilds the fragment within 30 s of the read.
 func TestHealOnRead(t *testing.T) {
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	src := t.TempDir()
 	if _, err := synth.Write(src, synth.Imbalanced(200, 3, 0.6, 20_000, 60_000, 46)); err != nil {
 		t.Fatal(err)
@@ -502,7 +502,7 @@ func TestHealKilledAtRandomMoments(t *testing.T) {
 // it, cycle after cycle); with it SIGSTOPped, the other takes over once
 // the lease runs out, and the stopped one, resumed, writes nothing more.
 func TestTwoHealersOneWrites(t *testing.T) {
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	src := t.TempDir()
 	if _, err := synth.Write(src, synth.Imbalanced(150, 3, 0.6, 10_000, 40_000, 48)); err != nil {
 		t.Fatal(err)

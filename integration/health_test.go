@@ -162,7 +162,7 @@ func TestFlappingStoreLogsFewLines(t *testing.T) {
 // epochs (a cache smaller than one) from six identical MinIO stores raise
 // no slow_store.
 func TestNoSlowStoreOnABusyMachine(t *testing.T) {
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	src := ingestSynthetic(t, c.urls, 1500, "train", 4, 2)
 	defer burnCPU(2 * runtime.NumCPU())()
 	mp := mountShardfsEnv(t, nil, "--stores="+strings.Join(c.urls, ","), "--rank=0", "--world-size=1", "--batch-size=32",

@@ -21,7 +21,7 @@ import (
 // same command prints.
 func TestJSONReportsAgreeWithText(t *testing.T) {
 	requireTool(t, "fusermount3")
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	ingestSynthetic(t, c.urls, 400, "train", 2, 1)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	both := func(args ...string) (text, js result) {

@@ -14,7 +14,7 @@ import (
 // and code, and on how many stores its manifest is, in every metadata
 // format; a prefix that holds no manifest is not a dataset.
 func TestList(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	src := ingestSynthetic(t, c.urls, 50, "alpha", 2, 1)
 	ingestSynthetic(t, c.urls, 80, "beta", 2, 1)
 	// alpha's listing again in metadata formats 2 and 3: the same row.

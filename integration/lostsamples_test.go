@@ -24,7 +24,7 @@ import (
 // and epoch.tar from the first of them on; every other batch reads byte for
 // byte as before the loss, and no batch ever holds a stand-in.
 func TestLostIndexFailsOnlyItsSamples(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	src := writeSource(t, synth.Imbalanced(300, 3, 0.7, 2_000, 20_000, 8))
 	t.Run("format 2, a shard index", func(t *testing.T) { lostMetadataMount(t, c, src, "f2", "index", "--format=2") })
 	t.Run("format 3, a group object", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,8 +44,78 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	for _, s := range shared.servers {
+		s.Kill()
+	}
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// shared is the package's one set of MinIO processes, one per store, for
+// the tests that never kill, stop, restart or touch the files of a store
+// (sharedCluster). A MinIO process took seconds of CPU to come up (7.5 s
+// measured on the busy 2-core machine), and the package started about 350
+// of them, 6 a test: the largest part of the suite's time.
+var shared struct {
+	sync.Mutex
+	dir     string
+	servers []*miniotest.Server
+	buckets int // made so far: each test gets buckets of its own
+}
+
+// sharedStores is how many processes the shared set holds: the most
+// stores a test takes from it.
+const sharedStores = 6
+
+// sharedCluster is startCluster for a test that never kills, stops or
+// restarts a store, nor reads a store's files: n stores, each a fresh
+// bucket of its own on one of the shared processes, the same process for
+// the same store number in every test. Its servers are nil: a test that
+// reaches for one (c.servers[i]) fails at once and must use startCluster.
+func sharedCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	if n > sharedStores {
+		return startCluster(t, n)
+	}
+	miniotest.RequireBinary(t)
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.servers == nil {
+		dir, err := os.MkdirTemp("", "shardfs-shared-minio")
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared.dir = dir
+		for i := range sharedStores {
+			s, err := miniotest.StartShared(filepath.Join(dir, fmt.Sprint(i)))
+			if err != nil {
+				t.Fatalf("shared MinIO %d: %v", i, err)
+			}
+			shared.servers = append(shared.servers, s)
+		}
+	}
+	shared.buckets++
+	bucket := fmt.Sprintf("t%04d", shared.buckets)
+	c := &cluster{}
+	for i := range n {
+		url := shared.servers[i].URL(bucket + "/ds")
+		st, err := backend.Open(url, backend.OpenOptions{Credentials: &backend.Credentials{
+			AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := backend.EnsureBucket(context.Background(), st); err != nil {
+			t.Fatalf("bucket %s on shared MinIO %d: %v", bucket, i, err)
+		}
+		c.urls = append(c.urls, url)
+		// Its objects go when the test ends, behind MinIO's back: no test
+		// asks for the bucket again.
+		t.Cleanup(func() { os.RemoveAll(filepath.Join(shared.servers[i].DataDir, bucket)) })
+	}
+	return c
 }
 
 // soakCount is how many rounds a soak of random faults runs: long with

@@ -199,7 +199,7 @@ func checkEpochTars(t *testing.T, mnt, src string, e int) {
 // TestMountMinIO mounts a dataset on six MinIO processes with four ranks and
 // checks every byte with Python's tarfile, fio, and a PyTorch DataLoader.
 func TestMountMinIO(t *testing.T) {
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	const n, world, batch = 1536, 4, 32 // n = 12 steps x W x B: the ranks cover the dataset exactly
 	src := ingestSynthetic(t, c.urls, n, "train", 4, 2)
 	mp := mountShardfsEnv(t, nil, "--stores="+strings.Join(c.urls, ","), "--world-size=4", "--batch-size=32", "--epochs=2", "--seed=7", "--metrics-addr=127.0.0.1:0", "train")

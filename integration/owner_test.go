@@ -19,7 +19,7 @@ import (
 // error the CLI prints, word for word once the options are named by their
 // flags.
 func TestMountFromGoRefusesWhatTheCLIRefuses(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	src := writeSource(t, synth.Imbalanced(60, 3, 0.7, 500, 2_000, 5)) // 60 samples
 	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "train"); r.code != 0 {

@@ -81,7 +81,7 @@ func readWDS(t *testing.T, dir string) *wdsSource {
 func TestWebDatasetRecordsOnMinIO(t *testing.T) {
 	requireVision(t)
 	requireTorch(t)
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	src := filepath.Join(t.TempDir(), "wds")
 	if out, err := exec.Command("/usr/bin/python3", "../examples/make_webdataset.py", src, "20", "10000", "5").CombinedOutput(); err != nil {
@@ -279,7 +279,7 @@ func TestWebDatasetRefusals(t *testing.T) {
 // byte for byte as its record's .txt, its other fields as its .json, and
 // every batch holds each source within one document of its target.
 func TestJSONLCorpusInPartsOnMinIO(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	const N = 100_000
 	dir := t.TempDir()
@@ -390,7 +390,7 @@ type parquetRow struct {
 // other columns in its .json (the list as JSON). A column of a type
 // shardfs cannot serve is refused, naming it, and nothing is committed.
 func TestParquetRecordsOnMinIO(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	dir := t.TempDir()
 	const N = 2000
@@ -583,7 +583,7 @@ print("resumed", [r["__key__"] for r in nxt] == whole[3], len(whole))
 // member of every record comes back byte for byte.
 func TestWebDatasetFromS3OnMinIO(t *testing.T) {
 	requireVision(t)
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	local := filepath.Join(t.TempDir(), "wds")
 	if out, err := exec.Command("/usr/bin/python3", "../examples/make_webdataset.py", local, "4", "400", "9").CombinedOutput(); err != nil {

@@ -333,7 +333,7 @@ func TestMalformedURLSecretRedacted(t *testing.T) {
 // Issue 9 item 2: of two ingests of one name at once, at most one commits,
 // the other fails naming the cause, and the committed dataset verifies.
 func TestConcurrentIngestsOfOneName(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	srcA := writeSource(t, synth.Imbalanced(300, 4, 0.7, 20_000, 60_000, 11))
 	srcB := writeSource(t, synth.Imbalanced(300, 4, 0.7, 20_000, 60_000, 12))

@@ -20,7 +20,7 @@ import (
 // read before and after are exactly the epoch's global order up to the
 // documented tail (fewer than W batches): no sample twice, none missing.
 func TestElasticResume(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	src := writeSource(t, synth.Imbalanced(996, 5, 0.7, 2_000, 20_000, 51)) // 124 batches of 8
 	if r := run(t, 3*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=1MiB", src, "ds"); r.code != 0 {

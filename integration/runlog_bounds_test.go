@@ -65,7 +65,7 @@ func vmKB(pid int, field string) int64 {
 // before its wait and none waiting for the others' waits.
 func TestRunLogBoundsOnBusyCores(t *testing.T) {
 	requireTool(t, "python3")
-	c := startCluster(t, 6)
+	c := sharedCluster(t, 6)
 	specs := []synth.Spec{
 		{Counts: []int{300, 200, 100}, MinSize: 20_000, MaxSize: 60_000, Seed: 91},
 		{Counts: []int{80, 80, 80}, MinSize: 20_000, MaxSize: 60_000, Seed: 92, Tag: "b-"},

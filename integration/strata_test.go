@@ -65,7 +65,7 @@ func timeListing(t *testing.T, n int) (string, map[string][]byte, map[string]map
 // samples' extended attributes show the listing's fields.
 func TestTimeStrataOnMinIO(t *testing.T) {
 	requireTool(t, "fusermount3")
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	listing, content, fields := timeListing(t, 600)
 	for _, format := range []string{"1", "2"} {
 		t.Run("format"+format, func(t *testing.T) { timeStrata(t, c, format, listing, content, fields) })

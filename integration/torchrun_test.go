@@ -104,7 +104,7 @@ type trainProgress struct {
 func TestTorchrunKillAndResume(t *testing.T) {
 	requireTorch(t)
 	torchrun := requireTool(t, "torchrun")
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	src := t.TempDir()
 	pixel := writeClassImages(t, src, map[string]int{"c0": 150, "c1": 100, "c2": 70, "c3": 40}) // 360 images

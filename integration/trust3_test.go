@@ -26,7 +26,7 @@ import (
 // the old set, the rollback, with foreign fragments. The probe now spans
 // the old and the new stores together and refuses before any write.
 func TestMigrateRefusesAnOldStoreUnderAnotherName(t *testing.T) {
-	c := startCluster(t, 5)
+	c := sharedCluster(t, 5)
 	old := c.urls[:3]
 	alias := strings.Replace(old[0], "127.0.0.1", "localhost", 1)
 	if alias == old[0] {
@@ -326,7 +326,7 @@ func TestBusyRelativeMountpointNamesHolders(t *testing.T) {
 // Now verify exits 2 naming the lost group, repair mends the rest and
 // exits 2, and the lone lost index is exit 2 too.
 func TestLostMetadataObjectOnMinIO(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	clients := c.clients(t)
 	ctx := t.Context()

@@ -71,7 +71,7 @@ func rewriteContent(t *testing.T, dir string) {
 // with a message that says what to do; over the same content it has
 // nothing to do.
 func TestRerunPartNeverWritesIntoACommit(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	// 8 races with the commit in CI, 20 with SHARDFS_SOAK=long.
 	rounds := soakCount(20, 8, 4)
@@ -223,7 +223,7 @@ func TestRepairMinIOBitrot(t *testing.T) {
 // fragment stayed one loss from gone. Now verify names the lost indexes
 // (exit 2) and repair mends everything else.
 func TestLostIndexDoesNotBlockRepair(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	common := []string{"ingest", stores, "--data=2", "--parity=1", "--shard-size=128KiB", "--format=2"}
 	src := writeSource(t, synth.Imbalanced(200, 3, 0.7, 2_000, 20_000, 8))
@@ -444,7 +444,7 @@ func TestTimeoutIsNotDataLoss(t *testing.T) {
 // writes a probe through each store and refuses stores that see each
 // other's, naming both; it leaves no object behind.
 func TestStoreAliasesRefused(t *testing.T) {
-	c := startCluster(t, 2)
+	c := sharedCluster(t, 2)
 	alias := strings.Replace(c.urls[0], "127.0.0.1", "localhost", 1)
 	if alias == c.urls[0] {
 		t.Fatalf("store URL %s has no 127.0.0.1 to alias", c.urls[0])

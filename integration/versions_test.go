@@ -48,7 +48,7 @@ func storeSums(t *testing.T, stores []backend.Store, name string) map[string]uin
 // appends, and a mount of the current version keeps serving it while
 // another version is committed. Rollback to v1, then roll the rollback back.
 func TestVersionsOnMinIO(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	clients := c.clients(t)
 	src1 := taggedSource(t, 150, 3, "", 1)
@@ -154,7 +154,7 @@ func TestKillDuringAppend(t *testing.T) {
 		}
 		killDuringAppend(t, urls)
 	})
-	t.Run("minio", func(t *testing.T) { killDuringAppend(t, startCluster(t, 3).urls) })
+	t.Run("minio", func(t *testing.T) { killDuringAppend(t, sharedCluster(t, 3).urls) })
 }
 
 func killDuringAppend(t *testing.T, urls []string) {
@@ -243,7 +243,7 @@ func currentVersion(out string) string {
 // byte for byte through the mount after gc, v2 is gone; once the mount
 // ends, a second gc frees v1's objects and v3 verifies.
 func TestGCHonoursARunningMount(t *testing.T) {
-	c := startCluster(t, 3)
+	c := sharedCluster(t, 3)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	src1 := taggedSource(t, 120, 3, "", 1)
 	src2 := taggedSource(t, 60, 3, "b", 2)

@@ -82,23 +82,52 @@ func Start(t testing.TB, buckets ...string) *Server {
 	return s
 }
 
+// StartShared launches a MinIO server with its data in dir, for the tests
+// of a package to share: it belongs to no one test, and the caller ends it
+// (Kill). Its buckets are the caller's to create. It cannot be restarted.
+func StartShared(dir string) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, DataDir: filepath.Join(dir, "data")}
+	if err := os.MkdirAll(s.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	if s.Addr, err = freeAddrErr(); err != nil {
+		return nil, err
+	}
+	return s, s.start()
+}
+
 // Restart starts the process again on the same address and data directory,
 // killing the running one first, if any.
 func (s *Server) Restart() {
 	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// start is Restart, returning its failure.
+func (s *Server) start() error {
 	s.Kill()
-	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.Addr, "--console-address", freeAddr(s.t), s.DataDir)
+	console, err := freeAddrErr()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.bin, "server", "--quiet", "--address", s.Addr, "--console-address", console, s.DataDir)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_CI_CD=1")
 	// MinIO logs go to a file: on stderr they would drown the test output.
 	logf, err := os.OpenFile(s.DataDir+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start minio: %v", err)
+		return fmt.Errorf("start minio: %v", err)
 	}
 	s.cmd = cmd
 	// /minio/health/ready answers 200 before the object layer is up, so
@@ -106,7 +135,7 @@ func (s *Server) Restart() {
 	probe, err := backend.Open("http://"+s.Addr+"/shardfs-probe", backend.OpenOptions{
 		Credentials: &backend.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}})
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -114,12 +143,12 @@ func (s *Server) Restart() {
 		err := backend.Ping(ctx, probe)
 		cancel()
 		if err == nil || errors.Is(err, backend.ErrNoBucket) {
-			return
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.Kill()
-	s.t.Fatalf("minio on %s did not become ready in 60s", s.Addr)
+	return fmt.Errorf("minio on %s did not become ready in 60s", s.Addr)
 }
 
 // Kill stops the process with SIGKILL and waits for it. It is idempotent.
@@ -148,10 +177,18 @@ func (s *Server) URL(bucketAndPrefix string) string {
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddrErr()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return addr
+}
+
+func freeAddrErr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
