@@ -46,8 +46,11 @@ ratios = {}
 for name in results[0]:
     xs = [r[name] for r in results]
     ratios[name] = {"Median": round(statistics.median(xs), 4), "Lo": round(min(xs), 4), "Hi": round(max(xs), 4)}
-# A ratio fails below 70% of the lowest calibration run: the noise of a
-# busy 2-core machine moved the ratios by up to a fifth between runs.
-json.dump({"machine": machine, "Runs": len(results), "Busy": 2, "ratios": ratios, "tolerance": 0.3}, open(out, "w"), indent=1)
+# A ratio fails below 65% of the lowest calibration run's. On the 2-core
+# CI machine, 2 idle and 2 busy runs gave medians of 1.05-2.21 (global
+# order: busy cores slow the bare client more), 0.24-0.35 (memory cache),
+# 0.19-0.24 (window) and 1.03-1.12 (ingest): a halving of the window or
+# ingest ratio fails, noise does not.
+json.dump({"machine": machine, "Runs": len(results), "Busy": 2, "ratios": ratios, "tolerance": 0.35}, open(out, "w"), indent=1)
 print(open(out).read())
 EOF
