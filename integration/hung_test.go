@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -29,13 +30,19 @@ type proxiedCluster struct {
 
 func startProxiedCluster(t *testing.T, n int) *proxiedCluster {
 	t.Helper()
-	c := startCluster(t, n)
+	// The faults are the proxies': the MinIO processes behind them are the
+	// shared set's, each store a fresh bucket.
+	c := sharedCluster(t, n)
 	tp := toxitest.Start(t)
 	pc := &proxiedCluster{cluster: c}
-	for i, s := range c.servers {
-		p := tp.Proxy(fmt.Sprintf("store%d", i), s.Addr)
+	for i, raw := range c.urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := tp.Proxy(fmt.Sprintf("store%d", i), u.Host)
 		pc.proxies = append(pc.proxies, p)
-		pc.urls = append(pc.urls, "http://"+p.Listen+"/shardfs/ds")
+		pc.urls = append(pc.urls, "http://"+p.Listen+u.Path)
 	}
 	return pc
 }

@@ -40,7 +40,7 @@ report() {
 echo "== go test ./integration/ (the MinIO integration tests, in the background)"
 (
 	set +e
-	go test -count=1 -timeout 40m -parallel 4 -v ./integration/ >"$logs/integration" 2>&1
+	go test -count=1 -timeout 60m -parallel 4 -v ./integration/ >"$logs/integration" 2>&1
 	echo $? >"$logs/integration.rc"
 ) &
 integration_pid=$!
