@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 
 source scripts/deps.sh
 suite_start=$SECONDS
+echo "(deps: ${suite_start} s)"
 
 echo "== gofmt, go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
