@@ -85,8 +85,12 @@ func TestLatencyHistograms(t *testing.T) {
 		}
 		mean[i] = sum / n
 	}
-	if mean[1] < 0.1 || mean[1] < 3*max(mean[0], mean[2]) {
-		t.Fatalf("mean time to first byte per store %v: the store slowed by 120 ms must stand out", mean)
+	// The 120 ms the proxy adds to store 1 adds to its time to first byte:
+	// it must stand out by most of it. (It was 3x the others' mean, which
+	// failed on a loaded machine where the others took 57 ms and store 1
+	// 158 ms: load adds to every store alike, the proxy's delay to one.)
+	if mean[1] < 0.1 || mean[1]-max(mean[0], mean[2]) < 0.08 {
+		t.Fatalf("mean time to first byte per store %v: the store slowed by 120 ms must stand out by 80 ms or more", mean)
 	}
 	reads := -1.0
 	if m := regexp.MustCompile(`(?m)^shardfs_reads_total (\S+)$`).FindStringSubmatch(text); m != nil {

@@ -62,12 +62,18 @@ func readmeSteps(t *testing.T, readme, section string) []readmeStep {
 	return steps
 }
 
-// normalize makes a line comparable "modulo numbers": every run of digits,
-// with the hex letters and decimal points around it (ids, times, sizes,
-// pids), becomes '#', and runs of spaces one space.
-var numberish = regexp.MustCompile(`[0-9a-f.]*[0-9][0-9a-f.]*`)
+// normalize makes a line comparable "modulo numbers": a duration as Go
+// prints it (158ms, 1.178s, 2m3s) becomes "#t", whatever its unit (an
+// ingest the README shows at 158ms took 1.178s on a busy machine); every
+// other run of digits, with the hex letters and decimal points around it
+// (ids, sizes, pids), becomes '#'; runs of spaces become one space.
+var (
+	durationish = regexp.MustCompile(`\b[0-9][0-9.]*(h|m|s|ms|µs|us|ns)([0-9][0-9.]*(m|s|ms|µs|us|ns))*\b`)
+	numberish   = regexp.MustCompile(`[0-9a-f.]*[0-9][0-9a-f.]*`)
+)
 
 func normalize(l string) string {
+	l = durationish.ReplaceAllString(l, "#t")
 	return strings.Join(strings.Fields(numberish.ReplaceAllString(l, "#")), " ")
 }
 
