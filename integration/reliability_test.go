@@ -389,6 +389,7 @@ func TestStaleMountCleared(t *testing.T) {
 	}
 	mp := mountShardfsEnv(t, nil, stores, "--batch-size=4", "ds")
 	mp.cmd.Process.Signal(syscall.SIGKILL)
+	abortFUSE(mp.dir) // the mount stays, dead, as any killed daemon's
 	time.Sleep(300 * time.Millisecond)
 	t.Cleanup(func() { exec.Command("fusermount3", "-uz", mp.dir).Run() })
 	if _, err := os.ReadDir(mp.dir); !errors.Is(err, syscall.ENOTCONN) {
