@@ -151,12 +151,10 @@ func (h *Health) begin(ctx context.Context) (context.Context, *pendingRead) {
 func (h *Health) end(rd *pendingRead, err error) {
 	h.mu.Lock()
 	delete(h.reads, rd)
-	h.mu.Unlock()
 	if err == nil || errors.Is(err, ErrNotExist) || errors.Is(err, ErrShortRead) {
-		h.mu.Lock()
 		h.answered = time.Now()
-		h.mu.Unlock()
 	}
+	h.mu.Unlock()
 	switch {
 	case err == nil:
 		d := time.Since(rd.start)
