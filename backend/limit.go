@@ -31,6 +31,18 @@ func WithLimit(s Store, n int) *Limit {
 	return &Limit{Store: s, slots: make(chan struct{}, max(n, 1))}
 }
 
+// Slots is the most requests in flight at once.
+func (l *Limit) Slots() int { return cap(l.slots) }
+
+// Concurrency is the most requests shardfs sends s at once: the slots of
+// the Limit among its decorators, or 0 when it has none (no bound).
+func Concurrency(s Store) int {
+	if l, ok := below[*Limit](s); ok {
+		return l.Slots()
+	}
+	return 0
+}
+
 // Unwrap returns the store whose requests are limited.
 func (l *Limit) Unwrap() Store { return l.Store }
 

@@ -37,6 +37,7 @@ type Metrics struct {
 	PrefetchBytes    atomic.Int64 // bytes fetched ahead of readers
 	PrefetchLead     atomic.Int64 // bytes ready or in flight ahead of the slowest reader
 	leadSeconds      atomic.Uint64
+	depth            atomic.Pointer[Depth]
 	CacheBytes       atomic.Int64
 	PrefetchStreams  atomic.Int64 // rank-epochs with prefetch state
 	// GETs and GETBytes count the GETs sent to the stores, and the bytes
@@ -152,6 +153,29 @@ func (m *Metrics) Store(i int) *StoreCounters { return m.stores[i] }
 
 // SetLeadSeconds records how many seconds of reading the prefetch lead covers.
 func (m *Metrics) SetLeadSeconds(s float64) { m.leadSeconds.Store(math.Float64bits(s)) }
+
+// Depth is the prefetch depth and what it was sized from, by Little's law:
+// the GETs in flight the readers' demand needs is DemandGETsPerSecond ×
+// LatencySeconds; Slots is that with a margin, within [the floor,
+// Ceiling].
+type Depth struct {
+	Slots                int64   `json:"slots"`
+	InFlight             int64   `json:"in_flight"`
+	Ceiling              int64   `json:"ceiling"`
+	LatencySeconds       float64 `json:"get_latency_seconds"`
+	DemandBytesPerSecond float64 `json:"demand_bytes_per_second"`
+	DemandGETsPerSecond  float64 `json:"demand_gets_per_second"`
+}
+
+// SetDepth records the prefetch depth.
+func (m *Metrics) SetDepth(d Depth) { m.depth.Store(&d) }
+
+func (m *Metrics) depthNow() Depth {
+	if d := m.depth.Load(); d != nil {
+		return *d
+	}
+	return Depth{}
+}
 
 // LeadSeconds is the last SetLeadSeconds value.
 func (m *Metrics) LeadSeconds() float64 { return math.Float64frombits(m.leadSeconds.Load()) }
@@ -429,6 +453,9 @@ type Snapshot struct {
 	PrefetchLeadBytes  int64   `json:"prefetch_lead_bytes"`
 	PrefetchLeadSecs   float64 `json:"prefetch_lead_seconds"`
 	PrefetchStreams    int64   `json:"prefetch_streams"`
+	// PrefetchDepth is the prefetch GETs allowed in flight, and the demand
+	// and latency they were sized from.
+	PrefetchDepth Depth `json:"prefetch_depth"`
 	// GETsByKind counts the GETs sent to the stores by why (demand,
 	// prefetch, hedge, degraded), and GETBytesByKind the bytes they asked
 	// for: the sum of GETsByKind is the stores' requests.
@@ -489,7 +516,7 @@ func (m *Metrics) Snapshot() Snapshot {
 		Stalls: m.Stalls.Load(), StallSeconds: float64(m.StallNanos.Load()) / 1e9,
 		DegradedReads: m.DegradedReads.Load(), ChecksumFailures: m.ChecksumFailures.Load(), HedgedReads: m.HedgedReads.Load(),
 		PrefetchBytes: m.PrefetchBytes.Load(), PrefetchLeadBytes: m.PrefetchLead.Load(), PrefetchLeadSecs: m.LeadSeconds(),
-		PrefetchStreams: m.PrefetchStreams.Load(), CacheEvictions: orZero(m.CacheEvictions),
+		PrefetchStreams: m.PrefetchStreams.Load(), PrefetchDepth: m.depthNow(), CacheEvictions: orZero(m.CacheEvictions),
 		BytesFetched: m.fetched(), CacheEvictedUnread: orZero(m.CacheEvictedUnread),
 		DatasetVersion: m.VersionServed.Load(), CurrentVersion: m.VersionCurrent.Load(),
 	}
@@ -547,6 +574,12 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		counter("prefetch_bytes_total", "Bytes fetched ahead of readers.", &m.PrefetchBytes),
 		gauge("prefetch_lead_bytes", "Bytes ready or in flight ahead of the slowest reader.", func() float64 { return float64(m.PrefetchLead.Load()) }),
 		gauge("prefetch_lead_seconds", "Seconds of reading the prefetch lead covers.", m.LeadSeconds),
+		gauge("prefetch_depth", "Prefetch GETs allowed in flight: the demand in GETs per second × the GET latency, with a margin (Little's law).", func() float64 { return float64(m.depthNow().Slots) }),
+		gauge("prefetch_gets_in_flight", "Prefetch GETs in flight when the depth was last set.", func() float64 { return float64(m.depthNow().InFlight) }),
+		gauge("prefetch_depth_ceiling", "The most prefetch GETs in flight the depth may grow to: the stores' request slots less the demand reads'.", func() float64 { return float64(m.depthNow().Ceiling) }),
+		gauge("prefetch_get_latency_seconds", "Seconds a GET takes, as the depth measures it (moving average).", func() float64 { return m.depthNow().LatencySeconds }),
+		gauge("prefetch_demand_bytes_per_second", "Bytes per second the readers take (moving average).", func() float64 { return m.depthNow().DemandBytesPerSecond }),
+		gauge("prefetch_demand_gets_per_second", "The readers' demand in prefetch GETs per second: bytes per second over the mean GET's bytes.", func() float64 { return m.depthNow().DemandGETsPerSecond }),
 		gauge("cache_bytes", "Bytes held in the cache.", func() float64 { return float64(m.CacheBytes.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_cache_evictions_total", Help: "Chunks evicted from the memory tier."},
 			func() float64 { return float64(orZero(m.CacheEvictions)) }),

@@ -153,7 +153,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	}
 	rp, err := mt.readPath(cfg)
 	if err == nil {
-		err = mt.newReader(cfg, rp)
+		err = mt.newReader(cfg, rp, stores)
 	}
 	if err != nil {
 		mt.closeHinters()
@@ -406,6 +406,32 @@ func (mt *Mount) readPath(cfg Config) (readPath, error) {
 	return rp, nil
 }
 
+// goOverhead is what the Go runtime may hold beyond the cache and the GETs
+// in flight before it collects harder: the FUSE request buffers, the
+// order, the indexes and their garbage. The RSS bound a mount promises is
+// the cache + InFlight + 128 MiB; the 32 MiB left over are what the
+// kernel counts that Go's limit does not, chiefly the binary's own pages
+// (RssFile, about 25 MiB): with 128 MiB here, a mount with all its prefetch
+// GETs in flight on busy cores peaked 10 MiB over the bound (issue 57's
+// depth test).
+const goOverhead = 96 << 20
+
+// prefetchCeiling is the most prefetch GETs in flight the depth may grow
+// to: every store's request slots (--store-concurrency each), less the
+// demand reads', so a reader's miss finds a slot. A store without a bound
+// counts as backend.DefaultStoreConcurrency.
+func prefetchCeiling(stores []backend.Store, demand int) int {
+	slots := 0
+	for _, s := range stores {
+		n := backend.Concurrency(s)
+		if n == 0 {
+			n = backend.DefaultStoreConcurrency
+		}
+		slots += n
+	}
+	return max(slots-demand, 1)
+}
+
 // newReader builds the memory cache, the disk tier and the prefetching
 // reader. One budget, the cache size, holds the verified chunks
 // (prefetched ones included), the spare buffers evicted chunks leave for
@@ -414,14 +440,15 @@ func (mt *Mount) readPath(cfg Config) (readPath, error) {
 // rank-epochs, may fill half of it. What lies outside: demand reads
 // (DemandGET chunks at most) and the stores' response buffers of GETs in
 // flight (InFlight at most). A soft limit keeps the Go heap's garbage from
-// doubling that, so RSS stays near the cache size + InFlight + the daemon's
-// own ~100 MiB.
-func (mt *Mount) newReader(cfg Config, rp readPath) error {
+// doubling that, so RSS stays within the cache size + InFlight + 128 MiB
+// (goOverhead).
+func (mt *Mount) newReader(cfg Config, rp readPath, stores []backend.Store) error {
 	met := mt.Metrics
 	pc := prefetch.DefaultConfig()
 	pc.Budget = cfg.CacheSize / 2
+	pc.MaxPrefetchGET = prefetchCeiling(stores, pc.DemandGET)
 	pc.InFlight = min(pc.InFlight, cfg.CacheSize/4)
-	debug.SetMemoryLimit(cfg.CacheSize + pc.InFlight + 128<<20)
+	debug.SetMemoryLimit(cfg.CacheSize + pc.InFlight + goOverhead)
 	c := cache.New(cfg.CacheSize, func(n int64) { met.CacheBytes.Store(n) })
 	met.CacheEvictions = c.Evictions.Load
 	met.CacheInserted, met.CacheEvictedUnread = c.Inserted.Load, c.EvictedUnread.Load

@@ -9,6 +9,10 @@
 // flight past the lowest position, so several DataLoader workers reading
 // batch b, b+1, ... at once are all covered. The lead is
 // rate × (latency + margin), both measured, clamped to [MinLead, Budget].
+// The GETs in flight that carry it are sized by Little's law, the readers'
+// demand in GETs per second × a GET's latency, with a margin, up to the
+// stores' request slots (depth.go): a fixed count starves fast readers of
+// small samples on slow stores, and floods slow ones.
 // Demand misses have their own GET slots, so prefetch never starves the
 // bytes a reader is waiting for.
 //
@@ -18,6 +22,8 @@
 //	             GET slots and prefetch bytes in flight, each a semaphore.Weighted
 //	estimate.go  the lead: consumption rate (from the bytes this reader
 //	             served) and GET latency, both measured
+//	depth.go     the prefetch GETs in flight: depthFor (Little's law) and
+//	             the gate whose slots it sets
 //	demand.go    a read that misses the cache: one chunk fetched on demand
 //	             within the read's timeout, and the samples/ view
 //	disktier.go  how the reader gets shard bytes (source): straight from its

@@ -3,6 +3,8 @@ package prefetch
 import (
 	"math"
 	"time"
+
+	"github.com/shardfs/shardfs/metrics"
 )
 
 // measure updates the consumption-rate estimate once a second, from the
@@ -24,6 +26,7 @@ func (r *Reader) measure() {
 			r.mu.Lock()
 			r.rate = 0.5*r.rate + 0.5*inst
 			r.mu.Unlock()
+			r.retune()
 		}
 	}
 }
@@ -36,6 +39,33 @@ func (r *Reader) observeLatency(d time.Duration) {
 		r.latency = 0.8*r.latency + 0.2*d.Seconds()
 	}
 	r.mu.Unlock()
+}
+
+// observeSpan records the bytes of a prefetch GET, for the depth.
+func (r *Reader) observeSpan(n int64) {
+	r.mu.Lock()
+	if r.spanLen == 0 {
+		r.spanLen = float64(n)
+	} else {
+		r.spanLen = 0.8*r.spanLen + 0.2*float64(n)
+	}
+	r.mu.Unlock()
+}
+
+// retune sets the prefetch GETs in flight from the demand (depthFor), and
+// publishes the depth with what it was computed from.
+func (r *Reader) retune() {
+	r.mu.Lock()
+	rate, lat, span := r.rate, r.latency, r.spanLen
+	r.mu.Unlock()
+	depth := depthFor(rate, lat, span, r.cfg.PrefetchGET, r.cfg.MaxPrefetchGET)
+	r.prefGets.setLimit(depth)
+	_, used := r.prefGets.state()
+	d := metrics.Depth{Slots: int64(depth), InFlight: int64(used), Ceiling: int64(r.cfg.MaxPrefetchGET), LatencySeconds: lat, DemandBytesPerSecond: rate}
+	if span > 0 {
+		d.DemandGETsPerSecond = rate / span
+	}
+	r.m.SetDepth(d)
 }
 
 // lead is the bytes to keep ahead of the slowest reader.

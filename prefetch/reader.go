@@ -45,13 +45,18 @@ type Config struct {
 	InFlight    int64         // most bytes of prefetch GETs in flight at once (outside the cache)
 	MinLead     int64         // lead kept even before rates are measured
 	Margin      time.Duration // added to the measured latency
-	PrefetchGET int           // concurrent prefetch GETs
-	DemandGET   int           // concurrent demand GETs
-	MaxGET      int64         // largest coalesced GET
-	MergeGap    int64         // merge ranges on a shard this close
-	ReadTimeout time.Duration // bound on one backend read
-	Disabled    bool          // no prefetch: every miss is a demand read
-	IdleAfter   time.Duration // a rank-epoch without readers this long is dropped
+	PrefetchGET int           // concurrent prefetch GETs before the demand is measured, and the fewest after
+	// MaxPrefetchGET is the most prefetch GETs in flight the depth may
+	// grow to as the readers' demand asks (depth.go): the mount gives the
+	// stores' request slots less the demand GETs'. 0: PrefetchGET, a
+	// fixed depth.
+	MaxPrefetchGET int
+	DemandGET      int           // concurrent demand GETs
+	MaxGET         int64         // largest coalesced GET
+	MergeGap       int64         // merge ranges on a shard this close
+	ReadTimeout    time.Duration // bound on one backend read
+	Disabled       bool          // no prefetch: every miss is a demand read
+	IdleAfter      time.Duration // a rank-epoch without readers this long is dropped
 	// Disk, if set, is the persistent tier below the memory cache: the
 	// reader fetches through a DiskTier in front of its Fetcher.
 	Disk *cache.Disk
@@ -76,6 +81,7 @@ func (c *Config) fill() {
 	if c.PrefetchGET <= 0 {
 		c.PrefetchGET = d.PrefetchGET
 	}
+	c.MaxPrefetchGET = max(c.MaxPrefetchGET, c.PrefetchGET)
 	if c.DemandGET <= 0 {
 		c.DemandGET = d.DemandGET
 	}
@@ -100,10 +106,11 @@ type Reader struct {
 	cfg         Config
 	log         *slog.Logger
 
-	// One kind of limit, semaphore.Weighted, for all three: it waits on a
-	// context, which every acquirer has, and counts in any unit.
+	// semaphore.Weighted for the fixed limits: it waits on a context,
+	// which every acquirer has, and counts in any unit. The prefetch GET
+	// slots move with the demand, so they are a depthGate.
 	demand   *semaphore.Weighted // demand GET slots
-	prefGets *semaphore.Weighted // prefetch GET slots
+	prefGets *depthGate          // prefetch GET slots, as many as the demand asks (depth.go)
 	inflight *semaphore.Weighted // prefetch bytes in flight
 
 	ctx    context.Context // background work; cancelled by Close
@@ -116,6 +123,7 @@ type Reader struct {
 	streams map[*layout.Members]*stream
 	rate    float64 // bytes/s served, EWMA
 	latency float64 // seconds per GET, EWMA
+	spanLen float64 // bytes per prefetch GET, EWMA
 
 	served atomic.Int64 // bytes served to readers, for the rate
 }
@@ -128,7 +136,7 @@ func New(fetch Fetcher, cat ReadCatalog, c *cache.Cache, m *metrics.Metrics, cfg
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reader{src: direct{fetch, cfg.MergeGap}, cat: cat, cache: c, m: m, samplesView: m.Rank(metrics.SamplesView), cfg: cfg, log: log,
-		demand: semaphore.NewWeighted(int64(cfg.DemandGET)), prefGets: semaphore.NewWeighted(int64(cfg.PrefetchGET)),
+		demand: semaphore.NewWeighted(int64(cfg.DemandGET)), prefGets: newDepthGate(cfg.PrefetchGET),
 		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
 	if cfg.Disk != nil {
 		r.tier = NewDiskTier(fetch, cfg.Disk, cat, cfg.MergeGap)

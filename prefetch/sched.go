@@ -196,20 +196,20 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 		if err := r.inflight.Acquire(r.ctx, size); err != nil {
 			return false
 		}
-		if err := r.prefGets.Acquire(r.ctx, 1); err != nil {
+		if err := r.prefGets.acquire(r.ctx); err != nil {
 			r.inflight.Release(size)
 			return false
 		}
 		sp.keys = r.cache.Claim(sp.keys, chunkLen)
 		if len(sp.keys) == 0 { // all fetched on demand meanwhile
-			r.prefGets.Release(1)
+			r.prefGets.release()
 			r.inflight.Release(size)
 			continue
 		}
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			defer func() { r.prefGets.Release(1); r.inflight.Release(size) }()
+			defer func() { r.prefGets.release(); r.inflight.Release(size) }()
 			r.fetchSpan(sp.span)
 		}()
 	}
@@ -276,6 +276,7 @@ func (r *Reader) fetchSpan(sp span) {
 	// Keys were claimed in shard order; a repeated chunk was skipped.
 	err := r.src.readPieces(ctx, sp.shard, pieces)
 	r.observeLatency(time.Since(start))
+	r.observeSpan(total)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			r.log.Debug("prefetch failed; readers will retry on demand", "shard", sp.shard, "err", err)
