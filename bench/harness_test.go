@@ -292,6 +292,7 @@ func TestBenchmarks(t *testing.T) {
 		{"ingestcpu", func() { ingestCPU(t, r, work) }},
 		{"trainer", func() { trainerStall(t, r, work) }},
 		{"steady", func() { steadyState(t, r, work) }},
+		{"coldcache", func() { coldCache(t, r, work) }},
 		// Only when asked: SHARDFS_BENCH_ONLY=baseline SHARDFS_BENCH_BASELINE=<rev>.
 		{"baseline", func() { againstBaseline(t, r, work) }},
 	}
@@ -318,6 +319,11 @@ func TestBenchmarks(t *testing.T) {
 	// The hand-written analysis of the targets this run misses, if any.
 	if analysis, err := os.ReadFile("ANALYSIS.md"); err == nil {
 		r.printf("%s", analysis)
+	}
+	// The GPU node's table, measured by hand with ../shared/gpu-check: a
+	// 2-core run cannot remeasure it, so it is carried over as written.
+	if gpu, err := os.ReadFile("GPU.md"); err == nil {
+		r.printf("%s", gpu)
 	}
 	// The numbers first: a chart that fails to draw must not lose a run.
 	md := filepath.Join(outDir, "..", "..", "BENCHMARKS.md")

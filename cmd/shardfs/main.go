@@ -128,7 +128,8 @@ Start with:  shardfs demo            Check a node with:  shardfs doctor NAME`,
 	pf.DurationVar(&g.requestTimeout, "request-timeout", backend.DefaultRequestTimeout,
 		"bound on one store request (plus 1s per MB moved): a store that hangs costs at most this, once")
 	pf.IntVar(&g.storeConcurrency, "store-concurrency", backend.DefaultStoreConcurrency,
-		"most requests in flight to one store; more wait in shardfs, and hedges go to stores that are not queueing")
+		"most requests in flight to one store; more wait in shardfs, and hedges go to stores that are not queueing.\n"+
+			"A mount's prefetch keeps as many GETs in flight as its readers' demand needs at the stores' latency, up to this × the stores, less 32 for reads that wait")
 	// shardfs --version, as most tools answer it: the version command's line.
 	root.Version = versionLine()
 	root.SetVersionTemplate("{{.Version}}\n")

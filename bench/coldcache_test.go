@@ -1,0 +1,120 @@
+//go:build benchharness
+
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/internal/synth"
+)
+
+// coldCache is issue 57's 2-core scenario: a cold epoch read by 16 threads
+// (rank 0's batch tars, batches of 256) from 12,000 samples of 48 KiB (590
+// MB), RS(4,2) on one MinIO behind toxiproxy, a fresh mount per case.
+//
+//   - cache size: a memory cache a quarter of the dataset against one that
+//     holds it all, in global order and in --window 4, at 20 ms;
+//   - latency: 0, 20, 50 and 100 ms (± 5 ms but at 0), each order, with
+//     the cache that holds the dataset.
+//
+// Each case also reports the stores' GETs per sample and the prefetch
+// depth the mount reached (stats.json).
+func coldCache(t *testing.T, r *report, work string) {
+	const samples, batch, size = 12_000, 256, 48 << 10
+	src := filepath.Join(work, "coldcache-src")
+	total, err := synth.Write(src, synth.Imbalanced(samples, 10, 0.75, size, size, 57))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, stores := proxiedStores(t, "coldcache")
+	run(t, binary, "ingest", stores, "--data=4", "--parity=2", src, "cold")
+	all, quarter := fmt.Sprint(4*total), fmt.Sprint(total/4)
+	nb := samples / batch
+	latency := -1
+	setLatency := func(ms int) {
+		if ms == latency {
+			return
+		}
+		proxy.RemoveToxic("latency")
+		if ms > 0 {
+			if _, err := proxy.AddToxic("latency", "latency", "downstream", 1, map[string]any{"latency": ms, "jitter": 5}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		latency = ms
+	}
+	type outcome struct{ rate, getsPerSample, depth float64 }
+	n := 0
+	epoch := func(order, cache string, ms int) outcome {
+		setLatency(ms)
+		n++
+		mnt := filepath.Join(work, fmt.Sprintf("coldcache-%d", n))
+		args := []string{"mount", stores, "--rank=0", fmt.Sprintf("--batch-size=%d", batch), "--cache-size=" + cache}
+		if order == "window" {
+			args = append(args, "--window=4")
+		}
+		d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, append(args, "cold", mnt)...)
+		defer d.stop()
+		rd := filepath.Join(mnt, "epochs/0000/rank-000")
+		start := time.Now()
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for b := w; b < nb; b += 16 {
+					if _, err := os.ReadFile(filepath.Join(rd, fmt.Sprintf("batch-%06d.tar", b))); err != nil {
+						t.Errorf("read: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		rate := float64(nb*batch) / time.Since(start).Seconds()
+		var st struct {
+			GETs  map[string]int64 `json:"gets_by_kind"`
+			Depth struct {
+				Slots float64 `json:"slots"`
+			} `json:"prefetch_depth"`
+		}
+		if b, err := os.ReadFile(filepath.Join(mnt, ".shardfs/stats.json")); err == nil {
+			json.Unmarshal(b, &st)
+		}
+		var gets int64
+		for _, g := range st.GETs {
+			gets += g
+		}
+		return outcome{rate, float64(gets) / float64(nb*batch), st.Depth.Slots}
+	}
+	measure := func(order, cache string, ms int) (rate stat, gets, depth float64) {
+		var o outcome
+		rate = repeat(func() float64 { o = epoch(order, cache, ms); return o.rate })
+		return rate, o.getsPerSample, o.depth
+	}
+
+	r.printf("\n## A cold epoch when the dataset is bigger than the cache, and as latency grows (issue 57)\n\n")
+	r.printf("%d samples of 48 KiB (%.0f MB), RS(4,2) on one MinIO behind toxiproxy; 16 threads read rank 0's batch tars (batches of %d), a fresh mount per case. GETs/sample and the prefetch depth are the last repetition's (stats.json).\n\n", samples, float64(total)/1e6, batch)
+	r.printf("| order, 20 ms | cache holds it all (samples/s) | cache a quarter of it | quarter ÷ all | GETs/sample all, quarter | depth all, quarter |\n|---|---|---|---|---|---|\n")
+	for _, order := range []string{"global", "window"} {
+		a, ga, da := measure(order, all, 20)
+		q, gq, dq := measure(order, quarter, 20)
+		r.printf("| %s | %s | %s | **%.2f×** | %.2f, %.2f | %.0f, %.0f |\n", order, a, q, q.med/a.med, ga, gq, da, dq)
+	}
+	r.printf("\n| order, cache holds it all | 0 ms | 20 ms | 50 ms | 100 ms | 50 ÷ 0 | 100 ÷ 0 |\n|---|---|---|---|---|---|---|\n")
+	for _, order := range []string{"global", "window"} {
+		var rates []stat
+		for _, ms := range []int{0, 20, 50, 100} {
+			s, _, _ := measure(order, all, ms)
+			rates = append(rates, s)
+		}
+		r.printf("| %s | %s | %s | %s | %s | **%.2f×** | **%.2f×** |\n", order, rates[0], rates[1], rates[2], rates[3], rates[2].med/rates[0].med, rates[3].med/rates[0].med)
+	}
+	setLatency(0)
+}
