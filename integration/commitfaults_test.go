@@ -27,7 +27,6 @@ import (
 // SHARDFS_COMMIT_RUNS sets the runs per operation (default 50; 8 under
 // -short).
 func TestReplacingCommitUnderFaults(t *testing.T) {
-	t.Parallel() // asserts states and bytes only (main_test.go, parallelTests)
 	// 6 runs an operation in CI, each with one fault of the 5 kinds
 	// (kill, cut, slowed, refused, hung), drawn at random; 50 with
 	// SHARDFS_SOAK=long. A run took 15-19 s on the busy 2-core machine:

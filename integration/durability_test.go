@@ -183,7 +183,6 @@ func TestIngestBadInput(t *testing.T) {
 // TestKillDuringIngest kills the ingest with SIGKILL at several moments; the
 // dataset must then be invisible or fully verifiable, and a rerun must succeed.
 func TestKillDuringIngest(t *testing.T) {
-	t.Parallel() // asserts states and bytes only (main_test.go, parallelTests)
 	c := sharedCluster(t, 3)
 	src := t.TempDir()
 	if _, err := synth.Write(src, synth.Imbalanced(400, 5, 0.7, 20_000, 80_000, 9)); err != nil {

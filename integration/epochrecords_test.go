@@ -59,7 +59,6 @@ func recordEpochChild() int {
 // returned; and the second always returns, settling any split the first
 // and the failures left.
 func TestEpochRecordsUnderFailures(t *testing.T) {
-	t.Parallel() // asserts states and bytes only (main_test.go, parallelTests)
 	c := startCluster(t, 6)
 	rng := rand.New(rand.NewPCG(73, 11))
 	recorder := func(epoch, version int) (*exec.Cmd, *bytes.Buffer) {

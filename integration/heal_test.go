@@ -441,7 +441,6 @@ func TestHealOnRead(t *testing.T) {
 // them while a random store is down; each restart resumes from the
 // position its predecessor recorded, and verify then exits 0.
 func TestHealKilledAtRandomMoments(t *testing.T) {
-	t.Parallel() // asserts states and bytes only (main_test.go, parallelTests)
 	c := startCluster(t, 6)
 	src := t.TempDir()
 	if _, err := synth.Write(src, synth.Imbalanced(300, 3, 0.6, 20_000, 60_000, 47)); err != nil {

@@ -118,19 +118,6 @@ func sharedCluster(t *testing.T, n int) *cluster {
 	return c
 }
 
-// parallelTests: a test runs beside others (t.Parallel, up to test.sh's
-// -parallel 4, once the serial tests are done) when it asserts only states
-// and bytes, with wall-clock bounds that catch hangs, on stores of its own
-// (startCluster, or a sharedCluster bucket): the soaks of kills and faults,
-// whose fault times are drawn afresh from a run measured in the same test,
-// and the scale tests, which are CPU alone. A test that asserts a rate, a
-// latency, an RSS or an anomaly under load, or kills a process at a time
-// measured before the load changed, stays serial: the other tests' load
-// would be its noise (issue 56). Its first batch: TestReplacingCommitUnderFaults,
-// TestFormatThreeAtFifteenMillionShards, TestDescribeRefusals,
-// TestKillDuringIngest, TestKillDuringAppend, TestHealKilledAtRandomMoments
-// and TestEpochRecordsUnderFailures.
-
 // soakCount is how many rounds a soak of random faults runs: long with
 // SHARDFS_SOAK=long, the count every round ran before issue 56; short
 // under -short; else ci, the count the suite runs on every change (the

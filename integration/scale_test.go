@@ -105,7 +105,6 @@ func runBounded(t *testing.T, bound time.Duration, args ...string) (string, int6
 // model's) stays under 2 GiB. Ten minutes per run is a hang bound, not a
 // speed target: the times are logged.
 func TestFormatThreeAtFifteenMillionShards(t *testing.T) {
-	t.Parallel() // asserts states and bytes only (main_test.go, parallelTests)
 	dir := filepath.Join(t.TempDir(), "description")
 	args := []string{"plan", "--synthetic=10000000000", "--world-size=16384", "--rank=0", "--describe=" + dir}
 	text, _ := runBounded(t, 10*time.Minute, args...)
@@ -158,7 +157,6 @@ func TestFormatThreeAtFifteenMillionShards(t *testing.T) {
 // same description back; anything else is refused, naming the fix, and the
 // directory is left as it was.
 func TestDescribeRefusals(t *testing.T) {
-	t.Parallel() // asserts states and bytes only (main_test.go, parallelTests)
 	dir := filepath.Join(t.TempDir(), "d")
 	text, _ := runBounded(t, 2*time.Minute, "plan", "--synthetic=20000000", "--world-size=64", "--describe="+dir)
 	if !strings.Contains(text, "30 group objects") || !strings.Contains(text, "every one of the 312320 samples is where the even model places it") {

@@ -146,7 +146,6 @@ func TestVersionsOnMinIO(t *testing.T) {
 // and whole, or the new one is, and verify passes; the same command with
 // --skip-existing then finishes the append.
 func TestKillDuringAppend(t *testing.T) {
-	t.Parallel() // asserts states and bytes only (main_test.go, parallelTests)
 	t.Run("file", func(t *testing.T) {
 		dir := t.TempDir()
 		var urls []string
