@@ -153,10 +153,10 @@ func ReadState(ctx context.Context, stores []backend.Store, name string) (*State
 		}
 		return nil
 	})
-	if best == nil {
-		if err := errors.Join(errs...); err != nil && len(errs) == len(stores) {
-			return nil, err
-		}
+	// No state is an answer while any store answered; only when none did
+	// is it unknown. (errs holds a result for every store, nil or not.)
+	if ok, failed := backend.Split(errs); best == nil && len(ok) == 0 && len(failed) > 0 {
+		return nil, errors.Join(failed...)
 	}
 	return best, nil
 }

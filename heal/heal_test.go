@@ -18,6 +18,7 @@ import (
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/ingest"
+	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/internal/synth"
 )
 
@@ -423,5 +424,39 @@ func waitState(ctx context.Context, t *testing.T, stores []backend.Store, ok fun
 			t.Fatalf("the healer's state did not come to what the test waits for; it is %+v", st)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ReadState answers "no position recorded" while some stores answer and
+// none holds a state, whatever the others do; it fails only when no store
+// answers. It failed whenever any store did not answer before a first
+// state was written (it compared the count of its per-store results, one
+// for every store, with the count of stores): TestHealKilledAtRandomMoments
+// met it when the first healer was killed before it wrote its state and
+// the next round took a store down.
+func TestReadStateWithStoresDown(t *testing.T) {
+	ctx := context.Background()
+	var stores []backend.Store
+	var faults []*faultstore.Faulty
+	for i := range 6 {
+		s, err := backend.NewLocal(filepath.Join(t.TempDir(), fmt.Sprint("s", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := faultstore.New(s)
+		stores, faults = append(stores, f), append(faults, f)
+	}
+	for down := range 5 {
+		faults[down].SetDown(true)
+		st, err := ReadState(ctx, stores, "ds")
+		if err != nil || st != nil {
+			t.Fatalf("no state anywhere, %d of 6 stores down: got %+v, %v; want no state and no error", down+1, st, err)
+		}
+	}
+	faults[5].SetDown(true)
+	if _, err := ReadState(ctx, stores, "ds"); err != nil {
+		t.Logf("every store down: %v", err)
+	} else {
+		t.Fatal("every store down: ReadState said nothing is recorded; want the stores' error")
 	}
 }
