@@ -566,6 +566,22 @@ func TestCSIPluginKilled(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The new daemon is running before its mount is: until the plugin has
+	// mounted it again, its target is not yet served (a CI run read it at
+	// once and found no index.csv). Wait, bounded, for both targets to
+	// serve (the view key does not say which target the daemon served).
+	for tgt, idx := range want {
+		for {
+			got, err := os.ReadFile(filepath.Join(tgt, "epochs/0000/rank-000/index.csv"))
+			if err == nil && bytes.Equal(got, idx) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was not served again within a minute of its daemon's kill: %v\n%s", tgt, err, p.log)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	serves("a daemon killed under the plugin")
 
 	// 3. The plugin and every daemon die, as when the plugin's container
