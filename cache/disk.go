@@ -23,6 +23,7 @@ import (
 // only inside TIER = DIR/shardfs-disk-tier, a directory it made and marked:
 //
 //	TIER/SHARDFS-DISK-TIER          the mark: this directory is the tier's
+//	TIER/SHARDFS-DISK-TIER.tmp*     a mark being written (left by a kill; never deleted)
 //	TIER/.lock                      flock'd around accounting and eviction
 //	TIER/.usage                     bytes the tier holds, as decimal text
 //	TIER/NAMESPACE/SSSSSSSS.dat     shard SSSSSSSS's sample bytes at their shard offsets (sparse)
@@ -158,7 +159,11 @@ func openTierDir(cacheDir string) (string, error) {
 		return "", fmt.Errorf("--cache-dir %s: %s is not a directory (a %v) and was not made by shardfs: move it away, or choose another --cache-dir", cacheDir, root, st.Mode().Type())
 	}
 	mark := filepath.Join(root, tierMark)
-	if b, err := os.ReadFile(mark); err == nil && string(b) == tierMarkText {
+	marked := func() bool {
+		b, err := os.ReadFile(mark)
+		return err == nil && string(b) == tierMarkText
+	}
+	if marked() {
 		return root, nil
 	}
 	entries, err := os.ReadDir(root)
@@ -166,17 +171,41 @@ func openTierDir(cacheDir string) (string, error) {
 		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
 	}
 	for _, e := range entries {
-		if e.Name() != tierMark && e.Name() != tierMark+".tmp" {
-			return "", fmt.Errorf("--cache-dir %s: %s holds files (%s among them) but not shardfs's mark %s, so shardfs did not make it and will not delete in it: move it away, or choose another --cache-dir", cacheDir, root, e.Name(), tierMark)
+		if e.Name() == tierMark || strings.HasPrefix(e.Name(), tierMark+".tmp") {
+			continue
 		}
+		// Mounts that start together race here: another may have made
+		// the directory, marked it and written its lock between the
+		// first look at the mark and the listing. The mark is only ever
+		// renamed into place whole, and only into a directory that held
+		// nothing else, so a mark found now still proves the directory is
+		// the tier's; without one, it is someone else's.
+		if marked() {
+			return root, nil
+		}
+		return "", fmt.Errorf("--cache-dir %s: %s holds files (%s among them) but not shardfs's mark %s, so shardfs did not make it and will not delete in it: move it away, or choose another --cache-dir", cacheDir, root, e.Name(), tierMark)
 	}
-	// Empty: the tier's. The mark lands whole (written aside, renamed).
-	tmp := mark + ".tmp"
-	if err := os.WriteFile(tmp, []byte(tierMarkText), 0o644); err != nil {
+	// Empty: the tier's. The mark lands whole: written aside under a name
+	// of this opener's own (openers that start together must not write
+	// into one file), then renamed over whatever mark another put there,
+	// whose text is the same.
+	tmp, err := os.CreateTemp(root, tierMark+".tmp*")
+	if err != nil {
 		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
 	}
-	if err := os.Rename(tmp, mark); err != nil {
-		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
+	_, werr := tmp.WriteString(tierMarkText)
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Chmod(tmp.Name(), 0o644)
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), mark)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("--cache-dir %s: %w", cacheDir, werr)
 	}
 	return root, nil
 }

@@ -2,10 +2,12 @@ package cache
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -139,5 +141,47 @@ func TestDiskRefusesATierDirItDidNotMake(t *testing.T) {
 	os.WriteFile(filepath.Join(other, TierDir), []byte("x"), 0o644)
 	if _, err := OpenDisk(other, "ns", 16<<20); err == nil || !strings.Contains(err.Error(), "is not a directory") {
 		t.Fatalf("OpenDisk with a file named %s in the way: %v", TierDir, err)
+	}
+}
+
+// Mounts that share a fresh --cache-dir and start together each find the
+// tier's directory made by another, maybe before its mark or already with
+// its lock: every one opens it. A CI run failed TestDiskBoundThreeProcesses
+// when a second process listed the directory after the first had written
+// its mark and lock but read the mark before it was there ("holds files
+// (.lock among them) but not shardfs's mark"). Many rounds of goroutines at
+// once, each round on a fresh directory; the mark is whole in every round.
+func TestDiskFirstOpensRaceEachOther(t *testing.T) {
+	rounds, openers := 200, 8
+	if testing.Short() {
+		rounds = 50
+	}
+	for r := range rounds {
+		cacheDir := t.TempDir()
+		var wg sync.WaitGroup
+		errs := make([]error, openers)
+		start := make(chan struct{})
+		for i := range openers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				d, err := OpenDisk(cacheDir, fmt.Sprintf("ns%d", i%3), 16<<20)
+				if err == nil {
+					err = d.Close()
+				}
+				errs[i] = err
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: opener %d of %d on a fresh --cache-dir: %v", r, i, openers, err)
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(cacheDir, TierDir, tierMark)); err != nil || string(b) != tierMarkText {
+			t.Fatalf("round %d: the mark is %q (%v)", r, b, err)
+		}
 	}
 }
