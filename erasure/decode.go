@@ -246,19 +246,23 @@ wait:
 			}
 			// What is in flight is late: ask one more fragment beside it.
 			// With none left to ask, probe the late stores: once every
-			// fetch in flight is on a store proven down, waiting longer
-			// cannot help, so fail now instead of at the caller's deadline.
+			// fetch in flight is on a store proven not to answer, waiting
+			// longer cannot help, so fail now instead of at the caller's
+			// deadline. A store marked down for wrong bytes is not that:
+			// it answers, and on a busy machine after the deadline; a read
+			// asked of it as a last resort is bounded by its probe timeout
+			// (launch), so it is waited for.
 			if !d.launch(pctx, results) {
-				allDown := true
+				allUnreachable := true
 				for f := 0; f < total; f++ {
 					if d.state[f] != fragPending {
 						continue
 					}
 					store := r.codec.Placement(sh.ID, f)
 					r.stores[store].Suspect()
-					allDown = allDown && r.stores[store].Down()
+					allUnreachable = allUnreachable && r.stores[store].Unreachable()
 				}
-				if allDown {
+				if allUnreachable {
 					d.inFlight = 0
 					break wait
 				}

@@ -258,3 +258,35 @@ func TestHedgeSkipsAQueueingStore(t *testing.T) {
 		t.Fatalf("the decode asked the queueing store 4 (%d calls reached it, %d waiting for a slot)", n, limits[4].Waiting())
 	}
 }
+
+// A store marked down for wrong bytes still answers: when a read needs its
+// fragment as a last resort and the answer comes after the hedge deadline
+// (a local file read on a machine whose cores are all busy), the read
+// waits for it, bounded by the probe timeout, instead of failing at the
+// deadline as if the store were hung. The decode matrix failed this way on
+// a busy machine: RS(10,4) with 4 fragments damaged and the fifth store,
+// marked down by an earlier round's damage, read in 150+ ms.
+func TestStoreDownForWrongBytesIsWaitedFor(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("wrong once, right now "), 400)
+	r, sh, faulty, _ := faultyShard(t, p, data, HealthOptions{HedgeFloor: 20 * time.Millisecond})
+	// Store 0 hands back flipped bits until it is marked down, then
+	// answers right again.
+	faulty[0].SetFlipBits(true)
+	for i := 0; i < 10 && !r.StoreDown(0); i++ {
+		r.ReadRange(context.Background(), sh, 0, 100)
+	}
+	faulty[0].SetFlipBits(false)
+	if !r.StoreDown(0) || r.stores[0].Unreachable() {
+		t.Fatalf("store 0 should be marked down for wrong bytes: down %v, unreachable %v", r.StoreDown(0), r.stores[0].Unreachable())
+	}
+	faulty[1].SetDown(true) // m = 2 stores really out: fragment 0 is needed
+	faulty[2].SetDown(true)
+	faulty[0].SetDelay(200*time.Millisecond, 0) // 10x the deadline, a fifth of the probe timeout
+	for i := range 3 {
+		got, err := r.ReadRange(context.Background(), sh, 10, 500)
+		if err != nil || !bytes.Equal(got, data[10:510]) {
+			t.Fatalf("read %d: with 2 stores out, the third marked down for wrong bytes and slow but right: %v", i, err)
+		}
+	}
+}

@@ -417,9 +417,11 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 				lastErr = res.fr.err
 			default:
 				lastErr = res.err
-				if r.stores[store].Down() {
+				if r.stores[store].Unreachable() {
 					// The decode failed and the primary's store is proven
-					// down: its read will not come back either.
+					// not to answer: its read will not come back either.
+					// (A store marked down for wrong bytes answers: its
+					// read is waited for, and its checksums decide.)
 					return lastErr
 				}
 			}
