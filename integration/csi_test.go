@@ -503,6 +503,7 @@ func with(m map[string]string, k, v string) map[string]string {
 // a running plugin is started again. No dead mount is left at any point
 // after a restart.
 func TestCSIPluginKilled(t *testing.T) {
+	t.Parallel() // waits more than it computes, asserts bytes, states and hang bounds (main_test.go, parallelTests)
 	node := newCSINode(t)
 	c := sharedCluster(t, 3)
 	src := ingestSynthetic(t, c.urls, 200, "train", 2, 1)

@@ -250,6 +250,7 @@ func TestMoreThanMStoresHung(t *testing.T) {
 // Issue 9 items 9 and 10: one hung store (SIGSTOP) bounds mount, plan and
 // verify by the per-request timeout, and verify says it could not check.
 func TestOneHungStoreBoundsTools(t *testing.T) {
+	t.Parallel() // waits more than it computes, asserts bytes, states and hang bounds (main_test.go, parallelTests)
 	c := startCluster(t, 6)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	src := writeSource(t, synth.Imbalanced(600, 5, 0.7, 20_000, 60_000, 21))

@@ -20,6 +20,7 @@ import (
 // report's JSON is parsed, and its numbers are found in the text the
 // same command prints.
 func TestJSONReportsAgreeWithText(t *testing.T) {
+	t.Parallel() // waits more than it computes, asserts bytes, states and hang bounds (main_test.go, parallelTests)
 	requireTool(t, "fusermount3")
 	c := sharedCluster(t, 3)
 	ingestSynthetic(t, c.urls, 400, "train", 2, 1)

@@ -80,6 +80,7 @@ func readIndexStats(t *testing.T, mnt string) (loads, unpinned int64) {
 // class directory those of its class. Every byte read matches the source,
 // and no read ever looks up a sample whose rows were not pinned.
 func TestLazyIndexMount(t *testing.T) {
+	t.Parallel() // waits more than it computes, asserts bytes, states and hang bounds (main_test.go, parallelTests)
 	c := startCluster(t, 3)
 	src := writeSource(t, synth.Imbalanced(600, 4, 0.6, 2_000, 20_000, 13))
 	stores := "--stores=" + strings.Join(c.urls, ",")

@@ -31,6 +31,7 @@ func requireVision(t *testing.T) {
 // pipeline (tarfile, PIL, torchvision transforms, DataLoader workers) over
 // the batch tars. Both decode every image and see the right labels and counts.
 func TestRealImageLoaders(t *testing.T) {
+	t.Parallel() // waits more than it computes, asserts bytes, states and hang bounds (main_test.go, parallelTests)
 	requireVision(t)
 	src := t.TempDir()
 	out, err := exec.Command("/usr/bin/python3", "testdata/make_jpegs.py", src, "40,25,12,5").Output()

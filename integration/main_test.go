@@ -118,6 +118,19 @@ func sharedCluster(t *testing.T, n int) *cluster {
 	return c
 }
 
+// parallelTests: a test runs beside others (t.Parallel; test.sh's
+// -parallel 4, once the serial tests are done, at the end of the run where
+// the integration tests have the machine to themselves) when it waits more
+// than it computes and asserts only bytes, states and wall-clock bounds
+// that catch hangs, on stores of its own. Measured with a sampler of the
+// test process tree's CPU beside the -race pass: these used 0.2-0.7 of a
+// core over their wall time (TestOneHungStoreBoundsTools 20 CPU s in 86 s,
+// on timeouts of a stopped store). A test that asserts a rate, a stall
+// share, an RSS or an anomaly under load, or burns the cores on purpose,
+// stays serial: the others' load would be its noise. Tests that mostly
+// compute gain nothing from it on two cores (an earlier batch of kill
+// soaks and scale tests saved 27 s of a run).
+
 // soakCount is how many rounds a soak of random faults runs: long with
 // SHARDFS_SOAK=long, the count every round ran before issue 56; short
 // under -short; else ci, the count the suite runs on every change (the

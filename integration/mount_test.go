@@ -221,6 +221,7 @@ func checkEpochTars(t *testing.T, mnt, src string, e int) {
 // TestMountMinIO mounts a dataset on six MinIO processes with four ranks and
 // checks every byte with Python's tarfile, fio, and a PyTorch DataLoader.
 func TestMountMinIO(t *testing.T) {
+	t.Parallel() // waits more than it computes, asserts bytes, states and hang bounds (main_test.go, parallelTests)
 	c := sharedCluster(t, 6)
 	const n, world, batch = 1536, 4, 32 // n = 12 steps x W x B: the ranks cover the dataset exactly
 	src := ingestSynthetic(t, c.urls, n, "train", 4, 2)

@@ -18,6 +18,7 @@ import (
 // The mount's index.csv is plan --emit index byte for byte, and warm
 // fetches exactly the distinct samples that index lists.
 func TestMountWarmPlanAgree(t *testing.T) {
+	t.Parallel() // waits more than it computes, asserts bytes, states and hang bounds (main_test.go, parallelTests)
 	_, urls := localStores(t, 3)
 	stores := "--stores=" + strings.Join(urls, ",")
 	src := writeSource(t, synth.Imbalanced(300, 4, 0.6, 300, 3_000, 21))

@@ -18,6 +18,7 @@ import (
 // once. Each rank's directory is byte for byte what a mount of that rank
 // alone shows; the ranks are disjoint; every sample arrives with its label.
 func TestSeveralRanksPerMount(t *testing.T) {
+	t.Parallel() // waits more than it computes, asserts bytes, states and hang bounds (main_test.go, parallelTests)
 	requireTorch(t)
 	_, urls := localStores(t, 3)
 	stores := "--stores=" + strings.Join(urls, ",")

@@ -88,6 +88,7 @@ func normalize(l string) string {
 // Each command must exit as the README says, and print each line shown
 // under it, in order (other lines may come between), numbers aside.
 func TestREADMEWorkflow(t *testing.T) {
+	t.Parallel() // waits more than it computes, asserts bytes, states and hang bounds (main_test.go, parallelTests)
 	requireTorch(t)
 	requireTool(t, "torchrun")
 	requireTool(t, "fusermount3")
