@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -85,16 +86,27 @@ func Encode(m *Manifest) ([]byte, error) {
 // frame writes a body with the header every shardfs metadata object
 // carries: magic, format version, lengths, and CRC32C of the zstd payload
 // and of the header itself.
+//
+// Its zstd encoders and buffers are reused (frameWriters): a fresh encoder
+// allocated and cleared its window on every call, which was a quarter of
+// the CPU of describing 15 million shards in 14,554 group objects (plan
+// --describe at ten billion samples: 12.5 of 59 s in zstd's ensureHist).
+// Reset makes a reused encoder write what a fresh one writes.
 func frame(magic string, version uint32, body func(e *encoder)) ([]byte, error) {
 	var payload bytes.Buffer
-	zw, err := zstd.NewWriter(&payload, zstd.WithEncoderLevel(zstd.SpeedFastest))
-	if err != nil {
-		return nil, err
+	fw := frameWriters.Get().(*frameWriter)
+	if fw.err != nil {
+		return nil, fw.err
 	}
-	cw := &countWriter{w: zw}
-	bw := bufio.NewWriterSize(cw, 1<<20)
-	body(&encoder{w: bw})
-	if err := errors.Join(bw.Flush(), zw.Close()); err != nil {
+	defer frameWriters.Put(fw)
+	fw.zw.Reset(&payload)
+	cw := &countWriter{w: fw.zw}
+	fw.bw.Reset(cw)
+	body(&encoder{w: fw.bw})
+	err := errors.Join(fw.bw.Flush(), fw.zw.Close())
+	fw.bw.Reset(nil) // hold no reference to this call's writers
+	if err != nil {
+		fw.zw.Reset(nil)
 		return nil, err
 	}
 	out := make([]byte, headerSize, headerSize+payload.Len())
@@ -106,6 +118,18 @@ func frame(magic string, version uint32, body func(e *encoder)) ([]byte, error) 
 	binary.LittleEndian.PutUint32(out[36:], crc32.Checksum(out[:36], castagnoli))
 	return append(out, payload.Bytes()...), nil
 }
+
+// frameWriter is frame's zstd encoder and the buffer in front of it.
+type frameWriter struct {
+	zw  *zstd.Encoder
+	err error // NewWriter's: only for options it does not take
+	bw  *bufio.Writer
+}
+
+var frameWriters = sync.Pool{New: func() any {
+	zw, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	return &frameWriter{zw: zw, err: err, bw: bufio.NewWriterSize(nil, 1<<20)}
+}}
 
 func commonPrefix(a, b []byte) int {
 	n := min(len(a), len(b))
