@@ -64,6 +64,15 @@ that are gone, and serves their target paths again.`,
 		Example: `  shardfs csi --endpoint unix:///csi/csi.sock --node-id "$NODE_NAME"`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Resolved here, not as the flag's default: --help (and the
+			// command reference generated from it) must not print the
+			// name of the machine it ran on.
+			if nodeID == "" {
+				nodeID = os.Getenv("NODE_NAME")
+			}
+			if nodeID == "" {
+				nodeID, _ = os.Hostname()
+			}
 			if nodeID == "" {
 				return fmt.Errorf("--node-id: give the node's name (in a pod, from the downward API: spec.nodeName)")
 			}
@@ -79,13 +88,9 @@ that are gone, and serves their target paths again.`,
 			return d.Run(cmd.Context(), endpoint)
 		},
 	}
-	host, _ := os.Hostname()
-	if n := os.Getenv("NODE_NAME"); n != "" {
-		host = n
-	}
 	fl := cmd.Flags()
 	fl.StringVar(&endpoint, "endpoint", "unix:///csi/csi.sock", "the unix socket the kubelet's registrar points at")
-	fl.StringVar(&nodeID, "node-id", host, "this node's name, as the kubelet knows it (default $NODE_NAME, else the host name)")
+	fl.StringVar(&nodeID, "node-id", "", "this node's name, as the kubelet knows it (default $NODE_NAME, else the host name)")
 	fl.StringVar(&stateDir, "state-dir", "/var/lib/kubelet/plugins/"+csiDriverName, "where views, their mounts, logs and credentials live: on the host, surviving the plugin")
 	fl.StringVar(&driverName, "driver-name", csiDriverName, "the driver's name, as in the CSIDriver object")
 	return cmd
