@@ -3,7 +3,7 @@ the format's spec: RECORDS image-text pairs over SHARDS tar shards
 (Python's tarfile), each record <key>.jpg (a real JPEG from PIL), <key>.txt
 (a caption) and <key>.json (its fields: source, one of 5 with a skewed mix;
 aesthetic, a score from 0 to 10; caption). Debian's python3-pil is all it
-needs. The README's "Records" section and the integration tests use it.
+needs. docs/records.md and the integration tests use it.
 
 usage: make_webdataset.py OUTDIR SHARDS RECORDS SEED"""
 import io

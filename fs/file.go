@@ -64,7 +64,7 @@ func (f *virtFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	if err != nil && err != io.EOF {
 		// Past the page cache, a short read reaches the reader as it is,
 		// and its next read, at the failure, gets the error: the file
-		// reads up to its first lost member or row, as the README says.
+		// reads up to its first lost member or row, as docs/tutorial.md says (health and repair).
 		// Through the page cache a short read would be taken for the end
 		// of the file, so there the read fails whole.
 		if n > 0 && f.directIO() {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 // readmeStep is one "$ " line of a README console block: the command, the
 // output lines shown under it, and the exit status it is said to have.
 type readmeStep struct {
+	page   string // README.md, or docs/NAME.md
 	line   int
 	cmd    string
 	output []string
@@ -29,9 +31,37 @@ type readmeStep struct {
 
 var exitComment = regexp.MustCompile(`#\s*exit (\d+)\s*$`)
 
-// readmeSteps extracts the console blocks of the README section titled
-// section, in order.
-func readmeSteps(t *testing.T, readme, section string) []readmeStep {
+// docPages are the pages whose console blocks the tests run: the README
+// and one page per task in docs/.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{"../README.md"}, pages...)
+}
+
+// docSection is the text of the page (the README or a page in docs/) that
+// holds the section titled section, and that page's name.
+func docSection(t *testing.T, section string) (text, page string) {
+	t.Helper()
+	for _, p := range docPages(t) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(strings.Split(string(b), "\n"), "## "+section) {
+			return string(b), p
+		}
+	}
+	t.Fatalf("no page of the README or docs/ has a section %q", section)
+	return "", ""
+}
+
+// readmeSteps extracts the console blocks of the section titled section
+// of a page (the README or a page in docs/), in order.
+func readmeSteps(t *testing.T, page, readme, section string) []readmeStep {
 	t.Helper()
 	var steps []readmeStep
 	in, block := false, false
@@ -47,7 +77,7 @@ func readmeSteps(t *testing.T, readme, section string) []readmeStep {
 		case block && l == "```":
 			block = false
 		case block && strings.HasPrefix(l, "$ "):
-			st := readmeStep{line: n, cmd: strings.TrimPrefix(l, "$ ")}
+			st := readmeStep{page: strings.TrimPrefix(page, "../"), line: n, cmd: strings.TrimPrefix(l, "$ ")}
 			if m := exitComment.FindStringSubmatch(l); m != nil {
 				st.exit, _ = strconv.Atoi(m[1])
 			}
@@ -57,7 +87,7 @@ func readmeSteps(t *testing.T, readme, section string) []readmeStep {
 		}
 	}
 	if len(steps) == 0 {
-		t.Fatalf("README has no console blocks under %q", section)
+		t.Fatalf("the docs have no console blocks under %q", section)
 	}
 	return steps
 }
@@ -93,11 +123,8 @@ func TestREADMEWorkflow(t *testing.T) {
 	requireTool(t, "torchrun")
 	requireTool(t, "fusermount3")
 	miniotest.RequireBinary(t)
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps := readmeSteps(t, string(readme), "From zero to a training loop")
+	readme, page := docSection(t, "From zero to a training loop")
+	steps := readmeSteps(t, page, readme, "From zero to a training loop")
 	repo, _ := filepath.Abs("..")
 	work := t.TempDir()
 	src := filepath.Join(work, "pets")
@@ -184,10 +211,10 @@ func runReadmeSteps(t *testing.T, steps []readmeStep, sub *strings.Replacer, env
 		if ee, ok := runErr.(*exec.ExitError); ok {
 			code = ee.ExitCode()
 		} else if runErr != nil {
-			t.Fatalf("README line %d: %s: %v", st.line, st.cmd, runErr)
+			t.Fatalf("%s line %d: %s: %v", st.page, st.line, st.cmd, runErr)
 		}
 		if code != st.exit {
-			t.Fatalf("README line %d: %s\nexit %d, the README says %d\nstdout:\n%s\nstderr:\n%s", st.line, st.cmd, code, st.exit, out.String(), errb.String())
+			t.Fatalf("%s line %d: %s\nexit %d, the page says %d\nstdout:\n%s\nstderr:\n%s", st.page, st.line, st.cmd, code, st.exit, out.String(), errb.String())
 		}
 		got := strings.Split(out.String(), "\n")
 		i := 0
@@ -197,18 +224,18 @@ func runReadmeSteps(t *testing.T, steps []readmeStep, sub *strings.Replacer, env
 				i++
 			}
 			if i == len(got) {
-				t.Fatalf("README line %d: %s\nthe README shows\n  %s\nwhich the output lacks (in order, numbers aside):\n%s\nstderr:\n%s", st.line, st.cmd, want, out.String(), errb.String())
+				t.Fatalf("%s line %d: %s\nthe page shows\n  %s\nwhich the output lacks (in order, numbers aside):\n%s\nstderr:\n%s", st.page, st.line, st.cmd, want, out.String(), errb.String())
 			}
 			i++
 		}
-		t.Logf("README line %d: %s: exit %d, %d lines checked", st.line, st.cmd, code, len(st.output))
+		t.Logf("%s line %d: %s: exit %d, %d lines checked", st.page, st.line, st.cmd, code, len(st.output))
 		if testing.Verbose() {
 			t.Logf("stdout:\n%s", out.String())
 		}
 	}
 }
 
-// TestREADMETimeStrata runs the README's "Strata beyond labels" section as
+// TestREADMETimeStrata runs docs/order.md's "Strata beyond labels" section as
 // written on file:// stores, with the test's 600-sample listing in ./logs.
 func TestREADMETimeStrata(t *testing.T) {
 	work := t.TempDir()
@@ -224,11 +251,8 @@ func TestREADMETimeStrata(t *testing.T) {
 func runReadmeSection(t *testing.T, section, work, mnt string, replace ...string) {
 	t.Helper()
 	requireTool(t, "fusermount3")
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps := readmeSteps(t, string(readme), section)
+	readme, page := docSection(t, section)
+	steps := readmeSteps(t, page, readme, section)
 	t.Cleanup(func() {
 		if isMounted(mnt) {
 			exec.Command("umount", mnt).Run()
@@ -241,16 +265,13 @@ func runReadmeSection(t *testing.T, section, work, mnt string, replace ...string
 	}
 }
 
-// TestREADMEVersions runs the README's "Datasets that change" section as
+// TestREADMEVersions runs docs/versions.md's "Datasets that change" section as
 // written on file:// stores, with two synthetic trees as ./week-47 and
 // ./week-48.
 func TestREADMEVersions(t *testing.T) {
 	requireTool(t, "fusermount3")
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps := readmeSteps(t, string(readme), "Datasets that change: append, versions, rollback, gc, migrate")
+	readme, page := docSection(t, "Datasets that change: append, versions, rollback, gc, migrate")
+	steps := readmeSteps(t, page, readme, "Datasets that change: append, versions, rollback, gc, migrate")
 	work := t.TempDir()
 	week47 := writeSource(t, synth.Imbalanced(300, 3, 0.6, 20_000, 60_000, 47))
 	spec := synth.Imbalanced(120, 4, 0.6, 20_000, 60_000, 48)
@@ -270,7 +291,7 @@ func TestREADMEVersions(t *testing.T) {
 	}
 }
 
-// TestREADMERecords runs the README's "Records" section as written on
+// TestREADMERecords runs docs/records.md's "Records" section as written on
 // file:// stores: it makes its WebDataset shards with
 // examples/make_webdataset.py, ingests, mounts, reads a batch, samples/
 // and the loader, and unmounts.
@@ -282,4 +303,37 @@ func TestREADMERecords(t *testing.T) {
 	runReadmeSection(t, "Records: WebDataset shards, JSONL and Parquet", work, mnt,
 		"/mnt/pairs", mnt, "/tmp/pairs-", filepath.Join(work, "pairs-"),
 		"examples/", filepath.Join(repo, "examples")+"/", "PYTHONPATH=python", "PYTHONPATH="+filepath.Join(repo, "python"))
+}
+
+// sectionsRun are the sections whose console blocks a test runs as
+// written: TestREADMEWorkflow, TestREADMEVersions, and runReadmeSection's
+// callers.
+var sectionsRun = []string{
+	"From zero to a training loop",
+	"Datasets that change: append, versions, rollback, gc, migrate",
+	"Strata beyond labels: time buckets, ranges, recency",
+	"Records: WebDataset shards, JSONL and Parquet",
+}
+
+// Every console block of the README and of docs/ is run by a test: a block
+// added to a section no test runs fails here, naming its page and line.
+func TestEveryConsoleBlockIsRun(t *testing.T) {
+	for _, p := range docPages(t) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		section := ""
+		for n, l := range strings.Split(string(b), "\n") {
+			if s, ok := strings.CutPrefix(l, "## "); ok {
+				section = s
+			}
+			if l == "```console" && !slices.Contains(sectionsRun, section) {
+				t.Errorf("%s line %d: a console block in section %q, which no test runs: run it (runReadmeSection), or show it as ```sh", strings.TrimPrefix(p, "../"), n+1, section)
+			}
+		}
+	}
+	for _, s := range sectionsRun {
+		docSection(t, s) // each still exists
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -54,4 +56,57 @@ func TestCLIReferenceIsCurrent(t *testing.T) {
 	if len(stale) > 0 {
 		t.Fatalf("the command reference is stale: %v\nbring it up to date with: go run ./cmd/shardfs gendocs docs", stale)
 	}
+}
+
+// Every relative link of the README and of docs/*.md reaches a file, and
+// every #anchor into a Markdown page a heading of it: the docs were split
+// out of one README, and a page moved or a heading renamed must not leave
+// a link that goes nowhere.
+func TestDocsLinksResolve(t *testing.T) {
+	repo := filepath.Join("..", "..")
+	pages, _ := filepath.Glob(filepath.Join(repo, "docs", "*.md"))
+	pages = append(pages, filepath.Join(repo, "README.md"))
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target := m[1]
+			if regexp.MustCompile(`^[a-z]+:`).MatchString(target) {
+				continue
+			}
+			path, anchor, _ := strings.Cut(target, "#")
+			dest := page
+			if path != "" {
+				dest = filepath.Join(filepath.Dir(page), path)
+			}
+			if _, err := os.Stat(dest); err != nil {
+				t.Errorf("%s links to %s, which is not there", page, target)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(dest, ".md") && !slices.Contains(headingAnchors(t, dest), anchor) {
+				t.Errorf("%s links to %s: %s has no heading with that anchor", page, target, dest)
+			}
+		}
+	}
+}
+
+// headingAnchors are the anchors GitHub gives the headings of a Markdown
+// page: lower case, punctuation dropped, spaces as hyphens.
+func headingAnchors(t *testing.T, page string) []string {
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop := regexp.MustCompile(`[^\p{L}\p{N}_\- ]`)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "#") {
+			h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(l, "#")))
+			out = append(out, strings.ReplaceAll(drop.ReplaceAllString(h, ""), " ", "-"))
+		}
+	}
+	return out
 }

@@ -125,7 +125,7 @@ func unrecoverableShards(ds *dataset.Dataset, rep *dataset.Report) string {
 		why = append(why, fmt.Sprintf("groups %v lost every copy of their object (their shards' samples can be neither checked nor served)", rep.LostGroups))
 	}
 	if len(rep.LostIndexes) > 0 {
-		why = append(why, fmt.Sprintf("shards %v lost every copy of their index (their samples can be neither checked nor served; see the README on lost indexes)", rep.LostIndexes))
+		why = append(why, fmt.Sprintf("shards %v lost every copy of their index (their samples can be neither checked nor served; see docs/tutorial.md, Health and repair, on lost indexes)", rep.LostIndexes))
 	}
 	if len(rep.BadSamples) > 0 {
 		why = append(why, fmt.Sprintf("%d samples fail their checksum", len(rep.BadSamples)))
