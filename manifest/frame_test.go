@@ -31,11 +31,11 @@ func TestFrameReusedEncoderWritesWhatAFreshOneWrites(t *testing.T) {
 		return payload.Bytes()
 	}
 	rng := rand.New(rand.NewPCG(5, 8))
-	bodies := make([][]byte, 40)
+	bodies := make([][]byte, 12)
 	for i := range bodies {
-		// Sizes from empty to past the encoder's 1 MiB buffer and its
+		// Sizes from empty to past frame's 1 MiB buffer and the encoder's
 		// blocks; text-like bytes, so that matches reach back.
-		b := make([]byte, rng.IntN(3<<20)*(i%4)/3)
+		b := make([]byte, rng.IntN(3<<19)*(i%4)/3)
 		for j := range b {
 			b[j] = "shardfs group objects "[rng.IntN(22)]
 		}
