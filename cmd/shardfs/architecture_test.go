@@ -66,3 +66,51 @@ func TestArchitectureTableMatchesImports(t *testing.T) {
 		t.Fatalf("only %d imports between the table's packages: the parse is wrong", edges)
 	}
 }
+
+// Every Go file docs/ARCHITECTURE.md names is there: a path from the
+// repository's root (cmd/shardfs/orderflags.go), or a file name in its
+// table row's package (`keys.go` in dataset's row), or, in the prose, a
+// file of some package. (It holds names to files, not claims to their
+// contents: the order's flags had moved from plan.go to orderflags.go, and
+// plan.go is still there.)
+func TestArchitectureNamesFilesThatExist(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anywhere := map[string]bool{}
+	filepath.WalkDir("../..", func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") {
+			anywhere[filepath.Base(p)] = true
+		}
+		return nil
+	})
+	named := regexp.MustCompile("`([A-Za-z0-9_/.-]+\\.go)`")
+	row := regexp.MustCompile("^\\| `([a-z/]+)` \\|")
+	checked := 0
+	for n, line := range strings.Split(string(doc), "\n") {
+		pkg := ""
+		if m := row.FindStringSubmatch(line); m != nil {
+			pkg = m[1]
+		}
+		for _, m := range named.FindAllStringSubmatch(line, -1) {
+			f := m[1]
+			checked++
+			switch {
+			case strings.Contains(f, "/"):
+				if _, err := os.Stat(filepath.Join("../..", f)); err != nil {
+					t.Errorf("docs/ARCHITECTURE.md line %d names %s, which is not there", n+1, f)
+				}
+			case pkg != "":
+				if _, err := os.Stat(filepath.Join("../..", pkg, f)); err != nil {
+					t.Errorf("docs/ARCHITECTURE.md line %d puts %s in %s, which has no such file", n+1, f, pkg)
+				}
+			case !anywhere[f]:
+				t.Errorf("docs/ARCHITECTURE.md line %d names %s, which no package has", n+1, f)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d Go files named in docs/ARCHITECTURE.md: the parse is wrong", checked)
+	}
+}
