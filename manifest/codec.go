@@ -104,9 +104,11 @@ func frame(magic string, version uint32, body func(e *encoder)) ([]byte, error) 
 	fw.bw.Reset(cw)
 	body(&encoder{w: fw.bw})
 	err := errors.Join(fw.bw.Flush(), fw.zw.Close())
-	fw.bw.Reset(nil) // hold no reference to this call's writers
+	// The pooled writers hold no reference to this call's payload, which
+	// may be megabytes, once they are back in the pool.
+	fw.bw.Reset(nil)
+	fw.zw.Reset(nil)
 	if err != nil {
-		fw.zw.Reset(nil)
 		return nil, err
 	}
 	out := make([]byte, headerSize, headerSize+payload.Len())
