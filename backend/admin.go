@@ -27,6 +27,31 @@ func EnsureBucket(ctx context.Context, s Store) (created bool, err error) {
 	return false, nil
 }
 
+// RemoveIfEmpty takes back what opening s and EnsureBucket made, when s
+// holds no object: the bucket EnsureBucket created (bucketCreated), or the
+// directories a file:// store's opening created. A command that fails
+// leaves the stores as it found them (issue 59: a refused ingest left an
+// empty bucket on every fresh store). It removes nothing that holds an
+// object, and nothing that was there before: S3 refuses to remove a
+// bucket that is not empty, and a directory is removed only when empty.
+// removed says whether it took anything back.
+func RemoveIfEmpty(ctx context.Context, s Store, bucketCreated bool) (removed bool, err error) {
+	if l, ok := below[*Local](s); ok {
+		return l.removeIfEmpty()
+	}
+	if st, ok := below[*S3](s); ok && bucketCreated {
+		err := st.client.RemoveBucket(ctx, st.bucket)
+		if code := minio.ToErrorResponse(err).Code; code == "BucketNotEmpty" {
+			return false, nil
+		}
+		if err != nil {
+			return false, st.convert("remove bucket", "", err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
 // below finds the store of type T below s's decorators (Unwrap), if s is one.
 func below[T Store](s Store) (T, bool) {
 	for {

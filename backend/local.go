@@ -19,6 +19,9 @@ const tmpPrefix = ".shardfs-tmp-"
 type Local struct {
 	root string
 	name string
+	// made is the outermost directory NewLocal created for the root
+	// ("" when the root was there): what RemoveIfEmpty may take back.
+	made string
 }
 
 var _ Store = (*Local)(nil)
@@ -29,10 +32,43 @@ func NewLocal(dir string) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
+	made := ""
+	for d := abs; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		made = d
+	}
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, &Error{Store: "file://" + abs, Op: "create directory", Err: err}
 	}
-	return &Local{root: abs, name: "file://" + abs}, nil
+	return &Local{root: abs, name: "file://" + abs, made: made}, nil
+}
+
+// removeIfEmpty removes the directories NewLocal made for the root, and
+// the directories below it, when no file is left in them. It removes only
+// directories, each only when empty (os.Remove refuses any other), and
+// none of a root that was there before: a file, or a directory someone
+// else made, is never touched.
+func (l *Local) removeIfEmpty() (bool, error) {
+	if l.made == "" {
+		return false, nil
+	}
+	var dirs []string
+	filepath.WalkDir(l.root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- { // deepest first: WalkDir lists a directory before its children
+		os.Remove(dirs[i])
+	}
+	for d := filepath.Dir(l.root); len(d) >= len(l.made); d = filepath.Dir(d) {
+		os.Remove(d)
+	}
+	_, err := os.Lstat(l.made)
+	return errors.Is(err, fs.ErrNotExist), nil
 }
 
 func (l *Local) String() string { return l.name }

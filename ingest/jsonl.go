@@ -107,6 +107,9 @@ func jsonString(raw []byte) (text []byte, ok bool, err error) {
 // the line itself, so a line's record costs the line and little more, not
 // the line and its decoder's copies of it.
 func jsonlRecord(line []byte, o ScanOptions, lineNo int) (key string, names []string, bodies [][]byte, fields map[string]any, err error) {
+	if err := checkJSONText(line); err != nil {
+		return "", nil, nil, nil, err
+	}
 	var raw map[string]rawJSON
 	if err := json.Unmarshal(line, &raw); err != nil || raw == nil {
 		return "", nil, nil, nil, notAnObject(line)
@@ -150,6 +153,71 @@ func jsonlRecord(line []byte, o ScanOptions, lineNo int) (key string, names []st
 		return "", nil, nil, nil, errors.New("an empty object: a record needs a member")
 	}
 	return key, names, bodies, obj, nil
+}
+
+// checkJSONText refuses a line that is not text: bytes that are not UTF-8,
+// or a \u escape of half a UTF-16 surrogate pair with no other half.
+// encoding/json replaces either with U+FFFD, silently, so the record would
+// be committed holding text that is not the source's (issue 59: \xff\xfe
+// in a .txt field, and "\ud800", went in with exit 0). Python's json.loads
+// keeps a lone surrogate in a str that cannot be encoded as UTF-8 again.
+// The error names the byte's offset in the line.
+func checkJSONText(line []byte) error {
+	if !utf8.Valid(line) {
+		for i := 0; i < len(line); {
+			r, n := utf8.DecodeRune(line[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return fmt.Errorf("byte %d (0x%02x) is not UTF-8: a JSON line is text, and its text fields become members and .json as the loaders decode them (UTF-8); re-encode the corpus as UTF-8, or keep bytes that are not text in a binary Parquet column or a WebDataset member, stored as they are", i, line[i])
+			}
+			i += n
+		}
+	}
+	// A backslash only ever opens an escape in a line that decodes (one
+	// outside a string is a syntax error, refused anyway), and each
+	// escape is skipped whole, so "\\ud800" is a backslash and text.
+	for i := bytes.IndexByte(line, '\\'); i >= 0 && i+1 < len(line); {
+		n := 2
+		if line[i+1] == 'u' {
+			n = 6
+			switch cp, ok := hex4(line, i+2); {
+			case ok && cp >= 0xD800 && cp < 0xDC00:
+				if low, ok := hex4(line, i+8); ok && line[i+6] == '\\' && line[i+7] == 'u' && low >= 0xDC00 && low < 0xE000 {
+					n = 12
+				} else {
+					return fmt.Errorf("byte %d: the escape %s is half of a UTF-16 surrogate pair, with no low half after it: it is no character, and no UTF-8 text can hold it; mend the corpus's encoder", i, line[i:i+6])
+				}
+			case ok && cp >= 0xDC00 && cp < 0xE000:
+				return fmt.Errorf("byte %d: the escape %s is the low half of a UTF-16 surrogate pair, with no high half before it: it is no character, and no UTF-8 text can hold it; mend the corpus's encoder", i, line[i:i+6])
+			}
+		}
+		next := bytes.IndexByte(line[min(i+n, len(line)):], '\\')
+		if next < 0 {
+			break
+		}
+		i = min(i+n, len(line)) + next
+	}
+	return nil
+}
+
+// hex4 is the value of the four hex digits at line[at:], if there are four.
+func hex4(line []byte, at int) (int, bool) {
+	if at < 0 || at+4 > len(line) {
+		return 0, false
+	}
+	v := 0
+	for _, c := range line[at : at+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			v = v<<4 | int(c-'0')
+		case 'a' <= c && c <= 'f':
+			v = v<<4 | int(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			v = v<<4 | int(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return v, true
 }
 
 // notAnObject says why line, which json.Unmarshal refused as an object,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
@@ -32,6 +33,7 @@ import (
 type parquetColumn struct {
 	name   string
 	member string // the member it makes; "" for a field
+	text   bool   // its values are text (STRING, ENUM or JSON): UTF-8
 }
 
 // parquetColumns classifies the schema's top-level columns.
@@ -49,6 +51,7 @@ func parquetColumns(file string, schema *parquet.Schema, o ScanOptions) ([]parqu
 			case parquet.ByteArray:
 				lt := t.LogicalType()
 				text := lt != nil && (isType[*format.StringType](lt) || isType[*format.EnumType](lt) || isType[*format.JsonType](lt))
+				c.text = text
 				if !text || renamed[c.name] != "" {
 					c.member = c.name
 				}
@@ -94,6 +97,13 @@ func parquetRecord(row map[string]any, cols []parquetColumn, o ScanOptions, rowN
 	fields = map[string]any{}
 	for _, c := range cols {
 		v := row[c.name]
+		// A string column is text: bytes that are not UTF-8 would reach
+		// the loader as text it cannot decode (a member), or be replaced
+		// with U+FFFD in .json, silently. A binary column keeps any bytes.
+		// (A field is text whatever its type: .json holds it as a string.)
+		if str, ok := v.(string); ok && (c.text || c.member == "") && !utf8.ValidString(str) {
+			return "", nil, nil, nil, fmt.Errorf("column %q: byte %d is not UTF-8, in a string column: re-encode the text as UTF-8, or store bytes that are not text in a binary column (BYTE_ARRAY without the STRING annotation), which a --member keeps as they are", c.name, invalidUTF8At(str))
+		}
 		if c.member == "" {
 			if v != nil {
 				fields[c.name] = v
@@ -371,4 +381,16 @@ func readParquetRecord(it *Item, memberNames []string, p []byte, t *parquetTable
 	}
 	_, names, bodies, _, err := parquetRecord(row, t.cols, t.opts, it.lineAt)
 	return copyMembers(it, memberNames, names, bodies, err, p)
+}
+
+// invalidUTF8At is the offset of the first byte of s that is not UTF-8.
+func invalidUTF8At(s string) int {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, n := utf8.DecodeRuneInString(s[i:]); n <= 1 {
+				return i
+			}
+		}
+	}
+	return len(s)
 }

@@ -97,6 +97,18 @@ func FuzzJSONLRecord(f *testing.F) {
 				t.Fatalf("member %s: %q, decoding the whole line: %q", names[i], bodies[i], wbodies[i])
 			}
 		}
+		// No text was replaced: encoding/json writes U+FFFD for bytes that
+		// are not UTF-8 and for a lone surrogate, so a record that holds
+		// more of it than the line spells (as itself or \ufffd) holds
+		// text that is not the line's.
+		spelled := bytes.Count(line, []byte("\uFFFD")) + bytes.Count(bytes.ToLower(line), []byte(`\ufffd`))
+		held := 0
+		for _, b := range bodies {
+			held += bytes.Count(b, []byte("\uFFFD"))
+		}
+		if held > spelled {
+			t.Fatalf("the record holds U+FFFD %d times, the line spells it %d times: text was replaced", held, spelled)
+		}
 		if key == "" || len(names) == 0 || len(names) != len(bodies) {
 			t.Fatalf("key %q, %d names, %d bodies", key, len(names), len(bodies))
 		}
@@ -170,6 +182,9 @@ func TestParquetBombsRefused(t *testing.T) {
 // whole line decoded into one object, every member's text copied out of
 // it. The fuzzer holds jsonlRecord to it.
 func jsonlRecordDecoded(line []byte, o ScanOptions, lineNo int) (key string, names []string, bodies [][]byte, fields map[string]any, err error) {
+	if err := checkJSONText(line); err != nil {
+		return "", nil, nil, nil, err // issue 59: a line that is not text is refused first
+	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.UseNumber()
 	var obj map[string]any

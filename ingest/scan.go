@@ -19,6 +19,7 @@ import (
 	"sync"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
 )
 
@@ -236,6 +237,17 @@ func checkSource(src string, s *Source, o ScanOptions) error {
 			// control character there is an escape sequence in a listing
 			// or a broken row, as it is in a label.
 			return fmt.Errorf("source %s: %s: key %q holds the control character %U: keys name files under samples/ and rows of index.csv; rename the file or the record", src, it.Where(), it.Key, r)
+		}
+		if len(s.Members) > 0 {
+			// A batch tar names a record's members by its key, as the
+			// source spells it, so that a loader's __key__ is the key in
+			// index.csv and in the source; a key a member name cannot
+			// hold would come back as another (issue 59: laion.v1.2/x
+			// came back as laion_v1_2/x, and a.b/x, a_b/x and "a b/x"
+			// as one key).
+			if err := layout.RecordKeyHeld(it.Key); err != nil {
+				return fmt.Errorf("source %s: %s: %v: rename the record (a WebDataset shard's member names, up to the first '.'; a JSONL line's or Parquet row's --key field), or leave --key out to key a corpus's records by line or row number", src, it.Where(), err)
+			}
 		}
 		if prev, dup := seen[it.Key]; dup {
 			return fmt.Errorf("source %s: duplicate key %q (from %s and %s): every sample needs its own path", src, it.Key, prev, it.Path)

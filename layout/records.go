@@ -3,6 +3,7 @@ package layout
 import (
 	"fmt"
 	"hash/fnv"
+	"strings"
 )
 
 // A record is a sample of several named members that share a key, as in
@@ -101,10 +102,16 @@ func (r *records) length(i int) int64 {
 	return n
 }
 
-// RecordStem maps a record's key to its tar member stem, as TarName maps a
-// sample key's stem: the key has no extension of its own (its members
-// have), so it is the whole key.
+// RecordStem maps a record's key to its tar member stem. A key a member
+// name can hold (RecordKeyHeld) is its own stem, byte for byte, so that a
+// loader's __key__ is the key in index.csv and in the source; ingest
+// refuses any other key of records. A dataset committed before that rule
+// may hold others: they are mapped as TarName maps a sample key's stem
+// (the whole key: it has no extension of its own, its members have).
 func RecordStem(key string) string {
+	if recordKeyHeld(key) == "" {
+		return key
+	}
 	stem := sanitize(key, true)
 	if len(stem) > maxStem {
 		h := fnv.New32a()
@@ -112,6 +119,40 @@ func RecordStem(key string) string {
 		stem = fmt.Sprintf("%s_%08x", stem[:maxStem-9], h.Sum32())
 	}
 	return stem
+}
+
+// RecordKeyHeld reports why a record's key cannot be its members' stem in
+// a batch tar as it is, or nil when it can. A member is named
+// <key>[~N].<member> (N: a repeat) in a 100-byte ustar name field, and
+// WebDataset cuts a name into key and member at the first '.' of its base
+// name. So a held key has no '.' after its last '/', no '~' (a repeat's
+// mark), no control character, and at most 72 bytes (room for '~' and ten
+// digits, '.' and a 16-byte member name). The key has passed
+// manifest.CheckKey (valid UTF-8, relative, no empty, "." or ".." element).
+func RecordKeyHeld(key string) error {
+	if why := recordKeyHeld(key); why != "" {
+		return fmt.Errorf("key %q %s", key, why)
+	}
+	return nil
+}
+
+// recordKeyHeld is RecordKeyHeld without allocating: the reason, or "".
+func recordKeyHeld(key string) string {
+	if len(key) > maxStem {
+		return fmt.Sprintf("is %d bytes: a batch tar names a record's members <key>.<member> in 100 bytes, so a key may have at most %d", len(key), maxStem)
+	}
+	base := key[strings.LastIndexByte(key, '/')+1:]
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; {
+		case c == '~':
+			return "holds '~', which marks a repeat in a batch tar's member names (<key>~N.<member>)"
+		case c < 0x20 || c == 0x7f:
+			return "holds a control character"
+		case c == '.' && i >= len(key)-len(base):
+			return "has a '.' after its last '/': WebDataset readers cut a member name <key>.<member> at the first '.' of its base name, so the key would come back cut short"
+		}
+	}
+	return ""
 }
 
 // CleanMemberName reports whether name may name a record's member: one to

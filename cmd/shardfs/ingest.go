@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
@@ -163,24 +164,29 @@ never writes over this one's fragments.`,
 			if err != nil {
 				return err
 			}
+			created := make([]bool, len(stores))
+			defer func() {
+				if err != nil {
+					takeBack(cmd.OutOrStdout(), stores, created)
+				}
+			}()
 			if !f.noCreateBuckets {
-				if err := createBuckets(cmd.Context(), cmd.OutOrStdout(), stores); err != nil {
+				if err = createBuckets(cmd.Context(), cmd.OutOrStdout(), stores, created); err != nil {
 					return err
 				}
 			}
-			if f.appendTo {
-				return runAppend(cmd, g.logger(), stores, f, args[0], args[1])
+			switch {
+			case f.appendTo:
+				err = runAppend(cmd, g.logger(), stores, f, args[0], args[1])
+			case f.skipExisting:
+				err = fmt.Errorf("--skip-existing applies to --append")
+			case cmd.Flags().Changed("part"):
+				err = runIngestPart(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
+			case f.job != "":
+				err = fmt.Errorf("--job names a distributed ingest: use it with --part I/N")
+			default:
+				_, err = runIngest(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
 			}
-			if f.skipExisting {
-				return fmt.Errorf("--skip-existing applies to --append")
-			}
-			if cmd.Flags().Changed("part") {
-				return runIngestPart(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
-			}
-			if f.job != "" {
-				return fmt.Errorf("--job names a distributed ingest: use it with --part I/N")
-			}
-			_, err = runIngest(cmd.Context(), g.logger(), cmd.OutOrStdout(), stores, f, args[0], args[1])
 			return err
 		},
 	}
@@ -511,10 +517,26 @@ func printStrata(out io.Writer, strata []manifest.Stratum) {
 // maxStrataShown bounds the strata an ingest prints.
 const maxStrataShown = 20
 
+// takeBack removes, after a failed ingest or migrate, the buckets it created and the
+// directories opening a file:// store created, where they hold nothing:
+// a refused ingest leaves the stores as it found them (issue 59). What
+// holds an object stays (backend.RemoveIfEmpty); gc removes an ingest's
+// leftovers. It runs on a context of its own: the command's may be the
+// one an interrupt cancelled.
+func takeBack(out io.Writer, stores []backend.Store, created []bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	backend.OnEvery(stores, func(i int, s backend.Store) error {
+		if removed, err := backend.RemoveIfEmpty(ctx, s, created[i]); removed && err == nil {
+			fmt.Fprintf(out, "removed the empty bucket or directory of store %d, %s, which this command made\n", i, s)
+		}
+		return nil
+	})
+}
+
 // createBuckets makes the bucket of every S3 store that lacks one, all at
-// once, and says which it made.
-func createBuckets(ctx context.Context, out io.Writer, stores []backend.Store) error {
-	created := make([]bool, len(stores))
+// once, and says which it made (in created).
+func createBuckets(ctx context.Context, out io.Writer, stores []backend.Store, created []bool) error {
 	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
 		var err error
 		created[i], err = backend.EnsureBucket(ctx, s)

@@ -50,12 +50,15 @@ stores must hold no other dataset of this name.`,
 			if opts.To, err = g.openURLs(cfg, strings.Split(to, ",")); err != nil {
 				return fmt.Errorf("--to-stores: %w", err)
 			}
-			if err := createBuckets(cmd.Context(), cmd.OutOrStdout(), opts.To); err != nil {
+			created := make([]bool, len(opts.To))
+			if err := createBuckets(cmd.Context(), cmd.OutOrStdout(), opts.To, created); err != nil {
+				takeBack(cmd.OutOrStdout(), opts.To, created)
 				return err
 			}
 			opts.Name, opts.From, opts.Logger = args[0], from, g.logger()
 			res, err := ingest.Migrate(cmd.Context(), opts)
 			if err != nil {
+				takeBack(cmd.OutOrStdout(), opts.To, created)
 				return err
 			}
 			out := cmd.OutOrStdout()

@@ -151,9 +151,13 @@ def _split_member(name):
 class Key(str):
     """A sample's key as ingest stored it, with repeat: 0 for the first time
     the rank-epoch serves the sample, N for its N-th repeat. A mount names
-    a repeat's members <key>~N (a key never holds '~' in a member name:
-    the mount writes any other byte outside [A-Za-z0-9_/-] as '_'), and
-    the loader hands back the plain key with its repeat count. Repeats come
+    a repeat's members <key>~N (a key never holds '~' in a member name), and
+    the loader hands back the plain key with its repeat count. A key of
+    records is its members' stem byte for byte (ingest refuses one a
+    member name cannot hold), so it is the key in index.csv and in the
+    source; a plain sample's key, or a record's in a dataset ingested
+    before that rule, may be mapped: any byte outside [A-Za-z0-9_/-]
+    written as '_'. Repeats come
     from recycling: alpha < 1, stratum weights or an epoch longer than the
     data draw a small stratum's samples more than once an epoch; order
     version 4 puts no sample twice in one batch unless its stratum has
@@ -168,6 +172,12 @@ class Key(str):
             k = super().__new__(cls, stem)
             k.repeat = 0
         return k
+
+
+def _as_decoded(item):
+    """A batch as the dataset made it (a module-level function, so that
+    workers started by spawn can pickle it)."""
+    return item
 
 
 def _stack(values):
@@ -413,7 +423,14 @@ class Loader:
             # One DataLoader for the run: with persistent_workers=True its
             # workers stay up across epochs, and read epoch and start from
             # the dataset's shared memory.
-            self._dl = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers, **self.dataloader_kwargs)
+            # collate_fn: with batch_size=None a DataLoader converts each
+            # item with default_convert, which turns numpy arrays into
+            # tensors; a batch is handed out as decode made it (a .npy
+            # member a numpy array, as documented), unless the caller
+            # passes a collate_fn of their own.
+            kwargs = dict(self.dataloader_kwargs)
+            kwargs.setdefault("collate_fn", _as_decoded)
+            self._dl = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers, **kwargs)
         for item in self._dl:
             self.batch += 1
             yield item
