@@ -244,3 +244,29 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 	}
 	return nil
 }
+
+// RemoveEmptyDirs removes the empty directories under prefix of a file://
+// store, prefix's own included, deepest first, as an object store forgets
+// a prefix once its last object is deleted: so that a deleted dataset
+// leaves no name behind. Only empty directories go (os.Remove refuses
+// any other). Other stores have nothing to remove.
+func RemoveEmptyDirs(s Store, prefix string) {
+	l, ok := below[*Local](s)
+	if !ok {
+		return
+	}
+	top, err := l.path(strings.TrimSuffix(prefix, "/"))
+	if err != nil {
+		return
+	}
+	var dirs []string
+	filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		os.Remove(dirs[i])
+	}
+}

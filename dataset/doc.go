@@ -2,7 +2,7 @@
 // objects live, how its manifest is found among the k+m copies, its
 // versions and the mounts' leases on them, and the whole-dataset checks
 // (verify, whole or a few shards at a time), fixes (repair) and clean-up
-// (gc); the keys the healer (package heal) keeps its lock, state and the
+// (gc; delete.go removes a whole dataset); the keys the healer (package heal) keeps its lock, state and the
 // mounts' hints under (a mount's Hinter writes the hints); the run log of
 // the trainer's reports that --feedback weights epochs from (runlog.go);
 // and the catalogs the read

@@ -133,7 +133,7 @@ Start with:  shardfs demo            Check a node with:  shardfs doctor NAME`,
 	// shardfs --version, as most tools answer it: the version command's line.
 	root.Version = versionLine()
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g), newListCmd(g), newVersionsCmd(g), newRollbackCmd(g), newGCCmd(g), newMigrateCmd(g), newHealCmd(g), newCSICmd(g), newReportCmd(g), newGenDocsCmd())
+	root.AddCommand(newIngestCmd(g), newCommitCmd(g), newVerifyCmd(g), newRepairCmd(g), newPlanCmd(g), newMountCmd(g), newStatsCmd(), newDemoCmd(g), newWarmCmd(g), newVersionCmd(), newDoctorCmd(g), newListCmd(g), newVersionsCmd(g), newRollbackCmd(g), newGCCmd(g), newMigrateCmd(g), newHealCmd(g), newCSICmd(g), newReportCmd(g), newDeleteCmd(g), newGenDocsCmd())
 	for _, c := range testCommands {
 		root.AddCommand(c(g))
 	}
