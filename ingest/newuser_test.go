@@ -2,15 +2,22 @@ package ingest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/dataset"
 )
 
 // Issue 59 item 4, the new user's defects found in the scan.
@@ -173,4 +180,115 @@ func readRecordOf(s *Source, it *Item, p []byte) error {
 		return readParquetRecord(it, s.Members, p, s.table, &rows)
 	}
 	return readJSONLRecord(it, s.Members, p, *s.corpus, func(name string) (io.ReaderAt, error) { return os.Open(name) })
+}
+
+// .tar.gz and .tgz shards were refused, with a message about labels and
+// class directories. They are read as WebDataset reads them: each record
+// the same members, bytes and checksums as from the plain tar, whether the
+// shards are a directory, one file, or a store's objects; and a damaged
+// gzip stream is refused, naming the shard.
+func TestCompressedShardsAreRead(t *testing.T) {
+	var members [][2]string
+	for i := range 300 {
+		key := fmt.Sprintf("d%d/%04d", i%3, i)
+		members = append(members, [2]string{key + ".bin", strings.Repeat(fmt.Sprint(i), 50+i*7)},
+			[2]string{key + ".json", fmt.Sprintf(`{"source": "s%d"}`, i%4)})
+	}
+	plain := goTar(t, 0, members...)
+	gz := func(parts int) []byte { // parts > 1: a multistream gzip, as cat a.gz b.gz makes
+		var out bytes.Buffer
+		for p := range parts {
+			zw := gzip.NewWriter(&out)
+			zw.Write(plain[p*len(plain)/parts : (p+1)*len(plain)/parts])
+			zw.Close()
+		}
+		return out.Bytes()
+	}
+	opts := ScanOptions{Strata: []string{"source"}}
+	scanOf := func(t *testing.T, files map[string][]byte, store bool) *Source {
+		t.Helper()
+		dir := filepath.Join(t.TempDir(), "src")
+		os.MkdirAll(dir, 0o755)
+		for name, b := range files {
+			os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		}
+		if store {
+			st, err := backend.Open("file://"+dir, backend.OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := opts
+			o.Store = st
+			s, err := ScanStore(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		s, err := ScanWith(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// The checksums of a committed dataset's samples, by key.
+	sums := func(t *testing.T, s *Source) map[string]uint32 {
+		t.Helper()
+		stores := localStores(t, t.TempDir(), 3)
+		res, err := Run(context.Background(), s, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := dataset.Open(context.Background(), stores, "ds", dataset.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]uint32{}
+		smp := &ds.Manifest.Samples
+		for i := range smp.Len() {
+			out[smp.Key(i)] = smp.Sum[i]
+		}
+		if len(out) != 300 || res == nil {
+			t.Fatalf("%d samples committed", len(out))
+		}
+		return out
+	}
+	want := sums(t, scanOf(t, map[string][]byte{"a.tar": plain}, false))
+	for _, c := range []struct {
+		name  string
+		files map[string][]byte
+		store bool
+	}{
+		{"tar.gz", map[string][]byte{"a.tar.gz": gz(1)}, false},
+		{"tgz, multistream", map[string][]byte{"a.tgz": gz(3)}, false},
+		{"tar.gz from a store", map[string][]byte{"a.tar.gz": gz(2)}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := sums(t, scanOf(t, c.files, c.store)); !maps.Equal(got, want) {
+				t.Fatalf("the records' checksums differ from the plain tar's")
+			}
+		})
+	}
+	// A mix of plain and compressed shards; records split over them.
+	half := len(members) / 2
+	a, b := goTar(t, 0, members[:half]...), goTar(t, 0, members[half:]...)
+	var bz bytes.Buffer
+	zw := gzip.NewWriter(&bz)
+	zw.Write(b)
+	zw.Close()
+	if got := sums(t, scanOf(t, map[string][]byte{"a.tar": a, "b.tgz": bz.Bytes()}, false)); !maps.Equal(got, want) {
+		t.Fatal("a plain and a compressed shard: the records' checksums differ")
+	}
+
+	// Damaged: cut short, a flipped byte (the CRC at the end), not gzip.
+	whole := gz(1)
+	flipped := slices.Clone(whole)
+	flipped[len(flipped)/2] ^= 0x40
+	for name, b := range map[string][]byte{"cut": whole[:len(whole)/2], "flipped": flipped, "not gzip": plain} {
+		p := filepath.Join(t.TempDir(), "a.tar.gz")
+		os.WriteFile(p, b, 0o644)
+		if _, err := ScanWith(p, opts); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "gzip") {
+			t.Errorf("%s: %v; want it refused, naming the shard and gzip", name, err)
+		}
+	}
 }

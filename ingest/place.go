@@ -163,6 +163,7 @@ func readWindowRecords(ctx context.Context, src *Source, m *manifest.Manifest, s
 				return fmt.Errorf("read source shard %s: %w", p, err)
 			}
 			got[k], err = readShardRecordsOf(src.Items, items, f)
+			releaseShard(f)
 			return err
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/parquet-go/parquet-go"
 )
 
@@ -65,6 +66,25 @@ func FuzzWebDatasetShard(f *testing.F) {
 		// And each member's bytes in the shard are its content as
 		// archive/tar reads it (a sparse member's are not: refused).
 		checkMembersAreContent(t, s, b)
+		// The same shard gzip-compressed (.tar.gz) scans to the same
+		// records, at the same offsets of its decompressed bytes.
+		var z bytes.Buffer
+		zw := gzip.NewWriter(&z)
+		zw.Write(b)
+		zw.Close()
+		pz := filepath.Join(t.TempDir(), "a.tar.gz")
+		if err := os.WriteFile(pz, z.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sz, err := scanWebDataset([]string{pz}, ScanOptions{Strata: []string{"source"}})
+		if err != nil || len(sz.Items) != len(s.Items) {
+			t.Fatalf("the shard, gzip-compressed: %v (%d records of the plain shard's %d)", err, len(sz.Items), len(s.Items))
+		}
+		for i := range s.Items {
+			if sz.Items[i].Key != s.Items[i].Key || !slices.Equal(sz.Items[i].Members, s.Items[i].Members) {
+				t.Fatalf("record %d: %q %v compressed, %q %v plain", i, sz.Items[i].Key, sz.Items[i].Members, s.Items[i].Key, s.Items[i].Members)
+			}
+		}
 	})
 }
 

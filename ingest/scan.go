@@ -83,6 +83,7 @@ type Source struct {
 	corpus     *ScanOptions  // a JSONL corpus: how its lines make records
 	store      backend.Store // the store its WebDataset shards are read from; nil: local files
 	table      *parquetTable // a Parquet source: how its rows make records
+	gz         *gzSizes      // its compressed shards' decompressed sizes, from the scan
 	// Warnings say what the scan noticed but accepted: strata with a
 	// single sample, or very many strata.
 	Warnings []string
@@ -148,11 +149,12 @@ func ScanStore(ctx context.Context, o ScanOptions) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := scanWebDatasetFrom(ctx, storeFiles{o.Store}, o.Store.String(), shards, o)
+	gz := &gzSizes{}
+	s, err := scanWebDatasetFrom(ctx, storeFiles{o.Store, gz}, o.Store.String(), shards, o)
 	if err != nil {
 		return nil, err
 	}
-	s.store = o.Store
+	s.store, s.gz = o.Store, gz
 	return s, checkSource(o.Store.String(), s, o)
 }
 
@@ -176,7 +178,7 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 	case len(o.Members) > 0 && !corpus && !table:
 		return nil, fmt.Errorf("source %s: --member makes fields of a .jsonl corpus or columns of a .parquet file members of its records: give one", src)
 	case !records && !corpus && !table && (o.Label != "" || len(o.Strata) > 0):
-		return nil, fmt.Errorf("source %s: --label and --strata name fields of records (WebDataset shards: a directory of .tar files, a .tar, or a glob of them; a .jsonl corpus with --member; a .parquet file); a listing names its label with --label-fields", src)
+		return nil, fmt.Errorf("source %s: --label and --strata name fields of records (WebDataset shards: a directory of .tar files (or .tar.gz, .tgz), a .tar, or a glob of them; a .jsonl corpus with --member; a .parquet file); a listing names its label with --label-fields", src)
 	}
 	records = records || corpus || table
 	var fi os.FileInfo

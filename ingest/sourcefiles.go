@@ -23,13 +23,27 @@ type sourceFiles interface {
 	close()
 }
 
-// localFiles opens local files, each once; safe for concurrent use.
+// localFiles opens local files, each once; safe for concurrent use. A
+// compressed shard (.tar.gz, .tgz) opens as its decompressed bytes.
 type localFiles struct {
 	mu    sync.Mutex
 	open_ map[string]*os.File
+	gz    *gzSizes
 }
 
-func (l *localFiles) open(_ context.Context, name string) (io.ReaderAt, int64, error) {
+func (l *localFiles) open(ctx context.Context, name string) (io.ReaderAt, int64, error) {
+	f, size, err := l.openRaw(ctx, name)
+	if err != nil || !compressedShard(name) {
+		return f, size, err
+	}
+	g, err := openGzShard(name, f, size, l.gz)
+	if err != nil {
+		return nil, 0, err
+	}
+	return g, g.size, nil
+}
+
+func (l *localFiles) openRaw(_ context.Context, name string) (io.ReaderAt, int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if f, ok := l.open_[name]; ok {
@@ -63,15 +77,26 @@ func (l *localFiles) close() {
 	}
 }
 
-// storeFiles reads a store's objects.
-type storeFiles struct{ st backend.Store }
+// storeFiles reads a store's objects; a compressed shard's decompressed.
+type storeFiles struct {
+	st backend.Store
+	gz *gzSizes
+}
 
 func (s storeFiles) open(ctx context.Context, key string) (io.ReaderAt, int64, error) {
 	size, err := s.st.Stat(ctx, key)
 	if err != nil {
 		return nil, 0, err
 	}
-	return storeObject{ctx, s.st, key, size}, size, nil
+	raw := storeObject{ctx, s.st, key, size}
+	if !compressedShard(key) {
+		return raw, size, nil
+	}
+	g, err := openGzShard(key, raw, size, s.gz)
+	if err != nil {
+		return nil, 0, err
+	}
+	return g, g.size, nil
 }
 
 func (storeFiles) close() {}
@@ -100,10 +125,13 @@ func (o storeObject) ReadAt(p []byte, off int64) (int, error) {
 
 // filesOf is how src's files are read.
 func (s *Source) filesOf() sourceFiles {
-	if s.store != nil {
-		return storeFiles{s.store}
+	if s.gz == nil {
+		s.gz = &gzSizes{}
 	}
-	return &localFiles{}
+	if s.store != nil {
+		return storeFiles{s.store, s.gz}
+	}
+	return &localFiles{gz: s.gz}
 }
 
 // checkApart refuses a source (a store's objects, or a local directory)
@@ -146,15 +174,15 @@ func (s *Source) checkApart(ctx context.Context, stores []backend.Store, name st
 }
 
 // StoreShards lists the WebDataset shards of a store: its objects whose
-// keys end in .tar, sorted.
+// keys end in .tar, .tar.gz or .tgz, sorted.
 func StoreShards(ctx context.Context, st backend.Store) ([]string, error) {
 	keys, err := st.List(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", st, err)
 	}
-	keys = slices.DeleteFunc(keys, func(k string) bool { return !strings.HasSuffix(k, ".tar") })
+	keys = slices.DeleteFunc(keys, func(k string) bool { return !isShardName(k) })
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("source %s: %w: the store holds no .tar shards", st, ErrEmpty)
+		return nil, fmt.Errorf("source %s: %w: the store holds no .tar, .tar.gz or .tgz shards", st, ErrEmpty)
 	}
 	return keys, nil
 }

@@ -62,7 +62,8 @@ const FieldsMember = "json"
 const maxFieldsMember = 16 << 20
 
 // WebDatasetShards lists the tar shards a source names: a .tar file, a
-// glob of them, or a directory holding .tar files and nothing else. ok is
+// glob of them, or a directory holding .tar files and nothing else; each
+// may be gzip-compressed (.tar.gz, .tgz), as WebDataset reads them. ok is
 // false when src is none of these.
 func WebDatasetShards(src string) (shards []string, ok bool, err error) {
 	switch {
@@ -72,7 +73,7 @@ func WebDatasetShards(src string) (shards []string, ok bool, err error) {
 			err = fmt.Errorf("source %s: no file matches the pattern", src)
 		}
 		return shards, true, err
-	case strings.HasSuffix(src, ".tar"):
+	case isShardName(src):
 		return []string{src}, true, nil
 	}
 	entries, err := os.ReadDir(src)
@@ -80,7 +81,7 @@ func WebDatasetShards(src string) (shards []string, ok bool, err error) {
 		return nil, false, nil // not a directory: the other scanners say what it is
 	}
 	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".tar") {
+		if e.IsDir() || !isShardName(e.Name()) {
 			return nil, false, nil
 		}
 		shards = append(shards, filepath.Join(src, e.Name()))
@@ -256,9 +257,13 @@ func (r *wdsRecord) where(file string) string {
 // scanWebDataset reads the records of the given local tar shards, sorted
 // by name, holding only their metadata.
 func scanWebDataset(shards []string, o ScanOptions) (*Source, error) {
-	files := &localFiles{}
+	files := &localFiles{gz: &gzSizes{}}
 	defer files.close()
-	return scanWebDatasetFrom(context.Background(), files, commonDir(shards), shards, o)
+	s, err := scanWebDatasetFrom(context.Background(), files, commonDir(shards), shards, o)
+	if s != nil {
+		s.gz = files.gz
+	}
+	return s, err
 }
 
 // scanWebDatasetFrom is scanWebDataset of shards read through files;
@@ -285,6 +290,7 @@ func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, sha
 				return nil
 			}
 			perShard[i], errs[i] = readShardRecords(sh, f, size, limit)
+			releaseShard(f)
 			return nil
 		})
 	}

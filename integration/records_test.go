@@ -3,6 +3,7 @@ package integration
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -580,7 +581,8 @@ print("resumed", [r["__key__"] for r in nxt] == whole[3], len(whole))
 
 // Issue 41 item 2: WebDataset shards on an S3 store are ingested from its
 // URL, read with ranged GETs, never copied to local disk first: every
-// member of every record comes back byte for byte.
+// member of every record comes back byte for byte. Two of the four shards
+// are gzip-compressed (issue 59).
 func TestWebDatasetFromS3OnMinIO(t *testing.T) {
 	requireVision(t)
 	c := sharedCluster(t, 3)
@@ -592,8 +594,18 @@ func TestWebDatasetFromS3OnMinIO(t *testing.T) {
 	w := readWDS(t, local)
 	src := c.clients(t)[0]
 	shards, _ := filepath.Glob(filepath.Join(local, "*.tar"))
-	for _, p := range shards {
-		if err := src.Put(t.Context(), "wds-src/"+filepath.Base(p), mustRead(t, p)); err != nil {
+	for i, p := range shards {
+		// Issue 59: shards 1 and 3 gzip-compressed, as .tar.gz and .tgz,
+		// as WebDataset writers make them: read as WebDataset reads them.
+		key, body := "wds-src/"+filepath.Base(p), mustRead(t, p)
+		if i%2 == 1 {
+			var z bytes.Buffer
+			zw := gzip.NewWriter(&z)
+			zw.Write(body)
+			zw.Close()
+			key, body = strings.TrimSuffix(key, ".tar")+[]string{"", ".tar.gz", "", ".tgz"}[i], z.Bytes()
+		}
+		if err := src.Put(t.Context(), key, body); err != nil {
 			t.Fatal(err)
 		}
 	}

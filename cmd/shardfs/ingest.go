@@ -79,7 +79,8 @@ SRC is an ImageFolder tree SRC/<class>/<file...> (the class is the first
 directory), WebDataset tar shards (a directory of .tar files, one .tar, a
 quoted glob such as 'shards/*.tar', or a store URL such as
 http://host:9000/bucket/shards whose .tar objects are read with ranged GETs
-and the stores' credentials), or a listing: a .csv of path,label (an optional header row
+and the stores' credentials; each shard may be gzip-compressed, .tar.gz or
+.tgz), or a listing: a .csv of path,label (an optional header row
 "path,label[,field...]" names the columns; the stratum is the label column
 unless --label-fields names others) or a .jsonl of {"path": ..., "label": ...}.
 Listed paths are relative to the listing's directory. Keys are the relative
