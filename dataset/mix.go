@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/manifest"
 )
 
 // Mix reads several committed datasets as one, for a weighted mixing order
@@ -30,13 +31,16 @@ type Mix struct {
 func NewMix(parts []*Dataset) (*Mix, error) {
 	m := &Mix{Parts: parts, samples: []int{0}, strata: []int{0}, shards: []int{0}, classes: []int{0}}
 	seen := map[string]bool{}
-	for _, p := range parts {
+	for i, p := range parts {
 		if seen[p.Name] {
 			return nil, fmt.Errorf("dataset %s is in the mix twice: give each dataset once, with its weight", p.Name)
 		}
 		seen[p.Name] = true
-		if len(p.Manifest.Members) > 0 {
-			return nil, fmt.Errorf("dataset %s holds records of several members: a --mix of datasets of records is not built yet; mount it alone", p.Name)
+		// A batch tar holds samples of one kind: records (their members,
+		// and a .cls only when labelled) or a file and its .cls each.
+		if first := parts[0].Manifest; i > 0 && (p.Manifest.HasRecords() != first.HasRecords() || p.Manifest.Labelled() != first.Labelled()) {
+			return nil, fmt.Errorf("--mix %s and %s: %s, %s: a mix's batches hold samples of one kind; mix datasets of records with records that are all labelled or all not, and datasets of a file per sample with each other",
+				parts[0].Name, p.Name, kindOf(parts[0].Name, first), kindOf(p.Name, p.Manifest))
 		}
 		c := ManifestCatalog{M: p.Manifest}
 		m.cats = append(m.cats, c)
@@ -51,6 +55,43 @@ func NewMix(parts []*Dataset) (*Mix, error) {
 	}
 	return m, nil
 }
+
+// kindOf words what kind of samples dataset name holds, for a refusal.
+func kindOf(name string, m *manifest.Manifest) string {
+	switch {
+	case !m.HasRecords():
+		return name + " holds a file per sample"
+	case m.Labelled():
+		return name + " holds records with a label"
+	}
+	return name + " holds records without a label"
+}
+
+// ForLayout is the catalog a rank-epoch's member table reads: m itself,
+// or with its parts' record tables when they hold records.
+func (m *Mix) ForLayout() layout.SampleCatalog {
+	if !m.Parts[0].Manifest.HasRecords() {
+		return m
+	}
+	return MixRecords{m}
+}
+
+// MixRecords is a Mix of datasets of records: each sample's members are
+// its dataset's, by their names (the datasets may name different ones).
+type MixRecords struct{ *Mix }
+
+var _ layout.RecordCatalog = MixRecords{}
+
+// Record appends sample i's members, in stored order.
+func (m MixRecords) Record(dst []layout.Member, i int) []layout.Member {
+	p, j := m.sample(i)
+	pm := m.Parts[p].Manifest
+	return appendMembers(dst, &pm.Header, pm.Samples.Record(j))
+}
+
+// Labelled reports whether the records have a label (NewMix refuses a mix
+// of labelled and unlabelled records).
+func (m MixRecords) Labelled() bool { return m.Parts[0].Manifest.Labelled() }
 
 // locate finds the part holding global index i of offsets.
 func locate(offsets []int, i int) (part, local int) {

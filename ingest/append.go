@@ -78,7 +78,7 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 	if err != nil {
 		return nil, err
 	}
-	m, newShards, err := planAppend(src, opts, parent, ingestID)
+	m, newShards, windows, err := planAppend(src, opts, parent, ingestID)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 		Version: m.VersionNumber(), Parent: parent.VersionNumber(), Skipped: skipped}
 	log.Info("append plan", "dataset", opts.Name, "samples", res.Samples, "shards", len(newShards),
 		"bytes", res.Bytes, "version", res.Version, "ingest_id", ingestID)
-	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, nil, codec, opts, newShards, parent.Top); err != nil {
+	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, windows, codec, opts, newShards, parent.Top); err != nil {
 		return nil, fmt.Errorf("append to %s not committed: %w", opts.Name, err)
 	}
 	if err := commitVersion(ctx, opts, m, parent, lock, &res.Result, log); err != nil {
@@ -114,8 +114,11 @@ func appendTarget(ctx context.Context, src *Source, opts *Options) (*manifest.Ma
 	if err := checkSameParams(*opts, head); err != nil {
 		return nil, nil, err
 	}
-	if head.HasRecords() || src.Members != nil {
-		return nil, nil, fmt.Errorf("append to %s: appending to a dataset of records, or records to a dataset, is not built yet: nothing was written; ingest the new records under a name of their own", opts.Name)
+	switch {
+	case head.HasRecords() && src.Members == nil:
+		return nil, nil, fmt.Errorf("append to %s: it is a dataset of records (members %s), and the source holds a file per sample: append records (WebDataset shards, a .jsonl corpus with --member, a .parquet file); nothing was written", opts.Name, strings.Join(head.Members, ", "))
+	case !head.HasRecords() && src.Members != nil:
+		return nil, nil, fmt.Errorf("append to %s: it holds a file per sample, and the source holds records: ingest the records as a dataset of their own (a --mix mounts both); nothing was written", opts.Name)
 	}
 	opts.Data, opts.Parity, opts.BlockSize, opts.Seed = head.Data, head.Parity, head.BlockSize, head.Seed
 	if opts.ShardSize <= 0 {
@@ -237,17 +240,63 @@ func checkSameFields(src *Source, h *manifest.Manifest) error {
 	if !same(src.LabelFields, h.LabelFields) {
 		diff = append(diff, fmt.Sprintf("label fields %q, the dataset's %q", src.LabelFields, h.LabelFields))
 	}
-	if !same(src.Fields, h.Fields) {
+	if !same(src.StrataOnly, h.StrataOnly) {
+		diff = append(diff, fmt.Sprintf("--strata %q, the dataset's %q", src.StrataOnly, h.StrataOnly))
+	}
+	switch {
+	case h.HasRecords():
+		// A record's fields are the keys of its .json: new records may
+		// lack some of the dataset's (their values are then empty, as a
+		// record's of one ingest are), but a field the dataset does not
+		// have would have no column to go in.
+		var extra []string
+		for _, f := range src.Fields {
+			if !slices.Contains(h.Fields, f) {
+				extra = append(extra, f)
+			}
+		}
+		if len(extra) > 0 {
+			diff = append(diff, fmt.Sprintf("the .json fields %q, which the dataset's records do not have (theirs: %q)", extra, h.Fields))
+		}
+	case !same(src.Fields, h.Fields):
 		diff = append(diff, fmt.Sprintf("fields %q, the dataset's %q", src.Fields, h.Fields))
 	}
 	if (len(src.Derived) > 0 || len(h.Derived) > 0) && !reflect.DeepEqual(src.Derived, h.Derived) {
 		diff = append(diff, fmt.Sprintf("derived fields %v, the dataset's %v", src.Derived, h.Derived))
 	}
 	if len(diff) > 0 {
-		return fmt.Errorf("append to %s: the listing has %s: an append must describe its samples as the dataset does (same columns, same --label-fields, --time-bucket and --bins); nothing was written",
-			h.Name, strings.Join(diff, "; "))
+		how := "same columns, same --label-fields, --time-bucket and --bins"
+		if h.HasRecords() {
+			how = "the .json fields the dataset's records have, the same --label, --strata, --time-bucket and --bins"
+		}
+		return fmt.Errorf("append to %s: the source has %s: an append must describe its samples as the dataset does (%s); nothing was written",
+			h.Name, strings.Join(diff, "; "), how)
 	}
 	return nil
+}
+
+// recordsOf maps src's records into dataset h's columns: memberOf[i] is
+// src.Members[i]'s index in members, h's member names followed by those
+// new to it (a record's members may change from one append to the next:
+// a new caption format, a second image); fieldOf[f] is h.Fields[f]'s index
+// in src.Fields (-1: the new records lack it, and its value is empty).
+func recordsOf(src *Source, h *manifest.Header) (members []string, memberOf []int, fieldOf []int, err error) {
+	members = slices.Clone(h.Members)
+	for _, name := range src.Members {
+		i := slices.Index(members, name)
+		if i < 0 {
+			i = len(members)
+			members = append(members, name)
+		}
+		memberOf = append(memberOf, i)
+	}
+	if len(members) > manifest.MaxMemberNames {
+		return nil, nil, nil, fmt.Errorf("append to %s: %d member names with the new records', at most %d", h.Name, len(members), manifest.MaxMemberNames)
+	}
+	for _, f := range h.Fields {
+		fieldOf = append(fieldOf, slices.Index(src.Fields, f))
+	}
+	return members, memberOf, fieldOf, nil
 }
 
 // dropExisting refuses src when it holds keys the dataset has, naming the
@@ -287,8 +336,9 @@ func (s *Source) count() int { return len(s.Items) }
 // them. A stratum new to the dataset is added after the existing ones, so
 // every earlier shard keeps its stratum numbers. It returns the new
 // version's manifest (block and sample checksums of the new shards to be
-// filled by the upload) and the new shards.
-func planAppend(src *Source, opts Options, parent *manifest.Manifest, ingestID string) (*manifest.Manifest, []int, error) {
+// filled by the upload), the new shards, and their read windows (place.go;
+// nil: one window).
+func planAppend(src *Source, opts Options, parent *manifest.Manifest, ingestID string) (*manifest.Manifest, []int, []int, error) {
 	now := time.Now().Unix()
 	h := parent.Header
 	h.IngestID, h.CreatedUnix = ingestID, now
@@ -314,19 +364,32 @@ func planAppend(src *Source, opts Options, parent *manifest.Manifest, ingestID s
 	// the dataset's seed moved on by the version, so that appends of like
 	// listings are not placed alike.
 	seed := opts.Seed + uint64(parent.VersionNumber())
-	order := stratifiedOrder(strata, len(h.Strata), seed)
-	shards := cutShards(src.Items, order, opts.ShardSize)
+	// (place: records from tar shards window by window, each window's
+	// records in shards of their own, read once; other sources as before.)
+	placed := place(src, strata, len(h.Strata), seed, opts.ShardSize)
+	shards := placed.shards
 	if opts.Format >= 2 {
 		for _, sh := range shards {
 			slices.SortStableFunc(sh, func(a, b int) int { return cmp.Compare(strata[a], strata[b]) })
 		}
 	}
 	first := len(parent.Shards)
+	for w := range placed.windows {
+		placed.windows[w] += first
+	}
 	h.Segments = append(slices.Clone(parent.SegmentsOr(first)), manifest.Segment{IngestID: ingestID, Shards: len(shards)})
 	m := &manifest.Manifest{Header: h}
 	m.Shards = make([]manifest.Shard, first+len(shards))
 	for s := range parent.Shards {
 		m.Shards[s].Sums = parent.Shards[s].Sums
+	}
+	records := parent.HasRecords()
+	var memberOf, fieldOf []int
+	if records {
+		var err error
+		if m.Members, memberOf, fieldOf, err = recordsOf(src, &parent.Header); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	ps := &parent.Samples
 	for i := 0; i < ps.Len(); i++ {
@@ -334,27 +397,51 @@ func planAppend(src *Source, opts Options, parent *manifest.Manifest, ingestID s
 		if ps.HasFields() {
 			m.Samples.AppendFields(ps.FieldsJoined(i))
 		}
+		if records {
+			m.Samples.AppendRecord(ps.Record(i))
+		}
 	}
 	newShards := make([]int, len(shards))
+	var table []byte
+	var values []string
 	for k, shard := range shards {
 		si := first + k
 		newShards[k] = si
-		for _, it := range shard {
-			m.Samples.Append(src.Items[it].Key, strata[it], uint32(si), uint32(src.Items[it].Size), 0)
-			if parent.Samples.HasFields() {
-				m.Samples.AppendFields(strings.Join(src.Items[it].Fields, manifest.FieldSep))
+		for _, i := range shard {
+			it := &src.Items[i]
+			m.Samples.Append(it.Key, strata[i], uint32(si), uint32(it.Size), 0)
+			switch {
+			case records:
+				values = values[:0]
+				for _, f := range fieldOf {
+					v := ""
+					if f >= 0 {
+						v = it.Fields[f]
+					}
+					values = append(values, v)
+				}
+				if parent.Samples.HasFields() {
+					m.Samples.AppendFields(strings.Join(values, manifest.FieldSep))
+				}
+				table = table[:0]
+				for _, mb := range it.Members {
+					table = manifest.AppendRecord(table, memberOf[mb.Name], int64(mb.Size))
+				}
+				m.Samples.AppendRecord(table)
+			case parent.Samples.HasFields():
+				m.Samples.AppendFields(strings.Join(it.Fields, manifest.FieldSep))
 			}
 		}
 	}
 	if err := m.Finish(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	samples, bytes := dataset.Totals(m)
 	m.Versions = append(slices.Clone(dataset.History(parent)), manifest.VersionInfo{
 		Number: parent.VersionNumber() + 1, IngestID: ingestID, Parent: parent.VersionNumber(), CreatedUnix: now,
 		Samples: samples, Bytes: bytes, Change: fmt.Sprintf("append %d samples", len(src.Items)),
 	})
-	return m, newShards, nil
+	return m, newShards, placed.windows, nil
 }
 
 // storeNames lists the stores' names, as a manifest records them.
@@ -401,11 +488,11 @@ func RunAppendPart(ctx context.Context, src *Source, opts Options, aopts AppendO
 	if _, err := dropExisting(src, parent, aopts.SkipExisting); err != nil {
 		return nil, err
 	}
-	m, _, err := planAppend(src, opts, parent, id)
+	m, _, windows, err := planAppend(src, opts, parent, id)
 	if err != nil {
 		return nil, err
 	}
-	return runPart(ctx, src, opts, codec, part, m, nil, len(parent.Shards), parent.IngestID, committed, start)
+	return runPart(ctx, src, opts, codec, part, m, windows, len(parent.Shards), parent.IngestID, committed, start)
 }
 
 // appendParent is the version a distributed append's parts add to, which

@@ -373,6 +373,9 @@ func (mt *Mount) readPath(cfg Config) (readPath, error) {
 	switch {
 	case mt.Mix != nil:
 		rp = readPath{cat: mt.Mix, fetch: mt.Mix, ns: mt.Mix.Namespace()}
+		if rc, ok := mt.Mix.ForLayout().(dataset.MixRecords); ok {
+			rp.cat = rc
+		}
 		plan, err = mt.Mix.PlanOrder(cfg.Spec)
 	default:
 		if mt.feedback, err = dataset.BindFeedback(&ds.Manifest.Header, cfg.Spec, dataset.FeedbackSource{

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -385,7 +386,7 @@ func runAppend(cmd *cobra.Command, log *slog.Logger, stores []backend.Store, f *
 		return fmt.Errorf("--job names a distributed append: use it with --part I/N")
 	}
 	ctx := cmd.Context()
-	if !fl.Changed("label-fields") && !fl.Changed("time-bucket") && !fl.Changed("bins") {
+	if !fl.Changed("label-fields") && !fl.Changed("time-bucket") && !fl.Changed("bins") && !fl.Changed("label") && !fl.Changed("strata") {
 		h, err := dataset.LoadHeader(ctx, stores, name, log)
 		if err != nil {
 			return fmt.Errorf("append to %s: %w", name, err)
@@ -453,7 +454,16 @@ func runAppend(cmd *cobra.Command, log *slog.Logger, stores []backend.Store, f *
 // reuseDerived sets f's time buckets and bins to dataset h's cuts, and its
 // label fields to h's others, so that an append's samples are cut as the
 // dataset's were (bins at the dataset's edges, not the new data's quantiles).
+//
+// A dataset of records takes its --label and --strata from h too: an
+// append of records is stratified by the dataset's fields unless told.
 func reuseDerived(f *ingestFlags, h *manifest.Manifest) {
+	if h.HasRecords() {
+		f.label, f.strata = "", slices.Clone(h.StrataOnly)
+		if c := h.ClassFields(); len(c) == 1 {
+			f.label = c[0]
+		}
+	}
 	if len(h.Derived) == 0 {
 		return
 	}
@@ -469,6 +479,9 @@ func reuseDerived(f *ingestFlags, h *manifest.Manifest) {
 			edges[i] = strconv.FormatFloat(e, 'g', -1, 64)
 		}
 		f.bins = append(f.bins, d.Field+"="+strings.Join(edges, ","))
+	}
+	if h.HasRecords() {
+		return // the label and strata are set above; label fields are a listing's
 	}
 	f.labelFields = nil
 	for _, l := range h.LabelFields {

@@ -323,7 +323,9 @@ class Loader:
                 % (clash[0], self.batch_size, ", ".join(clash)))
         # A dataset of records yields records (dicts of decoded members, or
         # to_tuple's selection); one of a file per sample, (samples, classes).
-        records = bool((self.info.get("dataset") or {}).get("members"))
+        # A mix's parts are all records or all not (the mount refuses others).
+        parts = [self.info.get("dataset") or {}] + ((self.info.get("mix") or {}).get("parts") or [])
+        records = any(p.get("members") for p in parts)
         if to_tuple is not None and not records:
             raise ValueError("Loader(to_tuple=...): %s holds one file per sample, not records: iterate (samples, classes)" % mount)
         if decode is None:
