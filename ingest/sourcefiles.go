@@ -124,14 +124,16 @@ func (o storeObject) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // filesOf is how src's files are read.
+// It writes nothing to s: readers of a window's shards call it at once.
 func (s *Source) filesOf() sourceFiles {
-	if s.gz == nil {
-		s.gz = &gzSizes{}
+	gz := s.gz
+	if gz == nil {
+		gz = &gzSizes{} // a source the scan did not read as tar shards
 	}
 	if s.store != nil {
-		return storeFiles{s.store, s.gz}
+		return storeFiles{s.store, gz}
 	}
-	return &localFiles{gz: s.gz}
+	return &localFiles{gz: gz}
 }
 
 // checkApart refuses a source (a store's objects, or a local directory)
