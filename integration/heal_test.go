@@ -115,6 +115,9 @@ func verifyClean(t *testing.T, stores, name string, limit time.Duration, healer 
 // or a failed read).
 type verifyingReader struct {
 	mnt, src string
+	// pace bounds the bytes it reads a second (0: as fast as it can).
+	pace     float64
+	start    time.Time
 	quit     chan struct{}
 	done     chan struct{}
 	mu       sync.Mutex
@@ -129,8 +132,8 @@ type readMark struct {
 	bytes int64
 }
 
-func startVerifyingReader(mnt, src string) *verifyingReader {
-	r := &verifyingReader{mnt: mnt, src: src, quit: make(chan struct{}), done: make(chan struct{})}
+func startVerifyingReader(mnt, src string, pace float64) *verifyingReader {
+	r := &verifyingReader{mnt: mnt, src: src, pace: pace, start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
 	go r.loop()
 	return r
 }
@@ -203,6 +206,14 @@ func (r *verifyingReader) epoch(e int, total *int64) error {
 		r.mu.Lock()
 		r.marks = append(r.marks, readMark{time.Now(), *total})
 		r.mu.Unlock()
+		if r.pace > 0 {
+			ahead := time.Duration(float64(*total)/r.pace*float64(time.Second)) - time.Since(r.start)
+			select {
+			case <-r.quit:
+				return nil
+			case <-time.After(ahead):
+			}
+		}
 	}
 	return nil
 }
@@ -270,7 +281,13 @@ func TestHealWipedStoresWhileReading(t *testing.T) {
 	}
 	// A cache half the dataset's size: every epoch reads from the stores.
 	mp := mountShardfsEnv(t, nil, stores, "--batch-size=16", "--cache-size=16MiB", "ds")
-	reader := startVerifyingReader(mp.dir, src)
+	// The reader is paced: it checks every byte it reads throughout the
+	// healing, as before, but reading as fast as it could (22 MB/s) cost
+	// the test 228 CPU seconds, and paced at 4 MB/s it costs 99, measured
+	// over its whole process tree (issue 56), for a rate nothing asserts.
+	// A reader that falls below its pace while the stores heal shows in
+	// the rates logged.
+	reader := startVerifyingReader(mp.dir, src, 4e6)
 	defer reader.stop()
 
 	metricsPort := freePort(t)
@@ -301,7 +318,7 @@ func TestHealWipedStoresWhileReading(t *testing.T) {
 	wipeStore(t, c.servers[3])
 	took := verifyClean(t, stores, "ds", 5*time.Minute, healer)
 	during := reader.rate(wiped, time.Now())
-	t.Logf("store 3 wiped: verify clean after %v with no command; the reader read %.1f MB/s before, %.1f MB/s while healing (%.2f)", took.Round(time.Second), before, during, during/before)
+	t.Logf("store 3 wiped: verify clean after %v with no command; the reader, paced at 4 MB/s, read %.1f MB/s before, %.1f MB/s while healing (%.2f)", took.Round(time.Second), before, during, during/before)
 	if st := alertState(); st != "" {
 		t.Fatalf("ShardfsRedundancyCritical is %s with one store lost of m=2", st)
 	}
