@@ -103,24 +103,7 @@ func TestReplacingCommitUnderFaults(t *testing.T) {
 				setup(name)
 
 				fault := pickCommitFault(rng, full.elapsed)
-				cmd := execShardfs(append(op.op(stores, name), "--request-timeout=2s")...)
-				var opOut bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &opOut, &opOut
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				exited := make(chan struct{})
-				var waitErr error
-				go func() { waitErr = cmd.Wait(); close(exited) }()
-				fault.apply(t, pc.proxies, cmd, exited)
-				select {
-				case <-exited:
-				case <-time.After(3 * time.Minute):
-					cmd.Process.Kill()
-					<-exited
-					t.Fatalf("run %d (%s): the %s did not end in 3 minutes", i, fault, op.name)
-				}
-				exit := fmt.Sprintf("%v: %s", waitErr, lastLines(opOut.String(), 3))
+				exit := runUnderFault(t, pc, fault, append(op.op(stores, name), "--request-timeout=2s")...)
 				healAll(t, pc.proxies)
 
 				r := run(t, 2*time.Minute, nil, "versions", stores, name)
@@ -167,6 +150,31 @@ func TestReplacingCommitUnderFaults(t *testing.T) {
 			t.Logf("%d runs of %s (%v without faults): %v", runs, op.name, full.elapsed.Round(time.Millisecond), outcomes)
 		})
 	}
+}
+
+// runUnderFault runs shardfs with args while fault strikes the stores (or
+// the process), within 3 minutes, and says how it ended: its error and the
+// last lines of its output.
+func runUnderFault(t *testing.T, pc *proxiedCluster, fault commitFault, args ...string) string {
+	t.Helper()
+	cmd := execShardfs(args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	fault.apply(t, pc.proxies, cmd, exited)
+	select {
+	case <-exited:
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("shardfs %s (%s) did not end in 3 minutes", args[0], fault)
+	}
+	return fmt.Sprintf("%v: %s", waitErr, lastLines(out.String(), 3))
 }
 
 func ingestArgs(src string) func(stores, name string) []string {

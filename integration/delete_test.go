@@ -151,24 +151,7 @@ func TestDeleteUnderFaults(t *testing.T) {
 		name := fmt.Sprintf("del%02d", i)
 		ingest(name)
 		fault := pickCommitFault(rng, full.elapsed)
-		cmd := execShardfs("delete", stores, name, "--yes", "--request-timeout=2s")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		var waitErr error
-		go func() { waitErr = cmd.Wait(); close(exited) }()
-		fault.apply(t, pc.proxies, cmd, exited)
-		select {
-		case <-exited:
-		case <-time.After(3 * time.Minute):
-			cmd.Process.Kill()
-			<-exited
-			t.Fatalf("run %d (%s): the delete did not end in 3 minutes", i, fault)
-		}
-		ended := fmt.Sprintf("%v: %s", waitErr, lastLines(out.String(), 2))
+		ended := runUnderFault(t, pc, fault, "delete", stores, name, "--yes", "--request-timeout=2s")
 		healAll(t, pc.proxies)
 
 		r := run(t, time.Minute, nil, "list", stores)

@@ -116,15 +116,15 @@ func verifyClean(t *testing.T, stores, name string, limit time.Duration, healer 
 type verifyingReader struct {
 	mnt, src string
 	// pace bounds the bytes it reads a second (0: as fast as it can).
-	pace     float64
-	start    time.Time
-	quit     chan struct{}
-	done     chan struct{}
-	mu       sync.Mutex
-	marks    []readMark
-	err      error
-	samples  atomic.Int64
-	once     sync.Once
+	pace    float64
+	start   time.Time
+	quit    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	marks   []readMark
+	err     error
+	samples atomic.Int64
+	once    sync.Once
 }
 
 type readMark struct {
