@@ -540,12 +540,13 @@ const maxStrataShown = 20
 func takeBack(out io.Writer, stores []backend.Store, created []bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	backend.OnEvery(stores, func(i int, s backend.Store) error {
-		if removed, err := backend.RemoveIfEmpty(ctx, s, created[i]); removed && err == nil {
-			fmt.Fprintf(out, "removed the empty bucket or directory of store %d, %s, which this command made\n", i, s)
+	// One at a time, the last store first: stores that share a new parent
+	// directory made it when the first of them was opened.
+	for i := len(stores) - 1; i >= 0; i-- {
+		if removed, err := backend.RemoveIfEmpty(ctx, stores[i], created[i]); removed && err == nil {
+			fmt.Fprintf(out, "removed the empty bucket or directory of store %d, %s, which this command made\n", i, stores[i])
 		}
-		return nil
-	})
+	}
 }
 
 // createBuckets makes the bucket of every S3 store that lacks one, all at

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,12 +30,22 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRoot()
-	err := flagWorded(withCPUProfile(func() error { return root.ExecuteContext(ctx) }))
+	err := execute(ctx, os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shardfs:", err)
 	}
 	os.Exit(exitCode(err))
+}
+
+// execute runs the command args name. Then it takes back the file://
+// store directories it made that hold nothing (a list, verify or failed
+// command run on a path that was not there leaves it as it found it).
+func execute(ctx context.Context, args []string) error {
+	g := &globals{}
+	root := newRootFor(g)
+	root.SetArgs(args)
+	defer g.takeBackEmptyStores()
+	return flagWorded(withCPUProfile(func() error { return root.ExecuteContext(ctx) }))
 }
 
 // withCPUProfile runs f, writing a CPU profile of it to the file
@@ -76,10 +87,30 @@ type globals struct {
 	requestTimeout time.Duration
 	// storeConcurrency bounds the requests in flight to one store.
 	storeConcurrency int
+
+	mu     sync.Mutex
+	opened []backend.Store // every store the command opened
 }
 
-func newRoot() *cobra.Command {
-	g := &globals{}
+// takeBackEmptyStores removes the directories that opening a file:// store
+// made, where they hold nothing now (backend.RemoveIfEmpty: only empty
+// directories this process made go). A command's stores stay as it found
+// them unless it wrote to them.
+func (g *globals) takeBackEmptyStores() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// Last opened first: stores that share a new parent directory made it
+	// when the first of them was opened, and it empties when the others
+	// have gone.
+	for i := len(g.opened) - 1; i >= 0; i-- {
+		backend.RemoveIfEmpty(context.Background(), g.opened[i], false)
+	}
+}
+
+func newRoot() *cobra.Command { return newRootFor(&globals{}) }
+
+// newRootFor is the command tree, its shared flags in g.
+func newRootFor(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "shardfs",
 		Short: "Erasure-coded, stratified datasets from object storage, as plain files",
@@ -233,5 +264,11 @@ func (g *globals) openURLs(cfg *config, urls []string) ([]backend.Store, error) 
 		}
 		return nil
 	}
-	return backend.OpenStack(urls, creds, backend.StackOptions{RequestTimeout: g.requestTimeout, Concurrency: g.storeConcurrency})
+	stores, err := backend.OpenStack(urls, creds, backend.StackOptions{RequestTimeout: g.requestTimeout, Concurrency: g.storeConcurrency})
+	if err == nil {
+		g.mu.Lock()
+		g.opened = append(g.opened, stores...)
+		g.mu.Unlock()
+	}
+	return stores, err
 }
