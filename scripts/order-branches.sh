@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Counts the places that branch on an order mode (window, affinity, mix,
-# recency), per mode, in the Go code outside tests: a line that tests the
+# recency, feedback, follow), per mode, and their total, in the Go code outside tests: a line that tests the
 # mode's field or flag in an if, a case, or a && / || condition. With a
 # git revision, counts that tree instead (e.g. the tree before a change).
 #   scripts/order-branches.sh [REV]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:-}
-for mode in window affinity mix recency; do
+total=0
+for mode in window affinity mix recency feedback follow; do
  case $mode in
   window) pat='[.]([Ww]indow) *(>|==|!=) *0' ;;
   affinity) pat='[.][Aa]ffinity\b|rangeAffine' ;;
   mix) pat='[.]Mix *(!=|==) *nil|[.]mix *(!=|==) *""' ;;
   recency) pat='[.]Weights *(!=|==) *nil|[.]Recency *(!=|==) *nil|timed\(\)' ;;
+  feedback) pat='[.][Ff]eedback *(!=|==) *(nil|"")' ;;
+  follow) pat='[.][Ff]ollow\b *(&&|\|\||\)|[{]|$|(!=|==) *nil)|![a-z]+[.][Ff]ollow\b' ;;
  esac
  if [ -n "$rev" ]; then
   out=$(git grep -nE "$pat" $rev -- '*.go' ':!*_test.go' | grep -E '\bif\b|\bcase\b|&&|\|\|' )
@@ -23,4 +26,6 @@ for mode in window affinity mix recency; do
  if [ -n "$rev" ]; then files=$(echo "$out" | cut -d: -f2 | sort -u | wc -l); else files=$(echo "$out" | cut -d: -f1 | sort -u | wc -l); fi
  cli=$(echo "$out" | grep -c "cmd/shardfs")
  echo "$mode: $n sites in $files files, $cli in the CLI"
+ total=$((total + n))
 done
+echo "total: $total sites (issue 58 asks to halve it)"
