@@ -31,6 +31,12 @@ type LockInfo struct {
 	PIDStart  string `json:"pid_start"` // the process's start time, so a reused PID is not mistaken for it
 	Started   int64  `json:"started_unix"`
 	Heartbeat int64  `json:"heartbeat_unix"`
+	// StaleSeconds is how long the holder may go between heartbeats and
+	// still hold the lock (its LockOptions.Stale): a taker waits at least
+	// that long, whatever its own Stale, so a healer with a long --lease
+	// is not taken over between heartbeats by a delete's shorter default.
+	// 0 in locks written before it was recorded.
+	StaleSeconds int64 `json:"stale_seconds,omitempty"`
 }
 
 // LockOptions tune Lock. Zero fields take defaults.
@@ -98,7 +104,8 @@ func AcquireLock(ctx context.Context, stores []backend.Store, name, ingestID str
 	host, _ := os.Hostname()
 	now := time.Now().Unix()
 	l := &Lock{name: name, stores: stores, opts: opts, held: make([]bool, len(stores)), done: make(chan struct{}),
-		info: LockInfo{IngestID: ingestID, Host: host, PID: os.Getpid(), PIDStart: processStart(os.Getpid()), Started: now, Heartbeat: now}}
+		info: LockInfo{IngestID: ingestID, Host: host, PID: os.Getpid(), PIDStart: processStart(os.Getpid()), Started: now, Heartbeat: now,
+			StaleSeconds: int64(opts.Stale / time.Second)}}
 	body, _ := json.Marshal(l.info)
 	others := make([]*LockInfo, len(stores))
 	errs := backend.OnEvery(stores, func(i int, s backend.Store) (err error) {
@@ -182,7 +189,8 @@ func (l *Lock) createOrTakeOver(ctx context.Context, s backend.Store, body []byt
 }
 
 // dead reports whether the holder of o can no longer be running: its process
-// on this host is gone, or its heartbeat is older than Stale.
+// on this host is gone, or its heartbeat is older than Stale (or than the
+// holder's own, when longer).
 func (l *Lock) dead(o *LockInfo) bool {
 	if o.Host == l.info.Host && o.PID > 0 {
 		if o.PID == l.info.PID && o.PIDStart == l.info.PIDStart {
@@ -195,7 +203,7 @@ func (l *Lock) dead(o *LockInfo) bool {
 			return true // the PID was reused by another process
 		}
 	}
-	return time.Since(time.Unix(o.Heartbeat, 0)) > l.opts.Stale
+	return time.Since(time.Unix(o.Heartbeat, 0)) > max(l.opts.Stale, time.Duration(o.StaleSeconds)*time.Second)
 }
 
 // processStart is the start time of a process in clock ticks since boot
