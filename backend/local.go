@@ -54,16 +54,7 @@ func (l *Local) removeIfEmpty() (bool, error) {
 	if l.made == "" {
 		return false, nil
 	}
-	var dirs []string
-	filepath.WalkDir(l.root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	for i := len(dirs) - 1; i >= 0; i-- { // deepest first: WalkDir lists a directory before its children
-		os.Remove(dirs[i])
-	}
+	removeEmptyTree(l.root)
 	for d := filepath.Dir(l.root); len(d) >= len(l.made); d = filepath.Dir(d) {
 		os.Remove(d)
 	}
@@ -259,6 +250,13 @@ func RemoveEmptyDirs(s Store, prefix string) {
 	if err != nil {
 		return
 	}
+	removeEmptyTree(top)
+}
+
+// removeEmptyTree removes the empty directories under top, top's own
+// included, deepest first (WalkDir lists a directory before its
+// children); os.Remove refuses a directory that holds anything.
+func removeEmptyTree(top string) {
 	var dirs []string
 	filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() {

@@ -19,14 +19,7 @@ import (
 // lock with.
 func TestLockRefusalNamesItsHolder(t *testing.T) {
 	ctx := context.Background()
-	var stores []backend.Store
-	for i := range 3 {
-		s, err := backend.Open("file://"+filepath.Join(t.TempDir(), fmt.Sprint("s", i)), backend.OpenOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stores = append(stores, s)
-	}
+	stores := threeLocalStores(t)
 	for id, kind := range map[string]string{
 		"heal-node1-42":             "healer heal-node1-42",
 		"gc-0011aabb":               "gc gc-0011aabb",
@@ -52,14 +45,7 @@ func TestLockRefusalNamesItsHolder(t *testing.T) {
 // would have taken it over 3 minutes after a heartbeat, while the healer ran.
 func TestLockHonoursItsHoldersStale(t *testing.T) {
 	ctx := context.Background()
-	var stores []backend.Store
-	for i := range 3 {
-		s, err := backend.Open("file://"+filepath.Join(t.TempDir(), fmt.Sprint("s", i)), backend.OpenOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stores = append(stores, s)
-	}
+	stores := threeLocalStores(t)
 	beat := time.Now().Add(-3 * time.Minute).Unix() // older than the taker's 2m, younger than the holder's 20m
 	for _, c := range []struct {
 		stale    int64
@@ -93,4 +79,18 @@ func TestLockHonoursItsHoldersStale(t *testing.T) {
 	if err != nil || o.StaleSeconds != 1200 {
 		t.Fatalf("the lock records stale %+v (%v), want 1200 s", o, err)
 	}
+}
+
+// threeLocalStores opens three file:// stores in fresh directories.
+func threeLocalStores(t *testing.T) []backend.Store {
+	t.Helper()
+	var stores []backend.Store
+	for i := range 3 {
+		s, err := backend.Open("file://"+filepath.Join(t.TempDir(), fmt.Sprint("s", i)), backend.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+	}
+	return stores
 }
