@@ -2,7 +2,6 @@ package cache
 
 import (
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shardfs/shardfs/verify"
 )
 
 // Disk is the persistent tier below the memory cache: verified whole samples
@@ -261,8 +262,6 @@ func (d *Disk) Used() int64 {
 	return v
 }
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
 // Get fills dst (len(dst) == s.Size) with sample s's bytes if the tier holds
 // them and they verify. Bytes that fail their checksum are dropped and
 // counted in Corrupt; the caller fetches them again.
@@ -290,7 +289,7 @@ func (d *Disk) get(s Slot, dst []byte, countMiss bool) bool {
 	if n, _ := f.dat.ReadAt(dst[:s.Size], s.Off); int64(n) != s.Size {
 		return miss()
 	}
-	if crc32.Checksum(dst[:s.Size], crcTable) != s.Sum {
+	if !verify.Bytes(dst[:s.Size], s.Sum) {
 		d.Corrupt.Add(1)
 		f.idx.WriteAt([]byte{0}, int64(s.Index))
 		return false

@@ -3,12 +3,13 @@ package cache
 import (
 	"bytes"
 	"fmt"
-	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/shardfs/shardfs/verify"
 )
 
 // testSlots makes n samples of random sizes packed back to back into shards of about shardSize.
@@ -26,7 +27,7 @@ func testSlots(n int, shardSize int64, seed uint64) ([]Slot, [][]byte) {
 		for j := range b {
 			b[j] = byte(rng.Uint32())
 		}
-		slots = append(slots, Slot{Shard: shard, Index: index, Off: off, Size: size, Sum: crc32.Checksum(b, crcTable)})
+		slots = append(slots, Slot{Shard: shard, Index: index, Off: off, Size: size, Sum: verify.Sum(b)})
 		data = append(data, b)
 		index++
 		off += size

@@ -15,6 +15,7 @@ import (
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/verify"
 )
 
 // Damage is one missing or corrupt fragment.
@@ -265,7 +266,7 @@ func (d *Dataset) checkShards(ctx context.Context, rep *Report, shards []int, fa
 					first := m.Shards[i].FirstSample
 					for j := first; j < first+m.Shards[i].NumSamples; j++ {
 						off, size := m.Samples.Offset[j], m.Samples.Size[j]
-						if erasure.Checksum(data[off:off+size]) != m.Samples.Sum[j] {
+						if !verify.Bytes(data[off:off+size], m.Samples.Sum[j]) {
 							badSamples = append(badSamples, m.Samples.Key(j))
 						}
 					}

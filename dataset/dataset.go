@@ -16,6 +16,7 @@ import (
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/verify"
 )
 
 // ErrNotFound: no store holds a manifest for the dataset name.
@@ -395,7 +396,7 @@ func (d *Dataset) ReadSample(ctx context.Context, i int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if erasure.Checksum(b) != s.Sum[i] {
+	if !verify.Bytes(b, s.Sum[i]) {
 		return nil, fmt.Errorf("sample %q: %w", s.Key(i), erasure.ErrChecksum)
 	}
 	return b, nil
@@ -464,13 +465,7 @@ func (d *Dataset) readRangeV(ctx context.Context, shard int, off int64, bufs [][
 		return d.Reader.ReadRangeV(ctx, sh, off, bufs)
 	}
 	return d.Reader.ReadExactV(ctx, sh, off, bufs, func(v [][]byte) bool {
-		for k := first; k < last; k++ {
-			o := int64(rs.off[k]) - off
-			if erasure.ChecksumV(v, o, o+int64(rs.size[k])) != rs.sum[k] {
-				return false
-			}
-		}
-		return true
+		return rs.Whole(v, off, first, last)
 	})
 }
 
@@ -487,24 +482,24 @@ func (d *Dataset) rangeView(ctx context.Context, shard int, off, n int64) (*eras
 	m := &d.Manifest.Shards[shard]
 	s := &d.Manifest.Samples
 	lo, hi := m.FirstSample, m.FirstSample+m.NumSamples
-	return d.Shard(shard), rows{off: s.Offset[lo:hi], size: s.Size[lo:hi], sum: s.Sum[lo:hi]}, nil
+	return d.Shard(shard), rows{verify.Samples{Off: s.Offset[lo:hi], Size: s.Size[lo:hi], Sum: s.Sum[lo:hi]}}, nil
 }
 
 // rows is what a range read needs of some samples of a shard, ascending by
-// offset: each one's offset, size and checksum.
-type rows struct{ off, size, sum []uint32 }
+// offset: each one's offset, size and checksum, which verify checks them by.
+type rows struct{ verify.Samples }
 
 // wholeSamples reports whether [off, off+n) of the shard is exactly rows
 // [first, last), back to back.
 func (r rows) wholeSamples(off, n int64) (first, last int, ok bool) {
-	first = sort.Search(len(r.off), func(k int) bool { return int64(r.off[k]) >= off })
-	if first == len(r.off) || int64(r.off[first]) != off {
+	first = sort.Search(len(r.Off), func(k int) bool { return int64(r.Off[k]) >= off })
+	if first == len(r.Off) || int64(r.Off[first]) != off {
 		return 0, 0, false
 	}
 	end, at := off+n, off
 	last = first
-	for last < len(r.off) && at < end && int64(r.off[last]) == at {
-		at += int64(r.size[last])
+	for last < len(r.Off) && at < end && int64(r.Off[last]) == at {
+		at += int64(r.Size[last])
 		last++
 	}
 	return first, last, at == end

@@ -21,6 +21,7 @@ import (
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/verify"
 )
 
 // LazyCatalog serves the per-sample rows of a format-2 or format-3 dataset
@@ -842,4 +843,4 @@ func (l *LazyCatalog) readView(ctx context.Context, s int, off, n int64) (*erasu
 }
 
 // rows is what a range read needs of the rows held.
-func (r *shardRows) rows() rows { return rows{off: r.off, size: r.size, sum: r.sum} }
+func (r *shardRows) rows() rows { return rows{verify.Samples{Off: r.off, Size: r.size, Sum: r.sum}} }

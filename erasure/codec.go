@@ -3,9 +3,10 @@ package erasure
 import (
 	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/klauspost/reedsolomon"
+
+	"github.com/shardfs/shardfs/verify"
 )
 
 // MaxBlockSize bounds the checksum block, so a verified read never widens by more than this.
@@ -14,23 +15,6 @@ const MaxBlockSize = 1 << 20
 // DefaultBlockSize is small enough that a healthy read of one ~100 KB sample
 // reads little beyond it, and large enough that checksums stay ~0.006% of the data.
 const DefaultBlockSize = 64 << 10
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Checksum is the block checksum: CRC32C.
-func Checksum(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
-
-// ChecksumV is the Checksum of bytes [from, to) of the concatenation of bufs.
-func ChecksumV(bufs [][]byte, from, to int64) uint32 {
-	if len(bufs) == 1 {
-		return Checksum(bufs[0][from:to])
-	}
-	var sum uint32
-	for _, b := range subVec(bufs, from, to) {
-		sum = crc32.Update(sum, castagnoli, b)
-	}
-	return sum
-}
 
 // Params are a dataset's erasure parameters.
 type Params struct {
@@ -132,7 +116,7 @@ func (c *Codec) EncodeIn(buf []byte, size int64) (frags [][]byte, sums []uint32,
 	sums = make([]uint32, c.Total()*nb)
 	for i, fr := range frags {
 		for b := 0; b < nb; b++ {
-			sums[i*nb+b] = Checksum(fr[b*c.BlockSize : min(len(fr), (b+1)*c.BlockSize)])
+			sums[i*nb+b] = verify.Sum(fr[b*c.BlockSize : min(len(fr), (b+1)*c.BlockSize)])
 		}
 	}
 	return frags, sums, nil
@@ -145,24 +129,19 @@ func (c *Codec) EncodeIn(buf []byte, size int64) (frags [][]byte, sums []uint32,
 func (c *Codec) badBlocks(sh *Shard, frag int, off int64, p []byte) (bad []bool, first, n int) {
 	nb := c.Blocks(sh.FragSize)
 	base := int(off / int64(c.BlockSize))
-	count := (len(p) + c.BlockSize - 1) / c.BlockSize
-	first = -1
-	for i := 0; i < count; i++ {
-		blk := p[i*c.BlockSize : min(len(p), (i+1)*c.BlockSize)]
-		if len(sh.Sums) != c.Total()*nb || base+i >= nb || Checksum(blk) != sh.Sums[frag*nb+base+i] {
-			if bad == nil {
-				bad = make([]bool, count)
-				first = base + i
-			}
-			bad[i] = true
-			n++
-		}
+	var want []uint32 // the sums of the blocks p covers; none for a shard whose sums do not fit its codec
+	if len(sh.Sums) == c.Total()*nb && base <= nb {
+		want = sh.Sums[frag*nb+base : (frag+1)*nb]
+	}
+	bad, first, n = verify.Blocks(p, c.BlockSize, want)
+	if first >= 0 {
+		first += base
 	}
 	return bad, first, n
 }
 
-// verify checks p like badBlocks and returns the first bad block.
-func (c *Codec) verify(sh *Shard, frag int, off int64, p []byte) (badBlock int, ok bool) {
+// firstBadBlock checks p like badBlocks and returns the first bad block.
+func (c *Codec) firstBadBlock(sh *Shard, frag int, off int64, p []byte) (badBlock int, ok bool) {
 	_, first, n := c.badBlocks(sh, frag, off, p)
 	return first, n == 0
 }

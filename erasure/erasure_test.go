@@ -399,16 +399,6 @@ func TestReadExactV(t *testing.T) {
 	}
 }
 
-func TestChecksumV(t *testing.T) {
-	data := []byte("the quick brown fox jumps over the lazy dog")
-	bufs := [][]byte{data[:3], data[3:3], data[3:20], data[20:]}
-	for _, rg := range [][2]int64{{0, int64(len(data))}, {2, 4}, {3, 20}, {19, 21}, {5, 5}} {
-		if got, want := ChecksumV(bufs, rg[0], rg[1]), Checksum(data[rg[0]:rg[1]]); got != want {
-			t.Errorf("ChecksumV%v = %08x, want %08x", rg, got, want)
-		}
-	}
-}
-
 // readExact reads exactly [off, off+n) of the shard's data fragments — no
 // widening to checksum blocks — and accepts the bytes only if verify does
 // (the caller checks checksums it knows, such as per-sample CRCs). On any

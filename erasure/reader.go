@@ -444,7 +444,7 @@ func (r *Reader) tooFew(sh *Shard, failed map[int]*FragmentError) error {
 
 // ReadExactV is ReadExact into bufs, which the range's bytes fill in turn:
 // the bytes go from the store's response straight into them.
-func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]byte, verify func([][]byte) bool) error {
+func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]byte, verified func([][]byte) bool) error {
 	F := sh.FragSize
 	n := int64(backend.VecLen(bufs))
 	if off < 0 || off+n > F*int64(r.codec.Data) {
@@ -533,7 +533,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 	} else {
 		<-finished
 	}
-	if firstErr == nil && verify(bufs) {
+	if firstErr == nil && verified(bufs) {
 		return nil
 	}
 	if hedged.Load() && ctx.Err() == nil {

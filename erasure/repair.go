@@ -69,7 +69,7 @@ func (r *Reader) Rebuild(ctx context.Context, sh *Shard, bad []int) (map[int][]b
 	}
 	out := map[int][]byte{}
 	for _, f := range bad {
-		if blk, ok := r.codec.verify(sh, f, 0, frags[f]); !ok {
+		if blk, ok := r.codec.firstBadBlock(sh, f, 0, frags[f]); !ok {
 			return nil, fmt.Errorf("shard %d fragment %d: rebuilt bytes fail checksum in block %d: the survivors disagree with the manifest", sh.ID, f, blk)
 		}
 		out[f] = frags[f]

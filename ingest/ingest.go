@@ -23,6 +23,7 @@ import (
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/verify"
 )
 
 // ErrExists: the dataset name is taken and --force was not given.
@@ -752,7 +753,7 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, r
 		} else if err := readFile(it.Path, data[off:off+size]); err != nil {
 			return nil, err
 		}
-		m.Samples.Sum[j] = erasure.Checksum(data[off : off+size])
+		m.Samples.Sum[j] = verify.Sum(data[off : off+size])
 		if it.summed && m.Samples.Sum[j] != it.sum {
 			// The offsets, sizes and fields planned are the scan's; bytes
 			// read from a source that changed since would match neither

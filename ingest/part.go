@@ -24,6 +24,7 @@ import (
 	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/verify"
 )
 
 // A distributed ingest splits one ingest over N processes that never talk
@@ -176,7 +177,7 @@ func encodePart(rec *partRecord) ([]byte, error) {
 	if err := zw.Close(); err != nil {
 		return nil, err
 	}
-	out := append([]byte(partMagic), binary.LittleEndian.AppendUint32(nil, erasure.Checksum(body.Bytes()))...)
+	out := append([]byte(partMagic), binary.LittleEndian.AppendUint32(nil, verify.Sum(body.Bytes()))...)
 	return append(out, body.Bytes()...), nil
 }
 
@@ -189,7 +190,7 @@ func decodePart(b []byte) (*partRecord, error) {
 	}
 	sum := binary.LittleEndian.Uint32(b[len(partMagic):])
 	body := b[len(partMagic)+4:]
-	if erasure.Checksum(body) != sum {
+	if !verify.Bytes(body, sum) {
 		return nil, fmt.Errorf("%w: checksum mismatch", errBadPart)
 	}
 	zr, err := zstd.NewReader(bytes.NewReader(body), zstd.WithDecoderMaxMemory(1<<32), zstd.WithDecoderConcurrency(1))
@@ -401,11 +402,8 @@ func verifyUploads(ctx context.Context, m *manifest.Manifest, codec *erasure.Cod
 				if err := store.ReadAt(gctx, dataset.FragmentKey(opts.Name, m.ShardIngest(si), si, f), got, 0); err != nil {
 					return fmt.Errorf("read back shard %d fragment %d: %w", si, f, err)
 				}
-				for b := 0; b < nb; b++ {
-					blk := got[b*m.BlockSize : min(len(got), (b+1)*m.BlockSize)]
-					if erasure.Checksum(blk) != sh.Sums[f*nb+b] {
-						return fmt.Errorf("read back shard %d fragment %d from %s: block %d does not match what was written", si, f, store, b)
-					}
+				if _, b, _ := verify.Blocks(got, m.BlockSize, sh.Sums[f*nb:(f+1)*nb]); b >= 0 {
+					return fmt.Errorf("read back shard %d fragment %d from %s: block %d does not match what was written", si, f, store, b)
 				}
 			}
 			return nil

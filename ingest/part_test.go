@@ -15,6 +15,7 @@ import (
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/verify"
 )
 
 func TestParsePart(t *testing.T) {
@@ -281,7 +282,7 @@ func FuzzDecodePart(f *testing.F) {
 	f.Add(enc[len(partMagic)+4:])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Past the checksum too: frame b as an intact record's body.
-		framed := append([]byte(partMagic), binary.LittleEndian.AppendUint32(nil, erasure.Checksum(b))...)
+		framed := append([]byte(partMagic), binary.LittleEndian.AppendUint32(nil, verify.Sum(b))...)
 		decodePart(append(framed, b...))
 		rec, err := decodePart(b)
 		if err != nil {

@@ -3,13 +3,14 @@ package ingest
 import (
 	"archive/tar"
 	"bytes"
-	"hash/crc32"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shardfs/shardfs/verify"
 )
 
 // Issue 55 item 1: a GNU sparse member (PAX sparse 0.0, 0.1, 1.0, made by
@@ -138,7 +139,7 @@ func checkMembersAreContent(t testing.TB, s *Source, b []byte) {
 	for _, it := range s.Items {
 		var sum uint32
 		for _, m := range it.Members {
-			sum = crc32.Update(sum, memberCRC, b[m.Off:m.Off+int64(m.Size)])
+			sum = verify.Update(sum, b[m.Off:m.Off+int64(m.Size)])
 		}
 		if !it.summed || sum != it.sum {
 			t.Fatalf("record %q: the scan's checksum %08x (set: %v), its members' bytes in the shard %08x", it.Key, it.sum, it.summed, sum)

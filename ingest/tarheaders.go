@@ -6,11 +6,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"io"
 	"math/bits"
 	"strconv"
 	"strings"
+
+	"github.com/shardfs/shardfs/verify"
 )
 
 // tarHeader is what the scan of a WebDataset shard takes from a member's
@@ -30,17 +31,12 @@ type tarHeader struct {
 // tarHeaders reads a tar stream's members, front to back: next moves to
 // the next member (io.EOF at the end of the archive), body reads the
 // current member's bytes whole, and sum reads them as they stream by,
-// returning crc continued over them (CRC32C, erasure.Checksum's).
+// returning crc continued over them (verify.Update).
 type tarHeaders interface {
 	next() (tarHeader, error)
 	body() ([]byte, error)
 	sum(crc uint32) (uint32, error)
 }
-
-// memberCRC is the table of the checksums a record's bytes get at scan
-// and at upload: erasure.Checksum's, so the upload's own checksum of a
-// record is compared with no second pass.
-var memberCRC = crc32.MakeTable(crc32.Castagnoli)
 
 // stdTarHeaders is archive/tar: every tar it reads, it reads as the
 // standard library does (PAX, GNU long names, sparse files, old formats).
@@ -95,7 +91,7 @@ func (s *stdTarHeaders) sum(crc uint32) (uint32, error) {
 func continueCRC(crc uint32, r io.Reader, buf []byte) (uint32, error) {
 	for {
 		n, err := r.Read(buf)
-		crc = crc32.Update(crc, memberCRC, buf[:n])
+		crc = verify.Update(crc, buf[:n])
 		if err == io.EOF {
 			return crc, nil
 		}
@@ -276,7 +272,7 @@ func (p *plainTarHeaders) sum(crc uint32) (uint32, error) {
 		if len(b) == 0 { // cut short or unreadable: archive/tar says which
 			return 0, errNotPlain
 		}
-		crc = crc32.Update(crc, memberCRC, b)
+		crc = verify.Update(crc, b)
 		p.br.Discard(len(b))
 		p.at += int64(len(b))
 		left -= int64(len(b))

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/verify"
 )
 
 // WebDataset sources. A WebDataset shard is a tar whose members are
@@ -165,7 +165,7 @@ func (b *recordBatch) addMembers(r *wdsRecord, names []string, bodies [][]byte, 
 			return fmt.Errorf("more than %d distinct member names", manifest.MaxMemberNames)
 		}
 		r.members = append(r.members, MemberAt{Size: uint32(len(body)), Name: i})
-		r.sum = crc32.Update(r.sum, memberCRC, body)
+		r.sum = verify.Update(r.sum, body)
 	}
 	return nil
 }
@@ -573,7 +573,7 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 			if err != nil {
 				return fmt.Errorf("shard %s at offset %d: member %q: %v: the shard is damaged or cut short", shard, hdrAt, h.name, err)
 			}
-			cur.sum = crc32.Update(cur.sum, memberCRC, b)
+			cur.sum = verify.Update(cur.sum, b)
 			dec := json.NewDecoder(bytes.NewReader(b))
 			dec.UseNumber()
 			var obj map[string]any

@@ -6,13 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
 	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardfs/shardfs/verify"
 )
 
 // On-store layout:
@@ -25,8 +26,6 @@ const (
 	magic      = "SHFSMANI"
 	headerSize = 40
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Encode serializes m. Call Finish first.
 func Encode(m *Manifest) ([]byte, error) {
@@ -116,8 +115,8 @@ func frame(magic string, version uint32, body func(e *encoder)) ([]byte, error) 
 	binary.LittleEndian.PutUint32(out[8:], version)
 	binary.LittleEndian.PutUint64(out[16:], uint64(cw.n))
 	binary.LittleEndian.PutUint64(out[24:], uint64(payload.Len()))
-	binary.LittleEndian.PutUint32(out[32:], crc32.Checksum(payload.Bytes(), castagnoli))
-	binary.LittleEndian.PutUint32(out[36:], crc32.Checksum(out[:36], castagnoli))
+	binary.LittleEndian.PutUint32(out[32:], verify.Sum(payload.Bytes()))
+	binary.LittleEndian.PutUint32(out[36:], verify.Sum(out[:36]))
 	return append(out, payload.Bytes()...), nil
 }
 
@@ -256,7 +255,7 @@ func unframe(b []byte, magic string, oldest, newest uint32, what string, body fu
 	if string(b[:8]) != magic {
 		return fmt.Errorf("%w: bad magic: not %s", ErrCorrupt, what)
 	}
-	if crc32.Checksum(b[:36], castagnoli) != binary.LittleEndian.Uint32(b[36:]) {
+	if !verify.Bytes(b[:36], binary.LittleEndian.Uint32(b[36:])) {
 		return fmt.Errorf("%w: header checksum mismatch", ErrCorrupt)
 	}
 	version := binary.LittleEndian.Uint32(b[8:])
@@ -272,7 +271,7 @@ func unframe(b []byte, magic string, oldest, newest uint32, what string, body fu
 		return fmt.Errorf("%w: body of %d bytes", ErrCorrupt, bodyLen)
 	}
 	payload := b[headerSize:]
-	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[32:]) {
+	if !verify.Bytes(payload, binary.LittleEndian.Uint32(b[32:])) {
 		return fmt.Errorf("%w: payload checksum mismatch", ErrCorrupt)
 	}
 	if bodyLen <= smallBody {

@@ -2,9 +2,10 @@ package manifest
 
 import (
 	"fmt"
-	"hash/crc32"
 	"io"
 	"slices"
+
+	"github.com/shardfs/shardfs/verify"
 )
 
 // Format 2 splits a dataset's description in two, so that what a node
@@ -427,7 +428,7 @@ func EncodeStored(m *Manifest) ([]byte, error) {
 func IsTop(b []byte) bool { return len(b) >= 8 && string(b[:8]) == topMagic }
 
 // IndexSum is the checksum Top keeps of an encoded shard index.
-func IndexSum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func IndexSum(b []byte) uint32 { return verify.Sum(b) }
 
 // Manifest is the manifest of t without its samples: what choosing among
 // the stores' copies needs, and each shard's size and samples (numbered

@@ -3,10 +3,10 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"hash/crc32"
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/verify"
 )
 
 // Sums is every object under prefix on the stores, as "I:KEY" (store I),
@@ -30,7 +30,7 @@ func Sums(t testing.TB, stores []backend.Store, prefix string) map[string]uint32
 			if err := s.ReadAt(ctx, k, b, 0); err != nil {
 				t.Fatal(err)
 			}
-			out[fmt.Sprintf("%d:%s", i, k)] = crc32.ChecksumIEEE(b)
+			out[fmt.Sprintf("%d:%s", i, k)] = verify.Sum(b)
 		}
 	}
 	return out

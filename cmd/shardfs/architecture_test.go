@@ -114,3 +114,36 @@ func TestArchitectureNamesFilesThatExist(t *testing.T) {
 		t.Fatalf("only %d Go files named in docs/ARCHITECTURE.md: the parse is wrong", checked)
 	}
 }
+
+// Issue 58 item 2: "verified" was three rules in three rooms (block CRCs in
+// erasure, sample CRCs in a closure dataset passed to erasure, and the disk
+// tier's own CRC table in cache). It is one rule in verify: no other
+// package's code computes a checksum of its own.
+func TestOnlyVerifyComputesChecksums(t *testing.T) {
+	files, err := filepath.Glob("../../*/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob("../../*/*/*.go")
+	files = append(files, more...)
+	checked := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || filepath.Base(filepath.Dir(f)) == "verify" {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		for _, imp := range af.Imports {
+			switch p := strings.Trim(imp.Path.Value, `"`); p {
+			case "hash/crc32", "hash/crc64", "hash/adler32":
+				t.Errorf("%s imports %s: checksums are verify's (verify.Sum, verify.Bytes, verify.Blocks)", f, p)
+			}
+		}
+	}
+	if checked < 100 {
+		t.Fatalf("checked %d files: the glob is wrong", checked)
+	}
+}

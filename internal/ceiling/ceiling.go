@@ -8,13 +8,14 @@ package ceiling
 
 import (
 	"context"
-	"hash/crc32"
 	"os"
 	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/shardfs/shardfs/verify"
 )
 
 const fileMode = fuse.S_IFREG | 0o444
@@ -70,8 +71,6 @@ var (
 	_ = (gofs.NodeGetattrer)((*ceilingFile)(nil))
 )
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
 func (f *ceilingFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = fileMode
 	out.Size = uint64(f.size)
@@ -99,6 +98,6 @@ func (f *ceilingFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte,
 	if n < int(end-off) {
 		return nil, gofs.ToErrno(err)
 	}
-	f.sums.Add(crc32.Checksum(dest[:n], crcTable))
+	f.sums.Add(verify.Sum(dest[:n]))
 	return fuse.ReadResultData(dest[:n]), 0
 }
