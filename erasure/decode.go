@@ -211,7 +211,7 @@ func (d *decoding) gather(ctx context.Context, readAll bool) error {
 	results := make(chan fragResult, total)
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	hg := newHedger(r.maxDeadline(d.L), d.L)
+	hg := newHedger(ctx, r.maxDeadline(d.L), d.L)
 	defer hg.stop()
 wait:
 	for {

@@ -1,6 +1,7 @@
 package erasure
 
 import (
+	"context"
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
@@ -21,9 +22,21 @@ type hedger struct {
 }
 
 // newHedger starts the clock of a request of n bytes whose slowest store's
-// hedge deadline is deadline.
-func newHedger(deadline time.Duration, n int) *hedger {
-	return &hedger{deadline: deadline, allowance: streamAllowance(deadline, n), timer: time.NewTimer(deadline)}
+// hedge deadline is deadline. The caller's own deadline, if ctx has one,
+// bounds both: the hedge is asked by a quarter of the time left, and a
+// stream's allowance ends by half of it, so the fragments asked then have
+// half the time left to arrive. A store's deadline comes from its own
+// recent latency, and a store slow a moment ago can have one past the
+// caller's read timeout: a read it then trickled failed at that timeout
+// with no hedge asked (TestFlowMetricsLive, EIO at 10 s).
+func newHedger(ctx context.Context, deadline time.Duration, n int) *hedger {
+	allowance := streamAllowance(deadline, n)
+	if until, ok := ctx.Deadline(); ok {
+		left := time.Until(until)
+		deadline = max(min(deadline, left/4), time.Millisecond)
+		allowance = max(min(allowance, left/2-deadline), time.Millisecond)
+	}
+	return &hedger{deadline: deadline, allowance: allowance, timer: time.NewTimer(deadline)}
 }
 
 // streamAllowance is how much longer than its hedge deadline a read may

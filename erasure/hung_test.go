@@ -290,3 +290,52 @@ func TestStoreDownForWrongBytesIsWaitedFor(t *testing.T) {
 		}
 	}
 }
+
+// A store's hedge deadline comes from its own recent latency (×3, at least
+// the floor), and a store slow a moment ago can have one past the caller's
+// read timeout: TestFlowMetricsLive's read through a store that trickled
+// right after 2 s of latency failed with EIO at the 10 s read timeout, no
+// hedge asked in time. The caller's deadline bounds the hedge: with a
+// floor of 2 s and 1 s to read, a hung store, a trickling one, and a hung
+// store among a degraded read's fragments are each read around in time.
+func TestHedgeBeforeTheCallersDeadline(t *testing.T) {
+	p := Params{4, 2, 256}
+	data := bytes.Repeat([]byte("in time, whatever the floor "), 300)
+	hedged := func(m *countMetrics) bool { return m.hedged.Load() > 0 }
+	// A degraded read asks fragments 1 to 4 first; fragment 5 only when
+	// one of them is late: a hedge of the decode's own.
+	askedTheLastFragment := func(m *countMetrics) bool { return m.reads[p.Placement(0, 5)].Load() > 0 }
+	cases := []struct {
+		name  string
+		fault func(f []*faultstore.Faulty)
+		hedge func(m *countMetrics) bool
+	}{
+		{"hung", func(f []*faultstore.Faulty) { f[p.Placement(0, 0)].SetDelay(time.Minute, 0) }, hedged},
+		{"trickling", func(f []*faultstore.Faulty) { f[p.Placement(0, 0)].SetStreaming(time.Minute) }, hedged},
+		{"hung while degraded", func(f []*faultstore.Faulty) {
+			f[p.Placement(0, 0)].SetDown(true)
+			f[p.Placement(0, 1)].SetDelay(time.Minute, 0)
+		}, askedTheLastFragment},
+	}
+	for _, c := range cases {
+		for _, exact := range []bool{false, true} {
+			r, sh, faulty, m := faultyShard(t, p, data, HealthOptions{HedgeFloor: 2 * time.Second})
+			c.fault(faulty)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			var got []byte
+			var err error
+			if exact {
+				got, err = readExact(ctx, r, sh, 10, 300, func(b []byte) bool { return bytes.Equal(b, data[10:310]) })
+			} else {
+				got, err = r.ReadRange(ctx, sh, 10, 300)
+			}
+			cancel()
+			if err != nil || !bytes.Equal(got, data[10:310]) {
+				t.Fatalf("%s, exact=%v: read within 1 s with a 2 s hedge floor: %v (hedged %d)", c.name, exact, err, m.hedged.Load())
+			}
+			if !c.hedge(m) {
+				t.Fatalf("%s, exact=%v: the read came back without the hedge it needed", c.name, exact)
+			}
+		}
+	}
+}

@@ -374,7 +374,7 @@ func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, 
 	var timer <-chan time.Time
 	var hg *hedger
 	if r.codec.Parity > 0 && r.hedge {
-		hg = newHedger(r.stores[store].Deadline(int(B-A)), int(B-A))
+		hg = newHedger(ctx, r.stores[store].Deadline(int(B-A)), int(B-A))
 		defer hg.stop()
 		timer = hg.C()
 	}
@@ -503,7 +503,7 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 		// Past the deadline, a store that has not answered at all is slow;
 		// one whose bytes are streaming only shares our bandwidth, and gets
 		// an allowance to finish: a stall mid-body is hedged after it.
-		hg := newHedger(deadline, int(n))
+		hg := newHedger(ctx, deadline, int(n))
 		defer hg.stop()
 		launched := time.Now()
 	wait:
