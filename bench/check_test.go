@@ -23,7 +23,7 @@ import (
 )
 
 // The performance check CI runs on every change (scripts/perfcheck.sh,
-// issue 56): four ratios, each shardfs against a floor or ceiling measured
+// issue 56): five ratios, each shardfs against a floor or ceiling measured
 // in the same run on the same machine, so that the machine's speed and
 // load cancel out, compared with a committed baseline of the same ratios.
 //
@@ -39,6 +39,10 @@ import (
 //	        coded bytes PUT once, 1 MiB objects, 8 in flight) over the
 //	        ingest's wall time; the ingest PUTs more at once, so the ratio
 //	        may pass 1
+//	depth   a cold epoch in global order with a cache a quarter of the
+//	        dataset, at 200 ± 5 ms against 20 ± 5 ms (samples/s): the
+//	        prefetch depth's floor is the same epoch at a tenth of the
+//	        latency
 //
 // The reads go through toxiproxy at 20 ± 5 ms; the ingest and its floor
 // do not. Each ratio is the median of checkReps repetitions, the two sides
@@ -63,7 +67,7 @@ type checkBaseline struct {
 
 type checkRange struct{ Median, Lo, Hi float64 }
 
-var checkRatios = []string{"window", "global", "memory", "ingest"}
+var checkRatios = []string{"window", "global", "memory", "ingest", "depth"}
 
 const checkReps = 3
 
@@ -191,6 +195,26 @@ func measureCheck(t *testing.T, work string) map[string]float64 {
 		})
 		cd.stop()
 		ratios["memory"] = append(ratios["memory"], fromCache/fuse)
+	}
+	// depth: the prefetch's GETs in flight (Little's law: demand × latency)
+	// against a store 10 times slower. With a cache a quarter of the
+	// dataset a span joins few neighbours, so a sample costs about a GET of
+	// its own and the readers need ten times the GETs in flight at 200 ms
+	// that they need at 20 ms. A depth that keeps up holds the rate (CPU
+	// binds both); a depth that does not falls with the latency.
+	quarter := fmt.Sprintf("--cache-size=%d", total/4)
+	for range checkReps {
+		d, rd := mount("--direct-io", quarter)
+		fast := float64(nb*batch) / secs(func() { readBatches(tarBatches(rd, nb)) })
+		d.stop()
+		toxitest.Heal(t, proxy)
+		toxitest.Latency(t, proxy, 200, 5)
+		d, rd = mount("--direct-io", quarter)
+		slow := float64(nb*batch) / secs(func() { readBatches(tarBatches(rd, nb)) })
+		d.stop()
+		toxitest.Heal(t, proxy)
+		toxitest.Latency(t, proxy, 20, 5)
+		ratios["depth"] = append(ratios["depth"], slow/fast)
 	}
 	out := map[string]float64{}
 	for name, xs := range ratios {

@@ -336,11 +336,18 @@ func TestFeedbackReadWaitsItsWait(t *testing.T) {
 		}
 	}
 	fw.src.Wait, fw.src.Poll = time.Minute, 50*time.Millisecond
+	// The reader may see the report on a majority before the writer is
+	// done with every store: the test waits for the writer, whose last
+	// write would otherwise race the removal of the stores' directory
+	// (CI: "TempDir RemoveAll cleanup: directory not empty").
+	recorded := make(chan struct{})
 	go func() {
+		defer close(recorded)
 		time.Sleep(200 * time.Millisecond)
 		RecordReport(context.Background(), stores, "ds", &EpochReport{Run: "w", Epoch: 0, Strata: map[string]float64{"a": 1, "b": 2}})
 	}()
 	v, err := fw.read(0, time.Now())
+	<-recorded
 	if err != nil || len(v) != 2 || v[0] != 1 || v[1] != 2 {
 		t.Fatalf("a report that arrives while the reader waits: %v %v", v, err)
 	}
