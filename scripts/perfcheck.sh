@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The performance check (issue 56): four ratios of shardfs against floors
+# The performance check (issue 56): five ratios of shardfs against floors
 # measured in the same run (window and global order against the bare S3
 # client's ceilings, the memory cache against the FUSE floor, ingest
-# against its single-pass floor), compared with bench/check-baseline.json.
-# It fails only when a ratio falls clearly below the baseline's spread.
-# About 2 minutes on 2 cores; scripts/test.sh runs it last.
+# against its single-pass floor, and a cold epoch with a quarter cache at
+# 400 ms against 20 ms: the prefetch depth), compared with
+# bench/check-baseline.json. It fails only when a ratio falls clearly
+# below the baseline's spread. About 3 minutes on 2 cores; scripts/test.sh
+# runs it last. SHARDFS_CHECK_ONLY=depth,global measures only those.
 #
 #   scripts/perfcheck.sh              measure, and compare with the baseline
 #   scripts/perfcheck.sh --calibrate  measure 4 times, the last 2 with both

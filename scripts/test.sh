@@ -99,7 +99,7 @@ report "$logs/integration"
 echo "(integration: $((SECONDS - suite_start)) s into the suite)"
 [ "$(cat "$logs/integration.rc" 2>/dev/null)" = 0 ] || failed="$failed integration"
 
-# Last, on a machine nothing else in the suite is loading: four ratios
+# Last, on a machine nothing else in the suite is loading: five ratios
 # against floors measured in the same run, held to bench/check-baseline.json.
 echo "== performance check (scripts/perfcheck.sh)"
 perf_start=$SECONDS
