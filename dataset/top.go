@@ -122,16 +122,44 @@ func ByRoot(ds *Dataset, p layout.Params) bool {
 	return ds.Lazy != nil && ds.Lazy.Root() && countsSuffice(p)
 }
 
-// groupByTime groups the strata of a dataset cut into time buckets by
-// bucket, so that the global order deals each bucket's extras together
-// and every batch holds each bucket within one sample of every other batch
+// groupByTime gives the order what it balances besides the strata: each
+// stratum's field values (its labels, numbered per field in the order the
+// user named the fields; order version 5 balances every batch on the
+// first two), and, for a dataset cut into time buckets, each stratum's
+// bucket, so that earlier versions deal each bucket's extras together and
+// every batch holds each bucket within one sample of every other batch
 // (layout: time groups).
 func groupByTime(in *layout.Input, h *manifest.Header) error {
+	if err := in.SetFields(fieldValues(h)); err != nil {
+		return err
+	}
 	group, n, ok, err := manifest.TimeGroups(h)
 	if !ok || err != nil {
 		return err
 	}
 	return in.SetGroups(group, n)
+}
+
+// fieldValues numbers each label field's values in the order the strata
+// first hold them, and gives each stratum its tuple of numbers.
+func fieldValues(h *manifest.Header) [][]uint32 {
+	numbers := make([]map[string]uint32, len(h.LabelFields))
+	for j := range numbers {
+		numbers[j] = map[string]uint32{}
+	}
+	out := make([][]uint32, len(h.Strata))
+	for c, st := range h.Strata {
+		out[c] = make([]uint32, len(st.Labels))
+		for j, label := range st.Labels {
+			x, ok := numbers[j][label]
+			if !ok {
+				x = uint32(len(numbers[j]))
+				numbers[j][label] = x
+			}
+			out[c][j] = x
+		}
+	}
+	return out
 }
 
 // TopInput is the order's input from a format-2 top-level manifest: its

@@ -286,6 +286,19 @@ func binOf(edges []float64, x float64) int {
 	return min(i, len(edges)-2)
 }
 
+// sparseBalance says what balance each order gives a batch when strata
+// are sparse.
+func (s *Source) sparseBalance() string {
+	if len(s.LabelFields) < 2 {
+		return "every order holds each batch within one sample of each stratum's share, and such a stratum is in a batch or not"
+	}
+	rest := ""
+	if len(s.LabelFields) > 2 {
+		rest = fmt.Sprintf(", and bounds %s", strings.Join(s.LabelFields[2:], ","))
+	}
+	return fmt.Sprintf("the default order (version 5) still holds every batch within one sample of its share of each %s and each %s (the first two fields named)%s; order versions 1-4 and --window balance the strata only, which is little better than a shuffle on each field when most strata hold under one sample a batch", s.LabelFields[0], s.LabelFields[1], rest)
+}
+
 // warnStrata warns of strata too small for stratification to mean much.
 func (s *Source) warnStrata() {
 	counts := map[string]int{}
@@ -303,7 +316,7 @@ func (s *Source) warnStrata() {
 	}
 	fields := strings.Join(s.LabelFields, ",")
 	if single > 0 {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("%d of %d strata of the fields %s hold a single sample (e.g. %s): use coarser --time-bucket or fewer --bins", single, len(counts), fields, example))
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%d of %d strata of the fields %s hold a single sample (e.g. %s): %s; to balance the strata themselves, use coarser --time-bucket or fewer --bins", single, len(counts), fields, example, s.sparseBalance()))
 	}
 	if len(counts) > 1000 && len(counts)*16 > len(s.Items) {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("%d strata of the fields %s for %d samples, %.1f samples each: a batch cannot hold every stratum; use coarser --time-bucket or fewer --bins", len(counts), fields, len(s.Items), float64(len(s.Items))/float64(len(counts))))

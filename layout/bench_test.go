@@ -41,6 +41,20 @@ func BenchmarkPlan_10M_1000strata_W64(b *testing.B) {
 	}
 }
 
+// BenchmarkPlan_10M_1000strata_W64_version4 is the order before every
+// field was balanced (order version 5, marginal.go): the ratio of the two
+// is what version 5's deal costs a rank-epoch.
+func BenchmarkPlan_10M_1000strata_W64_version4(b *testing.B) {
+	in := syntheticInput(b, 10_000_000, 1000)
+	p := Params{Seed: 1, World: 64, Rank: 17, Batch: 256, Alpha: 1, Version: 4}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Order(in, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkPlan_10M_1000strata_W64_window(b *testing.B) {
 	in := syntheticInput(b, 10_000_000, 1000)
 	p := Params{Seed: 1, World: 64, Rank: 17, Batch: 256, Alpha: 1, Window: 8}

@@ -72,6 +72,19 @@
 // and affinity orders, and every order without recycling, are version
 // 3's.
 //
+// Order version 5 balances fields, not only strata. When the strata are
+// tuples of several fields (Input.SetFields: label × source × bin × time
+// bucket), most strata can hold under one sample a batch, and versions
+// 1-4's bound ("0 or 1 of each") leaves each field's count per batch no
+// closer to its target than a shuffle's. Version 5 apportions the slots
+// and deals the extras by controlled rounding over two laminar families
+// of the field tuples, halving the batches (marginal.go, rounding.go):
+// every batch still holds each stratum within ⌊B·π_c⌋..⌈B·π_c⌉, and also
+// each value of the first two fields named, and each pair of their values,
+// within ⌊B·π⌋..⌈B·π⌉; the fields after them are bounded (marginal.go
+// proves both). Strata of one field, windows, affinity and mixes are
+// version 4's.
+//
 // # Window (locality) mode
 //
 // With Window=S>0 the shards are put in a seeded order and taken S at a

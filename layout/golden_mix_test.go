@@ -17,6 +17,7 @@ var goldenMix = map[int]string{
 	2: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71",
 	3: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71", // version 3 changed rank affinity only
 	4: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71", // no seam of these mixes held a repeat
+	5: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71", // mixes are version 4's in version 5
 }
 
 func TestGoldenMixOrder(t *testing.T) {

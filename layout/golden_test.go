@@ -19,6 +19,7 @@ var goldenAffinity = map[int]string{
 	2: "86f4f9f6037b12f21a7b324dc4a4ac43ed1d5a399926a6b5b27d31c20210a19b", // affinity is unchanged in version 2
 	3: "a3c9a2de791081c0af34fb865d3cd45e3e1477cb89f21632d7f226741ddf5d44", // version 3: sample ranges, not dealt shards
 	4: "a3c9a2de791081c0af34fb865d3cd45e3e1477cb89f21632d7f226741ddf5d44", // unchanged in version 4
+	5: "a3c9a2de791081c0af34fb865d3cd45e3e1477cb89f21632d7f226741ddf5d44", // unchanged in version 5
 }
 
 // goldenRecency pins the orders with time weights and windows, by mode
@@ -28,27 +29,32 @@ var goldenRecency = map[string]map[int]string{
 		1: "4f1ef77822c571fa52963b95b9493bb100476aaf832af5fb5bde55bf948a43a2",
 		2: "5a4d423b13cbcecacff309870aa3b7b4dca8c3d8b40657cf7068e88c90e7b068",
 		3: "5a4d423b13cbcecacff309870aa3b7b4dca8c3d8b40657cf7068e88c90e7b068",  // unchanged in version 3
-		4: "bccd09e48498d3df67cfbe8e24d9dee361c305492a2530cf59f94d9e44b79bc5"}, // version 4: no avoidable repeat in a batch
+		4: "bccd09e48498d3df67cfbe8e24d9dee361c305492a2530cf59f94d9e44b79bc5",  // version 4: no avoidable repeat in a batch
+		5: "bccd09e48498d3df67cfbe8e24d9dee361c305492a2530cf59f94d9e44b79bc5"}, // one field: version 4's deal in version 5
 	"half-life+window+alpha+pad": {
 		1: "385d1a3b815075b3a5239b842f1d8d066b93f3141a830802c4234df405943c4b",
 		2: "5e21f0f4afb57778a926d75f4686da5293367930dc665c0f00c301c2d0fd4937",
 		3: "5e21f0f4afb57778a926d75f4686da5293367930dc665c0f00c301c2d0fd4937",  // unchanged in version 3
-		4: "1dcf0bf774176bdb97d5f749d50044bbef839d5121a736d90b0018702c826fd1"}, // version 4: no avoidable repeat in a batch
+		4: "1dcf0bf774176bdb97d5f749d50044bbef839d5121a736d90b0018702c826fd1",  // version 4: no avoidable repeat in a batch
+		5: "1dcf0bf774176bdb97d5f749d50044bbef839d5121a736d90b0018702c826fd1"}, // one field: version 4's deal in version 5
 	"sliding window": {
 		1: "1f8c5ff8d29fa18b9c4047e405ecfe66adaeebaa41d3d9ff8f884cef37043c3b",
 		2: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857",
 		3: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857",  // unchanged in version 3
-		4: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857"}, // unchanged in version 4
+		4: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857",  // unchanged in version 4
+		5: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857"}, // one field: version 4's deal in version 5
 	"time groups": {
 		1: "781bfb00a4859bf0e056189403f8f138c2d1d1abc3649639e964960f93f9d2ab",
 		2: "0f4a203307e0ffed62e1e26374902aa11ff4329f45ef06e4925cdbc8ddd447da",
 		3: "0f4a203307e0ffed62e1e26374902aa11ff4329f45ef06e4925cdbc8ddd447da",  // unchanged in version 3
-		4: "1706f9dd0b3d588f279f08083622f8089c0d0cd4cfd35eaa5e04c0832dcdadc8"}, // version 4: no avoidable repeat in a batch
+		4: "1706f9dd0b3d588f279f08083622f8089c0d0cd4cfd35eaa5e04c0832dcdadc8",  // version 4: no avoidable repeat in a batch
+		5: "615615679b559bef64bb894b7066bbd7ef4cd470f998254a8f2bbf172c37468c"}, // version 5: every field balanced
 	"window as of": {
 		1: "6732926c8712a145c0e20eb5b467ad043759d18159b36d7666e443868e3ae296",
 		2: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94",
 		3: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94",  // unchanged in version 3
-		4: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94"}, // unchanged in version 4
+		4: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94",  // unchanged in version 4
+		5: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94"}, // one field: version 4's deal in version 5
 }
 
 var goldenOrders = map[int]string{
@@ -56,6 +62,7 @@ var goldenOrders = map[int]string{
 	2: "5138481d5dae9999f1d3a23daf940c46c0ec06aab12675aac2dba2ba20ba6ed3",
 	3: "5138481d5dae9999f1d3a23daf940c46c0ec06aab12675aac2dba2ba20ba6ed3", // version 3 changed rank affinity only
 	4: "01c4d64ec4b033827ff09fe54e9b7fa3e66bc9a90db5fd7ccbfd845c31dc2585", // version 4: no avoidable repeat in a batch
+	5: "01c4d64ec4b033827ff09fe54e9b7fa3e66bc9a90db5fd7ccbfd845c31dc2585", // one field: version 4's deal in version 5
 }
 
 // TestGoldenOrder hashes the orders of several modes (global, balanced with
@@ -170,6 +177,37 @@ func hashSpec(t *testing.T, h io.Writer, in *layout.Input, s *layout.Spec) {
 				narrow[i] = int32(x)
 			}
 			binary.Write(h, binary.LittleEndian, narrow)
+		}
+	}
+}
+
+// goldenFields pins the global order of strata of several fields (issue
+// 60's 870-odd strata of four fields), by version: version 5 balances
+// every batch on the first two fields; versions 1-4 ignore the fields.
+var goldenFields = map[int]string{
+	1: "249d0db8af0414bb758edab08e267b81ce132f6f0dc60a0f977fda9bec8d6bce",
+	2: "2781596bf68240ef728d8b8748394d8ae2be62cb7770844ed24d91f89b615336",
+	3: "2781596bf68240ef728d8b8748394d8ae2be62cb7770844ed24d91f89b615336",
+	4: "2781596bf68240ef728d8b8748394d8ae2be62cb7770844ed24d91f89b615336",
+	5: "13ca7b4fdd7564b8965cab96fd434f7ec47be451bc5b3370548aa183921c043a", // version 5: every field balanced
+}
+
+func TestGoldenFieldsOrder(t *testing.T) {
+	mf := newManyFields(t, 2000, 4, 1)
+	for v := layout.MinOrderVersion; v <= layout.OrderVersion; v++ {
+		h := sha256.New()
+		for _, p := range []layout.Params{
+			{Seed: 17, World: 4, Batch: 32, Alpha: 1},
+			{Seed: 17, World: 3, Batch: 50, Alpha: 0, Tail: layout.Pad},
+			{Seed: 5, World: 2, Batch: 64, Alpha: 0.5, EpochSize: 3000},
+		} {
+			p.Version = v
+			hashOrders(t, h, mf.in, p)
+		}
+		got := hex.EncodeToString(h.Sum(nil))
+		t.Logf("fields order version %d: %s", v, got)
+		if want := goldenFields[v]; got != want {
+			t.Errorf("fields order of version %d hashes to %s, pinned %q: bump layout.OrderVersion if on purpose", v, got, want)
 		}
 	}
 }

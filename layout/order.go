@@ -15,7 +15,7 @@ import (
 // 0 selects (see the package documentation). Bump it with every change to
 // the order, and keep computing the old versions: a running job pins its
 // version so that an upgrade never changes its order.
-const OrderVersion = 4
+const OrderVersion = 5
 
 // MinOrderVersion is the oldest order version this build computes.
 const MinOrderVersion = 1
@@ -151,6 +151,7 @@ type Input struct {
 	counted      counts                                 // instead of the per-sample columns: see NewCountInput
 	shardRuns    func(lo, hi int64) ([]ShardRun, error) // a counts-only input's shards, for affinity (SetShardRuns)
 	segments     []int64                                // first samples of segments after the first (SetSegments)
+	fields       [][]uint32                             // per stratum: its field values (SetFields)
 }
 
 // NewInput indexes the samples' strata and shards.
@@ -409,6 +410,7 @@ const (
 	tagShardOrder
 	tagWindow
 	tagAffinity
+	tagSplit
 )
 
 // arrangement deals n'_c samples of each stratum over M batches: q_c each,
@@ -422,6 +424,9 @@ type arrangement struct {
 	order  *feistel // G position j -> arranged batch (version 2)
 	draw   func(c, k int) int64
 	seed   uint64 // shuffles within batches
+	// deal, in order version 5's global order, deals the extras instead
+	// of start (marginal.go).
+	deal *extrasDeal
 }
 
 // newArrangement deals counts over m batches. With inOrder the batches stay
@@ -477,11 +482,17 @@ func (a *arrangement) arranged(j int) int {
 
 // hasExtra reports whether arranged batch b holds an extra of stratum c.
 func (a *arrangement) hasExtra(b, c int) bool {
+	if a.deal != nil {
+		return a.deal.hasExtra(b, c)
+	}
 	return (b-a.start[c]+a.m)%a.m < a.r[c]
 }
 
 // extrasBefore counts stratum c's extras in arranged batches 0..b-1.
 func (a *arrangement) extrasBefore(b, c int) int {
+	if a.deal != nil {
+		return a.deal.extrasBefore(b, c)
+	}
 	s, r := a.start[c], a.r[c]
 	n := overlap(s, min(s+r, a.m), b)
 	if s+r > a.m {
@@ -539,6 +550,19 @@ func newGlobalCycle(in *Input, p Params, cyc, m int) *globalCycle {
 		counts := apportionMix(in, p.Mix, p.Alpha, m*p.Batch)
 		g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.version, g.draw,
 			func(active []int, rng *rand.Rand) []int { return groupedChain(active, in.Group, in.NumGroups, rng) })
+		return g
+	}
+	if g.version >= 5 && in.manyFields() {
+		// Every field balanced (marginal.go): the chain's rng numbers the
+		// strata for the deal instead.
+		counts := apportionMarginal(in, p, m*p.Batch)
+		g.arrangement = newArrangementChained(counts, m, rngOf(seed, tagStrataOrder), seed, false, g.version, g.draw,
+			func(active []int, rng *rand.Rand) []int { return nil })
+		r := make([]int, len(counts))
+		for _, c := range g.arrangement.active {
+			r[c] = g.arrangement.r[c]
+		}
+		g.arrangement.deal = newExtrasDeal(in, r, m, rngOf(seed, tagSplit), seed)
 		return g
 	}
 	counts := apportionTargets(in, p.Alpha, p.Weights, m*p.Batch)

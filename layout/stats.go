@@ -85,6 +85,10 @@ func UniformOrder(in *Input, p Params) *RankOrder {
 type FieldStats struct {
 	MeanTV, MaxTV float64   // of a batch's mix of the field's values from the target's
 	Holding       []float64 // per value: the fraction of batches holding at least one sample of it
+	// MeanDeviation and MaxDeviation are |count − B·π_v| in samples, over
+	// every batch and every value v with a target above 0: how far a
+	// batch's count of a value is from its share of the batch.
+	MeanDeviation, MaxDeviation float64
 }
 
 // StatsBy measures o's batches on a field: value[c] is stratum c's value
@@ -97,6 +101,7 @@ func StatsBy(o *RankOrder, in *Input, value []int, n int, pi []float64) FieldSta
 	st := FieldStats{Holding: make([]float64, n)}
 	counts := make([]int, n)
 	B := o.Params.Batch
+	deviations := 0
 	for b := 0; b < o.Batches; b++ {
 		clear(counts)
 		for _, s := range o.BatchSamples(b).All() {
@@ -108,9 +113,18 @@ func StatsBy(o *RankOrder, in *Input, value []int, n int, pi []float64) FieldSta
 			if x > 0 {
 				st.Holding[v]++
 			}
+			if target[v] > 0 {
+				d := math.Abs(float64(x) - float64(B)*target[v])
+				st.MeanDeviation += d
+				st.MaxDeviation = max(st.MaxDeviation, d)
+				deviations++
+			}
 		}
 		st.MeanTV += tv / 2
 		st.MaxTV = max(st.MaxTV, tv/2)
+	}
+	if deviations > 0 {
+		st.MeanDeviation /= float64(deviations)
 	}
 	if o.Batches > 0 {
 		st.MeanTV /= float64(o.Batches)

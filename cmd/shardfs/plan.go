@@ -501,6 +501,8 @@ func printFieldPlan(out io.Writer, m *manifest.Manifest, in *layout.Input, p lay
 		base := layout.StatsBy(uni, in, value, len(names), pi)
 		fmt.Fprintf(out, "\nfield %s, epoch 0 rank %d: TV of a batch's mix of %d values from the target: mean %.4f max %.4f; uniform shuffle mean %.4f max %.4f\n",
 			f, p.Rank, len(names), ours.MeanTV, ours.MaxTV, base.MeanTV, base.MaxTV)
+		fmt.Fprintf(out, "field %s, per-batch deviation |count - batch size x share| over its values: mean %.2f max %.2f samples; uniform shuffle mean %.2f max %.2f (%s)\n",
+			f, ours.MeanDeviation, ours.MaxDeviation, base.MeanDeviation, base.MaxDeviation, fieldPromise(i, p))
 		share := make([]float64, len(names))
 		data := make([]int, len(names))
 		for c, v := range value {
@@ -529,6 +531,20 @@ func printFieldPlan(out io.Writer, m *manifest.Manifest, in *layout.Input, p lay
 		}
 	}
 	return nil
+}
+
+// fieldPromise says what the order promises field i (0-based, in the
+// order the fields were named) in every batch.
+func fieldPromise(i int, p layout.Params) string {
+	switch {
+	case p.Window > 0 || p.Affinity || p.Mix != nil:
+		return "windows, affinity and mixes balance the strata, not each field"
+	case p.OrderVersion() < 5:
+		return fmt.Sprintf("order version %d balances the strata, not each field: version 5 holds the first two fields within one sample", p.OrderVersion())
+	case i < 2:
+		return "within one sample in every batch: order version 5 balances the first two fields named"
+	}
+	return "order version 5 bounds the fields after the first two, and does not hold them within one sample"
 }
 
 // maxSyntheticRows: above it, --synthetic models per-shard class counts only.
