@@ -182,11 +182,10 @@ type extrasDeal struct {
 	m       int
 	seed    uint64
 	scratch *roundScratch
-	// nodes keeps the ranges memoDepth halvings below the whole, which
-	// every batch's descent passes: each with its items and the extras of
-	// the batches before it, per item (O(strata) numbers each, about a
-	// million numbers at most).
-	nodes     map[[2]int]*dealNode
+	// root and the ranges below it, memoDepth halvings deep, are kept:
+	// every batch's walk passes them (O(strata) numbers each, about a
+	// million numbers in all at most; the whole tree when it fits).
+	root      *dealNode
 	memoDepth int
 	// The last batch asked about: its extras and those of the batches
 	// before it, per item.
@@ -194,8 +193,21 @@ type extrasDeal struct {
 	has, previous []int64
 }
 
+// dealNode is a range of batches, [lo, hi), as the halving reaches it:
+// its items with extras (ascending) and how many each, and per item the
+// extras of the batches before lo. A kept node also keeps its first
+// half's extras and its halves.
+type dealNode struct {
+	lo, hi int
+	idx    []int32
+	t      []int64
+	before []int64
+	first  []int64
+	halves [2]*dealNode
+}
+
 func newExtrasDeal(in *Input, r []int, m int, rng *rand.Rand, seed uint64) *extrasDeal {
-	d := &extrasDeal{m: m, seed: seed, itemOf: make([]int32, len(r)), last: -1, nodes: map[[2]int]*dealNode{}}
+	d := &extrasDeal{m: m, seed: seed, itemOf: make([]int32, len(r)), last: -1}
 	for c, x := range r {
 		d.itemOf[c] = -1
 		if x > 0 {
@@ -214,93 +226,68 @@ func newExtrasDeal(in *Input, r []int, m int, rng *rand.Rand, seed uint64) *extr
 	d.fam = newFamilies(values)
 	d.scratch = newRoundScratch(d.fam)
 	d.has, d.previous = make([]int64, len(d.items)), make([]int64, len(d.items))
-	// Levels of ranges kept: 2^(l+1) ranges of len(items) numbers, about
-	// a million numbers at most, and ranges of 8 batches or more (a
-	// range kept costs a split, as a batch's own descent below it does).
-	for d.memoDepth = 0; d.memoDepth < 20 && (4<<d.memoDepth)*max(len(d.items), 1) <= 1<<20 && m>>(d.memoDepth+1) >= 8; d.memoDepth++ {
+	d.root = &dealNode{lo: 0, hi: m, before: make([]int64, len(d.items)), idx: make([]int32, len(d.items)), t: slices.Clone(d.r)}
+	for i := range d.root.idx {
+		d.root.idx[i] = int32(i)
+	}
+	// Levels kept: 2^(l+1) ranges of 2·len(items) numbers, about a million
+	// numbers at most; and, unless the whole tree fits, ranges of 8
+	// batches or more (a range kept costs a split, as a batch's own walk
+	// below it does, and a rank reads only some of the batches).
+	whole := 2*m*2*max(len(d.items), 1) <= 1<<20
+	for d.memoDepth = 0; d.memoDepth < 40 && (8<<d.memoDepth)*max(len(d.items), 1) <= 1<<20 && (whole || m>>(d.memoDepth+1) >= 8); d.memoDepth++ {
 	}
 	return d
 }
 
-// dealNode is a range of batches, [lo, hi), as the halving reaches it:
-// its items with extras and how many each, and per item the extras of the
-// batches before lo.
-type dealNode struct {
-	lo, hi int
-	idx    []int32
-	t      []int64
-	before []int64
-}
-
-// at returns, per item, the extras batch b holds (0 or 1) and those the
-// batches before it hold. They are d's: valid until the next call.
-func (d *extrasDeal) at(b int) (has, previous []int64) {
-	if b == d.last {
-		return d.has, d.previous
-	}
-	n := d.node(b)
-	copy(d.previous, n.before)
-	idx, t := slices.Clone(n.idx), slices.Clone(n.t)
-	d.descend(b, n.lo, n.hi, &idx, &t, d.previous)
-	clear(d.has)
-	for i, x := range t {
-		d.has[idx[i]] = x
-	}
-	d.last = b
-	return d.has, d.previous
-}
-
-// node is the range memoDepth halvings below the whole that holds batch
-// b (or a single batch, when the halving ends first). Every range above it
-// is kept too, so each is split once.
-func (d *extrasDeal) node(b int) *dealNode {
-	lo, hi := 0, d.m
-	n := d.nodes[[2]int{lo, hi}]
-	if n == nil {
-		n = &dealNode{lo: lo, hi: hi, before: make([]int64, len(d.items)), idx: make([]int32, len(d.items)), t: slices.Clone(d.r)}
-		for i := range n.idx {
-			n.idx[i] = int32(i)
+// walk halves the batches from the whole down to one, taking the upper
+// half where upper says, and returns that batch, its items with extras
+// and how many (0 or 1), and in previous, per item, the extras of the
+// batches before it. upper sees each split: the range, its items, and the first
+// half's extras and the extras before the range, per item of the range.
+func (d *extrasDeal) walk(previous []int64, upper func(lo, mid int, idx []int32, first, before []int64) bool) (b int, idx []int32, t []int64) {
+	n := d.root
+	for depth := 0; n.hi-n.lo > 1 && depth < d.memoDepth; depth++ {
+		mid := n.lo + (n.hi-n.lo)/2
+		if n.first == nil {
+			n.first = d.firstHalf(n.lo, mid, n.hi, n.idx, n.t)
 		}
-		d.nodes[[2]int{lo, hi}] = n
-	}
-	for depth := 0; depth < d.memoDepth && hi-lo > 1; depth++ {
-		mid := lo + (hi-lo)/2
-		upper := b >= mid
-		if upper {
-			lo = mid
-		} else {
-			hi = mid
+		up := upper(n.lo, mid, n.idx, n.first, n.before)
+		h := 0
+		if up {
+			h = 1
 		}
-		child := d.nodes[[2]int{lo, hi}]
-		if child == nil {
-			child = &dealNode{lo: lo, hi: hi, before: slices.Clone(n.before), idx: slices.Clone(n.idx), t: slices.Clone(n.t)}
-			d.split(n.lo, mid, n.hi, &child.idx, &child.t, child.before, upper)
-			d.nodes[[2]int{lo, hi}] = child
+		if n.halves[h] == nil {
+			half := &dealNode{lo: n.lo, hi: mid, before: slices.Clone(n.before), idx: slices.Clone(n.idx), t: slices.Clone(n.t)}
+			if up {
+				half.lo, half.hi = mid, n.hi
+			}
+			keepHalf(&half.idx, &half.t, n.first, half.before, up)
+			n.halves[h] = half
 		}
-		n = child
+		n = n.halves[h]
 	}
-	return n
-}
-
-// descend halves the range [lo, hi) holding items idx with extras t down
-// to batch b, adding the extras of the batches before b to previous.
-func (d *extrasDeal) descend(b, lo, hi int, idx *[]int32, t *[]int64, previous []int64) {
+	copy(previous, n.before)
+	idx, t = slices.Clone(n.idx), slices.Clone(n.t)
+	lo, hi := n.lo, n.hi
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		d.split(lo, mid, hi, idx, t, previous, b >= mid)
-		if b < mid {
-			hi = mid
-		} else {
+		first := d.firstHalf(lo, mid, hi, idx, t)
+		up := upper(lo, mid, idx, first, previous)
+		keepHalf(&idx, &t, first, previous, up)
+		if up {
 			lo = mid
+		} else {
+			hi = mid
 		}
 	}
+	return lo, idx, t
 }
 
-// split halves [lo, hi) at mid and keeps the upper half (upper) or the
-// lower one in idx and t; the lower half's extras go to previous when the
-// upper is kept.
-func (d *extrasDeal) split(lo, mid, hi int, idx *[]int32, t *[]int64, previous []int64, upper bool) {
-	first := d.firstHalf(lo, mid, hi, *idx, *t)
+// keepHalf keeps, of a range's items idx with extras t whose first half
+// holds first, the upper half's (adding the first half's to previous) or
+// the lower half's.
+func keepHalf(idx *[]int32, t *[]int64, first, previous []int64, upper bool) {
 	keep := 0
 	for i, x := range *t {
 		if upper {
@@ -317,16 +304,69 @@ func (d *extrasDeal) split(lo, mid, hi int, idx *[]int32, t *[]int64, previous [
 	*idx, *t = (*idx)[:keep], (*t)[:keep]
 }
 
+// at returns, per item, the extras batch b holds (0 or 1) and those the
+// batches before it hold. They are d's: valid until the next call.
+func (d *extrasDeal) at(b int) (has, previous []int64) {
+	if b == d.last {
+		return d.has, d.previous
+	}
+	_, idx, t := d.walk(d.previous, func(_, mid int, _ []int32, _, _ []int64) bool { return b >= mid })
+	clear(d.has)
+	for i, x := range t {
+		d.has[idx[i]] = x
+	}
+	d.last = b
+	return d.has, d.previous
+}
+
+// lastBatchFrom is the last batch whose first draw of stratum c, b·q +
+// (its extras before b), is at most k (k ≥ 0): one walk down the halves,
+// where a search over the batches would walk once per probe.
+func (d *extrasDeal) lastBatchFrom(c int, q, k int64) int {
+	i := d.itemOf[c]
+	switch {
+	case i < 0 && q == 0: // no draws at all: every batch's first is 0
+		return d.m - 1
+	case i < 0:
+		return int(min(int64(d.m-1), k/q))
+	}
+	b, _, _ := d.walk(make([]int64, len(d.items)), func(_, mid int, idx []int32, first, before []int64) bool {
+		y := int64(0)
+		if j, ok := slices.BinarySearch(idx, i); ok {
+			y = first[j]
+		}
+		return int64(mid)*q+before[i]+y <= k
+	})
+	return b
+}
+
 // firstHalf is the extras of batches [lo, mid) of the range [lo, hi) that
 // holds t of items idx: a controlled rounding of t·(mid-lo)/(hi-lo), or,
 // by a seeded coin, t less such a rounding for [mid, hi).
+//
+// The max flow rounds up the first items it reaches, so with the items in
+// one order at every split the same strata would take the first half's
+// extras split after split, and a batch would gather the rarest strata's
+// extras (a batch's TV from the strata's mix rose past a shuffle's worst):
+// each split takes the items in an order of its own, seeded.
 func (d *extrasDeal) firstHalf(lo, mid, hi int, idx []int32, t []int64) []int64 {
-	if seedOf(d.seed, tagSplit, uint64(lo), uint64(hi))&1 == 0 {
-		return d.fam.roundSome(idx, t, int64(mid-lo), int64(hi-lo), d.scratch)
+	seed := seedOf(d.seed, tagSplit, uint64(lo), uint64(hi))
+	perm := rand.New(rand.NewPCG(seed, uint64(len(idx)))).Perm(len(idx))
+	pidx, pt := make([]int32, len(idx)), make([]int64, len(idx))
+	for i, j := range perm {
+		pidx[i], pt[i] = idx[j], t[j]
 	}
-	y := d.fam.roundSome(idx, t, int64(hi-mid), int64(hi-lo), d.scratch)
-	for i := range y {
-		y[i] = t[i] - y[i]
+	num := int64(mid - lo)
+	if seed&1 != 0 {
+		num = int64(hi - mid)
+	}
+	py := d.fam.roundSome(pidx, pt, num, int64(hi-lo), d.scratch)
+	y := make([]int64, len(idx))
+	for i, j := range perm {
+		y[j] = py[i]
+		if seed&1 != 0 {
+			y[j] = t[j] - py[i]
+		}
 	}
 	return y
 }

@@ -648,7 +648,12 @@ func (g *globalCycle) seam(c, dc int) map[int]int {
 	// The arranged batch holding draw first-1: the last one whose first
 	// draw is at most first-1 (a batch's first draw grows with b).
 	a := g.arrangement
-	b := sort.Search(a.m, func(b int) bool { return a.firstDraw(b, c) > first-1 }) - 1
+	var b int
+	if a.deal != nil {
+		b = a.deal.lastBatchFrom(c, int64(a.q[c]), int64(first-1))
+	} else {
+		b = sort.Search(a.m, func(b int) bool { return a.firstDraw(b, c) > first-1 }) - 1
+	}
 	if b < 0 {
 		return swaps
 	}

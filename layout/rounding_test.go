@@ -3,6 +3,7 @@ package layout
 import (
 	"math/big"
 	"math/rand/v2"
+	"sort"
 	"testing"
 )
 
@@ -97,4 +98,68 @@ func fmtValues(v []uint32) []byte {
 		out = append(out, byte(x), ',')
 	}
 	return out
+}
+
+// TestDealSearchAgrees: the deal's one-walk search for the batch holding
+// a stratum's k-th draw (the seam's) finds what a search over the batches
+// finds, and at's extras add up to each stratum's, one at most a batch.
+func TestDealSearchAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 40 {
+		strata := 2 + rng.IntN(60)
+		m := 1 + rng.IntN(300)
+		values := make([][]uint32, strata)
+		r := make([]int, strata)
+		q := make([]int, strata)
+		for c := range values {
+			values[c] = []uint32{uint32(rng.IntN(4)), uint32(rng.IntN(3)), uint32(c)}
+			r[c] = rng.IntN(m)
+			q[c] = rng.IntN(3)
+		}
+		// Every batch the same number of extras: top up the last stratum.
+		sum := 0
+		for _, x := range r {
+			sum += x
+		}
+		for sum%m != 0 {
+			c := rng.IntN(strata)
+			if r[c] < m-1 {
+				r[c]++
+				sum++
+			}
+		}
+		in := &Input{NumStrata: strata, fields: values}
+		d := newExtrasDeal(in, r, m, rand.New(rand.NewPCG(uint64(trial), 1)), uint64(trial))
+		got := make([]int, strata)
+		for b := range m {
+			for c := range strata {
+				if d.hasExtra(b, c) {
+					got[c]++
+				}
+				if x := d.extrasBefore(b, c); x != got[c]-btoi(d.hasExtra(b, c)) {
+					t.Fatalf("trial %d: stratum %d has %d extras before batch %d, counted %d", trial, c, x, b, got[c]-btoi(d.hasExtra(b, c)))
+				}
+			}
+		}
+		for c := range strata {
+			if got[c] != r[c] {
+				t.Fatalf("trial %d: stratum %d dealt %d extras of %d", trial, c, got[c], r[c])
+			}
+			first := func(b int) int { return b*q[c] + d.extrasBefore(b, c) }
+			for range 5 {
+				k := rng.IntN(m*q[c] + r[c] + 1)
+				want := sort.Search(m, func(b int) bool { return first(b) > k }) - 1
+				if b := d.lastBatchFrom(c, int64(q[c]), int64(k)); b != want {
+					t.Fatalf("trial %d (m %d, memo %d): stratum %d (q %d, r %d, item %d)'s draw %d: the walk finds batch %d, the search %d", trial, m, d.memoDepth, c, q[c], r[c], d.itemOf[c], k, b, want)
+				}
+			}
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
