@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -61,11 +62,26 @@ func TestStudyPlumbing(t *testing.T) {
 				t.Fatalf("arm %v seed %v: %s is %v", r["arm"], r["seed"], k, r[k])
 			}
 		}
+		// The arms of several fields: each field's per-batch deviation is a
+		// number, and order version 5 holds every batch within one sample
+		// of its share of each label and each source (issue 60).
+		if arm := r["arm"].(string); strings.HasPrefix(arm, "fields:") {
+			for _, f := range []string{"label", "source", "value"} {
+				for _, k := range []string{f + "_deviation", f + "_deviation_max"} {
+					if v, ok := r[k].(float64); !ok || math.IsNaN(v) || math.IsInf(v, 0) {
+						t.Fatalf("arm %v seed %v: %s is %v", arm, r["seed"], k, r[k])
+					}
+				}
+			}
+			if arm == "fields:marginal" && (r["label_deviation_max"].(float64) > 1 || r["source_deviation_max"].(float64) > 1) {
+				t.Fatalf("arm %v seed %v: a batch is %v off its share of a label, %v of a source: more than one sample", arm, r["seed"], r["label_deviation_max"], r["source_deviation_max"])
+			}
+		}
 		if r["steps"].(float64) < 4*13 {
 			t.Fatalf("arm %v seed %v ran %v steps; 4 epochs of 427 samples in batches of 32 are 52", r["arm"], r["seed"], r["steps"])
 		}
 	}
-	for _, arm := range []string{"shuffle", "alpha=1", "alpha=0.5", "alpha=0", "decoupled", "min-share", "feedback"} {
+	for _, arm := range []string{"shuffle", "alpha=1", "alpha=0.5", "alpha=0", "decoupled", "min-share", "feedback", "fields:shuffle", "fields:joint", "fields:marginal"} {
 		if arms[arm] != res.Seeds || res.Seeds != 2 {
 			t.Fatalf("arm %s ran %d times, want once per seed (%d): %v", arm, arms[arm], res.Seeds, arms)
 		}

@@ -18,6 +18,17 @@ Arms:
                next epoch's share of a stratum ∝ its share now × exp(loss),
                each at least 2% (the exponentiated-gradient rule of DoReMi)
 
+Arms of several fields (issue 60), on the same samples ingested a second
+time from a listing whose strata are label x a synthetic source (5, mixed
+50/25/13/8/4, independent of the digit) x 4 quantile bins of the mean pixel
+value: about 120 strata for 427 samples, most under one sample a batch:
+  fields:shuffle     a plain shuffle of them
+  fields:joint       order version 4: the strata balanced, not each field
+  fields:marginal    order version 5 (the default): each batch also within
+                     one sample of its share of each label and each source
+Besides the metrics below, they report each field's per-batch deviation,
+|count - 32 x share|, mean and max over batches and values.
+
 Metrics, each the mean and spread (standard deviation) over the seeds:
 accuracy, balanced accuracy and worst-class recall on the test split after
 the last step; the steps until balanced accuracy first reaches 80% (tested
@@ -52,6 +63,9 @@ import shardfs  # noqa: E402
 
 BATCH = 32
 ARMS = ["shuffle", "alpha=1", "alpha=0.5", "alpha=0", "decoupled", "min-share", "feedback"]
+FIELD_ARMS = ["fields:shuffle", "fields:joint", "fields:marginal"]
+FIELDS = ["label", "source", "value"]
+SOURCES, SOURCE_MIX = ["web", "books", "news", "code", "forum"], [50, 25, 13, 8, 4]
 FEEDBACK_STEP, FEEDBACK_FLOOR = 1.0, 0.02
 TARGET = 0.8  # balanced accuracy for "steps to target"
 EVAL_EVERY = 5
@@ -83,6 +97,21 @@ def write_tree(root, X, y):
             f.write(buf.getvalue())
 
 
+def write_listing(root, X, y):
+    """The same samples as a listing with fields: label, a synthetic
+    source (seeded, independent of the digit) and the mean pixel value.
+    Returns each sample's key (its path)."""
+    rng = np.random.default_rng(60)
+    p = np.array(SOURCE_MIX, dtype=float) / sum(SOURCE_MIX)
+    keys = []
+    with open(os.path.join(root, "list.jsonl"), "w") as f:
+        for i, (x, c) in enumerate(zip(X, y)):
+            key = "%d/%04d.npy" % (c, i)
+            f.write(json.dumps({"path": key, "label": str(c), "source": SOURCES[rng.choice(5, p=p)], "value": round(float(x.mean()), 6)}) + "\n")
+            keys.append(key)
+    return keys
+
+
 def decode_npy(body, name):
     return torch.from_numpy(np.load(io.BytesIO(body)))
 
@@ -111,16 +140,18 @@ def targets(counts, alpha, min_share=0.0, weights=None):
 class Mount:
     """A shardfs mount of the digits for one arm and seed."""
 
-    def __init__(self, shardfs_bin, stores, mnt, epochs, seed, flags):
+    def __init__(self, shardfs_bin, stores, mnt, epochs, seed, flags, dataset="digits"):
         self.mnt = mnt
         env = dict(os.environ, SHARDFS_STORES=stores)
         subprocess.run([shardfs_bin, "mount", "--daemon", "--mkdir", "--batch-size", str(BATCH), "--epochs", str(epochs),
-                        "--seed", str(seed)] + flags + ["digits", mnt], check=True, env=env, stdout=subprocess.DEVNULL)
+                        "--seed", str(seed)] + flags + [dataset, mnt], check=True, env=env, stdout=subprocess.DEVNULL)
 
     def batches(self, epoch):
         """(samples, digits, each sample's stratum name), batch by batch."""
         self.loader = shardfs.Loader(self.mnt, rank=0, world_size=1, num_workers=0, decode=decode_npy)
-        classes = [int(c) for c in self.loader.classes()]
+        # A class is the label's digit; a listing's class names join its
+        # label fields with "+" (label+source): the digit comes first.
+        classes = [int(c.split("+")[0]) for c in self.loader.classes()]
         self.loader.set_epoch(epoch)
         strata = self.loader.strata_of(epoch)
         for b, (samples, t) in enumerate(self.loader):
@@ -133,12 +164,28 @@ class Mount:
         subprocess.run(["umount", self.mnt], check=True)
 
 
-def shuffled_batches(X, y, seed, epoch):
+def shuffled_batches(X, y, seed, epoch, strata=None):
     g = torch.Generator().manual_seed(seed * 1000 + epoch)
     perm = torch.randperm(len(X), generator=g)
     for b in range(len(X) // BATCH):
         idx = perm[b * BATCH:(b + 1) * BATCH]
-        yield torch.from_numpy(X)[idx], torch.from_numpy(y)[idx], None
+        yield torch.from_numpy(X)[idx], torch.from_numpy(y)[idx], None if strata is None else [strata[i] for i in idx.tolist()]
+
+
+def field_deviations(batches, shares):
+    """Per field, the mean and max over batches and values of |count -
+    BATCH x share|; batches are lists of stratum names (label+source+bin)."""
+    out = []
+    for j, share in enumerate(shares):
+        devs = []
+        for names in batches:
+            held = {}
+            for n in names:
+                v = n.split("+")[j]
+                held[v] = held.get(v, 0) + 1
+            devs.extend(abs(held.get(v, 0) - BATCH * p) for v, p in share.items())
+        out.append((float(np.mean(devs)), float(np.max(devs))))
+    return out
 
 
 def evaluate(model, X, y):
@@ -148,7 +195,9 @@ def evaluate(model, X, y):
     return float((pred == y).mean()), float(np.mean(recalls)), float(min(recalls))
 
 
-def run_arm(arm, seed, epochs, data, shardfs_bin, stores, work):
+def run_arm(arm, seed, epochs, data, shardfs_bin, stores, work, fields=None):
+    """fields, for the arms of several fields: each training sample's
+    stratum name (label+source+bin), in the order of data's samples."""
     Xtr, ytr, Xte, yte = data
     counts = np.bincount(ytr, minlength=10)
     torch.manual_seed(seed)
@@ -156,10 +205,13 @@ def run_arm(arm, seed, epochs, data, shardfs_bin, stores, work):
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     flags = {"alpha=1": ["--alpha", "1"], "alpha=0.5": ["--alpha", "0.5"], "alpha=0": ["--alpha", "0"],
              "decoupled": ["--preset", "decoupled:%d" % epochs], "min-share": ["--min-share", "0.06"],
-             "feedback": ["--feedback", "eg:step=%g,floor=%g" % (FEEDBACK_STEP, FEEDBACK_FLOOR), "--run", "study-%d" % seed]}.get(arm)
+             "feedback": ["--feedback", "eg:step=%g,floor=%g" % (FEEDBACK_STEP, FEEDBACK_FLOOR), "--run", "study-%d" % seed],
+             "fields:joint": ["--order-version", "4"], "fields:marginal": []}.get(arm)
     mount = None
     if flags is not None:
-        mount = Mount(shardfs_bin, stores, os.path.join(work, "mnt-%s-%d" % (arm, seed)), epochs, seed, flags)
+        mount = Mount(shardfs_bin, stores, os.path.join(work, "mnt-%s-%d" % (arm.replace(":", "-"), seed)), epochs, seed, flags,
+                      "digits-fields" if arm.startswith("fields:") else "digits")
+    served = []  # the arms of several fields: each batch's stratum names
     losses, norms, tvs, curve = [], [], [], []
     step, reached = 0, None
     mult = np.ones(10)  # the feedback arm's multipliers, as shardfs computes them
@@ -174,13 +226,15 @@ def run_arm(arm, seed, epochs, data, shardfs_bin, stores, work):
             else:
                 pi = targets(counts, alpha, 0.06 if arm == "min-share" else 0.0)
             loss_sum, loss_n = {}, {}
-            batches = mount.batches(e) if mount else shuffled_batches(Xtr, ytr, seed, e)
+            batches = mount.batches(e) if mount else shuffled_batches(Xtr, ytr, seed, e, fields)
             for xb, yb, strata in batches:
+                if fields is not None:
+                    served.append(list(strata))
                 mix = np.bincount(yb.numpy(), minlength=10) / len(yb)
                 tvs.append(0.5 * float(np.abs(mix - pi).sum()))
                 opt.zero_grad()
                 per_sample = torch.nn.functional.cross_entropy(model(xb.float()), yb, reduction="none")
-                if strata is not None:
+                if strata is not None and arm == "feedback":
                     for s, l in zip(strata, per_sample.detach().tolist()):
                         loss_sum[s], loss_n[s] = loss_sum.get(s, 0.0) + l, loss_n.get(s, 0) + 1
                 loss = per_sample.mean()
@@ -206,9 +260,17 @@ def run_arm(arm, seed, epochs, data, shardfs_bin, stores, work):
         if mount:
             mount.close()
     acc, bal, worst = evaluate(model, Xte, yte)
-    return {"arm": arm, "seed": seed, "steps": step, "accuracy": acc, "balanced_accuracy": bal, "worst_class_recall": worst,
-            "steps_to_target": reached, "loss_change_variance": float(np.var(np.diff(losses))),
-            "grad_norm_change_variance": float(np.var(np.diff(norms))), "batch_tv": float(np.mean(tvs)), "curve": curve}
+    out = {"arm": arm, "seed": seed, "steps": step, "accuracy": acc, "balanced_accuracy": bal, "worst_class_recall": worst,
+           "steps_to_target": reached, "loss_change_variance": float(np.var(np.diff(losses))),
+           "grad_norm_change_variance": float(np.var(np.diff(norms))), "batch_tv": float(np.mean(tvs)), "curve": curve}
+    if fields is not None:
+        shares = [{} for _ in FIELDS]
+        for name in fields:
+            for j, v in enumerate(name.split("+")):
+                shares[j][v] = shares[j].get(v, 0) + 1 / len(fields)
+        for f, (mean, worst_dev) in zip(FIELDS, field_deviations(served, shares)):
+            out[f + "_deviation"], out[f + "_deviation_max"] = mean, worst_dev
+    return out
 
 
 METRICS = [("accuracy", "accuracy", 3), ("balanced_accuracy", "balanced accuracy", 3), ("worst_class_recall", "worst-class recall", 3),
@@ -216,12 +278,15 @@ METRICS = [("accuracy", "accuracy", 3), ("balanced_accuracy", "balanced accuracy
            ("grad_norm_change_variance", "var. of grad-norm change", 3), ("batch_tv", "batch TV to target", 3)]
 
 
-def table(results, seeds):
-    lines = ["| arm | " + " | ".join(m[1] for m in METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
-    for arm in ARMS:
+FIELD_METRICS = [(f + "_deviation", f + " deviation, mean", 2) for f in FIELDS] + [(f + "_deviation_max", f + " deviation, max", 2) for f in FIELDS] + METRICS[:4]
+
+
+def table(results, seeds, arms=ARMS, metrics=METRICS):
+    lines = ["| arm | " + " | ".join(m[1] for m in metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    for arm in arms:
         rs = [r for r in results if r["arm"] == arm]
         cells = []
-        for key, _, digits in METRICS:
+        for key, _, digits in metrics:
             vals = [r[key] for r in rs if r[key] is not None]
             if not vals:
                 cells.append("never")
@@ -239,7 +304,7 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    for arm in ARMS:
+    for arm in ARMS + FIELD_ARMS:
         curves = [r["curve"] for r in results if r["arm"] == arm]
         n = min(len(c) for c in curves)
         steps = [s for s, _ in curves[0][:n]]
@@ -273,10 +338,21 @@ def main():
         os.environ["SHARDFS_STORES"] = stores  # the feedback arm's reports (shardfs report) go there
         subprocess.run([a.shardfs, "ingest", "--stores", stores, "--data", "2", "--parity", "1", tree, "digits"],
                        check=True, stdout=subprocess.DEVNULL)
+        keys = write_listing(tree, data[0], data[1])
+        subprocess.run([a.shardfs, "ingest", "--stores", stores, "--data", "2", "--parity", "1", "--label-fields", "label,source",
+                        "--bins", "value=4", os.path.join(tree, "list.jsonl"), "digits-fields"], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        # Each sample's stratum, as shardfs named it: the order of W=1, B=1
+        # lists every sample once.
+        index = subprocess.run([a.shardfs, "plan", "--stores", stores, "--emit", "index", "--epoch", "0", "--rank", "0", "--world-size", "1",
+                                "--batch-size", "1", "digits-fields"], check=True, capture_output=True, text=True).stdout.splitlines()
+        head = index[0].split(",")
+        stratum_of = {row[head.index("key")]: row[head.index("stratum")] for row in (l.split(",") for l in index[1:])}
+        fields = [stratum_of[k] for k in keys]
         results = []
         for seed in range(a.seeds):
-            for arm in ARMS:
-                r = run_arm(arm, seed, a.epochs, data, a.shardfs, stores, work)
+            for arm in ARMS + FIELD_ARMS:
+                r = run_arm(arm, seed, a.epochs, data, a.shardfs, stores, work, fields if arm.startswith("fields:") else None)
                 print("%-10s seed %d: balanced accuracy %.3f, worst-class recall %.3f" % (arm, seed, r["balanced_accuracy"], r["worst_class_recall"]), flush=True)
                 results.append(r)
     finally:
@@ -288,8 +364,12 @@ def main():
     md = ("# Study: stratified and re-weighted batches on long-tailed digits\n\n"
           "Made by `/usr/bin/python3 examples/study/study.py%s` (see its docstring). Training classes %s (%d samples), "
           "a balanced test split of %d; an MLP 64-64-10, SGD lr 0.1 momentum 0.9, batches of %d, %d epochs of the training "
-          "set's size, %d seeds; mean ± standard deviation over the seeds.\n\n%s\n"
-          % (" --quick" if a.quick else "", counts, sum(counts), len(data[3]), BATCH, a.epochs, a.seeds, table(results, a.seeds)))
+          "set's size, %d seeds; mean ± standard deviation over the seeds.\n\n%s\n\n"
+          "## Several fields\n\nThe same samples, stratified by label x a synthetic source x 4 bins of the mean pixel value "
+          "(%d strata); each field's per-batch deviation |count - %d x share|, mean and max over batches and values, and the "
+          "training metrics above.\n\n%s\n"
+          % (" --quick" if a.quick else "", counts, sum(counts), len(data[3]), BATCH, a.epochs, a.seeds, table(results, a.seeds),
+             len(set(fields)), BATCH, table(results, a.seeds, FIELD_ARMS, FIELD_METRICS)))
     with open(os.path.join(a.out, "results.md"), "w") as f:
         f.write(md)
     plot(results, os.path.join(a.out, "results.png"))
