@@ -55,6 +55,27 @@ func BenchmarkPlan_10M_1000strata_W64_version4(b *testing.B) {
 	}
 }
 
+// BenchmarkPlan_10M_1000strata_W64_fields is the same rank-epoch with
+// the 1,000 strata tuples of three fields (10 x 10 x 10): order version
+// 5 deals their extras by controlled rounding (marginal.go).
+func BenchmarkPlan_10M_1000strata_W64_fields(b *testing.B) {
+	in := syntheticInput(b, 10_000_000, 1000)
+	values := make([][]uint32, in.NumStrata)
+	for c := range values {
+		values[c] = []uint32{uint32(c % 10), uint32(c / 10 % 10), uint32(c / 100)}
+	}
+	if err := in.SetFields(values); err != nil {
+		b.Fatal(err)
+	}
+	p := Params{Seed: 1, World: 64, Rank: 17, Batch: 256, Alpha: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Order(in, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkPlan_10M_1000strata_W64_window(b *testing.B) {
 	in := syntheticInput(b, 10_000_000, 1000)
 	p := Params{Seed: 1, World: 64, Rank: 17, Batch: 256, Alpha: 1, Window: 8}

@@ -179,18 +179,23 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		Catalog: rp.cat, Pinner: rp.pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Spec.Params, Epochs: cfg.Spec.Epochs, Ranks: cfg.Spec.Ranks, DirectIO: cfg.DirectIO,
 		Info: info, Stats: mt.StatsJSON, Created: time.Unix(mt.Dataset.Manifest.CreatedUnix, 0), Logger: log,
 	})
+	// The metrics listen before the mount point appears: whoever sees the
+	// mount (a test, a scraper started beside the job, the CSI driver's
+	// caller) may ask for them at once, and got "connection refused"
+	// while the mount was up and its listener not yet (CI:
+	// TestProfilesAreOptIn).
+	if cfg.MetricsAddr != "" {
+		if err := mt.serveMetrics(cfg.MetricsAddr, cfg.Profiles); err != nil {
+			mt.shutdown()
+			return nil, err
+		}
+	}
 	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, MaxRequest: cfg.MaxRequest, Logger: log,
 		OpLatency: mt.Metrics.FuseOp,
 		XAttrs:    mt.Mix == nil && len(mt.Dataset.Manifest.Fields) > 0})
 	if err != nil {
 		mt.shutdown()
 		return nil, err
-	}
-	if cfg.MetricsAddr != "" {
-		if err := mt.serveMetrics(cfg.MetricsAddr, cfg.Profiles); err != nil {
-			mt.Close()
-			return nil, err
-		}
 	}
 	mt.Metrics.SetLogger(log)
 	mt.stopAnomalies = make(chan struct{})
