@@ -68,8 +68,9 @@ import (
 // time weights set π (α applies to the strata: π_c ∝ n_c^α·w_c, and the
 // fields' targets are the sums); and it needs O(strata) memory. To vary
 // which strata's extras meet from epoch to epoch, each cycle numbers the
-// strata in a seeded order, which changes the roundings, and flips each
-// split's halves by a seeded coin.
+// strata in a seeded order, each split takes them in a seeded order of its
+// own (which changes the roundings: firstHalf), and a seeded coin picks
+// which half is rounded and which takes the rest.
 //
 // Window and affinity orders, and mixes, are version 4's: a mix deals its
 // datasets' extras as before (mix.go). So is the global order of strata of
