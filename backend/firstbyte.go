@@ -17,6 +17,11 @@ type FirstByte struct{ at atomic.Int64 }
 // Arrived reports whether the first byte has arrived.
 func (f *FirstByte) Arrived() bool { return f != nil && f.at.Load() != 0 }
 
+// ArrivedAfter reports whether the first byte arrived after t.
+func (f *FirstByte) ArrivedAfter(t time.Time) bool {
+	return f != nil && f.at.Load() > t.UnixNano()
+}
+
 // Since is the time from start to the first byte, if it arrived.
 func (f *FirstByte) Since(start time.Time) (time.Duration, bool) {
 	if !f.Arrived() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,7 +20,8 @@ import (
 // Slowness is not failure: a read that loses a hedge race only makes the
 // store a suspect (Suspect), and one small probe decides. A store that
 // answers nothing, neither the probe nor any other read, within
-// SuspectTimeout is down; one that answers was merely busy.
+// SuspectTimeout is down; one that answers was merely busy. A timeout in
+// which this process itself could not run is no verdict (runProbe).
 //
 // The wrapper sees every ReadAt and ReadAtV, their latency and their store
 // faults. What it cannot see — bytes that failed or passed the caller's
@@ -379,34 +381,85 @@ func (h *Health) Suspect() {
 	go h.runProbe(h.opts.SuspectTimeout)
 }
 
-// runProbe asks the store once; the caller set probing.
+// runProbe asks the store; the caller set probing.
 //
-// A probe with no answer in its timeout marks the store down only when no
-// other read through the wrapper got an answer in that time either. The
+// A probe with no answer in its timeout marks the store down only when
+// the store had the whole timeout to answer and used none of it. The
 // timeout is wall time, and on a busy machine it counts our own waits too:
 // the probe's goroutine waiting to run, our HTTP client waiting for a core.
-// A store whose other reads came back meanwhile was busy, not down (CI: a
-// file:// store, which cannot hang, was "proven down" that way, and a
-// RS(4,2) read with two stores already out failed with every store
-// answering).
+// So:
+//   - a store that answered anything else through the wrapper in that time
+//     (a read that ended, or a first byte of one still in flight) was
+//     busy, not down (CI: a file:// store, which cannot hang, was "proven
+//     down" that way, and a RS(4,2) read with two stores already out
+//     failed with every store answering);
+//   - a timeout in a span where this process stalled (stallWatch: some
+//     goroutine waited a quarter of the timeout to run) proves nothing,
+//     and the store is asked again, up to maxStalledProbes times, then
+//     left as it was (CI: the probe's deadline ran out before it asked a
+//     file:// store at all, 17 µs after it started to wait for the answer,
+//     and every healthy store of the set was marked down).
+//
+// A store that answers nothing while this process runs is still down
+// within one timeout; on a machine that stalls, within a few.
 func (h *Health) runProbe(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	start := time.Now()
-	err := h.Store.ReadAt(ctx, h.probeKey, make([]byte, 1), 0)
-	cancel()
-	h.mu.Lock()
-	answeredSince := h.answered.After(start)
-	h.mu.Unlock()
-	switch {
-	case err == nil || errors.Is(err, ErrNotExist) || errors.Is(err, ErrShortRead):
-		h.answer(time.Since(start), true)
-	case errors.Is(err, context.DeadlineExceeded) && answeredSince:
-		// Busy, not down: no strike, and no latency sample either (the
-		// probe's time says nothing about the store's).
-	case errors.Is(err, context.DeadlineExceeded) || IsStoreFault(err):
-		h.strike(h.opts.Strikes, true)
+	defer func() {
+		h.mu.Lock()
+		h.probing = false
+		h.mu.Unlock()
+	}()
+	for try := 1; ; try++ {
+		start := time.Now()
+		stalls := watchStalls()
+		fb := &FirstByte{}
+		ctx, cancel := context.WithTimeout(WithFirstByte(context.Background(), fb), timeout)
+		if stall := probeAboutToAsk.Load(); stall != nil {
+			(*stall)()
+		}
+		err := h.Store.ReadAt(ctx, h.probeKey, make([]byte, 1), 0)
+		cancel()
+		silent := errors.Is(err, context.DeadlineExceeded) && !fb.Arrived() && !h.answeredSince(start)
+		switch {
+		case err == nil || errors.Is(err, ErrNotExist) || errors.Is(err, ErrShortRead):
+			h.answer(time.Since(start), true)
+		case errors.Is(err, context.DeadlineExceeded) && !silent:
+			// Busy, not down: no strike, and no latency sample either (the
+			// probe's time says nothing about the store's).
+		case silent && stalls.stalledFor(timeout/4):
+			if try < maxStalledProbes {
+				continue
+			}
+			// Still stalled: no verdict. The next read that loses a hedge
+			// race, or the next backoff's probe, asks again.
+		case silent || IsStoreFault(err):
+			h.strike(h.opts.Strikes, true)
+		}
+		return
 	}
+}
+
+// maxStalledProbes bounds the probes one verdict asks while this process
+// stalls through each of them.
+const maxStalledProbes = 4
+
+// probeAboutToAsk, when set, runs between the start of a probe's timeout
+// and its request: where a busy machine takes a goroutine off its core and
+// the timeout runs on. Tests stall there on purpose.
+var probeAboutToAsk atomic.Pointer[func()]
+
+// answeredSince reports whether a read through the wrapper got an answer
+// after t: it ended with one, or its first byte came while it is still in
+// flight (a large read streams for a while after the store has answered).
+func (h *Health) answeredSince(t time.Time) bool {
 	h.mu.Lock()
-	h.probing = false
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	if h.answered.After(t) {
+		return true
+	}
+	for rd := range h.reads {
+		if rd.fb.ArrivedAfter(t) {
+			return true
+		}
+	}
+	return false
 }

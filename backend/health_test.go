@@ -3,6 +3,8 @@ package backend_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,4 +176,61 @@ func TestSuspectThatAnswersStaysUp(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestStarvedProbeIsNoVerdict: a probe that times out while this process
+// could not run says nothing about the store. CI (-race, a busy machine):
+// a probe's goroutine was taken off its core after its timeout started and
+// before it asked a file:// store; the timeout ran out 17 µs after the
+// probe began to wait for its answer. Every healthy store of a RS(4,2) set
+// was marked down that way, and reads failed with "too few intact
+// fragments" while every store answered. Here one core and 32 spinning
+// goroutines make the probe, which yields at that moment
+// (backend.StallProbes), wait about 300 ms to run again, 6 times its
+// timeout. The store must stay up through every probe. With the cores
+// free, the same stall point must still let a probe mark a store that
+// never answers down.
+func TestStarvedProbeIsNoVerdict(t *testing.T) {
+	local := localWithObj(t)
+	const timeout = 50 * time.Millisecond
+	opts := backend.HealthOptions{SuspectTimeout: timeout, ProbeTimeout: timeout, MinBackoff: time.Minute}
+	defer backend.StallProbes(runtime.Gosched)()
+	starve := func() (stop func()) {
+		procs := runtime.GOMAXPROCS(1)
+		var done atomic.Bool
+		var spinning sync.WaitGroup
+		for range 32 {
+			spinning.Add(1)
+			go func() {
+				defer spinning.Done()
+				for !done.Load() {
+				}
+			}()
+		}
+		return func() { done.Store(true); spinning.Wait(); runtime.GOMAXPROCS(procs) }
+	}
+
+	healthy := backend.WithHealth(local, "obj", opts, nil)
+	stop := starve()
+	probes := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && !healthy.MarkedDown(); probes++ {
+		healthy.Suspect()
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	if healthy.MarkedDown() {
+		t.Fatalf("a healthy file:// store was marked down after %d probes while this process was starved of CPU", probes)
+	}
+	if probes < 3 {
+		t.Fatalf("only %d probes in 2 s: the test needs more", probes)
+	}
+
+	hung := backend.WithHealth(hangsOn{local, "probe"}, "probe", opts, nil)
+	hung.Suspect()
+	for deadline := time.Now().Add(10 * time.Second); !hung.MarkedDown(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("with the cores free, a store that answered no probe in 10s was not marked down")
+		}
+	}
+	t.Logf("%d probes on a starved process: the store stayed up; a hung store on a free one was marked down", probes)
 }
