@@ -58,7 +58,13 @@ func BenchmarkPlan_10M_1000strata_W64_version4(b *testing.B) {
 // BenchmarkPlan_10M_1000strata_W64_fields is the same rank-epoch with
 // the 1,000 strata tuples of three fields (10 x 10 x 10): order version
 // 5 deals their extras by controlled rounding (marginal.go).
-func BenchmarkPlan_10M_1000strata_W64_fields(b *testing.B) {
+func BenchmarkPlan_10M_1000strata_W64_fields(b *testing.B) { benchmarkFields(b, 64) }
+
+// BenchmarkPlan_10M_1000strata_W8_fields: a rank of 8 reads every 8th
+// batch, so the walks of its batches share most of their splits.
+func BenchmarkPlan_10M_1000strata_W8_fields(b *testing.B) { benchmarkFields(b, 8) }
+
+func benchmarkFields(b *testing.B, world int) {
 	in := syntheticInput(b, 10_000_000, 1000)
 	values := make([][]uint32, in.NumStrata)
 	for c := range values {
@@ -67,7 +73,7 @@ func BenchmarkPlan_10M_1000strata_W64_fields(b *testing.B) {
 	if err := in.SetFields(values); err != nil {
 		b.Fatal(err)
 	}
-	p := Params{Seed: 1, World: 64, Rank: 17, Batch: 256, Alpha: 1}
+	p := Params{Seed: 1, World: world, Rank: 17 % world, Batch: 256, Alpha: 1}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Order(in, p); err != nil {

@@ -195,6 +195,23 @@ type extrasDeal struct {
 	// before it, per item.
 	last          int
 	has, previous []int64
+	// below is the last walk's ranges under the kept range it left from
+	// (belowFrom): level k is the range k halvings under it. A rank asks
+	// for its batches in ascending order, and the next batch's walk
+	// starts at the deepest of them that holds it, so each split is
+	// computed once per rank-epoch, not once per batch beneath it.
+	belowFrom *dealNode
+	below     []dealLevel
+	depth     int // levels of below in use
+}
+
+// dealLevel is a range of batches [lo, hi) under a kept range: its items
+// with extras and how many each, and per item the extras before lo.
+type dealLevel struct {
+	lo, hi int
+	idx    []int32
+	t      []int64
+	before []int64
 }
 
 // dealNode is a range of batches, [lo, hi), as the halving reaches it:
@@ -250,6 +267,27 @@ func newExtrasDeal(in *Input, r []int, m int, rng *rand.Rand, seed uint64) *extr
 // batches before it. upper sees each split: the range, its items, and the first
 // half's extras and the extras before the range, per item of the range.
 func (d *extrasDeal) walk(previous []int64, upper func(lo, mid int, idx []int32, first, before []int64) bool) (b int, idx []int32, t []int64) {
+	n := d.kept(upper)
+	copy(previous, n.before)
+	idx, t = slices.Clone(n.idx), slices.Clone(n.t)
+	lo, hi := n.lo, n.hi
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		first := d.firstHalf(lo, mid, hi, idx, t)
+		up := upper(lo, mid, idx, first, previous)
+		keepHalf(&idx, &t, first, previous, up)
+		if up {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, idx, t
+}
+
+// kept halves the batches through the kept ranges, as walk does, and
+// returns the last kept range it reaches.
+func (d *extrasDeal) kept(upper func(lo, mid int, idx []int32, first, before []int64) bool) *dealNode {
 	n := d.root
 	for depth := 0; n.hi-n.lo > 1 && depth < d.memoDepth; depth++ {
 		mid := n.lo + (n.hi-n.lo)/2
@@ -271,21 +309,50 @@ func (d *extrasDeal) walk(previous []int64, upper func(lo, mid int, idx []int32,
 		}
 		n = n.halves[h]
 	}
-	copy(previous, n.before)
-	idx, t = slices.Clone(n.idx), slices.Clone(n.t)
-	lo, hi := n.lo, n.hi
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		first := d.firstHalf(lo, mid, hi, idx, t)
-		up := upper(lo, mid, idx, first, previous)
-		keepHalf(&idx, &t, first, previous, up)
-		if up {
-			lo = mid
-		} else {
-			hi = mid
-		}
+	return n
+}
+
+// batch is walk to batch b, from the deepest range of the last walk
+// that holds b: the same splits, each computed once while the batches
+// asked for ascend. It returns b's items with extras and how many, and
+// the extras before b per item; they are d's, valid until the next call.
+func (d *extrasDeal) batch(b int) (idx []int32, t, before []int64) {
+	n := d.kept(func(_, mid int, _ []int32, _, _ []int64) bool { return b >= mid })
+	if d.belowFrom != n {
+		d.belowFrom, d.depth = n, 0
+		d.level(0, n.lo, n.hi, n.idx, n.t, n.before)
 	}
-	return lo, idx, t
+	for d.depth > 1 && !(d.below[d.depth-1].lo <= b && b < d.below[d.depth-1].hi) {
+		d.depth--
+	}
+	for l := &d.below[d.depth-1]; l.hi-l.lo > 1; l = &d.below[d.depth-1] {
+		mid := l.lo + (l.hi-l.lo)/2
+		first := d.firstHalf(l.lo, mid, l.hi, l.idx, l.t)
+		up := b >= mid
+		lo, hi := l.lo, mid
+		if up {
+			lo, hi = mid, l.hi
+		}
+		next := d.level(d.depth, lo, hi, l.idx, l.t, l.before)
+		keepHalf(&next.idx, &next.t, first, next.before, up)
+	}
+	l := &d.below[d.depth-1]
+	return l.idx, l.t, l.before
+}
+
+// level sets below[k] to a copy of the range given, drops the levels
+// under it, and returns it.
+func (d *extrasDeal) level(k, lo, hi int, idx []int32, t, before []int64) *dealLevel {
+	if k == len(d.below) {
+		d.below = append(d.below, dealLevel{})
+	}
+	l := &d.below[k]
+	l.lo, l.hi = lo, hi
+	l.idx = append(l.idx[:0], idx...)
+	l.t = append(l.t[:0], t...)
+	l.before = append(l.before[:0], before...)
+	d.depth = k + 1
+	return l
 }
 
 // keepHalf keeps, of a range's items idx with extras t whose first half
@@ -314,7 +381,8 @@ func (d *extrasDeal) at(b int) (has, previous []int64) {
 	if b == d.last {
 		return d.has, d.previous
 	}
-	_, idx, t := d.walk(d.previous, func(_, mid int, _ []int32, _, _ []int64) bool { return b >= mid })
+	idx, t, before := d.batch(b)
+	copy(d.previous, before)
 	clear(d.has)
 	for i, x := range t {
 		d.has[idx[i]] = x

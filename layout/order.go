@@ -252,8 +252,26 @@ func Order(in *Input, p Params) (*RankOrder, error) {
 		return nil, err
 	}
 	o := &RankOrder{Params: p, Batches: e.steps}
-	o.Samples = MakePositions(e.steps * p.Batch)
 	batch := make([]int64, 0, p.Batch)
+	if steps := e.dealtOrder(); steps != nil {
+		// Version 5 deals a batch's extras by a walk down halvings of the
+		// cycle's batches (extrasDeal.batch), and the arrangement sends a
+		// rank's steps all over the cycle. In their dealt order, each walk
+		// starts where the last one left: the splits a rank's batches
+		// share are computed once. Each batch goes to its step's place.
+		o.Samples = SizedPositions(e.steps * p.Batch)
+		for _, t := range steps {
+			batch = e.batch(p.Skip+t*p.World+p.Rank, batch[:0])
+			if len(batch) != p.Batch {
+				return nil, fmt.Errorf("layout: batch %d of rank %d holds %d samples, not %d", t, p.Rank, len(batch), p.Batch)
+			}
+			for i, x := range batch {
+				o.Samples.Set(t*p.Batch+i, x)
+			}
+		}
+		return o, nil
+	}
+	o.Samples = MakePositions(e.steps * p.Batch)
 	for t := 0; t < e.steps; t++ {
 		batch = e.batch(p.Skip+t*p.World+p.Rank, batch[:0])
 		o.Samples.AppendAll(batch)
@@ -372,7 +390,11 @@ func (e *epoch) batch(g int, dst []int64) []int64 {
 	if e.m == 0 {
 		return dst
 	}
-	c, j := g/e.m, g%e.m
+	return e.cycle(g/e.m).batch(g%e.m, dst)
+}
+
+// cycle is cycle c of G, made when first asked for.
+func (e *epoch) cycle(c int) cycle {
 	for len(e.cycles) <= c {
 		if e.p.Window > 0 {
 			e.cycles = append(e.cycles, newWindowCycle(e.in, e.p, len(e.cycles), e.m))
@@ -380,7 +402,31 @@ func (e *epoch) batch(g int, dst []int64) []int64 {
 			e.cycles = append(e.cycles, newGlobalCycle(e.in, e.p, len(e.cycles), e.m))
 		}
 	}
-	return e.cycles[c].batch(j, dst)
+	return e.cycles[c]
+}
+
+// dealtOrder is the rank's steps sorted by the batch each is in its
+// cycle's deal of extras (order version 5), or nil when a cycle of the
+// rank's has no such deal.
+func (e *epoch) dealtOrder() []int {
+	if e.m == 0 || e.steps == 0 {
+		return nil
+	}
+	keys := make([]int, e.steps)
+	for t := range keys {
+		g := e.p.Skip + t*e.p.World + e.p.Rank
+		gc, ok := e.cycle(g / e.m).(*globalCycle)
+		if !ok || gc.deal == nil {
+			return nil
+		}
+		keys[t] = g/e.m*e.m + gc.arranged(g%e.m)
+	}
+	steps := make([]int, e.steps)
+	for t := range steps {
+		steps[t] = t
+	}
+	slices.SortFunc(steps, func(a, b int) int { return keys[a] - keys[b] })
+	return steps
 }
 
 // seedOf mixes a tuple into one 64-bit seed (splitmix64 steps).

@@ -60,6 +60,25 @@ func (p *Positions) Append(x int64) {
 	p.wide = append(p.wide, x)
 }
 
+// SizedPositions is n positions, each 0 until Set.
+func SizedPositions(n int) Positions { return Positions{narrow: make([]int32, n)} }
+
+// Set sets position i, which must be below Len.
+func (p *Positions) Set(i int, x int64) {
+	if p.wide == nil && (x < 0 || x > math.MaxInt32) {
+		p.wide = make([]int64, len(p.narrow), cap(p.narrow))
+		for k, y := range p.narrow {
+			p.wide[k] = int64(y)
+		}
+		p.narrow = nil
+	}
+	if p.wide != nil {
+		p.wide[i] = x
+		return
+	}
+	p.narrow[i] = int32(x)
+}
+
 // AppendAll adds every position of xs at the end.
 func (p *Positions) AppendAll(xs []int64) {
 	for _, x := range xs {

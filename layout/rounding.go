@@ -286,6 +286,12 @@ func (g *flowNet) maxFlow(s, t int) int64 {
 		queue = append(queue[:0], int32(s))
 		for q := 0; q < len(queue); q++ {
 			u := queue[q]
+			if g.level[t] >= 0 && g.level[u] >= g.level[t] {
+				// Past t's level: nothing further is on a shortest path to
+				// t, and push never reaches it (same augmenting paths,
+				// found sooner).
+				break
+			}
 			for e := g.head[u]; e >= 0; e = g.next[e] {
 				if v := g.to[e]; g.capa[e] > 0 && g.level[v] < 0 {
 					g.level[v] = g.level[u] + 1
@@ -307,23 +313,32 @@ func (g *flowNet) maxFlow(s, t int) int64 {
 	}
 }
 
-// push sends up to limit units from u to t along level-increasing arcs.
+// push sends up to limit units from u to t along level-increasing arcs,
+// as many as it can: a blocking flow's augmenting paths, in the order
+// that asking for one path at a time from the source would find them
+// (an arc that carried some is asked again before the next: it may
+// carry more, or be full, or lead nowhere now), with their flows, so the
+// max flow it finds is that one's, without walking each path's start
+// again for every unit.
 // Its recursion is as deep as the level graph, at most the nodes.
 func (g *flowNet) push(u, t int32, limit int64) int64 {
 	if u == t {
 		return limit
 	}
-	for ; g.cur[u] >= 0; g.cur[u] = g.next[g.cur[u]] {
+	pushed := int64(0)
+	for g.cur[u] >= 0 {
 		e := g.cur[u]
-		v := g.to[e]
-		if g.capa[e] <= 0 || g.level[v] != g.level[u]+1 {
-			continue
+		if v := g.to[e]; g.capa[e] > 0 && g.level[v] == g.level[u]+1 {
+			if f := g.push(v, t, min(limit-pushed, g.capa[e])); f > 0 {
+				g.capa[e] -= f
+				g.capa[e^1] += f
+				if pushed += f; pushed == limit {
+					return pushed
+				}
+				continue
+			}
 		}
-		if f := g.push(v, t, min(limit, g.capa[e])); f > 0 {
-			g.capa[e] -= f
-			g.capa[e^1] += f
-			return f
-		}
+		g.cur[u] = g.next[e]
 	}
-	return 0
+	return pushed
 }

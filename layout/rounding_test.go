@@ -3,6 +3,7 @@ package layout
 import (
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 )
@@ -162,4 +163,157 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestDealReusedRangesAgree: a batch's extras come from the deepest range
+// the last batch's walk left (extrasDeal.batch), not from a walk of its
+// own. In any order of batches asked (ascending as ranks read them, with
+// strides, and at random), they equal a fresh walk's, item for item,
+// with the extras before the batch.
+func TestDealReusedRangesAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for trial := range 30 {
+		strata := 2 + rng.IntN(80)
+		m := 1 + rng.IntN(2000)
+		values := make([][]uint32, strata)
+		r := make([]int, strata)
+		for c := range values {
+			values[c] = []uint32{uint32(rng.IntN(5)), uint32(rng.IntN(4)), uint32(c)}
+			r[c] = rng.IntN(m)
+		}
+		// Every batch the same number of extras, as the cycle deals them.
+		sum := 0
+		for _, x := range r {
+			sum += x
+		}
+		for sum%m != 0 {
+			if c := rng.IntN(strata); r[c] > 0 {
+				r[c]--
+				sum--
+			}
+		}
+		in := &Input{NumStrata: strata, fields: values}
+		seed := uint64(trial)
+		d := newExtrasDeal(in, r, m, rand.New(rand.NewPCG(seed, 1)), seed)
+		fresh := newExtrasDeal(in, r, m, rand.New(rand.NewPCG(seed, 1)), seed)
+		fresh.memoDepth = 0 // no kept ranges either: every split computed anew
+		// Small trees are kept whole; keep a few levels only, so that
+		// most of each walk is below them.
+		d.memoDepth = rng.IntN(4)
+		var asks []int
+		stride := 1 + rng.IntN(70)
+		for b := rng.IntN(stride); b < m; b += stride {
+			asks = append(asks, b)
+		}
+		for range 50 {
+			asks = append(asks, rng.IntN(m))
+		}
+		for _, b := range asks {
+			has, before := d.at(b)
+			prev := make([]int64, len(fresh.items))
+			_, idx, x := fresh.walk(prev, func(_, mid int, _ []int32, _, _ []int64) bool { return b >= mid })
+			want := make([]int64, len(fresh.items))
+			for i, j := range idx {
+				want[j] = x[i]
+			}
+			if !slices.Equal(has, want) || !slices.Equal(before, prev) {
+				t.Fatalf("trial %d (%d strata, %d batches, stride %d), batch %d: extras %v before %v, a fresh walk gives %v before %v", trial, strata, m, stride, b, has, before, want, prev)
+			}
+		}
+	}
+}
+
+// onePathAtATime is the max flow push found before it sent many paths in
+// one walk: one augmenting path per walk from the source. It is the
+// reference TestBlockingFlowAsOnePathAtATime holds push to.
+func (g *flowNet) onePathAtATime(s, t int) int64 {
+	total := int64(0)
+	for {
+		for i := range g.level {
+			g.level[i] = -1
+		}
+		g.level[s] = 0
+		queue := []int32{int32(s)}
+		for q := 0; q < len(queue); q++ {
+			u := queue[q]
+			for e := g.head[u]; e >= 0; e = g.next[e] {
+				if v := g.to[e]; g.capa[e] > 0 && g.level[v] < 0 {
+					g.level[v] = g.level[u] + 1
+					queue = append(queue, v)
+				}
+			}
+		}
+		if g.level[t] < 0 {
+			return total
+		}
+		copy(g.cur, g.head)
+		var path func(u int32, limit int64) int64
+		path = func(u int32, limit int64) int64 {
+			if u == int32(t) {
+				return limit
+			}
+			for ; g.cur[u] >= 0; g.cur[u] = g.next[g.cur[u]] {
+				e := g.cur[u]
+				v := g.to[e]
+				if g.capa[e] <= 0 || g.level[v] != g.level[u]+1 {
+					continue
+				}
+				if f := path(v, min(limit, g.capa[e])); f > 0 {
+					g.capa[e] -= f
+					g.capa[e^1] += f
+					return f
+				}
+			}
+			return 0
+		}
+		for {
+			f := path(int32(s), 1<<62)
+			if f == 0 {
+				break
+			}
+			total += f
+		}
+	}
+}
+
+// TestBlockingFlowAsOnePathAtATime: order version 5's roundings are the
+// max flows this network finds, so the flow on every arc is part of the
+// order's contract. maxFlow (BFS stopped at the sink's level, many paths
+// a walk) must find, arc for arc, the flow that one path a walk from the
+// source, with every node levelled, finds. Random layered and unlayered
+// networks, unit and larger capacities.
+func TestBlockingFlowAsOnePathAtATime(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for trial := range 3000 {
+		nodes := 2 + rng.IntN(40)
+		arcs := rng.IntN(nodes * 4)
+		type arc struct {
+			u, v int
+			c    int64
+		}
+		var list []arc
+		for range arcs {
+			u, v := rng.IntN(nodes), rng.IntN(nodes)
+			if u == v {
+				continue
+			}
+			c := int64(1)
+			if rng.IntN(3) == 0 {
+				c = 1 + rng.Int64N(5)
+			}
+			list = append(list, arc{u, v, c})
+		}
+		var a, b flowNet
+		a.reset(nodes)
+		b.reset(nodes)
+		for _, x := range list {
+			a.arc(x.u, x.v, x.c)
+			b.arc(x.u, x.v, x.c)
+		}
+		s, sink := 0, nodes-1
+		fa, fb := a.maxFlow(s, sink), b.onePathAtATime(s, sink)
+		if fa != fb || !slices.Equal(a.capa, b.capa) {
+			t.Fatalf("trial %d (%d nodes, %d arcs): flow %d, arcs %v; one path at a time: %d, arcs %v", trial, nodes, len(list), fa, a.capa, fb, b.capa)
+		}
+	}
 }
