@@ -29,6 +29,10 @@ var (
 	ErrNoBucket = errors.New("bucket does not exist")
 	// ErrUnavailable: the store could not be reached or failed (5xx, refused, timeout).
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrStalled: a request's time bound ran out while this process could
+	// not run (a busy machine): no verdict on the store, and not a store
+	// fault.
+	ErrStalled = errors.New("timed out while this process stalled")
 	// ErrThrottled: the store refused a request for load (S3's 503
 	// SlowDown, 500 InternalError, 429), which a retry may pass; it comes
 	// wrapped with ErrUnavailable. See Retry.

@@ -3,6 +3,7 @@ package backend_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +91,55 @@ func TestTimeoutBoundsEveryRequest(t *testing.T) {
 	cancel()
 	if err := s.ReadAt(ctx, "k", make([]byte, 10), 0); !errors.Is(err, context.Canceled) || errors.Is(err, backend.ErrUnavailable) {
 		t.Fatalf("cancelled read: %v, want context.Canceled", err)
+	}
+}
+
+// yieldsFirst is a store whose requests leave the core before they are
+// sent, as a busy machine takes a goroutine off its core at any moment.
+type yieldsFirst struct{ backend.Store }
+
+func (s yieldsFirst) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
+	runtime.Gosched()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.Store.ReadAt(ctx, key, p, off)
+}
+
+// TestTimeoutWhileStalledIsNotTheStores: a request timeout that ran out
+// while this process could not run is ErrStalled, not a store fault, so
+// Health strikes no healthy store for our own wait (the class of
+// TestStarvedProbeIsNoVerdict's CI failure). The request yields before it
+// is sent; one core and 64 spinning goroutines (starveCPU) make that wait
+// about 600 ms, 12 times the 50 ms bound. With the cores free, the same store
+// answers within the bound, and a hung one is still ErrUnavailable
+// (TestTimeoutBoundsEveryRequest).
+func TestTimeoutWhileStalledIsNotTheStores(t *testing.T) {
+	local := openAll(t, "file://"+t.TempDir())[0]
+	if err := local.Put(context.Background(), "k", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	s := backend.WithTimeout(yieldsFirst{local}, 50*time.Millisecond)
+	stop := starveCPU()
+	var errs []error
+	for range 5 {
+		errs = append(errs, s.ReadAt(context.Background(), "k", make([]byte, 10), 0))
+	}
+	stop()
+	stalled := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, backend.ErrStalled) && !backend.IsStoreFault(err):
+			stalled++
+		default:
+			t.Fatalf("a read whose bound ran out while this process stalled: %v, want ErrStalled and no store fault", err)
+		}
+	}
+	if stalled == 0 {
+		t.Fatalf("no read of 5 outlived its bound on a starved process (%v): the test needs a longer stall", errs)
+	}
+	if err := s.ReadAt(context.Background(), "k", make([]byte, 10), 0); err != nil {
+		t.Fatalf("the same read with the cores free: %v", err)
 	}
 }

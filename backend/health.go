@@ -394,7 +394,8 @@ func (h *Health) Suspect() {
 //     down" that way, and a RS(4,2) read with two stores already out
 //     failed with every store answering);
 //   - a timeout in a span where this process stalled (stallWatch: some
-//     goroutine waited a quarter of the timeout to run) proves nothing,
+//     goroutine waited a quarter of the timeout to run, or the probe came
+//     back a quarter of it late) proves nothing,
 //     and the store is asked again, up to maxStalledProbes times, then
 //     left as it was (CI: the probe's deadline ran out before it asked a
 //     file:// store at all, 17 µs after it started to wait for the answer,
@@ -409,8 +410,8 @@ func (h *Health) runProbe(timeout time.Duration) {
 		h.mu.Unlock()
 	}()
 	for try := 1; ; try++ {
-		start := time.Now()
 		stalls := watchStalls()
+		start := stalls.start
 		fb := &FirstByte{}
 		ctx, cancel := context.WithTimeout(WithFirstByte(context.Background(), fb), timeout)
 		if stall := probeAboutToAsk.Load(); stall != nil {
@@ -425,7 +426,7 @@ func (h *Health) runProbe(timeout time.Duration) {
 		case errors.Is(err, context.DeadlineExceeded) && !silent:
 			// Busy, not down: no strike, and no latency sample either (the
 			// probe's time says nothing about the store's).
-		case silent && stalls.stalledFor(timeout/4):
+		case silent && stalls.stalled(timeout):
 			if try < maxStalledProbes {
 				continue
 			}

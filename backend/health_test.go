@@ -184,9 +184,9 @@ func TestSuspectThatAnswersStaysUp(t *testing.T) {
 // before it asked a file:// store; the timeout ran out 17 µs after the
 // probe began to wait for its answer. Every healthy store of a RS(4,2) set
 // was marked down that way, and reads failed with "too few intact
-// fragments" while every store answered. Here one core and 32 spinning
-// goroutines make the probe, which yields at that moment
-// (backend.StallProbes), wait about 300 ms to run again, 6 times its
+// fragments" while every store answered. Here one core and 64 spinning
+// goroutines (starveCPU) make the probe, which yields at that moment
+// (backend.StallProbes), wait about 600 ms to run again, 12 times its
 // timeout. The store must stay up through every probe. With the cores
 // free, the same stall point must still let a probe mark a store that
 // never answers down.
@@ -195,23 +195,8 @@ func TestStarvedProbeIsNoVerdict(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	opts := backend.HealthOptions{SuspectTimeout: timeout, ProbeTimeout: timeout, MinBackoff: time.Minute}
 	defer backend.StallProbes(runtime.Gosched)()
-	starve := func() (stop func()) {
-		procs := runtime.GOMAXPROCS(1)
-		var done atomic.Bool
-		var spinning sync.WaitGroup
-		for range 32 {
-			spinning.Add(1)
-			go func() {
-				defer spinning.Done()
-				for !done.Load() {
-				}
-			}()
-		}
-		return func() { done.Store(true); spinning.Wait(); runtime.GOMAXPROCS(procs) }
-	}
-
 	healthy := backend.WithHealth(local, "obj", opts, nil)
-	stop := starve()
+	stop := starveCPU()
 	probes := 0
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && !healthy.MarkedDown(); probes++ {
 		healthy.Suspect()
@@ -233,4 +218,25 @@ func TestStarvedProbeIsNoVerdict(t *testing.T) {
 		}
 	}
 	t.Logf("%d probes on a starved process: the store stayed up; a hung store on a free one was marked down", probes)
+}
+
+// starveCPU leaves this process one core and 64 goroutines that spin on
+// it, so a goroutine that yields waits about 600 ms to run again, until
+// stop is called. It returns once they have spun a while: the scheduler
+// records one wait in eight of each goroutine's (stallWatch), and 64 of
+// them, each past its first turn, leave no span of a turn unrecorded.
+func starveCPU() (stop func()) {
+	procs := runtime.GOMAXPROCS(1)
+	var done atomic.Bool
+	var spinning sync.WaitGroup
+	for range 64 {
+		spinning.Add(1)
+		go func() {
+			defer spinning.Done()
+			for !done.Load() {
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	return func() { done.Store(true); spinning.Wait(); runtime.GOMAXPROCS(procs) }
 }

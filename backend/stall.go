@@ -14,13 +14,17 @@ import (
 // long goroutines waited, ready, before they ran (/sched/latencies). When
 // some goroutine waited a good part of a timeout in the span a request was
 // timed, this process stalled, and the timeout is no evidence against the
-// store. The runtime samples one scheduling in eight; a stall holds every
-// ready goroutine at once, so it is recorded many times over.
+// store. The runtime samples one scheduling in eight of each goroutine's,
+// so a stall of a few goroutines can go unrecorded; the span's own end
+// is the second witness: a request that returns a quarter of its bound
+// after its deadline waited that long to run again (a store honours its
+// context at once), so this process stalled at its end.
 
 const schedLatencies = "/sched/latencies:seconds"
 
 // stallWatch is the scheduler's latency counts at the start of a span.
 type stallWatch struct {
+	start   time.Time
 	counts  []uint64
 	buckets []float64 // upper bounds: counts[i] waited in [buckets[i], buckets[i+1])
 }
@@ -36,11 +40,19 @@ func readSchedLatencies() *metrics.Float64Histogram {
 
 // watchStalls starts a span.
 func watchStalls() stallWatch {
-	h := readSchedLatencies()
-	if h == nil {
-		return stallWatch{}
+	w := stallWatch{start: time.Now()}
+	if h := readSchedLatencies(); h != nil {
+		w.counts, w.buckets = slices.Clone(h.Counts), h.Buckets
 	}
-	return stallWatch{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+	return w
+}
+
+// stalled reports whether this process stalled in a span timed by bound
+// that has just ended past it: a goroutine waited a quarter of the bound
+// to run (the scheduler's record), or the span ended a quarter of the
+// bound after it.
+func (w stallWatch) stalled(bound time.Duration) bool {
+	return time.Since(w.start)-bound >= bound/4 || w.stalledFor(bound/4)
 }
 
 // stalledFor reports whether, since the span started, a goroutine of this

@@ -27,18 +27,39 @@ func WithTimeout(s Store, base time.Duration) *Timeout {
 // Unwrap returns the store whose requests are bounded.
 func (t *Timeout) Unwrap() Store { return t.Store }
 
-func (t *Timeout) bound(ctx context.Context, bytes int) (context.Context, context.CancelFunc) {
+// request is one request's bound: how long, and the scheduler's record
+// from its start (stallWatch).
+type request struct {
+	d      time.Duration
+	stalls stallWatch
+}
+
+func (t *Timeout) bound(ctx context.Context, bytes int) (context.Context, context.CancelFunc, request) {
 	d := t.Base
 	if t.MinRate > 0 {
 		d += time.Duration(float64(bytes) / t.MinRate * float64(time.Second))
 	}
-	return context.WithTimeout(ctx, d)
+	return t.within(ctx, d)
+}
+
+func (t *Timeout) within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc, request) {
+	req := request{d: d, stalls: watchStalls()}
+	c, cancel := context.WithTimeout(ctx, d)
+	return c, cancel, req
 }
 
 // timedOut turns the wrapper's own deadline into an availability error that
 // names the store; a deadline or cancellation of the caller passes through.
-func (t *Timeout) timedOut(parent, ctx context.Context, op, key string, err error) error {
+// A deadline that ran out while this process itself stalled (stallWatch:
+// a goroutine waited a quarter of the bound to run) is ErrStalled, not
+// the store's fault: on a busy machine the wait was ours, and the store
+// may never have been asked (Health.runProbe's CI failure, the same class).
+func (t *Timeout) timedOut(parent, ctx context.Context, req request, op, key string, err error) error {
 	if err != nil && parent.Err() == nil && ctx.Err() == context.DeadlineExceeded {
+		if req.stalls.stalled(req.d) {
+			return &Error{Store: t.String(), Op: op, Key: key,
+				Err: fmt.Errorf("%w: the %v request timeout ran out while this process could not run for a quarter of it; not counted against the store", ErrStalled, t.Base)}
+		}
 		return &Error{Store: t.String(), Op: op, Key: key,
 			Err: fmt.Errorf("%w: no answer within the %v request timeout", ErrUnavailable, t.Base)}
 	}
@@ -48,47 +69,47 @@ func (t *Timeout) timedOut(parent, ctx context.Context, op, key string, err erro
 var _ Store = (*Timeout)(nil)
 
 func (t *Timeout) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
-	c, cancel := t.bound(ctx, len(p))
+	c, cancel, req := t.bound(ctx, len(p))
 	defer cancel()
-	return t.timedOut(ctx, c, "read", key, t.Store.ReadAt(c, key, p, off))
+	return t.timedOut(ctx, c, req, "read", key, t.Store.ReadAt(c, key, p, off))
 }
 
 // ReadAtV passes a vectored read through, bounded like ReadAt.
 func (t *Timeout) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
-	c, cancel := t.bound(ctx, VecLen(bufs))
+	c, cancel, req := t.bound(ctx, VecLen(bufs))
 	defer cancel()
-	return t.timedOut(ctx, c, "read", key, t.Store.ReadAtV(c, key, bufs, off))
+	return t.timedOut(ctx, c, req, "read", key, t.Store.ReadAtV(c, key, bufs, off))
 }
 
 func (t *Timeout) Put(ctx context.Context, key string, data []byte) error {
-	c, cancel := t.bound(ctx, len(data))
+	c, cancel, req := t.bound(ctx, len(data))
 	defer cancel()
-	return t.timedOut(ctx, c, "write", key, t.Store.Put(c, key, data))
+	return t.timedOut(ctx, c, req, "write", key, t.Store.Put(c, key, data))
 }
 
 func (t *Timeout) Create(ctx context.Context, key string, data []byte) error {
-	c, cancel := t.bound(ctx, len(data))
+	c, cancel, req := t.bound(ctx, len(data))
 	defer cancel()
-	return t.timedOut(ctx, c, "create", key, t.Store.Create(c, key, data))
+	return t.timedOut(ctx, c, req, "create", key, t.Store.Create(c, key, data))
 }
 
 func (t *Timeout) Stat(ctx context.Context, key string) (int64, error) {
-	c, cancel := t.bound(ctx, 0)
+	c, cancel, req := t.bound(ctx, 0)
 	defer cancel()
 	n, err := t.Store.Stat(c, key)
-	return n, t.timedOut(ctx, c, "stat", key, err)
+	return n, t.timedOut(ctx, c, req, "stat", key, err)
 }
 
 // List may page through many objects: it gets four times the base bound.
 func (t *Timeout) List(ctx context.Context, prefix string) ([]string, error) {
-	c, cancel := context.WithTimeout(ctx, 4*t.Base)
+	c, cancel, req := t.within(ctx, 4*t.Base)
 	defer cancel()
 	keys, err := t.Store.List(c, prefix)
-	return keys, t.timedOut(ctx, c, "list", prefix, err)
+	return keys, t.timedOut(ctx, c, req, "list", prefix, err)
 }
 
 func (t *Timeout) Delete(ctx context.Context, key string) error {
-	c, cancel := t.bound(ctx, 0)
+	c, cancel, req := t.bound(ctx, 0)
 	defer cancel()
-	return t.timedOut(ctx, c, "delete", key, t.Store.Delete(c, key))
+	return t.timedOut(ctx, c, req, "delete", key, t.Store.Delete(c, key))
 }

@@ -141,7 +141,7 @@ func (r *Report) Recoverable() bool {
 // unavailable reports whether err means the store did not answer or
 // refused us, as opposed to answering that an object is missing or wrong.
 func unavailable(err error) bool {
-	return errors.Is(err, backend.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
+	return errors.Is(err, backend.ErrUnavailable) || errors.Is(err, backend.ErrStalled) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, backend.ErrAccessDenied) || errors.Is(err, backend.ErrNoBucket)
 }
 
