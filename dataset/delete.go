@@ -29,13 +29,18 @@ import (
 //   - Every store must answer the listing before anything is deleted, and
 //     the confirmation comes before the first delete: a refusal deletes
 //     nothing.
-//   - The manifest copies go first, on every store. Until every copy is
-//     gone, no data object has been deleted, so a kill or a store failing
-//     there leaves the dataset whole (repair writes the missing copies
-//     back) and a second delete starts again. Once every copy is gone, no
-//     mount can open the dataset, and the leases are read again: a mount
-//     that opened it meanwhile holds a lease, and the data stays until it
-//     ends.
+//   - The manifest copies go first, on every store, their bytes read
+//     before. Until every copy is gone, no data object has been deleted.
+//     A store failing among those deletes leaves the dataset whole: the
+//     copies deleted are put back, and a second delete starts again (CI:
+//     a store cut after 5 of 6 copies went left one copy, which no read
+//     trusts alone, so the dataset did not open, while the error said it
+//     was whole). A kill there can leave fewer copies than a commit
+//     needs: the dataset then does not open (list shows it unreadable),
+//     every data object is still there, and a second delete finishes.
+//     Once every copy is gone, no mount can open the dataset, and the
+//     leases are read again: a mount that opened it meanwhile holds a
+//     lease, and the data stays until it ends.
 //   - The identity and the locks go last: a kill after the manifests leaves
 //     objects under NAME/ only, which a second delete lists and removes (it
 //     takes over the lock of a delete that died, as an ingest's).
@@ -160,10 +165,20 @@ func Delete(ctx context.Context, stores []backend.Store, name string, opts Delet
 		}
 	}
 
-	// The manifest copies, on every store, first.
+	// The manifest copies, on every store, first. Their bytes are read
+	// before any goes, so that a store failing among their deletes leaves
+	// the dataset whole: the copies that went are put back.
 	first := []string{ManifestKey(name), PendingManifestKey(name)}
-	if err := deleteAll(ctx, stores, splitKeys(keys, func(k string) bool { return slices.Contains(first, k) })); err != nil {
-		return nil, fmt.Errorf("delete %s: %w: nothing else was deleted: the dataset is whole (run delete again)", name, err)
+	manifests := splitKeys(keys, func(k string) bool { return slices.Contains(first, k) })
+	saved, err := readObjects(ctx, stores, manifests)
+	if err != nil {
+		return nil, fmt.Errorf("delete %s: read its manifest copies, to put back should a delete of one fail: %w (nothing was deleted)", name, err)
+	}
+	if err := deleteAll(ctx, stores, manifests); err != nil {
+		if rerr := putBack(context.WithoutCancel(ctx), stores, saved); rerr != nil {
+			return nil, fmt.Errorf("delete %s: %w; putting back the manifest copies deleted failed too: %w: it may not open now, and no data object was deleted: run delete again to finish", name, err, rerr)
+		}
+		return nil, fmt.Errorf("delete %s: %w: the manifest copies deleted are back, and nothing else was deleted: the dataset is whole (run delete again)", name, err)
 	}
 	if err := refuseLeased(ctx, stores, name, opts.LeaseStale, "its manifests are deleted, so no new mount opens it; its data stays until that mount ends: run delete again then"); err != nil {
 		return nil, err
@@ -180,6 +195,50 @@ func Delete(ctx context.Context, stores []backend.Store, name string, opts Delet
 	}
 	rep.Deleted = true
 	return rep, nil
+}
+
+// storedObject is one object's bytes on one store.
+type storedObject struct {
+	store int
+	key   string
+	data  []byte
+}
+
+// readObjects reads every object keys names, per store.
+func readObjects(ctx context.Context, stores []backend.Store, keys [][]string) ([]storedObject, error) {
+	var out []storedObject
+	for i, ks := range keys {
+		for _, k := range ks {
+			size, err := stores[i].Stat(ctx, k)
+			if err != nil {
+				return nil, fmt.Errorf("store %d: %w", i, err)
+			}
+			b := make([]byte, size)
+			if err := stores[i].ReadAt(ctx, k, b, 0); err != nil {
+				return nil, fmt.Errorf("store %d: %w", i, err)
+			}
+			out = append(out, storedObject{i, k, b})
+		}
+	}
+	return out, nil
+}
+
+// putBack writes back each object that is no longer on its store.
+func putBack(ctx context.Context, stores []backend.Store, objs []storedObject) error {
+	var errs []error
+	for _, o := range objs {
+		_, err := stores[o.store].Stat(ctx, o.key)
+		switch {
+		case err == nil:
+		case errors.Is(err, backend.ErrNotExist):
+			if err := stores[o.store].Put(ctx, o.key, o.data); err != nil {
+				errs = append(errs, fmt.Errorf("store %d: put back %s: %w", o.store, o.key, err))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("store %d: %s: %w", o.store, o.key, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // splitKeys takes out of keys, per store, the keys take reports, and
