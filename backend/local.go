@@ -3,12 +3,13 @@ package backend
 import (
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // tmpPrefix marks in-progress writes; List never returns them.
@@ -83,6 +84,12 @@ func (l *Local) ReadAt(ctx context.Context, key string, p []byte, off int64) err
 }
 
 // ReadAtV reads the file's bytes from off into bufs in turn.
+//
+// It opens the file with open(2) and reads with preadv(2), not os.Open and
+// File.ReadAt: os.File registers every file with the runtime's poller,
+// which a regular file refuses, and those extra fcntl and epoll_ctl calls
+// were a sixth of the CPU of a read from a file store (profile of
+// erasure's TestDecodeMatrix, where every fragment read opens a file).
 func (l *Local) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -91,24 +98,48 @@ func (l *Local) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int6
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(name)
+	fd, err := retryEINTR(func() (int, error) { return unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0) })
 	if err != nil {
-		return l.wrap("read", key, err)
+		return l.wrap("read", key, &fs.PathError{Op: "open", Path: name, Err: err})
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	total, want := 0, VecLen(bufs)
-	for _, p := range bufs {
-		n, err := f.ReadAt(p, off+int64(total))
+	for {
+		for len(bufs) > 0 && len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+		if len(bufs) == 0 {
+			return nil
+		}
+		n, err := retryEINTR(func() (int, error) { return unix.Preadv(fd, bufs[:min(len(bufs), maxIovecs)], off+int64(total)) })
+		if err != nil {
+			return l.wrap("read", key, &fs.PathError{Op: "read", Path: name, Err: err})
+		}
+		if n == 0 {
+			return l.wrap("read", key, shortRead(total, want, off))
+		}
 		total += n
-		if n == len(p) {
-			continue
+		for len(bufs) > 0 && n >= len(bufs[0]) { // drop what is filled
+			n -= len(bufs[0])
+			bufs = bufs[1:]
 		}
-		if err == io.EOF || err == nil {
-			err = shortRead(total, want, off)
+		if n > 0 { // a short read: the rest, in a list of our own, not the caller's
+			bufs = append([][]byte{bufs[0][n:]}, bufs[1:]...)
 		}
-		return l.wrap("read", key, err)
 	}
-	return nil
+}
+
+// maxIovecs is the most buffers one preadv(2) takes (IOV_MAX on Linux).
+const maxIovecs = 1024
+
+// retryEINTR calls f again while a signal interrupts it.
+func retryEINTR(f func() (int, error)) (int, error) {
+	for {
+		n, err := f()
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
 }
 
 func (l *Local) Put(ctx context.Context, key string, data []byte) error {

@@ -57,6 +57,25 @@ func Run(t *testing.T, newStore func(t *testing.T) backend.Store) {
 		if got := bytes.Join(bufs, nil); !bytes.Equal(got, data[off:off+total]) {
 			t.Fatalf("ReadAtV: wrong bytes")
 		}
+		for i, n := range lens {
+			if len(bufs[i]) != n {
+				t.Fatalf("ReadAtV changed the caller's buffer %d to %d bytes, was %d", i, len(bufs[i]), n)
+			}
+		}
+		// More buffers than one preadv(2) takes (IOV_MAX, 1024), and none but empty ones.
+		many := make([][]byte, 3000)
+		for i := range many {
+			many[i] = make([]byte, 1+i%5)
+		}
+		if err := s.ReadAtV(ctx, "ds/a/frag", many, 5); err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(many, nil); !bytes.Equal(got, data[5:5+len(got)]) {
+			t.Fatalf("ReadAtV of %d buffers: wrong bytes", len(many))
+		}
+		if err := s.ReadAtV(ctx, "ds/a/frag", [][]byte{{}, {}}, int64(len(data))); err != nil {
+			t.Fatalf("ReadAtV of empty buffers at the end: %v", err)
+		}
 		// Past the end: the last buffer cannot be filled.
 		short := [][]byte{make([]byte, 10), make([]byte, 10)}
 		if err := s.ReadAtV(ctx, "ds/a/frag", short, int64(len(data)-15)); !errors.Is(err, backend.ErrShortRead) {
