@@ -8,12 +8,30 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
 )
 
-func fragKey(shard, frag int) string { return fmt.Sprintf("ds/s%06d.f%02d", shard, frag) }
+// fragKey is ds/s%06d.f%02d, spelled without fmt: the decode matrix asks
+// for a key per fragment read, and Sprintf was 7% of its CPU.
+func fragKey(shard, frag int) string {
+	b := make([]byte, 0, 16)
+	b = append(b, "ds/s"...)
+	b = appendPadded(b, shard, 6)
+	b = append(b, ".f"...)
+	b = appendPadded(b, frag, 2)
+	return string(b)
+}
+
+func appendPadded(b []byte, v, width int) []byte {
+	digits := strconv.Itoa(v)
+	for range width - len(digits) {
+		b = append(b, '0')
+	}
+	return append(b, digits...)
+}
 
 // testShard encodes data as shard id into k+m local stores under dir.
 func testShard(t testing.TB, p Params, id int, data []byte) (*Reader, *Shard, []string) {

@@ -635,8 +635,11 @@ func (p *countingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Item 6: the healer's rates hold on a busy machine. Both cores burn, a
 // healer bound to 4 MiB/s scrubs one dataset and a healer bound to 40
-// requests/s another, for 60 s, each through a proxy that counts what
-// reaches the stores: each rate is within 10% of its bound.
+// requests/s another, for 20 s, each through a proxy that counts what
+// reaches the stores: each rate is within 10% of its bound. 20 s, not the
+// 60 it was until issue 56: the bound is the same, and over 20 s one
+// request is 0.1% of the count and one 1 MiB fragment 1.2% of the bytes;
+// the 40 s more cost the suite 80 CPU seconds of burners.
 func TestHealRatesOnBusyMachine(t *testing.T) {
 	c := startCluster(t, 6)
 	src := t.TempDir()
@@ -685,7 +688,7 @@ func TestHealRatesOnBusyMachine(t *testing.T) {
 	_, b0 := sum(byteProxies)
 	r0, _ := sum(reqProxies)
 	t0 := time.Now()
-	time.Sleep(60 * time.Second)
+	time.Sleep(20 * time.Second)
 	_, b1 := sum(byteProxies)
 	r1, _ := sum(reqProxies)
 	secs := time.Since(t0).Seconds()

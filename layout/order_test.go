@@ -228,7 +228,8 @@ func TestPropertyWorldSizeIndependent(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			p.Window = 1 + rng.IntN(in.NumShards)
 		}
-		if !slices.Equal(interleaved(allRanks(t, in, p)), globalOf(t, in, p, allRanks(t, in, p))) {
+		ranks := allRanks(t, in, p)
+		if !slices.Equal(interleaved(ranks), globalOf(t, in, p, ranks)) {
 			t.Fatalf("case %d (W=%d B=%d %v window=%d): interleaved ranks differ from the global order", i, p.World, p.Batch, p.Tail, p.Window)
 		}
 	}
