@@ -31,20 +31,45 @@ report() {
 	grep -E '^ *--- (PASS|FAIL|SKIP)' "$1" | sed -E 's/^ *--- [A-Z]+: ([^ ]+) \(([0-9.]+)s\)/\2 \1/' | sort -rn | awk 'NR <= 30' || true
 }
 
-# The MinIO integration tests start first, in a go test of their own, and
+# The MinIO integration tests start first, in go tests of their own, and
 # run while every other package, the decode matrix and the fuzzers take the
 # rest of the machine. They run without -race: they drive the shardfs
 # binary, which they build without it, and their own goroutines only wait
 # on it; the concurrent code they exercise is raced in its own package's
 # tests (-race cost the integration package 1.7x its time). -parallel 4:
 # the tests that call t.Parallel wait on stores and proxies, not cores.
-echo "== go test ./integration/ (the MinIO integration tests, in the background)"
-(
-	set +e
-	go test -count=1 -timeout 60m -parallel 4 -v ./integration/ >"$logs/integration" 2>&1
-	echo $? >"$logs/integration.rc"
-) &
-integration_pid=$!
+#
+# They run as integration_shards processes, each with its own MinIO set,
+# the tests split between them by the seconds each took
+# (integration/testdata/seconds.txt), longest first, each to the process
+# with the fewest so far. One process ran its serial tests one after
+# another on one core: alone it took 1,086 s and used 0.98 of a core, and
+# in CI it ran 680 s after everything else had ended, one core idle.
+# go test -list runs TestMain, which builds the shardfs binaries: the
+# processes then find them in the build cache.
+integration_shards=2
+echo "== go test ./integration/ (the MinIO integration tests, $integration_shards processes, in the background)"
+integration_lists=$(go test -list '.*' ./integration/ | grep '^Test' |
+	awk 'NR == FNR { if ($1 !~ /^#/) sec[$1] = $2; next } { print (($1 in sec) ? sec[$1] : 10), $1 }' integration/testdata/seconds.txt - |
+	sort -rn | awk -v n="$integration_shards" '
+		{ best = 0; for (i = 1; i < n; i++) if (load[i] < load[best]) best = i; load[best] += $1; list[best] = list[best] "|" $2 }
+		END { for (i = 0; i < n; i++) print substr(list[i], 2) }')
+if [ "$(tr '|' '\n' <<<"$integration_lists" | grep -c '^Test')" -lt 100 ]; then
+	echo "the integration tests were not listed, or too few (go test -list ./integration/):" >&2
+	echo "$integration_lists" >&2
+	exit 1
+fi
+integration_pids=()
+shard=0
+while read -r tests; do
+	(
+		set +e
+		go test -count=1 -timeout 60m -parallel 4 -v -run "^(${tests})\$" ./integration/ >"$logs/integration$shard" 2>&1
+		echo $? >"$logs/integration$shard.rc"
+	) &
+	integration_pids+=($!)
+	shard=$((shard + 1))
+done <<<"$integration_lists"
 
 # layout is not among them: it starts no goroutine (nor do its tests), so
 # -race has nothing to race there, and it cost the suite a second run of
@@ -94,10 +119,13 @@ done
 echo "(decode matrix, layout and fuzz done: $((SECONDS - suite_start)) s into the suite)"
 
 echo "== waiting for the integration tests"
-wait "$integration_pid" || true
-report "$logs/integration"
+for pid in "${integration_pids[@]}"; do wait "$pid" || true; done
+for ((shard = 0; shard < integration_shards; shard++)); do
+	echo "-- integration process $shard"
+	report "$logs/integration$shard"
+	[ "$(cat "$logs/integration$shard.rc" 2>/dev/null)" = 0 ] || failed="$failed integration$shard"
+done
 echo "(integration: $((SECONDS - suite_start)) s into the suite)"
-[ "$(cat "$logs/integration.rc" 2>/dev/null)" = 0 ] || failed="$failed integration"
 
 # Last, on a machine nothing else in the suite is loading: five ratios
 # against floors measured in the same run, held to bench/check-baseline.json.
