@@ -269,6 +269,7 @@ func healState(t *testing.T, c *cluster, name string) *heal.State {
 // clean and the alert clears. The reader never sees a wrong byte or an
 // error; its rate during healing is logged against the rate before.
 func TestHealWipedStoresWhileReading(t *testing.T) {
+	t.Parallel() // waits out the alert's minute, asserts bytes, alert states and hang bounds; the rates are logged (main_test.go, parallelTests)
 	requireTool(t, "prometheus")
 	c := startCluster(t, 6)
 	src := t.TempDir()
