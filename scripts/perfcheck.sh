@@ -75,6 +75,11 @@ if widen:
 # order: busy cores slow the bare client more), 0.24-0.35 (memory cache),
 # 0.19-0.24 (window) and 1.03-1.12 (ingest): a halving of the window or
 # ingest ratio fails, noise does not.
-json.dump({"machine": machine, "Runs": n, "Busy": busy, "ratios": ratios, "tolerance": 0.35}, open(out, "w"), indent=1)
+# depth is held to 25% below its lowest run, not 35%: on the AMD EPYC
+# 2-core machine its idle runs read 0.207-0.236 (medians 0.210-0.236;
+# busy cores raise it, to 0.34-0.39, by slowing its 20 ms side), and a
+# halved prefetch depth read 0.110-0.144 (median 0.140), which 35% below
+# 0.2095 (0.136) let pass.
+json.dump({"machine": machine, "Runs": n, "Busy": busy, "ratios": ratios, "tolerance": 0.35, "tolerances": {"depth": 0.25}}, open(out, "w"), indent=1)
 print(open(out).read())
 EOF
