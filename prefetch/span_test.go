@@ -37,36 +37,27 @@ func (l *rangeLog) ReadRangeV(ctx context.Context, shard int, off int64, bufs []
 	return l.Fetcher.ReadRangeV(ctx, shard, off, bufs)
 }
 
-// neighbours is a reader with default settings over a dataset of 30
-// samples of 100-120 kB, whose stores' ranges it logs, and the first of
-// three neighbours in shard 0.
-func neighbours(t *testing.T, seed uint64) (*testds.DS, *rangeLog, *Reader, int) {
-	t.Helper()
+// TestSpanSkipsWhatItDidNotClaim: a prefetch span planned over samples
+// a, b, c whose middle sample was meanwhile fetched on demand (so the span
+// claims only a and c) must not read b's bytes again. Found by
+// integration/TestExactResumeFetchesNothingBefore under load: one sample
+// of the resumed batch was fetched twice.
+func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
 	met := metrics.New(make([]string, 6))
-	ds := testds.New(t, synth.Spec{Counts: []int{30}, MinSize: 100_000, MaxSize: 120_000, Seed: seed}, met)
+	ds := testds.New(t, synth.Spec{Counts: []int{30}, MinSize: 100_000, MaxSize: 120_000, Seed: 7}, met)
 	cat := dataset.ManifestCatalog{M: ds.Manifest}
 	log := &rangeLog{Fetcher: ds}
 	r := New(log, cat, cache.New(64<<20, nil), met, DefaultConfig(), nil)
-	t.Cleanup(func() { r.Close() })
+	defer r.Close()
+	// Three neighbours in one shard.
 	first, count := cat.ShardSamples(0)
 	if count < 3 {
 		t.Fatalf("shard 0 holds %d samples, want 3 or more", count)
 	}
-	return ds, log, r, first
-}
-
-// TestSpanSkipsWhatItDidNotClaim: a prefetch span planned over samples
-// a, b, c whose middle sample was meanwhile fetched on demand (so the span
-// claims only a and c) reads b's bytes again only when asked to (joinPrev:
-// fetchSpan asks within RideGap, never beyond). Found by
-// integration/TestExactResumeFetchesNothingBefore under load: one sample
-// of the resumed batch was fetched twice.
-func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
-	ds, log, r, first := neighbours(t, 7)
 	a, c := cache.Key{Sample: int64(first)}, cache.Key{Sample: int64(first + 2)}
 	shard, aOff, aLen := r.chunkRange(a)
 	_, cOff, cLen := r.chunkRange(c)
-	pieces := []piece{{off: aOff, buf: make([]byte, aLen)}, {off: cOff, buf: make([]byte, cLen)}}
+	pieces := []piece{{aOff, make([]byte, aLen)}, {cOff, make([]byte, cLen)}}
 	if err := r.src.readPieces(context.Background(), shard, pieces); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +103,7 @@ func TestSpanReadsIntoItsPieces(t *testing.T) {
 		if shard != 0 {
 			t.Fatalf("sample %d in shard %d", i, shard)
 		}
-		pieces = append(pieces, piece{off: off, buf: make([]byte, n)})
+		pieces = append(pieces, piece{off, make([]byte, n)})
 		want = off + n - pieces[0].off
 	}
 	if err := r.src.readPieces(context.Background(), 0, pieces); err != nil {
@@ -129,52 +120,5 @@ func TestSpanReadsIntoItsPieces(t *testing.T) {
 	}
 	if len(log.ranges) != 1 || log.ranges[0] != [2]int64{pieces[0].off, want} {
 		t.Fatalf("ranges %v, want one GET [%d, +%d)", log.ranges, pieces[0].off, want)
-	}
-}
-
-// TestSpanRidesOnlyStillReadSamples: a span reads through the gap between
-// two of its pieces only where schedule found a ride (joinPrev): samples
-// that some open rank-epoch still reads, or that are cached. A sample that
-// nobody reads again, and is not cached, is never a ride.
-func TestSpanRidesOnlyStillReadSamples(t *testing.T) {
-	ds, log, r, first := neighbours(t, 8)
-	a, b, c := cache.Key{Sample: int64(first)}, cache.Key{Sample: int64(first + 1)}, cache.Key{Sample: int64(first + 2)}
-	shard, aOff, aLen := r.chunkRange(a)
-	_, bOff, bLen := r.chunkRange(b)
-	_, cOff, cLen := r.chunkRange(c)
-	if gap := cOff - (aOff + aLen); gap <= r.cfg.MergeGap || gap > r.cfg.RideGap {
-		t.Fatalf("the gap between a and c is %d bytes: want more than MergeGap %d, at most RideGap %d", gap, r.cfg.MergeGap, r.cfg.RideGap)
-	}
-
-	// No rank-epoch is open and b is not cached: nobody reads it again.
-	if r.stillRead(shard, aOff+aLen, cOff) {
-		t.Fatal("a sample nobody reads again, not cached, was taken for a ride")
-	}
-	h, _, err := r.cache.Get(context.Background(), b, r.fetchChunk(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.cache.Release(h)
-	if !r.stillRead(shard, bOff, bOff+bLen) {
-		t.Fatal("a cached sample was not taken for a ride")
-	}
-
-	// A ride is one GET over a, b and c, and a and c hold their own bytes.
-	log.ranges = nil
-	pieces := []piece{{off: aOff, buf: make([]byte, aLen)}, {off: cOff, buf: make([]byte, cLen), joinPrev: true}}
-	if err := r.src.readPieces(context.Background(), shard, pieces); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pieces {
-		want, err := ds.ReadRange(context.Background(), shard, p.off, int64(len(p.buf)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(p.buf, want) {
-			t.Fatalf("piece at %d: wrong bytes", p.off)
-		}
-	}
-	if len(log.ranges) != 1 || log.ranges[0] != [2]int64{aOff, cOff + cLen - aOff} {
-		t.Fatalf("a ride asked ranges %v, want one GET [%d, +%d)", log.ranges, aOff, cOff+cLen-aOff)
 	}
 }
