@@ -86,7 +86,7 @@ type Metrics interface {
 	// StoreState reports a store marked down (true) or healthy again (false).
 	StoreState(store int, down bool)
 	// LostFragment reports a fragment read that found it missing or
-	// corrupt (not late): what the healer should rebuild (dataset.Hinter).
+	// corrupt (not late): what the healer should rebuild (repository.Hinter).
 	LostFragment(store, shard int)
 }
 

@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/fs"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // mount mounts a fresh test dataset in-process on t.TempDir, unmounted in Cleanup.
@@ -44,11 +44,11 @@ func requireFUSE(t *testing.T) {
 // new directory in t.TempDir, unmounted in Cleanup.
 func mountTree(t *testing.T, ds *testds.DS, met *metrics.Metrics, epochs int, ranks []int, p layout.Params) string {
 	t.Helper()
-	in, err := dataset.LayoutInput(ds.Manifest)
+	in, err := repository.LayoutInput(ds.Manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	r := prefetch.New(ds, cat, cache.New(32<<20, nil), met, prefetch.DefaultConfig(), nil)
 	root := fs.NewRoot(fs.Options{Catalog: cat, Input: in, Reader: r, Epochs: epochs, Ranks: ranks, Order: p,
 		Info: []byte("{}\n"), Stats: func() []byte { return []byte("{\"ok\":1}\n") }, Created: time.Unix(1700000000, 0)})

@@ -1,6 +1,6 @@
 // Package heal owns the healer: a service that keeps a dataset at full
 // redundancy with no person running repair. It scrubs the dataset a few
-// shards at a time (dataset.VerifyShards), rebuilds every missing or
+// shards at a time (repository.VerifyShards), rebuilds every missing or
 // corrupt fragment as soon as it finds it, heals first the shards that
 // mounts read degraded (their hints), mends the metadata once a cycle,
 // records where it is so that a healer that restarts resumes there, and
@@ -11,7 +11,7 @@
 // What the healer writes, and why nothing current is ever put at risk:
 //   - A fragment (an object of an ingest, never rewritten by a later one)
 //     is rebuilt only from blocks that verified against the manifest's
-//     checksums (dataset.Repair), so it holds exactly the bytes its ingest
+//     checksums (repository.Repair), so it holds exactly the bytes its ingest
 //     wrote, and replaces an object that is missing or failed its check.
 //     An S3 PUT replaces atomically: a kill or a store failing mid-write
 //     leaves the old (already lost) object or the right one. No fragment
@@ -21,7 +21,7 @@
 //   - Metadata (manifest copies, identities, index and group objects, kept
 //     versions) is written only under the dataset's ingest lock, taken
 //     before the healer reads what is current and held until its last
-//     write (dataset.RepairHolding): no commit, gc or repair can run in
+//     write (repository.RepairHolding): no commit, gc or repair can run in
 //     between, so the copies it writes are the current version's. It
 //     holds that lock only while it mends (seconds, and only when some
 //     metadata is damaged); an ingest started then is refused with the
@@ -45,8 +45,8 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Config is one healer's dataset and pace.
@@ -128,7 +128,7 @@ func ReadState(ctx context.Context, stores []backend.Store, name string) (*State
 	var mu sync.Mutex
 	var best *State
 	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
-		size, err := s.Stat(ctx, dataset.HealStateKey(name))
+		size, err := s.Stat(ctx, repository.HealStateKey(name))
 		if errors.Is(err, backend.ErrNotExist) {
 			return nil
 		}
@@ -136,10 +136,10 @@ func ReadState(ctx context.Context, stores []backend.Store, name string) (*State
 			return err
 		}
 		if size > 64<<10 {
-			return fmt.Errorf("store %s: %s of %d bytes is not a heal state", s, dataset.HealStateKey(name), size)
+			return fmt.Errorf("store %s: %s of %d bytes is not a heal state", s, repository.HealStateKey(name), size)
 		}
 		b := make([]byte, size)
-		if err := s.ReadAt(ctx, dataset.HealStateKey(name), b, 0); err != nil {
+		if err := s.ReadAt(ctx, repository.HealStateKey(name), b, 0); err != nil {
 			return err
 		}
 		var st State
@@ -198,8 +198,8 @@ func Run(ctx context.Context, cfg Config) error {
 		id: fmt.Sprintf("heal-%s-%d", host, os.Getpid()), log: cfg.Logger.With("dataset", cfg.Name)}
 	waiting := false
 	for {
-		lock, lctx, err := dataset.AcquireLock(ctx, h.stores, cfg.Name, h.id, dataset.LockOptions{
-			Key: dataset.HealLockKey(cfg.Name), Stale: cfg.Lease, Heartbeat: cfg.Lease / 4, Logger: cfg.Logger})
+		lock, lctx, err := repository.AcquireLock(ctx, h.stores, cfg.Name, h.id, repository.LockOptions{
+			Key: repository.HealLockKey(cfg.Name), Stale: cfg.Lease, Heartbeat: cfg.Lease / 4, Logger: cfg.Logger})
 		switch {
 		case err == nil:
 			h.log.Info("heal: holding the healer lock", "healer", h.id)
@@ -212,14 +212,14 @@ func Run(ctx context.Context, cfg Config) error {
 			if cfg.Once || err == nil {
 				return err
 			}
-			if errors.Is(context.Cause(lctx), dataset.ErrLockLost) {
+			if errors.Is(context.Cause(lctx), repository.ErrLockLost) {
 				h.log.Warn("heal: lost the healer lock (another healer took over); standing by", "cause", context.Cause(lctx))
 			} else {
 				h.log.Error("heal: step failed; starting again", "err", err)
 			}
-		case errors.Is(err, dataset.ErrLocked) && cfg.Once:
+		case errors.Is(err, repository.ErrLocked) && cfg.Once:
 			return err
-		case errors.Is(err, dataset.ErrLocked):
+		case errors.Is(err, repository.ErrLocked):
 			if !waiting {
 				h.log.Info("heal: another healer holds the lock; standing by", "detail", err)
 				waiting = true
@@ -245,7 +245,7 @@ var errNewVersion = errors.New("a new version is current")
 
 // serve scrubs while this healer holds the lock (ctx ends when it is
 // lost), the current version, then the next one that becomes current.
-func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
+func (h *healer) serve(ctx context.Context, lock *repository.Lock) error {
 	for {
 		err := h.serveVersion(ctx, lock)
 		if !errors.Is(err, errNewVersion) {
@@ -257,7 +257,7 @@ func (h *healer) serve(ctx context.Context, lock *dataset.Lock) error {
 
 // serveVersion scrubs the version current when it starts, until another
 // one is (errNewVersion).
-func (h *healer) serveVersion(ctx context.Context, lock *dataset.Lock) error {
+func (h *healer) serveVersion(ctx context.Context, lock *repository.Lock) error {
 	ds, err := h.open(ctx)
 	if err != nil {
 		return err
@@ -359,7 +359,7 @@ func (h *healer) serveVersion(ctx context.Context, lock *dataset.Lock) error {
 // longer than the lease may have been taken over without knowing, so when
 // the last renewal is older than half a lease it proves it holds the lock
 // before it writes anything more.
-func (h *healer) stillHolds(ctx context.Context, lock *dataset.Lock) error {
+func (h *healer) stillHolds(ctx context.Context, lock *repository.Lock) error {
 	if err := h.pacer.pay(ctx); err != nil {
 		return err
 	}
@@ -370,8 +370,8 @@ func (h *healer) stillHolds(ctx context.Context, lock *dataset.Lock) error {
 }
 
 // open opens the current version; a new version forgets the old one's losses.
-func (h *healer) open(ctx context.Context) (*dataset.Dataset, error) {
-	ds, err := dataset.Open(ctx, h.stores, h.cfg.Name, dataset.Options{Logger: h.cfg.Logger, LostIndexesOK: true})
+func (h *healer) open(ctx context.Context) (*repository.Dataset, error) {
+	ds, err := repository.Open(ctx, h.stores, h.cfg.Name, repository.Options{Logger: h.cfg.Logger, LostIndexesOK: true})
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +385,7 @@ func (h *healer) open(ctx context.Context) (*dataset.Dataset, error) {
 
 // scrub verifies shards and rebuilds what they miss. It returns the
 // fragments written.
-func (h *healer) scrub(ctx context.Context, ds *dataset.Dataset, shards []int) (int, error) {
+func (h *healer) scrub(ctx context.Context, ds *repository.Dataset, shards []int) (int, error) {
 	rep, err := ds.VerifyShards(ctx, shards, nil)
 	if err != nil {
 		return 0, err
@@ -401,7 +401,7 @@ func (h *healer) scrub(ctx context.Context, ds *dataset.Dataset, shards []int) (
 	if len(rep.Damaged) > 0 {
 		// Damage is a version's objects gone; first make sure the
 		// version is still current (gc removes what no kept version reads).
-		if errors.Is(ds.Replaced(ctx), dataset.ErrReplaced) {
+		if errors.Is(ds.Replaced(ctx), repository.ErrReplaced) {
 			return 0, errNewVersion
 		}
 		// rep holds only these shards' fragments, so Repair rebuilds
@@ -414,7 +414,7 @@ func (h *healer) scrub(ctx context.Context, ds *dataset.Dataset, shards []int) (
 		case err == nil:
 			h.log.Info("heal: rebuilt fragments", "shards", damagedShards(rep), "written", n)
 			damaged = nil // every damaged fragment was rebuilt
-		case errors.Is(err, dataset.ErrIncomplete):
+		case errors.Is(err, repository.ErrIncomplete):
 			// Which shards had too few survivors is not told apart:
 			// they stay damaged (the margin errs low) until retried.
 			h.log.Warn("heal: rebuilt what the answering stores allow", "shards", damagedShards(rep), "written", n, "detail", err)
@@ -464,7 +464,7 @@ const maxRetry = 10_000
 
 // retryPending scrubs again the shards left missing fragments; it
 // returns the fragments written.
-func (h *healer) retryPending(ctx context.Context, ds *dataset.Dataset) (int, error) {
+func (h *healer) retryPending(ctx context.Context, ds *repository.Dataset) (int, error) {
 	if len(h.retry) == 0 {
 		return 0, nil
 	}
@@ -487,7 +487,7 @@ func (h *healer) retryPending(ctx context.Context, ds *dataset.Dataset) (int, er
 
 // damagedOf lists, per shard, the fragments rep found missing or
 // corrupt; a shard past repair (more than m lost in a stripe) counts m+1.
-func damagedOf(rep *dataset.Report, parity int) map[int][]int {
+func damagedOf(rep *repository.Report, parity int) map[int][]int {
 	out := map[int][]int{}
 	for _, d := range rep.Damaged {
 		if !slices.Contains(out[d.Shard], d.Frag) {
@@ -508,13 +508,13 @@ func damagedOf(rep *dataset.Report, parity int) map[int][]int {
 // wiped or replaced shows in the margin at once, not shard by shard as the
 // scrub reaches it. The scrub then checks the bytes, and each step's
 // findings replace the survey's for its shards.
-func (h *healer) survey(ctx context.Context, ds *dataset.Dataset) {
+func (h *healer) survey(ctx context.Context, ds *repository.Dataset) {
 	m := ds.Manifest
 	total := m.Data + m.Parity
 	present := make([]map[string]bool, len(h.stores))
 	listed := make([]bool, len(h.stores))
 	backend.OnEvery(h.stores, func(i int, s backend.Store) error {
-		keys, err := s.List(ctx, dataset.DataPrefix(h.cfg.Name))
+		keys, err := s.List(ctx, repository.DataPrefix(h.cfg.Name))
 		if err != nil {
 			return err
 		}
@@ -543,7 +543,7 @@ func (h *healer) survey(ctx context.Context, ds *dataset.Dataset) {
 		}
 		for f := range total {
 			st := h.codec.Placement(si, f)
-			if listed[st] && !present[st][dataset.FragmentKey(h.cfg.Name, m.ShardIngest(si), si, f)] {
+			if listed[st] && !present[st][repository.FragmentKey(h.cfg.Name, m.ShardIngest(si), si, f)] {
 				damaged[si] = append(damaged[si], f)
 			}
 		}
@@ -591,7 +591,7 @@ func (h *healer) publish() {
 }
 
 // record writes where the scrub is to every store (advisory; see State).
-func (h *healer) record(ctx context.Context, ds *dataset.Dataset) {
+func (h *healer) record(ctx context.Context, ds *repository.Dataset) {
 	st := State{Version: ds.Current.IngestID, Cycle: h.cycle, Next: h.next, Shards: h.nShards,
 		Margin: h.margin(), Parity: h.parity, Updated: time.Now().Unix(), Healer: h.id}
 	for si := range h.retry {
@@ -600,7 +600,7 @@ func (h *healer) record(ctx context.Context, ds *dataset.Dataset) {
 	slices.Sort(st.Retry)
 	b, _ := json.Marshal(st)
 	backend.OnEvery(h.stores, func(i int, s backend.Store) error {
-		return s.Put(ctx, dataset.HealStateKey(h.cfg.Name), b)
+		return s.Put(ctx, repository.HealStateKey(h.cfg.Name), b)
 	})
 	if h.cfg.Metrics != nil {
 		h.cfg.Metrics.position.WithLabelValues(h.cfg.Name).Set(float64(h.next))
@@ -622,8 +622,8 @@ func (h *healer) mendMetadata(ctx context.Context) (int, error) {
 	if rep.Intact() && len(rep.Pending) == 0 {
 		return 0, nil
 	}
-	lock, lctx, err := dataset.AcquireLock(ctx, h.stores, h.cfg.Name, h.id, dataset.LockOptions{Logger: h.cfg.Logger})
-	if errors.Is(err, dataset.ErrLocked) {
+	lock, lctx, err := repository.AcquireLock(ctx, h.stores, h.cfg.Name, h.id, repository.LockOptions{Logger: h.cfg.Logger})
+	if errors.Is(err, repository.ErrLocked) {
 		h.log.Info("heal: the metadata needs mending, but an ingest, gc or repair holds the dataset's lock; mending it next cycle", "detail", err)
 		return 0, nil
 	}
@@ -646,7 +646,7 @@ func (h *healer) mendMetadata(ctx context.Context) (int, error) {
 	switch {
 	case err == nil:
 		h.log.Info("heal: mended metadata", "written", n)
-	case errors.Is(err, dataset.ErrIncomplete):
+	case errors.Is(err, repository.ErrIncomplete):
 		h.log.Warn("heal: mended the metadata the answering stores allow", "written", n, "detail", err)
 	default:
 		h.log.Error("heal: cannot mend the metadata", "written", n, "err", err)
@@ -659,11 +659,11 @@ func (h *healer) mendMetadata(ctx context.Context) (int, error) {
 
 // healHints heals the shards mounts read degraded, then removes their
 // hints. It returns the fragments written.
-func (h *healer) healHints(ctx context.Context, ds *dataset.Dataset) (int, error) {
+func (h *healer) healHints(ctx context.Context, ds *repository.Dataset) (int, error) {
 	keys := map[string][]int{} // hint key -> stores holding it
 	var mu sync.Mutex
 	backend.OnEvery(h.stores, func(i int, s backend.Store) error {
-		ks, err := s.List(ctx, dataset.HealHintPrefix(h.cfg.Name))
+		ks, err := s.List(ctx, repository.HealHintPrefix(h.cfg.Name))
 		mu.Lock()
 		defer mu.Unlock()
 		for _, k := range ks {
@@ -676,7 +676,7 @@ func (h *healer) healHints(ctx context.Context, ds *dataset.Dataset) (int, error
 	}
 	byIngest := map[string]map[int]bool{}
 	for k := range keys {
-		id, si, ok := parseHint(strings.TrimPrefix(k, dataset.HealHintPrefix(h.cfg.Name)))
+		id, si, ok := parseHint(strings.TrimPrefix(k, repository.HealHintPrefix(h.cfg.Name)))
 		if !ok {
 			continue
 		}
@@ -720,7 +720,7 @@ func parseHint(s string) (string, int, bool) {
 	return s[:dot], si, err == nil && si >= 0
 }
 
-func damagedShards(rep *dataset.Report) []int {
+func damagedShards(rep *repository.Report) []int {
 	var out []int
 	for _, d := range rep.Damaged {
 		if !slices.Contains(out, d.Shard) {

@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/ingest"
 	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // ingestLocal ingests a small dataset RS(4,2) into six local stores, in
@@ -51,9 +51,9 @@ func ingestLocal(t *testing.T) ([]backend.Store, []string) {
 	return stores, dirs
 }
 
-func verify(t *testing.T, stores []backend.Store) *dataset.Report {
+func verify(t *testing.T, stores []backend.Store) *repository.Report {
 	t.Helper()
-	ds, err := dataset.Open(context.Background(), stores, "ds", dataset.Options{LostIndexesOK: true})
+	ds, err := repository.Open(context.Background(), stores, "ds", repository.Options{LostIndexesOK: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func (s *downStore) Delete(ctx context.Context, k string) error {
 // one cycle checks one step's shards, not the whole dataset.
 func TestResumesAtRecordedShard(t *testing.T) {
 	stores, _ := ingestLocal(t)
-	ds, err := dataset.Open(context.Background(), stores, "ds", dataset.Options{})
+	ds, err := repository.Open(context.Background(), stores, "ds", repository.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestResumesAtRecordedShard(t *testing.T) {
 	}
 	b, _ := json.Marshal(State{Version: ds.Current.IngestID, Cycle: 7, Next: n - 1, Updated: time.Now().Unix()})
 	for _, s := range stores {
-		s.Put(context.Background(), dataset.HealStateKey("ds"), b)
+		s.Put(context.Background(), repository.HealStateKey("ds"), b)
 	}
 	reg := prometheus.NewRegistry()
 	met := NewMetrics(reg)
@@ -227,7 +227,7 @@ func TestResumesAtRecordedShard(t *testing.T) {
 	// A state of another version is not resumed: the whole dataset is checked.
 	b, _ = json.Marshal(State{Version: "another", Cycle: 3, Next: n - 1, Updated: time.Now().Unix() + 1})
 	for _, s := range stores {
-		s.Put(context.Background(), dataset.HealStateKey("ds"), b)
+		s.Put(context.Background(), repository.HealStateKey("ds"), b)
 	}
 	if err := Run(context.Background(), Config{Stores: stores, Name: "ds", Once: true, Batch: 1, Metrics: met}); err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func TestHintHealedDuringPause(t *testing.T) {
 	stores, dirs := ingestLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	ds, err := repository.Open(ctx, stores, "ds", repository.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestHintHealedDuringPause(t *testing.T) {
 		t.Fatalf("shard 1 on store 0: %v", frags)
 	}
 	os.Remove(frags[0])
-	h := dataset.NewHinter(stores, "ds", nil, nil)
+	h := repository.NewHinter(stores, "ds", nil, nil)
 	h.SetHeader(&ds.Manifest.Header)
 	h.LostFragment(0, 1)
 	h.LostFragment(0, 1) // once per shard
@@ -273,13 +273,13 @@ func TestHintHealedDuringPause(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	for time.Since(start) < 20*time.Second {
-		keys, _ := stores[0].List(ctx, dataset.HealHintPrefix("ds"))
+		keys, _ := stores[0].List(ctx, repository.HealHintPrefix("ds"))
 		if len(keys) == 0 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if keys, _ := stores[0].List(ctx, dataset.HealHintPrefix("ds")); len(keys) != 0 {
+	if keys, _ := stores[0].List(ctx, repository.HealHintPrefix("ds")); len(keys) != 0 {
 		t.Fatalf("hints left after healing: %v", keys)
 	}
 	cancel()
@@ -300,7 +300,7 @@ func TestOneHealerAtATime(t *testing.T) {
 	go func() { done <- Run(ctx, Config{Stores: stores, Name: "ds", Pause: time.Hour}) }()
 	waitState(ctx, t, stores, func(st *State) bool { return st.Cycle == 1 })
 	err := Run(context.Background(), Config{Stores: stores, Name: "ds", Once: true})
-	if err == nil || !errors.Is(err, dataset.ErrLocked) {
+	if err == nil || !errors.Is(err, repository.ErrLocked) {
 		t.Fatalf("a second healer with --once: %v, want ErrLocked", err)
 	}
 	cancel()
@@ -316,7 +316,7 @@ func TestOneHealerAtATime(t *testing.T) {
 // data fragment twice, and the metadata), less the second of burst.
 func TestByteRateBound(t *testing.T) {
 	stores, _ := ingestLocal(t)
-	ds, _ := dataset.Open(context.Background(), stores, "ds", dataset.Options{})
+	ds, _ := repository.Open(context.Background(), stores, "ds", repository.Options{})
 	var total int64
 	for si := range ds.Manifest.Shards {
 		total += ds.Manifest.FragSize(si) * 6
@@ -362,7 +362,7 @@ func TestNewVersionIsNotDamage(t *testing.T) {
 	stores, _ := ingestLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	old, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	old, err := repository.Open(ctx, stores, "ds", repository.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,12 +386,12 @@ func TestNewVersionIsNotDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range stores {
-		keys, _ := s.List(ctx, dataset.DataPrefix("ds")+old.Current.IngestID+"/")
+		keys, _ := s.List(ctx, repository.DataPrefix("ds")+old.Current.IngestID+"/")
 		for _, k := range keys {
 			s.Delete(ctx, k)
 		}
 	}
-	h := dataset.NewHinter(stores, "ds", nil, nil)
+	h := repository.NewHinter(stores, "ds", nil, nil)
 	h.SetHeader(&old.Manifest.Header)
 	h.LostFragment(0, 0)
 	h.Close()
@@ -403,7 +403,7 @@ func TestNewVersionIsNotDamage(t *testing.T) {
 		t.Fatalf("margin %v after the version changed, want 2", got)
 	}
 	for _, s := range stores {
-		if keys, _ := s.List(ctx, dataset.DataPrefix("ds")+old.Current.IngestID+"/"); len(keys) != 0 {
+		if keys, _ := s.List(ctx, repository.DataPrefix("ds")+old.Current.IngestID+"/"); len(keys) != 0 {
 			t.Fatalf("fragments of the removed version written back: %v", keys)
 		}
 	}

@@ -12,15 +12,15 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Appending to a dataset: a new version whose shards are the current
 // version's, untouched, followed by shards of the new samples only, under
 // the append's own ingest id (manifest.Segment). The commit is an ingest's
-// (the lock, then dataset.Commit), so a killed append leaves the current
+// (the lock, then repository.Commit), so a killed append leaves the current
 // version current and whole, and its uploads are removed by the next
 // ingest or append of the dataset.
 
@@ -54,7 +54,7 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 	}
 	ingestID := newIngestID()
 	opts.Lock.Logger = log
-	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
+	lock, ctx, err := repository.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
 	if err != nil {
 		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
 	}
@@ -101,11 +101,11 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 // src and opts against it, and gives opts the dataset's code, seed, shard
 // size (unless set) and format.
 func appendTarget(ctx context.Context, src *Source, opts *Options) (*manifest.Manifest, *erasure.Codec, error) {
-	if err := dataset.CheckName(opts.Name); err != nil {
+	if err := repository.CheckName(opts.Name); err != nil {
 		return nil, nil, err
 	}
-	head, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, opts.logger())
-	if errors.Is(err, dataset.ErrNotFound) {
+	head, err := repository.LoadHeader(ctx, opts.Stores, opts.Name, opts.logger())
+	if errors.Is(err, repository.ErrNotFound) {
 		return nil, nil, fmt.Errorf("append to %s: %w (create it first with shardfs ingest SRC %s)", opts.Name, err, opts.Name)
 	}
 	if err != nil {
@@ -138,12 +138,12 @@ func appendTarget(ctx context.Context, src *Source, opts *Options) (*manifest.Ma
 // openParent reads version n (0: the current one) of the dataset an append
 // adds to, whole, refusing stores that hold another dataset.
 func openParent(ctx context.Context, opts Options, n int) (*manifest.Manifest, error) {
-	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: opts.logger(), Version: n})
+	ds, err := repository.Open(ctx, opts.Stores, opts.Name, repository.Options{Logger: opts.logger(), Version: n})
 	if err != nil {
 		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
 	}
 	for i, p := range ds.Places {
-		if p.State == dataset.Foreign {
+		if p.State == repository.Foreign {
 			return nil, fmt.Errorf("append to %s: store %d (%s) holds %s: run shardfs verify %s, and repair it, before appending", opts.Name, i, opts.Stores[i], p.Detail, opts.Name)
 		}
 	}
@@ -151,14 +151,14 @@ func openParent(ctx context.Context, opts Options, n int) (*manifest.Manifest, e
 }
 
 // finishCommit finishes the commit of the dataset's current version where
-// one stopped past its commit point (dataset.FinishCommit); with the
+// one stopped past its commit point (repository.FinishCommit); with the
 // ingest lock held.
 func finishCommit(ctx context.Context, opts Options, log *slog.Logger) error {
-	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: log})
+	ds, err := repository.Open(ctx, opts.Stores, opts.Name, repository.Options{Logger: log})
 	if err != nil {
 		return fmt.Errorf("%s: %w", opts.Name, err)
 	}
-	n, err := dataset.FinishCommit(ctx, ds)
+	n, err := repository.FinishCommit(ctx, ds)
 	if n > 0 {
 		log.Info("finished the commit a stopped run left", "dataset", opts.Name, "version", ds.Manifest.VersionNumber(), "objects_written", n)
 	}
@@ -167,19 +167,19 @@ func finishCommit(ctx context.Context, opts Options, log *slog.Logger) error {
 
 // commitVersion keeps the current version (parent) under its version key,
 // then commits m, which replaces it.
-func commitVersion(ctx context.Context, opts Options, m, parent *manifest.Manifest, lock *dataset.Lock, res *Result, log *slog.Logger) error {
-	raw, err := dataset.RawManifest(ctx, opts.Stores, opts.Name, parent.IngestID)
+func commitVersion(ctx context.Context, opts Options, m, parent *manifest.Manifest, lock *repository.Lock, res *Result, log *slog.Logger) error {
+	raw, err := repository.RawManifest(ctx, opts.Stores, opts.Name, parent.IngestID)
 	if err != nil {
 		return fmt.Errorf("%s not changed: %w", opts.Name, err)
 	}
-	if err := dataset.KeepVersion(ctx, opts.Stores, opts.Name, parent.IngestID, raw, parent.Data, parent.Parity); err != nil {
+	if err := repository.KeepVersion(ctx, opts.Stores, opts.Name, parent.IngestID, raw, parent.Data, parent.Parity); err != nil {
 		return fmt.Errorf("%s not changed: %w", opts.Name, err)
 	}
 	enc, err := manifest.EncodeStored(m)
 	if err != nil {
 		return err
 	}
-	copies, copyErrs, err := dataset.Commit(ctx, opts.Stores, m, enc, lock, log)
+	copies, copyErrs, err := repository.Commit(ctx, opts.Stores, m, enc, lock, log)
 	res.Copies, res.CopyErrors = copies, copyErrs
 	if err != nil {
 		return fmt.Errorf("version %d of %s not committed: %w; version %d stays current and whole", m.VersionNumber(), opts.Name, err, parent.VersionNumber())
@@ -436,8 +436,8 @@ func planAppend(src *Source, opts Options, parent *manifest.Manifest, ingestID s
 	if err := m.Finish(); err != nil {
 		return nil, nil, nil, err
 	}
-	samples, bytes := dataset.Totals(m)
-	m.Versions = append(slices.Clone(dataset.History(parent)), manifest.VersionInfo{
+	samples, bytes := repository.Totals(m)
+	m.Versions = append(slices.Clone(repository.History(parent)), manifest.VersionInfo{
 		Number: parent.VersionNumber() + 1, IngestID: ingestID, Parent: parent.VersionNumber(), CreatedUnix: now,
 		Samples: samples, Bytes: bytes, Change: fmt.Sprintf("append %d samples", len(src.Items)),
 	})
@@ -499,13 +499,13 @@ func RunAppendPart(ctx context.Context, src *Source, opts Options, aopts AppendO
 // must still be current, and its shards as the commit's owners take them:
 // rows in format 1, counts and index references in formats 2 and 3.
 func appendParent(ctx context.Context, opts Options, r0 *partRecord, log *slog.Logger) (*manifest.Manifest, []*partShard, error) {
-	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: log, LazyIndexes: r0.Metadata >= 2})
+	ds, err := repository.Open(ctx, opts.Stores, opts.Name, repository.Options{Logger: log, LazyIndexes: r0.Metadata >= 2})
 	if err != nil {
 		return nil, nil, fmt.Errorf("commit %s: the version its parts append to: %w", opts.Name, err)
 	}
 	// The commit takes every shard of the parent: in format 3, from all
 	// of its group objects.
-	p, err := dataset.ExpandRoot(ctx, opts.Stores, ds.Manifest)
+	p, err := repository.ExpandRoot(ctx, opts.Stores, ds.Manifest)
 	if err != nil {
 		return nil, nil, fmt.Errorf("commit %s: the version its parts append to: %w", opts.Name, err)
 	}
@@ -536,9 +536,9 @@ func appendParent(ctx context.Context, opts Options, r0 *partRecord, log *slog.L
 // its segments and history.
 func appendLineage(m, parent *manifest.Manifest, r0 *partRecord, parts int) {
 	m.Segments = append(slices.Clone(parent.SegmentsOr(r0.First)), manifest.Segment{IngestID: m.IngestID, Shards: len(m.Shards) - r0.First})
-	samples, bytes := dataset.Totals(m)
-	before, _ := dataset.Totals(parent)
-	m.Versions = append(slices.Clone(dataset.History(parent)), manifest.VersionInfo{
+	samples, bytes := repository.Totals(m)
+	before, _ := repository.Totals(parent)
+	m.Versions = append(slices.Clone(repository.History(parent)), manifest.VersionInfo{
 		Number: parent.VersionNumber() + 1, IngestID: m.IngestID, Parent: parent.VersionNumber(), CreatedUnix: m.CreatedUnix,
 		Samples: samples, Bytes: bytes, Change: fmt.Sprintf("append %d samples (%d parts)", samples-before, parts),
 	})

@@ -16,10 +16,10 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/backend/storetest"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // tree writes a synthetic ImageFolder source of n samples in classes
@@ -47,10 +47,10 @@ func objectSums(t *testing.T, stores []backend.Store, name string) map[string]ui
 
 // checkServes opens version v of ds and checks that it holds exactly the
 // samples of srcs, each read back byte for byte.
-func checkServes(t *testing.T, stores []backend.Store, v int, srcs ...*Source) *dataset.Dataset {
+func checkServes(t *testing.T, stores []backend.Store, v int, srcs ...*Source) *repository.Dataset {
 	t.Helper()
 	ctx := context.Background()
-	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: v})
+	ds, err := repository.Open(ctx, stores, "ds", repository.Options{Version: v})
 	if err != nil {
 		t.Fatalf("open version %d: %v", v, err)
 	}
@@ -89,9 +89,9 @@ func checkServes(t *testing.T, stores []backend.Store, v int, srcs ...*Source) *
 
 // orderPin is the keys of rank 0's first epoch of ds, hashed: the order is
 // a function of the version's content and the order options alone.
-func orderPin(t *testing.T, ds *dataset.Dataset) uint64 {
+func orderPin(t *testing.T, ds *repository.Dataset) uint64 {
 	t.Helper()
-	in, err := dataset.LayoutInput(ds.Manifest)
+	in, err := repository.LayoutInput(ds.Manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func appendMakesVersions(t *testing.T, format int) {
 	}
 	// v1's manifest is kept as it was committed.
 	for i := range stores {
-		kept := fmt.Sprintf("%d:%s", i, dataset.VersionKey("ds", v1.Manifest.IngestID))
+		kept := fmt.Sprintf("%d:%s", i, repository.VersionKey("ds", v1.Manifest.IngestID))
 		if after[kept] != before[fmt.Sprintf("%d:ds/manifest", i)] {
 			t.Fatalf("store %d: v1's kept manifest is not the manifest v1 committed", i)
 		}
@@ -186,8 +186,8 @@ func appendMakesVersions(t *testing.T, format int) {
 		t.Fatalf("version 3 does not verify: %v %+v", err, rep)
 	}
 	// A mount opens a version of format 2 or 3 lazily: the same samples.
-	for v, eager := range map[int]*dataset.Dataset{1: v1, 2: v2, 3: v3} {
-		lazy, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: v, LazyIndexes: true})
+	for v, eager := range map[int]*repository.Dataset{1: v1, 2: v2, 3: v3} {
+		lazy, err := repository.Open(ctx, stores, "ds", repository.Options{Version: v, LazyIndexes: true})
 		if err != nil {
 			t.Fatalf("version %d, lazily: %v", v, err)
 		}
@@ -219,7 +219,7 @@ func appendMakesVersions(t *testing.T, format int) {
 	if _, err := Rollback(ctx, Options{Name: "ds", Stores: stores}, 5); !errors.Is(err, ErrNothingToDo) {
 		t.Fatalf("a rollback to the current version: %v", err)
 	}
-	if _, err := Rollback(ctx, Options{Name: "ds", Stores: stores}, 9); !errors.Is(err, dataset.ErrNoVersion) {
+	if _, err := Rollback(ctx, Options{Name: "ds", Stores: stores}, 9); !errors.Is(err, repository.ErrNoVersion) {
 		t.Fatalf("a rollback to a version that does not exist: %v", err)
 	}
 	// An ingest after all this removes nothing a version needs.
@@ -227,11 +227,11 @@ func appendMakesVersions(t *testing.T, format int) {
 		t.Fatal(err)
 	}
 	for v := 1; v <= 5; v++ {
-		if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: v}); err != nil {
+		if _, err := repository.Open(ctx, stores, "ds", repository.Options{Version: v}); err != nil {
 			t.Fatalf("version %d after a sixth: %v", v, err)
 		}
 	}
-	ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+	ds, err := repository.Open(ctx, stores, "ds", repository.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,11 +294,11 @@ func TestAppendRefusesAndWritesNothing(t *testing.T) {
 	unchanged("another erasure code")
 	missing := aopts
 	missing.Name = "nope"
-	if _, err := Append(ctx, tree(t, 5, 1, "e", 5), missing, AppendOptions{}); !errors.Is(err, dataset.ErrNotFound) || !strings.Contains(err.Error(), "shardfs ingest") {
+	if _, err := Append(ctx, tree(t, 5, 1, "e", 5), missing, AppendOptions{}); !errors.Is(err, repository.ErrNotFound) || !strings.Contains(err.Error(), "shardfs ingest") {
 		t.Fatalf("a dataset that does not exist: %v", err)
 	}
 	unchanged("a missing dataset")
-	if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: 2}); !errors.Is(err, dataset.ErrNoVersion) {
+	if _, err := repository.Open(ctx, stores, "ds", repository.Options{Version: 2}); !errors.Is(err, repository.ErrNoVersion) {
 		t.Fatalf("version 2 of a dataset of one: %v", err)
 	}
 
@@ -336,7 +336,7 @@ func TestConcurrentAppendsOneCommits(t *testing.T) {
 		t.Fatalf("neither append committed: %v", errs)
 	}
 	if other := errs[1-ok]; other != nil {
-		if !errors.Is(other, dataset.ErrLocked) {
+		if !errors.Is(other, repository.ErrLocked) {
 			t.Fatalf("the other append failed for another reason than the lock: %v", other)
 		}
 		checkServes(t, stores, 0, src1, srcs[ok])
@@ -421,16 +421,16 @@ func distributedAppend(t *testing.T, format int) {
 // checkAffineSegments checks the rank-affine order (order version 3) of a
 // version with several ingests: every rank reads its range of each
 // ingest's samples, and ds held whole and lazy give the same order.
-func checkAffineSegments(t *testing.T, whole, lazy *dataset.Dataset) {
+func checkAffineSegments(t *testing.T, whole, lazy *repository.Dataset) {
 	t.Helper()
 	segs := len(whole.Manifest.Segments)
 	for r := range 3 {
 		p := layout.Params{Seed: 5, World: 3, Rank: r, Batch: 2, Alpha: 1, Affinity: true}
 		var orders [2][]int64
 		var in *layout.Input
-		for i, ds := range []*dataset.Dataset{whole, lazy} {
+		for i, ds := range []*repository.Dataset{whole, lazy} {
 			var err error
-			if in, err = dataset.OrderInput(ds, p); err != nil {
+			if in, err = repository.OrderInput(ds, p); err != nil {
 				t.Fatal(err)
 			}
 			o, err := layout.Order(in, p)

@@ -13,16 +13,16 @@
 // record of members, remade at upload, or read again window by window:
 // place.go; sourcefiles.go reads local files or store objects); ingest.go
 // plans, encodes and uploads a single-process ingest and commits it with
-// dataset.Commit (the protocol lives there, beside the code that reads it);
+// repository.Commit (the protocol lives there, beside the code that reads it);
 // part.go is a distributed ingest: parts that upload with conditional
 // writes and no coordination, and the Commit that checks and joins them;
 // append.go and rollback.go commit a dataset's next version (an append
 // uploads only the new samples' shards, from one process or from parts;
 // a rollback uploads nothing), each keeping the version it replaces
-// (dataset/version.go); migrate.go copies a dataset's kept versions to
+// (repository/version.go); migrate.go copies a dataset's kept versions to
 // other stores, re-encoded, and commits them there.
 //
-// Safety: an ingest holds the dataset's lock (dataset.AcquireLock) from
+// Safety: an ingest holds the dataset's lock (repository.AcquireLock) from
 // before its first write to its commit; fragments of a single-process
 // ingest are named by a fresh ingest id, so no run writes into another's;
 // a part's objects are named by an id every rerun of the part shares, so a

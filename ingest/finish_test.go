@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // A kill during an append's commit, once the pending copies of version 2
@@ -22,9 +22,9 @@ func TestRerunFinishesAStoppedAppendCommit(t *testing.T) {
 	ctx := context.Background()
 	src1, src2 := tree(t, 100, 3, "", 1), tree(t, 60, 3, "b", 2)
 	stores := stoppedAppend(t, src1, src2, []bool{true, true, false})
-	verify := func() *dataset.Report {
+	verify := func() *repository.Report {
 		t.Helper()
-		ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+		ds, err := repository.Open(ctx, stores, "ds", repository.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestRerunFinishesAStoppedAppendCommit(t *testing.T) {
 		t.Fatalf("after the rerun: %d bad manifest copies, %d without identity, %d pending; want none: %+v", len(rep.BadManifests), len(rep.NoIdentity), len(rep.Pending), rep)
 	}
 	for i := range stores {
-		if _, err := stores[i].Stat(ctx, dataset.PendingManifestKey("ds")); err == nil {
+		if _, err := stores[i].Stat(ctx, repository.PendingManifestKey("ds")); err == nil {
 			t.Fatalf("store %d still holds the pending manifest", i)
 		}
 	}
@@ -88,7 +88,7 @@ func stoppedAppend(t *testing.T, src1, src2 *Source, pending []bool) []backend.S
 			t.Fatal(err)
 		}
 	}
-	mk, idk := dataset.ManifestKey("ds"), dataset.IdentityKey("ds")
+	mk, idk := repository.ManifestKey("ds"), repository.IdentityKey("ds")
 	var v1m, v1id [3][]byte
 	for i := range stores {
 		v1m[i], v1id[i] = read(i, mk), read(i, idk)
@@ -99,8 +99,8 @@ func stoppedAppend(t *testing.T, src1, src2 *Source, pending []bool) []backend.S
 	// The state of the kill.
 	for i := range stores {
 		if pending[i] {
-			put(i, dataset.PendingManifestKey("ds"), read(i, mk))
-			put(i, dataset.PendingIdentityKey("ds"), read(i, idk))
+			put(i, repository.PendingManifestKey("ds"), read(i, mk))
+			put(i, repository.PendingIdentityKey("ds"), read(i, idk))
 		}
 		put(i, mk, v1m[i])
 		put(i, idk, v1id[i])
@@ -140,7 +140,7 @@ func (s *stopping) Delete(ctx context.Context, key string) error {
 	return s.Store.Delete(ctx, key)
 }
 
-// dataset.FinishCommit replaces state (manifest copies, identities,
+// repository.FinishCommit replaces state (manifest copies, identities,
 // pending keys), so it is tried with random kills (every write after a
 // random one fails) and a random store failing a random write, over
 // random stopped states (pending copies on 2 or 3 of 3 stores): after
@@ -173,22 +173,22 @@ func TestFinishCommitUnderKillsAndStoreFailures(t *testing.T) {
 			}
 			stores[i] = st
 		}
-		ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{})
+		ds, err := repository.Open(ctx, stores, "ds", repository.Options{})
 		if err != nil || ds.Manifest.VersionNumber() != 2 {
 			t.Fatalf("trial %d (pending %v): before: %v, version %d", trial, pending, err, ds.Manifest.VersionNumber())
 		}
-		n, err := dataset.FinishCommit(ctx, ds)
+		n, err := repository.FinishCommit(ctx, ds)
 		t.Logf("trial %d: pending on %v, killed after %d writes, store %d fails its write %d: %d written, %v", trial, pending, killAfter, failing, stores[failing].(*stopping).failAt, n, err)
 		// Whatever stopped it, version 2 is current and whole, and
 		// version 1 too.
 		checkServes(t, base, 0, src1, src2)
 		checkServes(t, base, 1, src1)
 		// A rerun without faults finishes what is left.
-		ds, err = dataset.Open(ctx, base, "ds", dataset.Options{})
+		ds, err = repository.Open(ctx, base, "ds", repository.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := dataset.FinishCommit(ctx, ds); err != nil {
+		if _, err := repository.FinishCommit(ctx, ds); err != nil {
 			t.Fatalf("trial %d: finishing without faults: %v", trial, err)
 		}
 		rep, err := ds.Verify(ctx, nil)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // idsOnStores are the ingest ids whose data, index or group objects some
@@ -17,7 +17,7 @@ func idsOnStores(t *testing.T, stores []backend.Store, name string) []string {
 	t.Helper()
 	var ids []string
 	for _, s := range stores {
-		for _, prefix := range []string{dataset.DataPrefix(name), dataset.IndexPrefix(name), dataset.GroupPrefix(name)} {
+		for _, prefix := range []string{repository.DataPrefix(name), repository.IndexPrefix(name), repository.GroupPrefix(name)} {
 			keys, err := s.List(context.Background(), prefix)
 			if err != nil {
 				t.Fatal(err)
@@ -66,11 +66,11 @@ func gcKeepsWhatIsKeptOrLeased(t *testing.T, format int) {
 	if got := idsOnStores(t, stores, "ds"); !slices.Equal(got, sorted(id1, id2, id3)) {
 		t.Fatalf("before gc the stores hold ingests %v, want %v: ingest --force keeps the versions it replaces", got, sorted(id1, id2, id3))
 	}
-	v1, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: 1})
+	v1, err := repository.Open(ctx, stores, "ds", repository.Options{Version: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := dataset.TakeLease(ctx, stores, "ds", v1.Manifest, nil)
+	lease, err := repository.TakeLease(ctx, stores, "ds", v1.Manifest, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +78,11 @@ func gcKeepsWhatIsKeptOrLeased(t *testing.T, format int) {
 		t.Fatal(err)
 	}
 
-	if _, err := dataset.GC(ctx, stores, "ds", dataset.GCOptions{}); !errors.Is(err, dataset.ErrNoRule) {
+	if _, err := repository.GC(ctx, stores, "ds", repository.GCOptions{}); !errors.Is(err, repository.ErrNoRule) {
 		t.Fatalf("gc without a rule: %v", err)
 	}
 	before := objectSums(t, stores, "ds")
-	dry, err := dataset.GC(ctx, stores, "ds", dataset.GCOptions{KeepLast: 1})
+	dry, err := repository.GC(ctx, stores, "ds", repository.GCOptions{KeepLast: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func gcKeepsWhatIsKeptOrLeased(t *testing.T, format int) {
 	if !slices.Equal(dry.Removed, []int{2}) || !slices.Equal(dry.Ingests, []string{id2}) || dry.Objects == 0 {
 		t.Fatalf("dry run with v1 leased: removes versions %v, ingests %v, %d objects; want [2], [%s]", dry.Removed, dry.Ingests, dry.Objects, id2)
 	}
-	rep, err := dataset.GC(ctx, stores, "ds", dataset.GCOptions{KeepLast: 1, Delete: true})
+	rep, err := repository.GC(ctx, stores, "ds", repository.GCOptions{KeepLast: 1, Delete: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,12 +103,12 @@ func gcKeepsWhatIsKeptOrLeased(t *testing.T, format int) {
 		t.Fatalf("after gc with v1 leased the stores hold ingests %v, want %v", got, sorted(id1, id3))
 	}
 	checkServes(t, stores, 1, src1)
-	if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: 2}); !errors.Is(err, dataset.ErrNoVersion) || !strings.Contains(err.Error(), "removed by gc") {
+	if _, err := repository.Open(ctx, stores, "ds", repository.Options{Version: 2}); !errors.Is(err, repository.ErrNoVersion) || !strings.Contains(err.Error(), "removed by gc") {
 		t.Fatalf("version 2 after gc: %v", err)
 	}
 
 	lease.Release(ctx)
-	rep, err = dataset.GC(ctx, stores, "ds", dataset.GCOptions{KeepLast: 1, Delete: true})
+	rep, err = repository.GC(ctx, stores, "ds", repository.GCOptions{KeepLast: 1, Delete: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func gcKeepsWhatIsKeptOrLeased(t *testing.T, format int) {
 	if rep, err := v3.Verify(ctx, nil); err != nil || !rep.Intact() {
 		t.Fatalf("v3 after gc: %v %+v", err, rep)
 	}
-	if rep, err := dataset.GC(ctx, stores, "ds", dataset.GCOptions{KeepLast: 1, Delete: true}); err != nil || len(rep.Removed) != 0 || rep.Objects != 0 {
+	if rep, err := repository.GC(ctx, stores, "ds", repository.GCOptions{KeepLast: 1, Delete: true}); err != nil || len(rep.Removed) != 0 || rep.Objects != 0 {
 		t.Fatalf("a third gc: %+v, %v", rep, err)
 	}
 }

@@ -20,9 +20,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 	"github.com/shardfs/shardfs/verify"
 )
 
@@ -43,7 +43,7 @@ type Options struct {
 	// Progress, if set, receives sample bytes as shards are uploaded.
 	Progress func(bytes int64)
 	// Lock tunes the ingest lock (heartbeat and staleness).
-	Lock dataset.LockOptions
+	Lock repository.LockOptions
 	// Format is the metadata format written: 1 (default), one manifest
 	// with a row per sample; 2, a top-level manifest of per-shard class
 	// counts plus one index object per shard (see manifest.Top); 3, format
@@ -93,7 +93,7 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	}
 	ingestID := newIngestID()
 	opts.Lock.Logger = log
-	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
+	lock, ctx, err := repository.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
 	if err != nil {
 		return nil, fmt.Errorf("ingest %s: %w", opts.Name, err)
 	}
@@ -133,15 +133,15 @@ func replaceLineage(ctx context.Context, opts Options, m *manifest.Manifest, cha
 	if !opts.Force {
 		return nil
 	}
-	parent, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log)
+	parent, err := repository.LoadHeader(ctx, opts.Stores, opts.Name, log)
 	if err != nil {
 		return nil
 	}
-	samples, bytes := dataset.Totals(m)
+	samples, bytes := repository.Totals(m)
 	if m.Top != nil {
 		samples = int64(m.Top.Samples())
 	}
-	m.Versions = append(slices.Clone(dataset.History(parent)), manifest.VersionInfo{
+	m.Versions = append(slices.Clone(repository.History(parent)), manifest.VersionInfo{
 		Number: parent.VersionNumber() + 1, IngestID: m.IngestID, Parent: parent.VersionNumber(),
 		CreatedUnix: m.CreatedUnix, Samples: samples, Bytes: bytes, Change: change,
 	})
@@ -157,7 +157,7 @@ func replaceLineage(ctx context.Context, opts Options, m *manifest.Manifest, cha
 // commitReplacing commits m: as the next version of parent, which is kept,
 // when m replaces a dataset whose history it carries; else as a dataset of
 // its own.
-func commitReplacing(ctx context.Context, opts Options, m, parent *manifest.Manifest, lock *dataset.Lock, res *Result, log *slog.Logger) error {
+func commitReplacing(ctx context.Context, opts Options, m, parent *manifest.Manifest, lock *repository.Lock, res *Result, log *slog.Logger) error {
 	if parent != nil {
 		return commitVersion(ctx, opts, m, parent, lock, res, log)
 	}
@@ -175,7 +175,7 @@ func commitReplacing(ctx context.Context, opts Options, m, parent *manifest.Mani
 func uploadAndDescribe(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, shards []int, kept *manifest.Top) (int64, error) {
 	stored, err := uploadShards(ctx, src, m, windows, codec, opts, shards, putObject)
 	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, dataset.ErrLockLost) {
+		if cause := context.Cause(ctx); errors.Is(cause, repository.ErrLockLost) {
 			err = cause
 		}
 		return 0, fmt.Errorf("%w (rerun the same command; the partial upload is removed then)", err)
@@ -219,7 +219,7 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 			if err != nil {
 				return err
 			}
-			if err := writeSome(gctx, opts.Stores, dataset.IndexKey(opts.Name, m.ShardIngest(si), si), b, opts.Parity+1, write); err != nil {
+			if err := writeSome(gctx, opts.Stores, repository.IndexKey(opts.Name, m.ShardIngest(si), si), b, opts.Parity+1, write); err != nil {
 				return fmt.Errorf("shard %d's index: %w", si, err)
 			}
 			sizes[si], sums[si] = int64(len(b)), manifest.IndexSum(b)
@@ -244,7 +244,7 @@ func writeGroups(ctx context.Context, opts Options, top *manifest.Top, write wri
 	g.SetLimit(8)
 	for gi, b := range objs {
 		g.Go(func() error {
-			if err := writeSome(gctx, opts.Stores, dataset.GroupKey(top.Name, top.IngestID, gi), b, opts.Parity+1, write); err != nil {
+			if err := writeSome(gctx, opts.Stores, repository.GroupKey(top.Name, top.IngestID, gi), b, opts.Parity+1, write); err != nil {
 				return fmt.Errorf("group %d's object: %w", gi, err)
 			}
 			return nil
@@ -287,7 +287,7 @@ func (opts *Options) check(ctx context.Context) (*erasure.Codec, error) {
 		return nil, fmt.Errorf("%d stores given for --data %d --parity %d: pass exactly k+m = %d store URLs",
 			len(opts.Stores), opts.Data, opts.Parity, params.Total())
 	}
-	if err := dataset.CheckName(opts.Name); err != nil {
+	if err := repository.CheckName(opts.Name); err != nil {
 		return nil, err
 	}
 	if err := backend.CheckDistinct(opts.Stores); err != nil {
@@ -353,7 +353,7 @@ func checkMigrationAliases(ctx context.Context, from, to []backend.Store, name s
 func findAlias(ctx context.Context, stores []backend.Store, optional func(int) bool, name string) (int, int, error) {
 	var b [8]byte
 	crand.Read(b[:])
-	prefix := dataset.ProbePrefix(name, hex.EncodeToString(b[:]))
+	prefix := repository.ProbePrefix(name, hex.EncodeToString(b[:]))
 	defer backend.OnEvery(stores, func(i int, s backend.Store) error {
 		for j := range stores {
 			s.Delete(context.WithoutCancel(ctx), prefix+strconv.Itoa(j))
@@ -403,19 +403,19 @@ func refuseCommitted(ctx context.Context, opts Options, id string, log *slog.Log
 	if opts.Force && id == "" {
 		return nil
 	}
-	m, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log)
+	m, err := repository.LoadHeader(ctx, opts.Stores, opts.Name, log)
 	switch {
 	case err == nil && id != "" && m.IngestID == id:
 		return fmt.Errorf("%w: %s was committed from these parts (ingest %s): nothing to do", ErrAlreadyCommitted, opts.Name, id)
 	case opts.Force:
 		return nil
-	case errors.Is(err, dataset.ErrNotFound):
+	case errors.Is(err, repository.ErrNotFound):
 		// No current manifest, but kept versions: a dataset whose current
 		// copies are lost or unreadable, not an empty name. A fresh ingest
 		// would purge their fragments.
 		if kept := keptVersions(ctx, opts); len(kept) > 0 {
 			return fmt.Errorf("%w: %s has no current manifest on these stores, but they keep %d earlier versions of it (%s): nothing was written; run shardfs verify %s to see what is lost, and bring back the stores that held it",
-				ErrExists, opts.Name, len(kept), dataset.VersionPrefix(opts.Name)+"…", opts.Name)
+				ErrExists, opts.Name, len(kept), repository.VersionPrefix(opts.Name)+"…", opts.Name)
 		}
 		return nil
 	case err == nil:
@@ -429,7 +429,7 @@ func keptVersions(ctx context.Context, opts Options) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, s := range opts.Stores {
-		keys, err := s.List(ctx, dataset.VersionPrefix(opts.Name))
+		keys, err := s.List(ctx, repository.VersionPrefix(opts.Name))
 		if err != nil {
 			continue
 		}
@@ -603,7 +603,7 @@ func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, record
 			for f, frag := range frags {
 				up.Go(func() error {
 					store := opts.Stores[codec.Placement(si, f)]
-					if err := write(uctx, store, dataset.FragmentKey(opts.Name, m.ShardIngest(si), si, f), frag); err != nil {
+					if err := write(uctx, store, repository.FragmentKey(opts.Name, m.ShardIngest(si), si, f), frag); err != nil {
 						return fmt.Errorf("upload shard %d fragment %d: %w", si, f, err)
 					}
 					return nil
@@ -624,10 +624,10 @@ func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, record
 	return stored, g.Wait()
 }
 
-// commit makes the ingest visible (dataset.Commit holds the protocol), and
+// commit makes the ingest visible (repository.Commit holds the protocol), and
 // words its failure for the one who ran the ingest.
-func commit(ctx context.Context, opts Options, m *manifest.Manifest, enc []byte, lock *dataset.Lock, res *Result, log *slog.Logger) error {
-	copies, copyErrs, err := dataset.Commit(ctx, opts.Stores, m, enc, lock, log)
+func commit(ctx context.Context, opts Options, m *manifest.Manifest, enc []byte, lock *repository.Lock, res *Result, log *slog.Logger) error {
+	copies, copyErrs, err := repository.Commit(ctx, opts.Stores, m, enc, lock, log)
 	res.Copies, res.CopyErrors = copies, copyErrs
 	if err != nil {
 		return fmt.Errorf("ingest %s not committed: %w; %s", opts.Name, err, notVisible(opts))
@@ -817,13 +817,13 @@ func (s *Source) keyIndex() map[string]int {
 func purgeOrphans(ctx context.Context, stores []backend.Store, name string, keep map[string]bool, log *slog.Logger) int {
 	running := map[string]bool{}
 	for _, s := range stores {
-		keys, err := s.List(ctx, dataset.PartPrefix(name))
+		keys, err := s.List(ctx, repository.PartPrefix(name))
 		if err != nil {
 			log.Warn("could not list distributed ingests; old fragments are kept", "store", s.String(), "err", err)
 			return 0
 		}
 		for _, k := range keys {
-			id, _, _ := strings.Cut(strings.TrimPrefix(k, dataset.PartPrefix(name)), "/")
+			id, _, _ := strings.Cut(strings.TrimPrefix(k, repository.PartPrefix(name)), "/")
 			running[id] = true
 		}
 	}
@@ -831,7 +831,7 @@ func purgeOrphans(ctx context.Context, stores []backend.Store, name string, keep
 	for _, s := range stores {
 		var keys []string
 		var errs []error
-		prefixes := []string{dataset.DataPrefix(name), dataset.IndexPrefix(name), dataset.GroupPrefix(name)}
+		prefixes := []string{repository.DataPrefix(name), repository.IndexPrefix(name), repository.GroupPrefix(name)}
 		for _, prefix := range prefixes {
 			ks, err := s.List(ctx, prefix)
 			errs = append(errs, err)

@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Migration copies a dataset, every version it keeps, to another set of
@@ -37,7 +37,7 @@ type MigrateOptions struct {
 	// Data, Parity and BlockSize are the new code; 0 keeps the dataset's.
 	Data, Parity, BlockSize int
 	ShardsInFlight          int
-	Lock                    dataset.LockOptions
+	Lock                    repository.LockOptions
 	Logger                  *slog.Logger
 	Progress                func(bytes int64)
 }
@@ -86,18 +86,18 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 
 	// The old stores' lock keeps their current version current while we
 	// copy it; the new stores' lock keeps anyone else from committing there.
-	oldLock, ctx, err := dataset.AcquireLock(ctx, opts.From, opts.Name, "migrate-"+cur.IngestID, opts.Lock)
+	oldLock, ctx, err := repository.AcquireLock(ctx, opts.From, opts.Name, "migrate-"+cur.IngestID, opts.Lock)
 	if err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", opts.Name, err)
 	}
 	defer oldLock.Release(context.WithoutCancel(ctx))
 	migrationID := newIngestID()
-	newLock, ctx, err := dataset.AcquireLock(ctx, opts.To, opts.Name, migrationID, opts.Lock)
+	newLock, ctx, err := repository.AcquireLock(ctx, opts.To, opts.Name, migrationID, opts.Lock)
 	if err != nil {
 		return nil, fmt.Errorf("migrate %s: the new stores: %w", opts.Name, err)
 	}
 	defer newLock.Release(context.WithoutCancel(ctx))
-	if cur, err = dataset.LoadHeader(ctx, opts.From, opts.Name, log); err != nil {
+	if cur, err = repository.LoadHeader(ctx, opts.From, opts.Name, log); err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", opts.Name, err)
 	}
 	if done, err := checkTarget(ctx, opts, cur, log); err != nil || done != nil {
@@ -135,7 +135,7 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := dataset.Commit(ctx, opts.To, mig, enc, newLock, log); err != nil {
+	if _, _, err := repository.Commit(ctx, opts.To, mig, enc, newLock, log); err != nil {
 		return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command)", opts.Name, err)
 	}
 	res.Version = mig.VersionNumber()
@@ -149,13 +149,13 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 // parameter 0.
 func migrationCode(ctx context.Context, opts MigrateOptions, log *slog.Logger) (*manifest.Manifest, erasure.Params, *erasure.Codec, error) {
 	var params erasure.Params
-	if err := dataset.CheckName(opts.Name); err != nil {
+	if err := repository.CheckName(opts.Name); err != nil {
 		return nil, params, nil, err
 	}
 	if err := backend.CheckDistinct(append(slices.Clone(opts.From), opts.To...)); err != nil {
 		return nil, params, nil, fmt.Errorf("migrate %s: the new stores must all differ from the old ones and from each other: %w", opts.Name, err)
 	}
-	cur, err := dataset.LoadHeader(ctx, opts.From, opts.Name, log)
+	cur, err := repository.LoadHeader(ctx, opts.From, opts.Name, log)
 	if err != nil {
 		return nil, params, nil, fmt.Errorf("migrate %s: %w", opts.Name, err)
 	}
@@ -181,11 +181,11 @@ func migrationCode(ctx context.Context, opts MigrateOptions, log *slog.Logger) (
 
 // versionsToMigrate opens every version still kept, oldest first, the current
 // one last, and lists them in res.
-func versionsToMigrate(ctx context.Context, opts MigrateOptions, cur *manifest.Manifest, log *slog.Logger, res *MigrateResult) ([]*dataset.Dataset, error) {
-	var versions []*dataset.Dataset
-	for _, v := range dataset.History(cur) {
-		ds, err := dataset.Open(ctx, opts.From, opts.Name, dataset.Options{Logger: log, Version: v.Number})
-		if errors.Is(err, dataset.ErrNoVersion) {
+func versionsToMigrate(ctx context.Context, opts MigrateOptions, cur *manifest.Manifest, log *slog.Logger, res *MigrateResult) ([]*repository.Dataset, error) {
+	var versions []*repository.Dataset
+	for _, v := range repository.History(cur) {
+		ds, err := repository.Open(ctx, opts.From, opts.Name, repository.Options{Logger: log, Version: v.Number})
+		if errors.Is(err, repository.ErrNoVersion) {
 			continue // removed by gc
 		}
 		if err != nil {
@@ -201,7 +201,7 @@ func versionsToMigrate(ctx context.Context, opts MigrateOptions, cur *manifest.M
 // from the old stores, re-encodes it and writes (or finds intact) its
 // fragments on the new stores, opts.ShardsInFlight at once; it returns
 // each shard's new fragment checksums.
-func reencodeShards(ctx context.Context, opts MigrateOptions, codec *erasure.Codec, versions []*dataset.Dataset, res *MigrateResult) (map[shardKey][]uint32, error) {
+func reencodeShards(ctx context.Context, opts MigrateOptions, codec *erasure.Codec, versions []*repository.Dataset, res *MigrateResult) (map[shardKey][]uint32, error) {
 	sums := map[shardKey][]uint32{}
 	var mu sync.Mutex // guards sums, res
 	for _, ds := range versions {
@@ -236,7 +236,7 @@ func reencodeShards(ctx context.Context, opts MigrateOptions, codec *erasure.Cod
 				for f, frag := range frags {
 					fg.Go(func() error {
 						st := opts.To[codec.Placement(s, f)]
-						k := dataset.FragmentKey(opts.Name, key.ingest, s, f)
+						k := repository.FragmentKey(opts.Name, key.ingest, s, f)
 						again, err := putChecked(fctx, st, k, frag)
 						if err != nil {
 							return fmt.Errorf("shard %d fragment %d: %w", s, f, err)
@@ -276,7 +276,7 @@ func reencodeShards(ctx context.Context, opts MigrateOptions, codec *erasure.Cod
 // metadata objects, and its manifest kept under its version key, the
 // current one's too) and returns the current one's, whose content the
 // migration commits.
-func writeVersions(ctx context.Context, opts MigrateOptions, wopts Options, params erasure.Params, versions []*dataset.Dataset, sums map[shardKey][]uint32, written map[shardKey]indexRef) (*manifest.Manifest, error) {
+func writeVersions(ctx context.Context, opts MigrateOptions, wopts Options, params erasure.Params, versions []*repository.Dataset, sums map[shardKey][]uint32, written map[shardKey]indexRef) (*manifest.Manifest, error) {
 	names := storeNames(opts.To)
 	var last *manifest.Manifest
 	for _, ds := range versions {
@@ -293,7 +293,7 @@ func writeVersions(ctx context.Context, opts MigrateOptions, wopts Options, para
 		if err != nil {
 			return nil, err
 		}
-		if err := dataset.KeepVersion(ctx, opts.To, opts.Name, m.IngestID, enc, params.Data, params.Parity); err != nil {
+		if err := repository.KeepVersion(ctx, opts.To, opts.Name, m.IngestID, enc, params.Data, params.Parity); err != nil {
 			return nil, fmt.Errorf("migrate %s not committed: %w", opts.Name, err)
 		}
 		last = m
@@ -304,9 +304,9 @@ func writeVersions(ctx context.Context, opts MigrateOptions, wopts Options, para
 // checkTarget refuses new stores that hold another dataset of this name,
 // and returns their manifest when they hold this migration, committed.
 func checkTarget(ctx context.Context, opts MigrateOptions, cur *manifest.Manifest, log *slog.Logger) (*manifest.Manifest, error) {
-	there, err := dataset.LoadHeader(ctx, opts.To, opts.Name, log)
+	there, err := repository.LoadHeader(ctx, opts.To, opts.Name, log)
 	switch {
-	case errors.Is(err, dataset.ErrNotFound):
+	case errors.Is(err, repository.ErrNotFound):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("migrate %s: the new stores hold manifest copies of %s that cannot be used (%v): migrate onto stores that hold no dataset of this name", opts.Name, opts.Name, err)
@@ -344,8 +344,8 @@ func migration(last *manifest.Manifest, id, from, to string) (*manifest.Manifest
 	m.Header = last.Header
 	m.IngestID, m.CreatedUnix = id, time.Now().Unix()
 	m.Segments = slices.Clone(last.SegmentsOr(len(last.Shards)))
-	samples, bytes := dataset.Totals(last)
-	m.Versions = append(slices.Clone(dataset.History(last)), manifest.VersionInfo{
+	samples, bytes := repository.Totals(last)
+	m.Versions = append(slices.Clone(repository.History(last)), manifest.VersionInfo{
 		Number: last.VersionNumber() + 1, IngestID: id, Parent: last.VersionNumber(), CreatedUnix: m.CreatedUnix,
 		Samples: samples, Bytes: bytes, Change: fmt.Sprintf("migrate from %s to %s", from, to),
 	})
@@ -376,7 +376,7 @@ func migrateMetadata(ctx context.Context, opts Options, m *manifest.Manifest, fo
 			if err != nil {
 				return err
 			}
-			if err := writeSome(ctx, opts.Stores, dataset.IndexKey(opts.Name, key.ingest, s), b, opts.Parity+1, putObject); err != nil {
+			if err := writeSome(ctx, opts.Stores, repository.IndexKey(opts.Name, key.ingest, s), b, opts.Parity+1, putObject); err != nil {
 				return fmt.Errorf("shard %d's index: %w", s, err)
 			}
 			ref = indexRef{int64(len(b)), manifest.IndexSum(b)}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Migrate RS(2,1) on 3 stores to RS(3,2) on 5 others, in every metadata
@@ -42,7 +42,7 @@ func migrateCopiesEveryKeptVersion(t *testing.T, format int) {
 		t.Fatal(err)
 	}
 	// Versions 1-3 go, and v3's appended shards with them: only v4 is copied.
-	if _, err := dataset.GC(ctx, from, "ds", dataset.GCOptions{KeepLast: 1, Delete: true}); err != nil {
+	if _, err := repository.GC(ctx, from, "ds", repository.GCOptions{KeepLast: 1, Delete: true}); err != nil {
 		t.Fatal(err)
 	}
 	before := objectSums(t, from, "ds")
@@ -58,7 +58,7 @@ func migrateCopiesEveryKeptVersion(t *testing.T, format int) {
 	if _, err := Migrate(mctx, opts); err == nil || !strings.Contains(err.Error(), "rerun the same command") {
 		t.Fatalf("an interrupted migration: %v", err)
 	}
-	if _, err := dataset.LoadHeader(ctx, to, "ds", nil); !errors.Is(err, dataset.ErrNotFound) {
+	if _, err := repository.LoadHeader(ctx, to, "ds", nil); !errors.Is(err, repository.ErrNotFound) {
 		t.Fatalf("an interrupted migration left a dataset on the new stores: %v", err)
 	}
 	opts.Progress = nil
@@ -82,7 +82,7 @@ func migrateCopiesEveryKeptVersion(t *testing.T, format int) {
 		t.Fatalf("on the new stores: RS(%d,%d), version %d", cur.Manifest.Data, cur.Manifest.Parity, cur.Manifest.VersionNumber())
 	}
 	checkServes(t, to, 4, src1, src2)
-	if _, err := dataset.Open(ctx, to, "ds", dataset.Options{Version: 3}); !errors.Is(err, dataset.ErrNoVersion) {
+	if _, err := repository.Open(ctx, to, "ds", repository.Options{Version: 3}); !errors.Is(err, repository.ErrNoVersion) {
 		t.Fatalf("a version gc removed before the migration: %v", err)
 	}
 	if rep, err := cur.Verify(ctx, nil); err != nil || !rep.Intact() {

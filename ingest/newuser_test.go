@@ -17,7 +17,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Issue 59 item 4, the new user's defects found in the scan.
@@ -239,7 +239,7 @@ func TestCompressedShardsAreRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds, err := dataset.Open(context.Background(), stores, "ds", dataset.Options{})
+		ds, err := repository.Open(context.Background(), stores, "ds", repository.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,9 +21,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 	"github.com/shardfs/shardfs/verify"
 )
 
@@ -272,7 +272,7 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 	}
 	// Marked before the first fragment: a purge by another ingest of this
 	// name leaves the fragments of a running distributed ingest alone.
-	if err := putSome(ctx, opts.Stores, dataset.PartStartedKey(opts.Name, id), []byte(time.Now().UTC().Format(time.RFC3339)), 1); err != nil {
+	if err := putSome(ctx, opts.Stores, repository.PartStartedKey(opts.Name, id), []byte(time.Now().UTC().Format(time.RFC3339)), 1); err != nil {
 		return nil, fmt.Errorf("part %s of %s: %w", part, opts.Name, err)
 	}
 	log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "shards", len(owned), "of", len(m.Shards))
@@ -305,7 +305,7 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 		if err := refuseCommitted(ctx, opts, id, log); err != nil {
 			return nil, err
 		}
-	} else if h, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil && h.IngestID == id {
+	} else if h, err := repository.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil && h.IngestID == id {
 		return nil, fmt.Errorf("%w: %s version %d was committed from these parts: nothing to do", ErrAlreadyCommitted, opts.Name, h.VersionNumber())
 	}
 	rec := &partRecord{Format: 1, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count, Parent: parent, First: first,
@@ -325,7 +325,7 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 		return nil, err
 	}
 	// The record is the part's only proof of work: it must survive m lost stores.
-	if err := putSome(ctx, opts.Stores, dataset.PartKey(opts.Name, id, part.Index, part.Count), enc, opts.Parity+1); err != nil {
+	if err := putSome(ctx, opts.Stores, repository.PartKey(opts.Name, id, part.Index, part.Count), enc, opts.Parity+1); err != nil {
 		return nil, fmt.Errorf("part %s of %s not done: its record: %w (rerun this part)", part, opts.Name, err)
 	}
 	res.Elapsed = time.Since(start)
@@ -399,7 +399,7 @@ func verifyUploads(ctx context.Context, m *manifest.Manifest, codec *erasure.Cod
 			got := make([]byte, fl)
 			for f := 0; f < codec.Total(); f++ {
 				store := opts.Stores[codec.Placement(si, f)]
-				if err := store.ReadAt(gctx, dataset.FragmentKey(opts.Name, m.ShardIngest(si), si, f), got, 0); err != nil {
+				if err := store.ReadAt(gctx, repository.FragmentKey(opts.Name, m.ShardIngest(si), si, f), got, 0); err != nil {
 					return fmt.Errorf("read back shard %d fragment %d: %w", si, f, err)
 				}
 				if _, b, _ := verify.Blocks(got, m.BlockSize, sh.Sums[f*nb:(f+1)*nb]); b >= 0 {
@@ -495,7 +495,7 @@ type CommitOptions struct {
 	IngestID string
 	Force    bool // replace a committed dataset of the same name
 	Logger   *slog.Logger
-	Lock     dataset.LockOptions
+	Lock     repository.LockOptions
 }
 
 // Commit commits a distributed ingest whose parts are all done: it reads
@@ -507,7 +507,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	start := time.Now()
 	opts := Options{Name: copts.Name, Stores: copts.Stores, Force: copts.Force, Logger: copts.Logger, Lock: copts.Lock}
 	log := opts.logger()
-	if err := dataset.CheckName(opts.Name); err != nil {
+	if err := repository.CheckName(opts.Name); err != nil {
 		return nil, err
 	}
 	if err := backend.CheckDistinct(opts.Stores); err != nil {
@@ -520,7 +520,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m, err := dataset.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil {
+	if m, err := repository.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil {
 		// Records of the committed ingest are strays (a part rerun while
 		// it committed): its work is in the manifest, they can go.
 		parts = dropStrayParts(ctx, opts.Stores, opts.Name, m.IngestID, parts, log)
@@ -533,7 +533,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		return nil, err
 	}
 	opts.Lock.Logger = log
-	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, "commit-"+id, opts.Lock)
+	lock, ctx, err := repository.AcquireLock(ctx, opts.Stores, opts.Name, "commit-"+id, opts.Lock)
 	if err != nil {
 		return nil, fmt.Errorf("commit %s: %w", opts.Name, err)
 	}
@@ -605,7 +605,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		res.StoredBytes += int64(m.Data+m.Parity) * m.FragSize(i)
 	}
 	if appendTo != nil { // what the append added
-		before, bytes := dataset.Totals(appendTo)
+		before, bytes := repository.Totals(appendTo)
 		res.Samples -= int(before)
 		res.Bytes -= bytes
 	}
@@ -616,9 +616,9 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	uctx := context.WithoutCancel(ctx)
 	for _, s := range opts.Stores {
 		for i := 0; i < n; i++ {
-			s.Delete(uctx, dataset.PartKey(opts.Name, id, i, n))
+			s.Delete(uctx, repository.PartKey(opts.Name, id, i, n))
 		}
-		s.Delete(uctx, dataset.PartStartedKey(opts.Name, id))
+		s.Delete(uctx, repository.PartStartedKey(opts.Name, id))
 	}
 	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, historyIDs(m), log)
 	res.Elapsed = time.Since(start)
@@ -628,7 +628,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 // dropStrayParts deletes the part objects of the committed ingest id from
 // every store and returns keys without them.
 func dropStrayParts(ctx context.Context, stores []backend.Store, name, id string, keys []string, log *slog.Logger) []string {
-	prefix := dataset.PartPrefix(name) + id + "/"
+	prefix := repository.PartPrefix(name) + id + "/"
 	var rest []string
 	for _, k := range keys {
 		if !strings.HasPrefix(k, prefix) {
@@ -648,7 +648,7 @@ func listParts(ctx context.Context, stores []backend.Store, name string) ([]stri
 	seen := map[string]bool{}
 	var errs []error
 	for _, s := range stores {
-		keys, err := s.List(ctx, dataset.PartPrefix(name))
+		keys, err := s.List(ctx, repository.PartPrefix(name))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -678,7 +678,7 @@ func pickIngest(name string, keys []string, want string) (string, int, error) {
 	}
 	jobs := map[string]*job{}
 	for _, k := range keys {
-		id, file, ok := strings.Cut(strings.TrimPrefix(k, dataset.PartPrefix(name)), "/")
+		id, file, ok := strings.Cut(strings.TrimPrefix(k, repository.PartPrefix(name)), "/")
 		if !ok {
 			continue
 		}
@@ -747,7 +747,7 @@ func readParts(ctx context.Context, stores []backend.Store, name, id string, n i
 	g.SetLimit(8)
 	for i := range recs {
 		g.Go(func() error {
-			key := dataset.PartKey(name, id, i, n)
+			key := repository.PartKey(name, id, i, n)
 			var errs []error
 			for _, s := range stores {
 				size, err := s.Stat(gctx, key)
@@ -1001,7 +1001,7 @@ func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, 
 	return checkShards(ctx, t.Name, first, len(t.Shards), parts, "shard indexes are missing", func(ctx context.Context, si int) []string {
 		intact := 0
 		for _, s := range stores {
-			if _, err := dataset.ReadIndexBytes(ctx, s, t, si); err == nil {
+			if _, err := repository.ReadIndexBytes(ctx, s, t, si); err == nil {
 				intact++
 			}
 		}
@@ -1019,7 +1019,7 @@ func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Man
 	return checkShards(ctx, m.Name, first, len(m.Shards), parts, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
 		var problems []string
 		for f := 0; f < p.Total(); f++ {
-			size, err := stores[p.Placement(si, f)].Stat(ctx, dataset.FragmentKey(m.Name, m.ShardIngest(si), si, f))
+			size, err := stores[p.Placement(si, f)].Stat(ctx, repository.FragmentKey(m.Name, m.ShardIngest(si), si, f))
 			switch {
 			case err != nil:
 				problems = append(problems, fmt.Sprintf("shard %d fragment %d: %v", si, f, err))

@@ -11,10 +11,10 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 	"github.com/shardfs/shardfs/verify"
 )
 
@@ -140,7 +140,7 @@ func partsCommitTheSingleProcessManifest(t *testing.T, format int) {
 					res.Samples, res.Bytes, res.StoredBytes, want.Samples, want.Bytes, want.StoredBytes)
 			}
 		}
-		ds, err := dataset.Open(ctx, opts.Stores, "dist", dataset.Options{})
+		ds, err := repository.Open(ctx, opts.Stores, "dist", repository.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func partsCommitTheSingleProcessManifest(t *testing.T, format int) {
 		}
 		// The parts' records are gone; their fragments are the dataset's.
 		for _, s := range opts.Stores {
-			if keys, _ := s.List(ctx, dataset.PartPrefix("dist")); len(keys) != 0 {
+			if keys, _ := s.List(ctx, repository.PartPrefix("dist")); len(keys) != 0 {
 				t.Fatalf("%d parts: part objects left after commit: %v", n, keys)
 			}
 		}
@@ -213,7 +213,7 @@ func TestCommitRefusesWhatIsNotWhole(t *testing.T) {
 	}
 	invisible := func() {
 		t.Helper()
-		if _, err := dataset.LoadManifest(ctx, opts.Stores, "ds", nil); !errors.Is(err, dataset.ErrNotFound) {
+		if _, err := repository.LoadManifest(ctx, opts.Stores, "ds", nil); !errors.Is(err, repository.ErrNotFound) {
 			t.Fatalf("dataset visible after a refused commit: %v", err)
 		}
 	}
@@ -247,7 +247,7 @@ func TestCommitRefusesWhatIsNotWhole(t *testing.T) {
 	}
 	invisible()
 	// Delete one fragment of job a's shard 1 (part 1's): commit names part 1/2.
-	frag := dataset.FragmentKey("ds", a0.IngestID, 1, 0)
+	frag := repository.FragmentKey("ds", a0.IngestID, 1, 0)
 	if err := opts.Stores[erasure.Params{Data: opts.Data, Parity: opts.Parity}.Placement(1, 0)].Delete(ctx, frag); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestCommitRefusesWhatIsNotWhole(t *testing.T) {
 	}
 	invisible()
 	// Damage part 0's record on the first store: read from another copy.
-	key := dataset.PartKey("ds", b1.IngestID, 0, 2)
+	key := repository.PartKey("ds", b1.IngestID, 0, 2)
 	if err := opts.Stores[0].Put(ctx, key, []byte("SHARDFS-PART-1\nnot a record")); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestCommitRefusesWhatIsNotWhole(t *testing.T) {
 		t.Fatalf("commit with one damaged record copy: %v", err)
 	}
 	// Job a's parts are not this commit's: its fragments stay for its own commit.
-	if keys, _ := opts.Stores[1].List(ctx, dataset.DataPrefix("ds")+a0.IngestID+"/"); len(keys) == 0 {
+	if keys, _ := opts.Stores[1].List(ctx, repository.DataPrefix("ds")+a0.IngestID+"/"); len(keys) == 0 {
 		t.Fatal("the commit of job b purged the fragments of job a, whose parts are still pending")
 	}
 }

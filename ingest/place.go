@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Where a plan puts a source's items, and how the upload reads them.
@@ -250,7 +250,7 @@ func Plan(src *Source, opts Options) (*DryRun, error) {
 	if err := (erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}).Validate(); err != nil {
 		return nil, err
 	}
-	if err := dataset.CheckName(opts.Name); err != nil {
+	if err := repository.CheckName(opts.Name); err != nil {
 		return nil, err
 	}
 	m, windows, err := plan(src, opts, "dry-run")

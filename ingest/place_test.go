@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // countingStore records the byte ranges read of each key.
@@ -130,7 +130,7 @@ func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 	if _, err := Commit(ctx, CommitOptions{Name: "dist", Stores: dist.Stores}); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := dataset.Open(ctx, dist.Stores, "dist", dataset.Options{})
+	ds, err := repository.Open(ctx, dist.Stores, "dist", repository.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func onceEach(t *testing.T, what string, reads map[string][][2]int64, shards int
 func readsBack(t *testing.T, stores []backend.Store, name string, want map[string]map[string][]byte) {
 	t.Helper()
 	ctx := context.Background()
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{})
+	ds, err := repository.Open(ctx, stores, name, repository.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Issue 59 item 3: records datasets grow. An append of records adds new
@@ -99,7 +99,7 @@ func appendRecords(t *testing.T, format int) {
 		}
 	}
 	for v, n := range map[int]int{1: 300, 2: 500} {
-		ds, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: v})
+		ds, err := repository.Open(ctx, stores, "ds", repository.Options{Version: v})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // A source released once planned (Options.ReleaseSource, as the CLI runs
@@ -59,7 +59,7 @@ func TestReleasedSourceCommitsTheSameAndIsNotPlannedAgain(t *testing.T) {
 			t.Fatalf("item %d (%s) still holds labels %q and fields %q after a released plan", i, it.Key, it.Labels, it.Fields)
 		}
 	}
-	ds, err := dataset.Open(ctx, released.Stores, "released", dataset.Options{})
+	ds, err := repository.Open(ctx, released.Stores, "released", repository.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

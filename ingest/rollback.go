@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // ErrNothingToDo: the version asked for is current already.
@@ -22,17 +22,17 @@ var ErrNothingToDo = errors.New("nothing to do")
 func Rollback(ctx context.Context, opts Options, to int) (*AppendResult, error) {
 	start := time.Now()
 	log := opts.logger()
-	if err := dataset.CheckName(opts.Name); err != nil {
+	if err := repository.CheckName(opts.Name); err != nil {
 		return nil, err
 	}
 	ingestID := newIngestID()
 	opts.Lock.Logger = log
-	lock, ctx, err := dataset.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
+	lock, ctx, err := repository.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
 	if err != nil {
 		return nil, fmt.Errorf("rollback %s: %w", opts.Name, err)
 	}
 	defer lock.Release(context.WithoutCancel(ctx))
-	ds, err := dataset.Open(ctx, opts.Stores, opts.Name, dataset.Options{Logger: log, Version: to})
+	ds, err := repository.Open(ctx, opts.Stores, opts.Name, repository.Options{Logger: log, Version: to})
 	if err != nil {
 		return nil, fmt.Errorf("rollback %s to version %d: %w", opts.Name, to, err)
 	}
@@ -45,7 +45,7 @@ func Rollback(ctx context.Context, opts Options, to int) (*AppendResult, error) 
 	h := target.Header
 	h.IngestID, h.CreatedUnix, h.Stores = ingestID, now, storeNames(opts.Stores)
 	h.Segments = slices.Clone(target.SegmentsOr(len(target.Shards)))
-	samples, bytes := dataset.Totals(target)
+	samples, bytes := repository.Totals(target)
 	h.Versions = append(slices.Clone(cur.Versions), manifest.VersionInfo{
 		Number: cur.VersionNumber() + 1, IngestID: ingestID, Parent: cur.VersionNumber(), CreatedUnix: now,
 		Samples: samples, Bytes: bytes, Change: fmt.Sprintf("rollback to %d", to),

@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // The files a source of records is read from: local files, or the objects
@@ -168,7 +168,7 @@ func (s *Source) checkApart(ctx context.Context, stores []backend.Store, name st
 		if first == name {
 			return fmt.Errorf("source %s lies in dataset %s's own namespace on store %d (%s), where shardfs deletes what no version needs (the purge after an ingest, gc): keep the source outside the stores' datasets", where, name, i, st)
 		}
-		if _, err := st.Stat(ctx, dataset.IdentityKey(first)); err == nil {
+		if _, err := st.Stat(ctx, repository.IdentityKey(first)); err == nil {
 			return fmt.Errorf("source %s lies in dataset %s's namespace on store %d (%s), where shardfs deletes what no version of %s needs (gc): keep the source outside the stores' datasets", where, first, i, st, first)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // A kept version's manifest has a copy on every store, and nothing else
@@ -23,7 +23,7 @@ func TestVerifyRepairsKeptVersionCopies(t *testing.T) {
 	src1 := tree(t, 60, 3, "", 1)
 	stores, ids := appendedVersions(t, src1, tree(t, 30, 2, "b", 2), tree(t, 20, 2, "c", 3))
 	// Version 2's kept manifest is removed everywhere, as gc removes it.
-	v1, v2 := dataset.VersionKey("ds", ids[0]), dataset.VersionKey("ds", ids[1])
+	v1, v2 := repository.VersionKey("ds", ids[0]), repository.VersionKey("ds", ids[1])
 	for _, s := range stores {
 		if err := s.Delete(ctx, v2); err != nil {
 			t.Fatal(err)
@@ -101,9 +101,9 @@ func TestVerifyRepairsKeptVersionCopies(t *testing.T) {
 }
 
 // openAndVerify opens the current version of ds and verifies it.
-func openAndVerify(t *testing.T, stores []backend.Store) (*dataset.Dataset, *dataset.Report) {
+func openAndVerify(t *testing.T, stores []backend.Store) (*repository.Dataset, *repository.Report) {
 	t.Helper()
-	ds, err := dataset.Open(context.Background(), stores, "ds", dataset.Options{})
+	ds, err := repository.Open(context.Background(), stores, "ds", repository.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestLostVersionIsNamed(t *testing.T) {
 	ctx := context.Background()
 	src1, src2 := tree(t, 60, 3, "", 1), tree(t, 30, 2, "b", 2)
 	stores, ids := appendedVersions(t, src1, src2, tree(t, 20, 2, "c", 3))
-	v1, v2 := dataset.VersionKey("ds", ids[0]), dataset.VersionKey("ds", ids[1])
+	v1, v2 := repository.VersionKey("ds", ids[0]), repository.VersionKey("ds", ids[1])
 	for _, s := range stores {
 		b, err := getObject(ctx, s, v1)
 		if err != nil {
@@ -178,7 +178,7 @@ func TestLostVersionIsNamed(t *testing.T) {
 	}
 
 	// A lock held: no version copy is written.
-	lock, _, err := dataset.AcquireLock(ctx, stores, "ds", "someone-else", dataset.LockOptions{})
+	lock, _, err := repository.AcquireLock(ctx, stores, "ds", "someone-else", repository.LockOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,13 +194,13 @@ func TestLostVersionIsNamed(t *testing.T) {
 	lock.Release(ctx)
 
 	n, err := ds.Repair(ctx, rep, false, nil)
-	if !errors.Is(err, dataset.ErrUnrecoverable) || !strings.Contains(err.Error(), "versions [1]") {
+	if !errors.Is(err, repository.ErrUnrecoverable) || !strings.Contains(err.Error(), "versions [1]") {
 		t.Fatalf("repair: %v; want ErrUnrecoverable naming version 1", err)
 	}
 	if n != 1 {
 		t.Errorf("repair wrote %d objects, want 1 (version 2 on store 1)", n)
 	}
-	if _, err := dataset.Open(ctx, stores, "ds", dataset.Options{Version: 1}); err == nil {
+	if _, err := repository.Open(ctx, stores, "ds", repository.Options{Version: 1}); err == nil {
 		t.Error("version 1 opens with every copy of its manifest corrupt")
 	}
 	checkServes(t, stores, 2, src1, src2)
@@ -218,11 +218,11 @@ func TestInterruptedGCIsNotDamage(t *testing.T) {
 	stores, ids := appendedVersions(t, tree(t, 60, 3, "", 1), tree(t, 30, 2, "b", 2))
 	id1 := ids[0]
 	for _, s := range stores {
-		if err := s.Put(ctx, dataset.GCMarkKey("ds", id1), []byte("removing\n")); err != nil {
+		if err := s.Put(ctx, repository.GCMarkKey("ds", id1), []byte("removing\n")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := stores[0].Delete(ctx, dataset.VersionKey("ds", id1)); err != nil {
+	if err := stores[0].Delete(ctx, repository.VersionKey("ds", id1)); err != nil {
 		t.Fatal(err)
 	}
 	ds, rep := openAndVerify(t, stores)
@@ -231,19 +231,19 @@ func TestInterruptedGCIsNotDamage(t *testing.T) {
 	}
 	// A report from before the gc began, repaired after it: nothing is
 	// written back.
-	stale := &dataset.Report{BadVersions: []dataset.VersionCopy{{Store: 0, Version: 1, IngestID: id1, Err: backend.ErrNotExist}}}
+	stale := &repository.Report{BadVersions: []repository.VersionCopy{{Store: 0, Version: 1, IngestID: id1, Err: backend.ErrNotExist}}}
 	if n, err := ds.Repair(ctx, stale, false, nil); err != nil || n != 0 {
 		t.Fatalf("repair from a report older than the gc: wrote %d (%v), want 0", n, err)
 	}
-	if _, err := stores[0].Stat(ctx, dataset.VersionKey("ds", id1)); !errors.Is(err, backend.ErrNotExist) {
+	if _, err := stores[0].Stat(ctx, repository.VersionKey("ds", id1)); !errors.Is(err, backend.ErrNotExist) {
 		t.Fatalf("repair restored a version gc is removing: %v", err)
 	}
-	gc, err := dataset.GC(ctx, stores, "ds", dataset.GCOptions{KeepLast: 1, Delete: true})
+	gc, err := repository.GC(ctx, stores, "ds", repository.GCOptions{KeepLast: 1, Delete: true})
 	if err != nil || !slices.Equal(gc.Removed, []int{1}) {
 		t.Fatalf("gc again: %v, removed %v", err, gc)
 	}
 	for i, s := range stores {
-		marks, err := s.List(ctx, dataset.GCMarkPrefix("ds"))
+		marks, err := s.List(ctx, repository.GCMarkPrefix("ds"))
 		if err != nil || len(marks) != 0 {
 			t.Fatalf("store %d after gc: marks %v (%v)", i, marks, err)
 		}

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/miniotest"
 	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // TestIngestVerifyRepairMinIO ingests an imbalanced dataset into six MinIO
@@ -50,7 +50,7 @@ func TestIngestVerifyRepairMinIO(t *testing.T) {
 	deleted := 0
 	for _, i := range []int{1, 4} {
 		s := c.store(t, i)
-		keys, err := s.List(ctx, dataset.DataPrefix("train"))
+		keys, err := s.List(ctx, repository.DataPrefix("train"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestIngestVerifyRepairMinIO(t *testing.T) {
 	// A third lost store is past m: verify says unrecoverable, repair writes nothing.
 	for _, i := range []int{0, 2, 5} {
 		s := c.store(t, i)
-		keys, _ := s.List(ctx, dataset.DataPrefix("train"))
+		keys, _ := s.List(ctx, repository.DataPrefix("train"))
 		for _, k := range keys {
 			s.Delete(ctx, k)
 		}
@@ -91,7 +91,7 @@ func TestIngestVerifyRepairMinIO(t *testing.T) {
 		t.Fatalf("repair of an unrecoverable dataset: want exit 2: %v", r)
 	}
 	for _, i := range []int{0, 2, 5} {
-		if keys, _ := c.store(t, i).List(ctx, dataset.DataPrefix("train")); len(keys) != 0 {
+		if keys, _ := c.store(t, i).List(ctx, repository.DataPrefix("train")); len(keys) != 0 {
 			t.Fatalf("repair wrote %d objects to store %d of an unrecoverable dataset", len(keys), i)
 		}
 	}

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/miniotest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // recordEpochChild is a process of its own that records one epoch of run
-// "u" of dataset "ds" (dataset.RecordEpoch, as a --follow mount does), so
+// "u" of dataset "ds" (repository.RecordEpoch, as a --follow mount does), so
 // the test can kill it with SIGKILL: TestMain runs it instead of the tests
 // when SHARDFS_TEST_RECORD_EPOCH is set. It prints the version that
 // counts for the epoch, and exits 1 with the error when there is none.
@@ -37,7 +37,7 @@ func recordEpochChild() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := dataset.RecordEpoch(ctx, stores, "ds", "u", epoch, func() (int, error) { return version, nil }, nil)
+	r, err := repository.RecordEpoch(ctx, stores, "ds", "u", epoch, func() (int, error) { return version, nil }, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -86,7 +86,7 @@ func TestEpochRecordsUnderFailures(t *testing.T) {
 			if skip >= 0 {
 				view[skip] = deadStore{all[skip]}
 			}
-			got, err := dataset.ReadEpochRecord(context.Background(), view, "ds", "u", epoch)
+			got, err := repository.ReadEpochRecord(context.Background(), view, "ds", "u", epoch)
 			if got == nil {
 				continue
 			}

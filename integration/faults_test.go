@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/miniotest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // epochRead is the outcome of reading one rank-epoch batch by batch.
@@ -275,8 +275,8 @@ func TestFaultsMinIO(t *testing.T) {
 	ctx := context.Background()
 	swapped, truncated := 0, 0
 	s1, s4 := c.store(t, 1), c.store(t, 4)
-	keys1, _ := s1.List(ctx, dataset.DataPrefix("train"))
-	keys4, _ := s4.List(ctx, dataset.DataPrefix("train"))
+	keys1, _ := s1.List(ctx, repository.DataPrefix("train"))
+	keys4, _ := s4.List(ctx, repository.DataPrefix("train"))
 	for i, k := range keys1 {
 		other := keys1[(i+1)%len(keys1)]
 		size, _ := s1.Stat(ctx, other)
@@ -352,7 +352,7 @@ func TestBadCredentialsAndManifest(t *testing.T) {
 	}
 	// Corrupt store 3's manifest copy.
 	ctx := context.Background()
-	if err := c.store(t, 3).Put(ctx, dataset.ManifestKey("train"), []byte("not a manifest")); err != nil {
+	if err := c.store(t, 3).Put(ctx, repository.ManifestKey("train"), []byte("not a manifest")); err != nil {
 		t.Fatal(err)
 	}
 

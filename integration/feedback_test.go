@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/miniotest"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Issue 43 item 3: weights that follow the trainer's reports, on six
@@ -298,8 +298,8 @@ func TestReportsUnderKills(t *testing.T) {
 			if skip >= 0 {
 				view[skip] = deadStore{all[skip]}
 			}
-			got, err := dataset.ReadReport(context.Background(), view, "ds", "k", epoch)
-			if err != nil && !errors.Is(err, dataset.ErrReportIncomplete) {
+			got, err := repository.ReadReport(context.Background(), view, "ds", "k", epoch)
+			if err != nil && !errors.Is(err, repository.ErrReportIncomplete) {
 				t.Fatalf("epoch %d, reader without store %d: %v", epoch, skip, err)
 			}
 			if got != nil {
@@ -319,7 +319,7 @@ func TestReportsUnderKills(t *testing.T) {
 			if again.code != 0 && !stands(again) {
 				t.Fatalf("epoch %d: the second report again, every store answering: %v", epoch, again)
 			}
-			got, err := dataset.ReadReport(context.Background(), c.clients(t), "ds", "k", epoch)
+			got, err := repository.ReadReport(context.Background(), c.clients(t), "ds", "k", epoch)
 			if err != nil || got == nil {
 				t.Fatalf("epoch %d: after the second report again, readers take %+v (%v)", epoch, got, err)
 			}

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Issue 43 item 2: new data joins the next epoch (mount --follow), on six
@@ -134,7 +134,7 @@ func TestFollowAppends(t *testing.T) {
 	for range 2 {
 		m := mountShardfsEnv(t, nil, storesFlag, "--world-size=2", "--batch-size=10", "--seed=3", "--follow", "--run=f2", "ds")
 		keys := readIndexKeys(t, m.dir, 0, 0)
-		rec, err := dataset.ReadEpochRecord(context.Background(), c.clients(t), "ds", "f2", 0)
+		rec, err := repository.ReadEpochRecord(context.Background(), c.clients(t), "ds", "f2", 0)
 		if err != nil || rec == nil {
 			t.Fatalf("epoch 0's record after a mount read it: %+v %v", rec, err)
 		}
@@ -152,8 +152,8 @@ func TestFollowAppends(t *testing.T) {
 	// The record does not count yet; the next mount adopts it (the version
 	// the epoch was first recorded with), completes it, and serves version
 	// 1; so does the one after.
-	partial, _ := json.Marshal(dataset.EpochRecord{Run: "f3", Epoch: 0, Version: 1})
-	if err := c.store(t, 4).Create(context.Background(), dataset.EpochKey("ds", "f3", 0), partial); err != nil {
+	partial, _ := json.Marshal(repository.EpochRecord{Run: "f3", Epoch: 0, Version: 1})
+	if err := c.store(t, 4).Create(context.Background(), repository.EpochKey("ds", "f3", 0), partial); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -162,7 +162,7 @@ func TestFollowAppends(t *testing.T) {
 			t.Fatalf("run f3 epoch 0, first recorded at version 1 by a recorder killed part way: a mount serves %d samples of rank 0 (appended ones: %v), want version 1's 100", len(keys), slices.ContainsFunc(keys, isNew))
 		}
 	}
-	if rec, err := dataset.ReadEpochRecord(context.Background(), c.clients(t), "ds", "f3", 0); err != nil || rec == nil || rec.Version != 1 {
+	if rec, err := repository.ReadEpochRecord(context.Background(), c.clients(t), "ds", "f3", 0); err != nil || rec == nil || rec.Version != 1 {
 		t.Fatalf("run f3 epoch 0's record: %+v %v, want version 1, counted", rec, err)
 	}
 }
@@ -406,7 +406,7 @@ func TestFollowRandomAppendsRollbacksAndKills(t *testing.T) {
 		for _, d := range down {
 			c.servers[d].Restart()
 		}
-		rec, rerr := dataset.ReadEpochRecord(context.Background(), c.clients(t), "fr", "rr", epoch)
+		rec, rerr := repository.ReadEpochRecord(context.Background(), c.clients(t), "fr", "rr", epoch)
 		if rerr != nil || rec == nil {
 			t.Fatalf("epoch %d (after %s): its record: %+v %v", epoch, step, rec, rerr)
 		}

@@ -22,10 +22,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/heal"
 	"github.com/shardfs/shardfs/internal/miniotest"
 	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Issue 44: self-healing. No person runs repair: shardfs heal, running as
@@ -387,7 +387,7 @@ func TestHealScrubFindsRotAndLoss(t *testing.T) {
 	}
 	flipByte(t, parts[0], -1)
 	s5 := c.store(t, 5)
-	keys, _ := s5.List(context.Background(), dataset.DataPrefix("rot"))
+	keys, _ := s5.List(context.Background(), repository.DataPrefix("rot"))
 	if len(keys) < 2 {
 		t.Fatalf("store 5 holds %d fragments", len(keys))
 	}
@@ -423,7 +423,7 @@ func TestHealOnRead(t *testing.T) {
 	healer := startHealer(t, stores, "--pause=1h", "--hint-poll=2s", "hint")
 	healer.waitLog(t, `msg="heal: cycle done"`, 2*time.Minute)
 	s1 := c.store(t, 1)
-	keys, _ := s1.List(context.Background(), dataset.DataPrefix("hint"))
+	keys, _ := s1.List(context.Background(), repository.DataPrefix("hint"))
 	if len(keys) < 3 {
 		t.Fatalf("store 1 holds %d fragments", len(keys))
 	}
@@ -471,7 +471,7 @@ func TestHealKilledAtRandomMoments(t *testing.T) {
 	// Two stores lose every fragment: m of them, so every shard is at margin 0.
 	for _, i := range []int{0, 3} {
 		s := c.store(t, i)
-		keys, _ := s.List(context.Background(), dataset.DataPrefix("kill"))
+		keys, _ := s.List(context.Background(), repository.DataPrefix("kill"))
 		for _, k := range keys {
 			s.Delete(context.Background(), k)
 		}
@@ -554,14 +554,14 @@ func TestTwoHealersOneWrites(t *testing.T) {
 	stopped := time.Now()
 	// A's lease runs out Lease after its last renewal, which the lock
 	// object holds (to the second), and which A, stopped, cannot change.
-	var info dataset.LockInfo
+	var info repository.LockInfo
 	b0 := make([]byte, 4096)
 	lockStore := c.store(t, 0)
-	size, err := lockStore.Stat(context.Background(), dataset.HealLockKey("two"))
+	size, err := lockStore.Stat(context.Background(), repository.HealLockKey("two"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lockStore.ReadAt(context.Background(), dataset.HealLockKey("two"), b0[:size], 0); err != nil {
+	if err := lockStore.ReadAt(context.Background(), repository.HealLockKey("two"), b0[:size], 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(b0[:size], &info); err != nil || info.IngestID != idA {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // TestList: list names every dataset on the stores with its ingest, size
@@ -27,7 +27,7 @@ func TestList(t *testing.T) {
 	if err := c.store(t, 0).Put(ctx, "junk/x", []byte("not a dataset")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.store(t, 2).Delete(ctx, dataset.ManifestKey("beta")); err != nil {
+	if err := c.store(t, 2).Delete(ctx, repository.ManifestKey("beta")); err != nil {
 		t.Fatal(err)
 	}
 	r := run(t, time.Minute, nil, "list", "--stores="+strings.Join(c.urls, ","))

@@ -15,7 +15,7 @@ import (
 // Issue 42: the order's checks ran only on the CLI path (mount.Config's
 // CheckOrder closure), so mount.Open called from Go served a resume point
 // past the last epoch, and a batch larger than the epoch. Now both go
-// through dataset.PlanOrder: an in-process mount is refused with the
+// through repository.PlanOrder: an in-process mount is refused with the
 // error the CLI prints, word for word once the options are named by their
 // flags.
 func TestMountFromGoRefusesWhatTheCLIRefuses(t *testing.T) {

@@ -3,7 +3,7 @@
 // iteration in any result. Same inputs, same output, on any machine. The
 // one input that is neither a flag nor the data, the trainer's reports
 // that --feedback weights epochs from, reaches it as a function a caller
-// binds (Feedback.Weights, set by dataset.BindFeedback); the rule itself
+// binds (Feedback.Weights, set by repository.BindFeedback); the rule itself
 // (Feedback.Multipliers) is here.
 //
 // # The global order

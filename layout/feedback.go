@@ -30,7 +30,7 @@ import (
 // node that reads the same reports computes the same order, and a resumed
 // job (of any world size) recomputes exactly the weights it had. The
 // reports are the only input that is not a flag: Weights, set by whoever
-// binds the spec to a run's log (dataset.BindFeedback, which reads them
+// binds the spec to a run's log (repository.BindFeedback, which reads them
 // from the stores and keeps each epoch's multipliers), gives them to
 // Spec.Params.
 type Feedback struct {

@@ -58,7 +58,7 @@ func TestPropertyFeedback(t *testing.T) {
 		}
 		asked := map[int]int{}
 		f := &Feedback{Step: 0.2 + rng.Float64()*2, Floor: []float64{0, 0.01, 0.05}[rng.IntN(3)]}
-		// As dataset.BindFeedback gives them: epoch e's from the reports
+		// As repository.BindFeedback gives them: epoch e's from the reports
 		// of epochs 0..e-1.
 		f.Weights = func(e int) ([]float64, error) {
 			for k := range e {

@@ -142,7 +142,7 @@ func TestPropertyRecency(t *testing.T) {
 }
 
 // groupByStart groups in's strata by time bucket, as a dataset cut into
-// time buckets is (dataset.OrderInput).
+// time buckets is (repository.OrderInput).
 func groupByStart(t testing.TB, in *Input, start []int64) {
 	t.Helper()
 	distinct := slices.Compact(slices.Sorted(slices.Values(start)))

@@ -33,7 +33,7 @@ type Segment struct {
 // VersionInfo is one version in a dataset's history.
 type VersionInfo struct {
 	Number      int
-	IngestID    string // the commit's ingest id: its manifest is kept under it (see dataset.VersionKey)
+	IngestID    string // the commit's ingest id: its manifest is kept under it (see repository.VersionKey)
 	Parent      int    // the version that was current when it was committed; 0 for the first
 	CreatedUnix int64
 	Samples     int64

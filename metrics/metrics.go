@@ -327,7 +327,7 @@ func (m *Metrics) FuseOp(op string) func(time.Duration) {
 func (m *Metrics) ChecksumFailure(store int) { m.ChecksumFailures.Add(1) }
 
 // LostFragment implements erasure.Metrics: the mount's hints to the
-// healer are dataset.Hinter's; the count is ChecksumFailures and the
+// healer are repository.Hinter's; the count is ChecksumFailures and the
 // stores' read errors.
 func (m *Metrics) LostFragment(store, shard int) {}
 

@@ -11,14 +11,14 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/fs"
 	"github.com/shardfs/shardfs/manifest"
 	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Following new versions (mount --follow): each epoch is served from the
-// version its run's log names (dataset.RecordEpoch): the newest committed
+// version its run's log names (repository.RecordEpoch): the newest committed
 // when the first node that needed the epoch recorded it. An append made
 // during training therefore enters at the next epoch not yet recorded,
 // never mid-epoch, and every node, and a job resumed later on any world
@@ -47,8 +47,8 @@ type follower struct {
 	// openMu guards what follows, and is held while a version is opened
 	// (reads of the stores): nothing on the read path takes it.
 	openMu   sync.Mutex
-	sources  map[int]*fs.Source       // version: its read path (the base version: nil, the tree's own)
-	versions map[int]*dataset.Dataset // version: opened
+	sources  map[int]*fs.Source          // version: its read path (the base version: nil, the tree's own)
+	versions map[int]*repository.Dataset // version: opened
 	readers  []*prefetch.Reader
 	// largest is the largest version served, whose shards the disk tier
 	// names by the ingest that uploaded each (every version's are its).
@@ -79,8 +79,8 @@ func (f *follower) versionOf(epoch int) (int, error) {
 	deadline := time.Now().Add(f.wait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		rec, err := dataset.RecordEpoch(ctx, f.stores, name, f.run, epoch, func() (int, error) {
-			h, err := dataset.LoadHeader(ctx, f.stores, name, f.mt.log)
+		rec, err := repository.RecordEpoch(ctx, f.stores, name, f.run, epoch, func() (int, error) {
+			h, err := repository.LoadHeader(ctx, f.stores, name, f.mt.log)
 			if err != nil {
 				return 0, err
 			}
@@ -96,7 +96,7 @@ func (f *follower) versionOf(epoch int) (int, error) {
 		}
 		// The last try is at the deadline, not a second before it.
 		left := time.Until(deadline)
-		if left <= 0 || !errors.Is(err, dataset.ErrRecording) && !errors.Is(err, dataset.ErrEpochIncomplete) {
+		if left <= 0 || !errors.Is(err, repository.ErrRecording) && !errors.Is(err, repository.ErrEpochIncomplete) {
 			return 0, fmt.Errorf("--follow: which version epoch %d of run %s serves: %w", epoch, f.run, err)
 		}
 		time.Sleep(min(time.Second, left))
@@ -117,7 +117,7 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	hinter := f.mt.hinterFor(f.stores)(base.Name)
-	ds, err := dataset.Open(ctx, f.stores, base.Name, dataset.Options{Logger: f.mt.log, Metrics: hinter, Version: v})
+	ds, err := repository.Open(ctx, f.stores, base.Name, repository.Options{Logger: f.mt.log, Metrics: hinter, Version: v})
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	if spec.Recency != nil {
 		rc := *spec.Recency
 		spec.Recency = &rc
-		if err := dataset.BindTimes(&ds.Manifest.Header, &spec); err != nil {
+		if err := repository.BindTimes(&ds.Manifest.Header, &spec); err != nil {
 			return nil, err
 		}
 	}
@@ -159,18 +159,18 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, err := dataset.OrderInput(ds, first)
+	in, err := repository.OrderInput(ds, first)
 	if err != nil {
 		return nil, err
 	}
-	cat := fs.TreeCatalog(dataset.ManifestCatalog{M: ds.Manifest})
-	if rc, ok := (dataset.ManifestCatalog{M: ds.Manifest}).ForLayout().(dataset.RecordCatalog); ok {
+	cat := fs.TreeCatalog(repository.ManifestCatalog{M: ds.Manifest})
+	if rc, ok := (repository.ManifestCatalog{M: ds.Manifest}).ForLayout().(repository.RecordCatalog); ok {
 		cat = rc
 	}
 	if ds.Manifest.NumShards() > f.largest.Load().NumShards() {
 		f.largest.Store(ds.Manifest)
 	}
-	if l, err := dataset.TakeLease(ctx, f.stores, base.Name, ds.Manifest, f.mt.log); err == nil {
+	if l, err := repository.TakeLease(ctx, f.stores, base.Name, ds.Manifest, f.mt.log); err == nil {
 		f.mt.leases = append(f.mt.leases, l)
 	} else {
 		f.mt.log.Warn("could not lease a followed version (read-only credentials?): shardfs gc cannot see that this mount reads it", "version", v, "err", err)
@@ -193,14 +193,14 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	f.sources[v] = s
 	served = true
 	f.mt.Metrics.VersionServed.Store(int64(max(int(f.mt.Metrics.VersionServed.Load()), v)))
-	f.mt.log.Info("serving a newer version's epochs", "version", v, "samples", dataset.SampleCount(ds.Manifest), "shards", ds.Manifest.NumShards())
+	f.mt.log.Info("serving a newer version's epochs", "version", v, "samples", repository.SampleCount(ds.Manifest), "shards", ds.Manifest.NumShards())
 	return s, nil
 }
 
 // shardNamespace is the disk tier's namespace of shard: the largest
 // version served names every shard any version served has.
 func (f *follower) shardNamespace(shard int) string {
-	return dataset.ShardNamespace(&f.largest.Load().Header)(shard)
+	return repository.ShardNamespace(&f.largest.Load().Header)(shard)
 }
 
 // close ends the readers of the versions followed.

@@ -3,9 +3,9 @@ package mount
 import (
 	"encoding/json"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Info is what .shardfs/info.json says that only the caller knows, in its
@@ -87,7 +87,7 @@ func describeDataset(m *manifest.Manifest) map[string]any {
 	}
 	classes, _ := m.Classes()
 	d := map[string]any{"name": m.Name, "ingest_id": m.IngestID, "created_unix": m.CreatedUnix,
-		"samples": dataset.SampleCount(m), "bytes": m.TotalBytes(), "shards": m.NumShards(), "label_fields": m.LabelFields, "num_strata": len(m.Strata), "strata": strata,
+		"samples": repository.SampleCount(m), "bytes": m.TotalBytes(), "shards": m.NumShards(), "label_fields": m.LabelFields, "num_strata": len(m.Strata), "strata": strata,
 		"class_fields": m.ClassFields(), "classes": classes}
 	if m.HasFields() {
 		d["fields"], d["derived"] = m.Fields, m.Derived

@@ -1,5 +1,5 @@
 // Package mount assembles a mount: it opens the dataset (or the mix of
-// several) on its stores, makes the run's order (dataset.PlanOrder, which
+// several) on its stores, makes the run's order (repository.PlanOrder, which
 // checks the spec against the data) and chooses the catalog, sizes
 // the memory cache and opens the disk tier, builds the prefetching reader
 // and the go-fuse tree, serves metrics, and unmounts on a signal. With
@@ -30,11 +30,11 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/fs"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // Config is what a mount serves, and how.
@@ -45,13 +45,13 @@ type Config struct {
 	// A mount never switches version while it runs.
 	Version int
 	// VersionCheckEvery is how often the mount asks which version is
-	// current, for stats and metrics (0: dataset.LeaseRefresh).
+	// current, for stats and metrics (0: repository.LeaseRefresh).
 	VersionCheckEvery time.Duration
 	// Mix names the datasets of a mix, in the order of Spec.Base.Mix's
 	// weights; nil serves Name alone.
 	Mix []string
 	// Spec is the run's order, with the ranks and epochs shown: checked
-	// here against the dataset as the CLI's are (dataset.PlanOrder), then
+	// here against the dataset as the CLI's are (repository.PlanOrder), then
 	// asked for every rank-epoch.
 	Spec *layout.Spec
 	// Run names the run whose log holds the trainer's reports, when
@@ -83,8 +83,8 @@ type Config struct {
 
 // Mount is a served dataset.
 type Mount struct {
-	Dataset *dataset.Dataset // the first dataset of a mix
-	Mix     *dataset.Mix     // nil for one dataset
+	Dataset *repository.Dataset // the first dataset of a mix
+	Mix     *repository.Mix     // nil for one dataset
 	Name    string
 	Input   *layout.Input
 	Params  layout.Params // rank 0's of epoch 0
@@ -98,13 +98,13 @@ type Mount struct {
 	stopAnomalies chan struct{}
 	dir           string
 	log           *slog.Logger
-	leases        []*dataset.Lease // on the versions served, until the mount ends
-	hinters       []*dataset.Hinter
-	spec          *layout.Spec             // the run's order
-	run           string                   // the run the feedback's reports are read from
-	follow        *follower                // --follow; nil without
-	feedback      *dataset.FeedbackWeights // --feedback; nil without
-	cache         *cache.Cache             // the memory cache every reader shares
+	leases        []*repository.Lease // on the versions served, until the mount ends
+	hinters       []*repository.Hinter
+	spec          *layout.Spec                // the run's order
+	run           string                      // the run the feedback's reports are read from
+	follow        *follower                   // --follow; nil without
+	feedback      *repository.FeedbackWeights // --feedback; nil without
+	cache         *cache.Cache                // the memory cache every reader shares
 	readerCfg     prefetch.Config
 }
 
@@ -112,7 +112,7 @@ type Mount struct {
 // The stores are used as given: open them with backend.OpenStack (or wrap
 // each in backend.Stack), as the CLI does, so every request has a time
 // bound and each store a bound on requests in flight. The order is
-// checked against the dataset as the CLI's is (dataset.PlanOrder): errors
+// checked against the dataset as the CLI's is (repository.PlanOrder): errors
 // about cfg.Spec are *layout.SpecError.
 func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (*Mount, error) {
 	log := cfg.Logger
@@ -168,7 +168,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	var sourceAt func(int) (*fs.Source, error)
 	if cfg.Follow {
 		mt.follow = &follower{mt: mt, stores: stores, run: cfg.Run, wait: cfg.ReportWait,
-			epochs: map[int]int{}, sources: map[int]*fs.Source{}, versions: map[int]*dataset.Dataset{}}
+			epochs: map[int]int{}, sources: map[int]*fs.Source{}, versions: map[int]*repository.Dataset{}}
 		mt.follow.largest.Store(mt.Dataset.Manifest)
 		if mt.disk != nil {
 			mt.disk.SetShardNamespace(mt.follow.shardNamespace)
@@ -203,7 +203,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if mt.Mix == nil {
 		mt.Metrics.VersionServed.Store(int64(mt.Dataset.Manifest.VersionNumber()))
 		mt.Metrics.VersionCurrent.Store(int64(mt.Dataset.Current.VersionNumber()))
-		go mt.watchVersion(stores, cmp.Or(cfg.VersionCheckEvery, dataset.LeaseRefresh), mt.stopAnomalies)
+		go mt.watchVersion(stores, cmp.Or(cfg.VersionCheckEvery, repository.LeaseRefresh), mt.stopAnomalies)
 	}
 	return mt, nil
 }
@@ -219,7 +219,7 @@ func (mt *Mount) watchVersion(stores []backend.Store, every time.Duration, stop 
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			if h, err := dataset.LoadHeader(ctx, stores, mt.Dataset.Name, nil); err == nil {
+			if h, err := repository.LoadHeader(ctx, stores, mt.Dataset.Name, nil); err == nil {
 				if n := int64(h.VersionNumber()); mt.Metrics.VersionCurrent.Swap(n) != n && n != mt.Metrics.VersionServed.Load() {
 					if mt.follow != nil {
 						mt.log.Info("a newer version of the dataset is current; with --follow, the next epoch no node has recorded yet serves it",
@@ -239,12 +239,12 @@ func (mt *Mount) watchVersion(stores []backend.Store, every time.Duration, stop 
 // it alone while the mount runs, and checks that the version is still there
 // now that the lease is visible.
 func (mt *Mount) takeLeases(ctx context.Context, stores []backend.Store) error {
-	parts := []*dataset.Dataset{mt.Dataset}
+	parts := []*repository.Dataset{mt.Dataset}
 	if mt.Mix != nil {
 		parts = mt.Mix.Parts
 	}
 	for _, ds := range parts {
-		l, err := dataset.TakeLease(ctx, stores, ds.Name, ds.Manifest, mt.log)
+		l, err := repository.TakeLease(ctx, stores, ds.Name, ds.Manifest, mt.log)
 		if err != nil {
 			// Read-only credentials mount as before; gc just cannot see
 			// this mount.
@@ -319,7 +319,7 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 		}
 	} else {
 		hinter := mt.hinterFor(stores)(cfg.Name)
-		mt.Dataset, err = dataset.Open(ctx, stores, cfg.Name, dataset.Options{Logger: mt.log, Metrics: hinter, LazyIndexes: true, Version: cfg.Version})
+		mt.Dataset, err = repository.Open(ctx, stores, cfg.Name, repository.Options{Logger: mt.log, Metrics: hinter, LazyIndexes: true, Version: cfg.Version})
 		if err == nil {
 			hinter.SetHeader(&mt.Dataset.Manifest.Header)
 		}
@@ -369,25 +369,25 @@ type readPath struct {
 // rows are fetched on demand, or the mix of several.
 func (mt *Mount) readPath(cfg Config) (readPath, error) {
 	ds := mt.Dataset
-	rp := readPath{cat: dataset.ManifestCatalog{M: ds.Manifest}, fetch: ds, ns: dataset.DiskNamespace(&ds.Manifest.Header)}
-	if rc, ok := (dataset.ManifestCatalog{M: ds.Manifest}).ForLayout().(dataset.RecordCatalog); ok {
+	rp := readPath{cat: repository.ManifestCatalog{M: ds.Manifest}, fetch: ds, ns: repository.DiskNamespace(&ds.Manifest.Header)}
+	if rc, ok := (repository.ManifestCatalog{M: ds.Manifest}).ForLayout().(repository.RecordCatalog); ok {
 		rp.cat = rc
 	}
-	var plan *dataset.OrderPlan
+	var plan *repository.OrderPlan
 	var err error
 	switch {
 	case mt.Mix != nil:
 		rp = readPath{cat: mt.Mix, fetch: mt.Mix, ns: mt.Mix.Namespace()}
-		if rc, ok := mt.Mix.ForLayout().(dataset.MixRecords); ok {
+		if rc, ok := mt.Mix.ForLayout().(repository.MixRecords); ok {
 			rp.cat = rc
 		}
 		plan, err = mt.Mix.PlanOrder(cfg.Spec)
 	default:
-		if mt.feedback, err = dataset.BindFeedback(&ds.Manifest.Header, cfg.Spec, dataset.FeedbackSource{
+		if mt.feedback, err = repository.BindFeedback(&ds.Manifest.Header, cfg.Spec, repository.FeedbackSource{
 			Stores: ds.Stores, Name: ds.Name, Run: cfg.Run, Wait: cfg.ReportWait, Log: mt.log}); err != nil {
 			return readPath{}, err
 		}
-		plan, err = dataset.PlanOrder(ds, cfg.Spec)
+		plan, err = repository.PlanOrder(ds, cfg.Spec)
 	}
 	if err != nil {
 		return readPath{}, err
@@ -397,7 +397,7 @@ func (mt *Mount) readPath(cfg Config) (readPath, error) {
 		// Formats 2 and 3: no shard index (nor format 3's group object) is
 		// read until a rank-epoch or a samples/ directory needs its shard,
 		// and the order comes from the counts.
-		lazy := lazyTree{ds.Lazy, dataset.ByRoot(ds, plan.First)}
+		lazy := lazyTree{ds.Lazy, repository.ByRoot(ds, plan.First)}
 		rp.cat, rp.pinner = lazy, lazy
 		if cfg.CacheDir != "" {
 			ds.Lazy.PinWholeShards() // the disk tier keeps shards sample by sample
@@ -471,7 +471,7 @@ func (mt *Mount) newReader(cfg Config, rp readPath, stores []backend.Store) erro
 		if mt.Mix == nil {
 			// Each shard's entries under the ingest that uploaded it: the
 			// versions of the dataset share the shards they share.
-			disk.SetShardNamespace(dataset.ShardNamespace(&mt.Dataset.Manifest.Header))
+			disk.SetShardNamespace(repository.ShardNamespace(&mt.Dataset.Manifest.Header))
 		}
 		if mt.Mix == nil && mt.Dataset.Lazy != nil {
 			mt.Dataset.Lazy.SetTier(disk) // shard indexes too, so a remount fetches none
@@ -547,11 +547,11 @@ func (mt *Mount) StatsJSON() []byte {
 }
 
 // hinterFor returns a maker of each served dataset's read metrics: the
-// mount's, and a hint to the healer (dataset.Hinter) for every shard read
+// mount's, and a hint to the healer (repository.Hinter) for every shard read
 // with a fragment missing or corrupt. The hinters end with the mount.
-func (mt *Mount) hinterFor(stores []backend.Store) func(name string) *dataset.Hinter {
-	return func(name string) *dataset.Hinter {
-		h := dataset.NewHinter(stores, name, mt.Metrics, mt.log)
+func (mt *Mount) hinterFor(stores []backend.Store) func(name string) *repository.Hinter {
+	return func(name string) *repository.Hinter {
+		h := repository.NewHinter(stores, name, mt.Metrics, mt.log)
 		mt.hinters = append(mt.hinters, h)
 		return h
 	}
@@ -566,29 +566,29 @@ func (mt *Mount) closeHinters() {
 }
 
 // openMix opens every dataset of a mix on the same stores.
-func openMix(ctx context.Context, stores []backend.Store, names []string, log *slog.Logger, hinter func(string) *dataset.Hinter) (*dataset.Mix, error) {
-	var parts []*dataset.Dataset
+func openMix(ctx context.Context, stores []backend.Store, names []string, log *slog.Logger, hinter func(string) *repository.Hinter) (*repository.Mix, error) {
+	var parts []*repository.Dataset
 	for _, n := range names {
 		h := hinter(n)
-		ds, err := dataset.Open(ctx, stores, n, dataset.Options{Logger: log, Metrics: h})
+		ds, err := repository.Open(ctx, stores, n, repository.Options{Logger: log, Metrics: h})
 		if err != nil {
 			return nil, fmt.Errorf("--mix: %w", err)
 		}
 		h.SetHeader(&ds.Manifest.Header)
 		parts = append(parts, ds)
 	}
-	return dataset.NewMix(parts)
+	return repository.NewMix(parts)
 }
 
 // lazyTree gives the tree a format-2 or format-3 dataset's rows to pin.
-// byRoot: the order is computed from a format-3 root (dataset.ByRoot).
+// byRoot: the order is computed from a format-3 root (repository.ByRoot).
 type lazyTree struct {
-	*dataset.LazyCatalog
+	*repository.LazyCatalog
 	byRoot bool
 }
 
 func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.TreeCatalog, layout.Positions, error) {
-	var p *dataset.Pinned
+	var p *repository.Pinned
 	var err error
 	if l.byRoot {
 		p, samples, err = l.LazyCatalog.PinRoot(ctx, samples)
@@ -598,7 +598,7 @@ func (l lazyTree) Pin(ctx context.Context, samples layout.Positions) (fs.TreeCat
 	if err != nil {
 		return nil, layout.Positions{}, err
 	}
-	if rc, ok := p.ForLayout().(dataset.PinnedRecords); ok {
+	if rc, ok := p.ForLayout().(repository.PinnedRecords); ok {
 		return rc, samples, nil
 	}
 	return p, samples, nil
@@ -609,7 +609,7 @@ func (l lazyTree) PinStratum(ctx context.Context, c int) (fs.TreeCatalog, layout
 	if err != nil {
 		return nil, layout.Positions{}, err
 	}
-	if rc, ok := p.ForLayout().(dataset.PinnedRecords); ok {
+	if rc, ok := p.ForLayout().(repository.PinnedRecords); ok {
 		return rc, samples, nil
 	}
 	return p, samples, nil

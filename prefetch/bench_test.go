@@ -7,12 +7,12 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // benchEpoch reads one rank-epoch's batch files in 128 KiB reads, as a
@@ -22,7 +22,7 @@ import (
 func benchEpoch(b *testing.B, cacheSize int64) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(b, synth.Spec{Counts: []int{300, 200, 100}, MinSize: 50_000, MaxSize: 150_000, Seed: 21}, met)
-	in, err := dataset.LayoutInput(ds.Manifest)
+	in, err := repository.LayoutInput(ds.Manifest)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func benchEpoch(b *testing.B, cacheSize int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	m := layout.NewMembers(o, cat)
 	cfg := prefetch.DefaultConfig()
 	cfg.Budget, cfg.MinLead = cacheSize/2, cacheSize/4

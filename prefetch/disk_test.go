@@ -10,12 +10,12 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // countingFetcher counts the ranges asked of the stores.
@@ -44,11 +44,11 @@ func (c *countingFetcher) ReadRangeV(ctx context.Context, shard int, off int64, 
 func TestDiskTierServesAfterRemount(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{120, 60, 20}, MinSize: 1000, MaxSize: 40_000, Seed: 8}, met)
-	in, err := dataset.LayoutInput(ds.Manifest)
+	in, err := repository.LayoutInput(ds.Manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	o, err := layout.Order(in, layout.Params{Seed: 2, World: 1, Batch: 16, Alpha: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestDiskTierServesAfterRemount(t *testing.T) {
 func TestDiskTierIsAFetcher(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{40, 20}, MinSize: 1000, MaxSize: 30_000, Seed: 9}, met)
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	dir, ns := t.TempDir(), ds.Manifest.Name+"-"+ds.Manifest.IngestID
 	shard := 0
 	first, count := cat.ShardSamples(shard)

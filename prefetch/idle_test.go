@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
+	"github.com/shardfs/shardfs/repository"
 )
 
 func (s *stream) isRunning() bool {
@@ -24,8 +24,8 @@ func (s *stream) isRunning() bool {
 func TestPumpStopsWhenIdle(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 2000, Seed: 1}, met)
-	in, _ := dataset.LayoutInput(ds.Manifest)
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	in, _ := repository.LayoutInput(ds.Manifest)
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	o, err := layout.Order(in, layout.Params{World: 1, Batch: 5, Alpha: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +63,8 @@ func TestPumpStopsWhenIdle(t *testing.T) {
 func TestThousandEpochsLeaveNoStreams(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{20, 10}, MinSize: 100, MaxSize: 2000, Seed: 1}, met)
-	in, _ := dataset.LayoutInput(ds.Manifest)
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	in, _ := repository.LayoutInput(ds.Manifest)
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	cfg := DefaultConfig()
 	cfg.IdleAfter = 200 * time.Millisecond
 	r := New(ds, cat, cache.New(1<<20, nil), met, cfg, nil)

@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // expected renders file f from the source tree.
@@ -46,11 +46,11 @@ func TestConcurrentReadersWithLatency(t *testing.T) {
 	for _, f := range ds.Faulty {
 		f.SetDelay(3*time.Millisecond, 2*time.Millisecond)
 	}
-	in, err := dataset.LayoutInput(ds.Manifest)
+	in, err := repository.LayoutInput(ds.Manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	o, err := layout.Order(in, layout.Params{Seed: 5, World: 1, Batch: 16, Alpha: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestReadsThroughFaults(t *testing.T) {
 	ds := testds.New(t, synth.Spec{Counts: []int{50, 20}, MinSize: 100, MaxSize: 3_000_000, Seed: 9}, met)
 	ds.Faulty[1].SetDown(true)
 	ds.Faulty[4].SetFlipBits(true)
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	r := prefetch.New(ds, cat, cache.New(64<<20, nil), met, prefetch.DefaultConfig(), nil)
 	defer r.Close()
 	var wg sync.WaitGroup

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // TestEveryReaderGetsItsLead: DataLoader workers read different batch files
@@ -20,8 +20,8 @@ import (
 func TestEveryReaderGetsItsLead(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{120, 60, 20}, MinSize: 2000, MaxSize: 4000, Seed: 2}, met)
-	in, _ := dataset.LayoutInput(ds.Manifest)
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	in, _ := repository.LayoutInput(ds.Manifest)
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	o, err := layout.Order(in, layout.Params{World: 1, Batch: 10, Alpha: 1, Seed: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +63,8 @@ func TestEveryReaderGetsItsLead(t *testing.T) {
 func TestRankIsNextUse(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{80, 30, 6}, MinSize: 500, MaxSize: 3000, Seed: 6}, met)
-	in, _ := dataset.LayoutInput(ds.Manifest)
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	in, _ := repository.LayoutInput(ds.Manifest)
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	cfg := DefaultConfig()
 	cfg.Disabled = true // positions only; nothing fetched
 	r := New(ds, cat, cache.New(1<<20, nil), met, cfg, nil)
@@ -133,8 +133,8 @@ func TestRankIsNextUse(t *testing.T) {
 func TestReadMembersAreNotNeeded(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{90, 40, 10}, MinSize: 500, MaxSize: 3000, Seed: 9}, met)
-	in, _ := dataset.LayoutInput(ds.Manifest)
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	in, _ := repository.LayoutInput(ds.Manifest)
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	o, err := layout.Order(in, layout.Params{World: 1, Batch: 10, Alpha: 1, Seed: 3})
 	if err != nil {
 		t.Fatal(err)

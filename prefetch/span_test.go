@@ -8,10 +8,10 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/metrics"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // rangeLog records the ranges asked of the stores.
@@ -45,7 +45,7 @@ func (l *rangeLog) ReadRangeV(ctx context.Context, shard int, off int64, bufs []
 func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{30}, MinSize: 100_000, MaxSize: 120_000, Seed: 7}, met)
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	log := &rangeLog{Fetcher: ds}
 	r := New(log, cat, cache.New(64<<20, nil), met, DefaultConfig(), nil)
 	defer r.Close()
@@ -86,7 +86,7 @@ func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
 func TestSpanReadsIntoItsPieces(t *testing.T) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, synth.Spec{Counts: []int{30}, MinSize: 100_000, MaxSize: 120_000, Seed: 9}, met)
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	log := &rangeLog{Fetcher: ds}
 	cfg := DefaultConfig()
 	cfg.MergeGap = 256 << 10

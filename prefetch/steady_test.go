@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // The steady state of issue 25, in process: 8 DataLoader-style workers
@@ -42,11 +42,11 @@ func steadyState(b *testing.B, window int) {
 	for _, f := range ds.Faulty {
 		f.SetDelay(20*time.Millisecond, 5*time.Millisecond)
 	}
-	in, err := dataset.LayoutInput(ds.Manifest)
+	in, err := repository.LayoutInput(ds.Manifest)
 	if err != nil {
 		b.Fatal(err)
 	}
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	epochBytes := ds.Manifest.TotalBytes()
 	c := cache.New(epochBytes/3, nil)
 	cfg := prefetch.DefaultConfig()

@@ -10,12 +10,12 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // spreadCatalog shows a small dataset's samples under ids far apart: the
@@ -23,7 +23,7 @@ import (
 // is past 2^31 and all share their low 32 bits, so a read path that named a
 // sample in 32 bits would take them for one sample.
 type spreadCatalog struct {
-	dataset.ManifestCatalog
+	repository.ManifestCatalog
 	stride int64
 }
 
@@ -45,7 +45,7 @@ func (c spreadCatalog) Locate(id int) (shard int, off, size int64) {
 func spreadRankEpoch(t *testing.T, spec synth.Spec, stride int64) (*testds.DS, spreadCatalog, *layout.Members, *prefetch.Reader) {
 	met := metrics.New(make([]string, 6))
 	ds := testds.New(t, spec, met)
-	in, err := dataset.LayoutInput(ds.Manifest)
+	in, err := repository.LayoutInput(ds.Manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func spreadRankEpoch(t *testing.T, spec synth.Spec, stride int64) (*testds.DS, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := spreadCatalog{ManifestCatalog: dataset.ManifestCatalog{M: ds.Manifest}, stride: stride}
+	cat := spreadCatalog{ManifestCatalog: repository.ManifestCatalog{M: ds.Manifest}, stride: stride}
 	wide := &layout.RankOrder{Params: o.Params, Batches: o.Batches, Samples: layout.MakePositions(o.Samples.Len())}
 	for _, s := range o.Samples.All() {
 		wide.Samples.Append(cat.id(int(s)))

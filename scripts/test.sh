@@ -95,7 +95,7 @@ go test -timeout 20m -run 'TestDecodeMatrix' -count=1 ./erasure/ || failed="$fai
 # part (30 of 120 replacing-commit states; a million batches opened, not
 # listed), here all of it.
 echo "== the replacing-commit states and the million-batch listing, full size, without -race"
-go test -timeout 10m -run '^(TestReplacingCommitStates|TestWideNumbersOpen)$' -count=1 ./dataset/ ./fs/ || failed="$failed full-size"
+go test -timeout 10m -run '^(TestReplacingCommitStates|TestWideNumbersOpen)$' -count=1 ./repository/ ./fs/ || failed="$failed full-size"
 
 echo "== layout: every test, the property tests at full size, without -race (layout is pure: no goroutines)"
 go test -timeout 10m -count=1 ./layout/ || failed="$failed layout"

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shardfs/shardfs/csinode"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // csiDriverName is the CSI driver's name: the CSIDriver object's, and what
@@ -131,7 +131,7 @@ func csiArgs(attrs map[string]string) ([]string, error) {
 		if k == "dataset" {
 			// A name starts with a letter or digit, so it can never be
 			// read as a flag (dataset: --mix=... was).
-			if err := dataset.CheckName(v); v != "" && err != nil {
+			if err := repository.CheckName(v); v != "" && err != nil {
 				return nil, fmt.Errorf("volume attribute dataset: %v", err)
 			}
 			name = v

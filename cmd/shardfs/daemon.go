@@ -16,8 +16,8 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/csinode"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // readyFDEnv names, in a daemon's environment, the file descriptor on which
@@ -188,7 +188,7 @@ func errorKind(err error) string {
 		return ""
 	case errors.As(err, &se):
 		return csinode.KindInvalid
-	case errors.Is(err, dataset.ErrNotFound), errors.Is(err, dataset.ErrNoVersion):
+	case errors.Is(err, repository.ErrNotFound), errors.Is(err, repository.ErrNoVersion):
 		return csinode.KindNotFound
 	case errors.Is(err, backend.ErrAccessDenied):
 		return csinode.KindDenied

@@ -10,7 +10,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 func newDeleteCmd(g *globals) *cobra.Command {
@@ -42,9 +42,9 @@ again to finish. Other datasets on the stores are never touched.`,
 			}
 			out := cmd.OutOrStdout()
 			in := bufio.NewReader(cmd.InOrStdin())
-			rep, err := dataset.Delete(cmd.Context(), stores, name, dataset.DeleteOptions{
+			rep, err := repository.Delete(cmd.Context(), stores, name, repository.DeleteOptions{
 				Logger: g.logger(),
-				Confirm: func(rep *dataset.DeleteReport) error {
+				Confirm: func(rep *repository.DeleteReport) error {
 					printDeletion(out, rep, len(stores))
 					if yes {
 						return nil
@@ -75,7 +75,7 @@ again to finish. Other datasets on the stores are never touched.`,
 }
 
 // printDeletion says what a delete found, before it asks.
-func printDeletion(out io.Writer, rep *dataset.DeleteReport, stores int) {
+func printDeletion(out io.Writer, rep *repository.DeleteReport, stores int) {
 	if rep.Leftovers {
 		fmt.Fprintf(out, "%s has no manifest on any store: %d objects under its name are what a delete or an ingest that did not finish left\n", rep.Name, rep.Objects)
 		return

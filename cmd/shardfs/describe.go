@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // syntheticSampleBytes is the size of a synthetic sample: 100 kB, so that a
@@ -96,7 +96,7 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 		if err != nil {
 			return nil, err
 		}
-		if err := st.Put(ctx, dataset.GroupKey(h.Name, h.IngestID, g), b); err != nil {
+		if err := st.Put(ctx, repository.GroupKey(h.Name, h.IngestID, g), b); err != nil {
 			return nil, err
 		}
 		root.SetObject(g, b)
@@ -106,7 +106,7 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Put(ctx, dataset.ManifestKey(h.Name), enc); err != nil {
+	if err := st.Put(ctx, repository.ManifestKey(h.Name), enc); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "description: written to %s in %s: root of %d bytes (what every node reads: %.2f bytes a shard), %d group objects of %s in all\n",
@@ -117,7 +117,7 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // rankStart is what a rank of a format-3 dataset does before it serves,
-// through the mount's own catalog (dataset.NewRootCatalog): read and check
+// through the mount's own catalog (repository.NewRootCatalog): read and check
 // the root, compute its order from the root's counts, and number every
 // sample of its epoch as the catalog does, shard by shard, through the
 // group objects that hold them. That numbering is checked against the
@@ -130,11 +130,11 @@ func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.
 	if err != nil {
 		return err
 	}
-	cat, err := dataset.NewRootCatalog(root, []backend.Store{st}, nil)
+	cat, err := repository.NewRootCatalog(root, []backend.Store{st}, nil)
 	if err != nil {
 		return err
 	}
-	in, err := dataset.RootInput(root)
+	in, err := repository.RootInput(root)
 	if err != nil {
 		return err
 	}
@@ -182,9 +182,9 @@ func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.
 
 // readRoot reads and checks the root of a description (the dataset's
 // manifest key on the one store that holds it), and its size in bytes.
-// dataset.LoadHeader is for a dataset's k+m stores and their quorum.
+// repository.LoadHeader is for a dataset's k+m stores and their quorum.
 func readRoot(ctx context.Context, st backend.Store, name string) (*manifest.Root, int64, error) {
-	key := dataset.ManifestKey(name)
+	key := repository.ManifestKey(name)
 	size, err := st.Stat(ctx, key)
 	if err != nil {
 		return nil, 0, err

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/fs"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // errNotReady: doctor found a problem (exit 1); each is printed with its fix.
@@ -162,20 +162,20 @@ func runDoctor(ctx context.Context, pr *printer, g *globals, name string, f *doc
 func doctorDataset(ctx context.Context, c *checker, stores []backend.Store, name string, answered []bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{LazyIndexes: true, LostIndexesOK: true, Logger: slog.New(slog.DiscardHandler)})
+	ds, err := repository.Open(ctx, stores, name, repository.Options{LazyIndexes: true, LostIndexesOK: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		c.fail("dataset", "%v", err)
 		return
 	}
 	m := ds.Manifest
-	c.ok("dataset", "%s: ingest %s, %d samples in %d shards, RS(%d,%d)", name, m.IngestID, dataset.SampleCount(m), m.NumShards(), m.Data, m.Parity)
+	c.ok("dataset", "%s: ingest %s, %d samples in %d shards, RS(%d,%d)", name, m.IngestID, repository.SampleCount(m), m.NumShards(), m.Data, m.Parity)
 	inPlace := 0
 	for i, p := range ds.Places {
 		switch {
 		case !answered[i]:
-		case p.State == dataset.InPlace:
+		case p.State == repository.InPlace:
 			inPlace++
-		case p.State == dataset.Foreign:
+		case p.State == repository.Foreign:
 			c.fail("identity", "store %d (%s) holds %s, another dataset or ingest of this name: check --stores (repair --force would overwrite what it holds)", i, stores[i], p.Detail)
 		default:
 			c.fail("identity", "store %d (%s): %s: a new or replaced store, or one that did not answer: shardfs verify %s, then shardfs repair %s", i, stores[i], p.Detail, name, name)

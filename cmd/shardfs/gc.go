@@ -8,11 +8,11 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 func newGCCmd(g *globals) *cobra.Command {
-	var opts dataset.GCOptions
+	var opts repository.GCOptions
 	cmd := &cobra.Command{
 		Use:   "gc --stores URL,... NAME --keep-last K | --keep-within DURATION [--yes]",
 		Short: "Delete the versions no retention rule keeps, and the objects only they read",
@@ -42,7 +42,7 @@ the removed versions' manifests first, then the objects only they read.`,
 				return err
 			}
 			opts.Logger = g.logger()
-			rep, err := dataset.GC(cmd.Context(), stores, args[0], opts)
+			rep, err := repository.GC(cmd.Context(), stores, args[0], opts)
 			if err != nil {
 				return err
 			}
@@ -56,7 +56,7 @@ the removed versions' manifests first, then the objects only they read.`,
 	return cmd
 }
 
-func printGC(out io.Writer, name string, rep *dataset.GCReport) {
+func printGC(out io.Writer, name string, rep *repository.GCReport) {
 	for _, k := range rep.Kept {
 		fmt.Fprintf(out, "keep version %d: %s\n", k.Number, k.Why)
 	}

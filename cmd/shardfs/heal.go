@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/heal"
+	"github.com/shardfs/shardfs/repository"
 )
 
 func newHealCmd(g *globals) *cobra.Command {
@@ -74,7 +74,7 @@ together, so a scrub never takes the bandwidth a training job reads with.`,
 			if lease < 4*time.Second {
 				return fmt.Errorf("--lease %v: at least 4s (the holder renews it every quarter)", lease)
 			}
-			if err := dataset.CheckName(args[0]); err != nil {
+			if err := repository.CheckName(args[0]); err != nil {
 				return err
 			}
 			stores, err := g.openStores()
@@ -105,7 +105,7 @@ together, so a scrub never takes the bandwidth a training job reads with.`,
 			}
 			err = heal.Run(cmd.Context(), heal.Config{Stores: stores, Name: args[0], Batch: batch, Pause: pause, HintPoll: hint,
 				Lease: lease, Rates: rates, Once: once, OnCycle: onCycle, Logger: log, Metrics: metrics})
-			if errors.Is(err, dataset.ErrLocked) {
+			if errors.Is(err, repository.ErrLocked) {
 				return fmt.Errorf("%w (with --once, heal does not wait for another healer)", err)
 			}
 			return err

@@ -16,10 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/ingest"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 type ingestFlags struct {
@@ -387,7 +387,7 @@ func runAppend(cmd *cobra.Command, log *slog.Logger, stores []backend.Store, f *
 	}
 	ctx := cmd.Context()
 	if !fl.Changed("label-fields") && !fl.Changed("time-bucket") && !fl.Changed("bins") && !fl.Changed("label") && !fl.Changed("strata") {
-		h, err := dataset.LoadHeader(ctx, stores, name, log)
+		h, err := repository.LoadHeader(ctx, stores, name, log)
 		if err != nil {
 			return fmt.Errorf("append to %s: %w", name, err)
 		}
@@ -443,7 +443,7 @@ func runAppend(cmd *cobra.Command, log *slog.Logger, stores []backend.Store, f *
 	if res.Skipped > 0 {
 		fmt.Fprintf(out, "  left out %d samples whose keys %s holds already\n", res.Skipped, name)
 	}
-	samples, _ := dataset.Totals(m)
+	samples, _ := repository.Totals(m)
 	fmt.Fprintf(out, "  %s of new samples, %s uploaded (%.2fx), %.1f MB/s, %s; the dataset now holds %d samples in %d strata, %d shards\n",
 		humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
 		float64(res.StoredBytes)/float64(max(res.Bytes, 1)), float64(res.Bytes)/1e6/res.Elapsed.Seconds(), res.Elapsed.Round(1e6),

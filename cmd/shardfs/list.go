@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/heal"
+	"github.com/shardfs/shardfs/repository"
 )
 
 func newListCmd(g *globals) *cobra.Command {
@@ -102,11 +102,11 @@ func runList(ctx context.Context, pr *printer, stores []backend.Store) error {
 	}
 	rep := listReport{Datasets: []listedDataset{}}
 	for _, name := range all {
-		if dataset.CheckName(name) != nil {
+		if repository.CheckName(name) != nil {
 			continue
 		}
 		statErrs := backend.OnEvery(stores, func(i int, s backend.Store) error {
-			_, err := s.Stat(ctx, dataset.ManifestKey(name))
+			_, err := s.Stat(ctx, repository.ManifestKey(name))
 			return err
 		})
 		ok, _ := backend.Split(statErrs)
@@ -115,10 +115,10 @@ func runList(ctx context.Context, pr *printer, stores []backend.Store) error {
 			continue // not a dataset: no manifest on any store
 		}
 		d := listedDataset{Name: name, ManifestCopies: copies, Stores: len(stores)}
-		if m, err := dataset.LoadHeader(ctx, stores, name, nil); err != nil {
+		if m, err := repository.LoadHeader(ctx, stores, name, nil); err != nil {
 			d.Unreadable = strings.ReplaceAll(err.Error(), "\n", " ")
 		} else {
-			d.Ingest, d.Samples, d.Bytes, d.Shards, d.Data, d.Parity = m.IngestID, dataset.SampleCount(m), m.TotalBytes(), m.NumShards(), m.Data, m.Parity
+			d.Ingest, d.Samples, d.Bytes, d.Shards, d.Data, d.Parity = m.IngestID, repository.SampleCount(m), m.TotalBytes(), m.NumShards(), m.Data, m.Parity
 			if st, _ := heal.ReadState(ctx, stores, name); st != nil && st.Version == m.IngestID {
 				d.Margin, d.MarginCheckedUnix = &st.Margin, st.Updated
 			}

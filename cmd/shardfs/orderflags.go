@@ -13,10 +13,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/ingest"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // orderFlags are the order parameters shared by plan and mount.
@@ -197,7 +197,7 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 	case f.feedback == "" && !f.follow && f.run != "":
 		return nil, fmt.Errorf("--run %s without --feedback or --follow: a run's log holds the trainer's reports and each epoch's version, which only those read; add one, or leave out --run", f.run)
 	case f.run != "":
-		if err := dataset.CheckRunName(f.run); err != nil {
+		if err := repository.CheckRunName(f.run); err != nil {
 			return nil, fmt.Errorf("--run: %v", err)
 		}
 	}
@@ -219,7 +219,7 @@ func (f *orderFlags) timed() bool {
 }
 
 // recency parses the time weighting flags (nil when no flag is given); the
-// strata's times come from the dataset (dataset.BindTimes).
+// strata's times come from the dataset (repository.BindTimes).
 func (f *orderFlags) recency() (*layout.Recency, error) {
 	if !f.timed() {
 		return nil, nil
@@ -259,7 +259,7 @@ func (f *orderFlags) setTimes(h *manifest.Header) error {
 	if err != nil {
 		return err
 	}
-	return dataset.BindTimes(h, s)
+	return repository.BindTimes(h, s)
 }
 
 // bindFeedback gives --feedback the reports of --run on stores, for
@@ -273,7 +273,7 @@ func (f *orderFlags) bindFeedback(h *manifest.Header, stores []backend.Store, na
 	if stores == nil {
 		return fmt.Errorf("--feedback computes each epoch's weights from the reports of --run in the stores: name a dataset")
 	}
-	_, err = dataset.BindFeedback(h, s, dataset.FeedbackSource{Stores: stores, Name: name, Run: f.run})
+	_, err = repository.BindFeedback(h, s, repository.FeedbackSource{Stores: stores, Name: name, Run: f.run})
 	return err
 }
 

@@ -18,9 +18,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
 )
 
 func newPlanCmd(g *globals) *cobra.Command {
@@ -85,7 +85,7 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 				if err != nil {
 					return err
 				}
-				if m, err = dataset.LoadManifestVersion(cmd.Context(), stores, args[0], of.datasetVersion, g.logger()); err != nil {
+				if m, err = repository.LoadManifestVersion(cmd.Context(), stores, args[0], of.datasetVersion, g.logger()); err != nil {
 					return err
 				}
 				if err := of.bindFeedback(&m.Header, stores, args[0]); err != nil {
@@ -133,7 +133,7 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 	if err != nil {
 		return err
 	}
-	plan, err := dataset.PlanOrder(&dataset.Dataset{Manifest: m}, spec)
+	plan, err := repository.PlanOrder(&repository.Dataset{Manifest: m}, spec)
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 	if err != nil {
 		return err
 	}
-	f := layout.NewMembers(o, dataset.ManifestCatalog{M: m}.ForLayout()).Index()
+	f := layout.NewMembers(o, repository.ManifestCatalog{M: m}.ForLayout()).Index()
 	buf := make([]byte, f.Size())
 	for _, e := range f.Extents(nil, 0, f.Size()) {
 		f.Render(e, buf[e.FileOff:e.FileOff+e.Len])
@@ -273,12 +273,12 @@ func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *order
 	if err != nil {
 		return err
 	}
-	plan, err := dataset.PlanOrder(&dataset.Dataset{Manifest: m}, spec)
+	plan, err := repository.PlanOrder(&repository.Dataset{Manifest: m}, spec)
 	if err != nil {
 		return err
 	}
 	in, p0 := plan.Input, plan.First
-	cat := dataset.ManifestCatalog{M: m}
+	cat := repository.ManifestCatalog{M: m}
 	rep := planReport{Dataset: m.Name, Samples: m.Samples.Len(), Strata: len(m.Strata), Shards: len(m.Shards), Data: m.Data, Parity: m.Parity,
 		OrderVersion: of.orderVersion(), World: of.world, Batch: of.batch, Seed: of.seed, Alpha: of.alpha, AlphaSchedule: of.alphaSchedule, Preset: of.preset, MinShare: of.minShare,
 		Tail: of.tail, Window: of.window, Affinity: of.affinity, ResumeAt: of.resumeAt, Lookahead: lookahead, MixRank: of.ranks()[0]}
@@ -806,15 +806,15 @@ func printMixPlan(ctx context.Context, out io.Writer, stores []backend.Store, of
 		return err
 	}
 	names, weights := sp.MixNames, sp.Base.Mix
-	var parts []*dataset.Dataset
+	var parts []*repository.Dataset
 	for _, n := range names {
-		m, err := dataset.LoadManifest(ctx, stores, n, log)
+		m, err := repository.LoadManifest(ctx, stores, n, log)
 		if err != nil {
 			return fmt.Errorf("--mix: %w", err)
 		}
-		parts = append(parts, &dataset.Dataset{Name: n, Manifest: m})
+		parts = append(parts, &repository.Dataset{Name: n, Manifest: m})
 	}
-	mix, err := dataset.NewMix(parts)
+	mix, err := repository.NewMix(parts)
 	if err != nil {
 		return err
 	}

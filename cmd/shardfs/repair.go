@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 func newRepairCmd(g *globals) *cobra.Command {
@@ -47,7 +47,7 @@ this name, unless --force says to overwrite that store.`,
 }
 
 func runRepair(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, name string, force bool) error {
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, LostIndexesOK: true})
+	ds, err := repository.Open(ctx, stores, name, repository.Options{Logger: log, LostIndexesOK: true})
 	if err != nil {
 		return notChecked(err)
 	}
@@ -76,9 +76,9 @@ func runRepair(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 		fmt.Fprintf(out, "repaired %s: wrote %d objects; run shardfs verify %s to confirm\n", name, n, name)
 	}
 	switch {
-	case errors.Is(err, dataset.ErrIncomplete):
+	case errors.Is(err, repository.ErrIncomplete):
 		return notChecked(err)
-	case errors.Is(err, dataset.ErrForeignStore):
+	case errors.Is(err, repository.ErrForeignStore):
 		return &exitError{exitDamaged, err}
 	case err != nil:
 		return &exitError{exitUnrecoverable, err}

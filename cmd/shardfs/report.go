@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/layout"
+	"github.com/shardfs/shardfs/repository"
 )
 
 func newReportCmd(g *globals) *cobra.Command {
@@ -44,7 +44,7 @@ the reports from the stores. The Python loader's report() calls this.`,
 			if !cmd.Flags().Changed("epoch") || epoch < 0 {
 				return fmt.Errorf("--epoch: give the epoch the report is of (0 or more)")
 			}
-			if err := dataset.CheckRunName(run); err != nil {
+			if err := repository.CheckRunName(run); err != nil {
 				return fmt.Errorf("--run: %v", err)
 			}
 			var r io.Reader = cmd.InOrStdin()
@@ -56,13 +56,13 @@ the reports from the stores. The Python loader's report() calls this.`,
 				defer f.Close()
 				r = f
 			}
-			b, err := io.ReadAll(io.LimitReader(r, dataset.MaxReportBytes+1))
+			b, err := io.ReadAll(io.LimitReader(r, repository.MaxReportBytes+1))
 			if err != nil {
 				return err
 			}
-			if len(b) > dataset.MaxReportBytes {
+			if len(b) > repository.MaxReportBytes {
 				// Cut short, it would fail to parse with no word of why.
-				return fmt.Errorf("%s: more than %d bytes: a report is one number per stratum; give the strata's values alone", file, dataset.MaxReportBytes)
+				return fmt.Errorf("%s: more than %d bytes: a report is one number per stratum; give the strata's values alone", file, repository.MaxReportBytes)
 			}
 			var values map[string]float64
 			if err := json.Unmarshal(b, &values); err != nil {
@@ -72,7 +72,7 @@ the reports from the stores. The Python loader's report() calls this.`,
 			if err != nil {
 				return err
 			}
-			m, err := dataset.LoadManifestVersion(cmd.Context(), stores, name, version, g.logger())
+			m, err := repository.LoadManifestVersion(cmd.Context(), stores, name, version, g.logger())
 			if err != nil {
 				return err
 			}
@@ -83,7 +83,7 @@ the reports from the stores. The Python loader's report() calls this.`,
 			if _, err := layout.CheckReport(values, names); err != nil {
 				return fmt.Errorf("%s: %v", file, err)
 			}
-			if err := dataset.RecordReport(cmd.Context(), stores, name, &dataset.EpochReport{Run: run, Epoch: epoch, Strata: values}); err != nil {
+			if err := repository.RecordReport(cmd.Context(), stores, name, &repository.EpochReport{Run: run, Epoch: epoch, Strata: values}); err != nil {
 				return err
 			}
 			keys := slices.Sorted(maps.Keys(values))

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // notChecked wraps err as "could not check" (exit 3).
@@ -71,12 +71,12 @@ order, the dataset was not found, or the run was interrupted).`,
 	return cmd
 }
 
-func runVerify(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, name string, version int) (*dataset.Report, error) {
+func runVerify(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, name string, version int) (*repository.Report, error) {
 	return verifyAndPrint(ctx, log, &printer{out: out}, stores, name, version)
 }
 
-func verifyAndPrint(ctx context.Context, log *slog.Logger, pr *printer, stores []backend.Store, name string, version int) (*dataset.Report, error) {
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log, LostIndexesOK: true, Version: version})
+func verifyAndPrint(ctx context.Context, log *slog.Logger, pr *printer, stores []backend.Store, name string, version int) (*repository.Report, error) {
+	ds, err := repository.Open(ctx, stores, name, repository.Options{Logger: log, LostIndexesOK: true, Version: version})
 	if err != nil {
 		return nil, notChecked(err)
 	}
@@ -101,7 +101,7 @@ func verifyAndPrint(ctx context.Context, log *slog.Logger, pr *printer, stores [
 }
 
 // storeProblems says what kept each store of rep.Unreachable from being checked.
-func storeProblems(ds *dataset.Dataset, rep *dataset.Report) string {
+func storeProblems(ds *repository.Dataset, rep *repository.Report) string {
 	var parts []string
 	down := false
 	for _, i := range rep.Unreachable {
@@ -116,7 +116,7 @@ func storeProblems(ds *dataset.Dataset, rep *dataset.Report) string {
 }
 
 // unrecoverableShards names the shards that cannot be repaired, and why.
-func unrecoverableShards(ds *dataset.Dataset, rep *dataset.Report) string {
+func unrecoverableShards(ds *repository.Dataset, rep *repository.Report) string {
 	var why []string
 	if len(rep.Unrecoverable) > 0 {
 		why = append(why, fmt.Sprintf("shards %v lost more than m=%d blocks of one stripe", rep.Unrecoverable, ds.Manifest.Parity))
@@ -139,7 +139,7 @@ func unrecoverableShards(ds *dataset.Dataset, rep *dataset.Report) string {
 	return strings.Join(why, "; ") + "; run shardfs repair to mend everything else"
 }
 
-func verifyWithProgress(ctx context.Context, ds *dataset.Dataset) (*dataset.Report, *progress, error) {
+func verifyWithProgress(ctx context.Context, ds *repository.Dataset) (*repository.Report, *progress, error) {
 	m := ds.Manifest
 	var total int64
 	for i := range m.Shards {
@@ -150,10 +150,10 @@ func verifyWithProgress(ctx context.Context, ds *dataset.Dataset) (*dataset.Repo
 	return rep, bar, err
 }
 
-func printReport(out io.Writer, ds *dataset.Dataset, rep *dataset.Report) {
+func printReport(out io.Writer, ds *repository.Dataset, rep *repository.Report) {
 	m := ds.Manifest
 	fmt.Fprintf(out, "dataset %s: %d samples, %d shards, %d fragments, RS(%d,%d), %s read\n",
-		ds.Name, dataset.SampleCount(m), rep.Shards, rep.Fragments, m.Data, m.Parity, humanize.IBytes(uint64(rep.Bytes)))
+		ds.Name, repository.SampleCount(m), rep.Shards, rep.Fragments, m.Data, m.Parity, humanize.IBytes(uint64(rep.Bytes)))
 	unrec := map[int]bool{}
 	for _, s := range rep.Unrecoverable {
 		unrec[s] = true
@@ -302,9 +302,9 @@ type objectCopy struct {
 	Error string `json:"error"`
 }
 
-func newVerifyReport(ds *dataset.Dataset, rep *dataset.Report) verifyReport {
+func newVerifyReport(ds *repository.Dataset, rep *repository.Report) verifyReport {
 	m := ds.Manifest
-	v := verifyReport{Dataset: ds.Name, Version: m.VersionNumber(), Samples: dataset.SampleCount(m), Shards: rep.Shards, Fragments: rep.Fragments,
+	v := verifyReport{Dataset: ds.Name, Version: m.VersionNumber(), Samples: repository.SampleCount(m), Shards: rep.Shards, Fragments: rep.Fragments,
 		Data: m.Data, Parity: m.Parity, BytesRead: rep.Bytes, Unrecoverable: nonNil(rep.Unrecoverable), BadSamples: nonNil(rep.BadSamples),
 		BadManifests: nonNil(rep.BadManifests), StaleManifests: rep.StaleManifests, LostVersions: nonNil(rep.LostVersions),
 		LostGroups: nonNil(rep.LostGroups), LostIndexes: nonNil(rep.LostIndexes), Removing: nonNil(rep.Removing), NoIdentity: nonNil(rep.NoIdentity),

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
+	"github.com/shardfs/shardfs/repository"
 )
 
 func newVersionsCmd(g *globals) *cobra.Command {
@@ -59,19 +59,19 @@ type listedVersion struct {
 }
 
 func runVersions(ctx context.Context, pr *printer, stores []backend.Store, name string) error {
-	if err := dataset.CheckName(name); err != nil {
+	if err := repository.CheckName(name); err != nil {
 		return err
 	}
-	cur, err := dataset.LoadHeader(ctx, stores, name, nil)
+	cur, err := repository.LoadHeader(ctx, stores, name, nil)
 	if err != nil {
 		return err
 	}
 	rep := versionsReport{Dataset: name, Versions: []listedVersion{}}
-	for _, v := range dataset.History(cur) {
+	for _, v := range repository.History(cur) {
 		state := "kept"
 		if v.IngestID == cur.IngestID {
 			state = "current"
-		} else if !anyHolds(ctx, stores, dataset.VersionKey(name, v.IngestID)) {
+		} else if !anyHolds(ctx, stores, repository.VersionKey(name, v.IngestID)) {
 			state = "removed"
 		}
 		rep.Versions = append(rep.Versions, listedVersion{Number: v.Number, Parent: v.Parent, Ingest: v.IngestID, CreatedUnix: v.CreatedUnix,

@@ -12,10 +12,10 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/prefetch"
+	"github.com/shardfs/shardfs/repository"
 )
 
 type warmFlags struct {
@@ -81,7 +81,7 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err != nil {
 		return fmt.Errorf("--cache-dir-size %q: use a size such as 200GiB", f.cacheDirSize)
 	}
-	ds, err := dataset.Open(ctx, stores, name, dataset.Options{Logger: log})
+	ds, err := repository.Open(ctx, stores, name, repository.Options{Logger: log})
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err := f.order.bindFeedback(&ds.Manifest.Header, stores, name); err != nil {
 		return err
 	}
-	plan, err := dataset.PlanOrder(ds, spec)
+	plan, err := repository.PlanOrder(ds, spec)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 		}
 	}
 	var total int64
-	cat := dataset.ManifestCatalog{M: ds.Manifest}
+	cat := repository.ManifestCatalog{M: ds.Manifest}
 	seen := map[int64]bool{}
 	for _, s := range samples {
 		if !seen[s] {
@@ -125,9 +125,9 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 			total += cat.Size(int(s))
 		}
 	}
-	disk, err := cache.OpenDisk(f.cacheDir, dataset.DiskNamespace(&ds.Manifest.Header), int64(size))
+	disk, err := cache.OpenDisk(f.cacheDir, repository.DiskNamespace(&ds.Manifest.Header), int64(size))
 	if err == nil {
-		disk.SetShardNamespace(dataset.ShardNamespace(&ds.Manifest.Header)) // as the mount reads it
+		disk.SetShardNamespace(repository.ShardNamespace(&ds.Manifest.Header)) // as the mount reads it
 	}
 	if err != nil {
 		return err

@@ -16,16 +16,16 @@ import (
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/dataset"
 	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/ingest"
 	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/internal/synth"
+	"github.com/shardfs/shardfs/repository"
 )
 
 // DS is an ingested test dataset.
 type DS struct {
-	*dataset.Dataset
+	*repository.Dataset
 	Src    string               // source tree: Src/<key> holds each sample's bytes
 	Faulty []*faultstore.Faulty // the stores as the dataset reads them
 }
@@ -56,7 +56,7 @@ func New(t testing.TB, spec synth.Spec, metrics erasure.Metrics) *DS {
 	if _, err := ingest.Run(ctx, source, ingest.Options{Name: "ds", Stores: plain, Data: 4, Parity: 2, ShardSize: 2 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := dataset.Open(ctx, wrapped, "ds", dataset.Options{Metrics: metrics})
+	ds, err := repository.Open(ctx, wrapped, "ds", repository.Options{Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,0 @@
-//go:build race
-
-package dataset_test
-
-func init() { raceEnabled = true }

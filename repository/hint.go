@@ -1,0 +1,113 @@
+package repository
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/erasure"
+	"github.com/shardfs/shardfs/manifest"
+)
+
+// Hinter is a mount's erasure.Metrics that also tells the healer which
+// shards it found a fragment of missing or corrupt: one hint object per
+// shard (HealHintKey) on every store that takes it, written in the
+// background, so the healer (heal) rebuilds that shard long before its
+// scrub would reach it. A read never waits for a hint; a shard is hinted
+// at most once a minute per mount, and hints beyond a short queue are
+// dropped (the scrub still finds what they name).
+type Hinter struct {
+	erasure.Metrics
+	stores []backend.Store
+	name   string
+	log    *slog.Logger
+	header atomic.Pointer[manifest.Header]
+	mu     sync.Mutex        // guards sent, closed and sends on queue
+	sent   map[int]time.Time // shard -> when last hinted
+	closed bool
+	queue  chan int
+	done   chan struct{}
+}
+
+// hintEvery is how often one mount hints one shard at most.
+const hintEvery = time.Minute
+
+// NewHinter wraps inner (nil: none) for dataset name on stores. Call
+// SetHeader once the dataset is open; until then nothing is hinted.
+func NewHinter(stores []backend.Store, name string, inner erasure.Metrics, log *slog.Logger) *Hinter {
+	if inner == nil {
+		inner = erasure.NopMetrics()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Hinter{Metrics: inner, stores: stores, name: name, log: log, sent: map[int]time.Time{},
+		queue: make(chan int, 64), done: make(chan struct{})}
+	go h.run()
+	return h
+}
+
+// SetHeader gives the header of the version read, whose shards the hints name.
+func (h *Hinter) SetHeader(hd *manifest.Header) { h.header.Store(hd) }
+
+// LostFragment implements erasure.Metrics.
+func (h *Hinter) LostFragment(store, shard int) {
+	h.Metrics.LostFragment(store, shard)
+	if h.header.Load() == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t, ok := h.sent[shard]; h.closed || ok && time.Since(t) < hintEvery {
+		return
+	}
+	h.sent[shard] = time.Now()
+	select {
+	case h.queue <- shard:
+	default: // the scrub finds it
+	}
+}
+
+// hint is what a hint object says, for a person reading the stores.
+type hint struct {
+	Shard int    `json:"shard"`
+	Host  string `json:"host"`
+	PID   int    `json:"pid"`
+	Unix  int64  `json:"unix"`
+}
+
+func (h *Hinter) run() {
+	defer close(h.done)
+	host, _ := os.Hostname()
+	for shard := range h.queue {
+		hd := h.header.Load()
+		key := HealHintKey(h.name, hd.ShardIngest(shard), shard)
+		b, _ := json.Marshal(hint{Shard: shard, Host: host, PID: os.Getpid(), Unix: time.Now().Unix()})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errs := backend.OnEvery(h.stores, func(i int, s backend.Store) error { return s.Put(ctx, key, b) })
+		cancel()
+		ok := 0
+		for _, err := range errs {
+			if err == nil {
+				ok++
+			}
+		}
+		h.log.Info("a fragment was missing or corrupt: told the healer", "dataset", h.name, "shard", shard, "stores_told", ok)
+	}
+}
+
+// Close stops the hinter after the hints queued are written.
+func (h *Hinter) Close() {
+	h.mu.Lock()
+	if !h.closed {
+		h.closed = true
+		close(h.queue)
+	}
+	h.mu.Unlock()
+	<-h.done
+}
