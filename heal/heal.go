@@ -39,8 +39,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -128,18 +126,8 @@ func ReadState(ctx context.Context, stores []backend.Store, name string) (*State
 	var mu sync.Mutex
 	var best *State
 	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
-		size, err := s.Stat(ctx, repository.HealStateKey(name))
-		if errors.Is(err, backend.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if size > 64<<10 {
-			return fmt.Errorf("store %s: %s of %d bytes is not a heal state", s, repository.HealStateKey(name), size)
-		}
-		b := make([]byte, size)
-		if err := s.ReadAt(ctx, repository.HealStateKey(name), b, 0); err != nil {
+		b, err := repository.ReadHealState(ctx, s, name)
+		if err != nil || b == nil {
 			return err
 		}
 		var st State
@@ -198,8 +186,7 @@ func Run(ctx context.Context, cfg Config) error {
 		id: fmt.Sprintf("heal-%s-%d", host, os.Getpid()), log: cfg.Logger.With("dataset", cfg.Name)}
 	waiting := false
 	for {
-		lock, lctx, err := repository.AcquireLock(ctx, h.stores, cfg.Name, h.id, repository.LockOptions{
-			Key: repository.HealLockKey(cfg.Name), Stale: cfg.Lease, Heartbeat: cfg.Lease / 4, Logger: cfg.Logger})
+		lock, lctx, err := repository.AcquireHealLock(ctx, h.stores, cfg.Name, h.id, cfg.Lease, cfg.Logger)
 		switch {
 		case err == nil:
 			h.log.Info("heal: holding the healer lock", "healer", h.id)
@@ -511,18 +498,12 @@ func damagedOf(rep *repository.Report, parity int) map[int][]int {
 func (h *healer) survey(ctx context.Context, ds *repository.Dataset) {
 	m := ds.Manifest
 	total := m.Data + m.Parity
-	present := make([]map[string]bool, len(h.stores))
+	present := make([]repository.Fragments, len(h.stores))
 	listed := make([]bool, len(h.stores))
-	backend.OnEvery(h.stores, func(i int, s backend.Store) error {
-		keys, err := s.List(ctx, repository.DataPrefix(h.cfg.Name))
-		if err != nil {
-			return err
-		}
-		present[i], listed[i] = make(map[string]bool, len(keys)), true
-		for _, k := range keys {
-			present[i][k] = true
-		}
-		return nil
+	backend.OnEvery(h.stores, func(i int, s backend.Store) (err error) {
+		present[i], err = repository.ListFragments(ctx, s, h.cfg.Name)
+		listed[i] = err == nil
+		return err
 	})
 	if ctx.Err() != nil {
 		return
@@ -543,7 +524,7 @@ func (h *healer) survey(ctx context.Context, ds *repository.Dataset) {
 		}
 		for f := range total {
 			st := h.codec.Placement(si, f)
-			if listed[st] && !present[st][repository.FragmentKey(h.cfg.Name, m.ShardIngest(si), si, f)] {
+			if listed[st] && !present[st].Holds(h.cfg.Name, m.ShardIngest(si), si, f) {
 				damaged[si] = append(damaged[si], f)
 			}
 		}
@@ -599,9 +580,7 @@ func (h *healer) record(ctx context.Context, ds *repository.Dataset) {
 	}
 	slices.Sort(st.Retry)
 	b, _ := json.Marshal(st)
-	backend.OnEvery(h.stores, func(i int, s backend.Store) error {
-		return s.Put(ctx, repository.HealStateKey(h.cfg.Name), b)
-	})
+	repository.WriteHealState(ctx, h.stores, h.cfg.Name, b)
 	if h.cfg.Metrics != nil {
 		h.cfg.Metrics.position.WithLabelValues(h.cfg.Name).Set(float64(h.next))
 	}
@@ -622,7 +601,7 @@ func (h *healer) mendMetadata(ctx context.Context) (int, error) {
 	if rep.Intact() && len(rep.Pending) == 0 {
 		return 0, nil
 	}
-	lock, lctx, err := repository.AcquireLock(ctx, h.stores, h.cfg.Name, h.id, repository.LockOptions{Logger: h.cfg.Logger})
+	txn, lctx, err := repository.Begin(ctx, h.stores, h.cfg.Name, h.id, repository.LockOptions{Logger: h.cfg.Logger}, h.cfg.Logger)
 	if errors.Is(err, repository.ErrLocked) {
 		h.log.Info("heal: the metadata needs mending, but an ingest, gc or repair holds the dataset's lock; mending it next cycle", "detail", err)
 		return 0, nil
@@ -630,7 +609,7 @@ func (h *healer) mendMetadata(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
+	defer txn.Release(context.WithoutCancel(ctx))
 	// Under the lock, read again what is current: a commit may have
 	// landed between the check above and the lock.
 	if ds, err = h.open(lctx); err != nil {
@@ -642,7 +621,7 @@ func (h *healer) mendMetadata(ctx context.Context) (int, error) {
 	if rep.Intact() && len(rep.Pending) == 0 {
 		return 0, nil
 	}
-	n, err := ds.RepairHolding(lctx, rep, lock, nil)
+	n, err := ds.RepairHolding(lctx, rep, txn.Held(), nil)
 	switch {
 	case err == nil:
 		h.log.Info("heal: mended metadata", "written", n)
@@ -660,31 +639,11 @@ func (h *healer) mendMetadata(ctx context.Context) (int, error) {
 // healHints heals the shards mounts read degraded, then removes their
 // hints. It returns the fragments written.
 func (h *healer) healHints(ctx context.Context, ds *repository.Dataset) (int, error) {
-	keys := map[string][]int{} // hint key -> stores holding it
-	var mu sync.Mutex
-	backend.OnEvery(h.stores, func(i int, s backend.Store) error {
-		ks, err := s.List(ctx, repository.HealHintPrefix(h.cfg.Name))
-		mu.Lock()
-		defer mu.Unlock()
-		for _, k := range ks {
-			keys[k] = append(keys[k], i)
-		}
-		return err
-	})
-	if len(keys) == 0 {
+	hints := repository.ListHints(ctx, h.stores, h.cfg.Name)
+	if hints.Empty() {
 		return 0, nil
 	}
-	byIngest := map[string]map[int]bool{}
-	for k := range keys {
-		id, si, ok := parseHint(strings.TrimPrefix(k, repository.HealHintPrefix(h.cfg.Name)))
-		if !ok {
-			continue
-		}
-		if byIngest[id] == nil {
-			byIngest[id] = map[int]bool{}
-		}
-		byIngest[id][si] = true
-	}
+	byIngest := hints.Shards
 	var shards []int
 	for si := range h.nShards {
 		if byIngest[ds.Manifest.ShardIngest(si)][si] {
@@ -702,22 +661,8 @@ func (h *healer) healHints(ctx context.Context, ds *repository.Dataset) (int, er
 			written += n
 		}
 	}
-	for k, on := range keys {
-		for _, i := range on {
-			h.stores[i].Delete(ctx, k)
-		}
-	}
+	hints.Delete(ctx, h.stores)
 	return written, nil
-}
-
-// parseHint reads a hint's name: INGEST.SHARD.
-func parseHint(s string) (string, int, bool) {
-	dot := strings.LastIndexByte(s, '.')
-	if dot <= 0 {
-		return "", 0, false
-	}
-	si, err := strconv.Atoi(s[dot+1:])
-	return s[:dot], si, err == nil && si >= 0
 }
 
 func damagedShards(rep *repository.Report) []int {

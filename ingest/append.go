@@ -54,11 +54,11 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 	}
 	ingestID := newIngestID()
 	opts.Lock.Logger = log
-	lock, ctx, err := repository.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
+	txn, ctx, err := repository.Begin(ctx, opts.Stores, opts.Name, ingestID, opts.Lock, log)
 	if err != nil {
 		return nil, fmt.Errorf("append to %s: %w", opts.Name, err)
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
+	defer txn.Release(context.WithoutCancel(ctx))
 	// Read under the lock: no other commit can make another version
 	// current until this one is done.
 	parent, err := openParent(ctx, opts, 0)
@@ -70,7 +70,7 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 		// A rerun of an append that committed and was stopped before its
 		// commit finished (a kill past the commit point): finish it, so the
 		// rerun leaves what an uninterrupted append leaves.
-		if ferr := finishCommit(ctx, opts, log); ferr != nil {
+		if ferr := finishCommit(ctx, txn, log); ferr != nil {
 			return nil, ferr
 		}
 		return nil, err
@@ -89,10 +89,10 @@ func Append(ctx context.Context, src *Source, opts Options, aopts AppendOptions)
 	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, windows, codec, opts, newShards, parent.Top); err != nil {
 		return nil, fmt.Errorf("append to %s not committed: %w", opts.Name, err)
 	}
-	if err := commitVersion(ctx, opts, m, parent, lock, &res.Result, log); err != nil {
+	if err := commitReplacing(ctx, opts, txn, m, parent, &res.Result); err != nil {
 		return nil, err
 	}
-	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, historyIDs(m), log)
+	res.OrphansPurged = txn.Purge(ctx, m)
 	res.Elapsed = time.Since(start)
 	return res, nil
 }
@@ -153,51 +153,12 @@ func openParent(ctx context.Context, opts Options, n int) (*manifest.Manifest, e
 // finishCommit finishes the commit of the dataset's current version where
 // one stopped past its commit point (repository.FinishCommit); with the
 // ingest lock held.
-func finishCommit(ctx context.Context, opts Options, log *slog.Logger) error {
-	ds, err := repository.Open(ctx, opts.Stores, opts.Name, repository.Options{Logger: log})
-	if err != nil {
-		return fmt.Errorf("%s: %w", opts.Name, err)
-	}
-	n, err := repository.FinishCommit(ctx, ds)
+func finishCommit(ctx context.Context, txn *repository.Txn, log *slog.Logger) error {
+	ds, n, err := txn.FinishCommit(ctx)
 	if n > 0 {
-		log.Info("finished the commit a stopped run left", "dataset", opts.Name, "version", ds.Manifest.VersionNumber(), "objects_written", n)
+		log.Info("finished the commit a stopped run left", "dataset", txn.Name, "version", ds.Manifest.VersionNumber(), "objects_written", n)
 	}
 	return err
-}
-
-// commitVersion keeps the current version (parent) under its version key,
-// then commits m, which replaces it.
-func commitVersion(ctx context.Context, opts Options, m, parent *manifest.Manifest, lock *repository.Lock, res *Result, log *slog.Logger) error {
-	raw, err := repository.RawManifest(ctx, opts.Stores, opts.Name, parent.IngestID)
-	if err != nil {
-		return fmt.Errorf("%s not changed: %w", opts.Name, err)
-	}
-	if err := repository.KeepVersion(ctx, opts.Stores, opts.Name, parent.IngestID, raw, parent.Data, parent.Parity); err != nil {
-		return fmt.Errorf("%s not changed: %w", opts.Name, err)
-	}
-	enc, err := manifest.EncodeStored(m)
-	if err != nil {
-		return err
-	}
-	copies, copyErrs, err := repository.Commit(ctx, opts.Stores, m, enc, lock, log)
-	res.Copies, res.CopyErrors = copies, copyErrs
-	if err != nil {
-		return fmt.Errorf("version %d of %s not committed: %w; version %d stays current and whole", m.VersionNumber(), opts.Name, err, parent.VersionNumber())
-	}
-	return nil
-}
-
-// historyIDs are the ingest ids of every version in m's history: what a
-// purge of interrupted runs must leave alone (gc removes versions).
-func historyIDs(m *manifest.Manifest) map[string]bool {
-	keep := map[string]bool{m.IngestID: true}
-	for _, v := range m.Versions {
-		keep[v.IngestID] = true
-	}
-	for _, id := range m.SegmentIDs() {
-		keep[id] = true
-	}
-	return keep
 }
 
 // formatOf is the metadata format a dataset is stored in.

@@ -12,8 +12,9 @@
 // webdataset.go, jsonl.go and parquet.go sources of records (each Item a
 // record of members, remade at upload, or read again window by window:
 // place.go; sourcefiles.go reads local files or store objects); ingest.go
-// plans, encodes and uploads a single-process ingest and commits it with
-// repository.Commit (the protocol lives there, beside the code that reads it);
+// plans, encodes and uploads a single-process ingest and commits it in a
+// repository.Txn (the protocol lives there, beside the code that reads it;
+// every object is written through repository, which alone spells keys);
 // part.go is a distributed ingest: parts that upload with conditional
 // writes and no coordination, and the Commit that checks and joins them;
 // append.go and rollback.go commit a dataset's next version (an append
@@ -22,12 +23,12 @@
 // (repository/version.go); migrate.go copies a dataset's kept versions to
 // other stores, re-encoded, and commits them there.
 //
-// Safety: an ingest holds the dataset's lock (repository.AcquireLock) from
+// Safety: an ingest holds the dataset's lock (repository.Begin) from
 // before its first write to its commit; fragments of a single-process
 // ingest are named by a fresh ingest id, so no run writes into another's;
 // a part's objects are named by an id every rerun of the part shares, so a
 // part creates them only where none is and accepts an existing one only if
-// it holds exactly its bytes. Orphans are purged only by the lock holder,
-// right after its commit, and never those of a distributed ingest that is
-// still running.
+// it holds exactly its bytes (repository.CreateOrSame). Orphans are purged
+// only by the lock holder, right after its commit (Txn.Purge), and never
+// those of a distributed ingest that is still running.
 package ingest

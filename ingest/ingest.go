@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,7 +26,7 @@ import (
 )
 
 // ErrExists: the dataset name is taken and --force was not given.
-var ErrExists = errors.New("dataset already exists")
+var ErrExists = repository.ErrExists
 
 // Options configure Run.
 type Options struct {
@@ -93,12 +92,12 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	}
 	ingestID := newIngestID()
 	opts.Lock.Logger = log
-	lock, ctx, err := repository.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
+	txn, ctx, err := repository.Begin(ctx, opts.Stores, opts.Name, ingestID, opts.Lock, log)
 	if err != nil {
 		return nil, fmt.Errorf("ingest %s: %w", opts.Name, err)
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
-	if err := refuseCommitted(ctx, opts, "", log); err != nil {
+	defer txn.Release(context.WithoutCancel(ctx))
+	if err := txn.RefuseCommitted(ctx, opts.Force, ""); err != nil {
 		return nil, err
 	}
 	m, windows, err := plan(src, opts, ingestID)
@@ -117,10 +116,10 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if res.StoredBytes, err = uploadAndDescribe(ctx, src, m, windows, codec, opts, all, nil); err != nil {
 		return nil, fmt.Errorf("ingest %s not committed: %w", opts.Name, err)
 	}
-	if err := commitReplacing(ctx, opts, m, parent, lock, res, log); err != nil {
+	if err := commitReplacing(ctx, opts, txn, m, parent, res); err != nil {
 		return nil, err
 	}
-	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, historyIDs(m), log)
+	res.OrphansPurged = txn.Purge(ctx, m)
 	res.Elapsed = time.Since(start)
 	return res, nil
 }
@@ -154,18 +153,22 @@ func replaceLineage(ctx context.Context, opts Options, m *manifest.Manifest, cha
 	return &manifest.Manifest{Header: parent.Header}
 }
 
-// commitReplacing commits m: as the next version of parent, which is kept,
-// when m replaces a dataset whose history it carries; else as a dataset of
-// its own.
-func commitReplacing(ctx context.Context, opts Options, m, parent *manifest.Manifest, lock *repository.Lock, res *Result, log *slog.Logger) error {
-	if parent != nil {
-		return commitVersion(ctx, opts, m, parent, lock, res, log)
+// commitReplacing commits m through txn: as the next version of parent,
+// which is kept, when m replaces a dataset whose history it carries; else
+// as a dataset of its own. It words a failure for the one who ran it.
+func commitReplacing(ctx context.Context, opts Options, txn *repository.Txn, m, parent *manifest.Manifest, res *Result) error {
+	copies, copyErrs, err := txn.Commit(ctx, m, parent)
+	res.Copies, res.CopyErrors = copies, copyErrs
+	var notKept *repository.NotKeptError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &notKept):
+		return fmt.Errorf("%s not changed: %w", opts.Name, err)
+	case parent != nil:
+		return fmt.Errorf("version %d of %s not committed: %w; version %d stays current and whole", m.VersionNumber(), opts.Name, err, parent.VersionNumber())
 	}
-	enc, err := manifest.EncodeStored(m)
-	if err != nil {
-		return err
-	}
-	return commit(ctx, opts, m, enc, lock, res, log)
+	return fmt.Errorf("ingest %s not committed: %w; %s", opts.Name, err, notVisible(opts))
 }
 
 // uploadAndDescribe uploads the given shards of m's plan, then writes
@@ -173,7 +176,7 @@ func commitReplacing(ctx context.Context, opts Options, m, parent *manifest.Mani
 // sets m.Top and m.Root; the shards not given are earlier ones, whose
 // index references are kept's. It returns the fragment bytes written.
 func uploadAndDescribe(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, shards []int, kept *manifest.Top) (int64, error) {
-	stored, err := uploadShards(ctx, src, m, windows, codec, opts, shards, putObject)
+	stored, err := uploadShards(ctx, src, m, windows, codec, opts, shards, repository.Put)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, repository.ErrLockLost) {
 			err = cause
@@ -186,7 +189,7 @@ func uploadAndDescribe(ctx context.Context, src *Source, m *manifest.Manifest, w
 	if opts.Format < 2 {
 		return stored, nil
 	}
-	sizes, sums, err := writeIndexes(ctx, opts, m, shards, putObject)
+	sizes, sums, err := writeIndexes(ctx, opts, m, shards, repository.Put)
 	if err != nil {
 		return 0, fmt.Errorf("%w (rerun the same command)", err)
 	}
@@ -199,7 +202,7 @@ func uploadAndDescribe(ctx context.Context, src *Source, m *manifest.Manifest, w
 		return 0, err
 	}
 	if opts.Format == 3 {
-		if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
+		if m.Root, err = writeGroups(ctx, opts, m.Top, repository.Put); err != nil {
 			return 0, fmt.Errorf("%w (rerun the same command)", err)
 		}
 	}
@@ -209,7 +212,7 @@ func uploadAndDescribe(ctx context.Context, src *Source, m *manifest.Manifest, w
 // writeIndexes writes the index of each of the given shards of m to every
 // store (format 2); each must reach m+1 stores. It returns their sizes and
 // checksums, indexed by shard.
-func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shards []int, write writeFunc) ([]int64, []uint32, error) {
+func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shards []int, write repository.WriteFunc) ([]int64, []uint32, error) {
 	sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
@@ -219,7 +222,7 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 			if err != nil {
 				return err
 			}
-			if err := writeSome(gctx, opts.Stores, repository.IndexKey(opts.Name, m.ShardIngest(si), si), b, opts.Parity+1, write); err != nil {
+			if err := repository.PutSome(gctx, opts.Stores, repository.IndexObject(opts.Name, m.ShardIngest(si), si), b, opts.Parity+1, write); err != nil {
 				return fmt.Errorf("shard %d's index: %w", si, err)
 			}
 			sizes[si], sums[si] = int64(len(b)), manifest.IndexSum(b)
@@ -231,7 +234,7 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 
 // writeGroups cuts top into format 3's root and group objects and writes
 // each group object to every store; each must reach m+1 stores.
-func writeGroups(ctx context.Context, opts Options, top *manifest.Top, write writeFunc) (*manifest.Root, error) {
+func writeGroups(ctx context.Context, opts Options, top *manifest.Top, write repository.WriteFunc) (*manifest.Root, error) {
 	groupShards := opts.GroupShards
 	if groupShards == 0 {
 		groupShards = manifest.DefaultGroupShards
@@ -244,7 +247,7 @@ func writeGroups(ctx context.Context, opts Options, top *manifest.Top, write wri
 	g.SetLimit(8)
 	for gi, b := range objs {
 		g.Go(func() error {
-			if err := writeSome(gctx, opts.Stores, repository.GroupKey(top.Name, top.IngestID, gi), b, opts.Parity+1, write); err != nil {
+			if err := repository.PutSome(gctx, opts.Stores, repository.GroupObject(top.Name, top.IngestID, gi), b, opts.Parity+1, write); err != nil {
 				return fmt.Errorf("group %d's object: %w", gi, err)
 			}
 			return nil
@@ -312,7 +315,7 @@ func (opts *Options) check(ctx context.Context) (*erasure.Codec, error) {
 // every store lists the probes: a store that sees another's is the same
 // place. The probes are removed before it returns.
 func checkAliases(ctx context.Context, stores []backend.Store, name string) error {
-	i, j, err := findAlias(ctx, stores, nil, name)
+	i, j, err := repository.FindAlias(ctx, stores, nil, name)
 	if err != nil || i < 0 {
 		return err
 	}
@@ -328,7 +331,7 @@ func checkAliases(ctx context.Context, stores []backend.Store, name string) erro
 func checkMigrationAliases(ctx context.Context, from, to []backend.Store, name string) error {
 	all := append(slices.Clone(from), to...)
 	optional := func(i int) bool { return i < len(from) }
-	i, j, err := findAlias(ctx, all, optional, name)
+	i, j, err := repository.FindAlias(ctx, all, optional, name)
 	if err != nil || i < 0 {
 		return err
 	}
@@ -344,103 +347,6 @@ func checkMigrationAliases(ctx context.Context, from, to []backend.Store, name s
 	}
 	return fmt.Errorf("%s and %s are the same place under two names: an object written through one is read through the other. Nothing was written: every store must be its own failure domain",
 		where(i), where(j))
-}
-
-// findAlias writes a probe object through each store and lists them through
-// each, and returns the first pair (i < j) that sees each other's probes,
-// or -1, -1. A store for which optional says true may fail to answer: it is
-// left out of the comparison.
-func findAlias(ctx context.Context, stores []backend.Store, optional func(int) bool, name string) (int, int, error) {
-	var b [8]byte
-	crand.Read(b[:])
-	prefix := repository.ProbePrefix(name, hex.EncodeToString(b[:]))
-	defer backend.OnEvery(stores, func(i int, s backend.Store) error {
-		for j := range stores {
-			s.Delete(context.WithoutCancel(ctx), prefix+strconv.Itoa(j))
-		}
-		return nil
-	})
-	required := func(errs []error) []error {
-		var out []error
-		for i, err := range errs {
-			if err != nil && (optional == nil || !optional(i)) {
-				out = append(out, err)
-			}
-		}
-		return out
-	}
-	results := backend.OnEvery(stores, func(i int, s backend.Store) error {
-		return s.Put(ctx, prefix+strconv.Itoa(i), []byte(prefix))
-	})
-	if errs := required(results); len(errs) > 0 {
-		return -1, -1, fmt.Errorf("write a probe object to tell the stores apart: %w", errors.Join(errs...))
-	}
-	seen := make([][]string, len(stores))
-	results = backend.OnEvery(stores, func(i int, s backend.Store) (err error) {
-		seen[i], err = s.List(ctx, prefix)
-		return err
-	})
-	if errs := required(results); len(errs) > 0 {
-		return -1, -1, fmt.Errorf("list the probe objects that tell the stores apart: %w", errors.Join(errs...))
-	}
-	for i, keys := range seen {
-		for _, k := range keys {
-			j, err := strconv.Atoi(strings.TrimPrefix(k, prefix))
-			if err == nil && j != i && j >= 0 && j < len(stores) {
-				return min(i, j), max(i, j), nil
-			}
-		}
-	}
-	return -1, -1, nil
-}
-
-// refuseCommitted refuses to go on when opts.Name is committed (or has
-// manifest copies that cannot be used), unless opts.Force; and when the
-// committed ingest is ingest id (a distributed ingest's parts or commit run
-// again), it says there is nothing to do. It reads the manifest's header
-// only, once.
-func refuseCommitted(ctx context.Context, opts Options, id string, log *slog.Logger) error {
-	if opts.Force && id == "" {
-		return nil
-	}
-	m, err := repository.LoadHeader(ctx, opts.Stores, opts.Name, log)
-	switch {
-	case err == nil && id != "" && m.IngestID == id:
-		return fmt.Errorf("%w: %s was committed from these parts (ingest %s): nothing to do", ErrAlreadyCommitted, opts.Name, id)
-	case opts.Force:
-		return nil
-	case errors.Is(err, repository.ErrNotFound):
-		// No current manifest, but kept versions: a dataset whose current
-		// copies are lost or unreadable, not an empty name. A fresh ingest
-		// would purge their fragments.
-		if kept := keptVersions(ctx, opts); len(kept) > 0 {
-			return fmt.Errorf("%w: %s has no current manifest on these stores, but they keep %d earlier versions of it (%s): nothing was written; run shardfs verify %s to see what is lost, and bring back the stores that held it",
-				ErrExists, opts.Name, len(kept), repository.VersionPrefix(opts.Name)+"…", opts.Name)
-		}
-		return nil
-	case err == nil:
-		return fmt.Errorf("%w: %s is already committed on these stores: pass --force to replace it", ErrExists, opts.Name)
-	}
-	return fmt.Errorf("%w: %s has manifest copies that cannot be used (%v): nothing was written; shardfs verify %s names each store's copy", ErrExists, opts.Name, err, opts.Name)
-}
-
-// keptVersions lists the kept version manifests on any store.
-func keptVersions(ctx context.Context, opts Options) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range opts.Stores {
-		keys, err := s.List(ctx, repository.VersionPrefix(opts.Name))
-		if err != nil {
-			continue
-		}
-		for _, k := range keys {
-			if !seen[k] {
-				seen[k] = true
-				out = append(out, k)
-			}
-		}
-	}
-	return out
 }
 
 // plan places src's samples into shards: a pure function of the listing,
@@ -541,7 +447,7 @@ func (s *Source) tableBytes() (n, keyBytes, fieldBytes, recordBytes int) {
 // at a time, filling their sample and block checksums in m. The next
 // window's source shards are read while this one's shards upload, so at
 // most two windows are in memory. It returns the fragment bytes written.
-func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, shards []int, write writeFunc) (int64, error) {
+func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, shards []int, write repository.WriteFunc) (int64, error) {
 	type window struct {
 		shards  []int
 		records windowRecords // nil: read from the source item by item
@@ -583,7 +489,7 @@ func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, window
 
 // uploadWindow is uploadShards of shards whose records are read (nil:
 // read from the source item by item).
-func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, records windowRecords, codec *erasure.Codec, opts Options, shards []int, write writeFunc) (int64, error) {
+func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, records windowRecords, codec *erasure.Codec, opts Options, shards []int, write repository.WriteFunc) (int64, error) {
 	var mu sync.Mutex // guards stored
 	var stored int64
 	g, gctx := errgroup.WithContext(ctx)
@@ -603,7 +509,7 @@ func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, record
 			for f, frag := range frags {
 				up.Go(func() error {
 					store := opts.Stores[codec.Placement(si, f)]
-					if err := write(uctx, store, repository.FragmentKey(opts.Name, m.ShardIngest(si), si, f), frag); err != nil {
+					if err := write(uctx, store, repository.FragmentObject(opts.Name, m.ShardIngest(si), si, f), frag); err != nil {
 						return fmt.Errorf("upload shard %d fragment %d: %w", si, f, err)
 					}
 					return nil
@@ -622,17 +528,6 @@ func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, record
 		})
 	}
 	return stored, g.Wait()
-}
-
-// commit makes the ingest visible (repository.Commit holds the protocol), and
-// words its failure for the one who ran the ingest.
-func commit(ctx context.Context, opts Options, m *manifest.Manifest, enc []byte, lock *repository.Lock, res *Result, log *slog.Logger) error {
-	copies, copyErrs, err := repository.Commit(ctx, opts.Stores, m, enc, lock, log)
-	res.Copies, res.CopyErrors = copies, copyErrs
-	if err != nil {
-		return fmt.Errorf("ingest %s not committed: %w; %s", opts.Name, err, notVisible(opts))
-	}
-	return nil
 }
 
 func notVisible(opts Options) string {
@@ -802,63 +697,4 @@ func (s *Source) keyIndex() map[string]int {
 		}
 	})
 	return s.index
-}
-
-// purgeOrphans deletes fragments, indexes and group objects of the ingests
-// of name that keep does not name (the committed version's history):
-// leftovers of interrupted runs, or of a dataset replaced by an ingest that
-// could not read its history. It runs only
-// under the ingest lock, right after this ingest committed, so every other
-// single-process ingest id is provably dead: none can be running (it would
-// need the lock), and none is committed (the stores agree on this one). A
-// distributed ingest's parts take no lock, so its fragments are left alone
-// while it has part objects: its own commit, or a rerun of its parts,
-// finishes it.
-func purgeOrphans(ctx context.Context, stores []backend.Store, name string, keep map[string]bool, log *slog.Logger) int {
-	running := map[string]bool{}
-	for _, s := range stores {
-		keys, err := s.List(ctx, repository.PartPrefix(name))
-		if err != nil {
-			log.Warn("could not list distributed ingests; old fragments are kept", "store", s.String(), "err", err)
-			return 0
-		}
-		for _, k := range keys {
-			id, _, _ := strings.Cut(strings.TrimPrefix(k, repository.PartPrefix(name)), "/")
-			running[id] = true
-		}
-	}
-	n := 0
-	for _, s := range stores {
-		var keys []string
-		var errs []error
-		prefixes := []string{repository.DataPrefix(name), repository.IndexPrefix(name), repository.GroupPrefix(name)}
-		for _, prefix := range prefixes {
-			ks, err := s.List(ctx, prefix)
-			errs = append(errs, err)
-			keys = append(keys, ks...)
-		}
-		if err := errors.Join(errs...); err != nil {
-			log.Warn("could not list old fragments and indexes", "store", s.String(), "err", err)
-			continue
-		}
-		for _, k := range keys {
-			rest := k
-			for _, prefix := range prefixes {
-				rest = strings.TrimPrefix(rest, prefix)
-			}
-			id, _, _ := strings.Cut(rest, "/")
-			if keep[id] || running[id] {
-				continue
-			}
-			if err := s.Delete(ctx, k); err != nil {
-				log.Warn("could not delete old fragment", "store", s.String(), "key", k, "err", err)
-				continue
-			}
-			n++
-		}
-	}
-	if n > 0 {
-		log.Info("removed fragments of interrupted or replaced ingests", "objects", n)
-	}
-	return n
 }

@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,17 +85,18 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 
 	// The old stores' lock keeps their current version current while we
 	// copy it; the new stores' lock keeps anyone else from committing there.
-	oldLock, ctx, err := repository.AcquireLock(ctx, opts.From, opts.Name, "migrate-"+cur.IngestID, opts.Lock)
+	// (A Txn that never commits: it writes nothing to the old stores.)
+	old, ctx, err := repository.Begin(ctx, opts.From, opts.Name, "migrate-"+cur.IngestID, opts.Lock, log)
 	if err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", opts.Name, err)
 	}
-	defer oldLock.Release(context.WithoutCancel(ctx))
+	defer old.Release(context.WithoutCancel(ctx))
 	migrationID := newIngestID()
-	newLock, ctx, err := repository.AcquireLock(ctx, opts.To, opts.Name, migrationID, opts.Lock)
+	txn, ctx, err := repository.Begin(ctx, opts.To, opts.Name, migrationID, opts.Lock, log)
 	if err != nil {
 		return nil, fmt.Errorf("migrate %s: the new stores: %w", opts.Name, err)
 	}
-	defer newLock.Release(context.WithoutCancel(ctx))
+	defer txn.Release(context.WithoutCancel(ctx))
 	if cur, err = repository.LoadHeader(ctx, opts.From, opts.Name, log); err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", opts.Name, err)
 	}
@@ -128,14 +128,10 @@ func Migrate(ctx context.Context, opts MigrateOptions) (*MigrateResult, error) {
 	if err := migrateMetadata(ctx, wopts, mig, formatOf(versions[len(versions)-1].Manifest), written); err != nil {
 		return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command)", opts.Name, err)
 	}
-	if err := oldLock.Refresh(ctx); err != nil {
+	if err := old.Refresh(ctx); err != nil {
 		return nil, err
 	}
-	enc, err := manifest.EncodeStored(mig)
-	if err != nil {
-		return nil, err
-	}
-	if _, _, err := repository.Commit(ctx, opts.To, mig, enc, newLock, log); err != nil {
+	if _, _, err := txn.Commit(ctx, mig, nil); err != nil {
 		return nil, fmt.Errorf("migrate %s not committed: %w (rerun the same command)", opts.Name, err)
 	}
 	res.Version = mig.VersionNumber()
@@ -236,8 +232,7 @@ func reencodeShards(ctx context.Context, opts MigrateOptions, codec *erasure.Cod
 				for f, frag := range frags {
 					fg.Go(func() error {
 						st := opts.To[codec.Placement(s, f)]
-						k := repository.FragmentKey(opts.Name, key.ingest, s, f)
-						again, err := putChecked(fctx, st, k, frag)
+						again, err := repository.PutChecked(fctx, st, repository.FragmentObject(opts.Name, key.ingest, s, f), frag)
 						if err != nil {
 							return fmt.Errorf("shard %d fragment %d: %w", s, f, err)
 						}
@@ -376,7 +371,7 @@ func migrateMetadata(ctx context.Context, opts Options, m *manifest.Manifest, fo
 			if err != nil {
 				return err
 			}
-			if err := writeSome(ctx, opts.Stores, repository.IndexKey(opts.Name, key.ingest, s), b, opts.Parity+1, putObject); err != nil {
+			if err := repository.PutSome(ctx, opts.Stores, repository.IndexObject(opts.Name, key.ingest, s), b, opts.Parity+1, repository.Put); err != nil {
 				return fmt.Errorf("shard %d's index: %w", s, err)
 			}
 			ref = indexRef{int64(len(b)), manifest.IndexSum(b)}
@@ -389,48 +384,9 @@ func migrateMetadata(ctx context.Context, opts Options, m *manifest.Manifest, fo
 		return err
 	}
 	if format == 3 {
-		m.Root, err = writeGroups(ctx, opts, m.Top, putObject)
+		m.Root, err = writeGroups(ctx, opts, m.Top, repository.Put)
 	}
 	return err
-}
-
-// putChecked makes s hold exactly data under key, and reads it back: an
-// object a previous run wrote is kept if it holds data (again is true),
-// and written again if it does not.
-func putChecked(ctx context.Context, s backend.Store, key string, data []byte) (again bool, err error) {
-	if holds(ctx, s, key, data) == nil {
-		return true, nil
-	}
-	if err := s.Put(ctx, key, data); err != nil {
-		return false, err
-	}
-	if err := holds(ctx, s, key, data); err != nil {
-		return false, fmt.Errorf("read back after writing: %w", err)
-	}
-	return false, nil
-}
-
-// holds checks that s holds exactly data under key, reading it a MiB at a
-// time, so that a check costs no second copy of the fragment.
-func holds(ctx context.Context, s backend.Store, key string, data []byte) error {
-	size, err := s.Stat(ctx, key)
-	if err != nil {
-		return err
-	}
-	if size != int64(len(data)) {
-		return fmt.Errorf("%s: %s is %d bytes, want %d", s, key, size, len(data))
-	}
-	buf := make([]byte, min(len(data), 1<<20))
-	for off := 0; off < len(data); off += len(buf) {
-		n := min(len(buf), len(data)-off)
-		if err := s.ReadAt(ctx, key, buf[:n], int64(off)); err != nil {
-			return err
-		}
-		if !bytes.Equal(buf[:n], data[off:off+n]) {
-			return fmt.Errorf("%s: %s differs from what was encoded at byte %d", s, key, off)
-		}
-	}
-	return nil
 }
 
 func cmpOr(a, b int) int {

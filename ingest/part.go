@@ -221,7 +221,7 @@ type PartResult struct {
 
 // ErrAlreadyCommitted: the distributed ingest a part or commit belongs to
 // is the committed one: there is nothing left to do.
-var ErrAlreadyCommitted = errors.New("already committed")
+var ErrAlreadyCommitted = repository.ErrAlreadyCommitted
 
 // RunPart runs part of a distributed ingest of src: it uploads and
 // verifies the shards the part owns and writes its part record. It takes
@@ -245,7 +245,7 @@ func RunPart(ctx context.Context, src *Source, opts Options, part Part, job stri
 	// A part of the committed ingest writes nothing: it compares its work
 	// with what was committed, and says whether the source still matches.
 	committed := false
-	if err := refuseCommitted(ctx, opts, id, log); errors.Is(err, ErrAlreadyCommitted) {
+	if err := repository.RefuseCommitted(ctx, opts.Stores, opts.Name, opts.Force, id, log); errors.Is(err, ErrAlreadyCommitted) {
 		committed = true
 	} else if err != nil {
 		return nil, err
@@ -272,12 +272,12 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 	}
 	// Marked before the first fragment: a purge by another ingest of this
 	// name leaves the fragments of a running distributed ingest alone.
-	if err := putSome(ctx, opts.Stores, repository.PartStartedKey(opts.Name, id), []byte(time.Now().UTC().Format(time.RFC3339)), 1); err != nil {
+	if err := repository.PutSome(ctx, opts.Stores, repository.PartStartedObject(opts.Name, id), []byte(time.Now().UTC().Format(time.RFC3339)), 1, repository.Put); err != nil {
 		return nil, fmt.Errorf("part %s of %s: %w", part, opts.Name, err)
 	}
 	log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "shards", len(owned), "of", len(m.Shards))
 	res := &PartResult{IngestID: id, Part: part, Shards: len(owned), AllShards: len(m.Shards) - first}
-	stored, err := uploadShards(ctx, src, m, windows, codec, opts, owned, createOrSame)
+	stored, err := uploadShards(ctx, src, m, windows, codec, opts, owned, repository.CreateOrSame)
 	if err == nil {
 		err = verifyUploads(ctx, m, codec, opts, owned)
 	}
@@ -291,7 +291,7 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 	var indexSize []int64
 	var indexSum []uint32
 	if opts.Format >= 2 {
-		indexSize, indexSum, err = writeIndexes(ctx, opts, m, owned, createOrSame)
+		indexSize, indexSum, err = writeIndexes(ctx, opts, m, owned, repository.CreateOrSame)
 		if errors.Is(err, ErrSourceChanged) {
 			return nil, sourceChanged(opts.Name, part, id, err, false)
 		}
@@ -302,7 +302,7 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 	// Committed meanwhile (this part's bytes matched): its record would be
 	// a stray one, so none is written.
 	if parent == "" {
-		if err := refuseCommitted(ctx, opts, id, log); err != nil {
+		if err := repository.RefuseCommitted(ctx, opts.Stores, opts.Name, opts.Force, id, log); err != nil {
 			return nil, err
 		}
 	} else if h, err := repository.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil && h.IngestID == id {
@@ -325,7 +325,7 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 		return nil, err
 	}
 	// The record is the part's only proof of work: it must survive m lost stores.
-	if err := putSome(ctx, opts.Stores, repository.PartKey(opts.Name, id, part.Index, part.Count), enc, opts.Parity+1); err != nil {
+	if err := repository.PutSome(ctx, opts.Stores, repository.PartObject(opts.Name, id, part.Index, part.Count), enc, opts.Parity+1, repository.Put); err != nil {
 		return nil, fmt.Errorf("part %s of %s not done: its record: %w (rerun this part)", part, opts.Name, err)
 	}
 	res.Elapsed = time.Since(start)
@@ -363,14 +363,14 @@ func ownedShards(n int, windows []int, first int, part Part) []int {
 // stores hold, writing nothing. Equal, there is nothing to do; different,
 // the source changed since the commit, and the part says what to do.
 func compareCommitted(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, part Part, owned []int) error {
-	_, err := uploadShards(ctx, src, m, windows, codec, opts, owned, sameObject)
+	_, err := uploadShards(ctx, src, m, windows, codec, opts, owned, repository.Same)
 	if err == nil && opts.Format >= 2 {
-		_, _, err = writeIndexes(ctx, opts, m, owned, sameObject)
+		_, _, err = writeIndexes(ctx, opts, m, owned, repository.Same)
 	}
 	switch {
 	case errors.Is(err, ErrSourceChanged):
 		return sourceChanged(opts.Name, part, m.IngestID, err, true)
-	case errors.Is(err, errCommittedMissing):
+	case errors.Is(err, repository.ErrCommittedMissing):
 		return fmt.Errorf("part %s of %s: the source matches what was committed, but %w: run shardfs verify and shardfs repair %s; nothing was written", part, opts.Name, err, opts.Name)
 	case err != nil:
 		return fmt.Errorf("part %s of %s: could not compare the source with what was committed: %w; nothing was written", part, opts.Name, err)
@@ -399,7 +399,7 @@ func verifyUploads(ctx context.Context, m *manifest.Manifest, codec *erasure.Cod
 			got := make([]byte, fl)
 			for f := 0; f < codec.Total(); f++ {
 				store := opts.Stores[codec.Placement(si, f)]
-				if err := store.ReadAt(gctx, repository.FragmentKey(opts.Name, m.ShardIngest(si), si, f), got, 0); err != nil {
+				if err := repository.ReadAt(gctx, store, repository.FragmentObject(opts.Name, m.ShardIngest(si), si, f), got, 0); err != nil {
 					return fmt.Errorf("read back shard %d fragment %d: %w", si, f, err)
 				}
 				if _, b, _ := verify.Blocks(got, m.BlockSize, sh.Sums[f*nb:(f+1)*nb]); b >= 0 {
@@ -412,79 +412,9 @@ func verifyUploads(ctx context.Context, m *manifest.Manifest, codec *erasure.Cod
 	return g.Wait()
 }
 
-// putSome writes key to every store and succeeds if at least need did.
-func putSome(ctx context.Context, stores []backend.Store, key string, data []byte, need int) error {
-	return writeSome(ctx, stores, key, data, need, putObject)
-}
-
-// writeSome writes key to every store with write, and succeeds if at least
-// need did. A store that holds other bytes under key (ErrSourceChanged)
-// fails it whatever the others did.
-func writeSome(ctx context.Context, stores []backend.Store, key string, data []byte, need int, write writeFunc) error {
-	ok, errs := backend.Split(backend.OnEvery(stores, func(_ int, s backend.Store) error { return write(ctx, s, key, data) }))
-	for _, err := range errs {
-		if errors.Is(err, ErrSourceChanged) {
-			return err
-		}
-	}
-	if len(ok) < need {
-		return fmt.Errorf("written to %d of %d stores, need %d: %w", len(ok), len(stores), need, errors.Join(errs...))
-	}
-	return nil
-}
-
-// writeFunc writes one object of an ingest.
-type writeFunc func(ctx context.Context, s backend.Store, key string, data []byte) error
-
-// putObject writes or replaces: a single-process ingest's objects are named
-// by an ingest id no other run shares.
-func putObject(ctx context.Context, s backend.Store, key string, data []byte) error {
-	return s.Put(ctx, key, data)
-}
-
 // ErrSourceChanged: a part found an object of its ingest already written
-// with other bytes: the source changed since that ingest's parts ran (the
-// ingest id names the listing's keys, sizes and labels, not the content).
-var ErrSourceChanged = errors.New("the source's content differs from what was already written")
-
-// createOrSame is how a part writes: objects of a distributed ingest are
-// named by an id every rerun of its parts shares, so an object is created
-// only where none is (a conditional PUT: of two racing writers one wins),
-// and one already there must hold exactly these bytes. A part therefore
-// never writes into an object a commit checked or committed.
-func createOrSame(ctx context.Context, s backend.Store, key string, data []byte) error {
-	err := s.Create(ctx, key, data)
-	if !errors.Is(err, backend.ErrExists) {
-		return err
-	}
-	return sameObject(ctx, s, key, data)
-}
-
-// sameObject checks that s holds exactly data under key, writing nothing:
-// how a part of an ingest that is already committed compares its work.
-func sameObject(ctx context.Context, s backend.Store, key string, data []byte) error {
-	size, err := s.Stat(ctx, key)
-	if err != nil {
-		if errors.Is(err, backend.ErrNotExist) {
-			return fmt.Errorf("%s: %s is missing: %w", s, key, errCommittedMissing)
-		}
-		return err
-	}
-	if size == int64(len(data)) {
-		got := make([]byte, size)
-		if err := s.ReadAt(ctx, key, got, 0); err != nil {
-			return err
-		}
-		if bytes.Equal(got, data) {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s: %s: %w", s, key, ErrSourceChanged)
-}
-
-// errCommittedMissing: an object of a committed ingest is gone; repair
-// restores it, and no part writes it.
-var errCommittedMissing = errors.New("missing from the committed ingest (shardfs repair restores it)")
+// with other bytes (repository.CreateOrSame).
+var ErrSourceChanged = repository.ErrSourceChanged
 
 // CommitOptions configure Commit.
 type CommitOptions struct {
@@ -516,14 +446,14 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	if err := pingAll(ctx, opts.Stores); err != nil {
 		return nil, err
 	}
-	parts, err := listParts(ctx, opts.Stores, opts.Name)
+	parts, err := repository.ListParts(ctx, opts.Stores, opts.Name)
 	if err != nil {
 		return nil, err
 	}
 	if m, err := repository.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil {
 		// Records of the committed ingest are strays (a part rerun while
 		// it committed): its work is in the manifest, they can go.
-		parts = dropStrayParts(ctx, opts.Stores, opts.Name, m.IngestID, parts, log)
+		parts = repository.DropParts(ctx, opts.Stores, opts.Name, m.IngestID, parts, log)
 		if len(parts) == 0 && copts.IngestID == "" {
 			return nil, fmt.Errorf("%w: %s is committed (ingest %s) and no distributed ingest of it is pending: nothing to do", ErrAlreadyCommitted, opts.Name, m.IngestID)
 		}
@@ -533,12 +463,12 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		return nil, err
 	}
 	opts.Lock.Logger = log
-	lock, ctx, err := repository.AcquireLock(ctx, opts.Stores, opts.Name, "commit-"+id, opts.Lock)
+	txn, ctx, err := repository.Begin(ctx, opts.Stores, opts.Name, "commit-"+id, opts.Lock, log)
 	if err != nil {
 		return nil, fmt.Errorf("commit %s: %w", opts.Name, err)
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
-	committedErr := refuseCommitted(ctx, opts, id, log)
+	defer txn.Release(context.WithoutCancel(ctx))
+	committedErr := txn.RefuseCommitted(ctx, opts.Force, id)
 	if errors.Is(committedErr, ErrAlreadyCommitted) {
 		return nil, committedErr
 	}
@@ -593,7 +523,7 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	if recs[0].Metadata == 3 {
 		// The commit writes the group objects: they follow from the
 		// parts' records, and a rerun commit writes the same bytes.
-		if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
+		if m.Root, err = writeGroups(ctx, opts, m.Top, repository.Put); err != nil {
 			return nil, fmt.Errorf("commit %s: %w (rerun the commit)", opts.Name, err)
 		}
 	}
@@ -609,86 +539,33 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		res.Samples -= int(before)
 		res.Bytes -= bytes
 	}
-	if err := commitReplacing(ctx, opts, m, parent, lock, res, log); err != nil {
+	if err := commitReplacing(ctx, opts, txn, m, parent, res); err != nil {
 		return nil, err
 	}
 	// The parts' work is in the manifest now; their records can go.
-	uctx := context.WithoutCancel(ctx)
-	for _, s := range opts.Stores {
-		for i := 0; i < n; i++ {
-			s.Delete(uctx, repository.PartKey(opts.Name, id, i, n))
-		}
-		s.Delete(uctx, repository.PartStartedKey(opts.Name, id))
-	}
-	res.OrphansPurged = purgeOrphans(ctx, opts.Stores, opts.Name, historyIDs(m), log)
+	repository.DeleteParts(context.WithoutCancel(ctx), opts.Stores, opts.Name, id, n)
+	res.OrphansPurged = txn.Purge(ctx, m)
 	res.Elapsed = time.Since(start)
 	return res, nil
 }
 
-// dropStrayParts deletes the part objects of the committed ingest id from
-// every store and returns keys without them.
-func dropStrayParts(ctx context.Context, stores []backend.Store, name, id string, keys []string, log *slog.Logger) []string {
-	prefix := repository.PartPrefix(name) + id + "/"
-	var rest []string
-	for _, k := range keys {
-		if !strings.HasPrefix(k, prefix) {
-			rest = append(rest, k)
-			continue
-		}
-		log.Info("removing a part object of the committed ingest", "dataset", name, "key", k)
-		for _, s := range stores {
-			s.Delete(ctx, k)
-		}
-	}
-	return rest
-}
-
-// listParts lists the part objects of name on every store.
-func listParts(ctx context.Context, stores []backend.Store, name string) ([]string, error) {
-	seen := map[string]bool{}
-	var errs []error
-	for _, s := range stores {
-		keys, err := s.List(ctx, repository.PartPrefix(name))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, k := range keys {
-			seen[k] = true
-		}
-	}
-	if len(errs) == len(stores) {
-		return nil, fmt.Errorf("list the parts of %s: %w", name, errors.Join(errs...))
-	}
-	keys := make([]string, 0, len(seen))
-	for k := range seen {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys, nil
-}
-
-// pickIngest chooses the distributed ingest to commit among the part keys:
+// pickIngest chooses the distributed ingest to commit among the parts:
 // want if given, else the only one with every part present. It returns the
 // ingest id and its number of parts.
-func pickIngest(name string, keys []string, want string) (string, int, error) {
+func pickIngest(name string, parts []repository.PartRef, want string) (string, int, error) {
 	type job struct {
 		n    int
 		have map[int]bool
 	}
 	jobs := map[string]*job{}
-	for _, k := range keys {
-		id, file, ok := strings.Cut(strings.TrimPrefix(k, repository.PartPrefix(name)), "/")
-		if !ok {
-			continue
-		}
+	for _, p := range parts {
+		id := p.Job
 		j := jobs[id]
 		if j == nil {
 			j = &job{have: map[int]bool{}}
 			jobs[id] = j
 		}
-		var i, n int
-		if _, err := fmt.Sscanf(file, "part-%06d-of-%06d", &i, &n); err == nil && n > 0 {
+		if i, n := p.Index, p.Count; n > 0 {
 			if j.n != 0 && j.n != n {
 				return "", 0, fmt.Errorf("commit %s: ingest %s has parts of %d and of %d: rerun every part with the same --part I/N count", name, id, j.n, n)
 			}
@@ -747,16 +624,11 @@ func readParts(ctx context.Context, stores []backend.Store, name, id string, n i
 	g.SetLimit(8)
 	for i := range recs {
 		g.Go(func() error {
-			key := repository.PartKey(name, id, i, n)
+			part := repository.PartObject(name, id, i, n)
 			var errs []error
 			for _, s := range stores {
-				size, err := s.Stat(gctx, key)
+				b, err := repository.ReadWhole(gctx, s, part)
 				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				b := make([]byte, size)
-				if err := s.ReadAt(gctx, key, b, 0); err != nil {
 					errs = append(errs, err)
 					continue
 				}
@@ -1019,7 +891,7 @@ func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Man
 	return checkShards(ctx, m.Name, first, len(m.Shards), parts, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
 		var problems []string
 		for f := 0; f < p.Total(); f++ {
-			size, err := stores[p.Placement(si, f)].Stat(ctx, repository.FragmentKey(m.Name, m.ShardIngest(si), si, f))
+			size, err := repository.Stat(ctx, stores[p.Placement(si, f)], repository.FragmentObject(m.Name, m.ShardIngest(si), si, f))
 			switch {
 			case err != nil:
 				problems = append(problems, fmt.Sprintf("shard %d fragment %d: %v", si, f, err))

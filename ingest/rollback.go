@@ -27,11 +27,11 @@ func Rollback(ctx context.Context, opts Options, to int) (*AppendResult, error) 
 	}
 	ingestID := newIngestID()
 	opts.Lock.Logger = log
-	lock, ctx, err := repository.AcquireLock(ctx, opts.Stores, opts.Name, ingestID, opts.Lock)
+	txn, ctx, err := repository.Begin(ctx, opts.Stores, opts.Name, ingestID, opts.Lock, log)
 	if err != nil {
 		return nil, fmt.Errorf("rollback %s: %w", opts.Name, err)
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
+	defer txn.Release(context.WithoutCancel(ctx))
 	ds, err := repository.Open(ctx, opts.Stores, opts.Name, repository.Options{Logger: log, Version: to})
 	if err != nil {
 		return nil, fmt.Errorf("rollback %s to version %d: %w", opts.Name, to, err)
@@ -58,7 +58,7 @@ func Rollback(ctx context.Context, opts Options, to int) (*AppendResult, error) 
 		m.Top = &top
 		opts.Data, opts.Parity = h.Data, h.Parity
 		if target.Root != nil {
-			if m.Root, err = writeGroups(ctx, opts, m.Top, putObject); err != nil {
+			if m.Root, err = writeGroups(ctx, opts, m.Top, repository.Put); err != nil {
 				return nil, fmt.Errorf("rollback %s not committed: %w (rerun it)", opts.Name, err)
 			}
 		}
@@ -67,7 +67,7 @@ func Rollback(ctx context.Context, opts Options, to int) (*AppendResult, error) 
 		return nil, err
 	}
 	res := &AppendResult{Result: Result{Manifest: &m, Samples: int(samples), Bytes: bytes}, Version: m.VersionNumber(), Parent: cur.VersionNumber()}
-	if err := commitVersion(ctx, opts, &m, cur, lock, &res.Result, log); err != nil {
+	if err := commitReplacing(ctx, opts, txn, &m, cur, &res.Result); err != nil {
 		return nil, err
 	}
 	res.Elapsed = time.Since(start)

@@ -168,7 +168,7 @@ func (s *Source) checkApart(ctx context.Context, stores []backend.Store, name st
 		if first == name {
 			return fmt.Errorf("source %s lies in dataset %s's own namespace on store %d (%s), where shardfs deletes what no version needs (the purge after an ingest, gc): keep the source outside the stores' datasets", where, name, i, st)
 		}
-		if _, err := st.Stat(ctx, repository.IdentityKey(first)); err == nil {
+		if repository.HoldsDataset(ctx, st, first) {
 			return fmt.Errorf("source %s lies in dataset %s's namespace on store %d (%s), where shardfs deletes what no version of %s needs (gc): keep the source outside the stores' datasets", where, first, i, st, first)
 		}
 	}

@@ -916,7 +916,7 @@ func (rp *repair) rewriteVersions(ctx context.Context, versions map[VersionCopy]
 			return err
 		}
 	} else {
-		lock, c, err := AcquireLock(ctx, d.Stores, d.Name, "repair-"+d.Current.IngestID, LockOptions{})
+		txn, c, err := Begin(ctx, d.Stores, d.Name, "repair-"+d.Current.IngestID, LockOptions{}, d.log)
 		if errors.Is(err, ErrLocked) {
 			rp.fail(fmt.Sprintf("kept versions' manifests not rewritten: %v; run repair again when it ends", err))
 			return nil
@@ -924,7 +924,7 @@ func (rp *repair) rewriteVersions(ctx context.Context, versions map[VersionCopy]
 		if err != nil {
 			return err
 		}
-		defer lock.Release(context.WithoutCancel(ctx))
+		defer txn.Release(context.WithoutCancel(ctx))
 		lctx = c
 	}
 	answering := rp.rep.answering(d.Stores)

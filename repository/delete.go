@@ -104,11 +104,11 @@ func Delete(ctx context.Context, stores []backend.Store, name string, opts Delet
 	var b [4]byte
 	crand.Read(b[:])
 	id := "delete-" + hex.EncodeToString(b[:])
-	lock, ctx, err := AcquireLock(ctx, stores, name, id, opts.Lock)
+	txn, ctx, err := Begin(ctx, stores, name, id, opts.Lock, opts.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("delete %s: %w (nothing was deleted)", name, err)
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
+	defer txn.Release(context.WithoutCancel(ctx))
 	healOpts := opts.Lock
 	healOpts.Key = HealLockKey(name)
 	healLock, ctx, err := AcquireLock(ctx, stores, name, id, healOpts)
@@ -183,7 +183,7 @@ func Delete(ctx context.Context, stores []backend.Store, name string, opts Delet
 	if err := refuseLeased(ctx, stores, name, opts.LeaseStale, "its manifests are deleted, so no new mount opens it; its data stays until that mount ends: run delete again then"); err != nil {
 		return nil, err
 	}
-	if err := lock.Refresh(ctx); err != nil {
+	if err := txn.Refresh(ctx); err != nil {
 		return nil, fmt.Errorf("delete %s: %w", name, err)
 	}
 	last := []string{IdentityKey(name), PendingIdentityKey(name)}

@@ -1,13 +1,26 @@
-// Package repository owns a committed dataset as the stores hold it: where its
-// objects live, how its manifest is found among the k+m copies, its
-// versions and the mounts' leases on them, and the whole-dataset checks
+// Package repository owns what is on the stores: it is the only code that
+// writes, creates or deletes an object of a dataset, takes a lock on one,
+// or spells a key (TestOnlyRepositoryTouchesTheStores holds every other
+// package to that; backend implements the stores below it). Others hold
+// typed handles (Object: FragmentObject, IndexObject, ...; object.go) and
+// call the operations here.
+//
+// Every replacing or creating write is one transaction (Txn, txn.go): the
+// lock, the refusal of a committed dataset, the parent version kept, the
+// commit (commit.go's protocol) and the purge; ingest, append, rollback,
+// a distributed ingest's commit, migrate, gc, repair, delete and the
+// healer's mend of the metadata all begin one. Beside it: where objects
+// live (keys.go), how the manifest is found among the k+m copies, the
+// versions and the mounts' leases on them, the whole-dataset checks
 // (verify, whole or a few shards at a time), fixes (repair) and clean-up
-// (gc; delete.go removes a whole dataset); the keys the healer (package heal) keeps its lock, state and the
-// mounts' hints under (a mount's Hinter writes the hints); the run log of
-// the trainer's reports that --feedback weights epochs from (runlog.go);
-// and the catalogs the read
-// path asks about samples, whole (ManifestCatalog) or read shard by shard as a
-// mount needs them (LazyCatalog: in format 3, group by group too).
+// (gc; delete.go removes a whole dataset); the distributed ingest's part
+// objects (parts.go) and the probe that tells stores apart (probe.go);
+// what the healer keeps on the stores: its lock, its state, the mounts'
+// hints (healer.go; a mount's Hinter writes the hints); the run log of the
+// trainer's reports that --feedback weights epochs from (runlog.go); and
+// the catalogs the read path asks about samples, whole (ManifestCatalog)
+// or read shard by shard as a mount needs them (LazyCatalog: in format 3,
+// group by group too).
 //
 // Object layout in every store (keys.go names every key):
 //

@@ -100,11 +100,11 @@ func GC(ctx context.Context, stores []backend.Store, name string, opts GCOptions
 	}
 	var b [4]byte
 	crand.Read(b[:])
-	lock, ctx, err := AcquireLock(ctx, stores, name, "gc-"+hex.EncodeToString(b[:]), opts.Lock)
+	txn, ctx, err := Begin(ctx, stores, name, "gc-"+hex.EncodeToString(b[:]), opts.Lock, log)
 	if err != nil {
 		return nil, fmt.Errorf("gc %s: %w", name, err)
 	}
-	defer lock.Release(context.WithoutCancel(ctx))
+	defer txn.Release(context.WithoutCancel(ctx))
 
 	cur, err := gcCurrent(ctx, stores, name, log)
 	if err != nil {
@@ -121,7 +121,7 @@ func GC(ctx context.Context, stores []backend.Store, name string, opts GCOptions
 	if !opts.Delete {
 		return plan.rep, nil
 	}
-	if err := gcDelete(ctx, stores, name, lock, opts, plan); err != nil {
+	if err := gcDelete(ctx, stores, name, txn, opts, plan); err != nil {
 		return nil, fmt.Errorf("gc %s: %w", name, err)
 	}
 	plan.rep.Deleted = true
@@ -267,7 +267,7 @@ func gcPlan(ctx context.Context, stores []backend.Store, name string, ret *gcRet
 // from here no new mount opens them, and a mount that did is in the leases
 // read next; then the data, unless a mount leased it while gc ran; the
 // marks last.
-func gcDelete(ctx context.Context, stores []backend.Store, name string, lock *Lock, opts GCOptions, plan *gcDeletion) error {
+func gcDelete(ctx context.Context, stores []backend.Store, name string, txn *Txn, opts GCOptions, plan *gcDeletion) error {
 	if err := markRemoving(ctx, stores, name, plan.versionKeys); err != nil {
 		return fmt.Errorf("%w (nothing was deleted)", err)
 	}
@@ -285,7 +285,7 @@ func gcDelete(ctx context.Context, stores []backend.Store, name string, lock *Lo
 			}
 		}
 	}
-	if err := lock.Refresh(ctx); err != nil {
+	if err := txn.Refresh(ctx); err != nil {
 		return err
 	}
 	if err := deleteAll(ctx, stores, plan.dataKeys); err != nil {

@@ -96,7 +96,7 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 		if err != nil {
 			return nil, err
 		}
-		if err := st.Put(ctx, repository.GroupKey(h.Name, h.IngestID, g), b); err != nil {
+		if err := repository.Put(ctx, st, repository.GroupObject(h.Name, h.IngestID, g), b); err != nil {
 			return nil, err
 		}
 		root.SetObject(g, b)
@@ -106,7 +106,7 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Put(ctx, repository.ManifestKey(h.Name), enc); err != nil {
+	if err := repository.Put(ctx, st, repository.ManifestObject(h.Name), enc); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "description: written to %s in %s: root of %d bytes (what every node reads: %.2f bytes a shard), %d group objects of %s in all\n",
@@ -184,15 +184,10 @@ func rankStart(ctx context.Context, out io.Writer, st backend.Store, h manifest.
 // manifest key on the one store that holds it), and its size in bytes.
 // repository.LoadHeader is for a dataset's k+m stores and their quorum.
 func readRoot(ctx context.Context, st backend.Store, name string) (*manifest.Root, int64, error) {
-	key := repository.ManifestKey(name)
-	size, err := st.Stat(ctx, key)
+	b, err := repository.ReadWhole(ctx, st, repository.ManifestObject(name))
 	if err != nil {
 		return nil, 0, err
 	}
-	b := make([]byte, size)
-	if err := st.ReadAt(ctx, key, b, 0); err != nil {
-		return nil, 0, err
-	}
 	root, err := manifest.DecodeRoot(b)
-	return root, size, err
+	return root, int64(len(b)), err
 }

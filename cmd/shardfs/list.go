@@ -105,12 +105,7 @@ func runList(ctx context.Context, pr *printer, stores []backend.Store) error {
 		if repository.CheckName(name) != nil {
 			continue
 		}
-		statErrs := backend.OnEvery(stores, func(i int, s backend.Store) error {
-			_, err := s.Stat(ctx, repository.ManifestKey(name))
-			return err
-		})
-		ok, _ := backend.Split(statErrs)
-		copies := len(ok)
+		copies := repository.Copies(ctx, stores, repository.ManifestObject(name))
 		if copies == 0 {
 			continue // not a dataset: no manifest on any store
 		}

@@ -71,7 +71,7 @@ func runVersions(ctx context.Context, pr *printer, stores []backend.Store, name 
 		state := "kept"
 		if v.IngestID == cur.IngestID {
 			state = "current"
-		} else if !anyHolds(ctx, stores, repository.VersionKey(name, v.IngestID)) {
+		} else if !repository.AnyHolds(ctx, stores, repository.VersionObject(name, v.IngestID)) {
 			state = "removed"
 		}
 		rep.Versions = append(rep.Versions, listedVersion{Number: v.Number, Parent: v.Parent, Ingest: v.IngestID, CreatedUnix: v.CreatedUnix,
@@ -90,14 +90,4 @@ func runVersions(ctx context.Context, pr *printer, stores []backend.Store, name 
 		}
 		return tw.Flush()
 	})
-}
-
-// anyHolds reports whether some store holds key.
-func anyHolds(ctx context.Context, stores []backend.Store, key string) bool {
-	errs := backend.OnEvery(stores, func(i int, s backend.Store) error {
-		_, err := s.Stat(ctx, key)
-		return err
-	})
-	ok, _ := backend.Split(errs)
-	return len(ok) > 0
 }
