@@ -4,7 +4,9 @@
 // the memory cache and opens the disk tier, builds the prefetching reader
 // and the go-fuse tree, serves metrics, and unmounts on a signal. With
 // --follow it also opens each newer version an epoch's record names, as a
-// read path of its own over the same cache (follow.go). Tests
+// read path of its own over the same cache (follow.go). Warm fills a
+// disk tier with what given ranks will read, under the names a mount's
+// tier reads them by (warm.go), for shardfs warm. Tests
 // build a mount in-process with Open, on any stores, fault-injecting ones
 // included; cmd/shardfs only parses flags into a Config.
 package mount

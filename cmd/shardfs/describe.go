@@ -13,11 +13,8 @@ import (
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
 	"github.com/shardfs/shardfs/repository"
+	"github.com/shardfs/shardfs/synthetic"
 )
-
-// syntheticSampleBytes is the size of a synthetic sample: 100 kB, so that a
-// 64 MiB shard holds about 671 (printCountsPlan's perShard).
-const syntheticSampleBytes = 100_000
 
 // describeSynthetic writes the format-3 description of the synthetic
 // dataset (counts[c] samples of stratum c spread evenly over shards
@@ -56,51 +53,16 @@ func describeSynthetic(ctx context.Context, out io.Writer, dir string, h manifes
 		return nil, err
 	}
 	t0 := time.Now()
-	root := &manifest.Root{Header: h}
-	root.Strata = append([]manifest.Stratum(nil), h.Strata...)
-	// before is stratum c's samples in shards below s, as the even model spreads them.
-	before := func(s, c int) int64 { return int64(s) * int64(counts[c]) / int64(shards) }
-	row, total := make([]int, len(counts)), make([]int64, len(counts))
-	q, rem, acc := make([]int, len(counts)), make([]int, len(counts)), make([]int, len(counts))
-	for c, n := range counts {
-		q[c], rem[c] = n/shards, n%shards
-	}
 	var groupBytes int64
-	for first := 0; first < shards; first += manifest.DefaultGroupShards {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	root, err := synthetic.Describe(h, counts, shards, func(g int, b []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		end := min(first+manifest.DefaultGroupShards, shards)
-		var samples int64
-		for c := range total {
-			total[c] = before(end, c) - before(first, c)
-			samples += total[c]
-		}
-		g := len(root.Groups)
-		root.AddGroup(manifest.RootGroup{Shards: end - first, Size: samples * syntheticSampleBytes}, total)
-		x := manifest.NewGroup(root, g)
-		for s := first; s < end; s++ {
-			n := 0
-			for c := range row {
-				// ⌊(s+1)·n_c/S⌋ − ⌊s·n_c/S⌋ from a running remainder: no division a shard.
-				row[c] = q[c]
-				if acc[c] += rem[c]; acc[c] >= shards {
-					acc[c] -= shards
-					row[c]++
-				}
-				n += row[c]
-			}
-			x.AddShard(manifest.TopShard{Size: int64(n) * syntheticSampleBytes, IndexSize: int64(n)*40 + 64, IndexSum: uint32(s) * 2654435761}, row)
-		}
-		b, err := manifest.EncodeGroup(x, root)
-		if err != nil {
-			return nil, err
-		}
-		if err := repository.Put(ctx, st, repository.GroupObject(h.Name, h.IngestID, g), b); err != nil {
-			return nil, err
-		}
-		root.SetObject(g, b)
 		groupBytes += int64(len(b))
+		return repository.Put(ctx, st, repository.GroupObject(h.Name, h.IngestID, g), b)
+	})
+	if err != nil {
+		return nil, err
 	}
 	enc, err := manifest.EncodeRoot(root)
 	if err != nil {

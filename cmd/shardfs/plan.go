@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -21,12 +19,13 @@ import (
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
 	"github.com/shardfs/shardfs/repository"
+	"github.com/shardfs/shardfs/synthetic"
 )
 
 func newPlanCmd(g *globals) *cobra.Command {
 	of := &orderFlags{}
 	var emit, describe string
-	var epoch, synthetic, syntheticBuckets, lookahead, compareWindow int
+	var epoch, syntheticSamples, syntheticBuckets, lookahead, compareWindow int
 	var prices requestPrices
 	var pr *printer
 	cmd := &cobra.Command{
@@ -57,11 +56,11 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 			if of.epochs < 1 {
 				return fmt.Errorf("--epochs %d: plan shows a finite number of epochs: pass 1 or more", of.epochs)
 			}
-			if pr.json && (of.mix != "" || synthetic > maxSyntheticRows || emit != "") {
+			if pr.json && (of.mix != "" || syntheticSamples > maxSyntheticRows || emit != "") {
 				return fmt.Errorf("--json prints plan's report of one dataset: leave it out with --mix, --emit or --synthetic above %d samples (they print text only)", maxSyntheticRows)
 			}
 			if of.mix != "" {
-				if len(args) > 0 || synthetic > 0 {
+				if len(args) > 0 || syntheticSamples > 0 {
 					return fmt.Errorf("with --mix the datasets come from the mix: give no NAME and no --synthetic")
 				}
 				stores, err := g.openStores()
@@ -71,15 +70,18 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 				return printMixPlan(cmd.Context(), cmd.OutOrStdout(), stores, of, g.logger())
 			}
 			switch {
-			case synthetic > maxSyntheticRows:
+			case syntheticSamples > maxSyntheticRows:
 				if emit != "" {
 					return fmt.Errorf("--emit with --synthetic above %d samples: the keys are not modelled; use a smaller --synthetic", maxSyntheticRows)
 				}
-				return printCountsPlan(cmd.Context(), cmd.OutOrStdout(), synthetic, syntheticBuckets, of, describe)
+				return printCountsPlan(cmd.Context(), cmd.OutOrStdout(), syntheticSamples, syntheticBuckets, of, describe)
 			case describe != "":
 				return fmt.Errorf("--describe needs --synthetic above %d samples: it writes a dataset description of counts only", maxSyntheticRows)
-			case synthetic > 0:
-				m = syntheticManifest(synthetic, syntheticBuckets)
+			case syntheticSamples > 0:
+				var err error
+				if m, err = synthetic.Manifest(syntheticSamples, syntheticBuckets); err != nil {
+					return err
+				}
 			case len(args) == 1:
 				stores, err := g.openStores()
 				if err != nil {
@@ -115,7 +117,7 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 	pr = addJSONFlag(cmd)
 	cmd.Flags().StringVar(&emit, "emit", "", "write one file of the mount instead of the report: index")
 	cmd.Flags().IntVar(&epoch, "epoch", 0, "epoch for --emit")
-	cmd.Flags().IntVar(&synthetic, "synthetic", 0, "plan a synthetic dataset of N samples (100 classes, 64 MiB shards of ~100 kB samples)")
+	cmd.Flags().IntVar(&syntheticSamples, "synthetic", 0, "plan a synthetic dataset of N samples (100 classes, 64 MiB shards of ~100 kB samples)")
 	cmd.Flags().IntVar(&syntheticBuckets, "synthetic-time-buckets", 0, "with --synthetic: cut every class into this many 30-day time buckets, each 10% larger than the one before (strata: classes x buckets)")
 	cmd.Flags().StringVar(&describe, "describe", "", "with --synthetic above 10,000,000: write the dataset's format-3 description (root and group objects, counts only) to this directory, then start rank --rank from it as a node would; a directory that holds it already is only read")
 	cmd.Flags().IntVar(&lookahead, "lookahead", 8, "batches a reader fetches at once, for the ranged-GET count")
@@ -550,36 +552,6 @@ func fieldPromise(i int, p layout.Params) string {
 // maxSyntheticRows: above it, --synthetic models per-shard class counts only.
 const maxSyntheticRows = 10_000_000
 
-// syntheticShare is the synthetic datasets' class mix: class c about
-// e^(-c/14) of the samples, the tail lumped into the last of 100 classes
-// (what syntheticManifest draws sample by sample).
-func syntheticShare(buckets int) []float64 {
-	const nStrata = 100
-	pi := make([]float64, nStrata)
-	q := math.Exp(-1.0 / 14)
-	for c := range pi {
-		pi[c] = math.Pow(q, float64(c)) * (1 - q)
-	}
-	pi[nStrata-1] = math.Pow(q, nStrata-1)
-	if buckets == 0 {
-		return pi
-	}
-	// Each class cut into time buckets, each 10% larger than the one before.
-	t := make([]float64, buckets)
-	sum := 0.0
-	for b := range t {
-		t[b] = math.Pow(1.1, float64(b))
-		sum += t[b]
-	}
-	out := make([]float64, 0, nStrata*buckets)
-	for _, x := range pi {
-		for _, y := range t {
-			out = append(out, x*y/sum)
-		}
-	}
-	return out
-}
-
 // printCountsPlan plans a synthetic dataset of n samples from counts
 // alone: 64 MiB shards of ~100 kB samples, each stratum spread evenly over
 // them, as ingest's stratified placement gives.
@@ -589,14 +561,14 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 	}
 	start := time.Now()
 	const perShard = 671 // 64 MiB of 100 kB samples
-	h := syntheticHeader(buckets)
+	h := synthetic.Header(buckets)
 	if err := of.setTimes(&h); err != nil {
 		return err
 	}
 	if err := of.bindFeedback(&h, nil, ""); err != nil {
 		return err
 	}
-	pi := syntheticShare(buckets)
+	pi := synthetic.Share(buckets)
 	shards := (n + perShard - 1) / perShard
 	// Each stratum spread evenly over the shards, as ingest's stratified
 	// placement spreads it: O(shards + strata) numbers, not their product.
@@ -669,70 +641,6 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 	}
 	return tw.Flush()
 }
-
-// syntheticHeader names the synthetic strata: 100 classes, each cut into
-// buckets 30-day time buckets ending with the one that starts 2026-01-01
-// (none: classes alone).
-func syntheticHeader(buckets int) manifest.Header {
-	h := manifest.Header{Name: "synthetic", LabelFields: []string{"label"}}
-	const nClasses, width = 100, 30 * 86400
-	if buckets > 0 {
-		h.LabelFields = append(h.LabelFields, "time")
-		h.Derived = []manifest.Derived{{Field: "time", Width: width}}
-	}
-	last := manifest.BucketStart(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), width)
-	for c := 0; c < nClasses; c++ {
-		class := fmt.Sprintf("class%03d", c)
-		if buckets == 0 {
-			h.Strata = append(h.Strata, manifest.Stratum{Name: class, Labels: []string{class}})
-			continue
-		}
-		for b := 0; b < buckets; b++ {
-			t := manifest.BucketLabel(last-int64(buckets-1-b)*width, width)
-			h.Strata = append(h.Strata, manifest.Stratum{Name: class + "+" + t, Labels: []string{class, t}})
-		}
-	}
-	return h
-}
-
-// syntheticManifest builds an imbalanced in-memory manifest of n samples in
-// 100 strata (class sizes falling geometrically), 50-150 kB samples, placed
-// into 64 MiB shards by stratified round-robin as ingest does.
-func syntheticManifest(n, buckets int) *manifest.Manifest {
-	rng := rand.New(rand.NewPCG(1, 2))
-	m := &manifest.Manifest{Header: syntheticHeader(buckets)}
-	m.Name, m.Data, m.Parity, m.BlockSize, m.ShardSize = fmt.Sprintf("synthetic-%d", n), 4, 2, 64<<10, 64<<20
-	const nStrata = 100
-	var bucketOf func() int
-	if buckets > 0 {
-		// Bucket b about 1.1^b: the inverse of its cumulative share.
-		bucketOf = func() int {
-			x := rng.Float64() * (math.Pow(1.1, float64(buckets)) - 1)
-			return min(buckets-1, int(math.Log1p(x)/math.Log(1.1)))
-		}
-	}
-	var shard uint32
-	var size int64
-	for i := 0; i < n; i++ {
-		st := uint32(min(nStrata-1, int(-14.0*logf(1-rng.Float64()))))
-		if buckets > 0 {
-			st = st*uint32(buckets) + uint32(bucketOf())
-		}
-		sz := uint32(50_000 + rng.IntN(100_000))
-		if size+int64(sz) > m.ShardSize {
-			shard, size = shard+1, 0
-		}
-		size += int64(sz)
-		m.Samples.Append(fmt.Sprintf("%s/%09d.jpg", m.Strata[st].Name, i), st, shard, sz, 0)
-	}
-	m.Shards = make([]manifest.Shard, shard+1)
-	if err := m.Finish(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	return m
-}
-
-func logf(x float64) float64 { return math.Log(x) }
 
 // printAffinity shows which shards each rank keeps, and the randomness
 // affinity trades away against the global order with the same parameters:

@@ -11,11 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/cache"
-	"github.com/shardfs/shardfs/layout"
-	"github.com/shardfs/shardfs/metrics"
-	"github.com/shardfs/shardfs/prefetch"
-	"github.com/shardfs/shardfs/repository"
+	"github.com/shardfs/shardfs/mount"
 )
 
 type warmFlags struct {
@@ -81,79 +77,31 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	if err != nil {
 		return fmt.Errorf("--cache-dir-size %q: use a size such as 200GiB", f.cacheDirSize)
 	}
-	ds, err := repository.Open(ctx, stores, name, repository.Options{Logger: log})
-	if err != nil {
-		return err
-	}
 	f.order.firstEpoch = f.epoch
 	spec, err := f.order.spec()
 	if err != nil {
 		return err
 	}
-	if err := f.order.bindFeedback(&ds.Manifest.Header, stores, name); err != nil {
-		return err
-	}
-	plan, err := repository.PlanOrder(ds, spec)
-	if err != nil {
-		return err
-	}
-	in := plan.Input
-	var samples []int64
-	for e := f.epoch; e < f.epoch+f.order.epochs; e++ {
-		for _, r := range f.order.ranks() {
-			p, err := f.order.params(e, r)
-			if err != nil {
-				return err
-			}
-			o, err := layout.Order(in, p)
-			if err != nil {
-				return err
-			}
-			n := o.Batches
-			if f.batches > 0 {
-				n = min(n, f.batches)
-			}
-			samples = append(samples, o.Samples.Slice(0, n*p.Batch).Int64s()...)
-		}
-	}
-	var total int64
-	cat := repository.ManifestCatalog{M: ds.Manifest}
-	seen := map[int64]bool{}
-	for _, s := range samples {
-		if !seen[s] {
-			seen[s] = true
-			total += cat.Size(int(s))
-		}
-	}
-	disk, err := cache.OpenDisk(f.cacheDir, repository.DiskNamespace(&ds.Manifest.Header), int64(size))
-	if err == nil {
-		disk.SetShardNamespace(repository.ShardNamespace(&ds.Manifest.Header)) // as the mount reads it
+	var bar *progress
+	res, err := mount.Warm(ctx, mount.WarmConfig{Stores: stores, Name: name, Spec: spec, Run: f.order.run,
+		First: f.epoch, Epochs: f.order.epochs, Ranks: f.order.ranks(), Batches: f.batches,
+		CacheDir: f.cacheDir, CacheDirSize: int64(size), Log: log,
+		Progress: func(total int64) func(int64) {
+			bar = newProgress("warm "+name, total)
+			return bar.Add
+		}})
+	if bar != nil {
+		bar.Finish()
 	}
 	if err != nil {
-		return err
-	}
-	defer disk.Close()
-	if total > int64(size) {
-		log.Warn("what the ranks read is larger than the disk tier: the earliest samples will be evicted by the latest",
-			"read", humanize.IBytes(uint64(total)), "cache_dir_size", humanize.IBytes(size))
-	}
-	cfg := prefetch.DefaultConfig()
-	cfg.Disk = disk
-	cfg.Disabled = true
-	r := prefetch.New(ds, cat, cache.New(16<<20, nil), metrics.New(make([]string, len(stores))), cfg, log)
-	defer r.Close()
-	bar := newProgress("warm "+name, total)
-	err = r.Warm(ctx, samples, bar.Add)
-	bar.Finish()
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("warm interrupted: %d of %d samples fetched are kept; rerun the same command to go on", disk.Writes.Load(), len(seen))
+		if ctx.Err() != nil && res != nil {
+			return fmt.Errorf("warm interrupted: %d of %d samples fetched are kept; rerun the same command to go on", res.Fetched, res.Samples)
 		}
 		return err
 	}
 	fmt.Fprintf(out, "warmed %s: %d samples, %s for %d rank(s) over %d epoch(s): %d fetched (%s), %d already on disk\n",
-		name, len(seen), humanize.IBytes(uint64(total)), len(f.order.ranks()), f.order.epochs,
-		disk.Writes.Load(), humanize.IBytes(uint64(disk.WriteBytes.Load())), len(seen)-int(disk.Writes.Load()))
+		name, res.Samples, humanize.IBytes(uint64(res.Bytes)), len(f.order.ranks()), f.order.epochs,
+		res.Fetched, humanize.IBytes(uint64(res.FetchedBytes)), res.Samples-int(res.Fetched))
 	// The tier holds samples, not an order: say which mount reads what was
 	// warmed, so that a mistyped flag does not pass unnoticed.
 	fmt.Fprintf(out, "  these are the samples that epochs %d..%d of ranks %s read with --seed %d --world-size %d --batch-size %d --alpha %v --window %d --tail %s%s; a mount with other order flags reads other samples\n",
