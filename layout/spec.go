@@ -238,6 +238,25 @@ func (s *Spec) Params(e, rank int) (Params, error) {
 	return p, p.Validate()
 }
 
+// Compared is the order plan compares s's with: the same run in the other
+// locality. A global order is compared with a window of window shards, and
+// a window with the global order. A window keeps each pool's own class mix
+// and reads every sample once per epoch, so the window compared with
+// leaves out every option that re-weights the global order: alpha (1),
+// its schedule, the epoch size, the least share, time weights and the
+// trainer's feedback; and affinity, the other locality.
+func (s *Spec) Compared(window int) *Spec {
+	c := *s
+	c.Base.Affinity, c.Recency = false, nil
+	if s.Base.Window > 0 {
+		c.Base.Window = 0
+		return &c
+	}
+	c.Base.Window, c.Base.Alpha, c.Base.EpochSize, c.Base.MinShare = window, 1, 0, 0
+	c.AlphaPoints, c.Preset, c.Feedback = nil, "", nil
+	return &c
+}
+
 // Bind checks the spec against the input its order is made from, and
 // returns the batches per rank of its first epoch: it refuses an epoch in
 // which a rank gets no batch at all, a batch larger than the epoch, a mix

@@ -285,18 +285,8 @@ func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *order
 		OrderVersion: of.orderVersion(), World: of.world, Batch: of.batch, Seed: of.seed, Alpha: of.alpha, AlphaSchedule: of.alphaSchedule, Preset: of.preset, MinShare: of.minShare,
 		Tail: of.tail, Window: of.window, Affinity: of.affinity, ResumeAt: of.resumeAt, Lookahead: lookahead, MixRank: of.ranks()[0]}
 	pi := layout.TargetsOf(in, p0) // epoch 0's, for the class mix table
-	other := *of
-	other.sp = nil
-	other.affinity = false
-	other.halfLife, other.timeWindow, other.windowStep, other.asOf = "", "", "", "" // a window keeps each pool's own mix
-	if of.window == 0 {
-		// A window keeps each pool's own class mix: the comparison has alpha 1.
-		other.window, other.alpha, other.alphaSchedule, other.epochSize = compareWindow, 1, "", 0
-		other.preset, other.minShare = "", 0
-	} else {
-		other.window = 0
-	}
-	rep.CompareWindow = other.window
+	other := spec.Compared(compareWindow)
+	rep.CompareWindow = other.Base.Window
 	var first layout.BatchStats
 	err = eachOrder(ctx, of, in, func(e, r int, p layout.Params, o *layout.RankOrder) error {
 		st := layout.Stats(o, in, layout.TargetsOf(in, p))
@@ -305,7 +295,7 @@ func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *order
 		}
 		uni := layout.Stats(layout.UniformOrder(in, p), in, uniformTargets(in, p))
 		gets, bytes := layout.ReadPlan(o, cat, lookahead, mergeGap)
-		op, err := other.params(e, r)
+		op, err := other.Params(e, r)
 		if err != nil {
 			return err
 		}
@@ -315,7 +305,7 @@ func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *order
 		}
 		ogets, obytes := layout.ReadPlan(oo, cat, lookahead, mergeGap)
 		rep.RankEpochs = append(rep.RankEpochs, planRankRow{Epoch: e, Rank: r, Batches: o.Batches, Samples: o.Samples.Len(), TVMean: st.MeanTV, TVMax: st.MaxTV,
-			UniformTVMean: uni.MeanTV, UniformTVMax: uni.MaxTV, GETs: gets, ReadBytes: bytes, CompareGETs: ogets, CompareRead: obytes, CompareWindowN: other.window})
+			UniformTVMean: uni.MeanTV, UniformTVMax: uni.MaxTV, GETs: gets, ReadBytes: bytes, CompareGETs: ogets, CompareRead: obytes, CompareWindowN: other.Base.Window})
 		return nil
 	})
 	if err != nil {
