@@ -249,11 +249,19 @@ func (s *Spec) Compared(window int) *Spec {
 	c := *s
 	c.Base.Affinity, c.Recency = false, nil
 	if s.Base.Window > 0 {
-		c.Base.Window = 0
-		return &c
+		return c.Global()
 	}
 	c.Base.Window, c.Base.Alpha, c.Base.EpochSize, c.Base.MinShare = window, 1, 0, 0
 	c.AlphaPoints, c.Preset, c.Feedback = nil, "", nil
+	return &c
+}
+
+// Global is the same run in the global order: no window, no affinity
+// (what affinity's randomness is measured against). Every option a
+// locality allows, the global order allows too.
+func (s *Spec) Global() *Spec {
+	c := *s
+	c.Base.Window, c.Base.Affinity = 0, false
 	return &c
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the same shardfs commands with the binary of REV and with the working
 # tree's, on fresh file:// stores, and diffs what they print (ingest ids,
-# times, rates and pids normalised): 47 commands with --json where they
+# times, rates and pids normalised): 49 commands with --json where they
 # have it, 3 mounts (info.json, index.csv and every batch file's hash) and
 # 5 warm runs (the tier's files hashed). A refactor that changes no
 # behaviour prints nothing but the last line. Needs FUSE (root).
@@ -56,6 +56,8 @@ run plan-affinity plan ds --json --batch-size 8 --world-size 2 --affinity
 for v in 1 2 3 4; do run plan-v$v plan ds --json --batch-size 16 --order-version $v; done
 run emit plan ds --batch-size 16 --emit index --epoch 1
 run plan-text plan ds --batch-size 16 --epochs 2
+run plan-affinity-text plan ds --batch-size 8 --world-size 2 --affinity
+run plan-window-text plan ds --batch-size 8 --window 3 --compare-window 2
 run append ingest --append "$W/more" ds
 run versions2 versions ds --json
 run plan-version1 plan ds --json --batch-size 16 --version 1

@@ -650,22 +650,23 @@ func printAffinity(out io.Writer, in *layout.Input, of *orderFlags) error {
 		shards := layout.AffinityShards(in, of.seed, of.world)
 		fmt.Fprintf(out, "\naffinity: each rank reads the same shards in every epoch (rank 0: %d of %d shards)\n", len(shards[0]), in.NumShards)
 	}
-	global := *of
-	global.sp = nil
-	global.affinity = false
+	spec, err := of.spec()
+	if err != nil {
+		return err
+	}
 	type mode struct {
 		name    string
-		f       *orderFlags
+		spec    *layout.Spec
 		batches [2][]layout.Positions
 		tv      float64
 	}
-	modes := []*mode{{name: "affinity", f: of}, {name: "global order", f: &global}}
+	modes := []*mode{{name: "affinity", spec: spec}, {name: "global order", spec: spec.Global()}}
 	pi := layout.Targets(in, 1)
 	for _, md := range modes {
 		n := 0
 		for e := 0; e < 2; e++ {
 			for r := 0; r < of.world; r++ {
-				p, err := md.f.params(e, r)
+				p, err := md.spec.Params(e, r)
 				if err != nil {
 					return err
 				}
