@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +88,105 @@ func TestPlanComparesWithEveryOrderOption(t *testing.T) {
 			t.Errorf("plan %s: compared with window %d over %d rank-epochs (%+v); want window %d over 2", strings.Join(c.flags, " "), rep.CompareWindow, len(rep.RankEpochs), rep.RankEpochs, c.compare)
 		}
 	}
+}
+
+// plan's own numbers are refused, each naming its flag, when out of range:
+// --lookahead 0 spun forever at 100% CPU and ignored SIGTERM, --lookahead
+// -1 and --synthetic-time-buckets -2 panicked, and --compare-window -1 was
+// refused as "--window -1". Every case must end at once with exit 1.
+func TestPlanRefusesBadNumbers(t *testing.T) {
+	t.Parallel() // file:// stores: waits on its processes only
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	for c := range 3 {
+		os.MkdirAll(filepath.Join(src, fmt.Sprintf("c%d", c)), 0o755)
+		for i := range 20 {
+			if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("c%d/s%d.bin", c, i)), []byte(strings.Repeat("x", 50+i)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stores := "--stores=" + strings.Join([]string{"file://" + dir + "/s0", "file://" + dir + "/s1", "file://" + dir + "/s2"}, ",")
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"ds", "--lookahead=0"}, "--lookahead 0"},
+		{[]string{"ds", "--lookahead=-1"}, "--lookahead -1"},
+		{[]string{"ds", "--compare-window=0"}, "--compare-window 0"},
+		{[]string{"ds", "--compare-window=-1"}, "--compare-window -1"},
+		{[]string{"ds", "--emit=index", "--epoch=-1"}, "--epoch -1"},
+		{[]string{"--synthetic=-5"}, "--synthetic -5"},
+		{[]string{"--synthetic=1000", "--synthetic-time-buckets=-2"}, "--synthetic-time-buckets -2"},
+		{[]string{"--synthetic=1000", "--synthetic-time-buckets=100000"}, "--synthetic-time-buckets 100000"},
+	} {
+		r := run(t, 30*time.Second, nil, append([]string{"plan", stores, "--batch-size=8"}, c.args...)...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, "shardfs: "+c.flag+":") || strings.Contains(r.stderr, "goroutine") {
+			t.Errorf("plan %s: want exit 1 and a message that starts with %q, got exit %d:\n%s", strings.Join(c.args, " "), c.flag+":", r.code, r.stderr)
+		}
+	}
+}
+
+// Every number a command takes (an int, uint, float or duration flag,
+// found in its --help) is tried at -1 and 0: a command may refuse it or
+// run, but never panic or spin (plan --lookahead did both). Found by
+// trying plan's; the sweep covers every command that ends by itself.
+func TestNumericFlagsNeverPanicOrHang(t *testing.T) {
+	t.Parallel() // file:// stores: waits on its processes only
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	for c := range 3 {
+		os.MkdirAll(filepath.Join(src, fmt.Sprintf("c%d", c)), 0o755)
+		for i := range 20 {
+			if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("c%d/s%d.bin", c, i)), []byte(strings.Repeat("y", 60+i)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var urls []string
+	for i := range 3 {
+		urls = append(urls, fmt.Sprintf("file://%s/s%d", dir, i))
+	}
+	stores := "--stores=" + strings.Join(urls, ",")
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	report := filepath.Join(dir, "report.json")
+	os.WriteFile(report, []byte(`{"c0": 1}`), 0o644)
+	flagLine := regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?(--[a-z0-9-]+) (?:int|uint|float|duration)\b`)
+	commands := map[string][]string{
+		"plan":     {"ds", "--batch-size=8"},
+		"warm":     {"ds", "--cache-dir=" + filepath.Join(dir, "tier"), "--batch-size=8"},
+		"ingest":   {"--data=2", "--parity=1", "--dry-run", src, "other"},
+		"verify":   {"ds"},
+		"repair":   {"ds"},
+		"gc":       {"ds", "--keep-last=1"},
+		"versions": {"ds"},
+		"list":     nil,
+		"report":   {"--run=r9", "--epoch=3", "ds", report},
+		"rollback": {"ds", "--to=1"},
+		"commit":   {"ds"},
+		"migrate":  {"ds", "--to-stores=" + strings.Join([]string{"file://" + dir + "/m0", "file://" + dir + "/m1", "file://" + dir + "/m2"}, ",")},
+		"delete":   {"absent", "--yes"},
+	}
+	tried := 0
+	for cmd, args := range commands {
+		help := run(t, time.Minute, nil, cmd, "--help")
+		for _, m := range flagLine.FindAllStringSubmatch(help.stdout, -1) {
+			for _, v := range []string{"-1", "0"} {
+				r := run(t, 30*time.Second, nil, append(append([]string{cmd, stores}, args...), m[1]+"="+v)...)
+				tried++
+				if r.code > 3 || strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
+					t.Errorf("shardfs %s %s=%s: exit %d:\n%s", cmd, m[1], v, r.code, r.stderr)
+				}
+			}
+		}
+	}
+	if tried < 60 {
+		t.Fatalf("tried %d values: the flags were not found in --help", tried)
+	}
+	t.Logf("%d commands, %d values tried", len(commands), tried)
 }

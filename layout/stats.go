@@ -143,7 +143,8 @@ type Geometry interface {
 
 // ReadPlan counts the ranged GETs a reader of o needs when it fetches
 // lookahead batches at a time and merges, per (shard, fragment), ranges whose
-// gap is at most gap bytes. It returns the GETs and the bytes they read.
+// gap is at most gap bytes (a lookahead below 1 counts as 1). It returns
+// the GETs and the bytes they read.
 func ReadPlan(o *RankOrder, g Geometry, lookahead int, gap int64) (gets int, bytes int64) {
 	type rng struct {
 		shard, frag int
@@ -151,6 +152,7 @@ func ReadPlan(o *RankOrder, g Geometry, lookahead int, gap int64) (gets int, byt
 	}
 	var rs []rng
 	B := o.Params.Batch
+	lookahead = max(lookahead, 1) // a reader fetches at least the batch it reads
 	for first := 0; first < o.Batches; first += lookahead {
 		rs = rs[:0]
 		for _, s := range o.Samples.Slice(first*B, min(o.Batches, first+lookahead)*B).All() {

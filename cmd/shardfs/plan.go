@@ -56,6 +56,9 @@ runs in a few hundred MiB, and the ranged GETs are not counted.`,
 			if of.epochs < 1 {
 				return fmt.Errorf("--epochs %d: plan shows a finite number of epochs: pass 1 or more", of.epochs)
 			}
+			if err := checkPlanNumbers(epoch, syntheticSamples, syntheticBuckets, lookahead, compareWindow); err != nil {
+				return err
+			}
 			if pr.json && (of.mix != "" || syntheticSamples > maxSyntheticRows || emit != "") {
 				return fmt.Errorf("--json prints plan's report of one dataset: leave it out with --mix, --emit or --synthetic above %d samples (they print text only)", maxSyntheticRows)
 			}
@@ -161,6 +164,28 @@ func emitIndex(out io.Writer, m *manifest.Manifest, of *orderFlags, epoch int) e
 	}
 	_, err = out.Write(buf)
 	return err
+}
+
+// maxSyntheticBuckets bounds --synthetic-time-buckets: 600 buckets of 30
+// days end in 2026 and start in 1976, in Unix time.
+const maxSyntheticBuckets = 600
+
+// checkPlanNumbers refuses plan's own numbers out of range, naming the
+// flag: a lookahead of 0 would never advance.
+func checkPlanNumbers(epoch, syntheticSamples, syntheticBuckets, lookahead, compareWindow int) error {
+	switch {
+	case epoch < 0:
+		return fmt.Errorf("--epoch %d: epochs count from 0", epoch)
+	case syntheticSamples < 0:
+		return fmt.Errorf("--synthetic %d: give a number of samples, 1 or more", syntheticSamples)
+	case syntheticBuckets < 0 || syntheticBuckets > maxSyntheticBuckets:
+		return fmt.Errorf("--synthetic-time-buckets %d: give 0 (classes alone) to %d", syntheticBuckets, maxSyntheticBuckets)
+	case lookahead < 1:
+		return fmt.Errorf("--lookahead %d: a reader fetches 1 or more batches at once", lookahead)
+	case compareWindow < 1:
+		return fmt.Errorf("--compare-window %d: the window compared with holds 1 or more shards", compareWindow)
+	}
+	return nil
 }
 
 // planReport is what plan prints (--json: as one document): per epoch and
