@@ -305,7 +305,7 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 		return nil, fmt.Errorf("corpus %s: %w: no line holds a record", name, ErrEmpty)
 	}
 	batch.doneReading()
-	return recordSource(&Source{Root: filepath.Dir(name)}, o, []recordBatch{batch})
+	return recordSource(&Source{Root: filepath.Dir(name)}, "corpus "+name, o, []recordBatch{batch})
 }
 
 // hugeRecord is the size from which a record's transient copies (its

@@ -320,7 +320,7 @@ func scanParquet(name string, o ScanOptions) (_ *Source, err error) {
 		return nil, fmt.Errorf("parquet %s: %w: it holds no rows", name, ErrEmpty)
 	}
 	batch.doneReading()
-	s, err := recordSource(&Source{Root: filepath.Dir(name)}, o, []recordBatch{batch})
+	s, err := recordSource(&Source{Root: filepath.Dir(name)}, "parquet "+name, o, []recordBatch{batch})
 	if s != nil {
 		s.table = &parquetTable{cols: cols, opts: o}
 	}

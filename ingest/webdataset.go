@@ -317,7 +317,7 @@ func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, sha
 	if len(seen) == 0 {
 		return nil, fmt.Errorf("source %s: %w: the tar shards hold no members", s.Root, ErrEmpty)
 	}
-	return recordSource(s, o, perShard)
+	return recordSource(s, "source "+root, o, perShard)
 }
 
 // recordSource fills s (Root set) from records read from a source of
@@ -327,7 +327,7 @@ func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, sha
 // its items are made (batches[b] = nil), so the scan's records and the
 // items they become are not all held at once (the largest live heap of a
 // 100,000-record ingest fell from 78 to 66 MB).
-func recordSource(s *Source, o ScanOptions, batches []recordBatch) (*Source, error) {
+func recordSource(s *Source, what string, o ScanOptions, batches []recordBatch) (*Source, error) {
 	// The member names, in order of first appearance.
 	n := 0
 	for _, b := range batches {
@@ -341,12 +341,12 @@ func recordSource(s *Source, o ScanOptions, batches []recordBatch) (*Source, err
 		}
 	}
 	if len(s.Members) > manifest.MaxMemberNames {
-		return nil, fmt.Errorf("source %s: %d distinct member names, at most %d: a member name must not carry the record's key (WebDataset splits a name at the first '.' of its base name)", s.Root, len(s.Members), manifest.MaxMemberNames)
+		return nil, fmt.Errorf("%s: %d distinct member names, at most %d: a member name must not carry the record's key (WebDataset splits a name at the first '.' of its base name)", what, len(s.Members), manifest.MaxMemberNames)
 	}
 	labelled := o.Label != ""
 	for _, name := range s.Members {
 		if err := layout.CleanMemberName(name, labelled); err != nil {
-			return nil, fmt.Errorf("source %s: %v", s.Root, err)
+			return nil, fmt.Errorf("%s: %v", what, err)
 		}
 	}
 	// Fields: every record's JSON keys, named in sorted order.
@@ -377,7 +377,7 @@ func recordSource(s *Source, o ScanOptions, batches []recordBatch) (*Source, err
 	}
 	for _, f := range s.LabelFields {
 		if !names[f] {
-			return nil, fmt.Errorf("source %s: no record's .json member has the field %q (fields: %s)", s.Root, f, strings.Join(s.Fields, ", "))
+			return nil, fmt.Errorf("%s: no record's .json member has the field %q (fields: %s)", what, f, strings.Join(s.Fields, ", "))
 		}
 	}
 	s.Items = make([]Item, 0, n)
