@@ -168,7 +168,25 @@ Start with:  shardfs demo            Check a node with:  shardfs doctor NAME`,
 	for _, c := range testCommands {
 		root.AddCommand(c(g))
 	}
+	showUsageOnArgs(root)
 	return root
+}
+
+// showUsageOnArgs makes every command's refusal of its arguments end with
+// how the command is called: cobra's "accepts 1 arg(s), received 0" alone
+// does not say which argument is missing.
+func showUsageOnArgs(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				return fmt.Errorf("%w (usage: %s)", err, c.UseLine())
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		showUsageOnArgs(sub)
+	}
 }
 
 func (g *globals) logger() *slog.Logger {
@@ -245,6 +263,11 @@ func (g *globals) openStores() ([]backend.Store, error) {
 // openURLs opens stores by URL, with the config file's credentials for
 // their hosts, each behind the request timeout and the concurrency limit.
 func (g *globals) openURLs(cfg *config, urls []string) ([]backend.Store, error) {
+	for i, u := range urls {
+		if strings.TrimSpace(u) == "" {
+			return nil, fmt.Errorf("store %d of the %d URLs given is empty: look for two commas in a row, or one at either end", i, len(urls))
+		}
+	}
 	if g.storeConcurrency < 1 {
 		return nil, fmt.Errorf("--store-concurrency %d: must be at least 1, e.g. %d", g.storeConcurrency, backend.DefaultStoreConcurrency)
 	}
