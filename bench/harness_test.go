@@ -293,12 +293,14 @@ func TestBenchmarks(t *testing.T) {
 		{"trainer", func() { trainerStall(t, r, work) }},
 		{"steady", func() { steadyState(t, r, work) }},
 		{"coldcache", func() { coldCache(t, r, work) }},
+		// Only when asked (hours at 5,000,000 records): SHARDFS_BENCH_ONLY=ingestcpu,scale.
+		{"scale", func() { scaleIngest(t, r, work) }},
 		// Only when asked: SHARDFS_BENCH_ONLY=baseline SHARDFS_BENCH_BASELINE=<rev>.
 		{"baseline", func() { againstBaseline(t, r, work) }},
 	}
 	only := os.Getenv("SHARDFS_BENCH_ONLY")
 	for _, sc := range scenarios {
-		if only == "" && sc.name != "baseline" || slices.Contains(strings.Split(only, ","), sc.name) {
+		if only == "" && sc.name != "baseline" && sc.name != "scale" || slices.Contains(strings.Split(only, ","), sc.name) {
 			sc.run()
 		}
 	}

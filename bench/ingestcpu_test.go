@@ -169,6 +169,7 @@ func ingestCPU(t *testing.T, r *report, work string) {
 	// it reads (the local scan's own CPU: headers, .json members, page
 	// cache reads), before it encodes or checksums anything.
 	pc := summarize(parse.own).med
+	singlePassFloor = mt + pc
 	r.printf("The single pass's floor: an ingest that read the source once must move those bytes and also parse the tar stream it reads, %.1f CPU s per GB (the scan of the local shards, no store), before it encodes or checksums anything: at least %.1f CPU s per GB in all, so at most %.2f× rclone at the rates two cores allow here, since both saturate them. 1.5× rclone needs a total of at most %.1f.\n\n",
 		pc, mt+pc, summarize(rcTotal).med/(mt+pc), summarize(rcTotal).med/1.5)
 }

@@ -20,6 +20,15 @@ import (
 // seconds and peak resident set in MB.
 func maxRSS(t *testing.T, name string, args ...string) (secs, mb float64) {
 	t.Helper()
+	secs, mb, _ = timeV(t, name, args...)
+	return secs, mb
+}
+
+// timeV runs name with args under /usr/bin/time -v and returns its wall
+// seconds, its peak resident set in MB and its CPU seconds (user and
+// system).
+func timeV(t *testing.T, name string, args ...string) (secs, mb, cpu float64) {
+	t.Helper()
 	cmd := exec.Command("/usr/bin/time", append([]string{"-v", name}, args...)...)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
 	t0 := time.Now()
@@ -28,12 +37,17 @@ func maxRSS(t *testing.T, name string, args ...string) (secs, mb float64) {
 	if err != nil {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
-	m := regexp.MustCompile(`Maximum resident set size \(kbytes\): (\d+)`).FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("/usr/bin/time printed no peak RSS:\n%s", out)
+	field := func(re string) float64 {
+		m := regexp.MustCompile(re).FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("/usr/bin/time printed no %s:\n%s", re, out)
+		}
+		x, _ := strconv.ParseFloat(string(m[1]), 64)
+		return x
 	}
-	kb, _ := strconv.ParseFloat(string(m[1]), 64)
-	return secs, kb / 1024
+	mb = field(`Maximum resident set size \(kbytes\): (\d+)`) / 1024
+	cpu = field(`User time \(seconds\): ([\d.]+)`) + field(`System time \(seconds\): ([\d.]+)`)
+	return secs, mb, cpu
 }
 
 // records measures ingest from WebDataset shards (image-text pairs made
