@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,23 @@ func TestEmptyStoreURLNamed(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("--stores %q: %v; want %q", c.stores, err, c.want)
 		}
+	}
+}
+
+// A report read from standard input ("-") is named as such in errors: it
+// was "-: invalid character ...".
+func TestReportFromStdinNamed(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString("not json")
+	w.Close()
+	stdin := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = stdin }()
+	err = execute(context.Background(), []string{"report", "--stores", "file://" + t.TempDir() + "/s0", "--run", "r1", "--epoch", "0", "ds", "-"})
+	if err == nil || !strings.HasPrefix(err.Error(), "the report on standard input: ") {
+		t.Fatalf("%v; want an error that names the report on standard input", err)
 	}
 }

@@ -48,7 +48,9 @@ the reports from the stores. The Python loader's report() calls this.`,
 				return fmt.Errorf("--run: %v", err)
 			}
 			var r io.Reader = cmd.InOrStdin()
+			where := "the report on standard input" // what errors call FILE
 			if file != "-" {
+				where = file
 				f, err := os.Open(file)
 				if err != nil {
 					return err
@@ -62,11 +64,11 @@ the reports from the stores. The Python loader's report() calls this.`,
 			}
 			if len(b) > repository.MaxReportBytes {
 				// Cut short, it would fail to parse with no word of why.
-				return fmt.Errorf("%s: more than %d bytes: a report is one number per stratum; give the strata's values alone", file, repository.MaxReportBytes)
+				return fmt.Errorf("%s: more than %d bytes: a report is one number per stratum; give the strata's values alone", where, repository.MaxReportBytes)
 			}
 			var values map[string]float64
 			if err := json.Unmarshal(b, &values); err != nil {
-				return fmt.Errorf("%s: %v: give a JSON object of stratum name to number, e.g. {\"cat\": 0.9, \"dog\": 0.4}", file, err)
+				return fmt.Errorf("%s: %v: give a JSON object of stratum name to number, e.g. {\"cat\": 0.9, \"dog\": 0.4}", where, err)
 			}
 			stores, err := g.openStores()
 			if err != nil {
@@ -81,7 +83,7 @@ the reports from the stores. The Python loader's report() calls this.`,
 				names[c] = s.Name
 			}
 			if _, err := layout.CheckReport(values, names); err != nil {
-				return fmt.Errorf("%s: %v", file, err)
+				return fmt.Errorf("%s: %v", where, err)
 			}
 			if err := repository.RecordReport(cmd.Context(), stores, name, &repository.EpochReport{Run: run, Epoch: epoch, Strata: values}); err != nil {
 				return err
