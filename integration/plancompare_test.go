@@ -96,20 +96,7 @@ func TestPlanComparesWithEveryOrderOption(t *testing.T) {
 // refused as "--window -1". Every case must end at once with exit 1.
 func TestPlanRefusesBadNumbers(t *testing.T) {
 	t.Parallel() // file:// stores: waits on its processes only
-	dir := t.TempDir()
-	src := filepath.Join(dir, "src")
-	for c := range 3 {
-		os.MkdirAll(filepath.Join(src, fmt.Sprintf("c%d", c)), 0o755)
-		for i := range 20 {
-			if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("c%d/s%d.bin", c, i)), []byte(strings.Repeat("x", 50+i)), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	stores := "--stores=" + strings.Join([]string{"file://" + dir + "/s0", "file://" + dir + "/s1", "file://" + dir + "/s2"}, ",")
-	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
-		t.Fatalf("ingest: %v", r)
-	}
+	_, _, stores := smallFileDataset(t)
 	for _, c := range []struct {
 		args []string
 		flag string
@@ -136,24 +123,7 @@ func TestPlanRefusesBadNumbers(t *testing.T) {
 // trying plan's; the sweep covers every command that ends by itself.
 func TestNumericFlagsNeverPanicOrHang(t *testing.T) {
 	t.Parallel() // file:// stores: waits on its processes only
-	dir := t.TempDir()
-	src := filepath.Join(dir, "src")
-	for c := range 3 {
-		os.MkdirAll(filepath.Join(src, fmt.Sprintf("c%d", c)), 0o755)
-		for i := range 20 {
-			if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("c%d/s%d.bin", c, i)), []byte(strings.Repeat("y", 60+i)), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	var urls []string
-	for i := range 3 {
-		urls = append(urls, fmt.Sprintf("file://%s/s%d", dir, i))
-	}
-	stores := "--stores=" + strings.Join(urls, ",")
-	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
-		t.Fatalf("ingest: %v", r)
-	}
+	dir, src, stores := smallFileDataset(t)
 	report := filepath.Join(dir, "report.json")
 	os.WriteFile(report, []byte(`{"c0": 1}`), 0o644)
 	flagLine := regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?(--[a-z0-9-]+) (?:int|uint|float|duration)\b`)
@@ -189,4 +159,26 @@ func TestNumericFlagsNeverPanicOrHang(t *testing.T) {
 		t.Fatalf("tried %d values: the flags were not found in --help", tried)
 	}
 	t.Logf("%d commands, %d values tried", len(commands), tried)
+}
+
+// smallFileDataset ingests dataset ds, 3 classes of 20 small files (src),
+// RS(2,1) into 3 file:// stores under dir, and returns dir, src and the
+// --stores flag.
+func smallFileDataset(t *testing.T) (dir, src, stores string) {
+	t.Helper()
+	dir = t.TempDir()
+	src = filepath.Join(dir, "src")
+	for c := range 3 {
+		os.MkdirAll(filepath.Join(src, fmt.Sprintf("c%d", c)), 0o755)
+		for i := range 20 {
+			if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("c%d/s%d.bin", c, i)), []byte(strings.Repeat("x", 50+i)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stores = "--stores=" + strings.Join([]string{"file://" + dir + "/s0", "file://" + dir + "/s1", "file://" + dir + "/s2"}, ",")
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	return dir, src, stores
 }

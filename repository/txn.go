@@ -164,9 +164,9 @@ func (t *Txn) FinishCommit(ctx context.Context) (*Dataset, int, error) {
 	return ds, n, err
 }
 
-// HistoryIDs are the ingest ids of every version in m's history: what a
+// historyIDs are the ingest ids of every version in m's history: what a
 // purge of interrupted runs must leave alone (gc removes versions).
-func HistoryIDs(m *manifest.Manifest) map[string]bool {
+func historyIDs(m *manifest.Manifest) map[string]bool {
 	keep := map[string]bool{m.IngestID: true}
 	for _, v := range m.Versions {
 		keep[v.IngestID] = true
@@ -178,7 +178,7 @@ func HistoryIDs(m *manifest.Manifest) map[string]bool {
 }
 
 // Purge deletes fragments, indexes and group objects of the ingests of the
-// dataset that m's history (HistoryIDs), just committed by this Txn, does
+// dataset that m's history (historyIDs), just committed by this Txn, does
 // not name: leftovers of interrupted runs, or of a dataset replaced by an
 // ingest that could not read its history. It returns how many it deleted.
 //
@@ -190,7 +190,7 @@ func HistoryIDs(m *manifest.Manifest) map[string]bool {
 // own commit, or a rerun of its parts, finishes it. A store that cannot
 // list the part objects stops the purge: nothing is deleted then.
 func (t *Txn) Purge(ctx context.Context, m *manifest.Manifest) int {
-	keep := HistoryIDs(m)
+	keep := historyIDs(m)
 	name, log := t.Name, t.log
 	running := map[string]bool{}
 	for _, s := range t.Stores {
