@@ -191,7 +191,7 @@ func measureCheck(t *testing.T, work string) map[string]float64 {
 		ratios["window"] = append(ratios["window"], window/(large/avgSample))
 
 		small, _ := getRate(t, ceil, "blob", blob, int64(avgSample), 64, 2*time.Second)
-		d, rd = mount("--direct-io")
+		d, rd = mount("--window=0", "--direct-io")
 		global := float64(nb*batch) / secs(func() { readBatches(tarBatches(rd, nb)) })
 		ratios["global"] = append(ratios["global"], global/small)
 
@@ -233,12 +233,12 @@ func measureCheck(t *testing.T, work string) map[string]float64 {
 		if !want("depth") {
 			break
 		}
-		d, rd := mount("--direct-io", quarter)
+		d, rd := mount("--window=0", "--direct-io", quarter)
 		fast := float64(nb*batch) / secs(func() { readBatches(tarBatches(rd, nb)) })
 		d.stop()
 		toxitest.Heal(t, proxy)
 		toxitest.Latency(t, proxy, depthLatencyMS, 5)
-		d, rd = mount("--direct-io", quarter)
+		d, rd = mount("--window=0", "--direct-io", quarter)
 		slow := float64(nb*batch) / secs(func() { readBatches(tarBatches(rd, nb)) })
 		d.stop()
 		toxitest.Heal(t, proxy)

@@ -58,6 +58,8 @@ func coldCache(t *testing.T, r *report, work string) {
 		args := []string{"mount", stores, "--rank=0", fmt.Sprintf("--batch-size=%d", batch), "--cache-size=" + cache}
 		if order == "window" {
 			args = append(args, "--window=4")
+		} else {
+			args = append(args, "--window=0") // the global order, not the automatic window
 		}
 		d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, append(args, "cold", mnt)...)
 		defer d.stop()

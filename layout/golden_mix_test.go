@@ -18,6 +18,7 @@ var goldenMix = map[int]string{
 	3: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71", // version 3 changed rank affinity only
 	4: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71", // no seam of these mixes held a repeat
 	5: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71", // mixes are version 4's in version 5
+	6: "8d4cd4440df97fe66dc733c943b0c1a92b09f00e7f205bb46c61404bd407bd71", // unchanged in version 6 (its change is the window a run gets by default)
 }
 
 func TestGoldenMixOrder(t *testing.T) {

@@ -20,6 +20,7 @@ var goldenAffinity = map[int]string{
 	3: "a3c9a2de791081c0af34fb865d3cd45e3e1477cb89f21632d7f226741ddf5d44", // version 3: sample ranges, not dealt shards
 	4: "a3c9a2de791081c0af34fb865d3cd45e3e1477cb89f21632d7f226741ddf5d44", // unchanged in version 4
 	5: "a3c9a2de791081c0af34fb865d3cd45e3e1477cb89f21632d7f226741ddf5d44", // unchanged in version 5
+	6: "a3c9a2de791081c0af34fb865d3cd45e3e1477cb89f21632d7f226741ddf5d44", // unchanged in version 6 (its change is the window a run gets by default)
 }
 
 // goldenRecency pins the orders with time weights and windows, by mode
@@ -30,31 +31,36 @@ var goldenRecency = map[string]map[int]string{
 		2: "5a4d423b13cbcecacff309870aa3b7b4dca8c3d8b40657cf7068e88c90e7b068",
 		3: "5a4d423b13cbcecacff309870aa3b7b4dca8c3d8b40657cf7068e88c90e7b068",  // unchanged in version 3
 		4: "bccd09e48498d3df67cfbe8e24d9dee361c305492a2530cf59f94d9e44b79bc5",  // version 4: no avoidable repeat in a batch
-		5: "bccd09e48498d3df67cfbe8e24d9dee361c305492a2530cf59f94d9e44b79bc5"}, // one field: version 4's deal in version 5
+		5: "bccd09e48498d3df67cfbe8e24d9dee361c305492a2530cf59f94d9e44b79bc5",  // one field: version 4's deal in version 5
+		6: "bccd09e48498d3df67cfbe8e24d9dee361c305492a2530cf59f94d9e44b79bc5"}, // unchanged in version 6 (its change is the window a run gets by default)
 	"half-life+window+alpha+pad": {
 		1: "385d1a3b815075b3a5239b842f1d8d066b93f3141a830802c4234df405943c4b",
 		2: "5e21f0f4afb57778a926d75f4686da5293367930dc665c0f00c301c2d0fd4937",
 		3: "5e21f0f4afb57778a926d75f4686da5293367930dc665c0f00c301c2d0fd4937",  // unchanged in version 3
 		4: "1dcf0bf774176bdb97d5f749d50044bbef839d5121a736d90b0018702c826fd1",  // version 4: no avoidable repeat in a batch
-		5: "1dcf0bf774176bdb97d5f749d50044bbef839d5121a736d90b0018702c826fd1"}, // one field: version 4's deal in version 5
+		5: "1dcf0bf774176bdb97d5f749d50044bbef839d5121a736d90b0018702c826fd1",  // one field: version 4's deal in version 5
+		6: "1dcf0bf774176bdb97d5f749d50044bbef839d5121a736d90b0018702c826fd1"}, // unchanged in version 6 (its change is the window a run gets by default)
 	"sliding window": {
 		1: "1f8c5ff8d29fa18b9c4047e405ecfe66adaeebaa41d3d9ff8f884cef37043c3b",
 		2: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857",
 		3: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857",  // unchanged in version 3
 		4: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857",  // unchanged in version 4
-		5: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857"}, // one field: version 4's deal in version 5
+		5: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857",  // one field: version 4's deal in version 5
+		6: "ef5502c1fd738d4eb3c961600f92f0e3c870427830ebc15511c1885747b71857"}, // unchanged in version 6 (its change is the window a run gets by default)
 	"time groups": {
 		1: "781bfb00a4859bf0e056189403f8f138c2d1d1abc3649639e964960f93f9d2ab",
 		2: "0f4a203307e0ffed62e1e26374902aa11ff4329f45ef06e4925cdbc8ddd447da",
 		3: "0f4a203307e0ffed62e1e26374902aa11ff4329f45ef06e4925cdbc8ddd447da",  // unchanged in version 3
 		4: "1706f9dd0b3d588f279f08083622f8089c0d0cd4cfd35eaa5e04c0832dcdadc8",  // version 4: no avoidable repeat in a batch
-		5: "5815e574cf3a80547625e46a7ac7a9d43483318979dbb42b359bd1812303ced4"}, // version 5: every field balanced
+		5: "5815e574cf3a80547625e46a7ac7a9d43483318979dbb42b359bd1812303ced4",  // version 5: every field balanced
+		6: "5815e574cf3a80547625e46a7ac7a9d43483318979dbb42b359bd1812303ced4"}, // unchanged in version 6 (its change is the window a run gets by default)
 	"window as of": {
 		1: "6732926c8712a145c0e20eb5b467ad043759d18159b36d7666e443868e3ae296",
 		2: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94",
 		3: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94",  // unchanged in version 3
 		4: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94",  // unchanged in version 4
-		5: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94"}, // one field: version 4's deal in version 5
+		5: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94",  // one field: version 4's deal in version 5
+		6: "e1398c2add2233e4060277dce8e3871854c0a65fad23f2da963d6e6dd5dc0b94"}, // unchanged in version 6 (its change is the window a run gets by default)
 }
 
 var goldenOrders = map[int]string{
@@ -63,6 +69,7 @@ var goldenOrders = map[int]string{
 	3: "5138481d5dae9999f1d3a23daf940c46c0ec06aab12675aac2dba2ba20ba6ed3", // version 3 changed rank affinity only
 	4: "01c4d64ec4b033827ff09fe54e9b7fa3e66bc9a90db5fd7ccbfd845c31dc2585", // version 4: no avoidable repeat in a batch
 	5: "01c4d64ec4b033827ff09fe54e9b7fa3e66bc9a90db5fd7ccbfd845c31dc2585", // one field: version 4's deal in version 5
+	6: "01c4d64ec4b033827ff09fe54e9b7fa3e66bc9a90db5fd7ccbfd845c31dc2585", // unchanged in version 6 (its change is the window a run gets by default)
 }
 
 // TestGoldenOrder hashes the orders of several modes (global, balanced with
@@ -190,6 +197,7 @@ var goldenFields = map[int]string{
 	3: "2781596bf68240ef728d8b8748394d8ae2be62cb7770844ed24d91f89b615336",
 	4: "2781596bf68240ef728d8b8748394d8ae2be62cb7770844ed24d91f89b615336",
 	5: "7d6bbb4436e93eb4a246a628ce7cb64ced770de71d9f1d22c64d406e5fc3e7da", // version 5: every field balanced
+	6: "7d6bbb4436e93eb4a246a628ce7cb64ced770de71d9f1d22c64d406e5fc3e7da", // unchanged in version 6 (its change is the window a run gets by default)
 }
 
 func TestGoldenFieldsOrder(t *testing.T) {

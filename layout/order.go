@@ -15,7 +15,7 @@ import (
 // 0 selects (see the package documentation). Bump it with every change to
 // the order, and keep computing the old versions: a running job pins its
 // version so that an upgrade never changes its order.
-const OrderVersion = 5
+const OrderVersion = 6
 
 // MinOrderVersion is the oldest order version this build computes.
 const MinOrderVersion = 1

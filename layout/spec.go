@@ -46,6 +46,9 @@ type Spec struct {
 	// Feedback, when set, weights the strata of each epoch after the first
 	// from the trainer's reports (feedback.go).
 	Feedback *Feedback
+	// WindowChosen: Base.Window was not given (WindowAuto), and
+	// ChooseWindow chose it for the dataset (autowindow.go).
+	WindowChosen bool
 }
 
 // MaxRanks bounds the ranks one process serves: each is a directory and an
@@ -146,6 +149,12 @@ func (s *Spec) mixText() string {
 // Bind's.
 func (s *Spec) Validate() error {
 	p := s.Base
+	if p.Window == WindowAuto {
+		// Not given: ChooseWindow picks one only where the rules below
+		// allow it, so the spec is checked as the global order it is
+		// otherwise.
+		p.Window = 0
+	}
 	switch {
 	case p.Version != 0 && (p.Version < MinOrderVersion || p.Version > OrderVersion):
 		return specErr(OptOrderVersion, "{%s} %d: this shardfs computes order versions %d to %d: pin one of them, or run the shardfs release the job started with on every node", OptOrderVersion, p.Version, MinOrderVersion, OrderVersion)
@@ -212,6 +221,9 @@ func (s *Spec) AlphaAt(e int) float64 {
 // Params is the order of rank's epoch e.
 func (s *Spec) Params(e, rank int) (Params, error) {
 	p := s.Base
+	if p.Window == WindowAuto {
+		return p, specErr(OptWindow, "the {%s} is chosen from the dataset before its order is computed (Spec.ChooseWindow), and was not", OptWindow)
+	}
 	p.Epoch, p.Rank = e, rank
 	p.Alpha = s.AlphaAt(e)
 	if e == s.ResumeEpoch {
@@ -247,7 +259,7 @@ func (s *Spec) Params(e, rank int) (Params, error) {
 // trainer's feedback; and affinity, the other locality.
 func (s *Spec) Compared(window int) *Spec {
 	c := *s
-	c.Base.Affinity, c.Recency = false, nil
+	c.Base.Affinity, c.Recency, c.WindowChosen = false, nil, false
 	if s.Base.Window > 0 {
 		return c.Global()
 	}
@@ -261,7 +273,7 @@ func (s *Spec) Compared(window int) *Spec {
 // locality allows, the global order allows too.
 func (s *Spec) Global() *Spec {
 	c := *s
-	c.Base.Window, c.Base.Affinity = 0, false
+	c.Base.Window, c.Base.Affinity, c.WindowChosen = 0, false, false
 	return &c
 }
 

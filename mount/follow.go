@@ -155,6 +155,9 @@ func (f *follower) source(v int) (*fs.Source, error) {
 			return nil, err
 		}
 	}
+	// A window not given is chosen for this version alone, as every node
+	// that serves it chooses.
+	spec.ChooseWindow(repository.Shape(ds))
 	first, err := spec.Params(0, 0)
 	if err != nil {
 		return nil, err

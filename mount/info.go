@@ -34,7 +34,7 @@ func (mt *Mount) infoJSON(cfg Config) ([]byte, error) {
 	ds["version"], ds["current_version"] = m.VersionNumber(), mt.Dataset.Current.VersionNumber()
 	p := spec.Base
 	order := map[string]any{"version": p.OrderVersion(), "seed": p.Seed, "world_size": p.World, "ranks": spec.Ranks, "batch_size": p.Batch,
-		"epochs": spec.Epochs, "alpha": p.Alpha, "window": p.Window, "affinity": p.Affinity, "tail": p.Tail.String(), "epoch_size": p.EpochSize,
+		"epochs": spec.Epochs, "alpha": p.Alpha, "window": p.Window, "window_auto": spec.WindowChosen, "affinity": p.Affinity, "tail": p.Tail.String(), "epoch_size": p.EpochSize,
 		"min_share": p.MinShare, "alpha_by_epoch": alphaByEpoch(spec), "alpha_by_epoch_note": "epochs 0, 1, ...; the last value holds for every later epoch",
 		"batches_per_rank": steps}
 	for k, v := range cfg.Info.Order {

@@ -44,6 +44,7 @@ func PlanOrder(ds *Dataset, spec *layout.Spec) (*OrderPlan, error) {
 	if err := BindTimes(&ds.Manifest.Header, spec); err != nil {
 		return nil, err
 	}
+	spec.ChooseWindow(Shape(ds))
 	first, err := spec.Params(0, 0)
 	if err != nil {
 		return nil, err
@@ -64,6 +65,7 @@ func (m *Mix) PlanOrder(spec *layout.Spec) (*OrderPlan, error) {
 	if len(spec.Base.Mix) != len(m.Parts) {
 		return nil, fmt.Errorf("a mix of %d datasets given %d weights", len(m.Parts), len(spec.Base.Mix))
 	}
+	spec.ChooseWindow(layout.Shape{}) // a mix is dealt over the global order
 	first, err := spec.Params(0, 0)
 	if err != nil {
 		return nil, err
@@ -73,6 +75,18 @@ func (m *Mix) PlanOrder(spec *layout.Spec) (*OrderPlan, error) {
 		return nil, err
 	}
 	return bindOrder(spec, in, first)
+}
+
+// Shape is what the automatic window is chosen from (layout.AutoWindow):
+// ds's samples, shards and bytes, and whether its order's input holds every
+// sample (a lazily loaded dataset's is counts).
+func Shape(ds *Dataset) layout.Shape {
+	m := ds.Manifest
+	var n int64
+	for _, c := range m.Strata {
+		n += int64(c.Count)
+	}
+	return layout.Shape{Samples: n, Shards: int64(m.NumShards()), Bytes: m.TotalBytes(), PerSample: ds.Lazy == nil}
 }
 
 func bindOrder(spec *layout.Spec, in *layout.Input, first layout.Params) (*OrderPlan, error) {

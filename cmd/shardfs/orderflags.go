@@ -23,7 +23,8 @@ import (
 type orderFlags struct {
 	// datasetVersion is the dataset version read (--version); 0: the current one.
 	datasetVersion                          int
-	world, batch, epochs, window, epochSize int
+	world, batch, epochs, epochSize         int
+	window                                  windowValue
 	seed                                    uint64
 	alpha                                   float64
 	tail                                    string
@@ -70,13 +71,14 @@ func (f *orderFlags) register(fs *pflag.FlagSet, d orderDefaults) {
 	fs.Uint64Var(&f.seed, "seed", 0, "order seed: same seed, same global order on every node")
 	fs.IntVar(&f.epochs, "epochs", d.epochs, d.epochsHelp)
 	fs.Float64Var(&f.alpha, "alpha", 1, "class weighting: π_c ∝ n_c^alpha; 1 mirrors the data, 0 balances the classes")
-	fs.IntVar(&f.window, "window", 0, "shards per locality window; 0 shuffles globally (one small GET per sample), S>0 reads whole shards S at a time")
+	f.window = layout.WindowAuto
+	fs.Var(&f.window, "window", fmt.Sprintf("shards per locality window. auto (the default, order version 6): whole shards holding about %d samples (at most %d MiB of them), read ahead as whole shards, so a cold epoch larger than the memory cache still feeds a fast GPU; each batch then mixes only its window's samples (shardfs plan shows the window and what it trades). auto reads globally where a window does not apply: a dataset that fits one window, --alpha other than 1, --alpha-schedule, --preset, --epoch-size, --min-share, time weights, --feedback, --mix, --affinity, a lazily loaded dataset, or --order-version 5 or lower. 0: a global shuffle (one small GET per sample). S>0: windows of S shards", layout.AutoWindowSamples, layout.AutoWindowBytes>>20))
 	fs.StringVar(&f.tail, "tail", "drop", "last partial step: drop (each sample at most once) or pad (each at least once)")
 	fs.IntVar(&f.epochSize, "epoch-size", 0, "samples per epoch before the tail policy (0: the dataset size)")
 	fs.StringVar(&f.resumeAt, "resume-at", "", "elastic resume E:N: epoch E continues after N global batches consumed (by any world size), dealt to these ranks; later epochs as usual")
 	fs.StringVar(&f.mix, "mix", "", "mix datasets on the same stores by weight, NAME:W,NAME:W (e.g. web:0.7,books:0.3): every batch holds each in floor(B*w)..ceil(B*w), classes by --alpha within each; give the mount point alone")
 	fs.IntVar(&f.datasetVersion, "version", 0, "the dataset version to read (shardfs versions NAME lists them); 0, the default, reads the current one when it starts. A job that must resume exactly pins the version it started with")
-	fs.IntVar(&f.version, "order-version", layout.OrderVersion, fmt.Sprintf("order construction, %d to %d: a job pins the version it started with, so a newer shardfs on any node computes the same order (%d: materialised permutations, 4 bytes a sample; %d: keyed Feistel permutations, O(1) a class; %d: as %d, with --affinity dealing each rank a range of the samples instead of whole shards; %d: as %d, with no sample twice in one batch unless its stratum has fewer samples than the batch's quota of it; %d: as %d, with every batch within one sample of its share of each value of the first two label fields named, and the others bounded, when strata are tuples of several fields)", layout.MinOrderVersion, layout.OrderVersion, 1, 2, 3, 2, 4, 3, 5, 4))
+	fs.IntVar(&f.version, "order-version", layout.OrderVersion, fmt.Sprintf("order construction, %d to %d: a job pins the version it started with, so a newer shardfs on any node computes the same order (%d: materialised permutations, 4 bytes a sample; %d: keyed Feistel permutations, O(1) a class; %d: as %d, with --affinity dealing each rank a range of the samples instead of whole shards; %d: as %d, with no sample twice in one batch unless its stratum has fewer samples than the batch's quota of it; %d: as %d, with every batch within one sample of its share of each value of the first two label fields named, and the others bounded, when strata are tuples of several fields; %d: as %d, with a window of whole shards chosen for the dataset when --window is not given)", layout.MinOrderVersion, layout.OrderVersion, 1, 2, 3, 2, 4, 3, 5, 4, 6, 5))
 	fs.StringVar(&f.halfLife, "recency-half-life", "", "weight each time bucket by 2^(-age/SPAN), e.g. 90d: a bucket 90 days older than the newest counts half as much (a dataset ingested with --time-bucket; combines with --alpha)")
 	fs.StringVar(&f.timeWindow, "time-window", "", "read only the time buckets that start within SPAN of the newest (or of --as-of), e.g. 180d")
 	fs.StringVar(&f.windowStep, "time-window-step", "", "slide the --time-window forward by SPAN each epoch, from the oldest bucket until it reaches the newest (or --as-of); a resumed job gets its epoch's window")
@@ -148,7 +150,7 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 		return nil, err
 	}
 	s := &layout.Spec{Base: layout.Params{Seed: f.seed, World: f.world, Batch: f.batch,
-		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: f.window, Affinity: f.affinity, Version: f.version, MinShare: f.minShare},
+		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: int(f.window), Affinity: f.affinity, Version: f.version, MinShare: f.minShare},
 		ResumeEpoch: -1, FirstEpoch: f.firstEpoch, Epochs: f.epochs}
 	if f.world >= 1 {
 		if s.Ranks, err = parseRanks(f.rank, f.world); err != nil {
@@ -403,15 +405,44 @@ func parseRanks(spec string, world int) ([]int, error) {
 	return out, nil
 }
 
-// checkSteps binds the spec to the order's input (layout.Spec.Bind owns
-// the rules) and returns the batches per rank of its first epoch.
-func (f *orderFlags) checkSteps(in *layout.Input) (int, error) {
+// checkSteps chooses the window for a dataset of shape sh where none was
+// given, binds the spec to the order's input (layout.Spec owns the rules
+// of both) and returns the batches per rank of its first epoch.
+func (f *orderFlags) checkSteps(in *layout.Input, sh layout.Shape) (int, error) {
 	s, err := f.spec()
 	if err != nil {
 		return 0, err
 	}
+	s.ChooseWindow(sh)
 	return s.Bind(in)
 }
+
+// windowValue is --window: a number of shards (0: the global order), or
+// auto (layout.WindowAuto), which the spec chooses for the dataset.
+type windowValue int
+
+func (w *windowValue) String() string {
+	if *w == layout.WindowAuto {
+		return "auto"
+	}
+	return strconv.Itoa(int(*w))
+}
+
+func (w *windowValue) Set(v string) error {
+	if v == "auto" {
+		*w = layout.WindowAuto
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("give auto, 0 (a global shuffle) or a number of shards per window")
+	}
+	*w = windowValue(n)
+	return nil
+}
+
+// Type names the value in --help: "--window S".
+func (w *windowValue) Type() string { return "S" }
 
 // ranks lists the ranks to show; params has checked the spec.
 func (f *orderFlags) ranks() []int {

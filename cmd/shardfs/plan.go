@@ -208,6 +208,8 @@ type planReport struct {
 	MinShare      float64       `json:"min_share,omitempty"`
 	Tail          string        `json:"tail"`
 	Window        int           `json:"window"`
+	WindowAuto    bool          `json:"window_auto"`  // chosen for the dataset: --window was not given
+	WindowTrade   string        `json:"window_trade"` // the locality read, and what it trades, in words
 	Affinity      bool          `json:"affinity"`
 	ResumeAt      string        `json:"resume_at"`
 	Lookahead     int           `json:"lookahead"`
@@ -308,7 +310,8 @@ func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *order
 	cat := repository.ManifestCatalog{M: m}
 	rep := planReport{Dataset: m.Name, Samples: m.Samples.Len(), Strata: len(m.Strata), Shards: len(m.Shards), Data: m.Data, Parity: m.Parity,
 		OrderVersion: of.orderVersion(), World: of.world, Batch: of.batch, Seed: of.seed, Alpha: of.alpha, AlphaSchedule: of.alphaSchedule, Preset: of.preset, MinShare: of.minShare,
-		Tail: of.tail, Window: of.window, Affinity: of.affinity, ResumeAt: of.resumeAt, Lookahead: lookahead, MixRank: of.ranks()[0]}
+		Tail: of.tail, Window: spec.Base.Window, WindowAuto: spec.WindowChosen, Affinity: of.affinity, ResumeAt: of.resumeAt, Lookahead: lookahead, MixRank: of.ranks()[0],
+		WindowTrade: spec.WindowTrade(repository.Shape(&repository.Dataset{Manifest: m}))}
 	pi := layout.TargetsOf(in, p0) // epoch 0's, for the class mix table
 	other := spec.Compared(compareWindow)
 	rep.CompareWindow = other.Base.Window
@@ -349,6 +352,9 @@ func printPlan(ctx context.Context, pr *printer, m *manifest.Manifest, of *order
 func printPlanText(out io.Writer, m *manifest.Manifest, of *orderFlags, in *layout.Input, p0 layout.Params, rep *planReport) error {
 	fmt.Fprintf(out, "dataset %s: %d samples, %d strata, %d shards, RS(%d,%d)\n", rep.Dataset, rep.Samples, rep.Strata, rep.Shards, rep.Data, rep.Parity)
 	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v alpha-schedule=%q tail=%s window=%d affinity=%v resume-at=%q\n", rep.OrderVersion, rep.World, rep.Batch, rep.Seed, rep.Alpha, rep.AlphaSchedule, rep.Tail, rep.Window, rep.Affinity, rep.ResumeAt)
+	if !rep.Affinity {
+		fmt.Fprintf(out, "window: %s\n", rep.WindowTrade)
+	}
 	if err := printStrataByField(out, m); err != nil {
 		return err
 	}
@@ -607,7 +613,7 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 		}
 	}
 	fmt.Fprintln(out)
-	if _, err := of.checkSteps(in); err != nil {
+	if _, err := of.checkSteps(in, layout.Shape{}); err != nil { // counts only: the global order
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -746,7 +752,7 @@ func printMixPlan(ctx context.Context, out io.Writer, stores []backend.Store, of
 	if err != nil {
 		return err
 	}
-	if _, err := of.checkSteps(in); err != nil {
+	if _, err := of.checkSteps(in, layout.Shape{}); err != nil { // a mix: the global order
 		return err
 	}
 	sum := 0.0
