@@ -22,22 +22,22 @@ import (
 // orderFlags are the order parameters shared by plan and mount.
 type orderFlags struct {
 	// datasetVersion is the dataset version read (--version); 0: the current one.
-	datasetVersion                          int
-	world, batch, epochs, epochSize         int
-	window                                  windowValue
-	seed                                    uint64
-	alpha                                   float64
-	tail                                    string
-	rank                                    string // see parseRanks
-	affinity                                bool
-	resumeAt                                string // "E:N", see resume
-	alphaSchedule                           string // "E:A,E:A,...", see alphaPoints
-	preset                                  string // a named alpha schedule, layout.PresetSchedule
-	minShare                                float64
-	mix                                     string // "NAME:W,NAME:W,...", see mixParts
-	version                                 int    // order version; see layout.OrderVersion
-	halfLife, timeWindow, windowStep, asOf  string // time weights; see recency
-	feedback, run                           string // weights from the trainer's reports; layout.ParseFeedback
+	datasetVersion                         int
+	world, batch, epochs, epochSize        int
+	window                                 windowValue
+	seed                                   uint64
+	alpha                                  float64
+	tail                                   string
+	rank                                   string // see parseRanks
+	affinity                               bool
+	resumeAt                               string // "E:N", see resume
+	alphaSchedule                          string // "E:A,E:A,...", see alphaPoints
+	preset                                 string // a named alpha schedule, layout.PresetSchedule
+	minShare                               float64
+	mix                                    string // "NAME:W,NAME:W,...", see mixParts
+	version                                int    // order version; see layout.OrderVersion
+	halfLife, timeWindow, windowStep, asOf string // time weights; see recency
+	feedback, run                          string // weights from the trainer's reports; layout.ParseFeedback
 	// follow is mount --follow (not an order flag: plan and warm have no
 	// such flag); with it, --run names the run whose log says each epoch's
 	// version.
