@@ -39,15 +39,20 @@ type Shape struct {
 	// window needs. A dataset loaded lazily (format 3, or a top-level
 	// manifest) orders from counts alone, and reads globally.
 	PerSample bool
+	// Fields: the strata are tuples of several fields, or cut into time
+	// buckets. The global order holds every batch within one sample of
+	// its share of each of the first two (order version 5); a window
+	// balances the strata only, so such a dataset reads globally.
+	Fields bool
 }
 
 // AutoWindow is the window, in shards, that the automatic rule gives a
 // dataset of shape sh: the fewest whole shards holding AutoWindowSamples
 // samples, at most AutoWindowBytes of them, at least 2; 0 (the global
-// order) where that would be every shard, or the input cannot hold a
-// window.
+// order) where that would be every shard, the input cannot hold a window,
+// or the strata are tuples of fields the global order balances.
 func AutoWindow(sh Shape) int {
-	if !sh.PerSample || sh.Shards < 3 || sh.Samples < 1 {
+	if !sh.PerSample || sh.Fields || sh.Shards < 3 || sh.Samples < 1 {
 		return 0
 	}
 	perShard := float64(sh.Samples) / float64(sh.Shards)
@@ -118,6 +123,8 @@ func (s *Spec) WindowTrade(sh Shape) string {
 		return "none: the global order, because this run re-weights it (alpha, a schedule, an epoch size, a least share, time weights, feedback), mixes datasets, uses affinity, or pins order version 5 or lower, and a window keeps none of those"
 	case !sh.PerSample:
 		return "none: the global order, because the dataset is loaded lazily and its order is computed from counts, which a window cannot be"
+	case sh.Fields:
+		return "none: the global order, because the dataset's strata are tuples of several fields or time buckets, and only the global order holds every batch within one sample of each field's share"
 	}
 	return fmt.Sprintf("none: the global order, because the dataset's %d shards fit one window of %d samples or %s: every batch is drawn from the whole dataset", sh.Shards, AutoWindowSamples, mib(AutoWindowBytes))
 }

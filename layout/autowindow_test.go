@@ -25,6 +25,7 @@ func TestAutoWindow(t *testing.T) {
 		{"every shard in one pool: global", layout.Shape{Samples: 8000, Shards: 8, Bytes: 8000 * 1000, PerSample: true}, 0},
 		{"the README's pets, 1 shard: global", layout.Shape{Samples: 640, Shards: 1, Bytes: 60000, PerSample: true}, 0},
 		{"two shards: global", layout.Shape{Samples: 1 << 20, Shards: 2, Bytes: 2 << 30, PerSample: true}, 0},
+		{"strata of several fields: global", layout.Shape{Samples: 60000, Shards: 44, Bytes: 60000 * 48 << 10, PerSample: true, Fields: true}, 0},
 		{"counts only (lazy): global", layout.Shape{Samples: 60000, Shards: 44, Bytes: 60000 * 48 << 10}, 0},
 		{"empty: global", layout.Shape{PerSample: true}, 0},
 	} {

@@ -79,14 +79,18 @@ func (m *Mix) PlanOrder(spec *layout.Spec) (*OrderPlan, error) {
 
 // Shape is what the automatic window is chosen from (layout.AutoWindow):
 // ds's samples, shards and bytes, and whether its order's input holds every
-// sample (a lazily loaded dataset's is counts).
+// sample (a lazily loaded dataset's is counts), and whether its strata
+// are tuples of fields the global order balances (several label fields, or
+// time buckets).
 func Shape(ds *Dataset) layout.Shape {
 	m := ds.Manifest
 	var n int64
 	for _, c := range m.Strata {
 		n += int64(c.Count)
 	}
-	return layout.Shape{Samples: n, Shards: int64(m.NumShards()), Bytes: m.TotalBytes(), PerSample: ds.Lazy == nil}
+	_, _, timed, _ := manifest.TimeGroups(&m.Header)
+	return layout.Shape{Samples: n, Shards: int64(m.NumShards()), Bytes: m.TotalBytes(), PerSample: ds.Lazy == nil,
+		Fields: timed || len(m.LabelFields) >= 2}
 }
 
 func bindOrder(spec *layout.Spec, in *layout.Input, first layout.Params) (*OrderPlan, error) {
