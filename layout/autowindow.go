@@ -126,7 +126,7 @@ func (s *Spec) WindowTrade(sh Shape) string {
 	case sh.Fields:
 		return "none: the global order, because the dataset's strata are tuples of several fields or time buckets, and only the global order holds every batch within one sample of each field's share"
 	}
-	return fmt.Sprintf("none: the global order, because the dataset's %d shards fit one window of %d samples or %s: every batch is drawn from the whole dataset", sh.Shards, AutoWindowSamples, mib(AutoWindowBytes))
+	return fmt.Sprintf("none: the global order, because the whole dataset (%d samples in %d shards) fits one window of %d samples or %s: every batch is drawn from all of it", sh.Samples, sh.Shards, AutoWindowSamples, mib(AutoWindowBytes))
 }
 
 // mib writes n bytes in MiB.

@@ -105,7 +105,7 @@ func runWarm(ctx context.Context, log *slog.Logger, out io.Writer, stores []back
 	// The tier holds samples, not an order: say which mount reads what was
 	// warmed, so that a mistyped flag does not pass unnoticed.
 	fmt.Fprintf(out, "  these are the samples that epochs %d..%d of ranks %s read with --seed %d --world-size %d --batch-size %d --alpha %v --window %d --tail %s%s; a mount with other order flags reads other samples\n",
-		f.epoch, f.epoch+f.order.epochs-1, f.order.rank, f.order.seed, f.order.world, f.order.batch, f.order.alpha, f.order.window, f.order.tail,
+		f.epoch, f.epoch+f.order.epochs-1, f.order.rank, f.order.seed, f.order.world, f.order.batch, f.order.alpha, spec.Base.Window, f.order.tail,
 		map[bool]string{true: " --affinity", false: ""}[f.order.affinity])
 	return nil
 }
