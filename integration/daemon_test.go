@@ -78,7 +78,7 @@ func TestMountDaemonSaysWhenReady(t *testing.T) {
 	if st.code != 0 || total == nil || total[1] == "0 B" || len(batch) == 0 {
 		t.Fatalf("stats after reading a batch of %d bytes: want a totals line with bytes served: %v", len(batch), st)
 	}
-	if v := run(t, time.Minute, nil, "version"); v.code != 0 || !strings.HasPrefix(v.stdout, "shardfs ") || !strings.Contains(v.stdout, "order versions 1-5, metadata formats 1 to 3") {
+	if v := run(t, time.Minute, nil, "version"); v.code != 0 || !strings.HasPrefix(v.stdout, "shardfs ") || !strings.Contains(v.stdout, "order versions 1-6, metadata formats 1 to 3") {
 		t.Fatalf("version: %v", v)
 	}
 	// A mount that cannot be made fails the command itself, with its cause.

@@ -111,7 +111,7 @@ func TestDepthFollowsDemand(t *testing.T) {
 		slow = append(slow, h.front(t, u))
 	}
 	m := mountShardfsEnv(t, nil, "--stores="+strings.Join(slow, ","), fmt.Sprintf("--store-concurrency=%d", slots),
-		fmt.Sprintf("--cache-size=%d", cacheSize), "--batch-size=256", "--read-timeout=2m", "deep")
+		fmt.Sprintf("--cache-size=%d", cacheSize), "--batch-size=256", "--read-timeout=2m", "--window=0", "deep") // the global order's depth: a GET a sample
 	stopBusy := busyProcesses(t, 2)
 	defer stopBusy()
 

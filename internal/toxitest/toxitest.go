@@ -90,11 +90,18 @@ func Start(t testing.TB) *Server {
 // returns the proxy; its Listen field is the address to connect to.
 func (s *Server) Proxy(name, upstream string) *toxiproxy.Proxy {
 	s.t.Helper()
-	p, err := s.Client.CreateProxy(name, FreeAddr(s.t), upstream)
-	if err != nil {
-		s.t.Fatalf("toxiproxy: create %s: %v", name, err)
+	for tries := 1; ; tries++ {
+		// FreeAddr's port is free when it looks, not when toxiproxy binds
+		// it: another process of the suite can take it in between (a CI
+		// run: "bind: address already in use"). Another port then serves.
+		p, err := s.Client.CreateProxy(name, FreeAddr(s.t), upstream)
+		if err == nil {
+			return p
+		}
+		if tries == 5 || !strings.Contains(err.Error(), "address already in use") {
+			s.t.Fatalf("toxiproxy: create %s: %v", name, err)
+		}
 	}
-	return p
 }
 
 // Latency adds ms ± jitter ms to every response through p (the downstream direction).
