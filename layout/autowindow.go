@@ -76,9 +76,7 @@ func AutoWindow(sh Shape) int {
 // versions before 6 read globally unless a window is given, so a job that
 // pins its version keeps its order.
 func (s *Spec) windowAllowed() bool {
-	p := s.Base
-	return p.OrderVersion() >= 6 && p.Alpha == 1 && len(s.AlphaPoints) == 0 && p.EpochSize == 0 && p.MinShare == 0 &&
-		!p.Affinity && p.Mix == nil && s.Recency == nil && s.Feedback == nil
+	return s.Base.OrderVersion() >= 6 && s.allows(modeWindow)
 }
 
 // ChooseWindow picks the window of a spec whose window was not given

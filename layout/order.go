@@ -108,32 +108,14 @@ func (p Params) Validate() error {
 		return specErr(OptWindow, "{%s} %d: must be >= 0 (0 = global shuffle)", OptWindow, p.Window)
 	case p.MinShare < 0 || p.MinShare >= 1 || math.IsNaN(p.MinShare):
 		return specErr(OptMinShare, "{%s} %v: must be in [0, 1): the least share of an epoch every stratum gets", OptMinShare, p.MinShare)
-	case p.MinShare > 0 && (p.Window > 0 || p.Affinity || p.Mix != nil):
-		return specErr(OptMinShare, "{%s} re-weights the global order of one dataset: leave out {%s}, {%s} and {%s}", OptMinShare, OptWindow, OptAffinity, OptMix)
-	case p.Window > 0 && p.Alpha != 1:
-		return errors.New("window mode keeps each window's own class mix: use alpha 1 with a window")
-	case p.Window > 0 && p.EpochSize != 0:
-		return errors.New("window mode reads every sample once per epoch: leave the epoch size at 0")
 	case p.Epoch < 0:
 		return fmt.Errorf("epoch %d: must be >= 0", p.Epoch)
-	case p.Affinity && p.Window > 0:
-		return errors.New("affinity and window are two locality modes: pick one")
-	case p.Affinity && p.Alpha != 1:
-		return errors.New("affinity keeps each rank's shards' own class mix: use alpha 1 with affinity")
-	case p.Affinity && p.EpochSize != 0:
-		return errors.New("affinity reads each rank's shards once per epoch: leave the epoch size at 0")
 	case p.Skip < 0:
 		return fmt.Errorf("resume at global batch %d: must be >= 0", p.Skip)
-	case p.Mix != nil && (p.Window > 0 || p.Affinity):
-		return specErr(OptMix, "a mix of datasets is dealt over the global order: leave out {%s} and {%s}", OptWindow, OptAffinity)
-	case p.Skip > 0 && p.Affinity:
-		return errors.New("affinity has no world-size-independent global order to resume in: resume at an epoch boundary")
-	case p.Weights != nil && (p.Window > 0 || p.Affinity || p.Mix != nil):
-		return specErr(OptTimeWindow, "time weights and windows re-weight the global order: leave out {%s}, {%s} and {%s}", OptWindow, OptAffinity, OptMix)
 	case slices.ContainsFunc(p.Weights, func(w float64) bool { return !(w >= 0) || math.IsInf(w, 0) }):
 		return errors.New("stratum weights must be finite numbers >= 0")
 	}
-	return nil
+	return broken(paramsRules, p.features(), nil)
 }
 
 // Input is the part of a manifest the order depends on. Build it once with

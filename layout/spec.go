@@ -160,17 +160,11 @@ func (s *Spec) Validate() error {
 		return specErr(OptOrderVersion, "{%s} %d: this shardfs computes order versions %d to %d: pin one of them, or run the shardfs release the job started with on every node", OptOrderVersion, p.Version, MinOrderVersion, OrderVersion)
 	case s.Epochs < 0:
 		return specErr(OptEpochs, "{%s} %d: must be at least 1, or 0 for open-ended epochs (mount only)", OptEpochs, s.Epochs)
-	case len(s.AlphaPoints) > 0 && (p.Window > 0 || p.Affinity):
-		opt := OptAlphaSchedule
-		if s.Preset != "" {
-			opt = OptPreset
-		}
-		return specErr(opt, "{%s}: window and affinity keep each pool's own class mix (alpha 1)", opt)
-	case s.Recency != nil && (p.Window > 0 || p.Affinity || p.Mix != nil):
-		return specErr(OptHalfLife, "{%s}, {%s} and {%s} re-weight the global order: leave out {%s}, {%s} and {%s}", OptHalfLife, OptTimeWindow, OptAsOf, OptWindow, OptAffinity, OptMix)
-	case s.Feedback != nil && (p.Window > 0 || p.Affinity || p.Mix != nil || s.Recency != nil || len(s.AlphaPoints) > 0 || p.MinShare > 0):
-		return specErr(OptFeedback, "{%s} re-weights the strata of the global order of one dataset from the trainer's reports: leave out {%s}, {%s}, {%s}, {%s}, {%s} and {%s} (its floor is the least share)",
-			OptFeedback, OptWindow, OptAffinity, OptMix, OptHalfLife, OptAlphaSchedule, OptMinShare)
+	}
+	if err := broken(specRules, s.features(), s); err != nil {
+		return err
+	}
+	switch {
 	case s.FirstEpoch < 0:
 		return specErr(OptEpochs, "first epoch %d: must be >= 0", s.FirstEpoch)
 	case s.ResumeEpoch >= 0 && s.Epochs > 0 && s.ResumeEpoch >= s.FirstEpoch+s.Epochs:
