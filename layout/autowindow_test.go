@@ -60,7 +60,7 @@ func TestChooseWindow(t *testing.T) {
 		{"least share", func(s *layout.Spec) { s.Base.MinShare = 0.01 }, 0},
 		{"affinity", func(s *layout.Spec) { s.Base.Affinity = true }, 0},
 		{"time weights", func(s *layout.Spec) { s.Recency = &layout.Recency{HalfLife: 86400} }, 0},
-		{"feedback", func(s *layout.Spec) { s.Feedback = &layout.Feedback{Step: 1, Floor: 0.01} }, 0},
+		{"feedback", func(s *layout.Spec) { s.Feedback, s.Run = &layout.Feedback{Step: 1, Floor: 0.01}, "r" }, 0},
 	} {
 		s := &layout.Spec{Base: base, ResumeEpoch: -1, Ranks: []int{0}, Epochs: 1}
 		tc.edit(s)

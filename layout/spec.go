@@ -49,6 +49,13 @@ type Spec struct {
 	// WindowChosen: Base.Window was not given (WindowAuto), and
 	// ChooseWindow chose it for the dataset (autowindow.go).
 	WindowChosen bool
+	// Run names the run whose log keeps the trainer's reports (Feedback)
+	// and each epoch's dataset version (Follow); Follow serves each epoch
+	// from the version the log records for it. DataVersion is the dataset
+	// version pinned (0: the current one when the run starts).
+	Run         string
+	Follow      bool
+	DataVersion int
 }
 
 // MaxRanks bounds the ranks one process serves: each is a directory and an
@@ -88,6 +95,9 @@ const (
 	OptMinShare      Option = "minimum share"
 	OptPreset        Option = "preset"
 	OptFeedback      Option = "feedback"
+	OptRun           Option = "run"
+	OptFollow        Option = "follow"
+	OptDataVersion   Option = "dataset version"
 )
 
 // SpecError is an order that cannot be served, and why. Option is the one
@@ -160,6 +170,8 @@ func (s *Spec) Validate() error {
 		return specErr(OptOrderVersion, "{%s} %d: this shardfs computes order versions %d to %d: pin one of them, or run the shardfs release the job started with on every node", OptOrderVersion, p.Version, MinOrderVersion, OrderVersion)
 	case s.Epochs < 0:
 		return specErr(OptEpochs, "{%s} %d: must be at least 1, or 0 for open-ended epochs (mount only)", OptEpochs, s.Epochs)
+	case s.DataVersion < 0:
+		return specErr(OptDataVersion, "{%s} %d: a dataset version is 1 or more (0: the current one)", OptDataVersion, s.DataVersion)
 	}
 	if err := broken(specRules, s.features(), s); err != nil {
 		return err

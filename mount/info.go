@@ -50,24 +50,7 @@ func (mt *Mount) infoJSON(cfg Config) ([]byte, error) {
 		"order":   order,
 		"mount":   settings,
 	}
-	if mt.Mix != nil {
-		weights, shares := spec.Base.Mix, layout.MixShares(spec.Base.Mix)
-		if len(spec.MixGiven) == len(weights) {
-			weights = spec.MixGiven // as the user gave them (Base.Mix may be scaled)
-		}
-		var parts []map[string]any
-		for i, p := range mt.Mix.Parts {
-			d := describeDataset(p.Manifest)
-			d["weight"] = weights[i]
-			d["share"] = shares[i]
-			parts = append(parts, d)
-		}
-		delete(v, "dataset")
-		v["mix"] = map[string]any{"datasets": cfg.Mix, "parts": parts}
-		v["classes"] = mt.Mix.ClassNames()
-	} else {
-		v["classes"] = ds["classes"]
-	}
+	mt.src.describe(v, spec, cfg)
 	b, err := json.MarshalIndent(v, "", "  ")
 	return append(b, '\n'), err
 }

@@ -86,7 +86,6 @@ type Config struct {
 // Mount is a served dataset.
 type Mount struct {
 	Dataset *repository.Dataset // the first dataset of a mix
-	Mix     *repository.Mix     // nil for one dataset
 	Name    string
 	Input   *layout.Input
 	Params  layout.Params // rank 0's of epoch 0
@@ -102,10 +101,12 @@ type Mount struct {
 	log           *slog.Logger
 	leases        []*repository.Lease // on the versions served, until the mount ends
 	hinters       []*repository.Hinter
+	src           source                      // the dataset, or the mix, served
 	spec          *layout.Spec                // the run's order
 	run           string                      // the run the feedback's reports are read from
 	follow        *follower                   // --follow; nil without
 	feedback      *repository.FeedbackWeights // --feedback; nil without
+	runReaders    []runReader                 // what reads the run's log: follow, feedback
 	cache         *cache.Cache                // the memory cache every reader shares
 	readerCfg     prefetch.Config
 }
@@ -124,17 +125,19 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if cfg.Spec == nil {
 		return nil, fmt.Errorf("mount %s: no order spec given", cfg.Name)
 	}
-	if cfg.Version != 0 && cfg.Mix != nil {
-		return nil, fmt.Errorf("mount %s: a version with a mix: a mix reads each dataset's current version", cfg.Name)
+	// Which of the run's options combine is the spec's rule (layout.Spec):
+	// the mount's run, follow and version join a copy of it.
+	sp := *cfg.Spec
+	sp.Run, sp.Follow, sp.DataVersion = cfg.Run, cfg.Follow, cfg.Version
+	if err := sp.Validate(); err != nil {
+		return nil, fmt.Errorf("mount %s: %w", cfg.Name, err)
 	}
+	cfg.Spec = &sp
 	if cfg.CacheSize < 16<<20 {
 		return nil, fmt.Errorf("cache size %d: use at least 16MiB", cfg.CacheSize)
 	}
 	if cfg.ReadTimeout <= 0 {
 		return nil, fmt.Errorf("read timeout %v: must be positive", cfg.ReadTimeout)
-	}
-	if cfg.Follow && (cfg.Run == "" || cfg.Mix != nil || cfg.Spec.Feedback != nil) {
-		return nil, fmt.Errorf("mount %s: following new versions needs a run name, one dataset (not a mix) and no feedback weights (an append may add strata under them)", cfg.Name)
 	}
 	if err := fs.CheckMountpoint(dir, log); err != nil {
 		return nil, err
@@ -176,6 +179,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 			mt.disk.SetShardNamespace(mt.follow.shardNamespace)
 		}
 		sourceAt = mt.follow.sourceAt
+		mt.runReaders = append(mt.runReaders, mt.follow)
 	}
 	root := fs.NewRoot(fs.Options{SourceAt: sourceAt,
 		Catalog: rp.cat, Pinner: rp.pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Spec.Params, Epochs: cfg.Spec.Epochs, Ranks: cfg.Spec.Ranks, DirectIO: cfg.DirectIO,
@@ -194,7 +198,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	}
 	mt.server, err = fs.Mount(dir, root, fs.MountOptions{Name: mt.Name, AllowOther: cfg.AllowOther, ReadAheadKB: cfg.ReadAheadKB, MaxRequest: cfg.MaxRequest, Logger: log,
 		OpLatency: mt.Metrics.FuseOp,
-		XAttrs:    mt.Mix == nil && len(mt.Dataset.Manifest.Fields) > 0})
+		XAttrs:    mt.src.xattrs()})
 	if err != nil {
 		mt.shutdown()
 		return nil, err
@@ -202,11 +206,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	mt.Metrics.SetLogger(log)
 	mt.stopAnomalies = make(chan struct{})
 	go mt.detectAnomalies(mt.stopAnomalies)
-	if mt.Mix == nil {
-		mt.Metrics.VersionServed.Store(int64(mt.Dataset.Manifest.VersionNumber()))
-		mt.Metrics.VersionCurrent.Store(int64(mt.Dataset.Current.VersionNumber()))
-		go mt.watchVersion(stores, cmp.Or(cfg.VersionCheckEvery, repository.LeaseRefresh), mt.stopAnomalies)
-	}
+	mt.src.watch(mt, stores, cmp.Or(cfg.VersionCheckEvery, repository.LeaseRefresh), mt.stopAnomalies)
 	return mt, nil
 }
 
@@ -241,11 +241,7 @@ func (mt *Mount) watchVersion(stores []backend.Store, every time.Duration, stop 
 // it alone while the mount runs, and checks that the version is still there
 // now that the lease is visible.
 func (mt *Mount) takeLeases(ctx context.Context, stores []backend.Store) error {
-	parts := []*repository.Dataset{mt.Dataset}
-	if mt.Mix != nil {
-		parts = mt.Mix.Parts
-	}
-	for _, ds := range parts {
+	for _, ds := range mt.src.parts() {
 		l, err := repository.TakeLease(ctx, stores, ds.Name, ds.Manifest, mt.log)
 		if err != nil {
 			// Read-only credentials mount as before; gc just cannot see
@@ -313,18 +309,9 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 		lines, n := checkStores(ctx, stores)
 		failingc <- check{lines, n}
 	}()
-	var err error
-	if cfg.Mix != nil {
-		mt.Mix, err = openMix(ctx, stores, cfg.Mix, mt.log, mt.hinterFor(stores))
-		if err == nil {
-			mt.Dataset = mt.Mix.Parts[0]
-		}
-	} else {
-		hinter := mt.hinterFor(stores)(cfg.Name)
-		mt.Dataset, err = repository.Open(ctx, stores, cfg.Name, repository.Options{Logger: mt.log, Metrics: hinter, LazyIndexes: true, Version: cfg.Version})
-		if err == nil {
-			hinter.SetHeader(&mt.Dataset.Manifest.Header)
-		}
+	src, err := openDatasetOrMix(ctx, stores, cfg, mt.log, mt.hinterFor(stores))
+	if err == nil {
+		mt.src, mt.Dataset = src, src.parts()[0]
 	}
 	checked := <-failingc
 	failing := checked.lines
@@ -335,10 +322,8 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 		return err
 	}
 	parity := mt.Dataset.Manifest.Parity
-	if mt.Mix != nil {
-		for _, p := range mt.Mix.Parts {
-			parity = min(parity, p.Manifest.Parity)
-		}
+	for _, p := range mt.src.parts() {
+		parity = min(parity, p.Manifest.Parity)
 	}
 	if checked.n > parity {
 		return fmt.Errorf("%d stores fail their access check, more than m=%d can be read around:\n  %s",
@@ -367,50 +352,15 @@ type readPath struct {
 }
 
 // readPath makes the run's order and chooses what the tree and the read
-// path see: one dataset held whole, a format-2 or format-3 dataset whose
-// rows are fetched on demand, or the mix of several.
+// path see (the source's plan), and refuses an order the read path cannot
+// serve.
 func (mt *Mount) readPath(cfg Config) (readPath, error) {
-	ds := mt.Dataset
-	rp := readPath{cat: repository.ManifestCatalog{M: ds.Manifest}, fetch: ds, ns: repository.DiskNamespace(&ds.Manifest.Header)}
-	if rc, ok := (repository.ManifestCatalog{M: ds.Manifest}).ForLayout().(repository.RecordCatalog); ok {
-		rp.cat = rc
-	}
-	var plan *repository.OrderPlan
-	var err error
-	switch {
-	case mt.Mix != nil:
-		rp = readPath{cat: mt.Mix, fetch: mt.Mix, ns: mt.Mix.Namespace()}
-		if rc, ok := mt.Mix.ForLayout().(repository.MixRecords); ok {
-			rp.cat = rc
-		}
-		plan, err = mt.Mix.PlanOrder(cfg.Spec)
-	default:
-		if mt.feedback, err = repository.BindFeedback(&ds.Manifest.Header, cfg.Spec, repository.FeedbackSource{
-			Stores: ds.Stores, Name: ds.Name, Run: cfg.Run, Wait: cfg.ReportWait, Log: mt.log}); err != nil {
-			return readPath{}, err
-		}
-		plan, err = repository.PlanOrder(ds, cfg.Spec)
-	}
+	rp, plan, err := mt.src.plan(mt, cfg)
 	if err != nil {
 		return readPath{}, err
 	}
 	mt.Params, mt.Input = plan.First, plan.Input
-	if mt.Mix == nil && ds.Lazy != nil {
-		// Formats 2 and 3: no shard index (nor format 3's group object) is
-		// read until a rank-epoch or a samples/ directory needs its shard,
-		// and the order comes from the counts.
-		lazy := lazyTree{ds.Lazy, repository.ByRoot(ds, plan.First)}
-		rp.cat, rp.pinner = lazy, lazy
-		if cfg.CacheDir != "" {
-			ds.Lazy.PinWholeShards() // the disk tier keeps shards sample by sample
-		}
-		mt.Metrics.SetIndex(func() metrics.IndexSnapshot {
-			held, groups := ds.Lazy.GroupsHeld()
-			return metrics.IndexSnapshot{Loads: ds.Lazy.IndexLoads.Load(), TierHits: ds.Lazy.TierHits.Load(), Unpinned: ds.Lazy.Unpinned.Load(),
-				GroupLoads: ds.Lazy.GroupLoads(), GroupsHeld: held, Groups: groups}
-		})
-	}
-	if err := checkServable(ds.Manifest.Name, plan.Input, plan.First); err != nil {
+	if err := checkServable(mt.Dataset.Manifest.Name, plan.Input, plan.First); err != nil {
 		return readPath{}, err
 	}
 	return rp, nil
@@ -470,14 +420,7 @@ func (mt *Mount) newReader(cfg Config, rp readPath, stores []backend.Store) erro
 			return err
 		}
 		pc.Disk = disk
-		if mt.Mix == nil {
-			// Each shard's entries under the ingest that uploaded it: the
-			// versions of the dataset share the shards they share.
-			disk.SetShardNamespace(repository.ShardNamespace(&mt.Dataset.Manifest.Header))
-		}
-		if mt.Mix == nil && mt.Dataset.Lazy != nil {
-			mt.Dataset.Lazy.SetTier(disk) // shard indexes too, so a remount fetches none
-		}
+		mt.src.openTier(disk)
 		met.SetDisk(func() metrics.DiskSnapshot {
 			return metrics.DiskSnapshot{Hits: disk.Hits.Load(), HitBytes: disk.HitBytes.Load(), Misses: disk.Misses.Load(),
 				Writes: disk.Writes.Load(), WriteBytes: disk.WriteBytes.Load(), Evictions: disk.Evictions.Load(),
@@ -517,7 +460,7 @@ func (mt *Mount) serveMetrics(addr string, profiles bool) error {
 // StatsJSON is the content of .shardfs/stats.json.
 func (mt *Mount) StatsJSON() []byte {
 	snap := any(mt.Metrics.Snapshot())
-	if mt.follow == nil && mt.feedback == nil {
+	if len(mt.runReaders) == 0 {
 		b, _ := json.MarshalIndent(snap, "", "  ")
 		return append(b, '\n')
 	}
@@ -525,27 +468,52 @@ func (mt *Mount) StatsJSON() []byte {
 	b, _ := json.Marshal(snap)
 	var m map[string]any
 	json.Unmarshal(b, &m)
-	if mt.follow != nil {
-		m["follow"] = map[string]any{"run": mt.run, "epochs": mt.follow.servedVersions()}
-	}
-	if mt.feedback != nil {
-		// Each epoch's share of every stratum, from the reports read.
-		var epochs []map[string]any
-		for e := range mt.feedback.Known() {
-			p, err := mt.spec.Params(e, 0)
-			if err != nil {
-				break
-			}
-			shares := map[string]float64{}
-			for c, pi := range layout.TargetsOf(mt.Input, p) {
-				shares[mt.Dataset.Manifest.Strata[c].Name] = pi
-			}
-			epochs = append(epochs, map[string]any{"epoch": e, "shares": shares})
-		}
-		m["feedback"] = map[string]any{"rule": mt.spec.Feedback.String(), "run": mt.run, "epochs": epochs}
+	for _, r := range mt.runReaders {
+		m[r.statsKey()] = r.stats()
 	}
 	b, _ = json.MarshalIndent(m, "", "  ")
 	return append(b, '\n')
+}
+
+// runReader reads the run's log while the mount serves it: the follower
+// (each epoch's dataset version) and the feedback (the trainer's reports).
+// stats.json shows each under its key, and each ends with the mount.
+type runReader interface {
+	statsKey() string
+	stats() any
+	close()
+}
+
+func (f *follower) statsKey() string { return "follow" }
+func (f *follower) stats() any {
+	return map[string]any{"run": f.mt.run, "epochs": f.servedVersions()}
+}
+
+// feedbackReader is the trainer's feedback as the mount reads it.
+type feedbackReader struct {
+	mt *Mount
+	w  *repository.FeedbackWeights
+}
+
+func (f feedbackReader) statsKey() string { return "feedback" }
+func (f feedbackReader) close()           {}
+
+// stats: each epoch's share of every stratum, from the reports read.
+func (f feedbackReader) stats() any {
+	mt := f.mt
+	var epochs []map[string]any
+	for e := range f.w.Known() {
+		p, err := mt.spec.Params(e, 0)
+		if err != nil {
+			break
+		}
+		shares := map[string]float64{}
+		for c, pi := range layout.TargetsOf(mt.Input, p) {
+			shares[mt.Dataset.Manifest.Strata[c].Name] = pi
+		}
+		epochs = append(epochs, map[string]any{"epoch": e, "shares": shares})
+	}
+	return map[string]any{"rule": mt.spec.Feedback.String(), "run": mt.run, "epochs": epochs}
 }
 
 // hinterFor returns a maker of each served dataset's read metrics: the
@@ -568,20 +536,6 @@ func (mt *Mount) closeHinters() {
 }
 
 // openMix opens every dataset of a mix on the same stores.
-func openMix(ctx context.Context, stores []backend.Store, names []string, log *slog.Logger, hinter func(string) *repository.Hinter) (*repository.Mix, error) {
-	var parts []*repository.Dataset
-	for _, n := range names {
-		h := hinter(n)
-		ds, err := repository.Open(ctx, stores, n, repository.Options{Logger: log, Metrics: h})
-		if err != nil {
-			return nil, fmt.Errorf("--mix: %w", err)
-		}
-		h.SetHeader(&ds.Manifest.Header)
-		parts = append(parts, ds)
-	}
-	return repository.NewMix(parts)
-}
-
 // lazyTree gives the tree a format-2 or format-3 dataset's rows to pin.
 // byRoot: the order is computed from a format-3 root (repository.ByRoot).
 type lazyTree struct {

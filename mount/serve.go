@@ -122,15 +122,13 @@ func (mt *Mount) shutdown() {
 		cancel()
 	}
 	mt.reader.Close()
-	if mt.follow != nil {
-		mt.follow.close()
+	for _, r := range mt.runReaders {
+		r.close()
 	}
-	if mt.Mix != nil {
-		for _, ds := range mt.Mix.Parts {
+	if mt.src != nil {
+		for _, ds := range mt.src.parts() {
 			ds.Reader.Close()
 		}
-	} else if mt.Dataset != nil {
-		mt.Dataset.Reader.Close()
 	}
 	if mt.disk != nil {
 		mt.disk.Close()

@@ -21,21 +21,21 @@ import (
 func OrderInput(ds *Dataset, p layout.Params) (*layout.Input, error) {
 	var in *layout.Input
 	var err error
-	rangeAffine := p.Affinity && p.OrderVersion() >= 3
+	need := p.Needs()
 	switch {
 	case ds.Lazy == nil:
 		in, err = LayoutInput(ds.Manifest)
-	case ByRoot(ds, p) || rangeAffine && ds.Lazy.Root():
-		in, err = RootInput(ds.Manifest.Root)
-	case countsSuffice(p) || rangeAffine:
-		in, err = TopInput(ds.Manifest.Top)
-	default:
+	case need == layout.NeedsSamples:
 		in, err = countsInput(ds.Lazy.table, len(ds.Manifest.Strata))
+	case ds.Lazy.Root():
+		in, err = RootInput(ds.Manifest.Root)
+	default:
+		in, err = TopInput(ds.Manifest.Top)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if rangeAffine {
+	if need == layout.NeedsRanges {
 		if err := affinityInput(in, ds); err != nil {
 			return nil, err
 		}
@@ -108,18 +108,12 @@ func (l *LazyCatalog) ShardRuns(lo, hi int64) ([]layout.ShardRun, error) {
 	return out, nil
 }
 
-// countsSuffice reports whether orders of p are computed from counts alone
-// (per shard or per group): global orders of order version 2.
-func countsSuffice(p layout.Params) bool {
-	return p.Window == 0 && !p.Affinity && p.OrderVersion() >= 2
-}
-
 // ByRoot reports whether OrderInput(ds, p) is a format-3 root's
 // (RootInput). Its orders number samples group by group, not shard by
 // shard as ds's catalog does: a rank-epoch's samples are pinned with
 // Lazy.PinRoot, which gives them in the catalog's numbering.
 func ByRoot(ds *Dataset, p layout.Params) bool {
-	return ds.Lazy != nil && ds.Lazy.Root() && countsSuffice(p)
+	return ds.Lazy != nil && ds.Lazy.Root() && p.Needs() == layout.NeedsCounts
 }
 
 // groupByTime gives the order what it balances besides the strata: each

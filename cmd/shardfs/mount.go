@@ -230,7 +230,9 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	if err != nil {
 		return nil, err
 	}
-	cfg := mount.Config{Follow: f.follow, Name: name, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec, Run: f.order.run, ReportWait: f.reportWait,
+	// A mix is shown by its flag's value, and names its datasets (MixNames
+	// is nil for one dataset).
+	cfg := mount.Config{Follow: f.follow, Name: cmp.Or(name, f.order.mix), Mix: spec.MixNames, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec, Run: f.order.run, ReportWait: f.reportWait,
 		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MaxRequest: int(sz.maxRequest), MetricsAddr: f.metricsAddr, Profiles: f.pprof, Logger: log,
 		// info.json shows these options as they were given.
@@ -239,9 +241,6 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 				"time_window": f.order.timeWindow, "time_window_step": f.order.windowStep, "as_of": f.order.asOf, "feedback": f.order.feedback, "run": f.order.run, "follow": f.follow},
 			Mount: map[string]any{"cache_dir_size": f.cacheDirSize},
 		},
-	}
-	if f.order.mix != "" {
-		cfg.Name, cfg.Mix = f.order.mix, spec.MixNames
 	}
 	mt, err := mount.Open(ctx, stores, dir, cfg)
 	return mt, flagWorded(err)

@@ -113,7 +113,7 @@ var orderFlagNames = map[layout.Option]string{
 	layout.OptAffinity: "--affinity", layout.OptTail: "--tail", layout.OptResume: "--resume-at", layout.OptMix: "--mix",
 	layout.OptOrderVersion: "--order-version", layout.OptHalfLife: "--recency-half-life", layout.OptTimeWindow: "--time-window",
 	layout.OptTimeStep: "--time-window-step", layout.OptAsOf: "--as-of", layout.OptMinShare: "--min-share", layout.OptPreset: "--preset",
-	layout.OptFeedback: "--feedback",
+	layout.OptFeedback: "--feedback", layout.OptRun: "--run", layout.OptFollow: "--follow", layout.OptDataVersion: "--version",
 }
 
 // flagWorded is err with any layout.SpecError in it worded with the flags'
@@ -139,19 +139,13 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 	if f.sp != nil {
 		return f.sp, nil
 	}
-	switch {
-	case f.datasetVersion < 0:
-		return nil, fmt.Errorf("--version %d: a dataset version is 1 or more (0: the current one)", f.datasetVersion)
-	case f.datasetVersion != 0 && f.mix != "":
-		return nil, fmt.Errorf("--version with --mix: a mix reads each dataset's current version")
-	}
 	tail, err := layout.ParseTail(f.tail)
 	if err != nil {
 		return nil, err
 	}
 	s := &layout.Spec{Base: layout.Params{Seed: f.seed, World: f.world, Batch: f.batch,
 		Alpha: f.alpha, Tail: tail, EpochSize: f.epochSize, Window: int(f.window), Affinity: f.affinity, Version: f.version, MinShare: f.minShare},
-		ResumeEpoch: -1, FirstEpoch: f.firstEpoch, Epochs: f.epochs}
+		ResumeEpoch: -1, FirstEpoch: f.firstEpoch, Epochs: f.epochs, Run: f.run, Follow: f.follow, DataVersion: f.datasetVersion}
 	if f.world >= 1 {
 		if s.Ranks, err = parseRanks(f.rank, f.world); err != nil {
 			return nil, err
@@ -189,16 +183,7 @@ func (f *orderFlags) spec() (*layout.Spec, error) {
 	if s.Recency, err = f.recency(); err != nil {
 		return nil, err
 	}
-	switch {
-	case f.feedback != "" && f.run == "":
-		return nil, fmt.Errorf("--feedback needs --run NAME: the trainer's reports are kept under the run's name, so every node and a resumed job read the same ones")
-	case f.follow && f.run == "":
-		return nil, fmt.Errorf("--follow needs --run NAME: the version each epoch serves is recorded under the run's name, so every node and a resumed job serve the same")
-	case f.follow && (f.feedback != "" || f.mix != ""):
-		return nil, fmt.Errorf("--follow serves one dataset from version to version: leave out --mix and --feedback (whose strata would change under it)")
-	case f.feedback == "" && !f.follow && f.run != "":
-		return nil, fmt.Errorf("--run %s without --feedback or --follow: a run's log holds the trainer's reports and each epoch's version, which only those read; add one, or leave out --run", f.run)
-	case f.run != "":
+	if f.run != "" {
 		if err := repository.CheckRunName(f.run); err != nil {
 			return nil, fmt.Errorf("--run: %v", err)
 		}

@@ -358,10 +358,8 @@ func printPlanText(out io.Writer, m *manifest.Manifest, of *orderFlags, in *layo
 	if err := printStrataByField(out, m); err != nil {
 		return err
 	}
-	if of.timed() {
-		if err := printTimeWindows(out, of); err != nil {
-			return err
-		}
+	if err := printTimeWindows(out, of); err != nil {
+		return err
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -451,6 +449,9 @@ func printStrataByField(out io.Writer, m *manifest.Manifest) error {
 
 // printTimeWindows shows the time weighting and the first epochs' windows.
 func printTimeWindows(out io.Writer, of *orderFlags) error {
+	if !of.timed() {
+		return nil // an order without time weights has no windows to show
+	}
 	s, err := of.spec()
 	if err != nil {
 		return err
@@ -577,7 +578,13 @@ const maxSyntheticRows = 10_000_000
 // alone: 64 MiB shards of ~100 kB samples, each stratum spread evenly over
 // them, as ingest's stratified placement gives.
 func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *orderFlags, describe string) error {
-	if of.window > 0 || of.orderVersion() < 2 || of.affinity && of.orderVersion() < 3 {
+	spec, err := of.spec()
+	if err != nil {
+		return err
+	}
+	p := spec.Base
+	p.Window = max(p.Window, 0) // an automatic window reads globally from counts
+	if p.Needs() == layout.NeedsSamples {
 		return fmt.Errorf("--synthetic above %d samples plans from class counts the global order of order version 2 or later, or rank affinity of order version 3: leave out --window and --order-version 1 (and 2, with --affinity)", maxSyntheticRows)
 	}
 	start := time.Now()
@@ -607,10 +614,8 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 	fmt.Fprintf(out, "synthetic dataset: %d samples, %d strata, %d shards of about %d samples (each stratum spread evenly over the shards; input built in %s)\n",
 		n, len(pi), shards, n/shards, time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
-	if of.timed() {
-		if err := printTimeWindows(out, of); err != nil {
-			return err
-		}
+	if err := printTimeWindows(out, of); err != nil {
+		return err
 	}
 	fmt.Fprintln(out)
 	if _, err := of.checkSteps(in, layout.Shape{}); err != nil { // counts only: the global order
