@@ -107,6 +107,7 @@ type Mount struct {
 	follow        *follower                   // --follow; nil without
 	feedback      *repository.FeedbackWeights // --feedback; nil without
 	runReaders    []runReader                 // what reads the run's log: follow, feedback
+	newerVersion  string                      // what the log says when a newer version is current
 	cache         *cache.Cache                // the memory cache every reader shares
 	readerCfg     prefetch.Config
 }
@@ -142,7 +143,8 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 	if err := fs.CheckMountpoint(dir, log); err != nil {
 		return nil, err
 	}
-	mt := &Mount{Name: cfg.Name, dir: dir, log: log, spec: cfg.Spec, run: cfg.Run}
+	mt := &Mount{Name: cfg.Name, dir: dir, log: log, spec: cfg.Spec, run: cfg.Run,
+		newerVersion: "a newer version of the dataset is current; this mount keeps serving its own until it is remounted"}
 	if err := mt.openSource(ctx, stores, cfg); err != nil {
 		mt.closeHinters()
 		return nil, err
@@ -180,6 +182,7 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		}
 		sourceAt = mt.follow.sourceAt
 		mt.runReaders = append(mt.runReaders, mt.follow)
+		mt.newerVersion = "a newer version of the dataset is current; with --follow, the next epoch no node has recorded yet serves it"
 	}
 	root := fs.NewRoot(fs.Options{SourceAt: sourceAt,
 		Catalog: rp.cat, Pinner: rp.pinner, Input: mt.Input, Reader: mt.reader, Order: mt.Params, ParamsAt: cfg.Spec.Params, Epochs: cfg.Spec.Epochs, Ranks: cfg.Spec.Ranks, DirectIO: cfg.DirectIO,
@@ -223,13 +226,7 @@ func (mt *Mount) watchVersion(stores []backend.Store, every time.Duration, stop 
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			if h, err := repository.LoadHeader(ctx, stores, mt.Dataset.Name, nil); err == nil {
 				if n := int64(h.VersionNumber()); mt.Metrics.VersionCurrent.Swap(n) != n && n != mt.Metrics.VersionServed.Load() {
-					if mt.follow != nil {
-						mt.log.Info("a newer version of the dataset is current; with --follow, the next epoch no node has recorded yet serves it",
-							"dataset", mt.Dataset.Name, "serving", mt.Metrics.VersionServed.Load(), "current", n)
-					} else {
-						mt.log.Info("a newer version of the dataset is current; this mount keeps serving its own until it is remounted",
-							"dataset", mt.Dataset.Name, "serving", mt.Metrics.VersionServed.Load(), "current", n)
-					}
+					mt.log.Info(mt.newerVersion, "dataset", mt.Dataset.Name, "serving", mt.Metrics.VersionServed.Load(), "current", n)
 				}
 			}
 			cancel()

@@ -122,6 +122,9 @@ func (s mixSource) plan(mt *Mount, cfg Config) (readPath, *repository.OrderPlan,
 		rp.cat = rc
 	}
 	plan, err := s.mix.PlanOrder(cfg.Spec)
+	if err == nil {
+		mt.log.Info("mix of datasets", "shares_served", cfg.Spec.DescribeMix())
+	}
 	return rp, plan, err
 }
 

@@ -128,9 +128,6 @@ errors on their open files).`,
 			if err != nil {
 				return err
 			}
-			if f.order.mix != "" {
-				log.Info("mix of datasets", "shares_served", f.order.sp.DescribeMix())
-			}
 			log.Info("mounted; stop with Ctrl-C or umount", "dataset", mt.Name, "mountpoint", args[1])
 			return mt.Serve(cmd.Context())
 		},
