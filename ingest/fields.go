@@ -296,7 +296,7 @@ func (s *Source) sparseBalance() string {
 	if len(s.LabelFields) > 2 {
 		rest = fmt.Sprintf(", and bounds %s", strings.Join(s.LabelFields[2:], ","))
 	}
-	return fmt.Sprintf("the default order (version 5) still holds every batch within one sample of its share of each %s and each %s (the first two fields named)%s; order versions 1-4 and --window balance the strata only, which is little better than a shuffle on each field when most strata hold under one sample a batch", s.LabelFields[0], s.LabelFields[1], rest)
+	return fmt.Sprintf("the default order (version 5 and later, which reads such a dataset in the global order) still holds every batch within one sample of its share of each %s and each %s (the first two fields named)%s; order versions 1-4 and --window balance the strata only, which is little better than a shuffle on each field when most strata hold under one sample a batch", s.LabelFields[0], s.LabelFields[1], rest)
 }
 
 // warnStrata warns of strata too small for stratification to mean much.

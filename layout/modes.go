@@ -98,10 +98,25 @@ var paramsRules = []rule{
 	}, false},
 }
 
-// specRules: which of a run's modes combine, besides paramsRules. A run's
-// log is read only by feedback and follow, and each needs one: every node,
-// and a resumed job, reads the same reports and versions from it.
+// specRules: which of a run's modes combine, besides paramsRules; then
+// the run's log, which only feedback and follow read, and each needs:
+// every node, and a resumed job, reads the same reports and versions
+// from it.
 var specRules = []rule{
+	{modeSchedule, modeWindow | modeAffinity, func(s *Spec) error {
+		opt := OptAlphaSchedule
+		if s.Preset != "" {
+			opt = OptPreset
+		}
+		return specErr(opt, "{%s}: window and affinity keep each pool's own class mix (alpha 1)", opt)
+	}, false},
+	{modeRecency, modeWindow | modeAffinity | modeMix, func(*Spec) error {
+		return specErr(OptHalfLife, "{%s}, {%s} and {%s} re-weight the global order: leave out {%s}, {%s} and {%s}", OptHalfLife, OptTimeWindow, OptAsOf, OptWindow, OptAffinity, OptMix)
+	}, false},
+	{modeFeedback, modeWindow | modeAffinity | modeMix | modeRecency | modeSchedule | modeMinShare, func(*Spec) error {
+		return specErr(OptFeedback, "{%s} re-weights the strata of the global order of one dataset from the trainer's reports: leave out {%s}, {%s}, {%s}, {%s}, {%s} and {%s} (its floor is the least share)",
+			OptFeedback, OptWindow, OptAffinity, OptMix, OptHalfLife, OptAlphaSchedule, OptMinShare)
+	}, false},
 	{modePinned, modeMix, func(*Spec) error {
 		return specErr(OptDataVersion, "{%s} with {%s}: a mix reads each dataset's current version", OptDataVersion, OptMix)
 	}, false},
@@ -117,20 +132,6 @@ var specRules = []rule{
 	{modeRun, modeFeedback | modeFollow, func(s *Spec) error {
 		return specErr(OptRun, "{%s} %s without {%s} or {%s}: a run's log holds the trainer's reports and each epoch's version, which only those read; add one, or leave out {%s}", OptRun, s.Run, OptFeedback, OptFollow, OptRun)
 	}, true},
-	{modeSchedule, modeWindow | modeAffinity, func(s *Spec) error {
-		opt := OptAlphaSchedule
-		if s.Preset != "" {
-			opt = OptPreset
-		}
-		return specErr(opt, "{%s}: window and affinity keep each pool's own class mix (alpha 1)", opt)
-	}, false},
-	{modeRecency, modeWindow | modeAffinity | modeMix, func(*Spec) error {
-		return specErr(OptHalfLife, "{%s}, {%s} and {%s} re-weight the global order: leave out {%s}, {%s} and {%s}", OptHalfLife, OptTimeWindow, OptAsOf, OptWindow, OptAffinity, OptMix)
-	}, false},
-	{modeFeedback, modeWindow | modeAffinity | modeMix | modeRecency | modeSchedule | modeMinShare, func(*Spec) error {
-		return specErr(OptFeedback, "{%s} re-weights the strata of the global order of one dataset from the trainer's reports: leave out {%s}, {%s}, {%s}, {%s}, {%s} and {%s} (its floor is the least share)",
-			OptFeedback, OptWindow, OptAffinity, OptMix, OptHalfLife, OptAlphaSchedule, OptMinShare)
-	}, false},
 }
 
 // static is a rule's error that names no option.
