@@ -106,3 +106,45 @@ func TestDefaultWindowThroughAMount(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowLargerThanTheCacheIsSaid: a window whose shards hold more than
+// half the memory cache cannot keep the readers' window and the next one
+// at once, so its shards are fetched again; the mount's log says so, names
+// both sizes and the two ways out, and says nothing of the kind where the
+// window fits. (The automatic window is chosen from the dataset alone, the
+// same on every node, so it cannot know a node's --cache-size.)
+func TestWindowLargerThanTheCacheIsSaid(t *testing.T) {
+	t.Parallel() // file:// stores: waits on its processes only
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	for i := range 40 {
+		c := filepath.Join(src, fmt.Sprintf("c%d", i%4))
+		os.MkdirAll(c, 0o755)
+		if err := os.WriteFile(filepath.Join(c, fmt.Sprintf("s%02d.bin", i)), bytes.Repeat([]byte{byte(i)}, 1<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stores := "--stores=" + strings.Join([]string{"file://" + dir + "/s0", "file://" + dir + "/s1", "file://" + dir + "/s2"}, ",")
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=4MiB", src, "big"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	const warning = "the order's window holds more than half the memory cache"
+	for _, tc := range []struct {
+		window string
+		warned bool
+	}{{"--window=4", true}, {"--window=1", false}, {"--window=0", false}} {
+		m := mountShardfsEnv(t, nil, stores, "--batch-size=4", "--cache-size=16MiB", tc.window, "big")
+		b, err := os.ReadFile(filepath.Join(m.dir, "epochs/0000/rank-000/epoch.tar"))
+		if err != nil || bytes.Count(b, bytes.Repeat([]byte{3}, 4096)) == 0 {
+			t.Fatalf("%s: epoch.tar (%d bytes): %v", tc.window, len(b), err)
+		}
+		log, err := os.ReadFile(m.dir + ".log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		said := strings.Contains(string(log), warning)
+		if said != tc.warned || tc.warned && !(strings.Contains(string(log), `cache_size="16 MiB"`) && strings.Contains(string(log), "--cache-size")) {
+			t.Errorf("%s with a 16 MiB cache: warned %v, want %v; log:\n%s", tc.window, said, tc.warned, log)
+		}
+	}
+}

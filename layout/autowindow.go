@@ -129,3 +129,11 @@ func (s *Spec) WindowTrade(sh Shape) string {
 
 // mib writes n bytes in MiB.
 func mib(n int64) string { return fmt.Sprintf("%d MiB", (n+1<<19)>>20) }
+
+// WindowBytes is about how many bytes one window of p holds in a dataset
+// of shape sh: its shards' share of the dataset's bytes (0 for the global
+// order). A mount holds the window its readers are in and the next one.
+func WindowBytes(p Params, sh Shape) int64 {
+	shards := max(sh.Shards, 1)
+	return sh.Bytes * min(int64(max(p.Window, 0)), shards) / shards
+}

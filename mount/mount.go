@@ -360,6 +360,16 @@ func (mt *Mount) readPath(cfg Config) (readPath, error) {
 	if err := checkServable(mt.Dataset.Manifest.Name, plan.Input, plan.First); err != nil {
 		return readPath{}, err
 	}
+	// The readers' window and the next one, prefetched, must fit the
+	// memory cache, or its shards are evicted before they are read and
+	// fetched again: a window chosen for the dataset does not know the
+	// node's cache, so say so where it does not fit.
+	wb := layout.WindowBytes(plan.First, repository.Shape(mt.Dataset))
+	mt.log.Info("order", "window", plan.First.Window, "window_auto", cfg.Spec.WindowChosen, "window_bytes", humanize.IBytes(uint64(wb)))
+	if 2*wb > cfg.CacheSize {
+		mt.log.Warn("the order's window holds more than half the memory cache: the window the readers are in and the next one do not both fit, so shards are fetched again; raise --cache-size to at least twice the window, or pass a smaller --window",
+			"window", plan.First.Window, "window_bytes", humanize.IBytes(uint64(wb)), "cache_size", humanize.IBytes(uint64(cfg.CacheSize)))
+	}
 	return rp, nil
 }
 
