@@ -32,7 +32,7 @@ func TestDefaultWindowThroughAMount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stores := "--stores=" + strings.Join([]string{"file://" + dir + "/s0", "file://" + dir + "/s1", "file://" + dir + "/s2"}, ",")
+	stores := fileStores(dir)
 	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=64KiB", src, "ds"); r.code != 0 {
 		t.Fatalf("ingest: %v", r)
 	}
@@ -124,7 +124,7 @@ func TestWindowLargerThanTheCacheIsSaid(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stores := "--stores=" + strings.Join([]string{"file://" + dir + "/s0", "file://" + dir + "/s1", "file://" + dir + "/s2"}, ",")
+	stores := fileStores(dir)
 	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=4MiB", src, "big"); r.code != 0 {
 		t.Fatalf("ingest: %v", r)
 	}

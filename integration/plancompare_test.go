@@ -35,7 +35,7 @@ func TestPlanComparesWithEveryOrderOption(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "list.csv"), []byte(listing.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stores := "--stores=" + strings.Join([]string{"file://" + dir + "/s0", "file://" + dir + "/s1", "file://" + dir + "/s2"}, ",")
+	stores := fileStores(dir)
 	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=4KiB", "--label-fields=label", "--time-bucket=time=30d", filepath.Join(src, "list.csv"), "ds"); r.code != 0 {
 		t.Fatalf("ingest: %v", r)
 	}
@@ -164,6 +164,12 @@ func TestNumericFlagsNeverPanicOrHang(t *testing.T) {
 // smallFileDataset ingests dataset ds, 3 classes of 20 small files (src),
 // RS(2,1) into 3 file:// stores under dir, and returns dir, src and the
 // --stores flag.
+// fileStores is the --stores flag of three file:// stores under dir, for
+// RS(2,1).
+func fileStores(dir string) string {
+	return "--stores=" + strings.Join([]string{"file://" + dir + "/s0", "file://" + dir + "/s1", "file://" + dir + "/s2"}, ",")
+}
+
 func smallFileDataset(t *testing.T) (dir, src, stores string) {
 	t.Helper()
 	dir = t.TempDir()
@@ -176,7 +182,7 @@ func smallFileDataset(t *testing.T) (dir, src, stores string) {
 			}
 		}
 	}
-	stores = "--stores=" + strings.Join([]string{"file://" + dir + "/s0", "file://" + dir + "/s1", "file://" + dir + "/s2"}, ",")
+	stores = fileStores(dir)
 	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", src, "ds"); r.code != 0 {
 		t.Fatalf("ingest: %v", r)
 	}

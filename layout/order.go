@@ -281,17 +281,15 @@ func GlobalBatches(in *Input, p Params, n int) ([]int64, error) {
 
 // Steps returns the number of batches per rank, T, without computing the order.
 func Steps(in *Input, p Params) (int, error) {
-	switch p.Needs() {
-	case NeedsRanges:
+	switch {
+	case p.Needs() == NeedsRanges:
 		return rangeSteps(in, p)
-	case NeedsSamples:
-		if p.Affinity { // version-2 affinity: shards dealt whole
-			a, err := newAffinity(in, p)
-			if err != nil {
-				return 0, err
-			}
-			return a.steps, nil
+	case p.Affinity: // version-2 affinity: shards dealt whole
+		a, err := newAffinity(in, p)
+		if err != nil {
+			return 0, err
 		}
+		return a.steps, nil
 	}
 	e, err := newEpoch(in, p)
 	if err != nil {

@@ -364,8 +364,10 @@ func (mt *Mount) readPath(cfg Config) (readPath, error) {
 	// memory cache, or its shards are evicted before they are read and
 	// fetched again: a window chosen for the dataset does not know the
 	// node's cache, so say so where it does not fit.
-	wb := layout.WindowBytes(plan.First, repository.Shape(mt.Dataset))
-	mt.log.Info("order", "window", plan.First.Window, "window_auto", cfg.Spec.WindowChosen, "window_bytes", humanize.IBytes(uint64(wb)))
+	shape := repository.Shape(mt.Dataset)
+	wb := layout.WindowBytes(plan.First, shape)
+	mt.log.Info("order", "window", plan.First.Window, "window_auto", cfg.Spec.WindowChosen, "window_bytes", humanize.IBytes(uint64(wb)),
+		"trade", cfg.Spec.WindowTrade(shape))
 	if 2*wb > cfg.CacheSize {
 		mt.log.Warn("the order's window holds more than half the memory cache: the window the readers are in and the next one do not both fit, so shards are fetched again; raise --cache-size to at least twice the window, or pass a smaller --window",
 			"window", plan.First.Window, "window_bytes", humanize.IBytes(uint64(wb)), "cache_size", humanize.IBytes(uint64(cfg.CacheSize)))
