@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -186,8 +187,10 @@ func TestDecodeMatrix(t *testing.T) {
 						// spread over the subsets, at least 4 per subset.
 						per := max(4, rangesPerCase/len(sets))
 						for _, set := range sets {
+							var damagedStores []int
 							for _, f := range set {
 								apply(t, d, p, dirs, sh.ID, f, rng)
+								damagedStores = append(damagedStores, p.Placement(sh.ID, f))
 							}
 							// Effective damage, per block stripe: zero-filling an
 							// all-zero padding fragment, or swapping two equal ones,
@@ -220,12 +223,14 @@ func TestDecodeMatrix(t *testing.T) {
 							check := func(off, n int) {
 								got, err := r.ReadRange(ctx, sh, int64(off), int64(n))
 								if worst(off, n) > p.Parity {
-									if err == nil && !bytes.Equal(got, data[off:off+n]) {
+									if (err == nil || Heal(err) != nil) && !bytes.Equal(got, data[off:off+n]) {
 										t.Fatalf("%v of %v: wrong bytes returned with %d lost in a stripe", d, set, worst(off, n))
 									}
 									return
 								}
-								if err != nil {
+								// Undamaged where the range lies: no heal. Else
+								// served, naming only damaged fragments' stores.
+								if worst(off, n) == 0 && err != nil || !served(err, sh.ID, damagedStores...) {
 									t.Fatalf("%v of %v: ReadRange(%d,%d): %v", d, set, off, n, err)
 								}
 								if !bytes.Equal(got, data[off:off+n]) {
@@ -372,7 +377,7 @@ func TestReadExact(t *testing.T) {
 		for _, rg := range [][2]int64{{0, 100}, {600, 100}, {0, int64(len(data))}, {1000, 1}} {
 			want := data[rg[0] : rg[0]+rg[1]]
 			got, err := readExact(ctx, r, sh, rg[0], rg[1], func(b []byte) bool { return tc.verdict && bytes.Equal(b, want) })
-			if err != nil || !bytes.Equal(got, want) {
+			if !served(err, 1, stores(p, 1, tc.damage)...) || !bytes.Equal(got, want) {
 				t.Fatalf("%s %v: err %v, equal %v", tc.name, rg, err, bytes.Equal(got, want))
 			}
 		}
@@ -418,7 +423,7 @@ func TestReadExactV(t *testing.T) {
 				verifies++
 				return tc.verdict && bytes.Equal(bytes.Join(v, nil), want)
 			})
-			if err != nil || !bytes.Equal(bytes.Join(bufs, nil), want) {
+			if !served(err, 1, stores(p, 1, tc.damage)...) || !bytes.Equal(bytes.Join(bufs, nil), want) {
 				t.Fatalf("%s %v: err %v, equal %v", tc.name, lens, err, bytes.Equal(bytes.Join(bufs, nil), want))
 			}
 			if verifies != 1 {
@@ -440,8 +445,35 @@ func readExact(ctx context.Context, r *Reader, sh *Shard, off, n int64, verify f
 	}
 	out := make([]byte, n)
 	err := r.ReadExactV(ctx, sh, off, [][]byte{out}, func(v [][]byte) bool { return verify(v[0]) })
-	if err != nil {
+	if err != nil && Heal(err) == nil {
 		return nil, err
 	}
-	return out, nil
+	return out, err // with a HealNeeded, every byte
+}
+
+// served reports whether err says a read of shard served every byte: no
+// error, or a HealNeeded for that shard naming only stores in damaged.
+func served(err error, shard int, damaged ...int) bool {
+	if err == nil {
+		return true
+	}
+	h := Heal(err)
+	if h == nil || h.Shard != shard || len(h.Stores) == 0 {
+		return false
+	}
+	for _, s := range h.Stores {
+		if !slices.Contains(damaged, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// stores are the stores of shard's fragments frags.
+func stores(p Params, shard int, frags []int) []int {
+	var s []int
+	for _, f := range frags {
+		s = append(s, p.Placement(shard, f))
+	}
+	return s
 }

@@ -85,9 +85,6 @@ type Metrics interface {
 	HedgedRead(reason string)
 	// StoreState reports a store marked down (true) or healthy again (false).
 	StoreState(store int, down bool)
-	// LostFragment reports a fragment read that found it missing or
-	// corrupt (not late): what the healer should rebuild (repository.Hinter).
-	LostFragment(store, shard int)
 }
 
 type nopMetrics struct{}
@@ -100,7 +97,6 @@ func (nopMetrics) ChecksumFailure(int)                                          
 func (nopMetrics) DegradedRead([]int)                                                       {}
 func (nopMetrics) HedgedRead(string)                                                        {}
 func (nopMetrics) StoreState(int, bool)                                                     {}
-func (nopMetrics) LostFragment(int, int)                                                    {}
 
 // stateLog rate-limits one store's health log lines: a change is logged at
 // once, then at most one line a minute, which gives the state at its end
@@ -267,7 +263,7 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 	r.metrics.BackendRead(store, sh.ID, len(p), time.Since(start), ttfb, readKindOf(ctx), err)
 	if err != nil {
 		if errors.Is(err, backend.ErrNotExist) || errors.Is(err, backend.ErrShortRead) {
-			r.metrics.LostFragment(store, sh.ID)
+			lostIn(ctx, store)
 		}
 		return fragRead{err: fail(err)}
 	}
@@ -277,7 +273,7 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 		return fragRead{data: p}
 	}
 	r.metrics.ChecksumFailure(store)
-	r.metrics.LostFragment(store, sh.ID)
+	lostIn(ctx, store)
 	r.stores[store].Corrupted()
 	fr := fragRead{err: fail(fmt.Errorf("%w in block %d (%d of %d blocks bad)", ErrChecksum, first, n, len(bad)))}
 	if n < len(bad) {
@@ -288,17 +284,19 @@ func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, 
 
 // ReadRange returns bytes [off, off+n) of the shard's data, every byte
 // verified against its block checksum, decoding from parity where needed.
+// A *HealNeeded error comes with every byte: see Heal.
 func (r *Reader) ReadRange(ctx context.Context, sh *Shard, off, n int64) ([]byte, error) {
 	out := make([]byte, n)
-	if err := r.ReadRangeInto(ctx, sh, out, off); err != nil {
+	err := r.ReadRangeInto(ctx, sh, out, off)
+	if err != nil && Heal(err) == nil {
 		return nil, err
 	}
-	return out, nil
+	return out, err
 }
 
 // ReadRangeInto fills p with the shard's bytes at off. See ReadRange.
 func (r *Reader) ReadRangeInto(ctx context.Context, sh *Shard, p []byte, off int64) error {
-	return r.readRangeInto(ctx, sh, p, off, nil)
+	return healing(ctx, sh, func(ctx context.Context) error { return r.readRangeInto(ctx, sh, p, off, nil) })
 }
 
 // readRangeInto is ReadRangeInto; data fragments on stores in slow are not
@@ -442,9 +440,16 @@ func (r *Reader) tooFew(sh *Shard, failed map[int]*FragmentError) error {
 	return e
 }
 
-// ReadExactV is ReadExact into bufs, which the range's bytes fill in turn:
-// the bytes go from the store's response straight into them.
+// ReadExactV reads the range [off, off+len(bufs)) into bufs, which its
+// bytes fill in turn, straight from the stores' responses, and accepts it
+// when verified says so (the caller's own checksums over exactly these
+// bytes); otherwise it reads the range again through the block-verified,
+// degraded-capable path. A *HealNeeded error comes with every byte: see Heal.
 func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]byte, verified func([][]byte) bool) error {
+	return healing(ctx, sh, func(ctx context.Context) error { return r.readExactV(ctx, sh, off, bufs, verified) })
+}
+
+func (r *Reader) readExactV(ctx context.Context, sh *Shard, off int64, bufs [][]byte, verified func([][]byte) bool) error {
 	F := sh.FragSize
 	n := int64(backend.VecLen(bufs))
 	if off < 0 || off+n > F*int64(r.codec.Data) {
@@ -560,7 +565,9 @@ func (r *Reader) ReadExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 
 // ReadRangeV is ReadRangeInto for a range that fills bufs in turn.
 func (r *Reader) ReadRangeV(ctx context.Context, sh *Shard, off int64, bufs [][]byte) error {
-	return r.readRangeV(ctx, sh, off, int64(backend.VecLen(bufs)), bufs, nil)
+	return healing(ctx, sh, func(ctx context.Context) error {
+		return r.readRangeV(ctx, sh, off, int64(backend.VecLen(bufs)), bufs, nil)
+	})
 }
 
 // readRangeV is readRangeInto for a range that fills bufs in turn. The

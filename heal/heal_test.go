@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/ingest"
 	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/internal/synth"
@@ -257,10 +258,10 @@ func TestHintHealedDuringPause(t *testing.T) {
 		t.Fatalf("shard 1 on store 0: %v", frags)
 	}
 	os.Remove(frags[0])
-	h := repository.NewHinter(stores, "ds", nil, nil)
+	h := repository.NewHinter(stores, "ds", nil)
 	h.SetHeader(&ds.Manifest.Header)
-	h.LostFragment(0, 1)
-	h.LostFragment(0, 1) // once per shard
+	h.Heal(&erasure.HealNeeded{Shard: 1, Stores: []int{0}})
+	h.Heal(&erasure.HealNeeded{Shard: 1, Stores: []int{0}}) // once per shard
 	h.Close()
 	start := time.Now()
 	for {
@@ -371,9 +372,9 @@ func TestNewVersionIsNotDamage(t *testing.T) {
 			s.Delete(ctx, k)
 		}
 	}
-	h := repository.NewHinter(stores, "ds", nil, nil)
+	h := repository.NewHinter(stores, "ds", nil)
 	h.SetHeader(&old.Manifest.Header)
-	h.LostFragment(0, 0)
+	h.Heal(&erasure.HealNeeded{Shard: 0, Stores: []int{0}})
 	h.Close()
 	waitState(ctx, t, stores, func(st *State) bool { return st.Version == res.Manifest.IngestID })
 	if got := testutil.ToFloat64(met.rebuilt.WithLabelValues("ds")); got != 0 {

@@ -219,7 +219,9 @@ func reencodeShards(ctx context.Context, opts MigrateOptions, codec *erasure.Cod
 				// Read straight into the buffer the fragments are cut from.
 				size := m.Shards[s].Size
 				buf := make([]byte, codec.EncodedSize(size))
-				if err := ds.ReadRangeV(gctx, s, 0, [][]byte{buf[:size]}); err != nil {
+				// A shard in need of healing on the old stores is read whole
+				// all the same: its new fragments are written from its bytes.
+				if err := ds.ReadRangeV(gctx, s, 0, [][]byte{buf[:size]}); err != nil && erasure.Heal(err) == nil {
 					return fmt.Errorf("read shard %d from the old stores: %w", s, err)
 				}
 				frags, fsums, err := codec.EncodeIn(buf, size)

@@ -326,11 +326,6 @@ func (m *Metrics) FuseOp(op string) func(time.Duration) {
 // ChecksumFailure implements erasure.Metrics.
 func (m *Metrics) ChecksumFailure(store int) { m.ChecksumFailures.Add(1) }
 
-// LostFragment implements erasure.Metrics: the mount's hints to the
-// healer are repository.Hinter's; the count is ChecksumFailures and the
-// stores' read errors.
-func (m *Metrics) LostFragment(store, shard int) {}
-
 // DegradedRead implements erasure.Metrics.
 func (m *Metrics) DegradedRead(stores []int) {
 	m.DegradedReads.Add(1)

@@ -116,12 +116,10 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	hinter := f.mt.hinterFor(f.stores)(base.Name)
-	ds, err := repository.Open(ctx, f.stores, base.Name, repository.Options{Logger: f.mt.log, Metrics: hinter, Version: v})
+	ds, err := repository.Open(ctx, f.stores, base.Name, repository.Options{Logger: f.mt.log, Metrics: f.mt.Metrics, Version: v})
 	if err != nil {
 		return nil, err
 	}
-	hinter.SetHeader(&ds.Manifest.Header)
 	served := false
 	defer func() {
 		if !served {
@@ -178,7 +176,11 @@ func (f *follower) source(v int) (*fs.Source, error) {
 	} else {
 		f.mt.log.Warn("could not lease a followed version (read-only credentials?): shardfs gc cannot see that this mount reads it", "version", v, "err", err)
 	}
-	r := prefetch.New(ds, cat.(prefetch.ReadCatalog), f.mt.cache, f.mt.Metrics, f.mt.readerCfg, f.mt.log)
+	hinter := f.mt.hinterFor(f.stores)(base.Name)
+	hinter.SetHeader(&ds.Manifest.Header)
+	pc := f.mt.readerCfg
+	pc.Heal = hinter.Heal // this version's shards
+	r := prefetch.New(ds, cat.(prefetch.ReadCatalog), f.mt.cache, f.mt.Metrics, pc, f.mt.log)
 	f.readers = append(f.readers, r)
 	// prefetch.New made r the cache's only judge of next use; every
 	// reader's streams count, or an older epoch's prefetched chunks would

@@ -306,7 +306,7 @@ func (mt *Mount) openSource(ctx context.Context, stores []backend.Store, cfg Con
 		lines, n := checkStores(ctx, stores)
 		failingc <- check{lines, n}
 	}()
-	src, err := openDatasetOrMix(ctx, stores, cfg, mt.log, mt.hinterFor(stores))
+	src, err := openDatasetOrMix(ctx, stores, cfg, mt.log, mt.Metrics, mt.hinterFor(stores))
 	if err == nil {
 		mt.src, mt.Dataset = src, src.parts()[0]
 	}
@@ -423,6 +423,7 @@ func (mt *Mount) newReader(cfg Config, rp readPath, stores []backend.Store) erro
 	met.CacheInserted, met.CacheEvictedUnread = c.Inserted.Load, c.EvictedUnread.Load
 	pc.Disabled = cfg.NoPrefetch
 	pc.ReadTimeout = cfg.ReadTimeout
+	pc.Heal = mt.src.heal
 	if cfg.CacheDir != "" {
 		disk, err := cache.OpenDisk(cfg.CacheDir, rp.ns, cfg.CacheDirSize)
 		if err != nil {
@@ -525,12 +526,12 @@ func (f feedbackReader) stats() any {
 	return map[string]any{"rule": mt.spec.Feedback.String(), "run": mt.run, "epochs": epochs}
 }
 
-// hinterFor returns a maker of each served dataset's read metrics: the
-// mount's, and a hint to the healer (repository.Hinter) for every shard read
-// with a fragment missing or corrupt. The hinters end with the mount.
+// hinterFor returns a maker of each served dataset's hinter, to which the
+// mount hands every *erasure.HealNeeded its reads of that dataset return
+// (prefetch.Config.Heal). The hinters end with the mount.
 func (mt *Mount) hinterFor(stores []backend.Store) func(name string) *repository.Hinter {
 	return func(name string) *repository.Hinter {
-		h := repository.NewHinter(stores, name, mt.Metrics, mt.log)
+		h := repository.NewHinter(stores, name, mt.log)
 		mt.hinters = append(mt.hinters, h)
 		return h
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/repository"
@@ -32,47 +33,62 @@ type source interface {
 	xattrs() bool
 	// describe puts the source into info.json's v.
 	describe(v map[string]any, spec *layout.Spec, cfg Config)
+	// heal hands a read's HealNeeded (shards numbered as the read path
+	// numbers them) to the hinter of the dataset that holds the shard.
+	heal(need *erasure.HealNeeded)
 }
 
 // datasetSource is one dataset: a version of it, its lazily loaded
 // indexes, the trainer's feedback on it, and the newer versions the mount
 // watches for.
-type datasetSource struct{ ds *repository.Dataset }
+type datasetSource struct {
+	ds     *repository.Dataset
+	hinter *repository.Hinter
+}
 
 // mixSource is several datasets dealt by weight, each at its current
 // version, over the global order.
-type mixSource struct{ mix *repository.Mix }
+type mixSource struct {
+	mix     *repository.Mix
+	hinters []*repository.Hinter // by part
+}
 
 // openDatasetOrMix opens cfg's dataset, or every dataset of its mix.
-func openDatasetOrMix(ctx context.Context, stores []backend.Store, cfg Config, log *slog.Logger, hinter func(string) *repository.Hinter) (source, error) {
+func openDatasetOrMix(ctx context.Context, stores []backend.Store, cfg Config, log *slog.Logger, met erasure.Metrics, hinter func(string) *repository.Hinter) (source, error) {
 	if cfg.Mix != nil {
-		mix, err := openMix(ctx, stores, cfg.Mix, log, hinter)
-		if err != nil {
-			return nil, err
-		}
-		return mixSource{mix}, nil
+		return openMix(ctx, stores, cfg.Mix, log, met, hinter)
 	}
-	h := hinter(cfg.Name)
-	ds, err := repository.Open(ctx, stores, cfg.Name, repository.Options{Logger: log, Metrics: h, LazyIndexes: true, Version: cfg.Version})
+	ds, err := repository.Open(ctx, stores, cfg.Name, repository.Options{Logger: log, Metrics: met, LazyIndexes: true, Version: cfg.Version})
 	if err != nil {
 		return nil, err
 	}
+	h := hinter(cfg.Name)
 	h.SetHeader(&ds.Manifest.Header)
-	return datasetSource{ds}, nil
+	return datasetSource{ds, h}, nil
 }
 
-func openMix(ctx context.Context, stores []backend.Store, names []string, log *slog.Logger, hinter func(string) *repository.Hinter) (*repository.Mix, error) {
+func openMix(ctx context.Context, stores []backend.Store, names []string, log *slog.Logger, met erasure.Metrics, hinter func(string) *repository.Hinter) (mixSource, error) {
 	var parts []*repository.Dataset
+	var hinters []*repository.Hinter
 	for _, n := range names {
-		h := hinter(n)
-		ds, err := repository.Open(ctx, stores, n, repository.Options{Logger: log, Metrics: h})
+		ds, err := repository.Open(ctx, stores, n, repository.Options{Logger: log, Metrics: met})
 		if err != nil {
-			return nil, fmt.Errorf("--mix: %w", err)
+			return mixSource{}, fmt.Errorf("--mix: %w", err)
 		}
+		h := hinter(n)
 		h.SetHeader(&ds.Manifest.Header)
-		parts = append(parts, ds)
+		parts, hinters = append(parts, ds), append(hinters, h)
 	}
-	return repository.NewMix(parts)
+	mix, err := repository.NewMix(parts)
+	return mixSource{mix, hinters}, err
+}
+
+func (s datasetSource) heal(need *erasure.HealNeeded) { s.hinter.Heal(need) }
+
+// heal: the mix's shard is renumbered to its dataset's.
+func (s mixSource) heal(need *erasure.HealNeeded) {
+	part, shard := s.mix.PartShard(need.Shard)
+	s.hinters[part].Heal(&erasure.HealNeeded{Shard: shard, Stores: need.Stores})
 }
 
 func (s datasetSource) parts() []*repository.Dataset { return []*repository.Dataset{s.ds} }

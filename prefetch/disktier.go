@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/erasure"
 )
 
 // maxDiskSample: larger samples bypass the disk tier, so a chunk read never
@@ -34,6 +35,33 @@ type source interface {
 type direct struct {
 	Fetcher
 	mergeGap int64
+	heal     func(*erasure.HealNeeded) // Config.Heal; nil: dropped
+}
+
+// served is a Fetcher's err as the reader sees it: a HealNeeded came with
+// every byte, so it is handed to heal and the read succeeded.
+func (d direct) served(err error) error {
+	if h := erasure.Heal(err); h != nil {
+		if d.heal != nil {
+			d.heal(h)
+		}
+		return nil
+	}
+	return err
+}
+
+// ReadRange is the Fetcher's, with its HealNeeded handed on (served).
+func (d direct) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
+	b, err := d.Fetcher.ReadRange(ctx, shard, off, n)
+	if err = d.served(err); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// ReadRangeV is the Fetcher's, with its HealNeeded handed on (served).
+func (d direct) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
+	return d.served(d.Fetcher.ReadRangeV(ctx, shard, off, bufs))
 }
 
 func (d direct) readPieces(ctx context.Context, shard int, pieces []piece) error {
@@ -43,7 +71,7 @@ func (d direct) readPieces(ctx context.Context, shard int, pieces []piece) error
 		for ; j < len(pieces) && pieces[j].off-z <= d.mergeGap; j++ {
 			z = pieces[j].off + int64(len(pieces[j].buf))
 		}
-		if err := readRun(ctx, d.Fetcher, shard, pieces[i:j], d.mergeGap); err != nil {
+		if err := readRun(ctx, d, shard, pieces[i:j], d.mergeGap); err != nil {
 			return err
 		}
 		i = j
@@ -67,7 +95,7 @@ type DiskTier struct {
 // NewDiskTier returns the tier disk in front of next. Missing samples at
 // most mergeGap apart are fetched from next as one range.
 func NewDiskTier(next Fetcher, disk *cache.Disk, cat ReadCatalog, mergeGap int64) *DiskTier {
-	return &DiskTier{next: direct{next, mergeGap}, disk: disk, cat: cat}
+	return &DiskTier{next: direct{Fetcher: next, mergeGap: mergeGap}, disk: disk, cat: cat}
 }
 
 // Unwrap returns the Fetcher the tier is in front of.

@@ -10,13 +10,16 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/shardfs/shardfs/cache"
+	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 )
 
 // Fetcher reads verified byte ranges of shards: into a new buffer, or
 // straight into several buffers that the range's bytes fill in turn, so a
-// coalesced GET lands where its callers keep the bytes.
+// coalesced GET lands where its callers keep the bytes. An
+// *erasure.HealNeeded error comes with every byte: the reader serves them
+// and hands it to Config.Heal.
 type Fetcher interface {
 	ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error)
 	ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error
@@ -60,6 +63,9 @@ type Config struct {
 	// Disk, if set, is the persistent tier below the memory cache: the
 	// reader fetches through a DiskTier in front of its Fetcher.
 	Disk *cache.Disk
+	// Heal, if set, is given every *erasure.HealNeeded the Fetcher
+	// returns (the mount's hinter); the read it came with succeeded.
+	Heal func(*erasure.HealNeeded)
 }
 
 // DefaultConfig returns the defaults.
@@ -135,11 +141,12 @@ func New(fetch Fetcher, cat ReadCatalog, c *cache.Cache, m *metrics.Metrics, cfg
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Reader{src: direct{fetch, cfg.MergeGap}, cat: cat, cache: c, m: m, samplesView: m.Rank(metrics.SamplesView), cfg: cfg, log: log,
+	r := &Reader{src: direct{fetch, cfg.MergeGap, cfg.Heal}, cat: cat, cache: c, m: m, samplesView: m.Rank(metrics.SamplesView), cfg: cfg, log: log,
 		demand: semaphore.NewWeighted(int64(cfg.DemandGET)), prefGets: newDepthGate(cfg.PrefetchGET),
 		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
 	if cfg.Disk != nil {
 		r.tier = NewDiskTier(fetch, cfg.Disk, cat, cfg.MergeGap)
+		r.tier.next.heal = cfg.Heal
 		r.src = r.tier
 	}
 	r.publishLocked()

@@ -255,6 +255,9 @@ func (d *Dataset) checkShards(ctx context.Context, rep *Report, shards []int, fa
 			unrecoverable := d.stripeLoss(sh, damaged) > m.Parity
 			if !unrecoverable {
 				data, err := d.Reader.ReadRange(gctx, sh, 0, m.Shards[i].Size)
+				if erasure.Heal(err) != nil {
+					err = nil // read whole; checkShard has found the fragments
+				}
 				switch {
 				case gctx.Err() != nil:
 					return gctx.Err()

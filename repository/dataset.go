@@ -382,7 +382,9 @@ func (d *Dataset) Shard(i int) *erasure.Shard {
 	return &erasure.Shard{ID: i, FragSize: d.Manifest.FragSize(i), Sums: d.Manifest.Shards[i].Sums}
 }
 
-// ReadSample returns the bytes of sample i, verified by block checksums and by its own checksum.
+// ReadSample returns the bytes of sample i, verified by block checksums and
+// by its own checksum. Like every read here, it may return its bytes with
+// an *erasure.HealNeeded: the read succeeded, and the shard needs healing.
 func (d *Dataset) ReadSample(ctx context.Context, i int) ([]byte, error) {
 	if d.Lazy != nil {
 		shard, off, size := d.Lazy.Locate(i)
@@ -393,13 +395,13 @@ func (d *Dataset) ReadSample(ctx context.Context, i int) ([]byte, error) {
 	}
 	s := &d.Manifest.Samples
 	b, err := d.Reader.ReadRange(ctx, d.Shard(int(s.Shard[i])), int64(s.Offset[i]), int64(s.Size[i]))
-	if err != nil {
+	if err != nil && erasure.Heal(err) == nil {
 		return nil, err
 	}
 	if !verify.Bytes(b, s.Sum[i]) {
 		return nil, fmt.Errorf("sample %q: %w", s.Key(i), erasure.ErrChecksum)
 	}
-	return b, nil
+	return b, err
 }
 
 // ReadRange returns the verified bytes [off, off+n) of shard's data. A range
@@ -408,10 +410,11 @@ func (d *Dataset) ReadSample(ctx context.Context, i int) ([]byte, error) {
 // range, or any failure, goes through the block-verified, degraded-capable path.
 func (d *Dataset) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
 	out := make([]byte, n)
-	if err := d.ReadRangeV(ctx, shard, off, [][]byte{out}); err != nil {
+	err := d.ReadRangeV(ctx, shard, off, [][]byte{out})
+	if err != nil && erasure.Heal(err) == nil {
 		return nil, err
 	}
-	return out, nil
+	return out, err
 }
 
 // ReadRangeV is ReadRange into bufs, which the range's bytes fill in turn:

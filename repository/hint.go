@@ -14,15 +14,14 @@ import (
 	"github.com/shardfs/shardfs/manifest"
 )
 
-// Hinter is a mount's erasure.Metrics that also tells the healer which
-// shards it found a fragment of missing or corrupt: one hint object per
-// shard (HealHintKey) on every store that takes it, written in the
-// background, so the healer (heal) rebuilds that shard long before its
-// scrub would reach it. A read never waits for a hint; a shard is hinted
-// at most once a minute per mount, and hints beyond a short queue are
-// dropped (the scrub still finds what they name).
+// Hinter tells the healer which shards a mount found a fragment of missing
+// or corrupt: the mount hands it each *erasure.HealNeeded its reads
+// return, and it writes one hint object per shard (HealHintKey) on every
+// store that takes it, in the background, so the healer (heal) rebuilds
+// that shard long before its scrub would reach it. A read never waits for
+// a hint; a shard is hinted at most once a minute per mount, and hints
+// beyond a short queue are dropped (the scrub still finds what they name).
 type Hinter struct {
-	erasure.Metrics
 	stores []backend.Store
 	name   string
 	log    *slog.Logger
@@ -37,16 +36,13 @@ type Hinter struct {
 // hintEvery is how often one mount hints one shard at most.
 const hintEvery = time.Minute
 
-// NewHinter wraps inner (nil: none) for dataset name on stores. Call
-// SetHeader once the dataset is open; until then nothing is hinted.
-func NewHinter(stores []backend.Store, name string, inner erasure.Metrics, log *slog.Logger) *Hinter {
-	if inner == nil {
-		inner = erasure.NopMetrics()
-	}
+// NewHinter hints for dataset name on stores. Call SetHeader once the
+// dataset is open; until then nothing is hinted.
+func NewHinter(stores []backend.Store, name string, log *slog.Logger) *Hinter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Hinter{Metrics: inner, stores: stores, name: name, log: log, sent: map[int]time.Time{},
+	h := &Hinter{stores: stores, name: name, log: log, sent: map[int]time.Time{},
 		queue: make(chan int, 64), done: make(chan struct{})}
 	go h.run()
 	return h
@@ -55,20 +51,20 @@ func NewHinter(stores []backend.Store, name string, inner erasure.Metrics, log *
 // SetHeader gives the header of the version read, whose shards the hints name.
 func (h *Hinter) SetHeader(hd *manifest.Header) { h.header.Store(hd) }
 
-// LostFragment implements erasure.Metrics.
-func (h *Hinter) LostFragment(store, shard int) {
-	h.Metrics.LostFragment(store, shard)
+// Heal queues a hint for the shard a read of this dataset found in need
+// of healing (numbered in the version given to SetHeader).
+func (h *Hinter) Heal(need *erasure.HealNeeded) {
 	if h.header.Load() == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if t, ok := h.sent[shard]; h.closed || ok && time.Since(t) < hintEvery {
+	if t, ok := h.sent[need.Shard]; h.closed || ok && time.Since(t) < hintEvery {
 		return
 	}
-	h.sent[shard] = time.Now()
+	h.sent[need.Shard] = time.Now()
 	select {
-	case h.queue <- shard:
+	case h.queue <- need.Shard:
 	default: // the scrub finds it
 	}
 }

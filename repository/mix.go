@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
 )
@@ -142,16 +143,31 @@ func (m *Mix) SampleSum(i int) uint32 { p, j := m.sample(i); return m.cats[p].Sa
 // Complete is true: the datasets of a mix are held whole.
 func (m *Mix) Complete(shard int) bool { return true }
 
-// ReadRange reads verified bytes of a shard from the dataset holding it.
+// ReadRange reads verified bytes of a shard from the dataset holding it. A
+// *erasure.HealNeeded it returns names the mix's shard (see PartShard).
 func (m *Mix) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
 	p, sh := locate(m.shards, shard)
-	return m.Parts[p].ReadRange(ctx, sh, off, n)
+	b, err := m.Parts[p].ReadRange(ctx, sh, off, n)
+	return b, mixShard(err, shard)
 }
 
 // ReadRangeV is ReadRangeV of the dataset the mix's shard belongs to.
 func (m *Mix) ReadRangeV(ctx context.Context, shard int, off int64, bufs [][]byte) error {
 	p, sh := locate(m.shards, shard)
-	return m.Parts[p].ReadRangeV(ctx, sh, off, bufs)
+	return mixShard(m.Parts[p].ReadRangeV(ctx, sh, off, bufs), shard)
+}
+
+// PartShard is the dataset of the mix (its index in Parts) that holds the
+// mix's shard, and the shard's number there.
+func (m *Mix) PartShard(shard int) (part, partShard int) { return locate(m.shards, shard) }
+
+// mixShard renumbers a part's HealNeeded to the mix's shard, as its reader
+// named it.
+func mixShard(err error, shard int) error {
+	if h := erasure.Heal(err); h != nil {
+		return &erasure.HealNeeded{Shard: shard, Stores: h.Stores}
+	}
+	return err
 }
 
 // Input is the layout input of the mix, each stratum in its dataset's group.
