@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +26,10 @@ import (
 //     the cache that holds the dataset.
 //
 // Each case also reports the stores' GETs per sample and the prefetch
-// depth the mount reached (stats.json).
+// depth the mount reached (stats.json), and the CPU time of MinIO,
+// toxiproxy and the mount per sample: on 2 cores they share the cores, and
+// the stores' CPU per GET times the GETs a sample needs bounds the rate
+// whatever the mount does (the floor printed under the first table).
 func coldCache(t *testing.T, r *report, work string) {
 	const samples, batch, size = 12_000, 256, 48 << 10
 	src := filepath.Join(work, "coldcache-src")
@@ -32,7 +37,7 @@ func coldCache(t *testing.T, r *report, work string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, stores := proxiedStores(t, "coldcache")
+	proxy, stores, pids := proxiedCluster(t, "coldcache")
 	run(t, binary, "ingest", stores, "--data=4", "--parity=2", src, "cold")
 	all, quarter := fmt.Sprint(4*total), fmt.Sprint(total/4)
 	nb := samples / batch
@@ -49,7 +54,10 @@ func coldCache(t *testing.T, r *report, work string) {
 		}
 		latency = ms
 	}
-	type outcome struct{ rate, getsPerSample, depth float64 }
+	type outcome struct {
+		rate, getsPerSample, depth float64
+		cpu                        [3]float64 // CPU seconds a sample: MinIO, toxiproxy, the mount
+	}
 	n := 0
 	epoch := func(order, cache string, ms int) outcome {
 		setLatency(ms)
@@ -64,6 +72,11 @@ func coldCache(t *testing.T, r *report, work string) {
 		d := startMount(t, mnt, exists(filepath.Join(mnt, ".shardfs/info.json")), nil, binary, append(args, "cold", mnt)...)
 		defer d.stop()
 		rd := filepath.Join(mnt, "epochs/0000/rank-000")
+		procs := []int{pids.minio, pids.toxiproxy, d.cmd.Process.Pid}
+		var cpu0 [3]float64
+		for i, pid := range procs {
+			cpu0[i] = procCPU(t, pid)
+		}
 		start := time.Now()
 		var wg sync.WaitGroup
 		for w := range 16 {
@@ -80,6 +93,10 @@ func coldCache(t *testing.T, r *report, work string) {
 		}
 		wg.Wait()
 		rate := float64(nb*batch) / time.Since(start).Seconds()
+		var cpu [3]float64
+		for i, pid := range procs {
+			cpu[i] = (procCPU(t, pid) - cpu0[i]) / float64(nb*batch)
+		}
 		var st struct {
 			GETs  map[string]int64 `json:"gets_by_kind"`
 			Depth struct {
@@ -93,27 +110,37 @@ func coldCache(t *testing.T, r *report, work string) {
 		for _, g := range st.GETs {
 			gets += g
 		}
-		return outcome{rate, float64(gets) / float64(nb*batch), st.Depth.Slots}
+		return outcome{rate, float64(gets) / float64(nb*batch), st.Depth.Slots, cpu}
 	}
-	measure := func(order, cache string, ms int) (rate stat, gets, depth float64) {
-		var o outcome
-		rate = repeat(func() float64 { o = epoch(order, cache, ms); return o.rate })
-		return rate, o.getsPerSample, o.depth
+	measure := func(order, cache string, ms int) (rate stat, last outcome) {
+		rate = repeat(func() float64 { last = epoch(order, cache, ms); return last.rate })
+		return rate, last
+	}
+	cpuMS := func(o outcome) string {
+		return fmt.Sprintf("%.2f, %.2f, %.2f", 1e3*o.cpu[0], 1e3*o.cpu[1], 1e3*o.cpu[2])
 	}
 
 	r.printf("\n## A cold epoch when the dataset is bigger than the cache, and as latency grows (issue 57)\n\n")
 	r.printf("%d samples of 48 KiB (%.0f MB), RS(4,2) on one MinIO behind toxiproxy; 16 threads read rank 0's batch tars (batches of %d), a fresh mount per case. GETs/sample and the prefetch depth are the last repetition's (stats.json).\n\n", samples, float64(total)/1e6, batch)
-	r.printf("| order, 20 ms | cache holds it all (samples/s) | cache a quarter of it | quarter ÷ all | GETs/sample all, quarter | depth all, quarter |\n|---|---|---|---|---|---|\n")
+	r.printf("| order, 20 ms | cache holds it all (samples/s) | cache a quarter of it | quarter ÷ all | GETs/sample all, quarter | depth all, quarter | CPU ms/sample all: MinIO, toxiproxy, mount | the same, quarter |\n|---|---|---|---|---|---|---|---|\n")
+	var floor []string
 	for _, order := range []string{"global", "window"} {
-		a, ga, da := measure(order, all, 20)
-		q, gq, dq := measure(order, quarter, 20)
-		r.printf("| %s | %s | %s | **%.2f×** | %.2f, %.2f | %.0f, %.0f |\n", order, a, q, q.med/a.med, ga, gq, da, dq)
+		a, oa := measure(order, all, 20)
+		q, oq := measure(order, quarter, 20)
+		r.printf("| %s | %s | %s | **%.2f×** | %.2f, %.2f | %.0f, %.0f | %s | %s |\n", order, a, q, q.med/a.med, oa.getsPerSample, oq.getsPerSample, oa.depth, oq.depth, cpuMS(oa), cpuMS(oq))
+		// The stores' and the proxy's CPU per GET in the quarter's case,
+		// and what it allows on this machine's cores at the quarter's
+		// GETs per sample, the mount's own CPU counted as nothing.
+		perGET := (oq.cpu[0] + oq.cpu[1]) / oq.getsPerSample
+		ceiling := float64(runtime.NumCPU()) / (oq.getsPerSample * perGET)
+		floor = append(floor, fmt.Sprintf("%s: %.2f ms a GET, so at most %.0f samples/s (%.2f× the cache holding it all)", order, 1e3*perGET, ceiling, ceiling/a.med))
 	}
+	r.printf("\nMinIO's and toxiproxy's CPU per GET with the quarter cache, and the rate their CPU alone allows on %d cores at that case's GETs per sample, if the mount cost nothing: %s.\n", runtime.NumCPU(), strings.Join(floor, "; "))
 	r.printf("\n| order, cache holds it all | 0 ms | 20 ms | 50 ms | 100 ms | 50 ÷ 0 | 100 ÷ 0 |\n|---|---|---|---|---|---|---|\n")
 	for _, order := range []string{"global", "window"} {
 		var rates []stat
-		for _, ms := range []int{0, 20, 50, 100} {
-			s, _, _ := measure(order, all, ms)
+		for _, lat := range []int{0, 20, 50, 100} {
+			s, _ := measure(order, all, lat)
 			rates = append(rates, s)
 		}
 		r.printf("| %s | %s | %s | %s | %s | **%.2f×** | **%.2f×** |\n", order, rates[0], rates[1], rates[2], rates[3], rates[2].med/rates[0].med, rates[3].med/rates[0].med)

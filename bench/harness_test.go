@@ -214,13 +214,23 @@ func (d *daemon) peakRSS() int64 {
 // and one toxiproxy named name in front of it; stores is the --stores flag
 // of the six store buckets, reached through the proxy.
 func proxiedStores(t *testing.T, name string, extra ...string) (proxy *toxiproxy.Proxy, stores string) {
+	proxy, stores, _ = proxiedCluster(t, name, extra...)
+	return proxy, stores
+}
+
+// cluster is the processes behind proxiedCluster's stores, for their CPU time.
+type cluster struct{ minio, toxiproxy int }
+
+// proxiedCluster is proxiedStores, with the pids of MinIO and toxiproxy.
+func proxiedCluster(t *testing.T, name string, extra ...string) (proxy *toxiproxy.Proxy, stores string, pids cluster) {
 	srv := miniotest.Start(t, append([]string{"store0", "store1", "store2", "store3", "store4", "store5"}, extra...)...)
-	proxy = toxitest.Start(t).Proxy(name, srv.Addr)
+	tox := toxitest.Start(t)
+	proxy = tox.Proxy(name, srv.Addr)
 	var urls []string
 	for i := 0; i < 6; i++ {
 		urls = append(urls, fmt.Sprintf("http://%s/store%d/ds", proxy.Listen, i))
 	}
-	return proxy, "--stores=" + strings.Join(urls, ",")
+	return proxy, "--stores=" + strings.Join(urls, ","), cluster{srv.Pid(), tox.Pid()}
 }
 
 func exists(p string) func() bool {

@@ -151,6 +151,14 @@ func (s *Server) start() error {
 	return fmt.Errorf("minio on %s did not become ready in 60s", s.Addr)
 }
 
+// Pid is the MinIO process's (0 when it is not running), for its CPU time.
+func (s *Server) Pid() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Kill stops the process with SIGKILL and waits for it. It is idempotent.
 func (s *Server) Kill() {
 	if s.cmd == nil || s.cmd.Process == nil {

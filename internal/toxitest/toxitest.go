@@ -88,6 +88,9 @@ func Start(t testing.TB) *Server {
 
 // Proxy forwards a fresh loopback address to upstream (host:port) and
 // returns the proxy; its Listen field is the address to connect to.
+// Pid is the toxiproxy process's, for its CPU time.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 func (s *Server) Proxy(name, upstream string) *toxiproxy.Proxy {
 	s.t.Helper()
 	for tries := 1; ; tries++ {
