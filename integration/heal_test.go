@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -715,4 +716,66 @@ func listenLoopback(t *testing.T) net.Listener {
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln
+}
+
+// Issue 58: a mount hands each "heal needed" its reads return to the
+// hinter of the version that holds the shard. Under --follow, epoch 1 reads
+// version 2, whose appended shard lives under the append's ingest: a lost
+// fragment there must be hinted under that ingest and shard, and nothing
+// else hinted.
+func TestFollowHintsTheVersionItReads(t *testing.T) {
+	requireTool(t, "python3")
+	c := sharedCluster(t, 6)
+	specA := synth.Spec{Counts: []int{60, 40}, MinSize: 500, MaxSize: 3000, Seed: 91}
+	specB := synth.Spec{Counts: []int{30, 20}, MinSize: 500, MaxSize: 3000, Seed: 92, Tag: "new-"}
+	srcA, srcB, all := writeSource(t, specA), writeSource(t, specB), t.TempDir()
+	for _, s := range []synth.Spec{specA, specB} {
+		if _, err := synth.Write(all, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--data=4", "--parity=2", srcA, "fh"); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	ctx := context.Background()
+	s1 := c.store(t, 1)
+	before, err := s1.List(ctx, repository.DataPrefix("fh"))
+	if err != nil || len(before) != 1 {
+		t.Fatalf("store 1 holds %v (%v), want the one fragment of shard 0", before, err)
+	}
+	mp := mountShardfsEnv(t, nil, stores, "--batch-size=10", "--seed=3", "--follow", "--run=h1", "--report-wait=1m", "fh")
+	readIndexKeys(t, mp.dir, 0, 0) // epoch 0 recorded at version 1
+	if r := run(t, 2*time.Minute, nil, "ingest", stores, "--append", srcB, "fh"); r.code != 0 || !strings.Contains(r.stdout, "committed version 2") {
+		t.Fatalf("append: %v", r)
+	}
+	// The append's shard is shard 1; its data fragment 0 lies on store 1.
+	after, _ := s1.List(ctx, repository.DataPrefix("fh"))
+	var lost string
+	for _, k := range after {
+		if !slices.Contains(before, k) && strings.HasSuffix(k, "/00000001.00") {
+			lost = k
+		}
+	}
+	if lost == "" {
+		t.Fatalf("store 1 after the append holds %v: no fragment 0 of shard 1", after)
+	}
+	if err := s1.Delete(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	appendID := strings.Split(strings.TrimPrefix(lost, repository.DataPrefix("fh")), "/")[0]
+	checkEpochTars(t, mp.dir, all, 1) // version 2, byte for byte, shard 1 decoded
+	want := repository.HealHintKey("fh", appendID, 1)
+	var hints []string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if hints, err = s1.List(ctx, repository.HealHintPrefix("fh")); err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(hints, want) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !slices.Equal(hints, []string{want}) {
+		t.Fatalf("hints after reading version 2 with its shard 1 missing a fragment: %v, want only %s; mount log:\n%s", hints, want, mustRead(t, mp.log))
+	}
 }
