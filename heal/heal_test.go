@@ -259,7 +259,7 @@ func TestHintHealedDuringPause(t *testing.T) {
 	}
 	os.Remove(frags[0])
 	h := repository.NewHinter(stores, "ds", nil)
-	h.SetHeader(&ds.Manifest.Header)
+	h.SetVersion(ds.Manifest)
 	h.Heal(&erasure.HealNeeded{Shard: 1, Stores: []int{0}})
 	h.Heal(&erasure.HealNeeded{Shard: 1, Stores: []int{0}}) // once per shard
 	h.Close()
@@ -373,7 +373,7 @@ func TestNewVersionIsNotDamage(t *testing.T) {
 		}
 	}
 	h := repository.NewHinter(stores, "ds", nil)
-	h.SetHeader(&old.Manifest.Header)
+	h.SetVersion(old.Manifest)
 	h.Heal(&erasure.HealNeeded{Shard: 0, Stores: []int{0}})
 	h.Close()
 	waitState(ctx, t, stores, func(st *State) bool { return st.Version == res.Manifest.IngestID })

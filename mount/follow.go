@@ -177,7 +177,7 @@ func (f *follower) source(v int) (*fs.Source, error) {
 		f.mt.log.Warn("could not lease a followed version (read-only credentials?): shardfs gc cannot see that this mount reads it", "version", v, "err", err)
 	}
 	hinter := f.mt.hinterFor(f.stores)(base.Name)
-	hinter.SetHeader(&ds.Manifest.Header)
+	hinter.SetVersion(ds.Manifest)
 	pc := f.mt.readerCfg
 	pc.Heal = hinter.Heal // this version's shards
 	r := prefetch.New(ds, cat.(prefetch.ReadCatalog), f.mt.cache, f.mt.Metrics, pc, f.mt.log)

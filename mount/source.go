@@ -63,7 +63,7 @@ func openDatasetOrMix(ctx context.Context, stores []backend.Store, cfg Config, l
 		return nil, err
 	}
 	h := hinter(cfg.Name)
-	h.SetHeader(&ds.Manifest.Header)
+	h.SetVersion(ds.Manifest)
 	return datasetSource{ds, h}, nil
 }
 
@@ -76,7 +76,7 @@ func openMix(ctx context.Context, stores []backend.Store, names []string, log *s
 			return mixSource{}, fmt.Errorf("--mix: %w", err)
 		}
 		h := hinter(n)
-		h.SetHeader(&ds.Manifest.Header)
+		h.SetVersion(ds.Manifest)
 		parts, hinters = append(parts, ds), append(hinters, h)
 	}
 	mix, err := repository.NewMix(parts)

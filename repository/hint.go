@@ -26,17 +26,20 @@ type Hinter struct {
 	name   string
 	log    *slog.Logger
 	header atomic.Pointer[manifest.Header]
-	mu     sync.Mutex        // guards sent, closed and sends on queue
-	sent   map[int]time.Time // shard -> when last hinted
-	closed bool
-	queue  chan int
-	done   chan struct{}
+	shards atomic.Int64 // the version's
+	// strayWarned: a shard beyond the version was asked for, and said once.
+	strayWarned atomic.Bool
+	mu          sync.Mutex        // guards sent, closed and sends on queue
+	sent        map[int]time.Time // shard -> when last hinted
+	closed      bool
+	queue       chan int
+	done        chan struct{}
 }
 
 // hintEvery is how often one mount hints one shard at most.
 const hintEvery = time.Minute
 
-// NewHinter hints for dataset name on stores. Call SetHeader once the
+// NewHinter hints for dataset name on stores. Call SetVersion once the
 // dataset is open; until then nothing is hinted.
 func NewHinter(stores []backend.Store, name string, log *slog.Logger) *Hinter {
 	if log == nil {
@@ -48,13 +51,24 @@ func NewHinter(stores []backend.Store, name string, log *slog.Logger) *Hinter {
 	return h
 }
 
-// SetHeader gives the header of the version read, whose shards the hints name.
-func (h *Hinter) SetHeader(hd *manifest.Header) { h.header.Store(hd) }
+// SetVersion gives the version read, whose shards the hints name.
+func (h *Hinter) SetVersion(m *manifest.Manifest) {
+	h.shards.Store(int64(m.NumShards()))
+	h.header.Store(&m.Header)
+}
 
 // Heal queues a hint for the shard a read of this dataset found in need
-// of healing (numbered in the version given to SetHeader).
+// of healing (numbered in the version given to SetVersion). A shard that
+// version does not hold is not hinted: its key would name another
+// ingest's shard (a read of another version handed here by mistake).
 func (h *Hinter) Heal(need *erasure.HealNeeded) {
 	if h.header.Load() == nil {
+		return
+	}
+	if need.Shard < 0 || int64(need.Shard) >= h.shards.Load() {
+		if !h.strayWarned.Swap(true) {
+			h.log.Warn("a read asked to heal a shard its version does not hold: not hinted", "dataset", h.name, "shard", need.Shard, "shards", h.shards.Load())
+		}
 		return
 	}
 	h.mu.Lock()
