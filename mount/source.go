@@ -16,7 +16,7 @@ import (
 
 // source is what a mount serves: one dataset, or a mix of several. Every
 // place where the two differ asks the source, so that a mount decides
-// which it serves once, in openSource, and a third kind would be one more
+// which it serves once, in openDatasetOrMix, and a third kind would be one more
 // implementation.
 type source interface {
 	// parts are the datasets served; the first is the one the mount

@@ -22,11 +22,10 @@ import (
 // a hint; a shard is hinted at most once a minute per mount, and hints
 // beyond a short queue are dropped (the scrub still finds what they name).
 type Hinter struct {
-	stores []backend.Store
-	name   string
-	log    *slog.Logger
-	header atomic.Pointer[manifest.Header]
-	shards atomic.Int64 // the version's
+	stores  []backend.Store
+	name    string
+	log     *slog.Logger
+	version atomic.Pointer[manifest.Manifest] // whose shards the hints name
 	// strayWarned: a shard beyond the version was asked for, and said once.
 	strayWarned atomic.Bool
 	mu          sync.Mutex        // guards sent, closed and sends on queue
@@ -52,22 +51,20 @@ func NewHinter(stores []backend.Store, name string, log *slog.Logger) *Hinter {
 }
 
 // SetVersion gives the version read, whose shards the hints name.
-func (h *Hinter) SetVersion(m *manifest.Manifest) {
-	h.shards.Store(int64(m.NumShards()))
-	h.header.Store(&m.Header)
-}
+func (h *Hinter) SetVersion(m *manifest.Manifest) { h.version.Store(m) }
 
 // Heal queues a hint for the shard a read of this dataset found in need
 // of healing (numbered in the version given to SetVersion). A shard that
 // version does not hold is not hinted: its key would name another
 // ingest's shard (a read of another version handed here by mistake).
 func (h *Hinter) Heal(need *erasure.HealNeeded) {
-	if h.header.Load() == nil {
+	m := h.version.Load()
+	if m == nil {
 		return
 	}
-	if need.Shard < 0 || int64(need.Shard) >= h.shards.Load() {
+	if need.Shard < 0 || need.Shard >= m.NumShards() {
 		if !h.strayWarned.Swap(true) {
-			h.log.Warn("a read asked to heal a shard its version does not hold: not hinted", "dataset", h.name, "shard", need.Shard, "shards", h.shards.Load())
+			h.log.Warn("a read asked to heal a shard its version does not hold: not hinted", "dataset", h.name, "shard", need.Shard, "shards", m.NumShards())
 		}
 		return
 	}
@@ -95,7 +92,7 @@ func (h *Hinter) run() {
 	defer close(h.done)
 	host, _ := os.Hostname()
 	for shard := range h.queue {
-		hd := h.header.Load()
+		hd := h.version.Load()
 		key := HealHintKey(h.name, hd.ShardIngest(shard), shard)
 		b, _ := json.Marshal(hint{Shard: shard, Host: host, PID: os.Getpid(), Unix: time.Now().Unix()})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
