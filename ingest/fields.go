@@ -305,6 +305,11 @@ func (s *Source) warnStrata() {
 	for _, it := range s.Items {
 		counts[stratumName(it.Labels)]++
 	}
+	s.Warnings = append(s.Warnings, s.strataWarnings(counts, len(s.Items))...)
+}
+
+// strataWarnings are warnStrata's, of these samples per stratum (n in all).
+func (s *Source) strataWarnings(counts map[string]int, n int) (warnings []string) {
 	single, example := 0, ""
 	for name, n := range counts {
 		if n == 1 {
@@ -316,9 +321,10 @@ func (s *Source) warnStrata() {
 	}
 	fields := strings.Join(s.LabelFields, ",")
 	if single > 0 {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("%d of %d strata of the fields %s hold a single sample (e.g. %s): %s; to balance the strata themselves, use coarser --time-bucket or fewer --bins", single, len(counts), fields, example, s.sparseBalance()))
+		warnings = append(warnings, fmt.Sprintf("%d of %d strata of the fields %s hold a single sample (e.g. %s): %s; to balance the strata themselves, use coarser --time-bucket or fewer --bins", single, len(counts), fields, example, s.sparseBalance()))
 	}
-	if len(counts) > 1000 && len(counts)*16 > len(s.Items) {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("%d strata of the fields %s for %d samples, %.1f samples each: a batch cannot hold every stratum; use coarser --time-bucket or fewer --bins", len(counts), fields, len(s.Items), float64(len(s.Items))/float64(len(counts))))
+	if len(counts) > 1000 && len(counts)*16 > n {
+		warnings = append(warnings, fmt.Sprintf("%d strata of the fields %s for %d samples, %.1f samples each: a batch cannot hold every stratum; use coarser --time-bucket or fewer --bins", len(counts), fields, n, float64(n)/float64(len(counts))))
 	}
+	return warnings
 }

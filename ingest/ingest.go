@@ -54,6 +54,10 @@ type Options struct {
 	// mean less read for a rank whose samples lie in few of them. 0:
 	// manifest.DefaultGroupShards.
 	GroupShards int
+	// A streaming ingest's chunk (stream.go): its first shard's number
+	// in the dataset, and its strata as the stream numbers them.
+	shardBase int
+	strataOf  func(src *Source) ([]manifest.Stratum, []uint32)
 	// ReleaseSource says the caller is done with the source once it is
 	// planned: the plan drops each item's labels and field values as it
 	// copies them into the manifest, which the upload reads instead, so a
@@ -74,6 +78,9 @@ type Result struct {
 	// says why the others do not (run shardfs repair to restore them).
 	Copies     int
 	CopyErrors []error
+	// Chunks is how many chunks a streaming ingest read its source in (0:
+	// the source was read whole first).
+	Chunks int
 }
 
 // DefaultShardSize is the target shard size.
@@ -87,19 +94,11 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := src.checkApart(ctx, opts.Stores, opts.Name); err != nil {
-		return nil, err
-	}
-	ingestID := newIngestID()
-	opts.Lock.Logger = log
-	txn, ctx, err := repository.Begin(ctx, opts.Stores, opts.Name, ingestID, opts.Lock, log)
+	txn, ctx, ingestID, err := begin(ctx, src, opts, log)
 	if err != nil {
-		return nil, fmt.Errorf("ingest %s: %w", opts.Name, err)
+		return nil, err
 	}
 	defer txn.Release(context.WithoutCancel(ctx))
-	if err := txn.RefuseCommitted(ctx, opts.Force, ""); err != nil {
-		return nil, err
-	}
 	m, windows, err := plan(src, opts, ingestID)
 	if err != nil {
 		return nil, err
@@ -122,6 +121,27 @@ func Run(ctx context.Context, src *Source, opts Options) (*Result, error) {
 	res.OrphansPurged = txn.Purge(ctx, m)
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// begin starts an ingest of src (only its place is read) under a new
+// ingest id: it refuses a source in the stores' datasets, takes the lock,
+// and refuses to replace a committed dataset unless opts.Force. The caller
+// releases the Txn.
+func begin(ctx context.Context, src *Source, opts Options, log *slog.Logger) (*repository.Txn, context.Context, string, error) {
+	if err := src.checkApart(ctx, opts.Stores, opts.Name); err != nil {
+		return nil, ctx, "", err
+	}
+	ingestID := newIngestID()
+	opts.Lock.Logger = log
+	txn, ctx, err := repository.Begin(ctx, opts.Stores, opts.Name, ingestID, opts.Lock, log)
+	if err != nil {
+		return nil, ctx, "", fmt.Errorf("ingest %s: %w", opts.Name, err)
+	}
+	if err := txn.RefuseCommitted(ctx, opts.Force, ""); err != nil {
+		txn.Release(context.WithoutCancel(ctx))
+		return nil, ctx, "", err
+	}
+	return txn, ctx, ingestID, nil
 }
 
 // replaceLineage makes m, an ingest with --force, the next version of the
@@ -218,11 +238,13 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 	g.SetLimit(8)
 	for _, si := range shards {
 		g.Go(func() error {
-			b, err := manifest.EncodeIndex(manifest.ShardIndexOf(m, si))
+			x := manifest.ShardIndexOf(m, si)
+			x.Shard += opts.shardBase
+			b, err := manifest.EncodeIndex(x)
 			if err != nil {
 				return err
 			}
-			if err := repository.PutSome(gctx, opts.Stores, repository.IndexObject(opts.Name, m.ShardIngest(si), si), b, opts.Parity+1, write); err != nil {
+			if err := repository.PutSome(gctx, opts.Stores, repository.IndexObject(opts.Name, m.ShardIngest(si), opts.shardBase+si), b, opts.Parity+1, write); err != nil {
 				return fmt.Errorf("shard %d's index: %w", si, err)
 			}
 			sizes[si], sums[si] = int64(len(b)), manifest.IndexSum(b)
@@ -368,6 +390,11 @@ func plan(src *Source, opts Options, ingestID string) (m *manifest.Manifest, win
 	}
 	var strata []uint32
 	m.Strata, strata = src.strata()
+	if opts.strataOf != nil {
+		// A streaming ingest's chunk: its strata are numbered as the
+		// whole stream's (stream.go).
+		m.Strata, strata = opts.strataOf(src)
+	}
 	placed := place(src, strata, len(m.Strata), opts.Seed, opts.ShardSize)
 	shards := placed.shards
 	if opts.Format >= 2 {
@@ -508,9 +535,9 @@ func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, record
 			up, uctx := errgroup.WithContext(gctx)
 			for f, frag := range frags {
 				up.Go(func() error {
-					store := opts.Stores[codec.Placement(si, f)]
-					if err := write(uctx, store, repository.FragmentObject(opts.Name, m.ShardIngest(si), si, f), frag); err != nil {
-						return fmt.Errorf("upload shard %d fragment %d: %w", si, f, err)
+					store := opts.Stores[codec.Placement(opts.shardBase+si, f)]
+					if err := write(uctx, store, repository.FragmentObject(opts.Name, m.ShardIngest(si), opts.shardBase+si, f), frag); err != nil {
+						return fmt.Errorf("upload shard %d fragment %d: %w", opts.shardBase+si, f, err)
 					}
 					return nil
 				})

@@ -244,68 +244,112 @@ func notAnObject(line []byte) error {
 // scanJSONLRecords reads a JSONL corpus's records, holding their metadata
 // only: each line's place, its members' sizes and its fields.
 func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
-	f, err := os.Open(name)
+	r, err := openJSONL(name, o)
 	if err != nil {
-		return nil, fmt.Errorf("corpus %s: %w", name, err)
+		return nil, err
 	}
-	defer f.Close()
-	limit := o.MaxRecordSize
-	if limit <= 0 || limit > manifest.MaxShardSize {
-		limit = manifest.MaxShardSize
-	}
-	seen := map[string]int{}
+	defer r.close()
 	batch := recordBatch{file: name}
-	// A line holds one record, its members JSON strings: it may take
-	// twice the record bound (escapes), and 64 KiB for its fields, and
-	// is refused as it is read past that, never held whole.
-	maxLine := 2*limit + 64<<10
-	br := bufio.NewReaderSize(newLineBound(skipBOM(f), maxLine), 1<<20)
-	var off int64
-	if n, ok := bomLen(name); ok {
-		off = n
-	}
-	for lineNo := 1; ; lineNo++ {
-		b, err := br.ReadBytes('\n')
-		if len(b) == 0 && err == io.EOF {
-			break
-		}
-		if long := (*LineTooLongError)(nil); errors.As(err, &long) {
-			return nil, fmt.Errorf("corpus %s line %d: longer than %d bytes, so its record cannot fit --max-record-size %d (a line may take twice the record's bytes, for escapes, and 64KiB for its fields); it was refused before it was read whole: raise --max-record-size, or split the record", name, long.Line, maxLine, limit)
-		}
-		if err != nil && err != io.EOF {
-			return nil, fmt.Errorf("corpus %s line %d: %w", name, lineNo, err)
-		}
-		at := off
-		off += int64(len(b))
-		if len(bytes.TrimSpace(b)) == 0 {
-			continue
-		}
-		key, names, bodies, fields, err := jsonlRecord(b, o, lineNo)
-		if err != nil {
-			return nil, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
-		}
-		if err := manifest.CheckKey(key); err != nil {
-			return nil, fmt.Errorf("corpus %s line %d: key %q: %v", name, lineNo, key, err)
-		}
-		if prev, dup := seen[key]; dup {
-			return nil, fmt.Errorf("corpus %s line %d: key %q again, after line %d: two records with one key; give every record its own --key", name, lineNo, key, prev)
-		}
-		seen[key] = lineNo
-		r := wdsRecord{key: key, off: at, line: lineNo, lineLen: int64(len(b))}
-		if err := batch.setFields(&r, fields, name); err != nil {
-			return nil, err
-		}
-		if err := batch.addMembers(&r, names, bodies, limit); err != nil {
-			return nil, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
-		}
-		batch.records = append(batch.records, r)
-		releaseHuge(r.lineLen)
+	if _, err := r.read(&batch, nil); err != nil {
+		return nil, err
 	}
 	if len(batch.records) == 0 {
 		return nil, fmt.Errorf("corpus %s: %w: no line holds a record", name, ErrEmpty)
 	}
 	batch.doneReading()
 	return recordSource(&Source{Root: filepath.Dir(name)}, "corpus "+name, o, []recordBatch{batch})
+}
+
+// jsonlReader reads a JSONL corpus's records front to back, a batch at a
+// time: the whole corpus for a scan, a chunk of it for a streaming ingest
+// (stream.go). A key is checked against the keys of the batch it is in;
+// a streaming ingest checks the others at its end.
+type jsonlReader struct {
+	name   string
+	o      ScanOptions
+	f      *os.File
+	br     *bufio.Reader
+	limit  int64
+	off    int64 // of the next line in the file
+	lineNo int   // of the last line read
+	seen   map[string]int
+}
+
+func openJSONL(name string, o ScanOptions) (*jsonlReader, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("corpus %s: %w", name, err)
+	}
+	limit := o.MaxRecordSize
+	if limit <= 0 || limit > manifest.MaxShardSize {
+		limit = manifest.MaxShardSize
+	}
+	// A line holds one record, its members JSON strings: it may take
+	// twice the record bound (escapes), and 64 KiB for its fields, and
+	// is refused as it is read past that, never held whole.
+	maxLine := 2*limit + 64<<10
+	r := &jsonlReader{name: name, o: o, f: f, limit: limit, br: bufio.NewReaderSize(newLineBound(skipBOM(f), maxLine), 1<<20)}
+	if n, ok := bomLen(name); ok {
+		r.off = n
+	}
+	return r, nil
+}
+
+func (r *jsonlReader) close() { r.f.Close() }
+
+// read appends the next records to batch until full says it holds
+// enough (given its records and their bytes; nil: never), or the corpus
+// ends; done says it ended.
+func (r *jsonlReader) read(batch *recordBatch, full func(records int, bytes int64) bool) (done bool, err error) {
+	name, o, limit := r.name, r.o, r.limit
+	r.seen = map[string]int{}
+	var bytesRead int64
+	for {
+		if full != nil && full(len(batch.records), bytesRead) {
+			return false, nil
+		}
+		b, err := r.br.ReadBytes('\n')
+		if len(b) == 0 && err == io.EOF {
+			return true, nil
+		}
+		r.lineNo++
+		lineNo := r.lineNo
+		if long := (*LineTooLongError)(nil); errors.As(err, &long) {
+			maxLine := 2*limit + 64<<10
+			return false, fmt.Errorf("corpus %s line %d: longer than %d bytes, so its record cannot fit --max-record-size %d (a line may take twice the record's bytes, for escapes, and 64KiB for its fields); it was refused before it was read whole: raise --max-record-size, or split the record", name, long.Line, maxLine, limit)
+		}
+		if err != nil && err != io.EOF {
+			return false, fmt.Errorf("corpus %s line %d: %w", name, lineNo, err)
+		}
+		at := r.off
+		r.off += int64(len(b))
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		key, names, bodies, fields, err := jsonlRecord(b, o, lineNo)
+		if err != nil {
+			return false, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
+		}
+		if err := manifest.CheckKey(key); err != nil {
+			return false, fmt.Errorf("corpus %s line %d: key %q: %v", name, lineNo, key, err)
+		}
+		if prev, dup := r.seen[key]; dup {
+			return false, fmt.Errorf("corpus %s line %d: key %q again, after line %d: two records with one key; give every record its own --key", name, lineNo, key, prev)
+		}
+		r.seen[key] = lineNo
+		rec := wdsRecord{key: key, off: at, line: lineNo, lineLen: int64(len(b))}
+		if err := batch.setFields(&rec, fields, name); err != nil {
+			return false, err
+		}
+		if err := batch.addMembers(&rec, names, bodies, limit); err != nil {
+			return false, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
+		}
+		batch.records = append(batch.records, rec)
+		for _, m := range rec.members {
+			bytesRead += int64(m.Size)
+		}
+		releaseHuge(rec.lineLen)
+	}
 }
 
 // hugeRecord is the size from which a record's transient copies (its

@@ -116,7 +116,7 @@ func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	onceEach(t, "single process", srcStore.reads, 24)
-	readsBack(t, single.Stores, "single", want)
+	recordsBack(t, single.Stores, "single", want)
 
 	dist := base
 	dist.Name, dist.Stores = "dist", localStores(t, t.TempDir(), 3)
@@ -135,7 +135,7 @@ func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameManifest(t, res.Manifest, ds.Manifest)
-	readsBack(t, dist.Stores, "dist", want)
+	recordsBack(t, dist.Stores, "dist", want)
 
 	// A source of one window is read so too (it was read record by record:
 	// 10,000 records from MinIO at 0.8 MB/s).
@@ -149,7 +149,7 @@ func TestWindowsReadEachSourceShardOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	onceEach(t, "one window", srcStore.reads, 24)
-	readsBack(t, one.Stores, "one", want)
+	recordsBack(t, one.Stores, "one", want)
 }
 
 func onceEach(t *testing.T, what string, reads map[string][][2]int64, shards int) {
@@ -170,31 +170,3 @@ func onceEach(t *testing.T, what string, reads map[string][][2]int64, shards int
 	}
 }
 
-// readsBack checks that every record of dataset name holds its members,
-// byte for byte, in stored order.
-func readsBack(t *testing.T, stores []backend.Store, name string, want map[string]map[string][]byte) {
-	t.Helper()
-	ctx := context.Background()
-	ds, err := repository.Open(ctx, stores, name, repository.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := ds.Manifest
-	if m.Samples.Len() != len(want) {
-		t.Fatalf("%s holds %d records, want %d", name, m.Samples.Len(), len(want))
-	}
-	for i := 0; i < m.Samples.Len(); i++ {
-		got, err := ds.ReadSample(ctx, i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		members := want[m.Samples.Key(i)]
-		var expect []byte
-		for _, name := range m.Members {
-			expect = append(expect, members[name]...)
-		}
-		if !bytes.Equal(got, expect) {
-			t.Fatalf("%s: record %s: %d bytes differ from its members' %d", name, m.Samples.Key(i), len(got), len(expect))
-		}
-	}
-}

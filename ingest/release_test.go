@@ -73,7 +73,7 @@ func TestReleasedSourceCommitsTheSameAndIsNotPlannedAgain(t *testing.T) {
 			t.Fatalf("sample %d (%s): fields %q, want %q with its caption", i, b.Samples.Key(i), got, exp)
 		}
 	}
-	readsBack(t, released.Stores, "released", want)
+	recordsBack(t, released.Stores, "released", want)
 
 	again := released
 	again.Name = "again"

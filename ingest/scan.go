@@ -37,8 +37,9 @@ type Item struct {
 	// and Parquet sources); nil for a file per sample. Size is their sum.
 	Members []MemberAt
 	// lineAt and lineLen place a JSONL record's line in Path: its bytes
-	// are made from it again at upload (0: a WebDataset record). With row,
-	// lineAt is a Parquet record's row in Path.
+	// are made from it again at upload (lineLen 0: a WebDataset record,
+	// whose first header lineAt is, for messages). With row, lineAt is a
+	// Parquet record's row in Path.
 	lineAt, lineLen int64
 	row             bool
 	// summed: sum is the CRC32C of the record's bytes as the scan read
@@ -61,6 +62,20 @@ func (it *Item) Where() string {
 		return fmt.Sprintf("record %q in %s", it.Key, it.Path)
 	}
 	return fmt.Sprintf("line %d (%s)", it.Line, it.Key)
+}
+
+// recordAt names a record's place in its file for a message, as the scan
+// names it (wdsRecord.where).
+func (it *Item) recordAt() string {
+	switch {
+	case it.row:
+		return fmt.Sprintf("parquet %s row %d", it.Path, it.lineAt)
+	case it.lineLen > 0:
+		return fmt.Sprintf("%s line %d", it.Path, it.Line)
+	case it.Members != nil:
+		return fmt.Sprintf("shard %s at offset %d", it.Path, it.lineAt)
+	}
+	return it.Where()
 }
 
 // Source is a scanned input.
@@ -92,6 +107,10 @@ type Source struct {
 	Symlinks, Outside int
 
 	realRoot string // Root with its symbolic links resolved, for listings
+
+	// fixedFields: Fields are given, not read (a streaming ingest's chunk
+	// after the first, stream.go), and a record with another is refused.
+	fixedFields bool
 
 	indexOnce sync.Once
 	index     map[string]int // key -> item, built by keyIndex

@@ -358,10 +358,21 @@ func recordSource(s *Source, what string, o ScanOptions, batches []recordBatch) 
 			}
 		}
 	}
-	for k := range names {
-		s.Fields = append(s.Fields, k)
+	if s.fixedFields {
+		for k := range names {
+			if !slices.Contains(s.Fields, k) {
+				return nil, fmt.Errorf("%s: a record's .json member has the field %q, which no record of the first chunk has (they have: %s): a streaming ingest fixes the fields from its first chunk of records; give every record the same fields (a missing value can be null), or read the source whole with --stream=false", what, k, strings.Join(s.Fields, ", "))
+			}
+		}
+		for _, f := range s.Fields {
+			names[f] = true
+		}
+	} else {
+		for k := range names {
+			s.Fields = append(s.Fields, k)
+		}
+		sort.Strings(s.Fields)
 	}
-	sort.Strings(s.Fields)
 	if labelled {
 		s.LabelFields = append(s.LabelFields, o.Label)
 	}
@@ -401,9 +412,7 @@ func recordSource(s *Source, what string, o ScanOptions, batches []recordBatch) 
 			r := &batch.records[k]
 			it := Item{Key: r.key, Path: batch.file, Line: r.line, Members: r.members, sum: r.sum, summed: true,
 				Fields: make([]string, 0, len(s.Fields)), Labels: make([]string, 0, len(s.LabelFields))}
-			if r.line > 0 || r.row {
-				it.lineAt, it.lineLen, it.row = r.off, r.lineLen, r.row
-			}
+			it.lineAt, it.lineLen, it.row = r.off, r.lineLen, r.row
 			for k := range it.Members { // the record's own array, its names made the source's
 				it.Members[k].Name = global[it.Members[k].Name]
 				it.Size += int64(it.Members[k].Size)

@@ -92,12 +92,32 @@ func TestWebDatasetRecordsOnMinIO(t *testing.T) {
 	if w.records != 10000 {
 		t.Fatalf("the set holds %d records", w.records)
 	}
-	r := run(t, 5*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=1MiB", "--strata=source", "--bins=aesthetic=4", src, "pairs")
-	if r.code != 0 || !strings.Contains(r.stdout, "committed pairs: 10000 samples in 20 strata") {
-		t.Fatalf("ingest: %v", r)
+	// Quantile bins need every record read first; bins of given edges
+	// let the ingest stream the source, a chunk at a time (issue 59).
+	for _, tc := range []struct{ name, bins, how string }{
+		{"pairs", "--bins=aesthetic=4", ""},
+		{"streamed", "--bins=aesthetic=0,2.5,5,7.5,10", "read once, in "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, 5*time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=1MiB", "--strata=source", tc.bins, src, tc.name)
+			if r.code != 0 || !strings.Contains(r.stdout, "committed "+tc.name+": 10000 samples in 20 strata") {
+				t.Fatalf("ingest: %v", r)
+			}
+			if streamed := strings.Contains(r.stdout, "read once, in "); streamed != (tc.how != "") || streamed && strings.Contains(r.stdout, "read once, in 1 chunks") {
+				t.Fatalf("ingest %s: streamed %v, want %v in many chunks: %v", tc.name, streamed, tc.how != "", r)
+			}
+			checkRecordsMount(t, stores, tc.name, w)
+		})
 	}
+}
+
+// checkRecordsMount mounts dataset name of the records w read from their
+// source, with 2 ranks and 2 epochs, and checks every member of every
+// batch byte for byte, the strata of each batch, samples/ and the loader.
+func checkRecordsMount(t *testing.T, stores, name string, w *wdsSource) {
+	t.Helper()
 	const B, W = 40, 2
-	mnt := mountShardfs(t, stores, fmt.Sprintf("--batch-size=%d", B), fmt.Sprintf("--world-size=%d", W), "--rank=all", "--epochs=2", "pairs")
+	mnt := mountShardfs(t, stores, fmt.Sprintf("--batch-size=%d", B), fmt.Sprintf("--world-size=%d", W), "--rank=all", "--epochs=2", name)
 	var info struct {
 		Classes []string `json:"classes"`
 		Dataset struct {

@@ -239,3 +239,46 @@ func (t *Txn) Purge(ctx context.Context, m *manifest.Manifest) int {
 	}
 	return n
 }
+
+// Abandon deletes every object of ingest id, which this Txn ran and did
+// not commit: its fragments, shard indexes and group objects. A streaming
+// ingest refused part way (a bad record, two records with one key) calls
+// it, so that the stores are left as it found them. It returns how many
+// objects it deleted, and the first store that could not list or delete
+// (what is left, gc or the next ingest's Purge removes).
+//
+// Why it deletes nothing current: id is this run's own, made fresh when
+// it began (no other run writes under it), and the run has not reached
+// Commit's commit point, so no manifest on any store, committed or
+// pending, names id. The lock is held, so no commit of another run can
+// name it either. A kill part way leaves some of id's objects: orphans
+// no version reads, which the next Purge or gc removes.
+func (t *Txn) Abandon(ctx context.Context, id string) (int, error) {
+	n := 0
+	var firstErr error
+	for _, s := range t.Stores {
+		for _, prefix := range []string{DataPrefix(t.Name), IndexPrefix(t.Name), GroupPrefix(t.Name)} {
+			keys, err := s.List(ctx, prefix+id+"/")
+			if err != nil {
+				firstErr = cmpErr(firstErr, fmt.Errorf("store %s: list %s: %w", s, prefix+id, err))
+				continue
+			}
+			for _, k := range keys {
+				if err := s.Delete(ctx, k); err != nil {
+					firstErr = cmpErr(firstErr, fmt.Errorf("store %s: delete %s: %w", s, k, err))
+					continue
+				}
+				n++
+			}
+		}
+	}
+	return n, firstErr
+}
+
+// cmpErr keeps the first error.
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}

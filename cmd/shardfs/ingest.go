@@ -35,6 +35,7 @@ type ingestFlags struct {
 	label           string   // records: the field the model learns
 	strata          []string // records: the fields that make strata besides
 	maxRecord       string   // records: the largest record accepted
+	stream          bool     // records: read once, a chunk at a time
 	members         []string // a JSONL corpus: FIELD=NAME, fields made members
 	keyField        string   // a JSONL corpus: the field that keys a record
 	// openSource opens a source given as a store URL (WebDataset shards
@@ -209,6 +210,7 @@ never writes over this one's fragments.`,
 	fl.StringSliceVar(&f.strata, "strata", nil, "records: fields of each record's .json member that make strata besides the label, e.g. source,lang (every batch mirrors their mix)")
 	fl.StringArrayVar(&f.timeBuckets, "time-bucket", nil, "FIELD=SPAN: add to the stratum the bucket of a timestamp field, e.g. time=30d (units s, m, h, d, w; buckets align to Unix time 0); repeatable")
 	fl.StringArrayVar(&f.bins, "bins", nil, "FIELD=N or FIELD=E0,E1,...: add to the stratum the range of a numeric field, N quantile ranges of the data or explicit edges, e.g. len=8 or len=0,128,512,2048; repeatable")
+	fl.BoolVar(&f.stream, "stream", true, "records (WebDataset shards, a .jsonl corpus): read the source once, a chunk of at most 32,768 records or 4 shards' bytes at a time, and upload each chunk as it is read, so memory stays flat however many records there are. A source of one chunk is placed whole, as without it. Each chunk's shards mirror the chunk's stratum mix (the mount's batches mirror the whole mix either way), strata are numbered as they first appear, the first chunk's records fix the fields, and the metadata is format 2 (--format 3 also). --stream=false reads the source whole first, holding about 600 bytes a record, to place each shard from the whole source's mix, or to cut --bins at quantiles")
 	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
 	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 3: format 2's index objects under a root of per-group class counts (a few bytes a shard, what every node reads) and a group object per 1,024 shards (--group-shards), for datasets of millions of shards; a mount reads a group object when its ranks first read one of its samples. 0 (default): 2 from %d samples up, else 1", format2From))
@@ -228,58 +230,12 @@ const format2From = 1_000_000
 
 // ingestOptions parses the size flags and scans the source.
 func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log *slog.Logger) (*ingest.Source, ingest.Options, error) {
-	shardSize, err := humanize.ParseBytes(f.shardSize)
+	so, opts, err := ingestFlagOptions(f, src, name, stores, log)
 	if err != nil {
-		return nil, ingest.Options{}, fmt.Errorf("--shard-size %q: %v (use e.g. 64MiB)", f.shardSize, err)
-	}
-	blockSize, err := humanize.ParseBytes(f.blockSize)
-	if err != nil || blockSize > erasure.MaxBlockSize {
-		return nil, ingest.Options{}, fmt.Errorf("--block-size %q: use a size up to 1MiB, e.g. 64KiB", f.blockSize)
-	}
-	if f.format < 0 || f.format > 3 {
-		return nil, ingest.Options{}, fmt.Errorf("--format %d: use 1, 2 or 3, or 0 to choose by the dataset's size", f.format)
-	}
-	so := ingest.ScanOptions{LabelFields: f.labelFields, FollowSymlinks: f.followLinks, Label: f.label, Strata: f.strata}
-	maxRecord, err := humanize.ParseBytes(f.maxRecord)
-	if err != nil || maxRecord == 0 || maxRecord > manifest.MaxShardSize {
-		return nil, ingest.Options{}, fmt.Errorf("--max-record-size %q: use a size from 1B to 2GiB-1, e.g. 256MiB", f.maxRecord)
-	}
-	so.MaxRecordSize = int64(maxRecord)
-	for _, v := range f.members {
-		mf, err := ingest.ParseMemberField(v)
-		if err != nil {
-			return nil, ingest.Options{}, err
-		}
-		so.Members = append(so.Members, mf)
-	}
-	so.KeyField = f.keyField
-	for _, v := range f.timeBuckets {
-		tb, err := ingest.ParseTimeBucket(v)
-		if err != nil {
-			return nil, ingest.Options{}, err
-		}
-		so.TimeBuckets = append(so.TimeBuckets, tb)
-	}
-	for _, v := range f.bins {
-		b, err := ingest.ParseBins(v)
-		if err != nil {
-			return nil, ingest.Options{}, err
-		}
-		so.Bins = append(so.Bins, b)
-	}
-	if f.groupShards < 1 || f.groupShards > manifest.MaxGroupShards {
-		return nil, ingest.Options{}, fmt.Errorf("--group-shards %d: use 1 to %d", f.groupShards, manifest.MaxGroupShards)
-	}
-	if f.groupShards != manifest.DefaultGroupShards && f.format != 3 {
-		return nil, ingest.Options{}, fmt.Errorf("--group-shards %d: group objects are written in metadata format 3 only; add --format 3", f.groupShards)
+		return nil, ingest.Options{}, err
 	}
 	var source *ingest.Source
-	if strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://") {
-		// WebDataset shards on a store: its .tar objects, read with
-		// ranged GETs.
-		if so.Store, err = f.openSource(src); err != nil {
-			return nil, ingest.Options{}, fmt.Errorf("source %s: %w", src, err)
-		}
+	if so.Store != nil {
 		source, err = ingest.ScanStore(context.Background(), so)
 	} else {
 		source, err = ingest.ScanWith(src, so)
@@ -287,25 +243,88 @@ func ingestOptions(f *ingestFlags, src, name string, stores []backend.Store, log
 	if err != nil {
 		return nil, ingest.Options{}, err
 	}
-	for _, w := range source.Warnings {
-		fmt.Fprintf(os.Stderr, "warning: source %s: %s\n", src, w)
-	}
-	if source.Symlinks > 0 {
-		fmt.Fprintf(os.Stderr, "source %s: followed %d symbolic links, %d of them out of the source\n", src, source.Symlinks, source.Outside)
-	}
-	format := f.format
-	if format == 0 {
+	printSourceNotes(src, source.Warnings, source.Symlinks, source.Outside)
+	if opts.Format == 0 {
 		// A pure function of the listing, so every part of a distributed
 		// ingest chooses the same.
-		format = 1
+		opts.Format = 1
 		if len(source.Items) >= format2From {
-			format = 2
+			opts.Format = 2
 		}
 	}
-	return source, ingest.Options{
+	opts.ReleaseSource = true // each command scans its source for one plan
+	return source, opts, nil
+}
+
+// printSourceNotes says what a scan noticed but accepted.
+func printSourceNotes(src string, warnings []string, symlinks, outside int) {
+	for _, w := range warnings {
+		fmt.Fprintf(os.Stderr, "warning: source %s: %s\n", src, w)
+	}
+	if symlinks > 0 {
+		fmt.Fprintf(os.Stderr, "source %s: followed %d symbolic links, %d of them out of the source\n", src, symlinks, outside)
+	}
+}
+
+// ingestFlagOptions parses the flags into what a scan and an ingest take;
+// a store URL as the source is opened (so.Store). Format is the flag's (0:
+// choose).
+func ingestFlagOptions(f *ingestFlags, src, name string, stores []backend.Store, log *slog.Logger) (ingest.ScanOptions, ingest.Options, error) {
+	shardSize, err := humanize.ParseBytes(f.shardSize)
+	if err != nil {
+		return ingest.ScanOptions{}, ingest.Options{}, fmt.Errorf("--shard-size %q: %v (use e.g. 64MiB)", f.shardSize, err)
+	}
+	blockSize, err := humanize.ParseBytes(f.blockSize)
+	if err != nil || blockSize > erasure.MaxBlockSize {
+		return ingest.ScanOptions{}, ingest.Options{}, fmt.Errorf("--block-size %q: use a size up to 1MiB, e.g. 64KiB", f.blockSize)
+	}
+	if f.format < 0 || f.format > 3 {
+		return ingest.ScanOptions{}, ingest.Options{}, fmt.Errorf("--format %d: use 1, 2 or 3, or 0 to choose by the dataset's size", f.format)
+	}
+	so := ingest.ScanOptions{LabelFields: f.labelFields, FollowSymlinks: f.followLinks, Label: f.label, Strata: f.strata}
+	maxRecord, err := humanize.ParseBytes(f.maxRecord)
+	if err != nil || maxRecord == 0 || maxRecord > manifest.MaxShardSize {
+		return ingest.ScanOptions{}, ingest.Options{}, fmt.Errorf("--max-record-size %q: use a size from 1B to 2GiB-1, e.g. 256MiB", f.maxRecord)
+	}
+	so.MaxRecordSize = int64(maxRecord)
+	for _, v := range f.members {
+		mf, err := ingest.ParseMemberField(v)
+		if err != nil {
+			return ingest.ScanOptions{}, ingest.Options{}, err
+		}
+		so.Members = append(so.Members, mf)
+	}
+	so.KeyField = f.keyField
+	for _, v := range f.timeBuckets {
+		tb, err := ingest.ParseTimeBucket(v)
+		if err != nil {
+			return ingest.ScanOptions{}, ingest.Options{}, err
+		}
+		so.TimeBuckets = append(so.TimeBuckets, tb)
+	}
+	for _, v := range f.bins {
+		b, err := ingest.ParseBins(v)
+		if err != nil {
+			return ingest.ScanOptions{}, ingest.Options{}, err
+		}
+		so.Bins = append(so.Bins, b)
+	}
+	if f.groupShards < 1 || f.groupShards > manifest.MaxGroupShards {
+		return ingest.ScanOptions{}, ingest.Options{}, fmt.Errorf("--group-shards %d: use 1 to %d", f.groupShards, manifest.MaxGroupShards)
+	}
+	if f.groupShards != manifest.DefaultGroupShards && f.format != 3 {
+		return ingest.ScanOptions{}, ingest.Options{}, fmt.Errorf("--group-shards %d: group objects are written in metadata format 3 only; add --format 3", f.groupShards)
+	}
+	if strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://") {
+		// WebDataset shards on a store: its .tar objects, read with
+		// ranged GETs.
+		if so.Store, err = f.openSource(src); err != nil {
+			return ingest.ScanOptions{}, ingest.Options{}, fmt.Errorf("source %s: %w", src, err)
+		}
+	}
+	return so, ingest.Options{
 		Name: name, Stores: stores, Data: f.data, Parity: f.parity, BlockSize: int(blockSize),
-		ShardSize: int64(shardSize), Seed: f.seed, Force: f.force, Logger: log, Format: format, GroupShards: f.groupShards,
-		ReleaseSource: true, // each command scans its source for one plan
+		ShardSize: int64(shardSize), Seed: f.seed, Force: f.force, Logger: log, Format: f.format, GroupShards: f.groupShards,
 	}, nil
 }
 
@@ -355,6 +374,25 @@ func runDryRun(log *slog.Logger, out io.Writer, f *ingestFlags, src, name string
 }
 
 func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []backend.Store, f *ingestFlags, src, name string) (*ingest.Result, error) {
+	if f.stream && f.format != 1 {
+		st, opts, err := openStream(ctx, f, src, name, stores, log)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
+			defer st.Close()
+			bar := newProgress("ingest "+name+" (sample bytes uploaded)", -1) // the total is known at the end
+			opts.Progress = bar.Add
+			res, err := ingest.RunStream(ctx, st, opts)
+			bar.Finish()
+			if err != nil {
+				return nil, err
+			}
+			printSourceNotes(src, st.Warnings, 0, 0)
+			printCommitted(out, name, res, len(stores), true)
+			return res, nil
+		}
+	}
 	source, opts, err := ingestOptions(f, src, name, stores, log)
 	if err != nil {
 		return nil, err
@@ -372,6 +410,30 @@ func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 	}
 	printCommitted(out, name, res, len(stores), true)
 	return res, nil
+}
+
+// openStream opens src for a streaming ingest (ingest.OpenStream): nil
+// for a source that is read whole first, said in the log.
+func openStream(ctx context.Context, f *ingestFlags, src, name string, stores []backend.Store, log *slog.Logger) (*ingest.Stream, ingest.Options, error) {
+	so, opts, err := ingestFlagOptions(f, src, name, stores, log)
+	if err != nil {
+		return nil, opts, err
+	}
+	var st *ingest.Stream
+	var ok bool
+	var why string
+	if so.Store != nil {
+		st, ok, why, err = ingest.OpenStoreStream(ctx, so)
+	} else {
+		st, ok, why, err = ingest.OpenStream(src, so)
+	}
+	if err != nil || !ok {
+		if why != "" {
+			log.Info("the source is read whole before it is placed", "source", src, "why", why)
+		}
+		return nil, opts, err
+	}
+	return st, opts, nil
 }
 
 // runAppend appends SRC to dataset name: erasure and format flags only if
@@ -505,6 +567,13 @@ func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, 
 		fmt.Fprintf(out, "  %s of samples, %s stored (%.2fx); every fragment checked and the manifest committed in %s\n",
 			humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
 			float64(res.StoredBytes)/float64(max(res.Bytes, 1)), res.Elapsed.Round(1e6))
+	}
+	if res.Chunks > 0 {
+		format := 2
+		if m.Root != nil {
+			format = 3
+		}
+		fmt.Fprintf(out, "  read once, in %d chunks of records (--stream); metadata format %d\n", res.Chunks, format)
 	}
 	printStrata(out, m.Strata)
 	if len(m.Members) > 0 {

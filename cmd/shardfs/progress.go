@@ -50,6 +50,10 @@ func (p *progress) Add(n int64) {
 	p.done += n
 	if time.Since(p.last) >= 5*time.Second || p.done == p.total {
 		p.last = time.Now()
+		if p.total < 0 {
+			fmt.Fprintf(p.w, "%s: %s\n", p.what, humanize.IBytes(uint64(p.done)))
+			return
+		}
 		fmt.Fprintf(p.w, "%s: %s / %s (%.0f%%)\n", p.what, humanize.IBytes(uint64(p.done)), humanize.IBytes(uint64(p.total)),
 			100*float64(p.done)/float64(max(p.total, 1)))
 	}

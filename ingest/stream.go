@@ -1,0 +1,554 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/erasure"
+	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
+)
+
+// A streaming ingest reads a source of records once, front to back, a
+// chunk at a time, and holds one chunk: its records' metadata (about 600
+// bytes a record) and, while a window uploads, the window's bytes. Memory
+// is bounded by the chunk, not by the source (issue 59: a whole scan held
+// 3.2 GB for 5,000,000 records).
+//
+// Each chunk is planned as a source of its own would be (place.go: its
+// windows, each output shard mirroring its window's stratum mix), and its
+// shards are numbered after the chunks before it. The chunk's shards and
+// their indexes go to the stores as it is done, and what the commit needs
+// of them stays: per shard, its size, samples, index reference and count
+// per stratum; per stratum, its name and count. So the metadata written
+// is format 2 or 3, whose top-level manifest is those counts.
+//
+// What a whole scan decides from every record is decided from what is
+// known when a chunk is read:
+//   - strata are numbered in the order they first appear, not by name;
+//   - the fields are the first chunk's, and a later record with another
+//     is refused, naming it;
+//   - member names are numbered in the order they first appear, as a
+//     whole scan numbers them;
+//   - --bins cut at quantiles need every value, so a streaming ingest
+//     takes them from the edges given (a whole scan cuts the quantiles);
+//   - a key is checked against its chunk's as it is read, and against
+//     every other at the end (keys.go: sorted runs on local disk, merged),
+//     before the commit.
+//
+// A refusal part way (a bad record, a key given twice) deletes what the
+// ingest wrote (repository.Txn.Abandon), and commits nothing: the stores
+// are left as it found them.
+
+// streamChunkRecords bounds the records of a chunk once it holds a
+// shard's bytes; a chunk also ends at about readWindow bytes of records.
+// A chunk of tiny records is so about a shard and a bit: its last shard,
+// part full, goes on to the next (streamChunks), so shards are full.
+const streamChunkRecords = 1 << 13
+
+// chunkFull says a chunk of n records of these bytes is done.
+func chunkFull(n int, bytes, shardSize int64) bool {
+	return bytes >= readWindow(shardSize) || n >= streamChunkRecords && bytes >= shardSize
+}
+
+// Stream is a source of records read once, front to back: local WebDataset
+// shards, WebDataset shards on a store, or a JSONL corpus.
+type Stream struct {
+	src  string // the source as given, for messages
+	root string
+	o    ScanOptions
+	// Warnings say what the ingest noticed but accepted (Source.Warnings).
+	Warnings []string
+
+	shards []string // WebDataset shards, in order
+	files  sourceFiles
+	store  backend.Store
+	gz     *gzSizes
+	next   int           // the next shard to read
+	queue  []recordBatch // shards read whose records are not all chunked
+
+	corpus *jsonlReader
+	ended  bool
+
+	shardSize int64 // the ingest's, which bounds a chunk's bytes
+	chunks    int
+	members   []string // member names so far, in order of first appearance
+	fields    []string // the first chunk's fields (before any is derived)
+}
+
+// OpenStream opens src for a streaming ingest: WebDataset shards (a
+// directory, a .tar or a glob) or a JSONL corpus (with o.Members). ok is
+// false, with the reason, for a source read whole: a listing or a tree
+// of files (their metadata is small), a Parquet file, or quantile --bins.
+func OpenStream(src string, o ScanOptions) (st *Stream, ok bool, why string, err error) {
+	if why := streamRefused(o); why != "" {
+		return nil, false, why, nil
+	}
+	shards, records, err := WebDatasetShards(src)
+	if err != nil {
+		return nil, false, "", err
+	}
+	st = &Stream{src: src, o: o}
+	switch {
+	case records && len(o.Members) == 0: // --member with shards: ScanWith refuses it
+		slices.Sort(shards)
+		st.shards, st.root, st.gz = shards, commonDir(shards), &gzSizes{}
+		st.files = &localFiles{gz: st.gz}
+	case filepath.Ext(src) == ".jsonl" && len(o.Members) > 0:
+		if st.corpus, err = openJSONL(src, o); err != nil {
+			return nil, false, "", err
+		}
+		st.root = filepath.Dir(src)
+	default:
+		return nil, false, "not a source of records read front to back (WebDataset shards, or a .jsonl corpus with --member)", nil
+	}
+	return st, true, "", nil
+}
+
+// OpenStoreStream is OpenStream of the WebDataset shards on o.Store.
+func OpenStoreStream(ctx context.Context, o ScanOptions) (st *Stream, ok bool, why string, err error) {
+	if why := streamRefused(o); why != "" {
+		return nil, false, why, nil
+	}
+	shards, err := StoreShards(ctx, o.Store)
+	if err != nil {
+		return nil, false, "", err
+	}
+	slices.Sort(shards)
+	st = &Stream{src: o.Store.String(), root: o.Store.String(), o: o, shards: shards, store: o.Store, gz: &gzSizes{}}
+	st.files = storeFiles{o.Store, st.gz}
+	return st, true, "", nil
+}
+
+// streamRefused says why options need the whole source read first.
+func streamRefused(o ScanOptions) string {
+	for _, b := range o.Bins {
+		if b.Edges == nil {
+			return fmt.Sprintf("--bins %s=%d cuts the values at quantiles, which needs every record read first (give the edges, e.g. --bins %s=0,0.5,1, to stream)", b.Field, b.Count, b.Field)
+		}
+	}
+	return ""
+}
+
+// Close releases the source's files.
+func (st *Stream) Close() {
+	if st.corpus != nil {
+		st.corpus.close()
+	}
+	if st.files != nil {
+		st.files.close()
+	}
+}
+
+// chunk reads the next chunk of records after carry (items of the chunk
+// before, placed again with these) and makes it a Source; nil at the end.
+func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
+	n, bytes := len(carry), int64(0)
+	for _, it := range carry {
+		bytes += it.Size
+	}
+	var batches []recordBatch
+	switch {
+	case st.corpus != nil && !st.ended:
+		b := recordBatch{file: st.src}
+		ended, err := st.corpus.read(&b, func(records int, read int64) bool { return chunkFull(n+records, bytes+read, st.shardSize) })
+		if err != nil {
+			return nil, err
+		}
+		st.ended = ended
+		b.doneReading()
+		if len(b.records) > 0 {
+			batches = append(batches, b)
+		}
+	case st.corpus == nil:
+		for !chunkFull(n, bytes, st.shardSize) {
+			if len(st.queue) == 0 {
+				if err := st.readShards(ctx); err != nil {
+					return nil, err
+				}
+				if len(st.queue) == 0 {
+					break
+				}
+			}
+			b := &st.queue[0]
+			take := 0
+			for take < len(b.records) && !chunkFull(n, bytes, st.shardSize) {
+				for _, m := range b.records[take].members {
+					bytes += int64(m.Size)
+				}
+				take++
+				n++
+			}
+			batches = append(batches, recordBatch{file: b.file, names: b.names, schemas: b.schemas, records: b.records[:take:take]})
+			if b.records = b.records[take:]; len(b.records) == 0 {
+				st.queue = st.queue[1:]
+			}
+		}
+	}
+	if len(batches) == 0 && len(carry) == 0 {
+		if st.chunks == 0 {
+			if st.corpus != nil {
+				return nil, fmt.Errorf("corpus %s: %w: no line holds a record", st.src, ErrEmpty)
+			}
+			return nil, fmt.Errorf("source %s: %w: the tar shards hold no members", st.src, ErrEmpty)
+		}
+		return nil, nil
+	}
+	if err := checkChunkKeys(carry, batches); err != nil {
+		return nil, err
+	}
+	s := &Source{Root: st.root, store: st.store, gz: st.gz, Members: slices.Clone(st.members)}
+	s.Items = make([]Item, 0, n) // the carried items join them without a copy
+	if st.chunks > 0 {
+		s.Fields, s.fixedFields = slices.Clone(st.fields), true
+	}
+	what := "source " + st.root
+	if st.corpus != nil {
+		what = "corpus " + st.src
+	}
+	if len(batches) > 0 {
+		var err error
+		if s, err = recordSource(s, what, st.o, batches); err != nil {
+			return nil, err
+		}
+		if st.chunks == 0 {
+			st.fields = slices.Clone(s.Fields)
+		}
+		if st.corpus != nil {
+			s.corpus = &st.o
+		}
+		if err := checkSource(st.src, s, st.o); err != nil {
+			return nil, err
+		}
+		st.members = s.Members
+	}
+	s.Items = append(s.Items, carry...)
+	st.chunks++
+	return s, nil
+}
+
+// checkChunkKeys refuses a key two records of a chunk share, the records
+// carried into it included, naming both as the scan would; keys of
+// different chunks meet at the end (keyRuns).
+func checkChunkKeys(carry []Item, batches []recordBatch) error {
+	seen := make(map[string]int, len(carry)) // -> position: carry's, then the batches' records'
+	at := func(pos int) string {
+		if pos < len(carry) {
+			return carry[pos].recordAt()
+		}
+		pos -= len(carry)
+		for _, b := range batches {
+			if pos < len(b.records) {
+				return b.records[pos].where(b.file)
+			}
+			pos -= len(b.records)
+		}
+		return "?"
+	}
+	for i := range carry {
+		seen[carry[i].Key] = i
+	}
+	pos := len(carry)
+	for _, b := range batches {
+		for k := range b.records {
+			r := &b.records[k]
+			if prev, dup := seen[r.key]; dup {
+				return keyAgain(r.where(b.file), r.key, at(prev))
+			}
+			seen[r.key] = pos
+			pos++
+		}
+	}
+	return nil
+}
+
+// keyAgain refuses the record at where for its key, which the record at
+// prev has.
+func keyAgain(where, key, prev string) error {
+	return fmt.Errorf("%s: key %q again, after the record at %s: two records with one key (a record split across two shards is read as two records, as WebDataset reads it): give every record its own key", where, key, prev)
+}
+
+// readShards reads the next few shards' records into the queue, one per
+// core at once.
+func (st *Stream) readShards(ctx context.Context) error {
+	if st.next == len(st.shards) {
+		return nil
+	}
+	group := st.shards[st.next:min(len(st.shards), st.next+runtime.GOMAXPROCS(0))]
+	st.next += len(group)
+	got := make([]recordBatch, len(group))
+	limit := st.o.MaxRecordSize
+	if limit <= 0 || limit > manifest.MaxShardSize {
+		limit = manifest.MaxShardSize
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i, sh := range group {
+		g.Go(func() error {
+			f, size, err := st.files.open(gctx, sh)
+			if err != nil {
+				return fmt.Errorf("shard %s: %w", sh, err)
+			}
+			got[i], err = readShardRecords(sh, f, size, limit)
+			releaseShard(f)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, b := range got {
+		if len(b.records) > 0 {
+			st.queue = append(st.queue, b)
+		}
+	}
+	return nil
+}
+
+// streamStrata numbers strata across a stream's chunks, in the order they
+// first appear, and counts the samples of each that were uploaded.
+type streamStrata struct {
+	index map[string]int
+	list  []manifest.Stratum
+}
+
+// of numbers src's items' strata, adding new ones; the list returned is
+// every stratum so far (plan counts the chunk's own).
+func (ss *streamStrata) of(src *Source) ([]manifest.Stratum, []uint32) {
+	if ss.index == nil {
+		ss.index = map[string]int{}
+	}
+	of := make([]uint32, len(src.Items))
+	for i := range src.Items {
+		name := stratumName(src.Items[i].Labels)
+		id, ok := ss.index[name]
+		if !ok {
+			id = len(ss.list)
+			ss.index[name] = id
+			ss.list = append(ss.list, manifest.Stratum{Name: name, Labels: slices.Clone(src.Items[i].Labels)})
+		}
+		of[i] = uint32(id)
+	}
+	out := slices.Clone(ss.list)
+	for i := range out {
+		out[i].Count = 0
+	}
+	return out, of
+}
+
+// streamShard is what the commit needs of an uploaded shard: its entry in
+// the top-level manifest and its nonzero counts per stratum.
+type streamShard struct {
+	top    manifest.TopShard
+	counts []uint32 // stratum, count, stratum, count, ...
+}
+
+// RunStream ingests st in one pass, chunk by chunk, and commits it as Run
+// does. Metadata format opts.Format 2 or 3 is written as asked; 0 chooses:
+// a source that is one chunk is planned whole, by Run, in format 1 (what
+// a whole scan of it would choose), and a longer one streams in format 2.
+// Format 1, whose one manifest holds every record, is refused for a
+// source longer than a chunk. It writes only under its own ingest id
+// until the commit; a refusal or a failure before the commit deletes what
+// it wrote.
+func RunStream(ctx context.Context, st *Stream, opts Options) (*Result, error) {
+	start := time.Now()
+	log := opts.logger()
+	codec, err := opts.check(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.shardSize = opts.ShardSize
+	first, err := st.chunk(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if st.done() && opts.Format < 2 {
+		// The whole source in one chunk: what a scan of it would be.
+		st.Warnings = first.Warnings
+		if opts.Format == 0 {
+			opts.Format = 1
+		}
+		opts.ReleaseSource = true
+		return Run(ctx, first, opts)
+	}
+	switch opts.Format {
+	case 0:
+		opts.Format = 2
+	case 1:
+		return nil, fmt.Errorf("source %s: metadata format 1 holds every record in one manifest, so its source is read whole first: use Run, or format 2 or 3", st.src)
+	}
+	txn, ctx, ingestID, err := begin(ctx, &Source{Root: st.root, store: st.store}, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	defer txn.Release(context.WithoutCancel(ctx))
+	keys, err := newKeyRuns()
+	if err != nil {
+		return nil, fmt.Errorf("ingest %s: %w", opts.Name, err)
+	}
+	defer keys.close()
+	res := &Result{}
+	m, err := streamChunks(ctx, st, first, opts, codec, ingestID, keys, res, log)
+	if err == nil {
+		err = keys.checkUnique()
+	}
+	var parent *manifest.Manifest
+	if err == nil {
+		parent = replaceLineage(ctx, opts, m, "ingest --force", log)
+		if opts.Format == 3 {
+			if m.Root, err = writeGroups(ctx, opts, m.Top, repository.Put); err != nil {
+				err = fmt.Errorf("%w (rerun the same command)", err)
+			}
+		}
+	}
+	if err != nil {
+		// Nothing is committed: what this ingest wrote goes (Abandon's
+		// proof: no manifest names this ingest's id).
+		n, aerr := txn.Abandon(context.WithoutCancel(ctx), ingestID)
+		log.Info("removed what the refused ingest wrote", "objects", n, "err", aerr)
+		if cause := context.Cause(ctx); errors.Is(cause, repository.ErrLockLost) {
+			err = cause
+		}
+		return nil, fmt.Errorf("ingest %s not committed: %w", opts.Name, err)
+	}
+	res.Manifest = m
+	if err := commitReplacing(ctx, opts, txn, m, parent, res); err != nil {
+		return nil, err
+	}
+	res.OrphansPurged = txn.Purge(ctx, m)
+	res.Elapsed = time.Since(start)
+	res.Chunks = st.chunks
+	return res, nil
+}
+
+// streamChunks plans and uploads st chunk by chunk, writing each shard's
+// index, and returns the top-level manifest of it all (m.Top set).
+func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, codec *erasure.Codec, ingestID string, keys *keyRuns, res *Result, log *slog.Logger) (*manifest.Manifest, error) {
+	var strata streamStrata
+	var shards []streamShard
+	var header *manifest.Header
+	var carry []Item
+	for chunk := 0; ; chunk++ {
+		src, err := first, error(nil)
+		if chunk > 0 {
+			src, err = st.chunk(ctx, carry)
+		}
+		if err != nil || src == nil {
+			if err == nil && len(shards) == 0 {
+				err = fmt.Errorf("source %s: %w", st.src, ErrEmpty)
+			}
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+		copts := opts
+		copts.shardBase, copts.strataOf, copts.ReleaseSource = len(shards), strata.of, false
+		copts.Seed = opts.Seed ^ uint64(chunk)*0x9e3779b97f4a7c15 // chunk 0: the seed itself
+		m, windows, err := plan(src, copts, ingestID)
+		if err != nil {
+			return nil, err
+		}
+		carry = nil
+		if last := len(m.Shards) - 1; last > 0 && !st.done() && m.Shards[last].Size < opts.ShardSize {
+			// The chunk's last shard is part full: its records start the
+			// next chunk, and the rest is planned again without them, so
+			// that shards are full but for the stream's last.
+			sh := m.Shards[last]
+			drop := make([]bool, len(src.Items))
+			for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
+				drop[src.planned[j]] = true
+				carry = append(carry, src.Items[src.planned[j]])
+			}
+			kept := 0 // in place: a copy of the chunk's items was a fifth of its heap
+			for i := range src.Items {
+				if !drop[i] {
+					src.Items[kept] = src.Items[i]
+					kept++
+				}
+			}
+			clear(src.Items[kept:])
+			src.Items = src.Items[:kept]
+			if m, windows, err = plan(src, copts, ingestID); err != nil {
+				return nil, err
+			}
+		}
+		all := make([]int, len(m.Shards))
+		for i := range all {
+			all[i] = i
+		}
+		stored, err := uploadShards(ctx, src, m, windows, codec, copts, all, repository.Put)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.Validate(); err != nil {
+			return nil, err
+		}
+		sizes, sums, err := writeIndexes(ctx, copts, m, all, repository.Put)
+		if err != nil {
+			return nil, err
+		}
+		if err := keys.add(src, m); err != nil {
+			return nil, err
+		}
+		row := make([]int, len(m.Strata))
+		for si, sh := range m.Shards {
+			clear(row)
+			for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
+				row[m.Samples.Stratum[j]]++
+			}
+			ss := streamShard{top: manifest.TopShard{Size: sh.Size, NumSamples: sh.NumSamples, IndexSize: sizes[si], IndexSum: sums[si]}}
+			for c, n := range row {
+				if n > 0 {
+					ss.counts = append(ss.counts, uint32(c), uint32(n))
+					strata.list[c].Count += n
+				}
+			}
+			shards = append(shards, ss)
+		}
+		res.Samples += m.Samples.Len()
+		res.Bytes += m.TotalBytes()
+		res.StoredBytes += stored
+		if header == nil {
+			h := m.Header
+			header = &h
+		}
+		log.Debug("streamed a chunk", "chunk", chunk, "samples", m.Samples.Len(), "shards", len(m.Shards), "carried", len(carry))
+	}
+	counts := make(map[string]int, len(strata.list))
+	for _, c := range strata.list {
+		counts[c.Name] = c.Count
+	}
+	st.Warnings = (&Source{LabelFields: header.LabelFields}).strataWarnings(counts, res.Samples)
+	h := *header
+	h.Members = slices.Clone(st.members)
+	h.Strata = slices.Clone(strata.list)
+	t := &manifest.Top{Header: h}
+	row := make([]int, len(h.Strata))
+	for si, sh := range shards {
+		clear(row)
+		for k := 0; k < len(sh.counts); k += 2 {
+			row[sh.counts[k]] = int(sh.counts[k+1])
+		}
+		t.Shards = append(t.Shards, sh.top)
+		t.SetCounts(si, row)
+	}
+	return t.Manifest(), nil
+}
+
+// done says every record of the stream has been read.
+func (st *Stream) done() bool {
+	if st.corpus != nil {
+		return st.ended
+	}
+	return st.next == len(st.shards) && len(st.queue) == 0
+}

@@ -1,0 +1,242 @@
+package ingest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
+)
+
+// recordsBack checks that dataset name on stores holds exactly the
+// records of want, each member byte for byte, split by its record table.
+func recordsBack(t *testing.T, stores []backend.Store, name string, want map[string]map[string][]byte) *repository.Dataset {
+	t.Helper()
+	ctx := context.Background()
+	ds, err := repository.Open(ctx, stores, name, repository.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ds.Manifest
+	if m.Samples.Len() != len(want) {
+		t.Fatalf("%s holds %d records, want %d", name, m.Samples.Len(), len(want))
+	}
+	for i := 0; i < m.Samples.Len(); i++ {
+		got, err := ds.ReadSample(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members, ok := want[m.Samples.Key(i)]
+		if !ok {
+			t.Fatalf("%s holds key %q, which the source has not", name, m.Samples.Key(i))
+		}
+		seen := 0
+		manifest.RecordMembers(m.Samples.Record(i), func(member int, size int64) {
+			body, ok := members[m.Members[member]]
+			if !ok || int64(len(body)) != size || !bytes.Equal(got[:size], body) {
+				t.Fatalf("%s: record %s: member %s differs from the source's", name, m.Samples.Key(i), m.Members[member])
+			}
+			got = got[size:]
+			seen++
+		})
+		if seen != len(members) || len(got) != 0 {
+			t.Fatalf("%s: record %s: %d members and %d bytes left, the source has %d members", name, m.Samples.Key(i), seen, len(got), len(members))
+		}
+	}
+	return ds
+}
+
+// datasetObjects lists what the stores hold of dataset name, but its lock.
+func datasetObjects(t *testing.T, stores []backend.Store, name string) []string {
+	t.Helper()
+	var out []string
+	for _, s := range stores {
+		keys, err := s.List(context.Background(), name+"/")
+		if err != nil && !errors.Is(err, backend.ErrNotExist) {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if k != repository.LockKey(name) {
+				out = append(out, s.String()+" "+k)
+			}
+		}
+	}
+	return out
+}
+
+// A streaming ingest of WebDataset shards, many chunks long (a chunk of
+// 64 KiB of records, 24 of 120 KiB), serves every member byte for byte,
+// its shards full but for the stream's last and those a window ends, and
+// its strata counted as a whole scan counts them.
+func TestStreamServesEveryRecord(t *testing.T) {
+	for _, format := range []int{2, 3} {
+		t.Run(fmt.Sprint("format", format), func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			want := writeShards(t, dir, 24, 40)
+			o := ScanOptions{Strata: []string{"source"}}
+			st, ok, why, err := OpenStream(dir, o)
+			if err != nil || !ok {
+				t.Fatalf("OpenStream: %v %s", err, why)
+			}
+			defer st.Close()
+			stores := localStores(t, t.TempDir(), 3)
+			opts := Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, Seed: 5, BlockSize: 4096, Format: format}
+			res, err := RunStream(ctx, st, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.chunks < 10 {
+				t.Fatalf("%d chunks: the test wants many", st.chunks)
+			}
+			if res.Samples != len(want) {
+				t.Fatalf("%d samples committed, want %d", res.Samples, len(want))
+			}
+			ds := recordsBack(t, stores, "ds", want)
+			whole, err := ScanWith(dir, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts := map[string]int{}
+			strata, _ := whole.strata()
+			for _, s := range strata {
+				counts[s.Name] = s.Count
+			}
+			for _, s := range ds.Manifest.Strata {
+				if counts[s.Name] != s.Count {
+					t.Errorf("stratum %s: %d samples, a whole scan counts %d", s.Name, s.Count, counts[s.Name])
+				}
+				delete(counts, s.Name)
+			}
+			if len(counts) > 0 {
+				t.Errorf("strata missing: %v", counts)
+			}
+			var bytes int64
+			for si := range ds.Manifest.Shards {
+				bytes += ds.Manifest.Shards[si].Size
+			}
+			// Each window (64 KiB of records) may end in a part-full
+			// shard; a chunk's end, carried over, does not add one.
+			if full := bytes / opts.ShardSize; int64(len(ds.Manifest.Shards)) > 2*full+2 {
+				t.Errorf("%d shards for %d bytes of %d-byte shards", len(ds.Manifest.Shards), bytes, opts.ShardSize)
+			}
+		})
+	}
+}
+
+// A JSONL corpus streamed in chunks serves every record, its text member
+// byte for byte and its .json the fields left.
+func TestStreamJSONLCorpus(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var lines strings.Builder
+	want := map[string]map[string][]byte{}
+	for i := 0; i < 3000; i++ {
+		text := strings.Repeat(fmt.Sprintf("doc %d ", i), 1+i%40)
+		src := []string{"web", "books", "code"}[i%3]
+		fmt.Fprintf(&lines, "{\"id\": \"d%05d\", \"text\": %q, \"source\": %q}\n", i, text, src)
+		want[fmt.Sprintf("d%05d", i)] = map[string][]byte{"txt": []byte(text), "json": []byte(fmt.Sprintf(`{"id":"d%05d","source":%q}`, i, src))}
+	}
+	corpus := filepath.Join(dir, "docs.jsonl")
+	if err := os.WriteFile(corpus, []byte(lines.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := ScanOptions{Strata: []string{"source"}, Members: []MemberField{{"text", "txt"}}, KeyField: "id"}
+	st, ok, why, err := OpenStream(corpus, o)
+	if err != nil || !ok {
+		t.Fatalf("OpenStream: %v %s", err, why)
+	}
+	defer st.Close()
+	stores := localStores(t, t.TempDir(), 3)
+	if _, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 8 << 10, BlockSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if st.chunks < 5 {
+		t.Fatalf("%d chunks: the test wants many", st.chunks)
+	}
+	recordsBack(t, stores, "ds", want)
+}
+
+// writeTar writes records (key -> member -> bytes, members in the order
+// given by names) as one tar shard.
+func writeTar(t *testing.T, path string, keys []string, names []string, members map[string]map[string][]byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, k := range keys {
+		for _, n := range names {
+			b, ok := members[k][n]
+			if !ok {
+				continue
+			}
+			if err := tw.WriteHeader(&tar.Header{Name: k + "." + n, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+				t.Fatal(err)
+			}
+			tw.Write(b)
+		}
+	}
+	tw.Close()
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A streaming ingest refused part way, after chunks were uploaded, names
+// the records at fault and leaves the stores as it found them: two
+// records with one key in shards far apart (found at the end, by the
+// merge of the keys' runs), and a record whose fields the first chunk's
+// records lack.
+func TestStreamRefusalLeavesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		last   func(members map[string]map[string][]byte) []string // the last shard's keys
+		refuse []string
+	}{
+		{"duplicate key", func(members map[string]map[string][]byte) []string {
+			members["000003"] = map[string][]byte{"bin": []byte("again"), "json": []byte(`{"source": "web"}`)}
+			return []string{"000003"}
+		}, []string{`key "000003" again`, "shard-0000.tar", "shard-9999.tar"}},
+		{"new field", func(members map[string]map[string][]byte) []string {
+			members["late"] = map[string][]byte{"bin": []byte("x"), "json": []byte(`{"source": "web", "lang": "en"}`)}
+			return []string{"late"}
+		}, []string{`the field "lang"`, "same fields"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			writeShards(t, dir, 12, 40)
+			members := map[string]map[string][]byte{}
+			keys := tc.last(members)
+			writeTar(t, filepath.Join(dir, "shard-9999.tar"), keys, []string{"bin", "json"}, members)
+			st, ok, _, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
+			if err != nil || !ok {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			stores := localStores(t, t.TempDir(), 3)
+			_, err = RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096})
+			if err == nil {
+				t.Fatal("committed")
+			}
+			for _, w := range tc.refuse {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("refusal %q does not say %q", err, w)
+				}
+			}
+			if st.chunks < 5 {
+				t.Errorf("refused after %d chunks: the test wants the refusal after uploads", st.chunks)
+			}
+			if left := datasetObjects(t, stores, "ds"); len(left) > 0 {
+				t.Errorf("the refused ingest left %d objects, e.g. %v", len(left), left[:min(3, len(left))])
+			}
+		})
+	}
+}
