@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardfs/shardfs/backend"
+)
+
+// writeRecordShards writes shards WebDataset shards of per records each: a
+// .bin of 1-4 KB of random bytes and a .json with a skewed source.
+func writeRecordShards(t *testing.T, dir string, shards, per int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(59, 1))
+	sources := []string{"web", "web", "web", "books", "code"}
+	for s := range shards {
+		var members [][2]string
+		for r := range per {
+			key := fmt.Sprintf("%07d", s*per+r)
+			bin := make([]byte, 1000+rng.IntN(3000))
+			for i := range bin {
+				bin[i] = byte(rng.Uint32())
+			}
+			members = append(members, [2]string{key + ".bin", string(bin)}, [2]string{key + ".json", fmt.Sprintf(`{"source": %q}`, sources[rng.IntN(len(sources))])})
+		}
+		writeTar(t, filepath.Join(dir, fmt.Sprintf("shard-%04d.tar", s)), members...)
+	}
+}
+
+// ingestIDs lists the ingest ids whose fragments, indexes or group
+// objects the stores hold for dataset name.
+func ingestIDs(t *testing.T, stores []backend.Store, name string) map[string]int {
+	t.Helper()
+	ids := map[string]int{}
+	for _, s := range stores {
+		for _, kind := range []string{"data", "index", "group"} {
+			keys, err := s.List(context.Background(), name+"/"+kind+"/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				id, _, _ := strings.Cut(strings.TrimPrefix(k, name+"/"+kind+"/"), "/")
+				ids[id]++
+			}
+		}
+	}
+	return ids
+}
+
+// Issue 59: a streaming ingest (a source of many chunks, its shards and
+// indexes uploaded chunk by chunk before anything is committed) killed
+// with SIGKILL at random moments, or losing a store at a random moment,
+// leaves the dataset invisible or whole; a rerun commits it whole; and
+// then the stores hold the objects of the committed ingest only (the
+// killed run's leftovers and what a refused run's Abandon could not
+// delete from a store that was down are purged by the rerun).
+func TestStreamedIngestUnderKillsAndStoreFailures(t *testing.T) {
+	c := startCluster(t, 3)
+	src := t.TempDir()
+	writeRecordShards(t, src, 12, 250)
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	args := []string{"ingest", stores, "--data=2", "--parity=1", "--shard-size=128KiB", "--strata=source"}
+	full := run(t, 2*time.Minute, nil, append(args, src, "timing")...)
+	chunks := regexp.MustCompile(`read once, in (\d+) chunks`).FindStringSubmatch(full.stdout)
+	if full.code != 0 || chunks == nil || len(chunks[1]) < 2 {
+		t.Fatalf("an uninterrupted streaming ingest of at least 10 chunks: %v", full)
+	}
+	rng := rand.New(rand.NewPCG(59, 2))
+	n := soakCount(16, 6, 2)
+	invisible, whole := 0, 0
+	for i := range n {
+		after := time.Duration(rng.Int64N(int64(full.elapsed) * 6 / 5))
+		name := fmt.Sprintf("streamed%02d", i)
+		cmd := execShardfs(append(args, src, name)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		time.Sleep(after)
+		fault := "SIGKILL"
+		down := -1
+		if i%2 == 1 {
+			down = rng.IntN(len(c.servers))
+			fault = fmt.Sprintf("store %d down", down)
+			c.servers[down].Kill()
+		} else {
+			cmd.Process.Signal(syscall.SIGKILL)
+		}
+		select {
+		case <-done:
+		case <-time.After(3 * time.Minute):
+			cmd.Process.Signal(syscall.SIGKILL)
+			t.Fatalf("round %d (%s after %v): the ingest did not end within 3 minutes", i, fault, after)
+		}
+		if down >= 0 {
+			c.servers[down].Restart()
+		}
+		switch r := run(t, 2*time.Minute, nil, "verify", stores, name); {
+		case r.code == 0:
+			whole++
+		case r.code == 3 && strings.Contains(r.stderr, "not found"):
+			invisible++
+			if down < 0 {
+				break
+			}
+			// The run failed with a store down before its commit: it
+			// deleted what it wrote from the stores that stayed up.
+			for k, s := range c.clients(t) {
+				if ids := ingestIDs(t, []backend.Store{s}, name); k != down && len(ids) > 0 {
+					t.Fatalf("round %d (%s after %v): the failed ingest left objects on store %d, which stayed up: %v", i, fault, after, k, ids)
+				}
+			}
+		default:
+			t.Fatalf("round %d (%s after %v): the dataset is neither invisible nor whole: %v", i, fault, after, r)
+		}
+		if r := run(t, 2*time.Minute, nil, append(append(args, "--force"), src, name)...); r.code != 0 {
+			t.Fatalf("round %d (%s after %v): rerun: %v", i, fault, after, r)
+		}
+		if r := run(t, 2*time.Minute, nil, "verify", stores, name); r.code != 0 {
+			t.Fatalf("round %d (%s after %v): verify after the rerun: %v", i, fault, after, r)
+		}
+		r := run(t, time.Minute, nil, "versions", stores, "--json", name)
+		var history struct {
+			Versions []struct {
+				Ingest, State string
+			} `json:"versions"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &history); r.code != 0 || err != nil {
+			t.Fatalf("versions: %v %v", err, r)
+		}
+		kept := map[string]bool{}
+		for _, v := range history.Versions {
+			kept[v.Ingest] = v.State != "removed"
+		}
+		for id := range ingestIDs(t, c.clients(t), name) {
+			if !kept[id] {
+				t.Fatalf("round %d (%s after %v): after the rerun the stores hold objects of ingest %s, which no kept version of %s names (%+v)", i, fault, after, id, name, history.Versions)
+			}
+		}
+	}
+	t.Logf("%d faults over a %v streaming ingest of %s chunks: %d left no dataset, %d a whole one", n, full.elapsed.Round(time.Millisecond), chunks[1], invisible, whole)
+}
