@@ -169,4 +169,3 @@ func onceEach(t *testing.T, what string, reads map[string][][2]int64, shards int
 		}
 	}
 }
-
