@@ -29,6 +29,13 @@ func maxRSS(t *testing.T, name string, args ...string) (secs, mb float64) {
 // system).
 func timeV(t *testing.T, name string, args ...string) (secs, mb, cpu float64) {
 	t.Helper()
+	secs, mb, cpu, _ = timeVOut(t, name, args...)
+	return secs, mb, cpu
+}
+
+// timeVOut is timeV, and what the command printed.
+func timeVOut(t *testing.T, name string, args ...string) (secs, mb, cpu float64, out []byte) {
+	t.Helper()
 	cmd := exec.Command("/usr/bin/time", append([]string{"-v", name}, args...)...)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+miniotest.AccessKey, "AWS_SECRET_ACCESS_KEY="+miniotest.SecretKey)
 	t0 := time.Now()
@@ -47,7 +54,7 @@ func timeV(t *testing.T, name string, args ...string) (secs, mb, cpu float64) {
 	}
 	mb = field(`Maximum resident set size \(kbytes\): (\d+)`) / 1024
 	cpu = field(`User time \(seconds\): ([\d.]+)`) + field(`System time \(seconds\): ([\d.]+)`)
-	return secs, mb, cpu
+	return secs, mb, cpu, out
 }
 
 // records measures ingest from WebDataset shards (image-text pairs made
