@@ -15,6 +15,10 @@
 // plans, encodes and uploads a single-process ingest and commits it in a
 // repository.Txn (the protocol lives there, beside the code that reads it;
 // every object is written through repository, which alone spells keys);
+// stream.go is the single-process ingest of a source of records read once,
+// a chunk at a time, in memory flat in the records (keys.go checks its keys
+// from sorted runs on local disk), which deletes what it wrote when it is
+// refused part way;
 // part.go is a distributed ingest: parts that upload with conditional
 // writes and no coordination, and the Commit that checks and joins them;
 // append.go and rollback.go commit a dataset's next version (an append
