@@ -240,3 +240,53 @@ func TestStreamRefusalLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A streamed dataset (its strata numbered as they first appeared, format
+// 2) grows by an append of records, with a new stratum and new records,
+// and serves both versions' records byte for byte.
+func TestStreamedDatasetGrows(t *testing.T) {
+	ctx := context.Background()
+	dir, more := t.TempDir(), t.TempDir()
+	want := writeShards(t, dir, 12, 40)
+	members := map[string]map[string][]byte{}
+	var keys []string
+	for i := range 30 {
+		k := fmt.Sprintf("new%03d", i)
+		src := []string{"web", "news"}[i%2] // news: a stratum the streamed records lack
+		members[k] = map[string][]byte{"bin": []byte(strings.Repeat(k, 50)), "json": []byte(fmt.Sprintf(`{"source": %q}`, src))}
+		keys = append(keys, k)
+	}
+	writeTar(t, filepath.Join(more, "more.tar"), keys, []string{"bin", "json"}, members)
+	o := ScanOptions{Strata: []string{"source"}}
+	st, ok, _, err := OpenStream(dir, o)
+	if err != nil || !ok {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	stores := localStores(t, t.TempDir(), 3)
+	if _, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	src2, err := ScanWith(more, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Append(ctx, src2, Options{Name: "ds", Stores: stores, ShardSize: 16 << 10}, AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Version != 2 || res.Samples != 30 {
+		t.Fatalf("append: version %d, %d samples", res.Version, res.Samples)
+	}
+	for k, m := range members {
+		want[k] = m
+	}
+	ds := recordsBack(t, stores, "ds", want)
+	names := map[string]bool{}
+	for _, s := range ds.Manifest.Strata {
+		names[s.Name] = true
+	}
+	if !names["news"] || !names["web"] || len(names) != 4 {
+		t.Fatalf("strata after the append: %v", ds.Manifest.Strata)
+	}
+}
