@@ -306,7 +306,8 @@ func (r *jsonlReader) read(batch *recordBatch, full func(records int, bytes int6
 	var bytesRead int64
 	for {
 		if full != nil && full(len(batch.records), bytesRead) {
-			return false, nil
+			_, err := r.br.Peek(1) // the corpus may end here: then this batch is its last
+			return err == io.EOF, nil
 		}
 		b, err := r.br.ReadBytes('\n')
 		if len(b) == 0 && err == io.EOF {

@@ -83,6 +83,7 @@ type Stream struct {
 	chunks    int
 	members   []string // member names so far, in order of first appearance
 	fields    []string // the first chunk's fields (before any is derived)
+	shape     Source   // the last chunk's label fields, strata and fields, as derived
 }
 
 // OpenStream opens src for a streaming ingest: WebDataset shards (a
@@ -215,6 +216,9 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 	if st.corpus != nil {
 		what = "corpus " + st.src
 	}
+	if st.corpus != nil {
+		s.corpus = &st.o
+	}
 	if len(batches) > 0 {
 		var err error
 		if s, err = recordSource(s, what, st.o, batches); err != nil {
@@ -223,13 +227,16 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 		if st.chunks == 0 {
 			st.fields = slices.Clone(s.Fields)
 		}
-		if st.corpus != nil {
-			s.corpus = &st.o
-		}
 		if err := checkSource(st.src, s, st.o); err != nil {
 			return nil, err
 		}
 		st.members = s.Members
+		st.shape = Source{LabelFields: s.LabelFields, StrataOnly: s.StrataOnly, Derived: s.Derived, Fields: s.Fields}
+	} else {
+		// Only the records carried (the source ended at the chunk before's
+		// end): their labels and fields are cut already, as the first
+		// chunk's are.
+		s.LabelFields, s.StrataOnly, s.Derived, s.Fields = st.shape.LabelFields, st.shape.StrataOnly, st.shape.Derived, st.shape.Fields
 	}
 	s.Items = append(s.Items, carry...)
 	st.chunks++

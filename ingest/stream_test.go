@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -288,5 +289,53 @@ func TestStreamedDatasetGrows(t *testing.T) {
 	}
 	if !names["news"] || !names["web"] || len(names) != 4 {
 		t.Fatalf("strata after the append: %v", ds.Manifest.Strata)
+	}
+}
+
+// A chunk of only records carried from the chunk before (a stream that
+// ended just where a chunk was full, and its last shard part full) takes
+// the first chunk's label fields and strata, and plans into a manifest
+// that validates: it failed with "stratum has 1 labels, 0 label fields".
+func TestStreamChunkOfCarriedRecordsOnly(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	writeShards(t, dir, 4, 40)
+	st, ok, _, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
+	if err != nil || !ok {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	st.shardSize = 16 << 10
+	first, err := st.chunk(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		s, err := st.chunk(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s == nil {
+			break
+		}
+	}
+	carried, err := st.chunk(ctx, slices.Clone(first.Items[:5]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(carried.LabelFields, first.LabelFields) || !slices.Equal(carried.StrataOnly, first.StrataOnly) || len(carried.Items) != 5 {
+		t.Fatalf("a chunk of carried records: label fields %v, strata %v, %d items; the first chunk's: %v, %v", carried.LabelFields, carried.StrataOnly, len(carried.Items), first.LabelFields, first.StrataOnly)
+	}
+	var strata streamStrata
+	m, _, err := plan(carried, Options{Name: "ds", Data: 2, Parity: 1, BlockSize: 4096, ShardSize: 16 << 10, Format: 2, strataOf: strata.of}, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Stores = []string{"a", "b", "c"}
+	for si := range m.Shards {
+		m.Shards[si].Sums = make([]uint32, 3*m.Blocks(si))
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
