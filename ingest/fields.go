@@ -27,6 +27,11 @@ type Bins struct {
 	Field string
 	Count int
 	Edges []float64
+	// sampled: Edges are quantiles of a sample (a streaming ingest's first
+	// chunk, stream.go): a value outside them goes to the first or last
+	// bin, and the stream widens those bins' outer edges to the values
+	// seen (Source.binRange) before it commits.
+	sampled bool
 }
 
 // MaxFieldBytes bounds one sample's field values together: they are kept in
@@ -184,18 +189,26 @@ func (s *Source) derive(o ScanOptions) error {
 		}
 		labels := make([]string, len(s.Items))
 		named := make([]string, len(edges)-1) // a bin's label, made once: items share it
+		lo, hi := math.Inf(1), math.Inf(-1)
 		for i, x := range values {
-			if x < edges[0] || x > edges[len(edges)-1] {
+			lo, hi = min(lo, x), max(hi, x)
+			if (x < edges[0] || x > edges[len(edges)-1]) && !b.sampled {
 				it := &s.Items[i]
 				return fmt.Errorf("%s: field %s=%v is outside the --bins edges %v..%v: widen the first or last edge", it.Where(), b.Field, x, edges[0], edges[len(edges)-1])
 			}
-			bin := binOf(edges, x)
+			bin := max(0, binOf(edges, x)) // below the first edge: the first bin (b.sampled)
 			if named[bin] == "" {
 				named[bin] = manifest.BinLabel(edges, bin)
 			}
 			labels[i] = named[bin]
 		}
 		s.addLabel(b.Field, labels, manifest.Derived{Field: b.Field, Edges: edges})
+		if len(values) > 0 {
+			if s.binRange == nil {
+				s.binRange = map[string][2]float64{}
+			}
+			s.binRange[b.Field] = [2]float64{lo, hi}
+		}
 	}
 	if len(s.Derived) == 0 && !slices.ContainsFunc(s.Fields, func(f string) bool { return !slices.Contains(s.LabelFields, f) }) {
 		// Labels only: written as before fields existed.

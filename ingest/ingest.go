@@ -79,8 +79,11 @@ type Result struct {
 	Copies     int
 	CopyErrors []error
 	// Chunks is how many chunks a streaming ingest read its source in (0:
-	// the source was read whole first).
-	Chunks int
+	// the source was read whole first); SampledBins are the --bins fields
+	// it cut at its first chunk's quantiles (Manifest.Derived has their
+	// edges, the outer ones widened to every value).
+	Chunks      int
+	SampledBins []string
 }
 
 // DefaultShardSize is the target shard size.

@@ -111,6 +111,8 @@ type Source struct {
 	// fixedFields: Fields are given, not read (a streaming ingest's chunk
 	// after the first, stream.go), and a record with another is refused.
 	fixedFields bool
+	// binRange is the least and greatest value of each --bins field.
+	binRange map[string][2]float64
 
 	indexOnce sync.Once
 	index     map[string]int // key -> item, built by keyIndex

@@ -81,19 +81,17 @@ type Stream struct {
 
 	shardSize int64 // the ingest's, which bounds a chunk's bytes
 	chunks    int
-	members   []string // member names so far, in order of first appearance
-	fields    []string // the first chunk's fields (before any is derived)
-	shape     Source   // the last chunk's label fields, strata and fields, as derived
+	members   []string              // member names so far, in order of first appearance
+	fields    []string              // the first chunk's fields (before any is derived)
+	shape     Source                // the last chunk's label fields, strata and fields, as derived
+	binRange  map[string][2]float64 // each --bins field's least and greatest value so far
 }
 
 // OpenStream opens src for a streaming ingest: WebDataset shards (a
 // directory, a .tar or a glob) or a JSONL corpus (with o.Members). ok is
 // false, with the reason, for a source read whole: a listing or a tree
-// of files (their metadata is small), a Parquet file, or quantile --bins.
+// of files (their metadata is small), or a Parquet file.
 func OpenStream(src string, o ScanOptions) (st *Stream, ok bool, why string, err error) {
-	if why := streamRefused(o); why != "" {
-		return nil, false, why, nil
-	}
 	shards, records, err := WebDatasetShards(src)
 	if err != nil {
 		return nil, false, "", err
@@ -117,9 +115,6 @@ func OpenStream(src string, o ScanOptions) (st *Stream, ok bool, why string, err
 
 // OpenStoreStream is OpenStream of the WebDataset shards on o.Store.
 func OpenStoreStream(ctx context.Context, o ScanOptions) (st *Stream, ok bool, why string, err error) {
-	if why := streamRefused(o); why != "" {
-		return nil, false, why, nil
-	}
 	shards, err := StoreShards(ctx, o.Store)
 	if err != nil {
 		return nil, false, "", err
@@ -128,16 +123,6 @@ func OpenStoreStream(ctx context.Context, o ScanOptions) (st *Stream, ok bool, w
 	st = &Stream{src: o.Store.String(), root: o.Store.String(), o: o, shards: shards, store: o.Store, gz: &gzSizes{}}
 	st.files = storeFiles{o.Store, st.gz}
 	return st, true, "", nil
-}
-
-// streamRefused says why options need the whole source read first.
-func streamRefused(o ScanOptions) string {
-	for _, b := range o.Bins {
-		if b.Edges == nil {
-			return fmt.Sprintf("--bins %s=%d cuts the values at quantiles, which needs every record read first (give the edges, e.g. --bins %s=0,0.5,1, to stream)", b.Field, b.Count, b.Field)
-		}
-	}
-	return ""
 }
 
 // Close releases the source's files.
@@ -228,7 +213,30 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 			st.fields = slices.Clone(s.Fields)
 		}
 		if err := checkSource(st.src, s, st.o); err != nil {
+			if st.chunks == 0 && slices.ContainsFunc(st.o.Bins, func(b Bins) bool { return b.Edges == nil }) {
+				err = fmt.Errorf("%w (a streaming ingest cuts --bins N from the quantiles of its first chunk of records: give the edges, e.g. --bins f=0,10,100, or read the whole source first with --stream=false)", err)
+			}
 			return nil, err
+		}
+		if st.chunks == 0 {
+			// Quantile bins: the first chunk's quantiles cut the rest
+			// (its records are the sample), the outer bins taking what
+			// lies beyond them (streamChunks widens their edges).
+			for i := range st.o.Bins {
+				if b := &st.o.Bins[i]; b.Edges == nil {
+					k := slices.IndexFunc(s.Derived, func(d manifest.Derived) bool { return d.Field == b.Field })
+					b.Edges, b.sampled = s.Derived[k].Edges, true
+				}
+			}
+		}
+		for f, r := range s.binRange {
+			if old, ok := st.binRange[f]; ok {
+				r = [2]float64{min(r[0], old[0]), max(r[1], old[1])}
+			}
+			if st.binRange == nil {
+				st.binRange = map[string][2]float64{}
+			}
+			st.binRange[f] = r
 		}
 		st.members = s.Members
 		st.shape = Source{LabelFields: s.LabelFields, StrataOnly: s.StrataOnly, Derived: s.Derived, Fields: s.Fields}
@@ -434,6 +442,11 @@ func RunStream(ctx context.Context, st *Stream, opts Options) (*Result, error) {
 	res.OrphansPurged = txn.Purge(ctx, m)
 	res.Elapsed = time.Since(start)
 	res.Chunks = st.chunks
+	for _, b := range st.o.Bins {
+		if b.sampled {
+			res.SampledBins = append(res.SampledBins, b.Field)
+		}
+	}
 	return res, nil
 }
 
@@ -539,6 +552,7 @@ func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, 
 	h := *header
 	h.Members = slices.Clone(st.members)
 	h.Strata = slices.Clone(strata.list)
+	h.Derived = st.widenBins(h.LabelFields, slices.Clone(h.Derived), h.Strata)
 	t := &manifest.Top{Header: h}
 	row := make([]int, len(h.Strata))
 	for si, sh := range shards {
@@ -550,6 +564,39 @@ func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, 
 		t.SetCounts(si, row)
 	}
 	return t.Manifest(), nil
+}
+
+// widenBins widens the outer edges of the --bins cut from the first
+// chunk's quantiles to the least and greatest value the stream held, in
+// derived and in the labels and names of the strata of the outer bins:
+// a stratum is a number in the shard indexes, so its name is the top-level
+// manifest's alone, written at the commit. It returns derived.
+func (st *Stream) widenBins(labelFields []string, derived []manifest.Derived, strata []manifest.Stratum) []manifest.Derived {
+	for _, b := range st.o.Bins {
+		r, ok := st.binRange[b.Field]
+		if !b.sampled || !ok {
+			continue
+		}
+		k := slices.IndexFunc(derived, func(d manifest.Derived) bool { return d.Field == b.Field })
+		col := slices.Index(labelFields, b.Field)
+		old := derived[k].Edges
+		edges := slices.Clone(old)
+		last := len(edges) - 1
+		edges[0], edges[last] = min(edges[0], r[0]), max(edges[last], r[1])
+		derived[k].Edges = edges
+		rename := map[string]string{
+			manifest.BinLabel(old, 0):      manifest.BinLabel(edges, 0),
+			manifest.BinLabel(old, last-1): manifest.BinLabel(edges, last-1),
+		}
+		for i := range strata {
+			if to, ok := rename[strata[i].Labels[col]]; ok {
+				strata[i].Labels = slices.Clone(strata[i].Labels)
+				strata[i].Labels[col] = to
+				strata[i].Name = stratumName(strata[i].Labels)
+			}
+		}
+	}
+	return derived
 }
 
 // done says every record of the stream has been read.

@@ -339,3 +339,56 @@ func TestStreamChunkOfCarriedRecordsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// --bins N in a streaming ingest: the first chunk's quantiles cut every
+// chunk, and the outer bins take what lies beyond them, their edges
+// widened to the least and greatest value at the commit. Here the score
+// grows with the record, so every later chunk lies above the first's
+// range. Every record's stratum is the bin its score falls in under the
+// committed edges.
+func TestStreamBinsFromTheFirstChunk(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	scores := map[string]float64{}
+	for s := range 8 {
+		var keys []string
+		members := map[string]map[string][]byte{}
+		for r := range 60 {
+			k := fmt.Sprintf("%04d", s*60+r)
+			scores[k] = float64(s*60+r) / 10
+			members[k] = map[string][]byte{"bin": bytes.Repeat([]byte{byte(r)}, 900), "json": []byte(fmt.Sprintf(`{"source": "web", "score": %v}`, scores[k]))}
+			keys = append(keys, k)
+		}
+		writeTar(t, filepath.Join(dir, fmt.Sprintf("s%02d.tar", s)), keys, []string{"bin", "json"}, members)
+	}
+	o := ScanOptions{Strata: []string{"source"}, Bins: []Bins{{Field: "score", Count: 4}}}
+	st, ok, _, err := OpenStream(dir, o)
+	if err != nil || !ok {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	stores := localStores(t, t.TempDir(), 3)
+	res, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Chunks < 4 || !slices.Equal(res.SampledBins, []string{"score"}) {
+		t.Fatalf("%d chunks, bins from a sample %v", res.Chunks, res.SampledBins)
+	}
+	ds, err := repository.Open(ctx, stores, "ds", repository.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ds.Manifest
+	edges := m.Derived[0].Edges
+	if edges[0] != 0 || edges[len(edges)-1] != 47.9 || len(edges) != 5 {
+		t.Fatalf("edges %v: want 5, from 0 to 47.9", edges)
+	}
+	col := slices.Index(m.LabelFields, "score")
+	for i := 0; i < m.Samples.Len(); i++ {
+		x := scores[m.Samples.Key(i)]
+		if got, want := m.Strata[m.Samples.Stratum[i]].Labels[col], manifest.BinLabel(edges, max(0, binOf(edges, x))); got != want {
+			t.Fatalf("record %s, score %v: in bin %s, the committed edges %v put it in %s", m.Samples.Key(i), x, got, edges, want)
+		}
+	}
+}

@@ -210,7 +210,7 @@ never writes over this one's fragments.`,
 	fl.StringSliceVar(&f.strata, "strata", nil, "records: fields of each record's .json member that make strata besides the label, e.g. source,lang (every batch mirrors their mix)")
 	fl.StringArrayVar(&f.timeBuckets, "time-bucket", nil, "FIELD=SPAN: add to the stratum the bucket of a timestamp field, e.g. time=30d (units s, m, h, d, w; buckets align to Unix time 0); repeatable")
 	fl.StringArrayVar(&f.bins, "bins", nil, "FIELD=N or FIELD=E0,E1,...: add to the stratum the range of a numeric field, N quantile ranges of the data or explicit edges, e.g. len=8 or len=0,128,512,2048; repeatable")
-	fl.BoolVar(&f.stream, "stream", true, "records (WebDataset shards, a .jsonl corpus): read the source once, a chunk of at most 32,768 records or 4 shards' bytes at a time, and upload each chunk as it is read, so memory stays flat however many records there are. A source of one chunk is placed whole, as without it. Each chunk's shards mirror the chunk's stratum mix (the mount's batches mirror the whole mix either way), strata are numbered as they first appear, the first chunk's records fix the fields, and the metadata is format 2 (--format 3 also). --stream=false reads the source whole first, holding about 600 bytes a record, to place each shard from the whole source's mix, or to cut --bins at quantiles")
+	fl.BoolVar(&f.stream, "stream", true, "records (WebDataset shards, a .jsonl corpus): read the source once, a chunk of at most 32,768 records or 4 shards' bytes at a time, and upload each chunk as it is read, so memory stays flat however many records there are. A source of one chunk is placed whole, as without it. Each chunk's shards mirror the chunk's stratum mix (the mount's batches mirror the whole mix either way), strata are numbered as they first appear, the first chunk's records fix the fields, and the metadata is format 2 (--format 3 also). --stream=false reads the source whole first, holding about 600 bytes a record, to place each shard from the whole source's mix, or to cut --bins N at the quantiles of every record, where a stream cuts them at its first chunk's (the outer bins take the values beyond, their edges widened to them)")
 	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
 	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
 	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 3: format 2's index objects under a root of per-group class counts (a few bytes a shard, what every node reads) and a group object per 1,024 shards (--group-shards), for datasets of millions of shards; a mount reads a group object when its ranks first read one of its samples. 0 (default): 2 from %d samples up, else 1", format2From))
@@ -536,11 +536,7 @@ func reuseDerived(f *ingestFlags, h *manifest.Manifest) {
 			f.timeBuckets = append(f.timeBuckets, fmt.Sprintf("%s=%ds", d.Field, d.Width))
 			continue
 		}
-		edges := make([]string, len(d.Edges))
-		for i, e := range d.Edges {
-			edges[i] = strconv.FormatFloat(e, 'g', -1, 64)
-		}
-		f.bins = append(f.bins, d.Field+"="+strings.Join(edges, ","))
+		f.bins = append(f.bins, d.Field+"="+formatEdges(d.Edges))
 	}
 	if h.HasRecords() {
 		return // the label and strata are set above; label fields are a listing's
@@ -574,6 +570,13 @@ func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, 
 			format = 3
 		}
 		fmt.Fprintf(out, "  read once, in %d chunks of records (--stream); metadata format %d\n", res.Chunks, format)
+		for _, f := range res.SampledBins {
+			for _, d := range m.Derived {
+				if d.Field == f {
+					fmt.Fprintf(out, "  --bins %s: edges %s (the first chunk's quantiles; the outer edges are the least and greatest value)\n", f, formatEdges(d.Edges))
+				}
+			}
+		}
 	}
 	printStrata(out, m.Strata)
 	if len(m.Members) > 0 {
@@ -583,6 +586,16 @@ func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, 
 		}
 		fmt.Fprintf(out, "  records of the members %s; label: %s\n", strings.Join(m.Members, ", "), label)
 	}
+}
+
+// formatEdges writes bin edges as --bins takes them, each as short as it
+// reads back exactly.
+func formatEdges(edges []float64) string {
+	parts := make([]string, len(edges))
+	for i, e := range edges {
+		parts[i] = strconv.FormatFloat(e, 'g', -1, 64)
+	}
+	return strings.Join(parts, ",")
 }
 
 // printStrata prints the first strata and their counts.
