@@ -113,6 +113,10 @@ type Source struct {
 	fixedFields bool
 	// binRange is the least and greatest value of each --bins field.
 	binRange map[string][2]float64
+	// openFiles, when set, opens the files its records are read from (a
+	// streaming ingest's chunk: the shards its scan kept in memory, the
+	// others from the source); filesOf else.
+	openFiles func() sourceFiles
 
 	indexOnce sync.Once
 	index     map[string]int // key -> item, built by keyIndex

@@ -126,6 +126,9 @@ func (o storeObject) ReadAt(p []byte, off int64) (int, error) {
 // filesOf is how src's files are read.
 // It writes nothing to s: readers of a window's shards call it at once.
 func (s *Source) filesOf() sourceFiles {
+	if s.openFiles != nil {
+		return s.openFiles()
+	}
 	gz := s.gz
 	if gz == nil {
 		gz = &gzSizes{} // a source the scan did not read as tar shards

@@ -1,13 +1,16 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -22,7 +25,11 @@ import (
 // chunk at a time, and holds one chunk: its records' metadata (about 600
 // bytes a record) and, while a window uploads, the window's bytes. Memory
 // is bounded by the chunk, not by the source (issue 59: a whole scan held
-// 3.2 GB for 5,000,000 records).
+// 3.2 GB for 5,000,000 records; streamed, 137 MB). A source shard within
+// its share of a window's bytes is read once, whole, scanned in memory,
+// and kept until its records are uploaded (readShards); a larger one is
+// scanned from the source and its records read again by the windows
+// (place.go), as a whole scan's upload reads them.
 //
 // Each chunk is planned as a source of its own would be (place.go: its
 // windows, each output shard mirroring its window's stratum mix), and its
@@ -39,8 +46,10 @@ import (
 //     is refused, naming it;
 //   - member names are numbered in the order they first appear, as a
 //     whole scan numbers them;
-//   - --bins cut at quantiles need every value, so a streaming ingest
-//     takes them from the edges given (a whole scan cuts the quantiles);
+//   - --bins N are cut at the first chunk's quantiles (the sample read
+//     first); a later value beyond them goes to the first or last bin,
+//     whose outer edges widen to the values seen when the stream ends
+//     (widenBins);
 //   - a key is checked against its chunk's as it is read, and against
 //     every other at the end (keys.go: sorted runs on local disk, merged),
 //     before the commit.
@@ -75,6 +84,13 @@ type Stream struct {
 	gz     *gzSizes
 	next   int           // the next shard to read
 	queue  []recordBatch // shards read whose records are not all chunked
+	// kept are shards the scan read whole into memory (keptFiles), by
+	// name; consumed, those whose records all went to the chunks made,
+	// released when the next one is made unless it carries records of
+	// theirs.
+	keptMu   sync.RWMutex
+	kept     map[string][]byte
+	consumed []string
 
 	corpus *jsonlReader
 	ended  bool
@@ -138,6 +154,23 @@ func (st *Stream) Close() {
 // chunk reads the next chunk of records after carry (items of the chunk
 // before, placed again with these) and makes it a Source; nil at the end.
 func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
+	// The chunk before is uploaded: the shards it consumed go, but those
+	// that hold records it carried over to this one.
+	carried := map[string]bool{}
+	for i := range carry {
+		carried[carry[i].Path] = true
+	}
+	st.keptMu.Lock()
+	left := st.consumed[:0]
+	for _, name := range st.consumed {
+		if carried[name] {
+			left = append(left, name)
+		} else {
+			delete(st.kept, name)
+		}
+	}
+	st.consumed = left
+	st.keptMu.Unlock()
 	n, bytes := len(carry), int64(0)
 	for _, it := range carry {
 		bytes += it.Size
@@ -176,6 +209,7 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 			}
 			batches = append(batches, recordBatch{file: b.file, names: b.names, schemas: b.schemas, records: b.records[:take:take]})
 			if b.records = b.records[take:]; len(b.records) == 0 {
+				st.consumed = append(st.consumed, b.file)
 				st.queue = st.queue[1:]
 			}
 		}
@@ -192,7 +226,7 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 	if err := checkChunkKeys(carry, batches); err != nil {
 		return nil, err
 	}
-	s := &Source{Root: st.root, store: st.store, gz: st.gz, Members: slices.Clone(st.members)}
+	s := &Source{Root: st.root, store: st.store, gz: st.gz, Members: slices.Clone(st.members), openFiles: st.openFiles}
 	s.Items = make([]Item, 0, n) // the carried items join them without a copy
 	if st.chunks > 0 {
 		s.Fields, s.fixedFields = slices.Clone(st.fields), true
@@ -293,7 +327,11 @@ func keyAgain(where, key, prev string) error {
 }
 
 // readShards reads the next few shards' records into the queue, one per
-// core at once.
+// core at once. A shard within its share of a window's bytes is read
+// whole into memory first and scanned there, and kept (keptFiles) until
+// its records are uploaded: the upload takes their bytes from it, so the
+// source is read once. A larger one is scanned from the source, and its
+// records read again from there, as a whole scan's upload reads them.
 func (st *Stream) readShards(ctx context.Context) error {
 	if st.next == len(st.shards) {
 		return nil
@@ -301,10 +339,12 @@ func (st *Stream) readShards(ctx context.Context) error {
 	group := st.shards[st.next:min(len(st.shards), st.next+runtime.GOMAXPROCS(0))]
 	st.next += len(group)
 	got := make([]recordBatch, len(group))
+	keep := make([][]byte, len(group))
 	limit := st.o.MaxRecordSize
 	if limit <= 0 || limit > manifest.MaxShardSize {
 		limit = manifest.MaxShardSize
 	}
+	budget := readWindow(st.shardSize) / int64(len(group))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, sh := range group {
 		g.Go(func() error {
@@ -312,21 +352,64 @@ func (st *Stream) readShards(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("shard %s: %w", sh, err)
 			}
+			defer releaseShard(f)
+			if size <= budget {
+				data := make([]byte, size)
+				if _, err := f.ReadAt(data, 0); err == nil {
+					keep[i] = data
+					f = bytes.NewReader(data)
+				} // else the scan of the source names what is wrong with it
+			}
 			got[i], err = readShardRecords(sh, f, size, limit)
-			releaseShard(f)
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	for _, b := range got {
+	st.keptMu.Lock()
+	defer st.keptMu.Unlock()
+	for i, b := range got {
 		if len(b.records) > 0 {
 			st.queue = append(st.queue, b)
+			if keep[i] != nil {
+				if st.kept == nil {
+					st.kept = map[string][]byte{}
+				}
+				st.kept[group[i]] = keep[i]
+			}
 		}
 	}
 	return nil
 }
+
+// openFiles opens the stream's source files for a chunk's upload: the
+// kept shards from memory, the others from the source.
+func (st *Stream) openFiles() sourceFiles {
+	under := sourceFiles(&localFiles{gz: st.gz})
+	if st.store != nil {
+		under = storeFiles{st.store, st.gz}
+	}
+	return &keptFiles{st: st, under: under}
+}
+
+// keptFiles are a stream's kept shards, and the source for the others.
+type keptFiles struct {
+	st    *Stream
+	under sourceFiles
+}
+
+func (k *keptFiles) open(ctx context.Context, name string) (io.ReaderAt, int64, error) {
+	k.st.keptMu.RLock()
+	b, ok := k.st.kept[name]
+	k.st.keptMu.RUnlock()
+	if ok {
+		return bytes.NewReader(b), int64(len(b)), nil
+	}
+	return k.under.open(ctx, name)
+}
+
+func (k *keptFiles) close() { k.under.close() }
 
 // streamStrata numbers strata across a stream's chunks, in the order they
 // first appear, and counts the samples of each that were uploaded.

@@ -392,3 +392,46 @@ func TestStreamBinsFromTheFirstChunk(t *testing.T) {
 		}
 	}
 }
+
+// A streaming ingest from a store reads each source shard within its
+// share of a window once, whole, and takes its records' bytes for the
+// upload from that read: one read of each source byte (the scan and the
+// upload each read it before). Every record comes back byte for byte.
+func TestStreamReadsKeptShardsOnce(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	want := writeShards(t, dir, 24, 40)
+	raw, err := backend.Open("file://"+dir, backend.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &countingStore{Store: raw, reads: map[string][][2]int64{}}
+	st, ok, _, err := OpenStoreStream(ctx, ScanOptions{Store: src, Strata: []string{"source"}})
+	if err != nil || !ok {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	stores := localStores(t, t.TempDir(), 3)
+	// Windows of 512 KiB, each shard's share 256 KiB (2 read at once):
+	// the source shards, about 100 KiB, are kept.
+	res, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 128 << 10, BlockSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Chunks < 4 {
+		t.Fatalf("%d chunks: the test wants several", res.Chunks)
+	}
+	if len(src.reads) != 24 {
+		t.Fatalf("%d source shards read, want 24", len(src.reads))
+	}
+	for key, reads := range src.reads {
+		size, err := raw.Stat(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reads) != 1 || reads[0] != [2]int64{0, size} {
+			t.Errorf("%s (%d bytes) read as %v: want one read of it whole", key, size, reads)
+		}
+	}
+	recordsBack(t, stores, "ds", want)
+}
