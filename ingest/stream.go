@@ -104,15 +104,15 @@ type Stream struct {
 }
 
 // OpenStream opens src for a streaming ingest: WebDataset shards (a
-// directory, a .tar or a glob) or a JSONL corpus (with o.Members). ok is
-// false, with the reason, for a source read whole: a listing or a tree
-// of files (their metadata is small), or a Parquet file.
-func OpenStream(src string, o ScanOptions) (st *Stream, ok bool, why string, err error) {
+// directory, a .tar or a glob) or a JSONL corpus (with o.Members). It
+// returns nil, and no error, for a source that is read whole: a listing
+// or a tree of files (their metadata is small), or a Parquet file.
+func OpenStream(src string, o ScanOptions) (*Stream, error) {
 	shards, records, err := WebDatasetShards(src)
 	if err != nil {
-		return nil, false, "", err
+		return nil, err
 	}
-	st = &Stream{src: src, o: o}
+	st := &Stream{src: src, o: o}
 	switch {
 	case records && len(o.Members) == 0: // --member with shards: ScanWith refuses it
 		slices.Sort(shards)
@@ -120,25 +120,25 @@ func OpenStream(src string, o ScanOptions) (st *Stream, ok bool, why string, err
 		st.files = &localFiles{gz: st.gz}
 	case filepath.Ext(src) == ".jsonl" && len(o.Members) > 0:
 		if st.corpus, err = openJSONL(src, o); err != nil {
-			return nil, false, "", err
+			return nil, err
 		}
 		st.root = filepath.Dir(src)
 	default:
-		return nil, false, "not a source of records read front to back (WebDataset shards, or a .jsonl corpus with --member)", nil
+		return nil, nil
 	}
-	return st, true, "", nil
+	return st, nil
 }
 
 // OpenStoreStream is OpenStream of the WebDataset shards on o.Store.
-func OpenStoreStream(ctx context.Context, o ScanOptions) (st *Stream, ok bool, why string, err error) {
+func OpenStoreStream(ctx context.Context, o ScanOptions) (*Stream, error) {
 	shards, err := StoreShards(ctx, o.Store)
 	if err != nil {
-		return nil, false, "", err
+		return nil, err
 	}
 	slices.Sort(shards)
-	st = &Stream{src: o.Store.String(), root: o.Store.String(), o: o, shards: shards, store: o.Store, gz: &gzSizes{}}
+	st := &Stream{src: o.Store.String(), root: o.Store.String(), o: o, shards: shards, store: o.Store, gz: &gzSizes{}}
 	st.files = storeFiles{o.Store, st.gz}
-	return st, true, "", nil
+	return st, nil
 }
 
 // Close releases the source's files.

@@ -84,9 +84,9 @@ func TestStreamServesEveryRecord(t *testing.T) {
 			dir := t.TempDir()
 			want := writeShards(t, dir, 24, 40)
 			o := ScanOptions{Strata: []string{"source"}}
-			st, ok, why, err := OpenStream(dir, o)
-			if err != nil || !ok {
-				t.Fatalf("OpenStream: %v %s", err, why)
+			st, err := OpenStream(dir, o)
+			if err != nil || st == nil {
+				t.Fatalf("OpenStream: %v", err)
 			}
 			defer st.Close()
 			stores := localStores(t, t.TempDir(), 3)
@@ -151,9 +151,9 @@ func TestStreamJSONLCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := ScanOptions{Strata: []string{"source"}, Members: []MemberField{{"text", "txt"}}, KeyField: "id"}
-	st, ok, why, err := OpenStream(corpus, o)
-	if err != nil || !ok {
-		t.Fatalf("OpenStream: %v %s", err, why)
+	st, err := OpenStream(corpus, o)
+	if err != nil || st == nil {
+		t.Fatalf("OpenStream: %v", err)
 	}
 	defer st.Close()
 	stores := localStores(t, t.TempDir(), 3)
@@ -217,8 +217,8 @@ func TestStreamRefusalLeavesNothing(t *testing.T) {
 			members := map[string]map[string][]byte{}
 			keys := tc.last(members)
 			writeTar(t, filepath.Join(dir, "shard-9999.tar"), keys, []string{"bin", "json"}, members)
-			st, ok, _, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
-			if err != nil || !ok {
+			st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
+			if err != nil || st == nil {
 				t.Fatal(err)
 			}
 			defer st.Close()
@@ -259,8 +259,8 @@ func TestStreamedDatasetGrows(t *testing.T) {
 	}
 	writeTar(t, filepath.Join(more, "more.tar"), keys, []string{"bin", "json"}, members)
 	o := ScanOptions{Strata: []string{"source"}}
-	st, ok, _, err := OpenStream(dir, o)
-	if err != nil || !ok {
+	st, err := OpenStream(dir, o)
+	if err != nil || st == nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
@@ -300,8 +300,8 @@ func TestStreamChunkOfCarriedRecordsOnly(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	writeShards(t, dir, 4, 40)
-	st, ok, _, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
-	if err != nil || !ok {
+	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
+	if err != nil || st == nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
@@ -362,8 +362,8 @@ func TestStreamBinsFromTheFirstChunk(t *testing.T) {
 		writeTar(t, filepath.Join(dir, fmt.Sprintf("s%02d.tar", s)), keys, []string{"bin", "json"}, members)
 	}
 	o := ScanOptions{Strata: []string{"source"}, Bins: []Bins{{Field: "score", Count: 4}}}
-	st, ok, _, err := OpenStream(dir, o)
-	if err != nil || !ok {
+	st, err := OpenStream(dir, o)
+	if err != nil || st == nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
@@ -406,8 +406,8 @@ func TestStreamReadsKeptShardsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &countingStore{Store: raw, reads: map[string][][2]int64{}}
-	st, ok, _, err := OpenStoreStream(ctx, ScanOptions{Store: src, Strata: []string{"source"}})
-	if err != nil || !ok {
+	st, err := OpenStoreStream(ctx, ScanOptions{Store: src, Strata: []string{"source"}})
+	if err != nil || st == nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
@@ -434,4 +434,41 @@ func TestStreamReadsKeptShardsOnce(t *testing.T) {
 		}
 	}
 	recordsBack(t, stores, "ds", want)
+}
+
+// OpenStream streams records (WebDataset shards, a JSONL corpus) and
+// nothing else: a tree, a listing, a JSONL listing without --member and
+// shards given --member (which the scan refuses, naming it) are read
+// whole, and OpenStream says so with no stream and no error.
+func TestOpenStreamTakesRecordsOnly(t *testing.T) {
+	dir := t.TempDir()
+	shards := filepath.Join(dir, "shards")
+	os.MkdirAll(shards, 0o755)
+	writeShards(t, shards, 1, 3)
+	tree := filepath.Join(dir, "tree", "cat")
+	os.MkdirAll(tree, 0o755)
+	os.WriteFile(filepath.Join(tree, "a.bin"), []byte("a"), 0o644)
+	os.WriteFile(filepath.Join(dir, "list.csv"), []byte("path,label\ntree/cat/a.bin,cat\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "docs.jsonl"), []byte(`{"text": "a", "source": "web"}`+"\n"), 0o644)
+	member := []MemberField{{"text", "txt"}}
+	for _, tc := range []struct {
+		src    string
+		o      ScanOptions
+		stream bool
+	}{
+		{shards, ScanOptions{Strata: []string{"source"}}, true},
+		{filepath.Join(dir, "docs.jsonl"), ScanOptions{Strata: []string{"source"}, Members: member}, true},
+		{filepath.Join(dir, "tree"), ScanOptions{}, false},
+		{filepath.Join(dir, "list.csv"), ScanOptions{}, false},
+		{filepath.Join(dir, "docs.jsonl"), ScanOptions{}, false},
+		{shards, ScanOptions{Strata: []string{"source"}, Members: member}, false},
+	} {
+		st, err := OpenStream(tc.src, tc.o)
+		if err != nil || (st != nil) != tc.stream {
+			t.Errorf("OpenStream(%s, members %v): stream %v, %v; want a stream: %v", tc.src, tc.o.Members, st != nil, err, tc.stream)
+		}
+		if st != nil {
+			st.Close()
+		}
+	}
 }

@@ -413,27 +413,19 @@ func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 }
 
 // openStream opens src for a streaming ingest (ingest.OpenStream): nil
-// for a source that is read whole first, said in the log.
+// for a source that is read whole first.
 func openStream(ctx context.Context, f *ingestFlags, src, name string, stores []backend.Store, log *slog.Logger) (*ingest.Stream, ingest.Options, error) {
 	so, opts, err := ingestFlagOptions(f, src, name, stores, log)
 	if err != nil {
 		return nil, opts, err
 	}
 	var st *ingest.Stream
-	var ok bool
-	var why string
 	if so.Store != nil {
-		st, ok, why, err = ingest.OpenStoreStream(ctx, so)
+		st, err = ingest.OpenStoreStream(ctx, so)
 	} else {
-		st, ok, why, err = ingest.OpenStream(src, so)
+		st, err = ingest.OpenStream(src, so)
 	}
-	if err != nil || !ok {
-		if why != "" {
-			log.Info("the source is read whole before it is placed", "source", src, "why", why)
-		}
-		return nil, opts, err
-	}
-	return st, opts, nil
+	return st, opts, err
 }
 
 // runAppend appends SRC to dataset name: erasure and format flags only if
