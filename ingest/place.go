@@ -241,6 +241,7 @@ type DryRun struct {
 	Strata      []manifest.Stratum
 	Shards      int
 	Windows     int // read windows (1: the source is read item by item)
+	Chunks      int // the chunks a streaming plan read the source in (0: read whole)
 }
 
 // Plan places src as Run would with opts and says what it would write;

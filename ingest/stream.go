@@ -533,33 +533,33 @@ func RunStream(ctx context.Context, st *Stream, opts Options) (*Result, error) {
 	return res, nil
 }
 
-// streamChunks plans and uploads st chunk by chunk, writing each shard's
-// index, and returns the top-level manifest of it all (m.Top set).
-func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, codec *erasure.Codec, ingestID string, keys *keyRuns, res *Result, log *slog.Logger) (*manifest.Manifest, error) {
-	var strata streamStrata
-	var shards []streamShard
-	var header *manifest.Header
+// eachChunk plans st chunk by chunk, first the chunk already read, and
+// hands each chunk's plan to do: its shards numbered after the chunks
+// before (Options.shardBase in copts), its strata as the stream numbers
+// them. A chunk's part-full last shard is carried to the next chunk.
+func eachChunk(ctx context.Context, st *Stream, first *Source, opts Options, ingestID string, strata *streamStrata, do func(src *Source, m *manifest.Manifest, windows []int, copts Options) error) error {
 	var carry []Item
+	shards := 0
 	for chunk := 0; ; chunk++ {
 		src, err := first, error(nil)
 		if chunk > 0 {
 			src, err = st.chunk(ctx, carry)
 		}
-		if err != nil || src == nil {
-			if err == nil && len(shards) == 0 {
-				err = fmt.Errorf("source %s: %w", st.src, ErrEmpty)
+		if err != nil {
+			return err
+		}
+		if src == nil {
+			if shards == 0 {
+				return fmt.Errorf("source %s: %w", st.src, ErrEmpty)
 			}
-			if err != nil {
-				return nil, err
-			}
-			break
+			return nil
 		}
 		copts := opts
-		copts.shardBase, copts.strataOf, copts.ReleaseSource = len(shards), strata.of, false
+		copts.shardBase, copts.strataOf, copts.ReleaseSource = shards, strata.of, false
 		copts.Seed = opts.Seed ^ uint64(chunk)*0x9e3779b97f4a7c15 // chunk 0: the seed itself
 		m, windows, err := plan(src, copts, ingestID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		carry = nil
 		if last := len(m.Shards) - 1; last > 0 && !st.done() && m.Shards[last].Size < opts.ShardSize {
@@ -582,26 +582,43 @@ func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, 
 			clear(src.Items[kept:])
 			src.Items = src.Items[:kept]
 			if m, windows, err = plan(src, copts, ingestID); err != nil {
-				return nil, err
+				return err
 			}
 		}
+		if err := do(src, m, windows, copts); err != nil {
+			return err
+		}
+		for c := range m.Strata {
+			strata.list[c].Count += m.Strata[c].Count
+		}
+		shards += len(m.Shards)
+	}
+}
+
+// streamChunks plans and uploads st chunk by chunk, writing each shard's
+// index, and returns the top-level manifest of it all (m.Top set).
+func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, codec *erasure.Codec, ingestID string, keys *keyRuns, res *Result, log *slog.Logger) (*manifest.Manifest, error) {
+	var strata streamStrata
+	var shards []streamShard
+	var header *manifest.Header
+	err := eachChunk(ctx, st, first, opts, ingestID, &strata, func(src *Source, m *manifest.Manifest, windows []int, copts Options) error {
 		all := make([]int, len(m.Shards))
 		for i := range all {
 			all[i] = i
 		}
 		stored, err := uploadShards(ctx, src, m, windows, codec, copts, all, repository.Put)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := m.Validate(); err != nil {
-			return nil, err
+			return err
 		}
 		sizes, sums, err := writeIndexes(ctx, copts, m, all, repository.Put)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := keys.add(src, m); err != nil {
-			return nil, err
+			return err
 		}
 		row := make([]int, len(m.Strata))
 		for si, sh := range m.Shards {
@@ -613,7 +630,6 @@ func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, 
 			for c, n := range row {
 				if n > 0 {
 					ss.counts = append(ss.counts, uint32(c), uint32(n))
-					strata.list[c].Count += n
 				}
 			}
 			shards = append(shards, ss)
@@ -625,17 +641,13 @@ func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, 
 			h := m.Header
 			header = &h
 		}
-		log.Debug("streamed a chunk", "chunk", chunk, "samples", m.Samples.Len(), "shards", len(m.Shards), "carried", len(carry))
+		log.Debug("streamed a chunk", "first_shard", copts.shardBase, "samples", m.Samples.Len(), "shards", len(m.Shards))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	counts := make(map[string]int, len(strata.list))
-	for _, c := range strata.list {
-		counts[c.Name] = c.Count
-	}
-	st.Warnings = (&Source{LabelFields: header.LabelFields}).strataWarnings(counts, res.Samples)
-	h := *header
-	h.Members = slices.Clone(st.members)
-	h.Strata = slices.Clone(strata.list)
-	h.Derived = st.widenBins(h.LabelFields, slices.Clone(h.Derived), h.Strata)
+	h := st.finish(*header, &strata, res.Samples)
 	t := &manifest.Top{Header: h}
 	row := make([]int, len(h.Strata))
 	for si, sh := range shards {
@@ -647,6 +659,79 @@ func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, 
 		t.SetCounts(si, row)
 	}
 	return t.Manifest(), nil
+}
+
+// finish is the stream's header once every chunk is planned: the first
+// chunk's, with every member name and stratum, and the --bins cut from the
+// first chunk widened (widenBins); it sets st.Warnings for the strata.
+func (st *Stream) finish(h manifest.Header, strata *streamStrata, samples int) manifest.Header {
+	counts := make(map[string]int, len(strata.list))
+	for _, c := range strata.list {
+		counts[c.Name] = c.Count
+	}
+	st.Warnings = (&Source{LabelFields: h.LabelFields}).strataWarnings(counts, samples)
+	h.Members = slices.Clone(st.members)
+	h.Strata = slices.Clone(strata.list)
+	h.Derived = st.widenBins(h.LabelFields, slices.Clone(h.Derived), h.Strata)
+	return h
+}
+
+// PlanStream says what RunStream would write for st, writing nothing and
+// reading no store but the source: st's chunks are read and placed as
+// RunStream places them, in the same memory, and a key two records share
+// is refused as RunStream refuses it. A source of one chunk is planned
+// whole, as Plan plans it.
+func PlanStream(ctx context.Context, st *Stream, opts Options) (*DryRun, error) {
+	opts.fillDefaults()
+	if err := (erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}).Validate(); err != nil {
+		return nil, err
+	}
+	if err := repository.CheckName(opts.Name); err != nil {
+		return nil, err
+	}
+	st.shardSize = opts.ShardSize
+	first, err := st.chunk(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if st.done() && opts.Format < 2 {
+		st.Warnings = first.Warnings
+		return Plan(first, opts)
+	}
+	keys, err := newKeyRuns()
+	if err != nil {
+		return nil, err
+	}
+	defer keys.close()
+	var strata streamStrata
+	var header *manifest.Header
+	d := &DryRun{}
+	err = eachChunk(ctx, st, first, opts, "dry-run", &strata, func(src *Source, m *manifest.Manifest, windows []int, _ Options) error {
+		if err := keys.add(src, m); err != nil {
+			return err
+		}
+		d.Samples += m.Samples.Len()
+		d.Bytes += m.TotalBytes()
+		d.Shards += len(m.Shards)
+		d.Windows += max(1, len(windows))
+		for si := range m.Shards {
+			d.StoredBytes += int64(opts.Data+opts.Parity) * m.FragSize(si)
+		}
+		if header == nil {
+			h := m.Header
+			header = &h
+		}
+		return nil
+	})
+	if err == nil {
+		err = keys.checkUnique()
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.Strata = st.finish(*header, &strata, d.Samples).Strata
+	d.Chunks = st.chunks
+	return d, nil
 }
 
 // widenBins widens the outer edges of the --bins cut from the first

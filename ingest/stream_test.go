@@ -472,3 +472,51 @@ func TestOpenStreamTakesRecordsOnly(t *testing.T) {
 		}
 	}
 }
+
+// PlanStream says what RunStream writes: the same samples, bytes, shards,
+// stored bytes, chunks and strata (names and counts, --bins edges
+// widened), reading only the source; and it refuses a key given twice as
+// the ingest does.
+func TestPlanStreamSaysWhatRunStreamWrites(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	writeShards(t, dir, 12, 40)
+	o := ScanOptions{Strata: []string{"source"}}
+	opts := Options{Name: "ds", Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096}
+	st, err := OpenStream(dir, o)
+	if err != nil || st == nil {
+		t.Fatal(err)
+	}
+	d, err := PlanStream(ctx, st, opts)
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = OpenStream(dir, o)
+	if err != nil || st == nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	opts.Stores = localStores(t, t.TempDir(), 3)
+	res, err := RunStream(ctx, st, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Manifest
+	if d.Samples != res.Samples || d.Bytes != res.Bytes || d.StoredBytes != res.StoredBytes || d.Shards != len(m.Shards) || d.Chunks != res.Chunks || d.Chunks < 5 {
+		t.Fatalf("dry run: %d samples, %d bytes, %d stored, %d shards, %d chunks; the ingest: %d, %d, %d, %d, %d", d.Samples, d.Bytes, d.StoredBytes, d.Shards, d.Chunks, res.Samples, res.Bytes, res.StoredBytes, len(m.Shards), res.Chunks)
+	}
+	if fmt.Sprint(d.Strata) != fmt.Sprint(m.Strata) {
+		t.Fatalf("dry run strata %v, the ingest's %v", d.Strata, m.Strata)
+	}
+	members := map[string]map[string][]byte{"000003": {"bin": []byte("again"), "json": []byte(`{"source": "web"}`)}}
+	writeTar(t, filepath.Join(dir, "shard-9999.tar"), []string{"000003"}, []string{"bin", "json"}, members)
+	st2, err := OpenStream(dir, o)
+	if err != nil || st2 == nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	if _, err := PlanStream(ctx, st2, opts); err == nil || !strings.Contains(err.Error(), `key "000003" again`) {
+		t.Fatalf("a dry run of a key given twice: %v", err)
+	}
+}

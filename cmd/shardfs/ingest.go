@@ -161,7 +161,7 @@ never writes over this one's fragments.`,
 				if f.appendTo || cmd.Flags().Changed("part") {
 					return fmt.Errorf("--dry-run plans a whole ingest: leave out --append and --part")
 				}
-				return runDryRun(g.logger(), cmd.OutOrStdout(), f, args[0], args[1])
+				return runDryRun(cmd.Context(), g.logger(), cmd.OutOrStdout(), f, args[0], args[1])
 			}
 			stores, err := g.openStores()
 			if err != nil {
@@ -358,17 +358,40 @@ func printPart(out io.Writer, name string, part ingest.Part, res *ingest.PartRes
 
 // runDryRun reads src and prints what its ingest would write, touching no
 // store.
-func runDryRun(log *slog.Logger, out io.Writer, f *ingestFlags, src, name string) error {
-	source, opts, err := ingestOptions(f, src, name, nil, log)
-	if err != nil {
-		return err
+func runDryRun(ctx context.Context, log *slog.Logger, out io.Writer, f *ingestFlags, src, name string) error {
+	var d *ingest.DryRun
+	var opts ingest.Options
+	if f.stream && f.format != 1 {
+		// A source of records is read as the ingest would read it: a
+		// chunk at a time, in the same memory.
+		st, sopts, err := openStream(ctx, f, src, name, nil, log)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			defer st.Close()
+			if d, err = ingest.PlanStream(ctx, st, sopts); err != nil {
+				return err
+			}
+			opts = sopts
+			printSourceNotes(src, st.Warnings, 0, 0)
+		}
 	}
-	d, err := ingest.Plan(source, opts)
-	if err != nil {
-		return err
+	if d == nil {
+		source, sopts, err := ingestOptions(f, src, name, nil, log)
+		if err != nil {
+			return err
+		}
+		if d, err = ingest.Plan(source, sopts); err != nil {
+			return err
+		}
+		opts = sopts
 	}
 	fmt.Fprintf(out, "dry run of %s: %d samples (%s) in %d strata would be %d shards (%d read windows), %s stored RS(%d,%d); nothing was written\n",
 		name, d.Samples, humanize.IBytes(uint64(d.Bytes)), len(d.Strata), d.Shards, d.Windows, humanize.IBytes(uint64(d.StoredBytes)), opts.Data, opts.Parity)
+	if d.Chunks > 0 {
+		fmt.Fprintf(out, "  read once, in %d chunks of records (--stream)\n", d.Chunks)
+	}
 	printStrata(out, d.Strata)
 	return nil
 }
