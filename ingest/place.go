@@ -232,6 +232,16 @@ func readShardRecordsOf(all []Item, items []int, f io.ReaderAt) (windowRecords, 
 	return recs, nil
 }
 
+// checkPlan fills opts' defaults and checks what a plan needs of them:
+// the erasure parameters and the name, no store.
+func (opts *Options) checkPlan() error {
+	opts.fillDefaults()
+	if err := (erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}).Validate(); err != nil {
+		return err
+	}
+	return repository.CheckName(opts.Name)
+}
+
 // DryRun is what Run would write for a source, computed without touching
 // a store.
 type DryRun struct {
@@ -247,11 +257,7 @@ type DryRun struct {
 // Plan places src as Run would with opts and says what it would write;
 // it writes nothing and reads no store.
 func Plan(src *Source, opts Options) (*DryRun, error) {
-	opts.fillDefaults()
-	if err := (erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}).Validate(); err != nil {
-		return nil, err
-	}
-	if err := repository.CheckName(opts.Name); err != nil {
+	if err := opts.checkPlan(); err != nil {
 		return nil, err
 	}
 	m, windows, err := plan(src, opts, "dry-run")

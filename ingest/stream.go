@@ -464,14 +464,11 @@ func RunStream(ctx context.Context, st *Stream, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.shardSize = opts.ShardSize
-	first, err := st.chunk(ctx, nil)
+	first, whole, err := st.firstChunk(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	if st.done() && opts.Format < 2 {
-		// The whole source in one chunk: what a scan of it would be.
-		st.Warnings = first.Warnings
+	if whole {
 		if opts.Format == 0 {
 			opts.Format = 1
 		}
@@ -682,20 +679,14 @@ func (st *Stream) finish(h manifest.Header, strata *streamStrata, samples int) m
 // is refused as RunStream refuses it. A source of one chunk is planned
 // whole, as Plan plans it.
 func PlanStream(ctx context.Context, st *Stream, opts Options) (*DryRun, error) {
-	opts.fillDefaults()
-	if err := (erasure.Params{Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize}).Validate(); err != nil {
+	if err := opts.checkPlan(); err != nil {
 		return nil, err
 	}
-	if err := repository.CheckName(opts.Name); err != nil {
-		return nil, err
-	}
-	st.shardSize = opts.ShardSize
-	first, err := st.chunk(ctx, nil)
+	first, whole, err := st.firstChunk(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	if st.done() && opts.Format < 2 {
-		st.Warnings = first.Warnings
+	if whole {
 		return Plan(first, opts)
 	}
 	keys, err := newKeyRuns()
@@ -765,6 +756,21 @@ func (st *Stream) widenBins(labelFields []string, derived []manifest.Derived, st
 		}
 	}
 	return derived
+}
+
+// firstChunk reads st's first chunk for an ingest or a plan with opts;
+// whole says it is the whole source and opts let it be placed whole
+// (metadata format 0 or 1), as Run and Plan place a scan.
+func (st *Stream) firstChunk(ctx context.Context, opts Options) (first *Source, whole bool, err error) {
+	st.shardSize = opts.ShardSize
+	if first, err = st.chunk(ctx, nil); err != nil {
+		return nil, false, err
+	}
+	if st.done() && opts.Format < 2 {
+		st.Warnings = first.Warnings
+		return first, true, nil
+	}
+	return first, false, nil
 }
 
 // done says every record of the stream has been read.
