@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -162,4 +165,89 @@ func TestStreamedIngestUnderKillsAndStoreFailures(t *testing.T) {
 		}
 	}
 	t.Logf("%d faults over a %v streaming ingest of %s chunks: %d left no dataset, %d a whole one, %d one whole but for metadata copies that repair wrote", n, full.elapsed.Round(time.Millisecond), chunks[1], invisible, whole, mended)
+}
+
+// writeCorpus writes a JSONL corpus of n small documents (60-140 bytes of
+// text, a source of 5) and returns its path.
+func writeCorpus(t *testing.T, dir string, n int) string {
+	t.Helper()
+	p := filepath.Join(dir, fmt.Sprintf("docs-%d.jsonl", n))
+	var b strings.Builder
+	rng := rand.New(rand.NewPCG(59, 3))
+	for i := range n {
+		fmt.Fprintf(&b, "{\"id\": \"d%08d\", \"source\": %q, \"text\": %q}\n", i, []string{"web", "web", "books", "code", "wiki"}[rng.IntN(5)], strings.Repeat("w", 60+rng.IntN(80)))
+	}
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Issue 59: a streaming ingest's memory is flat in the number of records,
+// with both cores busy and several ingests at once. Corpora of 60,000 and
+// 250,000 documents (both many chunks at --shard-size 1MiB) are ingested,
+// the larger by three processes at once, beside two processes spinning on
+// the cores. Each large ingest's peak RSS stays within 1.3× the small
+// one's + 16 MiB: 68-71 MiB against 66 here. (Read whole, with
+// --stream=false, the large ones peaked at 209-225 MiB: the test fails.)
+func TestStreamedIngestMemoryIsFlat(t *testing.T) {
+	dir := t.TempDir()
+	small, large := writeCorpus(t, dir, 60_000), writeCorpus(t, dir, 250_000)
+	_, stores := localStores(t, 3)
+	stop := busyProcesses(t, 2)
+	defer stop()
+	ingest := func(src, name string) (*exec.Cmd, func() int64) {
+		cmd := exec.Command(binary, "ingest", "--stores="+strings.Join(stores, ","), "--data=2", "--parity=1", "--shard-size=1MiB",
+			"--member=text=txt", "--key=id", "--strata=source", src, name)
+		return cmd, measurePeakRSS(t, cmd)
+	}
+	cmd, rss := ingest(small, "small")
+	if out, err := runBoundedOutput(t, cmd); err != nil || !strings.Contains(out, "read once, in ") {
+		t.Fatalf("streamed ingest of 60,000 documents: %v\n%s", err, out)
+	}
+	base := rss()
+	type run struct {
+		cmd *exec.Cmd
+		rss func() int64
+		out *bytes.Buffer
+	}
+	var runs []run
+	for i := range 3 {
+		cmd, rss := ingest(large, fmt.Sprint("large", i))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, run{cmd, rss, &out})
+	}
+	bound := base*13/10 + 16<<20
+	for i, r := range runs {
+		done := make(chan error, 1)
+		go func() { done <- r.cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil || !strings.Contains(r.out.String(), "committed large") {
+				t.Fatalf("ingest %d of 250,000 documents: %v\n%s", i, err, r.out)
+			}
+		case <-time.After(5 * time.Minute):
+			r.cmd.Process.Kill()
+			t.Fatalf("ingest %d of 250,000 documents did not end within 5 minutes", i)
+		}
+		if got := r.rss(); got > bound {
+			t.Errorf("ingest %d of 250,000 documents peaked at %d MiB, more than 1.3× the 60,000 documents' %d MiB + 16 MiB", i, got>>20, base>>20)
+		} else {
+			t.Logf("ingest %d of 250,000 documents: %d MiB; 60,000: %d MiB", i, got>>20, base>>20)
+		}
+	}
+}
+
+// runBoundedOutput runs cmd (measurePeakRSS's) to its end, within 5
+// minutes, and returns what it printed.
+func runBoundedOutput(t *testing.T, cmd *exec.Cmd) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := runGroupBounded(t, cmd, 5*time.Minute)
+	return out.String(), err
 }
