@@ -27,7 +27,8 @@ import (
 // is bounded by the chunk, not by the source (issue 59: a whole scan held
 // 3.2 GB for 5,000,000 records; streamed, 137 MB). A source shard within
 // its share of a window's bytes is read once, whole, scanned in memory,
-// and kept until its records are uploaded (readShards); a larger one is
+// and its members' bytes kept until its records are uploaded (readShards,
+// keptShard); a larger one is
 // scanned from the source and its records read again by the windows
 // (place.go), as a whole scan's upload reads them.
 //
@@ -89,8 +90,10 @@ type Stream struct {
 	// released when the next one is made unless it carries records of
 	// theirs.
 	keptMu   sync.RWMutex
-	kept     map[string][]byte
+	kept     map[string]*keptShard
 	consumed []string
+	// keptBytes is what kept holds in memory, and keptPeak its most.
+	keptBytes, keptPeak int64
 
 	corpus *jsonlReader
 	ended  bool
@@ -155,17 +158,27 @@ func (st *Stream) Close() {
 // before, placed again with these) and makes it a Source; nil at the end.
 func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 	// The chunk before is uploaded: the shards it consumed go, but those
-	// that hold records it carried over to this one.
-	carried := map[string]bool{}
+	// that hold records it carried over to this one keep only those
+	// records' members: a carry is the last shard of the chunk's last
+	// window, whose records come from all over the window, so keeping
+	// whole shards for it kept most of the source.
+	carried := map[string][]MemberAt{}
 	for i := range carry {
-		carried[carry[i].Path] = true
+		carried[carry[i].Path] = append(carried[carry[i].Path], carry[i].Members...)
 	}
 	st.keptMu.Lock()
 	left := st.consumed[:0]
 	for _, name := range st.consumed {
-		if carried[name] {
+		k := st.kept[name]
+		if members, ok := carried[name]; ok {
 			left = append(left, name)
-		} else {
+			if k != nil {
+				st.keptBytes -= k.bytes()
+				st.kept[name] = k.only(members)
+				st.keptBytes += st.kept[name].bytes()
+			}
+		} else if k != nil {
+			st.keptBytes -= k.bytes()
 			delete(st.kept, name)
 		}
 	}
@@ -328,9 +341,9 @@ func keyAgain(where, key, prev string) error {
 
 // readShards reads the next few shards' records into the queue, one per
 // core at once. A shard within its share of a window's bytes is read
-// whole into memory first and scanned there, and kept (keptFiles) until
-// its records are uploaded: the upload takes their bytes from it, so the
-// source is read once. A larger one is scanned from the source, and its
+// whole into memory first and scanned there, and its members' bytes kept
+// (keptShard, keptFiles) until its records are uploaded: the upload takes
+// their bytes from there, so the source is read once. A larger one is scanned from the source, and its
 // records read again from there, as a whole scan's upload reads them.
 func (st *Stream) readShards(ctx context.Context) error {
 	if st.next == len(st.shards) {
@@ -339,7 +352,7 @@ func (st *Stream) readShards(ctx context.Context) error {
 	group := st.shards[st.next:min(len(st.shards), st.next+runtime.GOMAXPROCS(0))]
 	st.next += len(group)
 	got := make([]recordBatch, len(group))
-	keep := make([][]byte, len(group))
+	keep := make([]*keptShard, len(group))
 	limit := st.o.MaxRecordSize
 	if limit <= 0 || limit > manifest.MaxShardSize {
 		limit = manifest.MaxShardSize
@@ -353,15 +366,36 @@ func (st *Stream) readShards(ctx context.Context) error {
 				return fmt.Errorf("shard %s: %w", sh, err)
 			}
 			defer releaseShard(f)
+			var data []byte
 			if size <= budget {
-				data := make([]byte, size)
+				var buf []byte
+				select {
+				case buf = <-wholeShards:
+				default:
+				}
+				if int64(cap(buf)) < size {
+					buf = make([]byte, size)
+				}
+				defer func() {
+					select {
+					case wholeShards <- buf:
+					default:
+					}
+				}()
+				data = buf[:size]
 				if _, err := f.ReadAt(data, 0); err == nil {
-					keep[i] = data
 					f = bytes.NewReader(data)
-				} // else the scan of the source names what is wrong with it
+				} else {
+					data = nil // the scan of the source names what is wrong with it
+				}
 			}
-			got[i], err = readShardRecords(sh, f, size, limit)
-			return err
+			if got[i], err = readShardRecords(sh, f, size, limit); err != nil {
+				return err
+			}
+			if data != nil {
+				keep[i] = keepMembers(data, &got[i])
+			}
+			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -374,14 +408,22 @@ func (st *Stream) readShards(ctx context.Context) error {
 			st.queue = append(st.queue, b)
 			if keep[i] != nil {
 				if st.kept == nil {
-					st.kept = map[string][]byte{}
+					st.kept = map[string]*keptShard{}
 				}
 				st.kept[group[i]] = keep[i]
+				st.keptBytes += keep[i].bytes()
+				st.keptPeak = max(st.keptPeak, st.keptBytes)
 			}
 		}
 	}
 	return nil
 }
+
+// wholeShards are the buffers readShards reads a shard whole into, one a
+// core: only its members' bytes are kept (keptShard), so the buffer is
+// free again once they are copied. A new one per shard was the largest of
+// what the stream allocated, and a sync.Pool lost them at each GC cycle.
+var wholeShards = make(chan []byte, runtime.GOMAXPROCS(0))
 
 // openFiles opens the stream's source files for a chunk's upload: the
 // kept shards from memory, the others from the source.
@@ -404,7 +446,7 @@ func (k *keptFiles) open(ctx context.Context, name string) (io.ReaderAt, int64, 
 	b, ok := k.st.kept[name]
 	k.st.keptMu.RUnlock()
 	if ok {
-		return bytes.NewReader(b), int64(len(b)), nil
+		return b, b.size, nil
 	}
 	return k.under.open(ctx, name)
 }

@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-
-	"github.com/klauspost/compress/zstd"
 )
 
 // frame reuses its zstd encoders: every object it writes must be byte for
@@ -16,7 +14,7 @@ import (
 func TestFrameReusedEncoderWritesWhatAFreshOneWrites(t *testing.T) {
 	fresh := func(body []byte) []byte {
 		var payload bytes.Buffer
-		zw, err := zstd.NewWriter(&payload, zstd.WithEncoderLevel(zstd.SpeedFastest))
+		zw, err := newFrameEncoder(&payload)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,8 +31,9 @@ func TestFrameReusedEncoderWritesWhatAFreshOneWrites(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 8))
 	bodies := make([][]byte, 12)
 	for i := range bodies {
-		// Sizes from empty to past frame's 1 MiB buffer and the encoder's
-		// blocks; text-like bytes, so that matches reach back.
+		// Sizes from empty to past frame's 64 KiB buffer, the encoder's
+		// blocks and its 1 MiB window; text-like bytes, so that matches
+		// reach back.
 		b := make([]byte, rng.IntN(3<<19)*(i%4)/3)
 		for j := range b {
 			b[j] = "shardfs group objects "[rng.IntN(22)]
