@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/shardfs/shardfs/layout"
@@ -273,7 +274,17 @@ type jsonlReader struct {
 	off    int64 // of the next line in the file
 	lineNo int   // of the last line read
 	seen   map[string]int
+	// made, when not nil, takes each record's bytes (its members back to
+	// back) as the scan made them, by its line's offset, for records of
+	// at most madeRecord bytes (Stream: the upload takes them from there,
+	// and does not read and decode the line again).
+	made *madeRecords
 }
+
+// madeRecord bounds the records whose bytes a streaming ingest keeps from
+// the scan to the upload: a larger one is made again from its line, so a
+// huge record is not held while its chunk waits (issue 55 item 5).
+const madeRecord = 1 << 20
 
 func openJSONL(name string, o ScanOptions) (*jsonlReader, error) {
 	f, err := os.Open(name)
@@ -346,8 +357,13 @@ func (r *jsonlReader) read(batch *recordBatch, full func(records int, bytes int6
 			return false, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
 		}
 		batch.records = append(batch.records, rec)
+		size := int64(0)
 		for _, m := range rec.members {
-			bytesRead += int64(m.Size)
+			size += int64(m.Size)
+		}
+		bytesRead += size
+		if r.made != nil {
+			r.made.add(at, size, bodies)
 		}
 		releaseHuge(rec.lineLen)
 	}
@@ -384,8 +400,14 @@ func bomLen(name string) (int64, bool) {
 	return 0, false
 }
 
+// recordsMadeAgain counts the records readJSONLRecord made again from
+// their lines (tests: a streamed corpus makes only those over madeRecord
+// again).
+var recordsMadeAgain atomic.Int64
+
 // readJSONLRecord makes a JSONL record's bytes again, from its line, into p.
 func readJSONLRecord(it *Item, memberNames []string, p []byte, o ScanOptions, open func(string) (io.ReaderAt, error)) error {
+	recordsMadeAgain.Add(1)
 	f, err := open(it.Path)
 	if err != nil {
 		return err

@@ -95,10 +95,15 @@ type Source struct {
 	// label fields that make strata but not the label (ScanOptions.Strata).
 	Members    []string
 	StrataOnly []string
-	corpus     *ScanOptions  // a JSONL corpus: how its lines make records
-	store      backend.Store // the store its WebDataset shards are read from; nil: local files
-	table      *parquetTable // a Parquet source: how its rows make records
-	gz         *gzSizes      // its compressed shards' decompressed sizes, from the scan
+	corpus     *ScanOptions // a JSONL corpus: how its lines make records
+	// made are a streamed corpus's records' bytes as its scan made them,
+	// by their line's offset (jsonlReader.made); the upload takes a
+	// record's from here when they are, and makes them again from the
+	// line when not.
+	made  *madeRecords
+	store backend.Store // the store its WebDataset shards are read from; nil: local files
+	table *parquetTable // a Parquet source: how its rows make records
+	gz    *gzSizes      // its compressed shards' decompressed sizes, from the scan
 	// Warnings say what the scan noticed but accepted: strata with a
 	// single sample, or very many strata.
 	Warnings []string

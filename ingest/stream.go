@@ -97,6 +97,10 @@ type Stream struct {
 
 	corpus *jsonlReader
 	ended  bool
+	// made are the corpus's records' bytes, as its scan made them, of
+	// the chunk being made and the records carried into it
+	// (jsonlReader.made): a chunk of records and a shard, at most.
+	made *madeRecords
 
 	shardSize int64 // the ingest's, which bounds a chunk's bytes
 	chunks    int
@@ -125,6 +129,8 @@ func OpenStream(src string, o ScanOptions) (*Stream, error) {
 		if st.corpus, err = openJSONL(src, o); err != nil {
 			return nil, err
 		}
+		st.made = newMadeRecords()
+		st.corpus.made = st.made
 		st.root = filepath.Dir(src)
 	default:
 		return nil, nil
@@ -184,6 +190,15 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 	}
 	st.consumed = left
 	st.keptMu.Unlock()
+	if st.made != nil {
+		// Likewise the corpus's records made: only the carried stay.
+		lines := make([]int64, len(carry))
+		for i := range carry {
+			lines[i] = carry[i].lineAt
+		}
+		st.made = st.made.only(lines)
+		st.corpus.made = st.made
+	}
 	n, bytes := len(carry), int64(0)
 	for _, it := range carry {
 		bytes += it.Size
@@ -249,7 +264,7 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 		what = "corpus " + st.src
 	}
 	if st.corpus != nil {
-		s.corpus = &st.o
+		s.corpus, s.made = &st.o, st.made
 	}
 	if len(batches) > 0 {
 		var err error

@@ -145,6 +145,12 @@ func TestStreamJSONLCorpus(t *testing.T) {
 		src := []string{"web", "books", "code"}[i%3]
 		fmt.Fprintf(&lines, "{\"id\": \"d%05d\", \"text\": %q, \"source\": %q}\n", i, text, src)
 		want[fmt.Sprintf("d%05d", i)] = map[string][]byte{"txt": []byte(text), "json": []byte(fmt.Sprintf(`{"id":"d%05d","source":%q}`, i, src))}
+		if i == 1000 || i == 2500 {
+			// Records larger than madeRecord, made again from their line.
+			text := strings.Repeat(`long \u00e9 `, madeRecord/8) // é, escaped
+			fmt.Fprintf(&lines, "{\"id\": \"big%d\", \"text\": \"%s\", \"source\": \"web\"}\n", i, text)
+			want[fmt.Sprintf("big%d", i)] = map[string][]byte{"txt": []byte(strings.Repeat("long é ", madeRecord/8)), "json": []byte(fmt.Sprintf(`{"id":"big%d","source":"web"}`, i))}
+		}
 	}
 	corpus := filepath.Join(dir, "docs.jsonl")
 	if err := os.WriteFile(corpus, []byte(lines.String()), 0o644); err != nil {
@@ -157,11 +163,17 @@ func TestStreamJSONLCorpus(t *testing.T) {
 	}
 	defer st.Close()
 	stores := localStores(t, t.TempDir(), 3)
+	before := recordsMadeAgain.Load()
 	if _, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 8 << 10, BlockSize: 4096}); err != nil {
 		t.Fatal(err)
 	}
 	if st.chunks < 5 {
 		t.Fatalf("%d chunks: the test wants many", st.chunks)
+	}
+	// The upload takes each record's bytes as the scan made them, but
+	// the two over madeRecord, which it makes again from their lines.
+	if again := recordsMadeAgain.Load() - before; again != 2 {
+		t.Errorf("the upload made %d records again from their lines, want 2 (those over %d bytes)", again, madeRecord)
 	}
 	recordsBack(t, stores, "ds", want)
 }
