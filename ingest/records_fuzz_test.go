@@ -255,3 +255,25 @@ func jsonlRecordDecoded(line []byte, o ScanOptions, lineNo int) (key string, nam
 	}
 	return key, names, bodies, obj, nil
 }
+
+// decodeJSONValue's shortcuts decode a value as json's decoder does with
+// UseNumber, for any value a line may hold.
+func FuzzDecodeJSONValueAsTheDecoder(f *testing.F) {
+	for _, s := range []string{`0`, `-1.5e10`, `12345678901234567890123`, `true`, `false`, `null`, `"abc"`, `""`, `"é"`, `"a\"b"`, `"\u00e9"`, `"<&>"`, `{"a":1}`, `[1,"x",null]`, `"\ud83d\ude00"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		raw = bytes.TrimSpace(raw) // as a line's value comes
+		if !json.Valid(raw) {
+			return
+		}
+		got, err := decodeJSONValue(raw)
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var want any
+		werr := dec.Decode(&want)
+		if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeJSONValue(%q) = %#v, %v; the decoder: %#v, %v", raw, got, err, want, werr)
+		}
+	})
+}
