@@ -277,3 +277,28 @@ func FuzzDecodeJSONValueAsTheDecoder(f *testing.F) {
 		}
 	})
 }
+
+// decodeFieldsObject takes what a json.Decoder with UseNumber takes as one
+// object followed by nothing but space, and decodes it as the decoder
+// does; it refuses everything else.
+func FuzzDecodeFieldsObjectAsTheDecoder(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1,"b":"x"}`, `{"a":{"b":[1,2]},"c":null,"d":true}`, `null`, `[1]`, `{"a":1} {}`, `{"a":1}  `, `{"a":"\u00e9\ud83d\ude00"}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\"}", `{"a":-0.5e-3}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeFieldsObject(b)
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		var want map[string]any
+		werr := dec.Decode(&want)
+		if werr == nil && want == nil {
+			werr = errors.New("null")
+		}
+		if werr == nil {
+			werr = endOfJSON(dec)
+		}
+		if (err == nil) != (werr == nil) || err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeFieldsObject(%q) = %#v, %v; the decoder: %#v, %v", b, got, err, want, werr)
+		}
+	})
+}

@@ -601,16 +601,7 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 				return fmt.Errorf("shard %s at offset %d: member %q: %v: the shard is damaged or cut short", shard, hdrAt, h.name, err)
 			}
 			cur.sum = verify.Update(cur.sum, b)
-			dec := json.NewDecoder(bytes.NewReader(b))
-			dec.UseNumber()
-			var obj map[string]any
-			err = dec.Decode(&obj)
-			if err == nil && obj == nil {
-				err = errors.New("null")
-			}
-			if err == nil {
-				err = endOfJSON(dec)
-			}
+			obj, err := decodeFieldsObject(b)
 			if err != nil {
 				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields, one object (a loader's json.loads refuses anything else)", shard, hdrAt, h.name, err)
 			}

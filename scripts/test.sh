@@ -100,7 +100,7 @@ go test -timeout 10m -run '^(TestReplacingCommitStates|TestWideNumbersOpen)$' -c
 echo "== layout: every test, the property tests at full size, without -race (layout is pure: no goroutines)"
 go test -timeout 10m -count=1 ./layout/ || failed="$failed layout"
 
-echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and group, and part record decoders, key checks, tar names, file-map offset math, and the record sources' decoders (WebDataset shards, their plain tar headers against archive/tar, JSONL lines and their fields' values, Parquet files) (about 10s each)"
+echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and group, and part record decoders, key checks, tar names, file-map offset math, and the record sources' decoders (WebDataset shards, their plain tar headers against archive/tar, JSONL lines, their fields' values and .json members, Parquet files) (about 10s each)"
 # Each target runs a count of inputs, about 10 s of them on a 2-core
 # machine (a third of the 30 s they had until issue 56: the suite's time
 # goes to the integration tests; a longer search is SHARDFS_FUZZ_SCALE=3
@@ -111,7 +111,7 @@ echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and grou
 # run in 30 s), and a deadline that ends the run mid-call fails it
 # (go.dev/issue/75804). A count has no deadline to race, and a crashing
 # input is still written to testdata/fuzz, whole.
-for target in manifest:FuzzDecode:500000 manifest:FuzzDecodeBody:150000 manifest:FuzzDecodeTop:33333 manifest:FuzzDecodeIndex:53333 manifest:FuzzDecodeRootBody:116666 ingest:FuzzDecodePart:66666 manifest:FuzzCheckKey:400000 layout:FuzzTarName:500000 layout:FuzzExtents:400000 ingest:FuzzWebDatasetShard:20000 ingest:FuzzPlainTarHeaders:40000 ingest:FuzzJSONLRecord:80000 ingest:FuzzDecodeJSONValueAsTheDecoder:30000 ingest:FuzzParquet:20000; do
+for target in manifest:FuzzDecode:500000 manifest:FuzzDecodeBody:150000 manifest:FuzzDecodeTop:33333 manifest:FuzzDecodeIndex:53333 manifest:FuzzDecodeRootBody:116666 ingest:FuzzDecodePart:66666 manifest:FuzzCheckKey:400000 layout:FuzzTarName:500000 layout:FuzzExtents:400000 ingest:FuzzWebDatasetShard:20000 ingest:FuzzPlainTarHeaders:40000 ingest:FuzzJSONLRecord:80000 ingest:FuzzDecodeJSONValueAsTheDecoder:30000 ingest:FuzzDecodeFieldsObjectAsTheDecoder:60000 ingest:FuzzParquet:20000; do
 	IFS=: read -r pkg name count <<<"$target"
 	count=$((count * ${SHARDFS_FUZZ_SCALE:-1}))
 	go test -run '^$' -fuzz "^${name}\$" -fuzztime "${count}x" -fuzzminimizetime 0x "./${pkg}/" || failed="$failed $name"
