@@ -149,11 +149,18 @@ type partRecord struct {
 // partShard is one owned shard: its rows, block checksums and id as its
 // index holds them, its fragment size, and (metadata format 2) the size
 // and checksum of the index object the part wrote.
+//
+// A record of format 2 (partRecordCounts: metadata format 2 or 3) holds
+// no rows: its shards' rows are in the index objects the part wrote, and
+// each shard says its id, Counts per stratum and Bytes instead. A commit
+// that read 8 records of rows at once held every row of the dataset.
 type partShard struct {
 	manifest.ShardIndex
 	FragLen   int64
 	IndexSize int64
 	IndexSum  uint32
+	Counts    []int `json:",omitempty"`
+	Bytes     int64 `json:",omitempty"`
 
 	// counts is the shard's samples per stratum, and size its bytes: what
 	// a commit of metadata format 2 or 3 keeps of the shard once its rows
@@ -163,6 +170,14 @@ type partShard struct {
 }
 
 const partMagic = "SHARDFS-PART-1\n"
+
+// The formats of a part record: partRecordRows holds its shards' rows
+// (metadata format 1 needs them to assemble the manifest), and
+// partRecordCounts their counts per stratum and bytes only.
+const (
+	partRecordRows   = 1
+	partRecordCounts = 2
+)
 
 // encodePart is magic, CRC32C of the rest, then the zstd-compressed gob.
 func encodePart(rec *partRecord) ([]byte, error) {
@@ -202,8 +217,11 @@ func decodePart(b []byte) (*partRecord, error) {
 	if err := gob.NewDecoder(zr).Decode(rec); err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadPart, err)
 	}
-	if rec.Format != 1 {
-		return nil, fmt.Errorf("%w: format %d, this shardfs reads 1: use the shardfs that wrote the parts", errBadPart, rec.Format)
+	if rec.Format != partRecordRows && rec.Format != partRecordCounts {
+		return nil, fmt.Errorf("%w: format %d, this shardfs reads %d and %d: use the shardfs that wrote the parts", errBadPart, rec.Format, partRecordRows, partRecordCounts)
+	}
+	if rec.Format == partRecordCounts && rec.Metadata < 2 {
+		return nil, fmt.Errorf("%w: a record of counts without rows for metadata format %d, which needs the rows", errBadPart, rec.Metadata)
 	}
 	return rec, nil
 }
@@ -308,12 +326,24 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 	} else if h, err := repository.LoadHeader(ctx, opts.Stores, opts.Name, log); err == nil && h.IngestID == id {
 		return nil, fmt.Errorf("%w: %s version %d was committed from these parts: nothing to do", ErrAlreadyCommitted, opts.Name, h.VersionNumber())
 	}
-	rec := &partRecord{Format: 1, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count, Parent: parent, First: first,
+	rec := &partRecord{Format: partRecordRows, Metadata: max(opts.Format, 1), Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count, Parent: parent, First: first,
 		Seed: m.Seed, Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize, ShardSize: m.ShardSize,
 		LabelFields: m.LabelFields, Fields: m.Fields, Derived: m.Derived, Strata: m.Strata, Shards: len(m.Shards), Samples: m.Samples.Len(),
 		Members: m.Members, StrataOnly: m.StrataOnly, Windows: windows}
+	if opts.Format >= 2 {
+		rec.Format = partRecordCounts
+	}
 	for _, si := range owned {
-		ps := partShard{ShardIndex: *manifest.ShardIndexOf(m, si), FragLen: m.FragSize(si)}
+		ps := partShard{FragLen: m.FragSize(si)}
+		if rec.Format == partRecordCounts {
+			sh := &m.Shards[si]
+			ps.ShardIndex.Shard, ps.Counts, ps.Bytes = si, make([]int, len(m.Strata)), sh.Size
+			for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
+				ps.Counts[m.Samples.Stratum[j]]++
+			}
+		} else {
+			ps.ShardIndex = *manifest.ShardIndexOf(m, si)
+		}
 		if indexSize != nil {
 			ps.IndexSize, ps.IndexSum = indexSize[si], indexSum[si]
 		}
@@ -742,6 +772,9 @@ func header(name string, r0 *partRecord, stores []string) manifest.Header {
 // in the shard's index, which the part wrote and commit checks by size and
 // checksum. So a commit holds a record's rows only while it reads it.
 func thin(name string, r *partRecord) error {
+	if r.Format == partRecordCounts {
+		return takeCounts(name, r)
+	}
 	for k := range r.Owned {
 		ps := &r.Owned[k]
 		if err := checkColumns(name, r, ps); err != nil {
@@ -766,6 +799,28 @@ func thin(name string, r *partRecord) error {
 			return notOneIngest(name, "shard %d's fragments are %d bytes, its samples make %d", ps.Shard, ps.FragLen, frag)
 		}
 		ps.ShardIndex = manifest.ShardIndex{Shard: ps.Shard}
+	}
+	return nil
+}
+
+// takeCounts is thin of a record that holds counts, not rows: it checks
+// each shard's counts (one per stratum, none negative), bytes (within a
+// shard's bound, and what its fragments' size says) and that it holds no
+// rows, and keeps the counts and bytes.
+func takeCounts(name string, r *partRecord) error {
+	for k := range r.Owned {
+		ps := &r.Owned[k]
+		if len(ps.Counts) != len(r.Strata) || len(ps.Keys) > 0 {
+			return notOneIngest(name, "shard %d: %d counts for %d strata, and %d rows in a record of counts", ps.Shard, len(ps.Counts), len(r.Strata), len(ps.Keys))
+		}
+		if slices.ContainsFunc(ps.Counts, func(c int) bool { return c < 0 }) || ps.Bytes < 0 || ps.Bytes > manifest.MaxShardSize {
+			return notOneIngest(name, "shard %d: counts %v, %d bytes", ps.Shard, ps.Counts, ps.Bytes)
+		}
+		if frag := (ps.Bytes + int64(r.Data) - 1) / int64(max(r.Data, 1)); frag != ps.FragLen {
+			return notOneIngest(name, "shard %d's fragments are %d bytes, its samples make %d", ps.Shard, ps.FragLen, frag)
+		}
+		ps.counts, ps.size = ps.Counts, ps.Bytes
+		ps.Counts = nil
 	}
 	return nil
 }

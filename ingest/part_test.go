@@ -125,6 +125,40 @@ func partsCommitTheSingleProcessManifest(t *testing.T, format int) {
 				t.Fatalf("%d parts: part %d: %v", n, i, err)
 			}
 		}
+		// A part of metadata format 2 or 3 leaves counts, not rows: its
+		// shards' rows are in the indexes it wrote.
+		refs, err := repository.ListParts(ctx, opts.Stores, "dist")
+		if err != nil {
+			t.Fatal(err)
+		}
+		records := 0
+		for _, ref := range refs {
+			if ref.Count != n {
+				continue // not a record
+			}
+			var rec *partRecord
+			for _, st := range opts.Stores {
+				if b, err := repository.ReadWhole(ctx, st, repository.PartObject("dist", ref.Job, ref.Index, ref.Count)); err == nil {
+					if rec, err = decodePart(b); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+			}
+			if rec == nil {
+				t.Fatalf("part %d/%d: no record", ref.Index, ref.Count)
+			}
+			records++
+			wantFormat := map[bool]int{false: partRecordRows, true: partRecordCounts}[format >= 2]
+			for _, ps := range rec.Owned {
+				if rec.Format != wantFormat || (len(ps.Keys) > 0) != (format == 1) || (ps.Counts != nil) != (format >= 2) {
+					t.Fatalf("%d parts, format %d: part %d's record is of format %d, shard %d with %d rows and counts %v", n, format, rec.Part, rec.Format, ps.Shard, len(ps.Keys), ps.Counts)
+				}
+			}
+		}
+		if records != n {
+			t.Fatalf("%d parts: %d part records read", n, records)
+		}
 		res, err := Commit(ctx, CommitOptions{Name: "dist", Stores: opts.Stores})
 		if err != nil {
 			t.Fatalf("%d parts: commit: %v", n, err)
@@ -361,5 +395,68 @@ func TestThinRecordsRefuseWhatTheRowsContradict(t *testing.T) {
 		if _, err := commit(recs); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "the parts do not form one ingest") {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// A record of counts (a part of metadata format 2 or 3) makes the top the
+// same record with rows makes, and what its counts contradict is refused
+// by name, as thin refuses rows.
+func TestCountRecordsMakeTheTopAndRefuseContradictions(t *testing.T) {
+	strata := []manifest.Stratum{{Name: "a", Labels: []string{"a"}, Count: 3}, {Name: "b", Labels: []string{"b"}, Count: 1}}
+	records := func() []*partRecord {
+		rec := func(part int, owned ...partShard) *partRecord {
+			return &partRecord{Format: partRecordCounts, Metadata: 2, Name: "ds", IngestID: "job-1", Part: part, Parts: 2, Data: 2, Parity: 1, BlockSize: 4096, LabelFields: []string{"label"},
+				Strata: slices.Clone(strata), Shards: 2, Samples: 4, Owned: owned}
+		}
+		shard := func(s int, counts []int, bytes int64) partShard {
+			return partShard{FragLen: (bytes + 1) / 2, IndexSize: 100 + int64(s), IndexSum: uint32(7 + s), ShardIndex: manifest.ShardIndex{Shard: s}, Counts: counts, Bytes: bytes}
+		}
+		return []*partRecord{rec(0, shard(0, []int{2, 1}, 33)), rec(1, shard(1, []int{1, 0}, 5))}
+	}
+	commit := func(recs []*partRecord) (*manifest.Manifest, error) {
+		for _, r := range recs {
+			if err := thin("ds", r); err != nil {
+				return nil, err
+			}
+		}
+		return assembleTop("ds", recs, nil, []string{"s0", "s1", "s2"})
+	}
+	m, err := commit(records())
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := make([]int, 2)
+	m.Top.Counts(0, row)
+	if m.Top.Samples() != 4 || m.Shards[0].Size != 33 || m.Shards[1].Size != 5 || row[0] != 2 || row[1] != 1 || m.Top.Shards[1].IndexSize != 101 || m.Top.Shards[1].IndexSum != 8 {
+		t.Fatalf("top: %d samples, shard sizes %d %d, shard 0 counts %v, %+v", m.Top.Samples(), m.Shards[0].Size, m.Shards[1].Size, row, m.Top.Shards[1])
+	}
+	for _, c := range []struct {
+		name, want string
+		damage     func(recs []*partRecord)
+	}{
+		{"a count short", "shard 0: 1 counts for 2 strata", func(r []*partRecord) { r[0].Owned[0].Counts = []int{3} }},
+		{"rows beside counts", "1 rows in a record of counts", func(r []*partRecord) { r[1].Owned[0].Keys = []string{"a/3"} }},
+		{"a negative count", "shard 1: counts [2 -1]", func(r []*partRecord) { r[1].Owned[0].Counts = []int{2, -1} }},
+		{"fragments of another size", "shard 1's fragments are 9 bytes, its samples make 3", func(r []*partRecord) { r[1].Owned[0].FragLen = 9 }},
+		{"a sample fewer than the plan", "the parts hold 3 samples, the plan 4", func(r []*partRecord) { r[0].Owned[0].Counts = []int{1, 1} }},
+		{"strata counts other than the plan's", "stratum a: 4 samples in the shards, 3 in the plan", func(r []*partRecord) { r[0].Owned[0].Counts = []int{3, 0} }},
+		{"a shard missing", "no part holds shard 1", func(r []*partRecord) { r[1].Owned = nil }},
+	} {
+		recs := records()
+		c.damage(recs)
+		if _, err := commit(recs); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "the parts do not form one ingest") {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	// A record of counts for metadata format 1, which needs rows, is no
+	// record this shardfs wrote.
+	rec := records()[0]
+	rec.Metadata = 1
+	b, err := encodePart(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decodePart(b); !errors.Is(err, errBadPart) {
+		t.Errorf("a record of counts for metadata format 1 decoded: %v", err)
 	}
 }

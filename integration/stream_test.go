@@ -251,3 +251,61 @@ func runBoundedOutput(t *testing.T, cmd *exec.Cmd) (string, error) {
 	err := runGroupBounded(t, cmd, 5*time.Minute)
 	return out.String(), err
 }
+
+// TestPartsCommitMemoryIsFlat (issue 59: a commit merges the parts' records
+// in memory that does not grow with the records): JSONL corpora of 20,000
+// and 300,000 documents are ingested in 8 parts at once on MinIO
+// (metadata format 2), and each committed beside two processes spinning
+// on the cores. The large commit's peak RSS stays within 1.25× the small
+// one's + 12 MiB, though the large corpus holds 15 times the records (and
+// the shards): 36 MiB against 31 here. With part records holding their
+// shards' rows, as before, the commits peaked at 41 and 87 MiB: the test
+// fails.
+func TestPartsCommitMemoryIsFlat(t *testing.T) {
+	dir := t.TempDir()
+	peak := map[int]int64{}
+	for _, n := range []int{20_000, 300_000} {
+		corpus := writeCorpus(t, dir, n)
+		stores := "--stores=" + strings.Join(sharedCluster(t, 3).urls, ",")
+		var parts []*exec.Cmd
+		var outs []*bytes.Buffer
+		for i := range 8 {
+			cmd := execShardfs("ingest", stores, "--data=2", "--parity=1", "--shard-size=256KiB", "--format=2", "--member=text=txt", "--key=id", "--strata=source",
+				fmt.Sprintf("--part=%d/8", i), "--job=flat", corpus, "docs")
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			parts, outs = append(parts, cmd), append(outs, &out)
+		}
+		for i, cmd := range parts {
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("part %d/8 of %d documents: %v\n%s", i, n, err, outs[i])
+				}
+			case <-time.After(5 * time.Minute):
+				for _, c := range parts {
+					c.Process.Kill()
+				}
+				t.Fatalf("part %d/8 of %d documents did not end within 5 minutes", i, n)
+			}
+		}
+		stop := busyProcesses(t, 2)
+		cmd := execShardfs("commit", "docs", stores)
+		rss := measurePeakRSS(t, cmd)
+		out, err := runBoundedOutput(t, cmd)
+		stop()
+		if err != nil || !strings.Contains(out, fmt.Sprintf("%d samples", n)) {
+			t.Fatalf("commit of %d documents in 8 parts: %v\n%s", n, err, out)
+		}
+		peak[n] = rss()
+		t.Logf("commit of %d documents in 8 parts: %d MiB", n, peak[n]>>20)
+	}
+	if bound := peak[20_000]*5/4 + 12<<20; peak[300_000] > bound {
+		t.Errorf("the commit of 300,000 documents peaked at %d MiB, more than 1.25× the 20,000 documents' %d MiB + 12 MiB", peak[300_000]>>20, peak[20_000]>>20)
+	}
+}
