@@ -28,9 +28,10 @@ import (
 // 3.2 GB for 5,000,000 records; streamed, 137 MB). A source shard within
 // its share of a window's bytes is read once, whole, scanned in memory,
 // and its members' bytes kept until its records are uploaded (readShards,
-// keptShard); a larger one is
-// scanned from the source and its records read again by the windows
-// (place.go), as a whole scan's upload reads them.
+// keptShard); a larger one is scanned from the source and its records
+// read again by the windows (place.go), as a whole scan's upload reads
+// them. A JSONL corpus's records' bytes, as the scan made them, are kept
+// likewise (madeRecords): a line is decoded once.
 //
 // Each chunk is planned as a source of its own would be (place.go: its
 // windows, each output shard mirroring its window's stratum mix), and its
@@ -358,8 +359,9 @@ func keyAgain(where, key, prev string) error {
 // core at once. A shard within its share of a window's bytes is read
 // whole into memory first and scanned there, and its members' bytes kept
 // (keptShard, keptFiles) until its records are uploaded: the upload takes
-// their bytes from there, so the source is read once. A larger one is scanned from the source, and its
-// records read again from there, as a whole scan's upload reads them.
+// their bytes from there, so the source is read once. A larger one is
+// scanned from the source, and its records read again from there, as a
+// whole scan's upload reads them.
 func (st *Stream) readShards(ctx context.Context) error {
 	if st.next == len(st.shards) {
 		return nil
