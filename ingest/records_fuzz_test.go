@@ -282,7 +282,8 @@ func FuzzDecodeJSONValueAsTheDecoder(f *testing.F) {
 // object followed by nothing but space, and decodes it as the decoder
 // does; it refuses everything else.
 func FuzzDecodeFieldsObjectAsTheDecoder(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":1,"b":"x"}`, `{"a":{"b":[1,2]},"c":null,"d":true}`, `null`, `[1]`, `{"a":1} {}`, `{"a":1}  `, `{"a":"\u00e9\ud83d\ude00"}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\"}", `{"a":-0.5e-3}`} {
+	for _, s := range []string{`{}`, `{"a":1,"b":"x"}`, `{"a":{"b":[1,2]},"c":null,"d":true}`, `null`, `[1]`, `{"a":1} {}`, `{"a":1}  `, `{"a":"\u00e9\ud83d\ude00"}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\"}", `{"a":-0.5e-3}`,
+		` { "a" : "b" , "c":true,"d":false,"e":null } `, `{"a":-0}`, `{"a":1E+2}`, `{"a":01}`, `{"a":tru}`, `{"a":1.}`, `{"a":"b",}`, "{\"a\":\"\x01\"}", `{"a":"x"}x`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
