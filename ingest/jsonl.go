@@ -91,33 +91,67 @@ func decodeFieldsObject(b []byte) (map[string]any, error) {
 }
 
 // flatObject decodes b when it is one flat JSON object, as most .json
-// members are: keys and string values with no escapes, numbers, true,
-// false and null, nothing nested. It decodes what it takes as the decoder
-// does (FuzzDecodeFieldsObjectAsTheDecoder), and declines (false) all
-// else, for decodeFieldsObject's general path: json.Unmarshal of a
+// members are: keys with no escapes; strings, numbers, true, false and
+// null; nothing nested (flatFields). It decodes what it takes as the
+// decoder does (FuzzDecodeFieldsObjectAsTheDecoder), and declines (false)
+// all else, for decodeFieldsObject's general path: json.Unmarshal of a
 // record's fields, and its map of raw values, were 11% of the CPU of an
 // ingest of 1,000,000 short WebDataset records.
 func flatObject(b []byte) (map[string]any, bool) {
+	obj := make(map[string]any, 4)
+	ok := flatFields(b, func(key string, raw []byte) bool {
+		v, err := decodeJSONValue(raw)
+		obj[key] = v
+		return err == nil
+	})
+	return obj, ok
+}
+
+// flatFields calls field with each key and raw value of b, in order,
+// when b is one flat JSON object (see flatObject), as json.Unmarshal
+// hands a field's value to a json.Unmarshaler: its bytes, spaces
+// around them trimmed. It returns false, having called field for some of
+// them perhaps, when b is anything else, or when field does.
+func flatFields(b []byte, field func(key string, raw []byte) bool) bool {
 	i := 0
 	space := func() {
 		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 			i++
 		}
 	}
-	str := func() (string, bool) { // at a quote: a string with no escape
+	// str passes the string at i (a quote), escapes valid as JSON's
+	// (only when escapes), and says whether it held any.
+	str := func(escapes bool) (escaped, ok bool) {
 		j := i + 1
 		for j < len(b) && b[j] != '"' {
-			if b[j] == '\\' || b[j] < 0x20 {
-				return "", false
+			switch {
+			case b[j] < 0x20:
+				return false, false
+			case b[j] == '\\':
+				if !escapes || j+1 == len(b) {
+					return false, false
+				}
+				escaped = true
+				switch b[j+1] {
+				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+					j += 2
+				case 'u':
+					if _, ok := hex4(b, j+2); !ok {
+						return false, false
+					}
+					j += 6
+				default:
+					return false, false
+				}
+				continue
 			}
 			j++
 		}
-		if j == len(b) || !utf8.Valid(b[i+1:j]) {
-			return "", false
+		if j >= len(b) || !utf8.Valid(b[i+1:j]) {
+			return false, false
 		}
-		v := string(b[i+1 : j])
 		i = j + 1
-		return v, true
+		return escaped, true
 	}
 	digits := func() bool {
 		j := i
@@ -126,8 +160,7 @@ func flatObject(b []byte) (map[string]any, bool) {
 		}
 		return i > j
 	}
-	number := func() (json.Number, bool) { // JSON's grammar, exactly
-		j := i
+	number := func() bool { // JSON's grammar, exactly
 		if b[i] == '-' {
 			i++
 		}
@@ -137,12 +170,12 @@ func flatObject(b []byte) (map[string]any, bool) {
 		case i < len(b) && b[i] >= '1' && b[i] <= '9':
 			digits()
 		default:
-			return "", false
+			return false
 		}
 		if i < len(b) && b[i] == '.' {
 			i++
 			if !digits() {
-				return "", false
+				return false
 			}
 		}
 		if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
@@ -151,73 +184,73 @@ func flatObject(b []byte) (map[string]any, bool) {
 				i++
 			}
 			if !digits() {
-				return "", false
+				return false
 			}
 		}
-		return json.Number(b[j:i]), true
+		return true
 	}
 	space()
 	if i == len(b) || b[i] != '{' {
-		return nil, false
+		return false
 	}
 	i++
-	obj := make(map[string]any, 4)
 	space()
 	if i < len(b) && b[i] == '}' {
 		i++
-	} else {
-		for {
-			if i == len(b) || b[i] != '"' {
-				return nil, false
+		space()
+		return i == len(b)
+	}
+	for {
+		if i == len(b) || b[i] != '"' {
+			return false
+		}
+		at := i
+		if escaped, ok := str(false); !ok || escaped {
+			return false
+		}
+		key := string(b[at+1 : i-1])
+		space()
+		if i == len(b) || b[i] != ':' {
+			return false
+		}
+		i++
+		space()
+		if i == len(b) {
+			return false
+		}
+		at = i
+		switch c := b[i]; {
+		case c == '"':
+			if _, ok := str(true); !ok {
+				return false
 			}
-			key, ok := str()
-			if !ok {
-				return nil, false
+		case c == '-' || c >= '0' && c <= '9':
+			if !number() {
+				return false
 			}
-			space()
-			if i == len(b) || b[i] != ':' {
-				return nil, false
-			}
+		case bytes.HasPrefix(b[i:], []byte("true")), bytes.HasPrefix(b[i:], []byte("null")):
+			i += 4
+		case bytes.HasPrefix(b[i:], []byte("false")):
+			i += 5
+		default:
+			return false
+		}
+		if !field(key, b[at:i:i]) {
+			return false
+		}
+		space()
+		if i < len(b) && b[i] == ',' {
 			i++
 			space()
-			if i == len(b) {
-				return nil, false
-			}
-			var v any
-			switch c := b[i]; {
-			case c == '"':
-				if v, ok = str(); !ok {
-					return nil, false
-				}
-			case c == '-' || c >= '0' && c <= '9':
-				if v, ok = number(); !ok {
-					return nil, false
-				}
-			case bytes.HasPrefix(b[i:], []byte("true")):
-				v, i = true, i+4
-			case bytes.HasPrefix(b[i:], []byte("false")):
-				v, i = false, i+5
-			case bytes.HasPrefix(b[i:], []byte("null")):
-				v, i = nil, i+4
-			default:
-				return nil, false
-			}
-			obj[key] = v
-			space()
-			if i < len(b) && b[i] == ',' {
-				i++
-				space()
-				continue
-			}
-			if i < len(b) && b[i] == '}' {
-				i++
-				break
-			}
-			return nil, false
+			continue
 		}
+		if i < len(b) && b[i] == '}' {
+			i++
+			space()
+			return i == len(b)
+		}
+		return false
 	}
-	space()
-	return obj, i == len(b)
 }
 
 // jsonlLine is where a record's line lies in its file: ingest reads it
@@ -292,9 +325,13 @@ func jsonlRecord(line []byte, o ScanOptions, lineNo int) (key string, names []st
 	if err := checkJSONText(line); err != nil {
 		return "", nil, nil, nil, err
 	}
-	var raw map[string]rawJSON
-	if err := json.Unmarshal(line, &raw); err != nil || raw == nil {
-		return "", nil, nil, nil, notAnObject(line)
+	raw := make(map[string]rawJSON, 4)
+	if !flatFields(line, func(key string, v []byte) bool { raw[key] = v; return true }) {
+		// Not flat: json.Unmarshal takes it, or says why not.
+		raw = nil
+		if err := json.Unmarshal(line, &raw); err != nil || raw == nil {
+			return "", nil, nil, nil, notAnObject(line)
+		}
 	}
 	for _, mf := range o.Members {
 		v, ok := raw[mf.Field]

@@ -303,3 +303,29 @@ func FuzzDecodeFieldsObjectAsTheDecoder(f *testing.F) {
 		}
 	})
 }
+
+// flatFields takes only what json.Unmarshal takes as one object, and hands
+// each key the raw value json.Unmarshal hands a json.Unmarshaler for it.
+func FuzzFlatFieldsAsUnmarshal(f *testing.F) {
+	for _, s := range []string{`{}`, ` {"a" : "x\ny\"z\u00e9", "b":-1.5E+3 ,"c":null,"a":true} `, `{"a":"\x"}`, `{"a":"\u12"}`, `{"a":[1]}`, `{"a\n":1}`, `{"a":"b"`, `{"a":1}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := map[string][]byte{}
+		if !flatFields(b, func(key string, raw []byte) bool { got[key] = raw; return true }) {
+			return
+		}
+		var want map[string]rawJSON
+		if err := json.Unmarshal(b, &want); err != nil || want == nil {
+			t.Fatalf("flatFields took %q, json.Unmarshal refused it: %v", b, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: flatFields gave %d keys, json.Unmarshal %d", b, len(got), len(want))
+		}
+		for k, v := range want {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("%q: key %q: flatFields gave %q, json.Unmarshal %q", b, k, got[k], v)
+			}
+		}
+	})
+}
