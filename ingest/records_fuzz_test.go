@@ -256,37 +256,36 @@ func jsonlRecordDecoded(line []byte, o ScanOptions, lineNo int) (key string, nam
 	return key, names, bodies, obj, nil
 }
 
-// decodeJSONValue's shortcuts decode a value as json's decoder does with
-// UseNumber, for any value a line may hold.
-func FuzzDecodeJSONValueAsTheDecoder(f *testing.F) {
-	for _, s := range []string{`0`, `-1.5e10`, `12345678901234567890123`, `true`, `false`, `null`, `"abc"`, `""`, `"é"`, `"a\"b"`, `"\u00e9"`, `"<&>"`, `{"a":1}`, `[1,"x",null]`, `"\ud83d\ude00"`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		raw = bytes.TrimSpace(raw) // as a line's value comes
-		if !json.Valid(raw) {
-			return
-		}
-		got, err := decodeJSONValue(raw)
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		var want any
-		werr := dec.Decode(&want)
-		if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
-			t.Fatalf("decodeJSONValue(%q) = %#v, %v; the decoder: %#v, %v", raw, got, err, want, werr)
-		}
-	})
-}
-
-// decodeFieldsObject takes what a json.Decoder with UseNumber takes as one
-// object followed by nothing but space, and decodes it as the decoder
-// does; it refuses everything else.
-func FuzzDecodeFieldsObjectAsTheDecoder(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":1,"b":"x"}`, `{"a":{"b":[1,2]},"c":null,"d":true}`, `null`, `[1]`, `{"a":1} {}`, `{"a":1}  `, `{"a":"\u00e9\ud83d\ude00"}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\"}", `{"a":-0.5e-3}`,
-		` { "a" : "b" , "c":true,"d":false,"e":null } `, `{"a":-0}`, `{"a":1E+2}`, `{"a":01}`, `{"a":tru}`, `{"a":1.}`, `{"a":"b",}`, "{\"a\":\"\x01\"}", `{"a":"x"}x`} {
+// FuzzJSONShortcutsAsEncodingJSON holds the records' JSON shortcuts to
+// encoding/json, each input against all three (one target, so that the
+// suite's fuzz step pays one build and start for them):
+//   - decodeJSONValue decodes a value as json's decoder does with
+//     UseNumber, for any value a line may hold;
+//   - decodeFieldsObject (and its flatObject) takes what a json.Decoder
+//     with UseNumber takes as one object followed by nothing but space,
+//     decodes it as the decoder does, and refuses everything else;
+//   - flatFields takes only what json.Unmarshal takes as one object, and
+//     hands each key the raw value json.Unmarshal hands a
+//     json.Unmarshaler for it.
+func FuzzJSONShortcutsAsEncodingJSON(f *testing.F) {
+	for _, s := range []string{`0`, `-1.5e10`, `12345678901234567890123`, `true`, `false`, `null`, `"abc"`, `""`, `"é"`, `"a\"b"`, `"\u00e9"`, `"<&>"`, `{"a":1}`, `[1,"x",null]`, `"\ud83d\ude00"`,
+		`{}`, `{"a":1,"b":"x"}`, `{"a":{"b":[1,2]},"c":null,"d":true}`, `null`, `[1]`, `{"a":1} {}`, `{"a":1}  `, `{"a":"\u00e9\ud83d\ude00"}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\"}", `{"a":-0.5e-3}`,
+		` { "a" : "b" , "c":true,"d":false,"e":null } `, `{"a":-0}`, `{"a":1E+2}`, `{"a":01}`, `{"a":tru}`, `{"a":1.}`, `{"a":"b",}`, "{\"a\":\"\x01\"}", `{"a":"x"}x`,
+		`{}`, ` {"a" : "x\ny\"z\u00e9", "b":-1.5E+3 ,"c":null,"a":true} `, `{"a":"\x"}`, `{"a":"\u12"}`, `{"a":[1]}`, `{"a\n":1}`, `{"a":"b"`, `{"a":1}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if raw := bytes.TrimSpace(b); json.Valid(raw) { // as a line's value comes
+			got, err := decodeJSONValue(raw)
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.UseNumber()
+			var want any
+			werr := dec.Decode(&want)
+			if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("decodeJSONValue(%q) = %#v, %v; the decoder: %#v, %v", raw, got, err, want, werr)
+			}
+		}
+
 		got, err := decodeFieldsObject(b)
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.UseNumber()
@@ -301,30 +300,21 @@ func FuzzDecodeFieldsObjectAsTheDecoder(f *testing.F) {
 		if (err == nil) != (werr == nil) || err == nil && !reflect.DeepEqual(got, want) {
 			t.Fatalf("decodeFieldsObject(%q) = %#v, %v; the decoder: %#v, %v", b, got, err, want, werr)
 		}
-	})
-}
 
-// flatFields takes only what json.Unmarshal takes as one object, and hands
-// each key the raw value json.Unmarshal hands a json.Unmarshaler for it.
-func FuzzFlatFieldsAsUnmarshal(f *testing.F) {
-	for _, s := range []string{`{}`, ` {"a" : "x\ny\"z\u00e9", "b":-1.5E+3 ,"c":null,"a":true} `, `{"a":"\x"}`, `{"a":"\u12"}`, `{"a":[1]}`, `{"a\n":1}`, `{"a":"b"`, `{"a":1}}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		got := map[string][]byte{}
-		if !flatFields(b, func(key string, raw []byte) bool { got[key] = raw; return true }) {
+		fields := map[string][]byte{}
+		if !flatFields(b, func(key string, raw []byte) bool { fields[key] = raw; return true }) {
 			return
 		}
-		var want map[string]rawJSON
-		if err := json.Unmarshal(b, &want); err != nil || want == nil {
+		var raws map[string]rawJSON
+		if err := json.Unmarshal(b, &raws); err != nil || raws == nil {
 			t.Fatalf("flatFields took %q, json.Unmarshal refused it: %v", b, err)
 		}
-		if len(got) != len(want) {
-			t.Fatalf("%q: flatFields gave %d keys, json.Unmarshal %d", b, len(got), len(want))
+		if len(fields) != len(raws) {
+			t.Fatalf("%q: flatFields gave %d keys, json.Unmarshal %d", b, len(fields), len(raws))
 		}
-		for k, v := range want {
-			if !bytes.Equal(got[k], v) {
-				t.Fatalf("%q: key %q: flatFields gave %q, json.Unmarshal %q", b, k, got[k], v)
+		for k, v := range raws {
+			if !bytes.Equal(fields[k], v) {
+				t.Fatalf("%q: key %q: flatFields gave %q, json.Unmarshal %q", b, k, fields[k], v)
 			}
 		}
 	})

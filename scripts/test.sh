@@ -111,7 +111,7 @@ echo "== fuzz: manifest, top-level manifest, shard index, format-3 root and grou
 # run in 30 s), and a deadline that ends the run mid-call fails it
 # (go.dev/issue/75804). A count has no deadline to race, and a crashing
 # input is still written to testdata/fuzz, whole.
-for target in manifest:FuzzDecode:500000 manifest:FuzzDecodeBody:150000 manifest:FuzzDecodeTop:33333 manifest:FuzzDecodeIndex:53333 manifest:FuzzDecodeRootBody:116666 ingest:FuzzDecodePart:66666 manifest:FuzzCheckKey:400000 layout:FuzzTarName:500000 layout:FuzzExtents:400000 ingest:FuzzWebDatasetShard:20000 ingest:FuzzPlainTarHeaders:40000 ingest:FuzzJSONLRecord:80000 ingest:FuzzDecodeJSONValueAsTheDecoder:30000 ingest:FuzzDecodeFieldsObjectAsTheDecoder:60000 ingest:FuzzFlatFieldsAsUnmarshal:60000 ingest:FuzzParquet:20000; do
+for target in manifest:FuzzDecode:500000 manifest:FuzzDecodeBody:150000 manifest:FuzzDecodeTop:33333 manifest:FuzzDecodeIndex:53333 manifest:FuzzDecodeRootBody:116666 ingest:FuzzDecodePart:66666 manifest:FuzzCheckKey:400000 layout:FuzzTarName:500000 layout:FuzzExtents:400000 ingest:FuzzWebDatasetShard:20000 ingest:FuzzPlainTarHeaders:40000 ingest:FuzzJSONLRecord:80000 ingest:FuzzJSONShortcutsAsEncodingJSON:40000 ingest:FuzzParquet:20000; do
 	IFS=: read -r pkg name count <<<"$target"
 	count=$((count * ${SHARDFS_FUZZ_SCALE:-1}))
 	go test -run '^$' -fuzz "^${name}\$" -fuzztime "${count}x" -fuzzminimizetime 0x "./${pkg}/" || failed="$failed $name"
