@@ -74,20 +74,8 @@ func decodeFieldsObject(b []byte) (map[string]any, error) {
 		return obj, nil
 	}
 	// Not one object: the decoder says why, as it always has.
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var obj map[string]any
-	err := dec.Decode(&obj)
-	if err == nil && obj == nil {
-		err = errors.New("null")
-	}
-	if err == nil {
-		err = endOfJSON(dec)
-	}
-	if err == nil {
-		err = errors.New("not one JSON object") // json.Unmarshal refused it
-	}
-	return nil, err
+	reason, _ := objectRefusal(b)
+	return nil, reason
 }
 
 // flatObject decodes b when it is one flat JSON object, as most .json
@@ -444,20 +432,31 @@ func hex4(line []byte, at int) (int, bool) {
 // loaders' json.loads would refuse it (a second value after the first, an
 // array, null).
 func notAnObject(line []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(line))
+	reason, trailing := objectRefusal(line)
+	if trailing {
+		return reason
+	}
+	return fmt.Errorf("not a JSON object (%v): each line of a corpus is one record, an object", reason)
+}
+
+// objectRefusal is why a json.Decoder with UseNumber does not take b as
+// one JSON object: its error, "null", data after the value (trailing),
+// or "not one JSON object" when it takes b and json.Unmarshal did not.
+func objectRefusal(b []byte) (reason error, trailing bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var obj map[string]any
 	err := dec.Decode(&obj)
 	switch {
 	case err == nil && obj == nil:
-		err = errors.New("null")
+		return errors.New("null"), false
 	case err == nil:
 		if err = endOfJSON(dec); err != nil {
-			return err
+			return err, true
 		}
-		err = errors.New("not one JSON object")
+		return errors.New("not one JSON object"), false
 	}
-	return fmt.Errorf("not a JSON object (%v): each line of a corpus is one record, an object", err)
+	return err, false
 }
 
 // scanJSONLRecords reads a JSONL corpus's records, holding their metadata
