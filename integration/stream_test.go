@@ -81,7 +81,11 @@ func TestStreamedIngestUnderKillsAndStoreFailures(t *testing.T) {
 	rng := rand.New(rand.NewPCG(59, 2))
 	n := soakCount(16, 4, 2)
 	invisible, whole, mended := 0, 0, 0
-	metadataOnly := regexp.MustCompile(`DAMAGED: 0 fragments, \d+ manifest copies, 0 index copies, \d+ identities, 0 foreign stores; all recoverable`)
+	// Metadata only: a shard index is written to parity+1 stores at
+	// least (PutSome), like the manifest, so a store down while a chunk's
+	// indexes are written leaves their copies short there too (round 3 in
+	// a CI run: shards 68 and 69 of 70); repair writes them.
+	metadataOnly := regexp.MustCompile(`DAMAGED: 0 fragments, \d+ manifest copies, \d+ index copies, \d+ identities, 0 foreign stores; all recoverable`)
 	for i := range n {
 		after := time.Duration(rng.Int64N(int64(full.elapsed) * 6 / 5))
 		name := fmt.Sprintf("streamed%02d", i)
@@ -115,8 +119,8 @@ func TestStreamedIngestUnderKillsAndStoreFailures(t *testing.T) {
 			whole++
 		case r.code == 1 && metadataOnly.MatchString(r.stdout):
 			// Committed while a store was down, or killed in the commit:
-			// every fragment whole, a manifest copy or identity short on
-			// a store, which repair writes.
+			// every fragment whole, a manifest copy, shard index copies or
+			// an identity short on a store, which repair writes.
 			mended++
 			if r := run(t, 2*time.Minute, nil, "repair", stores, name); r.code != 0 {
 				t.Fatalf("round %d (%s after %v): repair: %v", i, fault, after, r)
