@@ -115,12 +115,11 @@ type stopping struct {
 	backend.Store
 	budget *atomic.Int64 // mutating calls left before the "kill"; <0: none
 	failAt int           // this store's call that fails (0: none)
-	calls  int
+	calls  atomic.Int64  // mutating calls so far (a commit writes to the stores at once)
 }
 
 func (s *stopping) mutate() error {
-	s.calls++
-	if s.budget.Add(-1) < 0 || s.calls == s.failAt {
+	if s.budget.Add(-1) < 0 || s.calls.Add(1) == int64(s.failAt) {
 		return &backend.Error{Store: s.String(), Op: "write", Err: backend.ErrUnavailable}
 	}
 	return nil
@@ -131,6 +130,13 @@ func (s *stopping) Put(ctx context.Context, key string, b []byte) error {
 		return err
 	}
 	return s.Store.Put(ctx, key, b)
+}
+
+func (s *stopping) Create(ctx context.Context, key string, b []byte) error {
+	if err := s.mutate(); err != nil {
+		return err
+	}
+	return s.Store.Create(ctx, key, b)
 }
 
 func (s *stopping) Delete(ctx context.Context, key string) error {

@@ -485,7 +485,8 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		// it committed): its work is in the manifest, they can go.
 		parts = repository.DropParts(ctx, opts.Stores, opts.Name, m.IngestID, parts, log)
 		if len(parts) == 0 && copts.IngestID == "" {
-			return nil, fmt.Errorf("%w: %s is committed (ingest %s) and no distributed ingest of it is pending: nothing to do", ErrAlreadyCommitted, opts.Name, m.IngestID)
+			return nil, finishCommitted(ctx, opts, "commit-"+m.IngestID,
+				fmt.Errorf("%w: %s is committed (ingest %s) and no distributed ingest of it is pending: nothing to do", ErrAlreadyCommitted, opts.Name, m.IngestID))
 		}
 	}
 	id, n, err := pickIngest(opts.Name, parts, copts.IngestID)
@@ -500,6 +501,12 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	defer txn.Release(context.WithoutCancel(ctx))
 	committedErr := txn.RefuseCommitted(ctx, opts.Force, id)
 	if errors.Is(committedErr, ErrAlreadyCommitted) {
+		// A rerun of a commit that was stopped past its commit point, or
+		// that committed with a store missing its copy: finish it, so the
+		// rerun leaves what an uninterrupted commit leaves.
+		if err := finishCommit(ctx, txn, log); err != nil {
+			return nil, err
+		}
 		return nil, committedErr
 	}
 	recs, err := readParts(ctx, opts.Stores, opts.Name, id, n)
@@ -577,6 +584,24 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 	res.OrphansPurged = txn.Purge(ctx, m)
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// finishCommitted finishes, under the ingest lock, the commit of the
+// dataset's current version where one stopped past its commit point, and
+// then returns done: what a rerun of a commit that has nothing left to
+// commit says.
+func finishCommitted(ctx context.Context, opts Options, lockID string, done error) error {
+	log := opts.logger()
+	opts.Lock.Logger = log
+	txn, ctx, err := repository.Begin(ctx, opts.Stores, opts.Name, lockID, opts.Lock, log)
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", opts.Name, err)
+	}
+	defer txn.Release(context.WithoutCancel(ctx))
+	if err := finishCommit(ctx, txn, log); err != nil {
+		return err
+	}
+	return done
 }
 
 // pickIngest chooses the distributed ingest to commit among the parts:

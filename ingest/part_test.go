@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
@@ -458,5 +460,110 @@ func TestCountRecordsMakeTheTopAndRefuseContradictions(t *testing.T) {
 	}
 	if _, err := decodePart(b); !errors.Is(err, errBadPart) {
 		t.Errorf("a record of counts for metadata format 1 decoded: %v", err)
+	}
+}
+
+// A distributed ingest's commit replaces state (the manifest copies and
+// identities, a replaced dataset's current version, the part records), so
+// it is tried with random kills (every write after a random one fails,
+// the lock's release too) and a random store failing a random write, on a
+// fresh name and over a committed dataset (--force), in metadata formats
+// 1, 2 and 3: after each stopped try, the current version is whole and
+// serves its samples byte for byte: the parts' dataset, or, not committed,
+// the one before (none, for a fresh name). A commit that said it was done
+// committed. A rerun without faults then commits, verify finds nothing to
+// mend, no part record is left, and a replaced version still serves.
+func TestPartsCommitUnderKillsAndStoreFailures(t *testing.T) {
+	ctx := context.Background()
+	old, fresh := tree(t, 50, 3, "", 1), tree(t, 70, 3, "b", 2)
+	rng := rand.New(rand.NewPCG(59, 2))
+	trials := 18
+	if testing.Short() {
+		trials = 6
+	}
+	for trial := range trials {
+		replacing := trial%2 == 1
+		base := localStores(t, t.TempDir(), 3)
+		opts := Options{Name: "ds", Stores: base, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096, Seed: 5, Format: 1 + trial%3, Force: replacing}
+		if replacing {
+			if _, err := Run(ctx, old, opts); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const parts = 3
+		var id string
+		for i := range parts {
+			res, err := RunPart(ctx, fresh, opts, Part{i, parts}, "job")
+			if err != nil {
+				t.Fatalf("trial %d: part %d: %v", trial, i, err)
+			}
+			id = res.IngestID
+		}
+		var budget atomic.Int64
+		killAfter := rng.IntN(40) // a commit here writes and deletes about 20 to 35 objects
+		budget.Store(int64(killAfter))
+		stores := make([]backend.Store, len(base))
+		failing := rng.IntN(len(base))
+		for i, s := range base {
+			st := &stopping{Store: s, budget: &budget}
+			if i == failing {
+				st.failAt = 1 + rng.IntN(12)
+			}
+			stores[i] = st
+		}
+		_, err := Commit(ctx, CommitOptions{Name: "ds", Stores: stores, Force: replacing})
+		t.Logf("trial %d (format %d, replacing %v): killed after %d writes, store %d fails its write %d: %v", trial, opts.Format, replacing, killAfter, failing, stores[failing].(*stopping).failAt, err)
+		// Whatever stopped it, what is current is whole.
+		ds, openErr := repository.Open(ctx, base, "ds", repository.Options{})
+		switch {
+		case openErr != nil:
+			if replacing || err == nil {
+				t.Fatalf("trial %d: the commit returned %v, and then the dataset does not open: %v", trial, err, openErr)
+			}
+		case ds.Manifest.IngestID == id:
+			checkServes(t, base, 0, fresh)
+		default:
+			if !replacing || err == nil {
+				t.Fatalf("trial %d: the commit returned %v, and then ingest %s is current, not the parts' %s", trial, err, ds.Manifest.IngestID, id)
+			}
+			checkServes(t, base, 0, old)
+		}
+		// A rerun without faults commits what is left. The stopped commit
+		// may have left its lock (its release was cut off too): its
+		// process, this one, lives on, where a killed one's lock is taken
+		// over at once, so it goes here as the kill would let it go.
+		for _, s := range base {
+			s.Delete(ctx, repository.LockKey("ds"))
+		}
+		if _, err := Commit(ctx, CommitOptions{Name: "ds", Stores: base, Force: replacing}); err != nil && !errors.Is(err, ErrAlreadyCommitted) {
+			t.Fatalf("trial %d: the commit again, without faults: %v", trial, err)
+		}
+		ds = checkServes(t, base, 0, fresh)
+		if ds.Manifest.IngestID != id {
+			t.Fatalf("trial %d: ingest %s is current after the rerun, not the parts' %s", trial, ds.Manifest.IngestID, id)
+		}
+		if replacing {
+			checkServes(t, base, 1, old)
+		}
+		// A store that failed while the commit wrote the copies every store
+		// holds (group objects, written with parity+1) may miss one: a
+		// copy, never a fragment, and repair writes it.
+		rep, err := ds.Verify(ctx, nil)
+		if err != nil || len(rep.Pending) != 0 || len(rep.Damaged) != 0 || len(rep.Unrecoverable) != 0 || len(rep.BadSamples) != 0 {
+			t.Fatalf("trial %d: after the rerun: %v %+v", trial, err, rep)
+		}
+		if !rep.Intact() {
+			if _, err := ds.Repair(ctx, rep, false, nil); err != nil {
+				t.Fatalf("trial %d: repair after the rerun: %v", trial, err)
+			}
+			if rep, err = ds.Verify(ctx, nil); err != nil || !rep.Intact() {
+				t.Fatalf("trial %d: after the rerun and repair: %v %+v", trial, err, rep)
+			}
+		}
+		for _, s := range base {
+			if keys, _ := s.List(ctx, repository.PartPrefix("ds")); len(keys) != 0 {
+				t.Fatalf("trial %d: part objects left after the rerun: %v", trial, keys)
+			}
+		}
 	}
 }
