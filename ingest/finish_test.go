@@ -118,6 +118,23 @@ type stopping struct {
 	calls  atomic.Int64  // mutating calls so far (a commit writes to the stores at once)
 }
 
+// stoppingStores wraps base: every write after the first killAfter fails
+// (a kill), and one store, picked at random (failing), fails its write
+// 1 + a random number below failWithin as well.
+func stoppingStores(base []backend.Store, rng *rand.Rand, killAfter, failWithin int) (stores []backend.Store, failing int) {
+	budget := new(atomic.Int64)
+	budget.Store(int64(killAfter))
+	failing = rng.IntN(len(base))
+	for i, s := range base {
+		st := &stopping{Store: s, budget: budget}
+		if i == failing {
+			st.failAt = 1 + rng.IntN(failWithin)
+		}
+		stores = append(stores, st)
+	}
+	return stores, failing
+}
+
 func (s *stopping) mutate() error {
 	if s.budget.Add(-1) < 0 || s.calls.Add(1) == int64(s.failAt) {
 		return &backend.Error{Store: s.String(), Op: "write", Err: backend.ErrUnavailable}
@@ -167,18 +184,8 @@ func TestFinishCommitUnderKillsAndStoreFailures(t *testing.T) {
 			pending[rng.IntN(3)] = false // a quorum of 2
 		}
 		base := stoppedAppend(t, src1, src2, pending)
-		var budget atomic.Int64
 		killAfter := rng.IntN(13) // a finish writes and deletes up to 12 objects here
-		budget.Store(int64(killAfter))
-		stores := make([]backend.Store, len(base))
-		failing := rng.IntN(len(base))
-		for i, s := range base {
-			st := &stopping{Store: s, budget: &budget}
-			if i == failing {
-				st.failAt = 1 + rng.IntN(3)
-			}
-			stores[i] = st
-		}
+		stores, failing := stoppingStores(base, rng, killAfter, 3)
 		ds, err := repository.Open(ctx, stores, "ds", repository.Options{})
 		if err != nil || ds.Manifest.VersionNumber() != 2 {
 			t.Fatalf("trial %d (pending %v): before: %v, version %d", trial, pending, err, ds.Manifest.VersionNumber())

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/shardfs/shardfs/backend"
@@ -499,18 +498,8 @@ func TestPartsCommitUnderKillsAndStoreFailures(t *testing.T) {
 			}
 			id = res.IngestID
 		}
-		var budget atomic.Int64
 		killAfter := rng.IntN(40) // a commit here writes and deletes about 20 to 35 objects
-		budget.Store(int64(killAfter))
-		stores := make([]backend.Store, len(base))
-		failing := rng.IntN(len(base))
-		for i, s := range base {
-			st := &stopping{Store: s, budget: &budget}
-			if i == failing {
-				st.failAt = 1 + rng.IntN(12)
-			}
-			stores[i] = st
-		}
+		stores, failing := stoppingStores(base, rng, killAfter, 12)
 		_, err := Commit(ctx, CommitOptions{Name: "ds", Stores: stores, Force: replacing})
 		t.Logf("trial %d (format %d, replacing %v): killed after %d writes, store %d fails its write %d: %v", trial, opts.Format, replacing, killAfter, failing, stores[failing].(*stopping).failAt, err)
 		// Whatever stopped it, what is current is whole.
