@@ -20,7 +20,10 @@ reads the N part records, checks that together they form one plan and that
 every fragment of every shard is on its store at its size, and then writes
 the manifest to every store, exactly as a single-process ingest commits.
 A commit that finds a part missing names the parts to rerun and changes
-nothing. Pass the same --stores, in the same order, as the parts.`,
+nothing. A commit that was stopped (killed, or a store failing) is run
+again as it was: before the commit point nothing is visible, and past it
+the rerun finishes writing the manifest copies. Pass the same --stores, in
+the same order, as the parts.`,
 		Example: `  shardfs commit --stores http://10.0.0.1:9000/ds,...,http://10.0.0.6:9000/ds imagenet-train`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
