@@ -21,11 +21,10 @@ func FindAlias(ctx context.Context, stores []backend.Store, optional func(int) b
 	var b [8]byte
 	crand.Read(b[:])
 	prefix := ProbePrefix(name, hex.EncodeToString(b[:]))
+	// Each store deletes the probe it wrote: where two stores are one, the
+	// other's probe is that store's own, deleted through it.
 	defer backend.OnEvery(stores, func(i int, s backend.Store) error {
-		for j := range stores {
-			s.Delete(context.WithoutCancel(ctx), prefix+strconv.Itoa(j))
-		}
-		return nil
+		return s.Delete(context.WithoutCancel(ctx), prefix+strconv.Itoa(i))
 	})
 	required := func(errs []error) []error {
 		var out []error
