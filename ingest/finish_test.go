@@ -17,11 +17,40 @@ import (
 // version 1's. CI caught it in TestKillDuringAppend: the rerun of the
 // append (--skip-existing) found nothing to add and left that state, so
 // verify still exited 1 after it. A rerun must leave what an
-// uninterrupted append leaves.
+// uninterrupted append leaves, and so must every command that takes the
+// dataset's lock and finds nothing to do: an ingest refused because the
+// name is committed, and a commit with no parts pending (each said so and
+// left the state, verify still exiting 1).
 func TestRerunFinishesAStoppedAppendCommit(t *testing.T) {
 	ctx := context.Background()
 	src1, src2 := tree(t, 100, 3, "", 1), tree(t, 60, 3, "b", 2)
-	stores := stoppedAppend(t, src1, src2, []bool{true, true, false})
+	for _, rerun := range []struct {
+		name string
+		run  func(stores []backend.Store) error
+		want error
+	}{
+		{"append --skip-existing", func(stores []backend.Store) error {
+			_, err := Append(ctx, src2, Options{Name: "ds", Stores: stores, ShardSize: 64 << 10}, AppendOptions{SkipExisting: true})
+			return err
+		}, ErrNothingToDo},
+		{"ingest", func(stores []backend.Store) error {
+			_, err := Run(ctx, src1, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096})
+			return err
+		}, repository.ErrExists},
+		{"commit", func(stores []backend.Store) error {
+			_, err := Commit(ctx, CommitOptions{Name: "ds", Stores: stores})
+			return err
+		}, ErrAlreadyCommitted},
+	} {
+		t.Run(rerun.name, func(t *testing.T) {
+			stores := stoppedAppend(t, src1, src2, []bool{true, true, false})
+			rerunFinishes(t, stores, src1, src2, func() error { return rerun.run(stores) }, rerun.want)
+		})
+	}
+}
+
+func rerunFinishes(t *testing.T, stores []backend.Store, src1, src2 *Source, rerun func() error, want error) {
+	ctx := context.Background()
 	verify := func() *repository.Report {
 		t.Helper()
 		ds, err := repository.Open(ctx, stores, "ds", repository.Options{})
@@ -42,10 +71,9 @@ func TestRerunFinishesAStoppedAppendCommit(t *testing.T) {
 	if rep := verify(); rep.Intact() || len(rep.BadManifests) != 1 || len(rep.NoIdentity) != 1 || len(rep.Pending) != 2 {
 		t.Fatalf("the kill's state: %d bad manifest copies, %d without identity, %d pending; want 1, 1 and 2: %+v", len(rep.BadManifests), len(rep.NoIdentity), len(rep.Pending), rep)
 	}
-	// The rerun: nothing to add, and the commit finished.
-	_, err := Append(ctx, src2, Options{Name: "ds", Stores: stores, ShardSize: 64 << 10}, AppendOptions{SkipExisting: true})
-	if !errors.Is(err, ErrNothingToDo) {
-		t.Fatalf("rerun: %v, want nothing to do", err)
+	// The rerun: nothing to do, and the commit finished.
+	if err := rerun(); !errors.Is(err, want) {
+		t.Fatalf("rerun: %v, want %v", err, want)
 	}
 	rep := verify()
 	if !rep.Intact() || len(rep.BadManifests)+len(rep.NoIdentity)+len(rep.Pending) != 0 {

@@ -141,6 +141,21 @@ func begin(ctx context.Context, src *Source, opts Options, log *slog.Logger) (*r
 		return nil, ctx, "", fmt.Errorf("ingest %s: %w", opts.Name, err)
 	}
 	if err := txn.RefuseCommitted(ctx, opts.Force, ""); err != nil {
+		if errors.Is(err, repository.ErrExists) {
+			// Refused, yet under the lock: a commit of the dataset that
+			// stopped past its commit point is finished, so a rerun of a
+			// stopped command leaves what an uninterrupted one leaves.
+			// What stops this leaves the refusal to be said; a dataset
+			// that does not open (copies that cannot be used) is the
+			// refusal's to explain.
+			ds, n, ferr := txn.FinishCommit(ctx)
+			switch {
+			case ds != nil && ferr != nil:
+				log.Warn("could not finish the commit a stopped run left; shardfs repair finishes it", "dataset", opts.Name, "err", ferr)
+			case n > 0:
+				log.Info("finished the commit a stopped run left", "dataset", opts.Name, "version", ds.Manifest.VersionNumber(), "objects_written", n)
+			}
+		}
 		txn.Release(context.WithoutCancel(ctx))
 		return nil, ctx, "", err
 	}
