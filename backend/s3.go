@@ -293,9 +293,12 @@ func (s *S3) putOptions(data []byte, single bool) minio.PutObjectOptions {
 	if s.google {
 		return opts
 	}
+	opts.DisableContentSha256 = true
+	if !single {
+		return opts // minio-go checks each part of a multipart upload by its CRC32C
+	}
 	var sum [4]byte
 	binary.BigEndian.PutUint32(sum[:], crc32.Checksum(data, castagnoli))
-	opts.DisableContentSha256 = true
 	opts.UserMetadata = map[string]string{"x-amz-checksum-crc32c": base64.StdEncoding.EncodeToString(sum[:])}
 	return opts
 }
