@@ -274,8 +274,9 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 
 // putOptions are a PUT's options. The payload goes unsigned
 // (UNSIGNED-PAYLOAD), with its CRC32C in the x-amz-checksum-crc32c
-// header, which the store checks before it stores the object: a payload
-// damaged on the way is refused, as a signed one is. Over plain HTTP,
+// header, which the store checks before it stores the object (MinIO does,
+// and AWS S3): a payload damaged on the way is refused, as a signed one
+// is. Over plain HTTP,
 // minio-go would otherwise sign the payload in chunks
 // (STREAMING-AWS4-HMAC-SHA256-PAYLOAD): a SHA-256 over every byte written,
 // here and again in the store, 6.7% of an ingest's CPU samples here, and
