@@ -76,15 +76,47 @@ func (hung) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
 	return ctx.Err()
 }
 
+func (hung) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	<-ctx.Done()
+	return 0, false, ctx.Err()
+}
+
+// hungAfterSize says an object's size, then sends none of its bytes.
+type hungAfterSize struct{ backend.Store }
+
+func (hungAfterSize) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	into(1000)
+	<-ctx.Done()
+	return 0, false, ctx.Err()
+}
+
 func TestTimeoutBoundsEveryRequest(t *testing.T) {
 	s := backend.WithTimeout(hung{openAll(t, "file://"+t.TempDir())[0]}, 50*time.Millisecond)
-	start := time.Now()
-	err := s.ReadAt(context.Background(), "k", make([]byte, 10), 0)
-	if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "request timeout") {
-		t.Fatalf("hung read: %v, want ErrUnavailable naming the request timeout", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("hung read returned after %v", d)
+	for _, read := range []struct {
+		name string
+		read func(backend.Store) error
+	}{
+		{"ReadAt", func(s backend.Store) error { return s.ReadAt(context.Background(), "k", make([]byte, 10), 0) }},
+		// A whole read of up to 1 TB is bounded by the base until the
+		// store says the size, and then by the size's bound.
+		{"ReadWhole", func(s backend.Store) error {
+			_, _, err := s.ReadWhole(context.Background(), "k", 1<<40, func(n int64) []byte { return make([]byte, n) })
+			return err
+		}},
+		{"ReadWhole, hung after the size", func(backend.Store) error {
+			s := backend.WithTimeout(hungAfterSize{openAll(t, "file://"+t.TempDir())[0]}, 50*time.Millisecond)
+			_, _, err := s.ReadWhole(context.Background(), "k", 1<<40, func(n int64) []byte { return make([]byte, n) })
+			return err
+		}},
+	} {
+		start := time.Now()
+		err := read.read(s)
+		if !errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "request timeout") {
+			t.Fatalf("hung %s: %v, want ErrUnavailable naming the request timeout", read.name, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("hung %s returned after %v", read.name, d)
+		}
 	}
 	// The caller's own cancellation is passed through, not turned into unavailability.
 	ctx, cancel := context.WithCancel(context.Background())

@@ -130,6 +130,14 @@ func (h *Health) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int
 	return err
 }
 
+// ReadWhole reads through the store and records the outcome.
+func (h *Health) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	ctx, rd := h.begin(ctx)
+	size, whole, err := h.Store.ReadWhole(ctx, key, max, into)
+	h.end(rd, err)
+	return size, whole, err
+}
+
 // begin registers a read in flight, with a FirstByte in its context (the
 // caller's, if it passed one).
 func (h *Health) begin(ctx context.Context) (context.Context, *pendingRead) {

@@ -105,6 +105,14 @@ func (l *Limit) Create(ctx context.Context, key string, data []byte) error {
 	return l.Store.Create(ctx, key, data)
 }
 
+func (l *Limit) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	if err := l.acquire(ctx); err != nil {
+		return 0, false, err
+	}
+	defer l.release()
+	return l.Store.ReadWhole(ctx, key, max, into)
+}
+
 func (l *Limit) Stat(ctx context.Context, key string) (int64, error) {
 	if err := l.acquire(ctx); err != nil {
 		return 0, err

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -205,6 +206,41 @@ func (l *Local) write(ctx context.Context, key string, data []byte, exclusive bo
 		d.Close()
 	}
 	return nil
+}
+
+// ReadWhole reads the file through one open file, so the size and the
+// bytes are one file's.
+func (l *Local) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, err
+	}
+	name, err := l.path(key)
+	if err != nil {
+		return 0, false, err
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, false, l.wrap("read", key, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, false, l.wrap("read", key, err)
+	}
+	if fi.IsDir() {
+		return 0, false, l.wrap("read", key, ErrNotExist)
+	}
+	if fi.Size() > max {
+		return fi.Size(), false, nil
+	}
+	p := into(fi.Size())
+	if n, err := io.ReadFull(f, p); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			err = shortRead(n, len(p), 0)
+		}
+		return 0, false, l.wrap("read", key, err)
+	}
+	return fi.Size(), true, nil
 }
 
 func (l *Local) Stat(ctx context.Context, key string) (int64, error) {

@@ -102,6 +102,11 @@ func (r *Retry) Create(ctx context.Context, key string, data []byte) error {
 	return r.do(ctx, func() error { return r.Store.Create(ctx, key, data) })
 }
 
+func (r *Retry) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (size int64, whole bool, err error) {
+	err = r.do(ctx, func() (e error) { size, whole, e = r.Store.ReadWhole(ctx, key, max, into); return e })
+	return size, whole, err
+}
+
 func (r *Retry) Stat(ctx context.Context, key string) (n int64, err error) {
 	err = r.do(ctx, func() (e error) { n, e = r.Store.Stat(ctx, key); return e })
 	return n, err

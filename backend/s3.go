@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +18,8 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7/pkg/s3utils"
+
+	"github.com/shardfs/shardfs/verify"
 )
 
 // Credentials for an S3 endpoint. They are never printed: String redacts them.
@@ -178,6 +179,34 @@ func (s *S3) convert(op, key string, err error) error {
 	return &Error{Store: s.name, Op: op, Key: key, Err: err}
 }
 
+// ReadWhole is one GET of the whole object: its Content-Length is the
+// size, and a body longer than max is closed unread.
+func (s *S3) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	if err := CheckKey(key); err != nil {
+		return 0, false, &Error{Store: s.name, Op: "read", Err: err}
+	}
+	body, info, _, err := minio.Core{Client: s.client}.GetObject(traceFirstByte(ctx), s.bucket, s.prefix+key, minio.GetObjectOptions{})
+	if err != nil {
+		return 0, false, s.convert("read", key, err)
+	}
+	defer body.Close()
+	if info.Size < 0 {
+		return 0, false, &Error{Store: s.name, Op: "read", Key: key, Err: fmt.Errorf("%w: the store gave no Content-Length", ErrUnavailable)}
+	}
+	if info.Size > max {
+		return info.Size, false, nil
+	}
+	p := into(info.Size)
+	n, err := io.ReadFull(body, p)
+	if err != nil {
+		if n > 0 && errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, false, &Error{Store: s.name, Op: "read", Key: key, Err: shortRead(n, len(p), 0)}
+		}
+		return 0, false, s.convert("read", key, err)
+	}
+	return info.Size, true, nil
+}
+
 func (s *S3) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
 	return s.ReadAtV(ctx, key, [][]byte{p}, off)
 }
@@ -299,9 +328,7 @@ func (s *S3) putOptions(data []byte, single bool) minio.PutObjectOptions {
 		return opts // minio-go checks each part of a multipart upload by its CRC32C
 	}
 	var sum [4]byte
-	binary.BigEndian.PutUint32(sum[:], crc32.Checksum(data, castagnoli))
+	binary.BigEndian.PutUint32(sum[:], verify.Sum(data)) // CRC32C, as the header names
 	opts.UserMetadata = map[string]string{"x-amz-checksum-crc32c": base64.StdEncoding.EncodeToString(sum[:])}
 	return opts
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)

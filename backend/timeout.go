@@ -55,7 +55,7 @@ func (t *Timeout) within(ctx context.Context, d time.Duration) (context.Context,
 // the store's fault: on a busy machine the wait was ours, and the store
 // may never have been asked (Health.runProbe's CI failure, the same class).
 func (t *Timeout) timedOut(parent, ctx context.Context, req request, op, key string, err error) error {
-	if err != nil && parent.Err() == nil && ctx.Err() == context.DeadlineExceeded {
+	if err != nil && parent.Err() == nil && context.Cause(ctx) == context.DeadlineExceeded {
 		if req.stalls.stalled(req.d) {
 			return &Error{Store: t.String(), Op: op, Key: key,
 				Err: fmt.Errorf("%w: the %v request timeout ran out while this process could not run for a quarter of it; not counted against the store", ErrStalled, t.Base)}
@@ -91,6 +91,26 @@ func (t *Timeout) Create(ctx context.Context, key string, data []byte) error {
 	c, cancel, req := t.bound(ctx, len(data))
 	defer cancel()
 	return t.timedOut(ctx, c, req, "create", key, t.Store.Create(c, key, data))
+}
+
+// ReadWhole passes a whole read through, bounded by Base until the store
+// says the object's size, then by a ReadAt's bound of its bytes from that
+// moment: a bound of max bytes would let a hung store hold a small
+// object's read for as long as the largest it could be.
+func (t *Timeout) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	req := request{d: t.Base, stalls: watchStalls()}
+	c, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(t.Base, func() { cancel(context.DeadlineExceeded) })
+	defer timer.Stop()
+	size, whole, err := t.Store.ReadWhole(c, key, max, func(n int64) []byte {
+		if t.MinRate > 0 {
+			req.d = t.Base + time.Duration(float64(n)/t.MinRate*float64(time.Second))
+			timer.Reset(req.d)
+		}
+		return into(n)
+	})
+	return size, whole, t.timedOut(ctx, c, req, "read", key, err)
 }
 
 func (t *Timeout) Stat(ctx context.Context, key string) (int64, error) {

@@ -178,6 +178,12 @@ func (s *downStore) Create(ctx context.Context, k string, d []byte) error {
 	}
 	return s.Store.Create(ctx, k, d)
 }
+func (s *downStore) ReadWhole(ctx context.Context, k string, max int64, into func(int64) []byte) (int64, bool, error) {
+	if err := s.fail(); err != nil {
+		return 0, false, err
+	}
+	return s.Store.ReadWhole(ctx, k, max, into)
+}
 func (s *downStore) Stat(ctx context.Context, k string) (int64, error) {
 	if err := s.fail(); err != nil {
 		return 0, err

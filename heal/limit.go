@@ -61,6 +61,14 @@ func (s *countedStore) Create(ctx context.Context, key string, data []byte) erro
 	return s.Store.Create(ctx, key, data)
 }
 
+func (s *countedStore) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	size, whole, err := s.Store.ReadWhole(ctx, key, max, func(n int64) []byte { s.add(n); return into(n) })
+	if !whole {
+		s.add(0)
+	}
+	return size, whole, err
+}
+
 func (s *countedStore) Stat(ctx context.Context, key string) (int64, error) {
 	s.add(0)
 	return s.Store.Stat(ctx, key)

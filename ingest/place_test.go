@@ -21,7 +21,8 @@ import (
 type countingStore struct {
 	backend.Store
 	mu    sync.Mutex
-	reads map[string][][2]int64 // [off, end) of each read
+	reads map[string][][2]int64 // [off, end) of each read; a ReadWhole of the object, [0, size)
+	stats int                   // Stat calls
 }
 
 func (c *countingStore) count(key string, off, n int64) {
@@ -33,6 +34,21 @@ func (c *countingStore) count(key string, off, n int64) {
 func (c *countingStore) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
 	c.count(key, off, int64(len(p)))
 	return c.Store.ReadAt(ctx, key, p, off)
+}
+
+func (c *countingStore) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	size, whole, err := c.Store.ReadWhole(ctx, key, max, into)
+	if whole {
+		c.count(key, 0, size)
+	}
+	return size, whole, err
+}
+
+func (c *countingStore) Stat(ctx context.Context, key string) (int64, error) {
+	c.mu.Lock()
+	c.stats++
+	c.mu.Unlock()
+	return c.Store.Stat(ctx, key)
 }
 
 func (c *countingStore) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {

@@ -101,6 +101,23 @@ func (s storeFiles) open(ctx context.Context, key string) (io.ReaderAt, int64, e
 
 func (storeFiles) close() {}
 
+// wholeFiles are source files that read a file whole, or say it is too
+// large, in one request: a store's objects, where a Stat and a read were
+// two requests, and the size and the bytes could be two versions'.
+type wholeFiles interface {
+	// readWhole reads name whole into into's buffer when it is at most
+	// max bytes (whole); f reads name either way.
+	readWhole(ctx context.Context, name string, max int64, into func(size int64) []byte) (f io.ReaderAt, size int64, whole bool, err error)
+}
+
+func (s storeFiles) readWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (io.ReaderAt, int64, bool, error) {
+	size, whole, err := s.st.ReadWhole(ctx, key, max, into)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return storeObject{ctx, s.st, key, size}, size, whole, nil
+}
+
 // storeObject is an object of a store as an io.ReaderAt.
 type storeObject struct {
 	ctx  context.Context

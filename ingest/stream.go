@@ -378,14 +378,8 @@ func (st *Stream) readShards(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for i, sh := range group {
 		g.Go(func() error {
-			f, size, err := st.files.open(gctx, sh)
-			if err != nil {
-				return fmt.Errorf("shard %s: %w", sh, err)
-			}
-			defer releaseShard(f)
-			var data []byte
-			if size <= budget {
-				var buf []byte
+			var buf []byte
+			into := func(size int64) []byte {
 				select {
 				case buf = <-wholeShards:
 				default:
@@ -393,17 +387,42 @@ func (st *Stream) readShards(ctx context.Context) error {
 				if int64(cap(buf)) < size {
 					buf = make([]byte, size)
 				}
-				defer func() {
+				return buf[:size]
+			}
+			defer func() {
+				if buf != nil {
 					select {
 					case wholeShards <- buf:
 					default:
 					}
-				}()
-				data = buf[:size]
-				if _, err := f.ReadAt(data, 0); err == nil {
+				}
+			}()
+			var f io.ReaderAt
+			var size int64
+			var data []byte
+			var err error
+			if wf, ok := st.files.(wholeFiles); ok && !compressedShard(sh) {
+				// From a store, one GET reads the shard whole and says its
+				// size; a larger one is scanned by ranged reads.
+				var whole bool
+				if f, size, whole, err = wf.readWhole(gctx, sh, budget, into); err != nil {
+					return fmt.Errorf("shard %s: %w", sh, err)
+				}
+				if whole {
+					data = buf[:size]
 					f = bytes.NewReader(data)
-				} else {
-					data = nil // the scan of the source names what is wrong with it
+				}
+			} else {
+				if f, size, err = st.files.open(gctx, sh); err != nil {
+					return fmt.Errorf("shard %s: %w", sh, err)
+				}
+				defer releaseShard(f)
+				if size <= budget {
+					d := into(size)
+					if _, err := f.ReadAt(d, 0); err == nil {
+						data = d
+						f = bytes.NewReader(data)
+					} // else the scan of the source names what is wrong with it
 				}
 			}
 			if got[i], err = readShardRecords(sh, f, size, limit); err != nil {

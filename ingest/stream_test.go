@@ -408,7 +408,9 @@ func TestStreamBinsFromTheFirstChunk(t *testing.T) {
 // A streaming ingest from a store reads each source shard within its
 // share of a window once, whole, and takes its records' bytes for the
 // upload from that read: one read of each source byte (the scan and the
-// upload each read it before). Every record comes back byte for byte.
+// upload each read it before), and one request for it, its size with it
+// (a HEAD came first before: 200 of an ingest of 200 shards, about 3% of
+// MinIO's CPU there). Every record comes back byte for byte.
 func TestStreamReadsKeptShardsOnce(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -433,8 +435,8 @@ func TestStreamReadsKeptShardsOnce(t *testing.T) {
 	if res.Chunks < 4 {
 		t.Fatalf("%d chunks: the test wants several", res.Chunks)
 	}
-	if len(src.reads) != 24 {
-		t.Fatalf("%d source shards read, want 24", len(src.reads))
+	if len(src.reads) != 24 || src.stats != 0 {
+		t.Fatalf("%d source shards read, with %d Stat calls; want 24, and none", len(src.reads), src.stats)
 	}
 	for key, reads := range src.reads {
 		size, err := raw.Stat(ctx, key)

@@ -341,3 +341,7 @@ type deadStore struct{ backend.Store }
 func (deadStore) Stat(context.Context, string) (int64, error) {
 	return 0, errors.New("store unreachable")
 }
+
+func (deadStore) ReadWhole(context.Context, string, int64, func(int64) []byte) (int64, bool, error) {
+	return 0, false, errors.New("store unreachable")
+}

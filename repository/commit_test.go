@@ -313,7 +313,10 @@ func (d downStore) ReadAt(context.Context, string, []byte, int64) error { return
 func (d downStore) ReadAtV(context.Context, string, [][]byte, int64) error {
 	return d.down("read")
 }
-func (d downStore) Stat(context.Context, string) (int64, error)    { return 0, d.down("stat") }
+func (d downStore) Stat(context.Context, string) (int64, error) { return 0, d.down("stat") }
+func (d downStore) ReadWhole(context.Context, string, int64, func(int64) []byte) (int64, bool, error) {
+	return 0, false, d.down("read")
+}
 func (d downStore) List(context.Context, string) ([]string, error) { return nil, d.down("list") }
 func (d downStore) Put(context.Context, string, []byte) error      { return d.down("write") }
 func (d downStore) Create(context.Context, string, []byte) error   { return d.down("create") }

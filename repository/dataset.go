@@ -337,20 +337,24 @@ func readManifestKey(ctx context.Context, s backend.Store, key string) (*manifes
 // readManifestBytes reads and decodes the manifest (of any format) that s
 // holds under key, and returns its bytes too.
 func readManifestBytes(ctx context.Context, s backend.Store, key string) ([]byte, *manifest.Manifest, error) {
-	size, err := s.Stat(ctx, key)
+	// One request for a manifest of up to a chunk (all but the largest:
+	// a mount's start waits for it); a larger one is read in chunks, so
+	// each request is bounded by the store's per-request timeout however
+	// large the manifest is.
+	const chunk = 8 << 20
+	b, size, err := readUpTo(ctx, s, key, chunk)
 	if err != nil {
 		return nil, nil, err
 	}
 	if size > 16<<30 {
 		return nil, nil, fmt.Errorf("store %s: manifest of %d bytes is implausible", s, size)
 	}
-	// Chunked, so each request is bounded by the store's per-request timeout
-	// however large the manifest is.
-	b := make([]byte, size)
-	const chunk = 8 << 20
-	for off := int64(0); off < size; off += chunk {
-		if err := s.ReadAt(ctx, key, b[off:min(size, off+chunk)], off); err != nil {
-			return nil, nil, err
+	if b == nil {
+		b = make([]byte, size)
+		for off := int64(0); off < size; off += chunk {
+			if err := s.ReadAt(ctx, key, b[off:min(size, off+chunk)], off); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	var m *manifest.Manifest

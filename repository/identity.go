@@ -28,16 +28,12 @@ const identityFormat = 1
 const maxIdentitySize = 4 << 10
 
 func readIdentityKey(ctx context.Context, s backend.Store, name, key string) (*Identity, error) {
-	size, err := s.Stat(ctx, key)
+	b, size, err := readUpTo(ctx, s, key, maxIdentitySize)
 	if err != nil {
 		return nil, err
 	}
-	if size > maxIdentitySize {
+	if b == nil {
 		return nil, fmt.Errorf("store %s: %s: %d bytes, not an identity: %w", s, key, size, manifest.ErrCorrupt)
-	}
-	b := make([]byte, size)
-	if err := s.ReadAt(ctx, key, b, 0); err != nil {
-		return nil, err
 	}
 	var id Identity
 	if err := json.Unmarshal(b, &id); err != nil || id.Format != identityFormat || id.Dataset != name {

@@ -224,16 +224,12 @@ func processStart(pid int) string {
 
 // readLock reads the lock object key of s.
 func readLock(ctx context.Context, s backend.Store, key string) (*LockInfo, error) {
-	size, err := s.Stat(ctx, key)
+	b, size, err := readUpTo(ctx, s, key, 4<<10)
 	if err != nil {
 		return nil, err
 	}
-	if size > 4<<10 {
+	if b == nil {
 		return nil, fmt.Errorf("store %s: %s of %d bytes is not a lock", s, key, size)
-	}
-	b := make([]byte, size)
-	if err := s.ReadAt(ctx, key, b, 0); err != nil {
-		return nil, err
 	}
 	var o LockInfo
 	if err := json.Unmarshal(b, &o); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/shardfs/shardfs/backend"
 )
@@ -172,15 +173,22 @@ func ReadAt(ctx context.Context, s backend.Store, o Object, p []byte, off int64)
 
 // ReadWhole reads all of o from s.
 func ReadWhole(ctx context.Context, s backend.Store, o Object) ([]byte, error) {
-	size, err := s.Stat(ctx, o.key)
-	if err != nil {
-		return nil, err
+	b, _, err := readUpTo(ctx, s, o.key, math.MaxInt64)
+	return b, err
+}
+
+// readUpTo reads key whole in one request when it is at most max bytes;
+// a larger one is not read: its bytes are nil, and its size says why.
+func readUpTo(ctx context.Context, s backend.Store, key string, max int64) ([]byte, int64, error) {
+	var b []byte
+	size, whole, err := s.ReadWhole(ctx, key, max, func(n int64) []byte {
+		b = make([]byte, n)
+		return b
+	})
+	if err != nil || !whole {
+		return nil, size, err
 	}
-	b := make([]byte, size)
-	if err := s.ReadAt(ctx, o.key, b, 0); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return b, size, nil
 }
 
 // AnyHolds reports whether some store holds o.

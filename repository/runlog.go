@@ -300,18 +300,11 @@ func ReadReport(ctx context.Context, stores []backend.Store, name, run string, e
 
 // readSmall reads key whole from s, refusing one over limit bytes.
 func readSmall(ctx context.Context, s backend.Store, key string, limit int64) ([]byte, error) {
-	size, err := s.Stat(ctx, key)
-	if err != nil {
-		return nil, err
+	b, size, err := readUpTo(ctx, s, key, limit)
+	if err == nil && b == nil {
+		err = fmt.Errorf("store %s: %s is %d bytes, more than %d", s, key, size, limit)
 	}
-	if size > limit {
-		return nil, fmt.Errorf("store %s: %s is %d bytes, more than %d", s, key, size, limit)
-	}
-	b := make([]byte, size)
-	if err := s.ReadAt(ctx, key, b, 0); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return b, err
 }
 
 // FeedbackSource is where a spec's layout.Feedback gets the trainer's

@@ -142,6 +142,9 @@ var errDown = errors.New("store down")
 
 func (brokenStore) Create(context.Context, string, []byte) error { return errDown }
 func (brokenStore) Stat(context.Context, string) (int64, error)  { return 0, errDown }
+func (brokenStore) ReadWhole(context.Context, string, int64, func(int64) []byte) (int64, bool, error) {
+	return 0, false, errDown
+}
 
 // Epoch records: the first recorder's choice stands for every later one;
 // a node with read-only credentials records nothing and is told to wait
@@ -191,6 +194,9 @@ type unreachableStore struct{ backend.Store }
 var errUnreachable = errors.New("store unreachable")
 
 func (unreachableStore) Stat(context.Context, string) (int64, error) { return 0, errUnreachable }
+func (unreachableStore) ReadWhole(context.Context, string, int64, func(int64) []byte) (int64, bool, error) {
+	return 0, false, errUnreachable
+}
 func (unreachableStore) ReadAt(context.Context, string, []byte, int64) error {
 	return errUnreachable
 }

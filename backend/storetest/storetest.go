@@ -94,6 +94,45 @@ func Run(t *testing.T, newStore func(t *testing.T) backend.Store) {
 			t.Fatalf("Stat = %d, %v", size, err)
 		}
 	})
+	t.Run("ReadWhole", func(t *testing.T) {
+		s := newStore(t)
+		data := bytes.Repeat([]byte("0123456789abcdef"), 4096+7)
+		if err := s.Put(ctx, "ds/a/frag", data); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(ctx, "empty", nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			key  string
+			max  int64
+			want []byte // nil: too large to read
+		}{{"ds/a/frag", int64(len(data)) + 100, data}, {"ds/a/frag", int64(len(data)), data}, {"ds/a/frag", int64(len(data)) - 1, nil}, {"ds/a/frag", 0, nil}, {"empty", 10, []byte{}}, {"empty", 0, []byte{}}} {
+			var asked []int64
+			var got []byte
+			size, whole, err := s.ReadWhole(ctx, c.key, c.max, func(n int64) []byte {
+				asked = append(asked, n)
+				got = make([]byte, n)
+				return got
+			})
+			wantSize := int64(len(data))
+			if c.key == "empty" {
+				wantSize = 0
+			}
+			if err != nil || size != wantSize || whole != (c.want != nil) {
+				t.Fatalf("ReadWhole(%s, at most %d) = %d, %v, %v; want %d, %v", c.key, c.max, size, whole, err, wantSize, c.want != nil)
+			}
+			switch {
+			case c.want == nil && asked != nil:
+				t.Fatalf("ReadWhole(%s, at most %d) of a larger object asked for a buffer of %v", c.key, c.max, asked)
+			case c.want != nil && (len(asked) != 1 || asked[0] != size || !bytes.Equal(got, c.want)):
+				t.Fatalf("ReadWhole(%s, at most %d): buffers asked %v, %d bytes read, equal %v", c.key, c.max, asked, len(got), bytes.Equal(got, c.want))
+			}
+		}
+		if _, _, err := s.ReadWhole(ctx, "nope", 8, func(n int64) []byte { return make([]byte, n) }); !errors.Is(err, backend.ErrNotExist) {
+			t.Fatalf("ReadWhole missing: %v, want ErrNotExist", err)
+		}
+	})
 	t.Run("NotExist", func(t *testing.T) {
 		s := newStore(t)
 		if _, err := s.Stat(ctx, "nope"); !errors.Is(err, backend.ErrNotExist) {

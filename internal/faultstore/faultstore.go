@@ -164,6 +164,13 @@ func (f *Faulty) Create(ctx context.Context, key string, data []byte) error {
 	return f.Store.Create(ctx, key, data)
 }
 
+func (f *Faulty) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	if err := f.before(ctx, "read"); err != nil {
+		return 0, false, err
+	}
+	return f.Store.ReadWhole(ctx, key, max, into)
+}
+
 func (f *Faulty) Stat(ctx context.Context, key string) (int64, error) {
 	if err := f.before(ctx, "stat"); err != nil {
 		return 0, err
