@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
 
+	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/toxitest"
 )
 
@@ -298,4 +300,24 @@ func listedVersions(t *testing.T, stores, name string) []int {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
+// A commit whose manifest reached a quorum of the stores but not every
+// one holds, and the ingest says so, naming repair; verify counts store
+// 2's pending copy, so the dataset is whole, and says repair moves it.
+// Store 2's manifest key is a directory there, so its manifest PUT alone
+// fails.
+func TestIngestSaysWhenAManifestCopyIsShort(t *testing.T) {
+	dirs, urls := localStores(t, 3)
+	src := writeSource(t, synth.Imbalanced(30, 3, 0.7, 500, 2_000, 5))
+	if err := os.MkdirAll(filepath.Join(dirs[2], "ds", "manifest", "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, time.Minute, nil, "ingest", "--stores="+strings.Join(urls, ","), "--data=2", "--parity=1", src, "ds")
+	if r.code != 0 || !strings.Contains(r.stdout, "committed ds: 30 samples") || !strings.Contains(r.stderr, "run shardfs repair to make those copies real") || !strings.Contains(r.stderr, "store 2: manifest") {
+		t.Fatalf("want the commit to hold and say that store 2 misses its manifest copy, naming repair: %v", r)
+	}
+	if r := run(t, time.Minute, nil, "verify", "--stores="+strings.Join(urls, ","), "ds"); r.code != 0 || !strings.Contains(r.stdout, "store 2 ("+urls[2]+") holds this ingest's manifest or identity under the pending keys") {
+		t.Fatalf("verify: want the dataset whole, store 2's copy pending: %v", r)
+	}
 }

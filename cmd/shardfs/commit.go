@@ -44,7 +44,6 @@ the same order, as the parts.`,
 				v := m.Versions[len(m.Versions)-1]
 				fmt.Fprintf(cmd.OutOrStdout(), "committed version %d of %s (after version %d): appended %d samples in %d new shards; every fragment checked\n",
 					v.Number, args[0], v.Parent, res.Samples, m.Segments[len(m.Segments)-1].Shards)
-				printShortCopies(cmd.OutOrStdout(), args[0], res, len(stores))
 				return nil
 			}
 			printCommitted(cmd.OutOrStdout(), args[0], res, len(stores), false)

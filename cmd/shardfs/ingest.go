@@ -525,7 +525,6 @@ func runAppend(cmd *cobra.Command, log *slog.Logger, stores []backend.Store, f *
 		humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
 		float64(res.StoredBytes)/float64(max(res.Bytes, 1)), float64(res.Bytes)/1e6/res.Elapsed.Seconds(), res.Elapsed.Round(1e6),
 		samples, len(m.Strata), len(m.Shards))
-	printShortCopies(out, name, &res.Result, len(opts.Stores))
 	return nil
 }
 
@@ -594,7 +593,6 @@ func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, 
 			}
 		}
 	}
-	printShortCopies(out, name, res, stores)
 	printStrata(out, m.Strata)
 	if len(m.Members) > 0 {
 		label := "none (batches carry no .cls)"
@@ -603,17 +601,6 @@ func printCommitted(out io.Writer, name string, res *ingest.Result, stores int, 
 		}
 		fmt.Fprintf(out, "  records of the members %s; label: %s\n", strings.Join(m.Members, ", "), label)
 	}
-}
-
-// printShortCopies says which stores a commit could not write its
-// manifest copy to: the commit holds (a quorum has it), and repair writes
-// the copy.
-func printShortCopies(out io.Writer, name string, res *ingest.Result, stores int) {
-	if len(res.CopyErrors) == 0 {
-		return
-	}
-	fmt.Fprintf(out, "  the manifest is on %d of %d stores, enough to hold the commit (%v): shardfs repair %s writes the rest\n",
-		res.Copies, stores, errors.Join(res.CopyErrors...), name)
 }
 
 // formatEdges writes bin edges as --bins takes them, each as short as it
