@@ -138,6 +138,14 @@ func (s yieldsFirst) ReadAt(ctx context.Context, key string, p []byte, off int64
 	return s.Store.ReadAt(ctx, key, p, off)
 }
 
+func (s yieldsFirst) ReadWhole(ctx context.Context, key string, max int64, into func(int64) []byte) (int64, bool, error) {
+	runtime.Gosched()
+	if err := ctx.Err(); err != nil {
+		return 0, false, err
+	}
+	return s.Store.ReadWhole(ctx, key, max, into)
+}
+
 // TestTimeoutWhileStalledIsNotTheStores: a request timeout that ran out
 // while this process could not run is ErrStalled, not a store fault, so
 // Health strikes no healthy store for our own wait (the class of
@@ -152,26 +160,36 @@ func TestTimeoutWhileStalledIsNotTheStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := backend.WithTimeout(yieldsFirst{local}, 50*time.Millisecond)
+	readWhole := func() error {
+		_, _, err := s.ReadWhole(context.Background(), "k", 100, func(n int64) []byte { return make([]byte, n) })
+		return err
+	}
 	stop := starveCPU()
-	var errs []error
+	var errs [2][]error // ReadAt's, ReadWhole's
 	for range 5 {
-		errs = append(errs, s.ReadAt(context.Background(), "k", make([]byte, 10), 0))
+		errs[0] = append(errs[0], s.ReadAt(context.Background(), "k", make([]byte, 10), 0))
+		errs[1] = append(errs[1], readWhole())
 	}
 	stop()
-	stalled := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-		case errors.Is(err, backend.ErrStalled) && !backend.IsStoreFault(err):
-			stalled++
-		default:
-			t.Fatalf("a read whose bound ran out while this process stalled: %v, want ErrStalled and no store fault", err)
+	for k, name := range []string{"ReadAt", "ReadWhole"} {
+		stalled := 0
+		for _, err := range errs[k] {
+			switch {
+			case err == nil:
+			case errors.Is(err, backend.ErrStalled) && !backend.IsStoreFault(err):
+				stalled++
+			default:
+				t.Fatalf("a %s whose bound ran out while this process stalled: %v, want ErrStalled and no store fault", name, err)
+			}
 		}
-	}
-	if stalled == 0 {
-		t.Fatalf("no read of 5 outlived its bound on a starved process (%v): the test needs a longer stall", errs)
+		if stalled == 0 {
+			t.Fatalf("no %s of 5 outlived its bound on a starved process (%v): the test needs a longer stall", name, errs[k])
+		}
 	}
 	if err := s.ReadAt(context.Background(), "k", make([]byte, 10), 0); err != nil {
 		t.Fatalf("the same read with the cores free: %v", err)
+	}
+	if err := readWhole(); err != nil {
+		t.Fatalf("the same whole read with the cores free: %v", err)
 	}
 }

@@ -62,8 +62,10 @@ func (s *countedStore) Create(ctx context.Context, key string, data []byte) erro
 }
 
 func (s *countedStore) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
-	size, whole, err := s.Store.ReadWhole(ctx, key, max, func(n int64) []byte { s.add(n); return into(n) })
-	if !whole {
+	size, whole, err := s.Store.ReadWhole(ctx, key, max, into)
+	if whole {
+		s.add(size)
+	} else {
 		s.add(0)
 	}
 	return size, whole, err
