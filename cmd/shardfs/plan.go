@@ -611,6 +611,14 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 			return err
 		}
 	}
+	var found *backend.Local
+	if describe != "" {
+		h.IngestID, h.Data, h.Parity, h.BlockSize, h.ShardSize = "synthetic", 4, 2, 1<<20, 64<<20
+		h.Stores = []string{"store-0", "store-1", "store-2", "store-3", "store-4", "store-5"}
+		if found, err = findDescription(ctx, describe, h, stratumCounts(in), shards); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(out, "synthetic dataset: %d samples, %d strata, %d shards of about %d samples (each stratum spread evenly over the shards; input built in %s)\n",
 		n, len(pi), shards, n/shards, time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(out, "order: version %d, W=%d B=%d seed=%d alpha=%v tail=%s\n", of.orderVersion(), of.world, of.batch, of.seed, of.alpha, of.tail)
@@ -641,13 +649,7 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 	tw.Flush()
 	if describe != "" {
 		fmt.Fprintln(out)
-		h.IngestID, h.Data, h.Parity, h.BlockSize, h.ShardSize = "synthetic", 4, 2, 1<<20, 64<<20
-		h.Stores = []string{"store-0", "store-1", "store-2", "store-3", "store-4", "store-5"}
-		counts := make([]int, in.NumStrata)
-		for c := range counts {
-			counts[c] = in.Count(c)
-		}
-		st, err := describeSynthetic(ctx, out, describe, h, counts, shards)
+		st, err := describeSynthetic(ctx, out, describe, h, stratumCounts(in), shards, found)
 		if err != nil {
 			return err
 		}
@@ -666,6 +668,15 @@ func printCountsPlan(ctx context.Context, out io.Writer, n, buckets int, of *ord
 		fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.4f\t\n", h.Strata[c].Name, in.Count(c), float64(in.Count(c))/float64(n), first.Share[c])
 	}
 	return tw.Flush()
+}
+
+// stratumCounts are in's samples per stratum.
+func stratumCounts(in *layout.Input) []int {
+	counts := make([]int, in.NumStrata)
+	for c := range counts {
+		counts[c] = in.Count(c)
+	}
+	return counts
 }
 
 // printAffinity shows which shards each rank keeps, and the randomness
