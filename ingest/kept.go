@@ -73,6 +73,27 @@ func (k *keptShard) ReadAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// record is it's members' bytes as k holds them, not copied: a record's
+// members are consecutive in the shard, so they are in k.members too. It
+// is false when k does not hold every member of it at its offset and size
+// (the caller reads it another way, and refuses what it cannot read).
+func (k *keptShard) record(it *Item) ([]byte, bool) {
+	if len(it.Members) == 0 {
+		return nil, false
+	}
+	first, found := slices.BinarySearch(k.offs, it.Members[0].Off)
+	if !found || first+len(it.Members) > len(k.offs) {
+		return nil, false
+	}
+	for i, m := range it.Members {
+		if k.offs[first+i] != m.Off || k.at[first+i+1]-k.at[first+i] != int64(m.Size) {
+			return nil, false
+		}
+	}
+	lo, hi := k.at[first], k.at[first+len(it.Members)]
+	return k.members[lo:hi:hi], true
+}
+
 // only is k holding only the given members (a chunk's carried records').
 func (k *keptShard) only(members []MemberAt) *keptShard {
 	slices.SortFunc(members, func(a, b MemberAt) int { return cmp.Compare(a.Off, b.Off) })

@@ -51,6 +51,48 @@ func TestKeptShardReadsMembersOnly(t *testing.T) {
 	}
 }
 
+// TestKeptShardGivesRecordsUncopied: a record whose members a kept shard
+// holds, each at its offset and size, is its members' bytes side by side,
+// in the kept memory itself and capped there (an append cannot reach the
+// next record's); a record it does not hold whole is not given, and
+// keptRecords then gives none of the window's, which reads them as any
+// shard's.
+func TestKeptShardGivesRecordsUncopied(t *testing.T) {
+	data := []byte("HHHHaaaPPbbbbHHcdddddTT")
+	b := &recordBatch{records: []wdsRecord{
+		{members: []MemberAt{{Off: 4, Size: 3}, {Off: 9, Size: 4}}},
+		{members: []MemberAt{{Off: 15, Size: 1}, {Off: 16, Size: 5}}},
+	}}
+	k := keepMembers(data, b)
+	all := []Item{
+		{Key: "r0", Members: []MemberAt{{Off: 4, Size: 3}, {Off: 9, Size: 4}}},
+		{Key: "r1", Members: []MemberAt{{Off: 15, Size: 1}, {Off: 16, Size: 5}}},
+		{Key: "part", Members: []MemberAt{{Off: 9, Size: 4}, {Off: 15, Size: 2}}}, // a member's size not as kept
+		{Key: "moved", Members: []MemberAt{{Off: 5, Size: 3}}},
+		{Key: "none"},
+	}
+	for _, c := range []struct {
+		i    int
+		want string
+	}{{0, "aaabbbb"}, {1, "cddddd"}} {
+		got, ok := k.record(&all[c.i])
+		if !ok || string(got) != c.want || cap(got) != len(got) || &got[0] != &k.members[k.at[2*c.i]] {
+			t.Errorf("record %s = %q, %v (cap %d); want %q, in the kept memory", all[c.i].Key, got, ok, cap(got), c.want)
+		}
+	}
+	for _, i := range []int{2, 3, 4} {
+		if got, ok := k.record(&all[i]); ok {
+			t.Errorf("record %s = %q: given, though the shard does not hold it as asked", all[i].Key, got)
+		}
+	}
+	if recs, ok := keptRecords(all, []int{0, 1}, k); !ok || string(recs["r0"]) != "aaabbbb" || string(recs["r1"]) != "cddddd" {
+		t.Errorf("keptRecords of r0, r1 = %q, %v", recs, ok)
+	}
+	if recs, ok := keptRecords(all, []int{0, 3}, k); ok {
+		t.Errorf("keptRecords with a record not kept = %q: want none, to be read from the shard", recs)
+	}
+}
+
 // TestStreamKeepsMembersNotArchives: a stream of shards whose members are
 // a few bytes each (the archive is 60 times their bytes: tar headers and
 // padding) keeps in memory about a chunk of its records' bytes, not the

@@ -162,6 +162,16 @@ func readWindowRecords(ctx context.Context, src *Source, m *manifest.Manifest, s
 			if err != nil {
 				return fmt.Errorf("read source shard %s: %w", p, err)
 			}
+			if kept, ok := f.(*keptShard); ok {
+				// A shard a stream kept in memory: its records' bytes
+				// are there already, each record's members side by
+				// side; copied into a window arena too, they cost the
+				// ingest a copy of every byte and the arena's memory.
+				if recs, ok := keptRecords(src.Items, items, kept); ok {
+					got[k] = recs
+					return nil
+				}
+			}
 			got[k], err = readShardRecordsOf(src.Items, items, f)
 			releaseShard(f)
 			return err
@@ -181,6 +191,20 @@ func readWindowRecords(ctx context.Context, src *Source, m *manifest.Manifest, s
 
 // spanBufs are the buffers source shards are read into, a few MiB each.
 var spanBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// keptRecords are the given records' bytes in kept, not copied; false
+// when kept lacks any of them, to be read through it as any shard is.
+func keptRecords(all []Item, items []int, kept *keptShard) (windowRecords, bool) {
+	recs := make(windowRecords, len(items))
+	for _, i := range items {
+		b, ok := kept.record(&all[i])
+		if !ok {
+			return nil, false
+		}
+		recs[all[i].Key] = b
+	}
+	return recs, true
+}
 
 // readShardRecordsOf reads the given records of one source shard (items
 // sorted by offset) through f, in runs of consecutive records of about
