@@ -200,7 +200,7 @@ func TestDecodeMatrix(t *testing.T) {
 							nblk := max(1, (F+block-1)/block)
 							stripe := make([]int, nblk)      // damaged blocks per stripe
 							stripeData := make([]bool, nblk) // a data fragment holding bytes is among them
-							for f := range paths {
+							for _, f := range set {          // apply changes the fragments of set, no other
 								now, err := os.ReadFile(paths[f])
 								for b := 0; b < nblk; b++ {
 									lo, hi := b*block, min(F, (b+1)*block)
