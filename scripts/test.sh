@@ -73,10 +73,14 @@ done <<<"$integration_lists"
 
 # layout is not among them: it starts no goroutine (nor do its tests), so
 # -race has nothing to race there, and it cost the suite a second run of
-# the package (91 s in CI) before the full one below.
-echo "== go test -race (every other package but layout)"
+# the package (91 s in CI) before the full one below. Nor are examples/k8s
+# and examples/monitoring, for the same reason: they parse manifests and
+# run promtool, and under -race the manifests' test alone compiled
+# k8s.io/api for the race detector (63 CPU s with a fresh build cache, as
+# CI has; the integration tests compile it without -race anyway).
+echo "== go test -race (every other package but layout and the examples)"
 set +e
-go test -race -count=1 -timeout 30m -v $(go list ./... | grep -vE '/(integration|layout)$') >"$logs/units" 2>&1
+go test -race -count=1 -timeout 30m -v $(go list ./... | grep -vE '/(integration|layout|examples/k8s|examples/monitoring)$') >"$logs/units" 2>&1
 unitrc=$?
 set -e
 report "$logs/units"
@@ -91,7 +95,7 @@ failed=""
 # one core (the matrix 258 s, layout 142 s, in CI at 70c3e75), and one
 # after another they ended the foreground at 1,101 s after deps, 146 s
 # after the integration processes, with the run 13 s over its 20 minutes.
-echo "== beside each other: the full erasure decode matrix (4,2) (6,3) (10,4); the replacing-commit states and the million-batch listing at full size; layout's every test, the property tests at full size (all without -race)"
+echo "== beside each other: the full erasure decode matrix (4,2) (6,3) (10,4); the replacing-commit states and the million-batch listing at full size; layout's every test, the property tests at full size, and the examples' manifests and alert rules (all without -race)"
 # 20 minutes bounds a hang: the matrix took 542 s beside the integration
 # tests in CI, and ran past 10 minutes on a machine busier still.
 (
@@ -105,7 +109,7 @@ matrix_pid=$!
 # listed), here all of it. layout is pure (no goroutines): -race has
 # nothing to race there.
 go test -timeout 10m -run '^(TestReplacingCommitStates|TestWideNumbersOpen)$' -count=1 ./repository/ ./fs/ || failed="$failed full-size"
-go test -timeout 10m -count=1 ./layout/ || failed="$failed layout"
+go test -timeout 10m -count=1 ./layout/ ./examples/k8s/ ./examples/monitoring/ || failed="$failed layout-examples"
 wait "$matrix_pid" || true
 echo "-- the decode matrix"
 cat "$logs/matrix"
