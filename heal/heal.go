@@ -156,6 +156,7 @@ type healer struct {
 	pacer  *pacer          // paid after each step: the healer's rates
 	id     string
 	log    *slog.Logger
+	lock   *repository.Lock // held while serve runs
 
 	version string // the version damaged is of
 	parity  int    // its m
@@ -191,6 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 		case err == nil:
 			h.log.Info("heal: holding the healer lock", "healer", h.id)
 			waiting = false
+			h.lock = lock
 			err = h.serve(lctx, lock)
 			lock.Release(context.WithoutCancel(ctx))
 			if ctx.Err() != nil {
@@ -305,7 +307,9 @@ func (h *healer) serveVersion(ctx context.Context, lock *repository.Lock) error 
 			return err
 		}
 		h.cycle, h.next = h.cycle+1, 0
-		h.record(ctx, ds)
+		if err := h.record(ctx, ds); err != nil {
+			return err
+		}
 		took := time.Since(cycleStart)
 		h.log.Info("heal: cycle done", "cycle", h.cycle, "shards", h.nShards, "checked", checked, "fragments_rebuilt", rebuilt,
 			"metadata_written", mended, "took", took.Round(time.Millisecond), "margin", h.margin(), "parity", h.parity)
@@ -356,6 +360,22 @@ func (h *healer) stillHolds(ctx context.Context, lock *repository.Lock) error {
 	return nil
 }
 
+// holdsLease runs right before each write of a step (rebuilt fragments,
+// the state): stillHolds ran at the step's start, but a healer frozen
+// inside the step, reading, for longer than the lease may have been taken
+// over while frozen, and must write nothing more (CI caught a healer
+// SIGSTOPped mid-scrub writing its state after the other had taken over).
+// Taken over, its last renewal is older than the lease less the second the
+// lock's heartbeat is kept to, so older than half a lease: Refresh then
+// finds the other holder. What stays open is a freeze between this check
+// and the write itself.
+func (h *healer) holdsLease(ctx context.Context) error {
+	if h.lock != nil && time.Since(h.lock.Renewed()) > h.cfg.Lease/2 {
+		return h.lock.Refresh(ctx)
+	}
+	return nil
+}
+
 // open opens the current version; a new version forgets the old one's losses.
 func (h *healer) open(ctx context.Context) (*repository.Dataset, error) {
 	ds, err := repository.Open(ctx, h.stores, h.cfg.Name, repository.Options{Logger: h.cfg.Logger, LostIndexesOK: true})
@@ -390,6 +410,9 @@ func (h *healer) scrub(ctx context.Context, ds *repository.Dataset, shards []int
 		// version is still current (gc removes what no kept version reads).
 		if errors.Is(ds.Replaced(ctx), repository.ErrReplaced) {
 			return 0, errNewVersion
+		}
+		if err := h.holdsLease(ctx); err != nil {
+			return 0, err
 		}
 		// rep holds only these shards' fragments, so Repair rebuilds
 		// fragments and writes no metadata (see the package comment).
@@ -437,7 +460,9 @@ func (h *healer) scrub(ctx context.Context, ds *repository.Dataset, shards []int
 		h.survey(ctx, ds)
 	}
 	h.publish()
-	h.record(ctx, ds)
+	if err := h.record(ctx, ds); err != nil {
+		return written, err
+	}
 	return written, h.pacer.pay(ctx)
 }
 
@@ -572,7 +597,10 @@ func (h *healer) publish() {
 }
 
 // record writes where the scrub is to every store (advisory; see State).
-func (h *healer) record(ctx context.Context, ds *repository.Dataset) {
+func (h *healer) record(ctx context.Context, ds *repository.Dataset) error {
+	if err := h.holdsLease(ctx); err != nil {
+		return err
+	}
 	st := State{Version: ds.Current.IngestID, Cycle: h.cycle, Next: h.next, Shards: h.nShards,
 		Margin: h.margin(), Parity: h.parity, Updated: time.Now().Unix(), Healer: h.id}
 	for si := range h.retry {
@@ -584,6 +612,7 @@ func (h *healer) record(ctx context.Context, ds *repository.Dataset) {
 	if h.cfg.Metrics != nil {
 		h.cfg.Metrics.position.WithLabelValues(h.cfg.Name).Set(float64(h.next))
 	}
+	return nil
 }
 
 // mendMetadata checks the manifest copies, identities, indexes, groups
