@@ -156,7 +156,7 @@ type healer struct {
 	pacer  *pacer          // paid after each step: the healer's rates
 	id     string
 	log    *slog.Logger
-	lock   *repository.Lock // held while serve runs
+	lock   *repository.Lock // the healer lock serve runs under
 
 	version string // the version damaged is of
 	parity  int    // its m
@@ -193,7 +193,7 @@ func Run(ctx context.Context, cfg Config) error {
 			h.log.Info("heal: holding the healer lock", "healer", h.id)
 			waiting = false
 			h.lock = lock
-			err = h.serve(lctx, lock)
+			err = h.serve(lctx)
 			lock.Release(context.WithoutCancel(ctx))
 			if ctx.Err() != nil {
 				return nil
@@ -234,9 +234,9 @@ var errNewVersion = errors.New("a new version is current")
 
 // serve scrubs while this healer holds the lock (ctx ends when it is
 // lost), the current version, then the next one that becomes current.
-func (h *healer) serve(ctx context.Context, lock *repository.Lock) error {
+func (h *healer) serve(ctx context.Context) error {
 	for {
-		err := h.serveVersion(ctx, lock)
+		err := h.serveVersion(ctx)
 		if !errors.Is(err, errNewVersion) {
 			return err
 		}
@@ -246,7 +246,7 @@ func (h *healer) serve(ctx context.Context, lock *repository.Lock) error {
 
 // serveVersion scrubs the version current when it starts, until another
 // one is (errNewVersion).
-func (h *healer) serveVersion(ctx context.Context, lock *repository.Lock) error {
+func (h *healer) serveVersion(ctx context.Context) error {
 	ds, err := h.open(ctx)
 	if err != nil {
 		return err
@@ -268,7 +268,7 @@ func (h *healer) serveVersion(ctx context.Context, lock *repository.Lock) error 
 	lastHints := time.Now()
 	cycleStart, rebuilt, checked := time.Now(), 0, 0
 	for {
-		if err := h.stillHolds(ctx, lock); err != nil {
+		if err := h.stillHolds(ctx); err != nil {
 			return err
 		}
 		if time.Since(lastHints) >= h.cfg.HintPoll {
@@ -329,7 +329,7 @@ func (h *healer) serveVersion(ctx context.Context, lock *repository.Lock) error 
 				return ctx.Err()
 			case <-time.After(min(h.cfg.HintPoll, time.Until(pauseEnd))):
 			}
-			if err := h.stillHolds(ctx, lock); err != nil {
+			if err := h.stillHolds(ctx); err != nil {
 				return err
 			}
 			if _, err := h.healHints(ctx, ds); err != nil {
@@ -350,18 +350,15 @@ func (h *healer) serveVersion(ctx context.Context, lock *repository.Lock) error 
 // longer than the lease may have been taken over without knowing, so when
 // the last renewal is older than half a lease it proves it holds the lock
 // before it writes anything more.
-func (h *healer) stillHolds(ctx context.Context, lock *repository.Lock) error {
+func (h *healer) stillHolds(ctx context.Context) error {
 	if err := h.pacer.pay(ctx); err != nil {
 		return err
 	}
-	if time.Since(lock.Renewed()) > h.cfg.Lease/2 {
-		return lock.Refresh(ctx)
-	}
-	return nil
+	return h.holdsLease(ctx)
 }
 
-// holdsLease runs right before each write of a step (rebuilt fragments,
-// the state): stillHolds ran at the step's start, but a healer frozen
+// holdsLease runs at each step's start (stillHolds) and again right
+// before each write of a step (rebuilt fragments, the state): a healer frozen
 // inside the step, reading, for longer than the lease may have been taken
 // over while frozen, and must write nothing more (CI caught a healer
 // SIGSTOPped mid-scrub writing its state after the other had taken over).
@@ -370,7 +367,7 @@ func (h *healer) stillHolds(ctx context.Context, lock *repository.Lock) error {
 // finds the other holder. What stays open is a freeze between this check
 // and the write itself.
 func (h *healer) holdsLease(ctx context.Context) error {
-	if h.lock != nil && time.Since(h.lock.Renewed()) > h.cfg.Lease/2 {
+	if time.Since(h.lock.Renewed()) > h.cfg.Lease/2 {
 		return h.lock.Refresh(ctx)
 	}
 	return nil

@@ -211,19 +211,10 @@ func (e *encoder) header(h *Header, v uint32) {
 	}
 }
 
-// uvarint writes v into the writer's buffer where it has room (no copy
-// through e.buf: a format-3 description writes billions of counts).
-func (e *encoder) uvarint(v uint64) {
-	if e.w.Available() >= binary.MaxVarintLen64 {
-		e.w.Write(binary.AppendUvarint(e.w.AvailableBuffer(), v))
-		return
-	}
-	e.w.Write(binary.AppendUvarint(e.buf[:0], v))
-}
-
-func (e *encoder) u32(v uint32)   { e.w.Write(binary.LittleEndian.AppendUint32(e.buf[:0], v)) }
-func (e *encoder) bytes(b []byte) { e.uvarint(uint64(len(b))); e.w.Write(b) }
-func (e *encoder) str(s string)   { e.uvarint(uint64(len(s))); e.w.WriteString(s) }
+func (e *encoder) uvarint(v uint64) { e.w.Write(binary.AppendUvarint(e.buf[:0], v)) }
+func (e *encoder) u32(v uint32)     { e.w.Write(binary.LittleEndian.AppendUint32(e.buf[:0], v)) }
+func (e *encoder) bytes(b []byte)   { e.uvarint(uint64(len(b))); e.w.Write(b) }
+func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.w.WriteString(s) }
 
 // sparse writes the strata below strata for which keep holds, with
 // value(c) each, as their number and then (stratum delta, value) pairs,
@@ -431,19 +422,6 @@ func (d *decoder) fail(format string, args ...any) {
 func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
-	}
-	// Fast path, from the buffered bytes when a whole varint's room is
-	// there and within the budget: the same value and length as the slow
-	// path's, without a call per byte (a rank's start decodes billions of
-	// counts). Anything else, an overflow included, takes the slow path,
-	// which reports it.
-	if d.left >= binary.MaxVarintLen64 && d.r.Buffered() >= binary.MaxVarintLen64 {
-		b, _ := d.r.Peek(binary.MaxVarintLen64)
-		if v, n := binary.Uvarint(b); n > 0 {
-			d.r.Discard(n)
-			d.left -= int64(n)
-			return v
-		}
 	}
 	v, err := binary.ReadUvarint(d)
 	if err != nil {

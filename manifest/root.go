@@ -364,23 +364,7 @@ func EncodeGroup(x *Group, r *Root) ([]byte, error) {
 			e.u32(sh.IndexSum)
 			x.Counts(j, row)
 			split.next(even)
-			// e.sparse's encoding, without its two calls per stratum (15M
-			// shards of 100 strata: a third of a description's time).
-			n := 0
-			for c := range row {
-				if row[c] != even[c] {
-					n++
-				}
-			}
-			e.uvarint(uint64(n))
-			prev := 0
-			for c := range row {
-				if row[c] != even[c] {
-					e.uvarint(uint64(c - prev))
-					e.uvarint(zigzag(int64(row[c] - even[c])))
-					prev = c
-				}
-			}
+			e.sparse(len(row), func(c int) bool { return row[c] != even[c] }, func(c int) uint64 { return zigzag(int64(row[c] - even[c])) })
 		}
 	})
 }
