@@ -80,7 +80,7 @@ func (r *Reader) newDecoding(ctx context.Context, sh *Shard, A, B int64, known m
 		state: make([]int, total), reads: make([]fragRead, total), forced: make([]bool, total),
 		answered: make([]backend.FirstByte, total), launched: make([]time.Time, total)}
 	for f := 0; f < total; f++ {
-		store := r.codec.Placement(sh.ID, f)
+		store := r.Placement(sh.ID, f)
 		fr, isKnown := known[f]
 		switch {
 		case r.excluded[store]:
@@ -112,7 +112,7 @@ func (d *decoding) tooFewToTry() error {
 	r, sh, total := d.r, d.sh, d.r.codec.Total()
 	possible := d.healthy
 	for _, f := range d.lastResort {
-		if !r.stores[r.codec.Placement(sh.ID, f)].Unreachable() {
+		if !r.stores[r.Placement(sh.ID, f)].Unreachable() {
 			possible++ // late, or down for wrong bytes: worth asking again
 		}
 	}
@@ -126,7 +126,7 @@ func (d *decoding) tooFewToTry() error {
 	}
 	failed := map[int]*FragmentError{}
 	for f := 0; f < total; f++ {
-		store := r.codec.Placement(sh.ID, f)
+		store := r.Placement(sh.ID, f)
 		switch {
 		case d.reads[f].err != nil:
 			failed[f] = d.reads[f].err
@@ -174,9 +174,9 @@ func (d *decoding) launch(pctx context.Context, results chan<- fragResult) bool 
 	}
 	// Ask a store that is not queueing before one that is (backend.Limit):
 	// a hedge never piles onto a store already behind while another can answer.
-	if next < d.healthy && backend.Queueing(r.stores[r.codec.Placement(sh.ID, cands[next])]) {
+	if next < d.healthy && backend.Queueing(r.stores[r.Placement(sh.ID, cands[next])]) {
 		for i := next + 1; i < d.healthy; i++ {
-			if !backend.Queueing(r.stores[r.codec.Placement(sh.ID, cands[i])]) {
+			if !backend.Queueing(r.stores[r.Placement(sh.ID, cands[i])]) {
 				c := cands[i]
 				copy(cands[next+1:i+1], cands[next:i])
 				cands[next] = c
@@ -193,7 +193,7 @@ func (d *decoding) launch(pctx context.Context, results chan<- fragResult) bool 
 		c := pctx
 		if d.forced[f] {
 			var cancel context.CancelFunc
-			c, cancel = context.WithTimeout(pctx, r.stores[r.codec.Placement(sh.ID, f)].ProbeTimeout(d.L))
+			c, cancel = context.WithTimeout(pctx, r.stores[r.Placement(sh.ID, f)].ProbeTimeout(d.L))
 			defer cancel()
 		}
 		results <- fragResult{f, r.readFrag(c, sh, f, d.A, d.B, d.forced[f], &d.answered[f])}
@@ -239,7 +239,7 @@ wait:
 		case <-hg.C():
 			streaming := true
 			for f := 0; f < total; f++ {
-				streaming = streaming && (d.state[f] != fragPending || r.streaming(&d.answered[f], r.codec.Placement(sh.ID, f), d.launched[f], 1))
+				streaming = streaming && (d.state[f] != fragPending || r.streaming(&d.answered[f], r.Placement(sh.ID, f), d.launched[f], 1))
 			}
 			if !hg.late(streaming) {
 				continue // every store asked is streaming: load, not slowness
@@ -258,7 +258,7 @@ wait:
 					if d.state[f] != fragPending {
 						continue
 					}
-					store := r.codec.Placement(sh.ID, f)
+					store := r.Placement(sh.ID, f)
 					r.stores[store].Suspect()
 					allUnreachable = allUnreachable && r.stores[store].Unreachable()
 				}
@@ -281,7 +281,7 @@ wait:
 		case d.reads[f].err != nil:
 			failed[f] = d.reads[f].err
 		case d.state[f] != fragDone:
-			store := r.codec.Placement(sh.ID, f)
+			store := r.Placement(sh.ID, f)
 			failed[f] = &FragmentError{Shard: sh.ID, Frag: f, Store: store, StoreName: r.stores[store].String(), Err: errSlow}
 		}
 	}
@@ -336,7 +336,7 @@ func (d *decoding) reconstruct(all bool) ([][]byte, error) {
 			case out[f] != nil:
 				shards[f] = out[f][lo:hi][:0] // reconstructed in place
 				missing = true
-				if s := r.codec.Placement(sh.ID, f); !slices.Contains(rebuilt, s) {
+				if s := r.Placement(sh.ID, f); !slices.Contains(rebuilt, s) {
 					rebuilt = append(rebuilt, s)
 				}
 			}

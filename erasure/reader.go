@@ -160,6 +160,7 @@ type Reader struct {
 	excluded []bool            // stores never read; set once, by NewReader
 	hedge    bool
 	key      KeyFunc
+	number   func(shard int) int // ReaderOptions.Number
 	metrics  Metrics
 	log      *slog.Logger
 }
@@ -172,6 +173,10 @@ type ReaderOptions struct {
 	// Exclude lists stores that are never read, such as a store that holds
 	// another dataset of the same name: reads decode around them.
 	Exclude []int
+	// Number is the number by which shard's fragments were placed on the
+	// stores (Params.Placement): nil, or the shard's own, but for a shard
+	// numbered within its segment (manifest.Segment.Local).
+	Number func(shard int) int
 }
 
 // ErrStoreDown: the store is marked down after repeated failures and is
@@ -189,12 +194,20 @@ var errNotAsked = errors.New("not asked: the stores that answer are too few to d
 // decode tries the others first and asks it again only as a last resort.
 var errSlow = errors.New("slower than its hedge deadline")
 
+// Placement is the store that holds fragment frag of shard.
+func (r *Reader) Placement(shard, frag int) int {
+	if r.number != nil {
+		shard = r.number(shard)
+	}
+	return r.codec.Placement(shard, frag)
+}
+
 // NewReader returns a reader over stores, which must number k+m, in placement order.
 func NewReader(c *Codec, stores []backend.Store, key KeyFunc, opts ReaderOptions) (*Reader, error) {
 	if len(stores) != c.Total() {
 		return nil, fmt.Errorf("%d stores given, the dataset needs k+m = %d", len(stores), c.Total())
 	}
-	r := &Reader{codec: c, key: key, metrics: opts.Metrics, log: opts.Logger, hedge: !opts.Health.DisableHedge,
+	r := &Reader{codec: c, key: key, number: opts.Number, metrics: opts.Metrics, log: opts.Logger, hedge: !opts.Health.DisableHedge,
 		excluded: make([]bool, len(stores))}
 	if r.metrics == nil {
 		r.metrics = nopMetrics{}
@@ -243,7 +256,7 @@ func (fr *fragRead) whole() bool { return fr.data != nil && fr.bad == nil }
 // every block. A store marked down is not asked unless force is set; an
 // excluded store never is.
 func (r *Reader) readFrag(ctx context.Context, sh *Shard, frag int, A, B int64, force bool, fb *backend.FirstByte) fragRead {
-	store := r.codec.Placement(sh.ID, frag)
+	store := r.Placement(sh.ID, frag)
 	fail := func(err error) *FragmentError {
 		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
 	}
@@ -328,7 +341,7 @@ func (r *Reader) readRangeInto(ctx context.Context, sh *Shard, p []byte, off int
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = r.readFragmentRange(ctx, sh, pt.frag, pt.a, pt.b, pt.dst, slow[r.codec.Placement(sh.ID, pt.frag)])
+			errs[i] = r.readFragmentRange(ctx, sh, pt.frag, pt.a, pt.b, pt.dst, slow[r.Placement(sh.ID, pt.frag)])
 		}()
 	}
 	wg.Wait()
@@ -343,7 +356,7 @@ func (r *Reader) readRangeInto(ctx context.Context, sh *Shard, p []byte, off int
 func (r *Reader) readFragmentRange(ctx context.Context, sh *Shard, frag int, a, b int64, dst []byte, slow bool) error {
 	bs := int64(r.codec.BlockSize)
 	A, B := a/bs*bs, min(sh.FragSize, (b+bs-1)/bs*bs)
-	store := r.codec.Placement(sh.ID, frag)
+	store := r.Placement(sh.ID, frag)
 	slowRead := fragRead{err: &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: errSlow}}
 	decode := func(ctx context.Context, known fragRead, kind ReadKind) error {
 		frags, err := r.decode(WithReadKind(ctx, kind), sh, A, B, map[int]fragRead{frag: known}, false, false)
@@ -463,7 +476,7 @@ func (r *Reader) readExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 	// block path, which hedges per fragment.
 	var deadline time.Duration
 	for pos := off; pos < off+n; pos = (pos/F + 1) * F {
-		store := r.codec.Placement(sh.ID, int(pos/F))
+		store := r.Placement(sh.ID, int(pos/F))
 		if r.stores[store].Down() || r.excluded[store] {
 			return r.readRangeV(ctx, sh, off, n, bufs, nil)
 		}
@@ -481,7 +494,7 @@ func (r *Reader) readExactV(ctx context.Context, sh *Shard, off int64, bufs [][]
 		b := min(F, a+off+n-pos)
 		dst := subVec(bufs, pos-off, pos-off+(b-a))
 		fb := &backend.FirstByte{}
-		store := r.codec.Placement(sh.ID, frag)
+		store := r.Placement(sh.ID, frag)
 		answered = append(answered, fb)
 		pieceStores = append(pieceStores, store)
 		wg.Add(1)

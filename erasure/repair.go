@@ -14,7 +14,7 @@ const checkChunk = 8 << 20
 // fragment is intact. When only some blocks are bad, BadBlocks lists them:
 // the rest still count for recovery, stripe by stripe.
 func (r *Reader) CheckFragment(ctx context.Context, sh *Shard, frag int) *FragmentError {
-	store := r.codec.Placement(sh.ID, frag)
+	store := r.Placement(sh.ID, frag)
 	fail := func(err error) *FragmentError {
 		return &FragmentError{Shard: sh.ID, Frag: frag, Store: store, StoreName: r.stores[store].String(), Err: err}
 	}

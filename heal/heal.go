@@ -43,7 +43,6 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
-	"github.com/shardfs/shardfs/erasure"
 	"github.com/shardfs/shardfs/repository"
 )
 
@@ -164,12 +163,14 @@ type healer struct {
 	// corrupt on stores that answered (only shards with some); down are
 	// the stores that did not answer the last step. A shard's loss is
 	// both: a store back up stops counting at once.
-	damaged  map[int][]int
-	down     []int
-	codec    *erasure.Codec
-	total    int          // k+m
-	surveyed time.Time    // the last survey
-	retry    map[int]bool // shards left missing fragments the scrub could not rebuild
+	damaged map[int][]int
+	down    []int
+	// placement is the store of fragment f of shard s, by the numbers
+	// the dataset's objects are named and placed by (Header.ShardObject).
+	placement func(s, f int) int
+	total     int          // k+m
+	surveyed  time.Time    // the last survey
+	retry     map[int]bool // shards left missing fragments the scrub could not rebuild
 	// cycle is the cycles completed, next the first shard of the next
 	// step: what record writes.
 	cycle, next int
@@ -383,7 +384,7 @@ func (h *healer) open(ctx context.Context) (*repository.Dataset, error) {
 		h.version, h.damaged, h.retry = ds.Current.IngestID, map[int][]int{}, map[int]bool{}
 	}
 	h.parity, h.nShards = ds.Manifest.Parity, len(ds.Manifest.Shards)
-	h.codec, h.total = ds.Reader.Codec(), ds.Manifest.Data+ds.Manifest.Parity
+	h.placement, h.total = ds.Reader.Placement, ds.Manifest.Data+ds.Manifest.Parity
 	return ds, nil
 }
 
@@ -545,8 +546,8 @@ func (h *healer) survey(ctx context.Context, ds *repository.Dataset) {
 			continue
 		}
 		for f := range total {
-			st := h.codec.Placement(si, f)
-			if listed[st] && !present[st].Holds(h.cfg.Name, m.ShardIngest(si), si, f) {
+			st := h.placement(si, f)
+			if listed[st] && !present[st].Holds(h.cfg.Name, &m.Header, si, f) {
 				damaged[si] = append(damaged[si], f)
 			}
 		}
@@ -576,7 +577,7 @@ func (h *healer) margin() int {
 		n := len(frags)
 		for _, st := range h.down {
 			for f := range h.total {
-				if h.codec.Placement(si, f) == st && !slices.Contains(frags, f) {
+				if h.placement(si, f) == st && !slices.Contains(frags, f) {
 					n++
 				}
 			}
@@ -672,7 +673,7 @@ func (h *healer) healHints(ctx context.Context, ds *repository.Dataset) (int, er
 	byIngest := hints.Shards
 	var shards []int
 	for si := range h.nShards {
-		if byIngest[ds.Manifest.ShardIngest(si)][si] {
+		if id, n := ds.Manifest.ShardObject(si); byIngest[id][n] {
 			shards = append(shards, si)
 		}
 	}

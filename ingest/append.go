@@ -338,7 +338,7 @@ func planAppend(src *Source, opts Options, parent *manifest.Manifest, ingestID s
 	for w := range placed.windows {
 		placed.windows[w] += first
 	}
-	h.Segments = append(slices.Clone(parent.SegmentsOr(first)), manifest.Segment{IngestID: ingestID, Shards: len(shards)})
+	h.Segments = append(slices.Clone(parent.SegmentsOr(first)), manifest.Segment{IngestID: ingestID, Shards: len(shards), Local: opts.localSegment})
 	m := &manifest.Manifest{Header: h}
 	m.Shards = make([]manifest.Shard, first+len(shards))
 	for s := range parent.Shards {

@@ -113,13 +113,18 @@ func orderPin(t *testing.T, ds *repository.Dataset) uint64 {
 // samples and leave every object of v1 as it was; a version's order does
 // not change when later ones are appended; rollback, and the rollback of
 // the rollback, serve the content they name.
+//
+// With local numbering (manifest.Segment.Local), each append's shards are
+// named and placed by their numbers within it, and every version serves,
+// verifies and repairs the same.
 func TestAppendMakesVersions(t *testing.T) {
 	for _, format := range []int{1, 2, 3} {
-		t.Run(fmt.Sprint("format", format), func(t *testing.T) { appendMakesVersions(t, format) })
+		t.Run(fmt.Sprint("format", format), func(t *testing.T) { appendMakesVersions(t, format, false) })
+		t.Run(fmt.Sprint("format", format, "-local"), func(t *testing.T) { appendMakesVersions(t, format, true) })
 	}
 }
 
-func appendMakesVersions(t *testing.T, format int) {
+func appendMakesVersions(t *testing.T, format int, local bool) {
 	ctx := context.Background()
 	stores := localStores(t, t.TempDir(), 3)
 	src1 := tree(t, 200, 3, "", 1)
@@ -132,7 +137,7 @@ func appendMakesVersions(t *testing.T, format int) {
 	before := objectSums(t, stores, "ds")
 
 	src2 := tree(t, 120, 4, "b", 2) // class03 is new
-	aopts := Options{Name: "ds", Stores: stores, ShardSize: 64 << 10}
+	aopts := Options{Name: "ds", Stores: stores, ShardSize: 64 << 10, localSegment: local}
 	res2, err := Append(ctx, src2, aopts, AppendOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +179,7 @@ func appendMakesVersions(t *testing.T, format int) {
 	if n := v3.Manifest.VersionNumber(); n != 3 || len(v3.Manifest.Segments) != 3 {
 		t.Fatalf("current version %d in %d segments", n, len(v3.Manifest.Segments))
 	}
+	checkNumbering(t, stores, v3.Manifest, local)
 	if i := slices.IndexFunc(v2.Manifest.Strata, func(s manifest.Stratum) bool { return s.Name == "class03" }); i != 3 {
 		t.Fatalf("the new class is stratum %d, want 3 (after the dataset's)", i)
 	}
@@ -186,6 +192,7 @@ func appendMakesVersions(t *testing.T, format int) {
 	if err != nil || !rep.Intact() {
 		t.Fatalf("version 3 does not verify: %v %+v", err, rep)
 	}
+	checkRepairsOneShard(t, stores, v3, local)
 	// A mount opens a version of format 2 or 3 lazily: the same samples.
 	for v, eager := range map[int]*repository.Dataset{1: v1, 2: v2, 3: v3} {
 		lazy, err := repository.Open(ctx, stores, "ds", repository.Options{Version: v, LazyIndexes: true})
@@ -452,5 +459,88 @@ func checkAffineSegments(t *testing.T, whole, lazy *repository.Dataset) {
 				t.Fatalf("rank %d: none of its %d samples in its range [%d, %d) of an ingest", r, len(orders[0]), x[0], x[1])
 			}
 		}
+	}
+}
+
+// checkNumbering checks that every fragment of m's shards is on the store
+// its number places it on, under the name its number gives it: the
+// dataset's number, or with local the number within its append (the
+// segments after the first number their shards on their own).
+func checkNumbering(t *testing.T, stores []backend.Store, m *manifest.Manifest, local bool) {
+	t.Helper()
+	ctx := context.Background()
+	first := 0
+	for i, seg := range m.Segments {
+		if seg.Local != (local && i > 0) {
+			t.Fatalf("segment %d of ingest %s: local %v", i, seg.IngestID, seg.Local)
+		}
+		for k := range seg.Shards {
+			s := first + k
+			n := s
+			if seg.Local {
+				n = k
+			}
+			if id, got := m.ShardObject(s); id != seg.IngestID || got != n {
+				t.Fatalf("shard %d: object %s/%d, want %s/%d", s, id, got, seg.IngestID, n)
+			}
+			total := m.Data + m.Parity
+			for f := range total {
+				key := repository.FragmentKey("ds", seg.IngestID, n, f)
+				for st := range stores {
+					_, err := stores[st].Stat(ctx, key)
+					if holds := err == nil; holds != (st == (n+f)%total) {
+						t.Fatalf("shard %d fragment %d (%s): on store %d %v (%v), placed on %d", s, f, key, st, holds, err, (n+f)%total)
+					}
+				}
+			}
+		}
+		first += seg.Shards
+	}
+}
+
+// checkRepairsOneShard deletes one fragment of an appended shard of ds
+// (with local, one that its number within its append places on another
+// store than the dataset's number would): a check finds it missing, and a
+// repair writes the same bytes back under its name, on its store.
+func checkRepairsOneShard(t *testing.T, stores []backend.Store, ds *repository.Dataset, local bool) {
+	t.Helper()
+	ctx := context.Background()
+	m := ds.Manifest
+	total := m.Data + m.Parity
+	s := len(m.Shards) - 1
+	for local && s >= 0 {
+		if _, n := m.ShardObject(s); n%total != s%total {
+			break
+		}
+		s--
+	}
+	if s < 0 {
+		t.Fatal("no shard's number within its append places it elsewhere: the test cannot tell the placements apart")
+	}
+	id, n := m.ShardObject(s)
+	const frag = 1
+	key := repository.FragmentKey("ds", id, n, frag)
+	st := stores[(n+frag)%total]
+	size, err := st.Stat(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, size)
+	if err := st.ReadAt(ctx, key, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ds.Verify(ctx, nil)
+	if err != nil || rep.Intact() || len(rep.Damaged) != 1 || rep.Damaged[0].Shard != s || rep.Damaged[0].Frag != frag {
+		t.Fatalf("a check after %s was deleted: %v, damage %+v", key, err, rep.Damaged)
+	}
+	if written, err := ds.Repair(ctx, rep, false, nil); err != nil || written != 1 {
+		t.Fatalf("repair of %s: %d objects written, %v", key, written, err)
+	}
+	got := make([]byte, size)
+	if err := st.ReadAt(ctx, key, got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("%s after the repair: %v, the bytes it held %v", key, err, bytes.Equal(got, want))
 	}
 }

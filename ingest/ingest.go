@@ -58,6 +58,13 @@ type Options struct {
 	// in the dataset, and its strata as the stream numbers them.
 	shardBase int
 	strataOf  func(src *Source) ([]manifest.Stratum, []uint32)
+	// localSegment: an append numbers its shards within its segment
+	// (manifest.Segment.Local), as a part that reads only its slice of the
+	// source must, since it cannot know the shards before its own. Only
+	// tests set it, until such parts are built: an append knows its
+	// parent's shards, and a dataset with a Local segment is refused by a
+	// shardfs older than the format that carries one.
+	localSegment bool
 	// ReleaseSource says the caller is done with the source once it is
 	// planned: the plan drops each item's labels and field values as it
 	// copies them into the manifest, which the upload reads instead, so a
@@ -262,7 +269,8 @@ func writeIndexes(ctx context.Context, opts Options, m *manifest.Manifest, shard
 			if err != nil {
 				return err
 			}
-			if err := repository.PutSome(gctx, opts.Stores, repository.IndexObject(opts.Name, m.ShardIngest(si), opts.shardBase+si), b, opts.Parity+1, write); err != nil {
+			id, _ := m.ShardObject(si)
+			if err := repository.PutSome(gctx, opts.Stores, repository.IndexObject(opts.Name, id, x.Shard), b, opts.Parity+1, write); err != nil {
 				return fmt.Errorf("shard %d's index: %w", si, err)
 			}
 			sizes[si], sums[si] = int64(len(b)), manifest.IndexSum(b)
@@ -551,10 +559,12 @@ func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, record
 			}
 			m.Shards[si].Sums = sums
 			up, uctx := errgroup.WithContext(gctx)
+			id, n := m.ShardObject(si)
+			n += opts.shardBase // a chunk of a stream numbers its shards from 0
 			for f, frag := range frags {
 				up.Go(func() error {
-					store := opts.Stores[codec.Placement(opts.shardBase+si, f)]
-					if err := write(uctx, store, repository.FragmentObject(opts.Name, m.ShardIngest(si), opts.shardBase+si, f), frag); err != nil {
+					store := opts.Stores[codec.Placement(n, f)]
+					if err := write(uctx, store, repository.FragmentObject(opts.Name, id, n, f), frag); err != nil {
 						return fmt.Errorf("upload shard %d fragment %d: %w", opts.shardBase+si, f, err)
 					}
 					return nil

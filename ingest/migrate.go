@@ -54,10 +54,17 @@ type MigrateResult struct {
 	Unchanged bool // the new stores hold this migration committed already
 }
 
-// shardKey names a shard by the ingest that uploaded it, as its objects are.
+// shardKey names a shard as its objects are: the ingest that uploaded it
+// and its number there (Header.ShardObject).
 type shardKey struct {
 	ingest string
 	shard  int
+}
+
+// shardKeyOf is shard s of m's shardKey.
+func shardKeyOf(m *manifest.Manifest, s int) shardKey {
+	id, n := m.ShardObject(s)
+	return shardKey{id, n}
 }
 
 // Migrate copies dataset opts.Name from opts.From to opts.To. Its phases:
@@ -205,7 +212,7 @@ func reencodeShards(ctx context.Context, opts MigrateOptions, codec *erasure.Cod
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(opts.ShardsInFlight)
 		for s := range m.Shards {
-			key := shardKey{m.ShardIngest(s), s}
+			key := shardKeyOf(m, s)
 			mu.Lock()
 			_, done := sums[key]
 			if !done {
@@ -233,8 +240,8 @@ func reencodeShards(ctx context.Context, opts MigrateOptions, codec *erasure.Cod
 				var rmu sync.Mutex
 				for f, frag := range frags {
 					fg.Go(func() error {
-						st := opts.To[codec.Placement(s, f)]
-						again, err := repository.PutChecked(fctx, st, repository.FragmentObject(opts.Name, key.ingest, s, f), frag)
+						st := opts.To[codec.Placement(key.shard, f)]
+						again, err := repository.PutChecked(fctx, st, repository.FragmentObject(opts.Name, key.ingest, key.shard, f), frag)
 						if err != nil {
 							return fmt.Errorf("shard %d fragment %d: %w", s, f, err)
 						}
@@ -325,7 +332,7 @@ func recoded(m *manifest.Manifest, p erasure.Params, stores []string, sums map[s
 	out.Data, out.Parity, out.BlockSize, out.Stores = p.Data, p.Parity, p.BlockSize, stores
 	out.Shards = slices.Clone(m.Shards)
 	for s := range out.Shards {
-		out.Shards[s].Sums = sums[shardKey{m.ShardIngest(s), s}]
+		out.Shards[s].Sums = sums[shardKeyOf(m, s)]
 	}
 	out.Top, out.Root = nil, nil
 	if err := out.Validate(); err != nil {
@@ -366,14 +373,14 @@ func migrateMetadata(ctx context.Context, opts Options, m *manifest.Manifest, fo
 	}
 	sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
 	for s := range m.Shards {
-		key := shardKey{m.ShardIngest(s), s}
+		key := shardKeyOf(m, s)
 		ref, ok := written[key]
 		if !ok {
 			b, err := manifest.EncodeIndex(manifest.ShardIndexOf(m, s))
 			if err != nil {
 				return err
 			}
-			if err := repository.PutSome(ctx, opts.Stores, repository.IndexObject(opts.Name, key.ingest, s), b, opts.Parity+1, repository.Put); err != nil {
+			if err := repository.PutSome(ctx, opts.Stores, repository.IndexObject(opts.Name, key.ingest, key.shard), b, opts.Parity+1, repository.Put); err != nil {
 				return fmt.Errorf("shard %d's index: %w", s, err)
 			}
 			ref = indexRef{int64(len(b)), manifest.IndexSum(b)}

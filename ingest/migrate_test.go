@@ -18,13 +18,16 @@ import (
 // serves its samples from the new stores, also with 2 of them gone; the
 // old stores are untouched; a second run has nothing to do; stores that
 // hold another dataset of the name are refused before anything is written.
+// With local numbering, the appends' shards keep their numbers within
+// their appends on the new stores (manifest.Segment.Local).
 func TestMigrateCopiesEveryKeptVersion(t *testing.T) {
 	for _, format := range []int{1, 2, 3} {
-		t.Run(fmt.Sprint("format", format), func(t *testing.T) { migrateCopiesEveryKeptVersion(t, format) })
+		t.Run(fmt.Sprint("format", format), func(t *testing.T) { migrateCopiesEveryKeptVersion(t, format, false) })
+		t.Run(fmt.Sprint("format", format, "-local"), func(t *testing.T) { migrateCopiesEveryKeptVersion(t, format, true) })
 	}
 }
 
-func migrateCopiesEveryKeptVersion(t *testing.T, format int) {
+func migrateCopiesEveryKeptVersion(t *testing.T, format int, local bool) {
 	ctx := context.Background()
 	from := localStores(t, t.TempDir(), 3)
 	toDir := t.TempDir()
@@ -34,7 +37,7 @@ func migrateCopiesEveryKeptVersion(t *testing.T, format int) {
 		t.Fatal(err)
 	}
 	for _, src := range []*Source{src2, src3} {
-		if _, err := Append(ctx, src, Options{Name: "ds", Stores: from}, AppendOptions{}); err != nil {
+		if _, err := Append(ctx, src, Options{Name: "ds", Stores: from, localSegment: local}, AppendOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,6 +91,7 @@ func migrateCopiesEveryKeptVersion(t *testing.T, format int) {
 	if rep, err := cur.Verify(ctx, nil); err != nil || !rep.Intact() {
 		t.Fatalf("the new stores do not verify: %v %+v", err, rep)
 	}
+	checkNumbering(t, to, cur.Manifest, local)
 	again, err := Migrate(ctx, opts)
 	if err != nil || !again.Unchanged {
 		t.Fatalf("a second migration: %+v, %v", again, err)

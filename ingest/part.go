@@ -428,8 +428,9 @@ func verifyUploads(ctx context.Context, m *manifest.Manifest, codec *erasure.Cod
 			nb := m.Blocks(si)
 			got := make([]byte, fl)
 			for f := 0; f < codec.Total(); f++ {
-				store := opts.Stores[codec.Placement(si, f)]
-				if err := repository.ReadAt(gctx, store, repository.FragmentObject(opts.Name, m.ShardIngest(si), si, f), got, 0); err != nil {
+				id, n := m.ShardObject(si)
+				store := opts.Stores[codec.Placement(n, f)]
+				if err := repository.ReadAt(gctx, store, repository.FragmentObject(opts.Name, id, n, f), got, 0); err != nil {
 					return fmt.Errorf("read back shard %d fragment %d: %w", si, f, err)
 				}
 				if _, b, _ := verify.Blocks(got, m.BlockSize, sh.Sums[f*nb:(f+1)*nb]); b >= 0 {
@@ -971,7 +972,8 @@ func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Man
 	return checkShards(ctx, m.Name, first, len(m.Shards), parts, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
 		var problems []string
 		for f := 0; f < p.Total(); f++ {
-			size, err := repository.Stat(ctx, stores[p.Placement(si, f)], repository.FragmentObject(m.Name, m.ShardIngest(si), si, f))
+			id, n := m.ShardObject(si)
+			size, err := repository.Stat(ctx, stores[p.Placement(n, f)], repository.FragmentObject(m.Name, id, n, f))
 			switch {
 			case err != nil:
 				problems = append(problems, fmt.Sprintf("shard %d fragment %d: %v", si, f, err))

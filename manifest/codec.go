@@ -45,6 +45,9 @@ func Encode(m *Manifest) ([]byte, error) {
 			return nil, fmt.Errorf("manifest: dataset %s has members %v but its samples carry no record tables", m.Name, m.Members)
 		}
 	}
+	if m.HasLocalSegments() {
+		v = VersionSegments
+	}
 	fieldColumn := m.Header.fieldColumn(v)
 	return frame(magic, v, func(e *encoder) {
 		e.uvarint(uint64(v))
@@ -198,6 +201,9 @@ func (e *encoder) header(h *Header, v uint32) {
 		if v >= VersionRecords {
 			e.records(h)
 		}
+		if v >= VersionSegments {
+			e.numbering(h)
+		}
 	}()
 	e.strs(h.Fields)
 	e.uvarint(uint64(len(h.Derived)))
@@ -250,7 +256,7 @@ func (e *encoder) strs(ss []string) {
 // allocate more than a small multiple of the stated, checksummed body size.
 func Decode(b []byte) (*Manifest, error) {
 	var m *Manifest
-	err := unframe(b, magic, VersionLabels, VersionRecords, "a shardfs manifest", func(r io.Reader, bodyLen int64, v uint32) (err error) {
+	err := unframe(b, magic, VersionLabels, VersionSegments, "a shardfs manifest", func(r io.Reader, bodyLen int64, v uint32) (err error) {
 		m, err = decodeBody(r, bodyLen, v)
 		return err
 	})
@@ -580,6 +586,9 @@ func (d *decoder) header(h *Header, v uint32) {
 	}
 	if v >= VersionRecords {
 		d.records(h)
+	}
+	if v >= VersionSegments {
+		d.numbering(h)
 	}
 	if d.err == nil {
 		if err := h.validateFields(); err != nil {

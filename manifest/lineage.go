@@ -23,11 +23,25 @@ import (
 // TopVersionLineage, RootVersionLineage).
 const VersionLineage = 3
 
+// VersionSegments adds a segment's own shard numbering (Segment.Local)
+// to VersionRecords' fields. Only a manifest with such a segment is
+// written in it (TopVersionSegments, RootVersionSegments likewise): every
+// other one is encoded byte for byte as before, and a shardfs that cannot
+// number such a segment's objects refuses it ("upgrade shardfs") instead
+// of looking for them under the wrong names.
+const VersionSegments = 5
+
 // Segment is a run of consecutive shards uploaded by one ingest: their
 // fragment and index objects are under its ingest id.
 type Segment struct {
 	IngestID string
 	Shards   int
+	// Local: the segment's shards are numbered from 0 in their objects'
+	// names and their placement on the stores (ShardObject), where other
+	// segments' keep the dataset's numbers. A writer that cannot know how
+	// many shards come before its own (a part of a distributed ingest that
+	// reads only its slice of the source) numbers them so.
+	Local bool
 }
 
 // VersionInfo is one version in a dataset's history.
@@ -47,20 +61,36 @@ type VersionInfo struct {
 // its format's lineage version.
 func (h *Header) HasLineage() bool { return len(h.Segments) > 0 || len(h.Versions) > 0 }
 
-// ShardIngest is the ingest id under which shard s's fragments and index
-// are stored.
-func (h *Header) ShardIngest(s int) string {
+// ShardObject is the ingest id and the number under which shard s's
+// fragments and index are stored, and by which its fragments are placed
+// on the stores (erasure.Params.Placement): s itself, but for a shard of a
+// Local segment, its number within the segment.
+func (h *Header) ShardObject(s int) (ingest string, number int) {
 	if len(h.Segments) == 0 {
-		return h.IngestID
+		return h.IngestID, s
 	}
 	first := 0
 	for _, seg := range h.Segments {
 		if s < first+seg.Shards {
-			return seg.IngestID
+			if seg.Local {
+				return seg.IngestID, s - first
+			}
+			return seg.IngestID, s
 		}
 		first += seg.Shards
 	}
-	return h.Segments[len(h.Segments)-1].IngestID // past the last shard: validateLineage refuses such a manifest
+	return h.Segments[len(h.Segments)-1].IngestID, s // past the last shard: validateLineage refuses such a manifest
+}
+
+// HasLocalSegments reports whether a segment of h numbers its shards on
+// its own, and so h needs format VersionSegments.
+func (h *Header) HasLocalSegments() bool {
+	for _, s := range h.Segments {
+		if s.Local {
+			return true
+		}
+	}
+	return false
 }
 
 // SegmentIDs are the ingest ids h's shards are stored under, each once.
@@ -157,6 +187,31 @@ func (e *encoder) lineage(h *Header) {
 		e.uvarint(uint64(v.Samples))
 		e.uvarint(uint64(v.Bytes))
 		e.str(v.Change)
+	}
+}
+
+// numbering writes which segments number their shards on their own
+// (format VersionSegments).
+func (e *encoder) numbering(h *Header) {
+	for _, s := range h.Segments {
+		local := uint64(0)
+		if s.Local {
+			local = 1
+		}
+		e.uvarint(local)
+	}
+}
+
+// numbering reads what encoder.numbering wrote.
+func (d *decoder) numbering(h *Header) {
+	for i := range h.Segments {
+		switch d.uvarint() {
+		case 0:
+		case 1:
+			h.Segments[i].Local = true
+		default:
+			d.fail("segment %d: numbering flag is neither 0 nor 1", i)
+		}
 	}
 }
 

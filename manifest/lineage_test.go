@@ -3,6 +3,8 @@ package manifest
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -52,60 +54,81 @@ func TestLineageRoundTripsInEveryFormat(t *testing.T) {
 		}
 		checkLineage(t, &m.Header, &got.Header)
 		for s := range m.Shards {
-			if got.ShardIngest(s) != m.ShardIngest(s) {
-				t.Fatalf("shard %d: ingest %s, want %s", s, got.ShardIngest(s), m.ShardIngest(s))
+			gotID, gotN := got.ShardObject(s)
+			wantID, wantN := m.ShardObject(s)
+			if gotID != wantID || gotN != wantN || gotN != s {
+				t.Fatalf("shard %d: object %s/%d, want %s/%d numbered %d", s, gotID, gotN, wantID, wantN, s)
 			}
 		}
-		if m.ShardIngest(0) != "ing0" || m.ShardIngest(len(m.Shards)-1) != m.IngestID || got.VersionNumber() != 3 {
-			t.Fatalf("shard 0 in %s, the last in %s, version %d", m.ShardIngest(0), m.ShardIngest(len(m.Shards)-1), got.VersionNumber())
+		first, _ := m.ShardObject(0)
+		last, _ := m.ShardObject(len(m.Shards) - 1)
+		if first != "ing0" || last != m.IngestID || got.VersionNumber() != 3 {
+			t.Fatalf("shard 0 in %s, the last in %s, version %d", first, last, got.VersionNumber())
 		}
 
 		// Format 2: the top-level manifest carries the lineage; the
 		// indexes stay in the format an earlier version wrote them in.
-		sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
-		var idx [][]byte
-		for s := range m.Shards {
-			x, err := EncodeIndex(ShardIndexOf(m, s))
-			if err != nil {
-				t.Fatal(err)
-			}
-			idx = append(idx, x)
-			sizes[s], sums[s] = int64(len(x)), IndexSum(x)
-		}
-		top, err := NewTop(m, sizes, sums)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tb, err := EncodeTop(top)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gotTop, err := DecodeTop(tb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkLineage(t, &m.Header, &gotTop.Header)
-		for s, x := range idx {
-			if _, err := DecodeIndex(x, gotTop, s); err != nil {
-				t.Fatalf("shard %d's index under a top with a lineage: %v", s, err)
-			}
-		}
-
-		// Format 3.
-		root, _, err := RootOf(top, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rb, err := EncodeRoot(root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gotRoot, err := DecodeRoot(rb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkLineage(t, &m.Header, &gotRoot.Header)
+		// Format 3: the root carries it.
+		enc := encodeFormats(t, m)
+		checkLineage(t, &m.Header, &enc.top.Header)
+		checkLineage(t, &m.Header, &enc.root.Header)
 	}
+}
+
+// encoded is a manifest in formats 2 and 3, each object encoded and the
+// top-level manifest and the root decoded back.
+type encoded struct {
+	indexes        [][]byte
+	top            *Top // decoded
+	topBytes       []byte
+	root           *Root // decoded
+	rootBytes      []byte
+	indexesDecoded []*ShardIndex
+}
+
+// encodeFormats encodes m's shard indexes, its top-level manifest and its
+// format-3 root, decodes the top-level manifest and the root, and decodes
+// every index under the decoded top-level manifest.
+func encodeFormats(t *testing.T, m *Manifest) encoded {
+	t.Helper()
+	var e encoded
+	sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
+	for s := range m.Shards {
+		b, err := EncodeIndex(ShardIndexOf(m, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.indexes = append(e.indexes, b)
+		sizes[s], sums[s] = int64(len(b)), IndexSum(b)
+	}
+	top, err := NewTop(m, sizes, sums)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.topBytes, err = EncodeTop(top); err != nil {
+		t.Fatal(err)
+	}
+	if e.top, err = DecodeTop(e.topBytes); err != nil {
+		t.Fatal(err)
+	}
+	for s, b := range e.indexes {
+		x, err := DecodeIndex(b, e.top, s)
+		if err != nil {
+			t.Fatalf("shard %d's index: %v", s, err)
+		}
+		e.indexesDecoded = append(e.indexesDecoded, x)
+	}
+	root, _, err := RootOf(top, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.rootBytes, err = EncodeRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	if e.root, err = DecodeRoot(e.rootBytes); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 func checkLineage(t *testing.T, want, got *Header) {
@@ -160,4 +183,88 @@ func stratumByStratum(m *Manifest) *Manifest {
 		panic(err)
 	}
 	return &out
+}
+
+// A Local segment numbers its shards from 0 in their objects' names and
+// placement; the others keep the dataset's numbers. Only a lineage with
+// one is written in the segments formats, and in every framing the flag
+// and the numbers come back.
+func TestLocalSegmentsRoundTripInEveryFormat(t *testing.T) {
+	m := withLineage(stratumByStratum(synthetic(40, 3, 5, 1)))
+	plain, err := Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := frameVersion(t, plain); v != VersionLineage {
+		t.Fatalf("a lineage without a Local segment is written in format %d, want %d", v, VersionLineage)
+	}
+	m.Segments[1].Local, m.Segments[2].Local = true, true
+	start1, start2 := m.Segments[0].Shards, m.Segments[0].Shards+m.Segments[1].Shards
+	want := func(s int) (string, int) {
+		switch {
+		case s < start1:
+			return "ing0", s
+		case s < start2:
+			return "ingA", s - start1
+		}
+		return m.IngestID, s - start2
+	}
+	check := func(what string, h *Header) {
+		t.Helper()
+		checkLineage(t, &m.Header, h)
+		for s := range m.Shards {
+			id, n := h.ShardObject(s)
+			if wid, wn := want(s); id != wid || n != wn {
+				t.Fatalf("%s: shard %d is object %s/%d, want %s/%d", what, s, id, n, wid, wn)
+			}
+		}
+	}
+	check("in memory", &m.Header)
+	b, err := Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := frameVersion(t, b); v != VersionSegments {
+		t.Fatalf("manifest format %d, want %d", v, VersionSegments)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("manifest", &got.Header)
+
+	enc := encodeFormats(t, m)
+	for s, x := range enc.indexesDecoded {
+		if _, n := want(s); x.Shard != n {
+			t.Fatalf("shard %d's index names shard %d, want its number %d", s, x.Shard, n)
+		}
+	}
+	if v := frameVersion(t, enc.topBytes); v != TopVersionSegments {
+		t.Fatalf("top-level manifest format %d, want %d", v, TopVersionSegments)
+	}
+	check("top-level manifest", &enc.top.Header)
+	// An index that names the shard by the dataset's number, where its
+	// segment numbers it on its own, is not this shard's.
+	x := ShardIndexOf(m, start1+1)
+	x.Shard = start1 + 1
+	wrong, err := EncodeIndex(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeIndex(wrong, enc.top, start1+1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("an index numbered as the dataset numbers its shard: %v, want ErrCorrupt", err)
+	}
+	if v := frameVersion(t, enc.rootBytes); v != RootVersionSegments {
+		t.Fatalf("root format %d, want %d", v, RootVersionSegments)
+	}
+	check("root", &enc.root.Header)
+}
+
+// frameVersion is the format version in an encoded object's frame.
+func frameVersion(t *testing.T, b []byte) uint32 {
+	t.Helper()
+	if len(b) < headerSize {
+		t.Fatalf("%d bytes: no frame", len(b))
+	}
+	return binary.LittleEndian.Uint32(b[8:])
 }

@@ -70,37 +70,8 @@ func TestRecordsRoundTripInEveryFormat(t *testing.T) {
 	}
 
 	// Formats 2 and 3: the indexes carry the record tables.
-	sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
-	var idx [][]byte
-	for s := range m.Shards {
-		x, err := EncodeIndex(ShardIndexOf(m, s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		idx = append(idx, x)
-		sizes[s], sums[s] = int64(len(x)), IndexSum(x)
-	}
-	top, err := NewTop(m, sizes, sums)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb, err := EncodeTop(top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gotTop, err := DecodeTop(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var xs []*ShardIndex
-	for s, x := range idx {
-		dx, err := DecodeIndex(x, gotTop, s)
-		if err != nil {
-			t.Fatalf("shard %d's index: %v", s, err)
-		}
-		xs = append(xs, dx)
-	}
-	whole, err := Expand(gotTop, xs)
+	enc := encodeFormats(t, m)
+	whole, err := Expand(enc.top, enc.indexesDecoded)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,16 +80,8 @@ func TestRecordsRoundTripInEveryFormat(t *testing.T) {
 			t.Fatalf("format 2, sample %d: record differs", i)
 		}
 	}
-	root, _, err := RootOf(top, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := EncodeRoot(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if gotRoot, err := DecodeRoot(rb); err != nil || strings.Join(gotRoot.Members, ",") != "jpg,txt,json" {
-		t.Fatalf("format 3's root: %v", err)
+	if got := strings.Join(enc.root.Members, ","); got != "jpg,txt,json" {
+		t.Fatalf("format 3's root: members %s", got)
 	}
 
 	// Without a label: the strata-only field is every label field.

@@ -40,6 +40,8 @@ const (
 	RootVersion        = 1
 	RootVersionLineage = 2
 	RootVersionRecords = 3
+	// RootVersionSegments: a lineage with a Local segment (VersionSegments).
+	RootVersionSegments = 4
 )
 
 const (
@@ -182,6 +184,9 @@ func EncodeRoot(r *Root) ([]byte, error) {
 	if r.HasRecords() {
 		v, hv = RootVersionRecords, VersionRecords
 	}
+	if r.HasLocalSegments() {
+		v, hv = RootVersionSegments, VersionSegments
+	}
 	return frame(rootMagic, v, func(e *encoder) {
 		e.header(&r.Header, hv)
 		e.uvarint(uint64(len(r.Groups)))
@@ -199,7 +204,7 @@ func EncodeRoot(r *Root) ([]byte, error) {
 // DecodeRoot parses and checks a root: every failure wraps ErrCorrupt.
 func DecodeRoot(b []byte) (*Root, error) {
 	var r *Root
-	err := unframe(b, rootMagic, RootVersion, RootVersionRecords, "a shardfs dataset root", func(rd io.Reader, bodyLen int64, v uint32) error {
+	err := unframe(b, rootMagic, RootVersion, RootVersionSegments, "a shardfs dataset root", func(rd io.Reader, bodyLen int64, v uint32) error {
 		var err error
 		r, err = decodeRootBody(rd, bodyLen, v)
 		return err
@@ -226,6 +231,9 @@ func decodeRootBody(rd io.Reader, bodyLen int64, v uint32) (*Root, error) {
 	}
 	if v >= RootVersionRecords {
 		hv = VersionRecords
+	}
+	if v >= RootVersionSegments {
+		hv = VersionSegments
 	}
 	d.header(&r.Header, hv)
 	n := d.count(8)

@@ -38,10 +38,15 @@ const (
 	TopVersionFields  = 3
 	TopVersionLineage = 4
 	TopVersionRecords = 5
+	// TopVersionSegments: a lineage with a Local segment (VersionSegments).
+	TopVersionSegments = 6
 )
 
 // topVersion is the format t is written in.
 func (h *Header) topVersion() uint32 {
+	if h.HasLocalSegments() {
+		return TopVersionSegments
+	}
 	if h.HasRecords() {
 		return TopVersionRecords
 	}
@@ -65,6 +70,8 @@ func (h *Header) indexVersion() uint32 {
 // headerVersion maps a format-2 frame version to the header's.
 func headerVersion(v uint32) uint32 {
 	switch {
+	case v >= TopVersionSegments:
+		return VersionSegments
 	case v >= TopVersionRecords:
 		return VersionRecords
 	case v >= TopVersionLineage:
@@ -186,7 +193,7 @@ func EncodeTop(t *Top) ([]byte, error) {
 // ErrCorrupt, and stratum totals, shard sizes and sample counts must agree.
 func DecodeTop(b []byte) (*Top, error) {
 	var t *Top
-	err := unframe(b, topMagic, TopVersion, TopVersionRecords, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64, v uint32) error {
+	err := unframe(b, topMagic, TopVersion, TopVersionSegments, "a shardfs top-level manifest", func(r io.Reader, bodyLen int64, v uint32) error {
 		d := newDecoder(r, bodyLen)
 		t = &Top{}
 		d.header(&t.Header, headerVersion(v))
@@ -378,8 +385,8 @@ func DecodeShardIndex(b []byte, h *Header, shard int, want TopShard, counts []in
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: shard %d index: %s", ErrCorrupt, shard, fmt.Sprintf(format, args...))
 	}
-	if x.Shard != shard {
-		return nil, bad("it names shard %d", x.Shard)
+	if _, n := t.ShardObject(shard); x.Shard != n {
+		return nil, bad("it names shard %d, its objects are numbered %d", x.Shard, n)
 	}
 	if len(x.Keys) != want.NumSamples {
 		return nil, bad("%d samples, the manifest says %d", len(x.Keys), want.NumSamples)
@@ -473,7 +480,8 @@ func NewTop(m *Manifest, indexSize []int64, indexSum []uint32) (*Top, error) {
 // ShardIndexOf is shard si's index in m.
 func ShardIndexOf(m *Manifest, si int) *ShardIndex {
 	sh := m.Shards[si]
-	x := &ShardIndex{Shard: si, Sums: sh.Sums}
+	_, n := m.ShardObject(si)
+	x := &ShardIndex{Shard: n, Sums: sh.Sums}
 	for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
 		x.Keys = append(x.Keys, m.Samples.Key(j))
 		x.Stratum = append(x.Stratum, m.Samples.Stratum[j])

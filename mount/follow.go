@@ -250,7 +250,9 @@ func appendOf(small, large *manifest.Manifest) error {
 	}
 	for s := range small.NumShards() {
 		a, b := small.Shards[s], large.Shards[s]
-		if small.ShardIngest(s) != large.ShardIngest(s) || a.Size != b.Size || a.FirstSample != b.FirstSample || a.NumSamples != b.NumSamples || !slices.Equal(a.Sums, b.Sums) {
+		smallID, smallN := small.ShardObject(s)
+		largeID, largeN := large.ShardObject(s)
+		if smallID != largeID || smallN != largeN || a.Size != b.Size || a.FirstSample != b.FirstSample || a.NumSamples != b.NumSamples || !slices.Equal(a.Sums, b.Sums) {
 			return fmt.Errorf("shard %d differs", s)
 		}
 	}

@@ -78,7 +78,7 @@ func DiskNamespace(h *manifest.Header) string { return h.Name + "-" + h.IngestID
 // the dataset and the ingest that uploaded the shard, whose bytes are the
 // same in every version that holds it.
 func ShardNamespace(h *manifest.Header) func(shard int) string {
-	return func(shard int) string { return h.Name + "-" + h.ShardIngest(shard) }
+	return func(shard int) string { id, _ := h.ShardObject(shard); return h.Name + "-" + id }
 }
 
 // SampleCount is m's number of samples, also when its rows (or, in format

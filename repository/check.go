@@ -585,7 +585,7 @@ func (d *Dataset) checkShard(ctx context.Context, sh *erasure.Shard, faults *sto
 	skipped := make([]bool, n)
 	var wg sync.WaitGroup
 	for f := 0; f < n; f++ {
-		store := d.Reader.Codec().Placement(sh.ID, f)
+		store := d.Reader.Placement(sh.ID, f)
 		if unreachable[store].Load() {
 			skipped[f] = true
 			continue
@@ -829,8 +829,8 @@ func (rp *repair) rebuildFragments(ctx context.Context) error {
 				return err
 			}
 			for f, b := range rebuilt {
-				store := d.Reader.Codec().Placement(shard, f)
-				if err := d.Stores[store].Put(gctx, FragmentKey(d.Name, d.Manifest.ShardIngest(shard), shard, f), b); err != nil {
+				store := d.Reader.Placement(shard, f)
+				if err := d.Stores[store].Put(gctx, ShardFragmentKey(d.Name, &d.Manifest.Header, shard, f), b); err != nil {
 					return fmt.Errorf("write rebuilt shard %d fragment %d: %w", shard, f, err)
 				}
 				rp.written.Add(1)
@@ -856,7 +856,7 @@ func (rp *repair) rewriteMetadata(ctx context.Context, indexes map[IndexCopy][]b
 		return err
 	}
 	for ic, b := range indexes {
-		if err := d.Stores[ic.Store].Put(ctx, IndexKey(d.Name, d.Manifest.ShardIngest(ic.Shard), ic.Shard), b); err != nil {
+		if err := d.Stores[ic.Store].Put(ctx, ShardIndexKey(d.Name, &d.Manifest.Header, ic.Shard), b); err != nil {
 			return fmt.Errorf("rewrite shard %d's index on store %d: %w", ic.Shard, ic.Store, err)
 		}
 		rp.written.Add(1)

@@ -154,8 +154,11 @@ func Open(ctx context.Context, stores []backend.Store, name string, opts Options
 		return nil, err
 	}
 	r, err := erasure.NewReader(codec, stores, func(shard, frag int) string {
-		return FragmentKey(name, m.ShardIngest(shard), shard, frag)
-	}, erasure.ReaderOptions{Metrics: opts.Metrics, Logger: log, Exclude: exclude})
+		return ShardFragmentKey(name, &m.Header, shard, frag)
+	}, erasure.ReaderOptions{Metrics: opts.Metrics, Logger: log, Exclude: exclude, Number: func(shard int) int {
+		_, n := m.ShardObject(shard)
+		return n
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +276,7 @@ func lostIndexPlaceholder(m *manifest.Manifest, si int) *manifest.ShardIndex {
 // against the size and checksum the top-level manifest keeps.
 func ReadIndexBytes(ctx context.Context, s backend.Store, t *manifest.Top, si int) ([]byte, error) {
 	ref := t.Shards[si]
-	return readChecked(ctx, s, IndexKey(t.Name, t.ShardIngest(si), si), ref.IndexSize, ref.IndexSum)
+	return readChecked(ctx, s, ShardIndexKey(t.Name, &t.Header, si), ref.IndexSize, ref.IndexSum)
 }
 
 // readChecked reads store s's copy of a metadata object whose size and
@@ -317,7 +320,7 @@ func readIndex(ctx context.Context, s backend.Store, t *manifest.Top, si int) (*
 	}
 	x, err := manifest.DecodeIndex(b, t, si)
 	if err != nil {
-		return nil, fmt.Errorf("store %s: %s: %w", s, IndexKey(t.Name, t.ShardIngest(si), si), err)
+		return nil, fmt.Errorf("store %s: %s: %w", s, ShardIndexKey(t.Name, &t.Header, si), err)
 	}
 	return x, nil
 }

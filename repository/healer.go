@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/manifest"
 )
 
 // This file holds what the healer (package heal) keeps on the stores: its
@@ -62,10 +63,10 @@ func WriteHealState(ctx context.Context, stores []backend.Store, name string, b 
 // Fragments is which fragments of a dataset one store's listing holds.
 type Fragments map[string]bool
 
-// Holds reports whether the listing holds fragment frag of shard of
-// ingest ingestID.
-func (f Fragments) Holds(name, ingestID string, shard, frag int) bool {
-	return f[FragmentKey(name, ingestID, shard, frag)]
+// Holds reports whether the listing holds fragment frag of shard of the
+// dataset name whose header is h.
+func (f Fragments) Holds(name string, h *manifest.Header, shard, frag int) bool {
+	return f[ShardFragmentKey(name, h, shard, frag)]
 }
 
 // ListFragments lists the fragments of dataset name that store s holds.

@@ -93,7 +93,7 @@ func (h *Hinter) run() {
 	host, _ := os.Hostname()
 	for shard := range h.queue {
 		hd := h.version.Load()
-		key := HealHintKey(h.name, hd.ShardIngest(shard), shard)
+		key := ShardHealHintKey(h.name, &hd.Header, shard)
 		b, _ := json.Marshal(hint{Shard: shard, Host: host, PID: os.Getpid(), Unix: time.Now().Unix()})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		errs := backend.OnEvery(h.stores, func(i int, s backend.Store) error { return s.Put(ctx, key, b) })

@@ -36,7 +36,7 @@ func TestHinterHintsOnlyItsVersionsShards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := []string{repository.HealHintKey("ds", ds.Manifest.ShardIngest(n-1), n-1)}; !slices.Equal(hints, want) {
+		if want := []string{repository.ShardHealHintKey("ds", &ds.Manifest.Header, n-1)}; !slices.Equal(hints, want) {
 			t.Fatalf("store %d holds hints %v, want only %v", i, hints, want)
 		}
 	}

@@ -1,6 +1,10 @@
 package repository
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/shardfs/shardfs/manifest"
+)
 
 // ManifestKey is the object key of a dataset's manifest.
 func ManifestKey(name string) string { return name + "/manifest" }
@@ -21,6 +25,27 @@ func DataPrefix(name string) string { return name + "/data/" }
 // FragmentKey names fragment frag of shard in ingest ingestID of dataset name.
 func FragmentKey(name, ingestID string, shard, frag int) string {
 	return fmt.Sprintf("%s/data/%s/%08d.%02d", name, ingestID, shard, frag)
+}
+
+// ShardIndexKey is IndexKey of shard s of dataset name, whose header h
+// says under which ingest and number it is stored (Header.ShardObject).
+func ShardIndexKey(name string, h *manifest.Header, s int) string {
+	id, n := h.ShardObject(s)
+	return IndexKey(name, id, n)
+}
+
+// ShardFragmentKey is FragmentKey of fragment frag of shard s of dataset
+// name, whose header h says under which ingest and number it is stored.
+func ShardFragmentKey(name string, h *manifest.Header, s, frag int) string {
+	id, n := h.ShardObject(s)
+	return FragmentKey(name, id, n, frag)
+}
+
+// ShardHealHintKey is HealHintKey of shard s of dataset name, named as its
+// other objects are (Header.ShardObject).
+func ShardHealHintKey(name string, h *manifest.Header, s int) string {
+	id, n := h.ShardObject(s)
+	return HealHintKey(name, id, n)
 }
 
 // IndexKey names shard's index in ingest ingestID of dataset name (format

@@ -98,9 +98,13 @@ type shardRows struct {
 	lost bool
 }
 
-func newShardRows(x *manifest.ShardIndex, first int) *shardRows {
+// newShardRows holds the rows of index x of the dataset's shard, whose
+// first sample is first. x.Shard is the number its objects go by, which
+// is not the shard's in a segment that numbers its shards on its own
+// (manifest.Segment.Local).
+func newShardRows(x *manifest.ShardIndex, shard, first int) *shardRows {
 	n := len(x.Keys)
-	r := &shardRows{shard: x.Shard, first: first, n: n, sums: x.Sums, off: make([]uint32, n), size: x.Size, sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n), fields: x.Fields, records: x.Records}
+	r := &shardRows{shard: shard, first: first, n: n, sums: x.Sums, off: make([]uint32, n), size: x.Size, sum: x.Sum, stratum: x.Stratum, keyEnd: make([]uint32, n), fields: x.Fields, records: x.Records}
 	total := 0
 	for _, k := range x.Keys {
 		total += len(k)
@@ -336,7 +340,7 @@ func (l *LazyCatalog) full(ctx context.Context, s int) (*shardRows, error) {
 		if err != nil {
 			return nil, err
 		}
-		r := newShardRows(x, int(first))
+		r := newShardRows(x, s, int(first))
 		l.register(r)
 		l.recent.Add(s, r)
 		return r, nil
@@ -368,7 +372,7 @@ func (l *LazyCatalog) fetch(ctx context.Context, s int) (int64, *manifest.ShardI
 			}
 		}
 	}
-	key := IndexKey(l.h.Name, l.h.ShardIngest(s), s)
+	key := ShardIndexKey(l.h.Name, l.h, s)
 	var errs []error
 	for k := range l.stores {
 		st := l.stores[(s+k)%len(l.stores)]
