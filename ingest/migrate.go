@@ -325,11 +325,17 @@ func checkTarget(ctx context.Context, opts MigrateOptions, cur *manifest.Manifes
 func isMigration(v manifest.VersionInfo) bool { return len(v.Change) >= 7 && v.Change[:7] == "migrate" }
 
 // recoded is m in the new code on the new stores: every shard's block
-// checksums are its re-encoding's; samples, segments and history are m's.
+// checksums are its re-encoding's; samples, segments and history are m's,
+// but for the segments' id maps: the new stores' shard indexes are
+// encoded in the dataset's ids (migrateMetadata).
 func recoded(m *manifest.Manifest, p erasure.Params, stores []string, sums map[shardKey][]uint32) (*manifest.Manifest, error) {
 	out := *m
 	out.Header = m.Header
 	out.Data, out.Parity, out.BlockSize, out.Stores = p.Data, p.Parity, p.BlockSize, stores
+	out.Segments = slices.Clone(m.Segments)
+	for i := range out.Segments {
+		out.Segments[i].Strata, out.Segments[i].Members = nil, nil
+	}
 	out.Shards = slices.Clone(m.Shards)
 	for s := range out.Shards {
 		out.Shards[s].Sums = sums[shardKeyOf(m, s)]

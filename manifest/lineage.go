@@ -42,6 +42,13 @@ type Segment struct {
 	// many shards come before its own (a part of a distributed ingest that
 	// reads only its slice of the source) numbers them so.
 	Local bool
+	// Strata and Members map the stratum and member ids in the segment's
+	// shard indexes (and record tables) to the dataset's: a writer that
+	// saw only its slice of the source numbered what it met. nil: the
+	// dataset's own. Within each shard the samples must stay in the
+	// order of the dataset's stratum ids once mapped (DecodeShardIndex
+	// checks it).
+	Strata, Members []uint32
 }
 
 // VersionInfo is one version in a dataset's history.
@@ -66,27 +73,36 @@ func (h *Header) HasLineage() bool { return len(h.Segments) > 0 || len(h.Version
 // on the stores (erasure.Params.Placement): s itself, but for a shard of a
 // Local segment, its number within the segment.
 func (h *Header) ShardObject(s int) (ingest string, number int) {
-	if len(h.Segments) == 0 {
+	seg, first := h.segmentOf(s)
+	if seg == nil {
 		return h.IngestID, s
 	}
+	if seg.Local {
+		return seg.IngestID, s - first
+	}
+	return seg.IngestID, s
+}
+
+// segmentOf is the segment that holds shard s, and its first shard; nil
+// for a dataset never appended to. Past the last shard it is the last
+// segment (validateLineage refuses a manifest with such a shard).
+func (h *Header) segmentOf(s int) (*Segment, int) {
 	first := 0
-	for _, seg := range h.Segments {
-		if s < first+seg.Shards {
-			if seg.Local {
-				return seg.IngestID, s - first
-			}
-			return seg.IngestID, s
+	for i := range h.Segments {
+		seg := &h.Segments[i]
+		if s < first+seg.Shards || i == len(h.Segments)-1 {
+			return seg, first
 		}
 		first += seg.Shards
 	}
-	return h.Segments[len(h.Segments)-1].IngestID, s // past the last shard: validateLineage refuses such a manifest
+	return nil, 0
 }
 
-// HasLocalSegments reports whether a segment of h numbers its shards on
-// its own, and so h needs format VersionSegments.
+// HasLocalSegments reports whether a segment of h numbers its shards or
+// its ids on its own, and so h needs format VersionSegments.
 func (h *Header) HasLocalSegments() bool {
 	for _, s := range h.Segments {
-		if s.Local {
+		if s.Local || s.Strata != nil || s.Members != nil {
 			return true
 		}
 	}
@@ -190,27 +206,69 @@ func (e *encoder) lineage(h *Header) {
 	}
 }
 
-// numbering writes which segments number their shards on their own
+// The flags of a segment's own numbering (format VersionSegments).
+const (
+	segmentLocal   = 1 << iota // Segment.Local
+	segmentStrata              // a Segment.Strata map follows
+	segmentMembers             // a Segment.Members map follows
+)
+
+// numbering writes how each segment numbers its shards and its ids
 // (format VersionSegments).
 func (e *encoder) numbering(h *Header) {
 	for _, s := range h.Segments {
-		local := uint64(0)
+		var flags uint64
 		if s.Local {
-			local = 1
+			flags |= segmentLocal
 		}
-		e.uvarint(local)
+		if s.Strata != nil {
+			flags |= segmentStrata
+		}
+		if s.Members != nil {
+			flags |= segmentMembers
+		}
+		e.uvarint(flags)
+		for _, m := range [][]uint32{s.Strata, s.Members} {
+			if m == nil {
+				continue
+			}
+			e.uvarint(uint64(len(m)))
+			for _, v := range m {
+				e.uvarint(uint64(v))
+			}
+		}
 	}
 }
 
-// numbering reads what encoder.numbering wrote.
+// numbering reads what encoder.numbering wrote; every id a map gives must
+// be one of the dataset's.
 func (d *decoder) numbering(h *Header) {
 	for i := range h.Segments {
-		switch d.uvarint() {
-		case 0:
-		case 1:
-			h.Segments[i].Local = true
-		default:
-			d.fail("segment %d: numbering flag is neither 0 nor 1", i)
+		seg := &h.Segments[i]
+		flags := d.uvarint()
+		if flags >= segmentMembers<<1 {
+			d.fail("segment %d: numbering flags %#x", i, flags)
+			return
+		}
+		seg.Local = flags&segmentLocal != 0
+		read := func(what string, ids int) []uint32 {
+			n := d.count(1)
+			m := make([]uint32, 0, n)
+			for j := 0; j < n && d.err == nil; j++ {
+				v := d.uvarint()
+				if v >= uint64(ids) {
+					d.fail("segment %d: its %s id %d is the dataset's %d, which has %d", i, what, j, v, ids)
+					return nil
+				}
+				m = append(m, uint32(v))
+			}
+			return m
+		}
+		if flags&segmentStrata != 0 {
+			seg.Strata = read("stratum", len(h.Strata))
+		}
+		if flags&segmentMembers != 0 {
+			seg.Members = read("member", len(h.Members))
 		}
 	}
 }

@@ -91,10 +91,16 @@ type encoded struct {
 // every index under the decoded top-level manifest.
 func encodeFormats(t *testing.T, m *Manifest) encoded {
 	t.Helper()
+	return encodeFormatsWith(t, m, func(s int) *ShardIndex { return ShardIndexOf(m, s) })
+}
+
+// encodeFormatsWith is encodeFormats of the shard indexes index writes.
+func encodeFormatsWith(t *testing.T, m *Manifest, index func(s int) *ShardIndex) encoded {
+	t.Helper()
 	var e encoded
 	sizes, sums := make([]int64, len(m.Shards)), make([]uint32, len(m.Shards))
 	for s := range m.Shards {
-		b, err := EncodeIndex(ShardIndexOf(m, s))
+		b, err := EncodeIndex(index(s))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,4 +273,89 @@ func frameVersion(t *testing.T, b []byte) uint32 {
 		t.Fatalf("%d bytes: no frame", len(b))
 	}
 	return binary.LittleEndian.Uint32(b[8:])
+}
+
+// A segment's own stratum and member ids (a part that saw only its slice
+// numbered what it met) are its shard indexes' ids; Segment.Strata and
+// Segment.Members map them to the dataset's as the indexes are decoded,
+// and every framing keeps the maps. A map that would put a shard's
+// samples out of the dataset's stratum order, or name an id the segment
+// does not map, is refused.
+func TestSegmentIDMapsDecodeIndexesInTheDatasetsIDs(t *testing.T) {
+	m := withLineage(withRecords(stratumByStratum(synthetic(40, 3, 5, 1))))
+	seg := &m.Segments[2]
+	first := len(m.Shards) - seg.Shards
+	// The segment's writer met the strata in the opposite order, and the
+	// members as json, jpg, txt.
+	nStrata := len(m.Strata)
+	seg.Local = true
+	seg.Strata = make([]uint32, nStrata)
+	for local := range nStrata {
+		seg.Strata[local] = uint32(nStrata - 1 - local)
+	}
+	seg.Members = []uint32{2, 0, 1} // its json, jpg, txt
+	localMember := map[int]int{2: 0, 0: 1, 1: 2}
+	enc := encodeFormatsWith(t, m, func(s int) *ShardIndex {
+		x := ShardIndexOf(m, s)
+		if s < first {
+			return x
+		}
+		x = cloneIndex(x)
+		for i, c := range x.Stratum {
+			x.Stratum[i] = uint32(nStrata - 1 - int(c))
+		}
+		for i, table := range x.Records {
+			var local []byte
+			RecordMembers(table, func(member int, size int64) { local = AppendRecord(local, localMember[member], size) })
+			x.Records[i] = local
+		}
+		return x
+	})
+	got, indexes := enc.top, enc.indexes
+	checkLineage(t, &m.Header, &enc.root.Header)
+	checkLineage(t, &m.Header, &got.Header)
+	if !slices.Equal(got.Segments[2].Strata, seg.Strata) || !slices.Equal(got.Segments[2].Members, seg.Members) || got.Segments[1].Strata != nil {
+		t.Fatalf("segment maps %v %v, want %v %v", got.Segments[2].Strata, got.Segments[2].Members, seg.Strata, seg.Members)
+	}
+	for s, x := range enc.indexesDecoded {
+		want := ShardIndexOf(m, s)
+		if !slices.Equal(x.Stratum, want.Stratum) || !slices.EqualFunc(x.Records, want.Records, bytes.Equal) {
+			t.Fatalf("shard %d: strata %v records %q, want %v %q", s, x.Stratum, x.Records, want.Stratum, want.Records)
+		}
+	}
+
+	// The identity map keeps the samples of a shard of the segment in
+	// the reverse of the dataset's order; a member map too short leaves
+	// member 2 unmapped.
+	for name, spoil := range map[string]func(h *Header){
+		"strata out of order":   func(h *Header) { h.Segments[2].Strata = []uint32{0, 1, 2} },
+		"a member it maps not":  func(h *Header) { h.Segments[2].Members = []uint32{2, 0} },
+		"a stratum it maps not": func(h *Header) { h.Segments[2].Strata = []uint32{2} },
+	} {
+		spoilt, err := DecodeTop(enc.topBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spoil(&spoilt.Header)
+		bad := 0
+		for s := first; s < len(m.Shards); s++ {
+			if _, err := DecodeIndex(indexes[s], spoilt, s); errors.Is(err, ErrCorrupt) {
+				bad++
+			}
+		}
+		if bad == 0 {
+			t.Errorf("%s: every index of the segment decoded", name)
+		}
+	}
+}
+
+// cloneIndex is a copy of x whose columns can be changed.
+func cloneIndex(x *ShardIndex) *ShardIndex {
+	c := *x
+	c.Stratum = slices.Clone(x.Stratum)
+	c.Records = make([][]byte, len(x.Records))
+	for i, r := range x.Records {
+		c.Records[i] = slices.Clone(r)
+	}
+	return &c
 }

@@ -126,3 +126,26 @@ func (d *decoder) records(h *Header) {
 	h.Members = d.strs()
 	h.StrataOnly = d.strs()
 }
+
+// mapMembers is a record table whose member ids are a segment's, with the
+// dataset's ids (Segment.Members) in their place.
+func mapMembers(table []byte, ids []uint32) ([]byte, error) {
+	out := make([]byte, 0, len(table))
+	for len(table) > 0 {
+		m, n := binary.Uvarint(table)
+		if n <= 0 {
+			return nil, fmt.Errorf("a record table that does not parse")
+		}
+		table = table[n:]
+		size, n := binary.Uvarint(table)
+		if n <= 0 {
+			return nil, fmt.Errorf("a record table that does not parse")
+		}
+		table = table[n:]
+		if m >= uint64(len(ids)) {
+			return nil, fmt.Errorf("member %d of a segment that maps %d", m, len(ids))
+		}
+		out = AppendRecord(out, int(ids[m]), int64(size))
+	}
+	return out, nil
+}

@@ -322,6 +322,11 @@ func DecodeIndex(b []byte, t *Top, shard int) (*ShardIndex, error) {
 func DecodeShardIndex(b []byte, h *Header, shard int, want TopShard, counts []int) (*ShardIndex, error) {
 	t := h
 	x := &ShardIndex{}
+	// A segment's own ids, mapped to the dataset's as they are read.
+	var strata, members []uint32
+	if seg, _ := h.segmentOf(shard); seg != nil {
+		strata, members = seg.Strata, seg.Members
+	}
 	err := unframe(b, indexMagic, TopVersion, TopVersionRecords, "a shardfs shard index", func(r io.Reader, bodyLen int64, v uint32) error {
 		if v != t.indexVersion() {
 			return fmt.Errorf("%w: shard %d index: format %d in a dataset whose indexes are format %d", ErrCorrupt, shard, v, t.indexVersion())
@@ -361,14 +366,30 @@ func DecodeShardIndex(b []byte, h *Header, shard int, want TopShard, counts []in
 			}
 			key = d.appendBytes(key[:shared])
 			x.Keys = append(x.Keys, string(key))
-			x.Stratum = append(x.Stratum, uint32(min(d.uvarint(), 1<<32-1)))
+			c := uint32(min(d.uvarint(), 1<<32-1))
+			if strata != nil {
+				if int64(c) >= int64(len(strata)) {
+					d.fail("sample %d: stratum %d of a segment that maps %d", i, c, len(strata))
+					break
+				}
+				c = strata[c]
+			}
+			x.Stratum = append(x.Stratum, c)
 			x.Size = append(x.Size, uint32(min(d.uvarint(), MaxShardSize+1)))
 			x.Sum = append(x.Sum, d.u32())
 			if fields {
 				x.Fields = append(x.Fields, d.str())
 			}
 			if v >= TopVersionRecords {
-				x.Records = append(x.Records, d.appendBytes(nil))
+				table := d.appendBytes(nil)
+				if members != nil && d.err == nil {
+					var err error
+					if table, err = mapMembers(table, members); err != nil {
+						d.fail("sample %d: %v", i, err)
+						break
+					}
+				}
+				x.Records = append(x.Records, table)
 				if err := t.checkRecord(x.Records[i], int64(x.Size[i])); err != nil && d.err == nil {
 					d.fail("sample %d: %v", i, err)
 				}
