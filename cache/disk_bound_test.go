@@ -225,6 +225,18 @@ func TestDiskBoundAfterKill9(t *testing.T) {
 	const limit = 24 << 20
 	for round := range 3 {
 		cmd := startHelper(t, root, "ns", limit, uint64(40+round), 0)
+		// Killed while it writes: once its usage record is there (on
+		// busy cores a helper can take longer than the pause below to
+		// start, and was killed before its first write), then a moment on.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(root, TierDir, ".usage")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Signal(syscall.SIGKILL)
+				t.Fatalf("round %d: the helper wrote no usage record within 30 s", round)
+			}
+		}
 		time.Sleep(time.Duration(150+100*round) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()

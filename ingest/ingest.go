@@ -65,6 +65,11 @@ type Options struct {
 	// parent's shards, and a dataset with a Local segment is refused by a
 	// shardfs older than the format that carries one.
 	localSegment bool
+	// slicePart: a part that reads only its slice of the source stores
+	// each shard's samples in the order of their strata's names, not of
+	// their numbers: the commit numbers the dataset's strata by name, and
+	// a shard must stay in the dataset's stratum order (slice.go).
+	slicePart bool
 	// ReleaseSource says the caller is done with the source once it is
 	// planned: the plan drops each item's labels and field values as it
 	// copies them into the manifest, which the upload reads instead, so a
@@ -429,6 +434,10 @@ func plan(src *Source, opts Options, ingestID string) (m *manifest.Manifest, win
 		// each stratum's members in the same order, and so the global
 		// order (by keys) the same as format 1's.
 		for _, sh := range shards {
+			if opts.slicePart {
+				slices.SortStableFunc(sh, func(a, b int) int { return cmp.Compare(m.Strata[strata[a]].Name, m.Strata[strata[b]].Name) })
+				continue
+			}
 			slices.SortStableFunc(sh, func(a, b int) int { return cmp.Compare(strata[a], strata[b]) })
 		}
 	}

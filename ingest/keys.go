@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"container/heap"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -111,20 +112,48 @@ func (h *runHeap) Pop() any {
 
 // checkUnique merges the runs and refuses the first key that two records
 // share, naming both.
-func (k *keyRuns) checkUnique() error {
+func (k *keyRuns) checkUnique() error { return k.merge(nil) }
+
+// merge merges the runs, refusing the first key that two records share,
+// and hands each key and where its record is to each (nil: none), in
+// order.
+func (k *keyRuns) merge(each func(key, where string) error) error {
 	if err := k.w.Flush(); err != nil {
 		return fmt.Errorf("the keys' temporary file: %w", err)
 	}
-	var h runHeap
+	var runs []*runReader
 	for i, start := range k.runs {
 		end := k.off
 		if i+1 < len(k.runs) {
 			end = k.runs[i+1]
 		}
-		r := &runReader{r: bufio.NewReaderSize(io.NewSectionReader(k.f, start, end-start), 16<<10), run: i}
+		runs = append(runs, &runReader{r: bufio.NewReaderSize(io.NewSectionReader(k.f, start, end-start), 16<<10), run: i})
+	}
+	err := mergeRuns(runs, each)
+	if err != nil && !errors.Is(err, errKeyAgain) {
+		return fmt.Errorf("the keys' temporary file: %w", err)
+	}
+	return err
+}
+
+// errKeyAgain: two records share a key (keyAgainError says which).
+var errKeyAgain = errors.New("two records with one key")
+
+// keyAgainError is keyAgain's refusal, which is errKeyAgain.
+type keyAgainError struct{ error }
+
+func (keyAgainError) Is(target error) bool { return target == errKeyAgain }
+
+// mergeRuns merges sorted runs of keys (in source order: of two equal
+// keys, the one of the lower run is the earlier record), refusing the
+// first key that two records share (errKeyAgain, naming both), and hands
+// each key and where its record is to each (nil: none), in order.
+func mergeRuns(runs []*runReader, each func(key, where string) error) error {
+	var h runHeap
+	for _, r := range runs {
 		ok, err := r.next()
 		if err != nil {
-			return fmt.Errorf("the keys' temporary file: %w", err)
+			return err
 		}
 		if ok {
 			h = append(h, r)
@@ -136,13 +165,18 @@ func (k *keyRuns) checkUnique() error {
 	for h.Len() > 0 {
 		r := h[0]
 		if !first && r.key == prevKey {
-			return keyAgain(r.where, r.key, prevWhere)
+			return keyAgainError{keyAgain(r.where, r.key, prevWhere)}
 		}
 		first, prevKey, prevWhere = false, r.key, r.where
+		if each != nil {
+			if err := each(r.key, r.where); err != nil {
+				return err
+			}
+		}
 		ok, err := r.next()
 		switch {
 		case err != nil:
-			return fmt.Errorf("the keys' temporary file: %w", err)
+			return err
 		case ok:
 			heap.Fix(&h, 0)
 		default:

@@ -144,6 +144,11 @@ type partRecord struct {
 	// Windows are the plan's read windows (place.go): each one's first
 	// shard; they decide which part owns which shard.
 	Windows []int `json:",omitempty"`
+	// A part that read only its slice (partRecordSlice, slice.go): the
+	// ingest id of its segment, and the objects of its sorted keys. Its
+	// Strata, Members and shards are its own, numbered as it met them.
+	Segment   string     `json:",omitempty"`
+	KeyPieces []keyPiece `json:",omitempty"`
 }
 
 // partShard is one owned shard: its rows, block checksums and id as its
@@ -217,10 +222,10 @@ func decodePart(b []byte) (*partRecord, error) {
 	if err := gob.NewDecoder(zr).Decode(rec); err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadPart, err)
 	}
-	if rec.Format != partRecordRows && rec.Format != partRecordCounts {
-		return nil, fmt.Errorf("%w: format %d, this shardfs reads %d and %d: use the shardfs that wrote the parts", errBadPart, rec.Format, partRecordRows, partRecordCounts)
+	if rec.Format != partRecordRows && rec.Format != partRecordCounts && rec.Format != partRecordSlice {
+		return nil, fmt.Errorf("%w: format %d, this shardfs reads %d to %d: use the shardfs that wrote the parts", errBadPart, rec.Format, partRecordRows, partRecordSlice)
 	}
-	if rec.Format == partRecordCounts && rec.Metadata < 2 {
+	if rec.Format != partRecordRows && rec.Metadata < 2 {
 		return nil, fmt.Errorf("%w: a record of counts without rows for metadata format %d, which needs the rows", errBadPart, rec.Metadata)
 	}
 	return rec, nil
@@ -350,16 +355,25 @@ func runPart(ctx context.Context, src *Source, opts Options, codec *erasure.Code
 		rec.Owned = append(rec.Owned, ps)
 		res.Bytes += m.Shards[si].Size
 	}
-	enc, err := encodePart(rec)
-	if err != nil {
+	if err := writePartRecord(ctx, opts, rec); err != nil {
 		return nil, err
-	}
-	// The record is the part's only proof of work: it must survive m lost stores.
-	if err := repository.PutSome(ctx, opts.Stores, repository.PartObject(opts.Name, id, part.Index, part.Count), enc, opts.Parity+1, repository.Put); err != nil {
-		return nil, fmt.Errorf("part %s of %s not done: its record: %w (rerun this part)", part, opts.Name, err)
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// writePartRecord writes rec, a part's record, on m+1 stores: it is the
+// part's only proof of work, and must survive m lost stores.
+func writePartRecord(ctx context.Context, opts Options, rec *partRecord) error {
+	enc, err := encodePart(rec)
+	if err != nil {
+		return err
+	}
+	part := Part{rec.Part, rec.Parts}
+	if err := repository.PutSome(ctx, opts.Stores, repository.PartObject(opts.Name, rec.IngestID, part.Index, part.Count), enc, opts.Parity+1, repository.Put); err != nil {
+		return fmt.Errorf("part %s of %s not done: its record: %w (rerun this part)", part, opts.Name, err)
+	}
+	return nil
 }
 
 // shardPart is the part that uploads shard si of a plan whose new shards
@@ -536,19 +550,29 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		}
 	}
 	var m *manifest.Manifest
-	if r0.Metadata >= 2 {
+	partOf := func(si int) int { return (si - r0.First) % n }
+	switch {
+	case r0.Format == partRecordSlice:
+		if m, err = assembleSlices(opts.Name, recs, names); err != nil {
+			return nil, err
+		}
+		partOf = sliceOwners(recs)
+		// Every part's keys are distinct within it; across parts, the
+		// merge of their sorted keys finds a key two of them share.
+		err = mergePartKeys(ctx, opts.Stores, opts.Name, recs)
+	case r0.Metadata >= 2:
 		m, err = assembleTop(opts.Name, recs, inherited, names)
-	} else {
+	default:
 		m, err = assemble(opts.Name, recs, inherited, names)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := checkFragments(ctx, opts.Stores, m, r0.First, n); err != nil {
+	if err := checkFragments(ctx, opts.Stores, m, r0.First, n, partOf); err != nil {
 		return nil, err
 	}
 	if r0.Metadata >= 2 {
-		if err := checkIndexes(ctx, opts.Stores, m.Top, r0.First, n); err != nil {
+		if err := checkIndexes(ctx, opts.Stores, m.Top, r0.First, n, partOf); err != nil {
 			return nil, err
 		}
 	}
@@ -581,6 +605,9 @@ func Commit(ctx context.Context, copts CommitOptions) (*Result, error) {
 		return nil, err
 	}
 	// The parts' work is in the manifest now; their records can go.
+	if r0.Format == partRecordSlice {
+		deleteSliceParts(context.WithoutCancel(ctx), opts.Stores, opts.Name, recs)
+	}
 	repository.DeleteParts(context.WithoutCancel(ctx), opts.Stores, opts.Name, id, n)
 	res.OrphansPurged = txn.Purge(ctx, m)
 	res.Elapsed = time.Since(start)
@@ -798,7 +825,7 @@ func header(name string, r0 *partRecord, stores []string) manifest.Header {
 // in the shard's index, which the part wrote and commit checks by size and
 // checksum. So a commit holds a record's rows only while it reads it.
 func thin(name string, r *partRecord) error {
-	if r.Format == partRecordCounts {
+	if r.Format == partRecordCounts || r.Format == partRecordSlice {
 		return takeCounts(name, r)
 	}
 	for k := range r.Owned {
@@ -950,13 +977,25 @@ func sameStrata(a, b []manifest.Stratum) bool {
 
 // checkIndexes checks that every shard's index (format 2) has an intact
 // copy on more than m stores; a missing one names the part to rerun.
-func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, first, parts int) error {
-	return checkShards(ctx, t.Name, first, len(t.Shards), parts, "shard indexes are missing", func(ctx context.Context, si int) []string {
+func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, first, parts int, partOf func(si int) int) error {
+	return checkShards(ctx, t.Name, first, len(t.Shards), parts, partOf, "shard indexes are missing", func(ctx context.Context, si int) []string {
 		intact := 0
+		var problems []string
 		for _, s := range stores {
-			if _, err := repository.ReadIndexBytes(ctx, s, t, si); err == nil {
-				intact++
+			b, err := repository.ReadIndexBytes(ctx, s, t, si)
+			if err != nil {
+				continue
 			}
+			// Decoded as a mount decodes it: a part's own ids must map
+			// to the dataset's in its stratum order (slice.go).
+			if _, err := manifest.DecodeIndex(b, t, si); err != nil {
+				problems = append(problems, fmt.Sprintf("shard %d's index on %s: %v", si, s, err))
+				continue
+			}
+			intact++
+		}
+		if len(problems) > 0 {
+			return problems
 		}
 		if intact <= t.Parity {
 			return []string{fmt.Sprintf("shard %d's index is intact on %d stores", si, intact)}
@@ -967,9 +1006,9 @@ func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, 
 
 // checkFragments checks that every fragment of m is on its store at its
 // size; a missing one names the part to rerun.
-func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Manifest, first, parts int) error {
+func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Manifest, first, parts int, partOf func(si int) int) error {
 	p := erasure.Params{Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize}
-	return checkShards(ctx, m.Name, first, len(m.Shards), parts, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
+	return checkShards(ctx, m.Name, first, len(m.Shards), parts, partOf, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
 		var problems []string
 		for f := 0; f < p.Total(); f++ {
 			id, n := m.ShardObject(si)
@@ -987,8 +1026,8 @@ func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Man
 
 // checkShards runs check on every shard from first on (the parts' own),
 // 32 at a time. The problems found fail the commit, naming the parts to
-// rerun (shard s is part s-first mod parts).
-func checkShards(ctx context.Context, name string, first, shards, parts int, what string, check func(ctx context.Context, si int) []string) error {
+// rerun (shard s is part partOf(s)).
+func checkShards(ctx context.Context, name string, first, shards, parts int, partOf func(si int) int, what string, check func(ctx context.Context, si int) []string) error {
 	var mu sync.Mutex
 	var problems []string
 	rerun := map[int]bool{}
@@ -999,7 +1038,7 @@ func checkShards(ctx context.Context, name string, first, shards, parts int, wha
 			if found := check(gctx, si); len(found) > 0 {
 				mu.Lock()
 				problems = append(problems, found...)
-				rerun[(si-first)%parts] = true
+				rerun[partOf(si)] = true
 				mu.Unlock()
 			}
 			return nil

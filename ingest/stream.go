@@ -81,11 +81,14 @@ type Stream struct {
 	Warnings []string
 
 	shards []string // WebDataset shards, in order
-	files  sourceFiles
-	store  backend.Store
-	gz     *gzSizes
-	next   int           // the next shard to read
-	queue  []recordBatch // shards read whose records are not all chunked
+	// allShards are the source's shards, of which shards is a part's
+	// slice (Slice).
+	allShards []string
+	files     sourceFiles
+	store     backend.Store
+	gz        *gzSizes
+	next      int           // the next shard to read
+	queue     []recordBatch // shards read whose records are not all chunked
 	// kept are shards the scan read whole into memory (keptFiles), by
 	// name; consumed, those whose records all went to the chunks made,
 	// released when the next one is made unless it carries records of
@@ -570,7 +573,7 @@ func RunStream(ctx context.Context, st *Stream, opts Options) (*Result, error) {
 	}
 	defer keys.close()
 	res := &Result{}
-	m, err := streamChunks(ctx, st, first, opts, codec, ingestID, keys, res, log)
+	m, err := streamChunks(ctx, st, first, opts, codec, ingestID, keys, res, repository.Put, log)
 	if err == nil {
 		err = keys.checkUnique()
 	}
@@ -671,8 +674,9 @@ func eachChunk(ctx context.Context, st *Stream, first *Source, opts Options, ing
 }
 
 // streamChunks plans and uploads st chunk by chunk, writing each shard's
-// index, and returns the top-level manifest of it all (m.Top set).
-func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, codec *erasure.Codec, ingestID string, keys *keyRuns, res *Result, log *slog.Logger) (*manifest.Manifest, error) {
+// fragments and index with write, and returns the top-level manifest of
+// it all (m.Top set).
+func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, codec *erasure.Codec, ingestID string, keys *keyRuns, res *Result, write repository.WriteFunc, log *slog.Logger) (*manifest.Manifest, error) {
 	var strata streamStrata
 	var shards []streamShard
 	var header *manifest.Header
@@ -681,14 +685,14 @@ func streamChunks(ctx context.Context, st *Stream, first *Source, opts Options, 
 		for i := range all {
 			all[i] = i
 		}
-		stored, err := uploadShards(ctx, src, m, windows, codec, copts, all, repository.Put)
+		stored, err := uploadShards(ctx, src, m, windows, codec, copts, all, write)
 		if err != nil {
 			return err
 		}
 		if err := m.Validate(); err != nil {
 			return err
 		}
-		sizes, sums, err := writeIndexes(ctx, copts, m, all, repository.Put)
+		sizes, sums, err := writeIndexes(ctx, copts, m, all, write)
 		if err != nil {
 			return err
 		}

@@ -28,13 +28,14 @@
 //	NAME/identity                            this store's place: dataset, ingest id, position
 //	NAME/lock                                held by the one ingest of NAME that may commit
 //	NAME/manifest.pending, identity.pending  a commit in progress (see PendingManifestKey)
-//	NAME/data/INGEST-ID/SSSSSSSS.FF          fragment FF of shard SSSSSSSS
+//	NAME/data/INGEST-ID/SSSSSSSS.FF          fragment FF of shard SSSSSSSS (numbered within its segment when it is Local: manifest.Header.ShardObject)
 //	NAME/index/INGEST-ID/SSSSSSSS            shard SSSSSSSS's index (metadata formats 2 and 3), a copy on every store
 //	NAME/group/INGEST-ID/GGGGGGGG            group GGGGGGGG's object (format 3: per shard of the group, 1,024 by default, counts and index reference), a copy on every store
 //	NAME/versions/INGEST-ID                  the manifest of a version a later commit replaced, as committed, a copy on every store (version.go)
 //	NAME/leases/ID                           a running mount's lease on the version it serves, a copy on every store (lease.go)
 //	NAME/parts/JOB-ID/part-IIIIII-of-NNNNNN  a finished part of a distributed ingest, until its commit
-//	NAME/parts/JOB-ID/started                a distributed ingest is running: purges leave it alone
+//	NAME/parts/JOB-ID/keys-IIIIII-of-NNNNNN.PPPPPP  piece PPPPPP of a part's sorted keys (a part that read only its slice), until its commit
+//	NAME/parts/JOB-ID/started                a distributed ingest is running: purges leave it alone (also JOB-ID-pIIIIII, a slice part's segment)
 //	NAME/probe/TOKEN/I                       ingest's probe that tells stores apart, removed at once
 //	NAME/heal/lock                           held by the one healer of NAME that may write
 //	NAME/heal/state                          where the healer is in its scrub, a copy on every store

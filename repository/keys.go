@@ -88,6 +88,12 @@ func PartKey(name, id string, i, n int) string {
 	return fmt.Sprintf("%s%s/part-%06d-of-%06d", PartPrefix(name), id, i, n)
 }
 
+// PartKeysKey names object piece of the sorted keys of part i of n of
+// distributed ingest id (a part that read only its slice).
+func PartKeysKey(name, id string, i, n, piece int) string {
+	return fmt.Sprintf("%s%s/keys-%06d-of-%06d.%06d", PartPrefix(name), id, i, n, piece)
+}
+
 // PartStartedKey marks distributed ingest id as running: purges of other
 // ingests leave its fragments alone.
 func PartStartedKey(name, id string) string { return PartPrefix(name) + id + "/started" }

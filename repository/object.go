@@ -50,6 +50,11 @@ func VersionObject(name, ingestID string) Object { return Object{VersionKey(name
 // PartObject is the record of part i of n of distributed ingest id.
 func PartObject(name, id string, i, n int) Object { return Object{PartKey(name, id, i, n)} }
 
+// PartKeysObject is object piece of part i of n's sorted keys.
+func PartKeysObject(name, id string, i, n, piece int) Object {
+	return Object{PartKeysKey(name, id, i, n, piece)}
+}
+
 // PartStartedObject marks distributed ingest id as running.
 func PartStartedObject(name, id string) Object { return Object{PartStartedKey(name, id)} }
 

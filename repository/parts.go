@@ -87,3 +87,15 @@ func DeleteParts(ctx context.Context, stores []backend.Store, name, job string, 
 		s.Delete(ctx, PartStartedKey(name, job))
 	}
 }
+
+// DeleteSlicePart deletes what part i of n of job, a part that read only
+// its slice, leaves beside its record: the pieces of its sorted keys and
+// its segment's started mark. A commit's last step, as DeleteParts.
+func DeleteSlicePart(ctx context.Context, stores []backend.Store, name, job string, i, n, pieces int, segment string) {
+	for _, s := range stores {
+		for p := range pieces {
+			s.Delete(ctx, PartKeysKey(name, job, i, n, p))
+		}
+		s.Delete(ctx, PartStartedKey(name, segment))
+	}
+}

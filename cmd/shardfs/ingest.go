@@ -135,10 +135,14 @@ previous version current and whole. Mounts take the current version when
 they start (shardfs mount --version N for another).
 
 Distributed ingest: run the same command with --part I/N on N machines (or
---part auto in a Kubernetes Indexed Job or a Slurm job array); each part
-uploads and reads back the shards it owns, with no coordination, since the
-placement is a pure function of the listing and the seed. Then run
-"shardfs commit NAME" once: it checks every fragment of every part and
+--part auto in a Kubernetes Indexed Job or a Slurm job array). A part of
+WebDataset shards (streamed) reads only its slice of them, the I-th of N
+runs of the shards in name order, and writes shards of its own; the commit
+numbers the strata by name and refuses a key two parts' records share.
+--bins then needs its edges given. A part of any other source scans all of
+it and uploads and reads back the shards it owns, with no coordination,
+since the placement is a pure function of the listing and the seed. Then
+run "shardfs commit NAME" once: it checks every fragment of every part and
 commits. Until then nothing is visible; a part that dies is simply rerun.
 Every part must see the same SRC and options. --job (or SHARDFS_JOB_ID, or
 SLURM_ARRAY_JOB_ID) names the run, so a later run over a changed source
@@ -212,7 +216,7 @@ never writes over this one's fragments.`,
 	fl.StringArrayVar(&f.bins, "bins", nil, "FIELD=N or FIELD=E0,E1,...: add to the stratum the range of a numeric field, N quantile ranges of the data or explicit edges, e.g. len=8 or len=0,128,512,2048; repeatable")
 	fl.BoolVar(&f.stream, "stream", true, "records (WebDataset shards, a .jsonl corpus): read the source once, a chunk at a time (4 shards' bytes of records, or 8,192 records once it holds a shard's bytes), and upload each chunk as it is read, so memory stays flat however many records there are. A source of one chunk is placed whole, as without it. Each chunk's shards mirror the chunk's stratum mix (the mount's batches mirror the whole mix either way), strata are numbered as they first appear, the first chunk's records fix the fields, and the metadata is format 2 (--format 3 also). --stream=false reads the source whole first, holding about 600 bytes a record, to place each shard from the whole source's mix, or to cut --bins N at the quantiles of every record, where a stream cuts them at its first chunk's (the outer bins take the values beyond, their edges widened to them)")
 	fl.BoolVar(&f.followLinks, "follow-symlinks", false, "follow symbolic links that lead out of SRC (links inside SRC are always followed); without it such a link is refused")
-	fl.StringVar(&f.part, "part", "", "upload only part I/N of the shards (distributed ingest; then run shardfs commit); \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
+	fl.StringVar(&f.part, "part", "", "run part I/N of a distributed ingest (then run shardfs commit): of WebDataset shards, read only the I-th of N slices of them; of another source, upload part I/N of its shards; \"auto\" reads JOB_COMPLETION_INDEX/JOB_COMPLETIONS or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
 	fl.IntVar(&f.format, "format", 0, fmt.Sprintf("metadata format. 2: a top-level manifest of per-shard class counts plus an index object per shard on every store; a mount computes the order from the counts and fetches a shard's index when the shard is first needed, so a node holds about the rows its ranks read. 1: one manifest with a row per sample, read whole by every node (about 100 bytes a sample); shards interleave their classes, so --window reads fewer, larger ranges. 3: format 2's index objects under a root of per-group class counts (a few bytes a shard, what every node reads) and a group object per 1,024 shards (--group-shards), for datasets of millions of shards; a mount reads a group object when its ranks first read one of its samples. 0 (default): 2 from %d samples up, else 1", format2From))
 	fl.IntVar(&f.groupShards, "group-shards", manifest.DefaultGroupShards, fmt.Sprintf("with --format 3: shards per group object, 1 to %d. A mount reads the group objects holding the samples its ranks read: smaller groups are more objects, each read by fewer nodes", manifest.MaxGroupShards))
 	fl.BoolVar(&f.appendTo, "append", false, "add SRC's samples to the existing dataset NAME as its next version (uploads only the new samples)")
@@ -333,11 +337,22 @@ func runIngestPart(ctx context.Context, log *slog.Logger, out io.Writer, stores 
 	if err != nil {
 		return err
 	}
-	source, opts, err := ingestOptions(f, src, name, stores, log)
-	if err != nil {
+	var res *ingest.PartResult
+	st, opts, err := sliceStream(ctx, f, src, name, stores, log)
+	switch {
+	case err != nil:
 		return err
+	case st != nil:
+		// WebDataset shards: the part reads its slice of them only.
+		defer st.Close()
+		res, err = ingest.RunSlicePart(ctx, st, opts, part, ingest.JobID(f.job, os.Getenv))
+	default:
+		var source *ingest.Source
+		if source, opts, err = ingestOptions(f, src, name, stores, log); err != nil {
+			return err
+		}
+		res, err = ingest.RunPart(ctx, source, opts, part, ingest.JobID(f.job, os.Getenv))
 	}
-	res, err := ingest.RunPart(ctx, source, opts, part, ingest.JobID(f.job, os.Getenv))
 	if errors.Is(err, ingest.ErrAlreadyCommitted) {
 		fmt.Fprintln(out, err)
 		return nil
@@ -433,6 +448,23 @@ func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 	}
 	printCommitted(out, name, res, len(stores), true)
 	return res, nil
+}
+
+// sliceStream opens src for a part that reads only its slice: WebDataset
+// shards, streamed (--stream, not --format 1); nil for any other source,
+// whose parts each scan it whole.
+func sliceStream(ctx context.Context, f *ingestFlags, src, name string, stores []backend.Store, log *slog.Logger) (*ingest.Stream, ingest.Options, error) {
+	if !f.stream || f.format == 1 {
+		return nil, ingest.Options{}, nil
+	}
+	st, opts, err := openStream(ctx, f, src, name, stores, log)
+	if err != nil || st == nil || !st.Sliceable() {
+		if st != nil {
+			st.Close()
+		}
+		return nil, opts, err
+	}
+	return st, opts, nil
 }
 
 // openStream opens src for a streaming ingest (ingest.OpenStream): nil

@@ -1,0 +1,156 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/manifest"
+	"github.com/shardfs/shardfs/repository"
+)
+
+// sliceParts runs parts parts of an ingest of the WebDataset shards in
+// dir at once, each reading the source through a store of its own that
+// counts its reads, and returns those stores.
+func sliceParts(t *testing.T, dir string, stores []backend.Store, parts, format int) ([]*countingStore, error) {
+	t.Helper()
+	counted := make([]*countingStore, parts)
+	var g errgroup.Group
+	for i := range parts {
+		g.Go(func() (err error) {
+			counted[i], err = slicePart(t, dir, stores, Part{i, parts}, format)
+			return err
+		})
+	}
+	return counted, g.Wait()
+}
+
+// slicePart runs part of an ingest of the WebDataset shards in dir,
+// reading them through a store that counts its reads.
+func slicePart(t *testing.T, dir string, stores []backend.Store, part Part, format int) (*countingStore, error) {
+	ctx := context.Background()
+	raw, err := backend.Open("file://"+dir, backend.OpenOptions{})
+	if err != nil {
+		return nil, err
+	}
+	counted := &countingStore{Store: raw, reads: map[string][][2]int64{}}
+	st, err := OpenStoreStream(ctx, ScanOptions{Store: counted, Strata: []string{"source"}})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	// Windows of 512 KiB, each shard's share 256 KiB: the source shards,
+	// about 180 KiB, are kept, and so read once.
+	opts := Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 128 << 10, BlockSize: 4096, Seed: 5, Format: format}
+	_, err = RunSlicePart(ctx, st, opts, part, "job-7")
+	return counted, err
+}
+
+// Four parts of an ingest of 24 WebDataset shards, run at once: each reads
+// its slice of 6 source shards, each whole and once, and nothing else of
+// the source. The commit serves every member byte for byte and verifies;
+// its strata and members are numbered by name, each part is a segment of
+// its own that numbers its shards and ids on its own, and no part object
+// is left.
+func TestSlicePartsReadOnlyTheirSlice(t *testing.T) {
+	for _, format := range []int{2, 3} {
+		t.Run(fmt.Sprint("format", format), func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			want := writeShards(t, dir, 24, 40)
+			stores := localStores(t, t.TempDir(), 3)
+			counted, err := sliceParts(t, dir, stores, 4, format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range counted {
+				var read []string
+				for key, reads := range c.reads {
+					read = append(read, key)
+					if len(reads) != 1 || reads[0][0] != 0 {
+						t.Errorf("part %d read %s as %v: want it whole, once", i, key, reads)
+					}
+				}
+				slices.Sort(read)
+				var slice []string
+				for s := i * 6; s < (i+1)*6; s++ {
+					slice = append(slice, fmt.Sprintf("shard-%04d.tar", s))
+				}
+				if !slices.Equal(read, slice) {
+					t.Errorf("part %d read %v, want its slice %v", i, read, slice)
+				}
+			}
+			// A part run again writes what it wrote.
+			if _, err := slicePart(t, dir, stores, Part{2, 4}, format); err != nil {
+				t.Fatalf("part 2/4 run again: %v", err)
+			}
+			res, err := Commit(ctx, CommitOptions{Name: "ds", Stores: stores})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// ... and after the commit, has nothing to do.
+			if _, err := slicePart(t, dir, stores, Part{1, 4}, format); !errors.Is(err, ErrAlreadyCommitted) {
+				t.Fatalf("part 1/4 run after the commit: %v", err)
+			}
+			if res.Samples != len(want) {
+				t.Fatalf("%d samples committed, want %d", res.Samples, len(want))
+			}
+			ds := recordsBack(t, stores, "ds", want)
+			m := ds.Manifest
+			if len(m.Segments) != 4 {
+				t.Fatalf("%d segments, want one a part", len(m.Segments))
+			}
+			mapped := 0 // parts that met the strata in another order than their names'
+			for i, seg := range m.Segments {
+				if !seg.Local || seg.Strata == nil || seg.Members == nil || seg.IngestID != sliceSegmentID(m.IngestID, i) {
+					t.Fatalf("segment %d: %+v", i, seg)
+				}
+				if !slices.IsSorted(seg.Strata) {
+					mapped++
+				}
+			}
+			if mapped == 0 {
+				t.Fatal("every part met the strata in their names' order: the maps are not tried")
+			}
+			if !slices.IsSortedFunc(m.Strata, func(a, b manifest.Stratum) int { return strings.Compare(a.Name, b.Name) }) || !slices.IsSorted(m.Members) {
+				t.Fatalf("strata %v and members %v not numbered by name", m.Strata, m.Members)
+			}
+			if rep, err := ds.Verify(ctx, nil); err != nil || !rep.Intact() {
+				t.Fatalf("the committed dataset does not verify: %v %+v", err, rep)
+			}
+			for _, s := range stores {
+				left, err := s.List(ctx, repository.PartPrefix("ds"))
+				if err != nil || len(left) > 0 {
+					t.Fatalf("%s holds part objects after the commit: %v %v", s, left, err)
+				}
+			}
+		})
+	}
+}
+
+// A key two parts' records share is refused by the commit, naming both
+// records; nothing is committed.
+func TestSlicePartsCommitRefusesAKeyTwoPartsShare(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	writeShards(t, dir, 8, 20)
+	// Shard 7 (part 3's) holds a record keyed as one of shard 0's (part 0's).
+	writeTar(t, dir+"/shard-0007.tar", []string{"000003"}, []string{"txt", "json"}, map[string]map[string][]byte{"000003": {"txt": []byte("again"), "json": []byte(`{"source": "web"}`)}})
+	stores := localStores(t, t.TempDir(), 3)
+	if _, err := sliceParts(t, dir, stores, 4, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Commit(ctx, CommitOptions{Name: "ds", Stores: stores})
+	if !errors.Is(err, errKeyAgain) || !strings.Contains(err.Error(), "shard-0007.tar") || !strings.Contains(err.Error(), "shard-0000.tar") {
+		t.Fatalf("a key two parts share: %v", err)
+	}
+	if _, err := repository.Open(ctx, stores, "ds", repository.Options{}); err == nil {
+		t.Fatal("a refused commit committed")
+	}
+}
