@@ -192,3 +192,66 @@ func TestSlicePartsReadOnlyTheirSliceOnMinIO(t *testing.T) {
 		}
 	}
 }
+
+// Issue 59: the commit of parts that read only their slice merges them in
+// memory that does not grow with the records. WebDataset sources of 5,000
+// and 60,000 small records (a .json each) in 24 shards are ingested in 8
+// parts at once on MinIO, each committed beside two processes spinning on
+// the cores: the large commit's peak RSS stays within 1.25× the small
+// one's + 12 MiB.
+func TestSlicePartsCommitMemoryIsFlat(t *testing.T) {
+	peak := map[int]int64{}
+	stores := "--stores=" + strings.Join(sharedCluster(t, 3).urls, ",")
+	for _, n := range []int{5_000, 60_000} {
+		dir := t.TempDir()
+		const shards = 24
+		sources := []string{"web", "web", "web", "books", "code"}
+		for s := range shards {
+			var members [][2]string
+			for r := s * n / shards; r < (s+1)*n/shards; r++ {
+				members = append(members, [2]string{fmt.Sprintf("%08d.json", r), fmt.Sprintf(`{"source": %q}`, sources[r%len(sources)])})
+			}
+			writeTar(t, filepath.Join(dir, fmt.Sprintf("shard-%04d.tar", s)), members...)
+		}
+		name := fmt.Sprintf("flat%d", n)
+		var parts []*exec.Cmd
+		var outs []*strings.Builder
+		for i := range 8 {
+			cmd := execShardfs("ingest", stores, "--data=2", "--parity=1", "--shard-size=64KiB", "--strata=source", fmt.Sprintf("--part=%d/8", i), "--job=flat", dir, name)
+			out := &strings.Builder{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			parts, outs = append(parts, cmd), append(outs, out)
+		}
+		for i, cmd := range parts {
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("part %d/8 of %d records: %v\n%s", i, n, err, outs[i])
+				}
+			case <-time.After(5 * time.Minute):
+				for _, c := range parts {
+					c.Process.Kill()
+				}
+				t.Fatalf("part %d/8 of %d records did not end within 5 minutes", i, n)
+			}
+		}
+		stop := busyProcesses(t, 2)
+		cmd := execShardfs("commit", name, stores)
+		rss := measurePeakRSS(t, cmd)
+		out, err := runBoundedOutput(t, cmd)
+		stop()
+		if err != nil || !strings.Contains(out, fmt.Sprintf("%d samples", n)) {
+			t.Fatalf("commit of %d records in 8 parts: %v\n%s", n, err, out)
+		}
+		peak[n] = rss()
+		t.Logf("commit of %d records in 8 parts: %d MiB", n, peak[n]>>20)
+	}
+	if bound := peak[5_000]*5/4 + 12<<20; peak[60_000] > bound {
+		t.Errorf("the commit of 60,000 records peaked at %d MiB, more than 1.25× the 5,000 records' %d MiB + 12 MiB", peak[60_000]>>20, peak[5_000]>>20)
+	}
+}
