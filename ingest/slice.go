@@ -35,13 +35,14 @@ import (
 //
 // Its record (format partRecordSlice) holds what the commit needs: per
 // shard its bytes, samples per stratum and index reference; its strata
-// and members; and how many objects hold its keys, sorted (partKeys). The
-// commit numbers the dataset's strata and members by name and maps each
-// part's onto them (Segment.Strata, Segment.Members): by name on both
-// sides, so a shard stays in the dataset's stratum order. It merges the
-// parts' keys in a stream, refusing a key two records share, naming both,
-// and then checks and commits as for any distributed ingest. Every part
-// must cut the same strata: --bins needs its edges given.
+// and members; and the objects that hold its keys, sorted
+// (keyRuns.writePieces). The commit numbers the dataset's strata and
+// members by name and maps each part's onto them (Segment.Strata,
+// Segment.Members): by name on both sides, so a shard stays in the
+// dataset's stratum order. It merges the parts' keys in a stream
+// (mergePartKeys), refusing a key two records share, naming both, and
+// then checks and commits as for any distributed ingest. Every part must
+// cut the same strata: --bins needs its edges given.
 
 // partRecordSlice is the record of a part that read only its slice.
 const partRecordSlice = 3
