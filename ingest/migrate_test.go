@@ -19,12 +19,13 @@ import (
 // old stores are untouched; a second run has nothing to do; stores that
 // hold another dataset of the name are refused before anything is written.
 // With local numbering, the appends' shards keep their numbers within
-// their appends on the new stores (manifest.Segment.Local).
+// their appends on the new stores (manifest.Segment.Local; format 2, whose
+// shard indexes migrate re-encodes).
 func TestMigrateCopiesEveryKeptVersion(t *testing.T) {
 	for _, format := range []int{1, 2, 3} {
 		t.Run(fmt.Sprint("format", format), func(t *testing.T) { migrateCopiesEveryKeptVersion(t, format, false) })
-		t.Run(fmt.Sprint("format", format, "-local"), func(t *testing.T) { migrateCopiesEveryKeptVersion(t, format, true) })
 	}
+	t.Run("format2-local", func(t *testing.T) { migrateCopiesEveryKeptVersion(t, 2, true) })
 }
 
 func migrateCopiesEveryKeptVersion(t *testing.T, format int, local bool) {
