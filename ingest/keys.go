@@ -165,7 +165,7 @@ func mergeRuns(runs []*runReader, each func(key, where string) error) error {
 	for h.Len() > 0 {
 		r := h[0]
 		if !first && r.key == prevKey {
-			return keyAgainError{keyAgain(r.where, r.key, prevWhere)}
+			return keyAgain(r.where, r.key, prevWhere)
 		}
 		first, prevKey, prevWhere = false, r.key, r.where
 		if each != nil {

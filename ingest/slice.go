@@ -139,7 +139,13 @@ func RunSlicePart(ctx context.Context, st *Stream, opts Options, part Part, job 
 			if errors.Is(err, ErrSourceChanged) {
 				return nil, sourceChanged(opts.Name, part, id, err, false)
 			}
-			return nil, fmt.Errorf("part %s of %s not done: %w (rerun this part)", part, opts.Name, err)
+			var storeErr *backend.Error
+			if errors.As(err, &storeErr) || ctx.Err() != nil {
+				return nil, fmt.Errorf("part %s of %s not done: %w (rerun this part)", part, opts.Name, err)
+			}
+			// The source's own fault (a bad record, a key given twice):
+			// a rerun reads the same.
+			return nil, fmt.Errorf("part %s of %s refused: %w; nothing of it is visible: fix the source, then rerun this part", part, opts.Name, err)
 		}
 	}
 	if err := repository.RefuseCommitted(ctx, opts.Stores, opts.Name, opts.Force, id, log); err != nil {

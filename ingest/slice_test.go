@@ -134,6 +134,20 @@ func TestSlicePartsReadOnlyTheirSlice(t *testing.T) {
 	}
 }
 
+// A key two records of one part share is refused by the part, naming
+// both and asking for the source to be fixed, not for a rerun alone.
+func TestSlicePartRefusesAKeyItsRecordsShare(t *testing.T) {
+	dir := t.TempDir()
+	writeShards(t, dir, 4, 20)
+	// Shard 1 (part 0's, with shard 0) holds a record keyed as one of shard 0's.
+	writeTar(t, dir+"/shard-0001.tar", []string{"000003"}, []string{"txt", "json"}, map[string]map[string][]byte{"000003": {"txt": []byte("again"), "json": []byte(`{"source": "web"}`)}})
+	stores := localStores(t, t.TempDir(), 3)
+	_, err := slicePart(t, dir, stores, Part{0, 2}, 2)
+	if !errors.Is(err, errKeyAgain) || !strings.Contains(err.Error(), "fix the source") || strings.Contains(err.Error(), "(rerun this part)") {
+		t.Fatalf("a key two records of a part share: %v", err)
+	}
+}
+
 // A key two parts' records share is refused by the commit, naming both
 // records; nothing is committed.
 func TestSlicePartsCommitRefusesAKeyTwoPartsShare(t *testing.T) {

@@ -355,7 +355,7 @@ func checkChunkKeys(carry []Item, batches []recordBatch) error {
 // keyAgain refuses the record at where for its key, which the record at
 // prev has.
 func keyAgain(where, key, prev string) error {
-	return fmt.Errorf("%s: key %q again, after the record at %s: two records with one key (a record split across two shards is read as two records, as WebDataset reads it): give every record its own key", where, key, prev)
+	return keyAgainError{fmt.Errorf("%s: key %q again, after the record at %s: two records with one key (a record split across two shards is read as two records, as WebDataset reads it): give every record its own key", where, key, prev)}
 }
 
 // readShards reads the next few shards' records into the queue, one per
