@@ -365,8 +365,12 @@ func (h *healer) stillHolds(ctx context.Context) error {
 // SIGSTOPped mid-scrub writing its state after the other had taken over).
 // Taken over, its last renewal is older than the lease less the second the
 // lock's heartbeat is kept to, so older than half a lease: Refresh then
-// finds the other holder. What stays open is a freeze between this check
-// and the write itself.
+// finds the other holder. The state's writes run it again right before
+// each store's write (WriteHealState), so a freeze among them is caught.
+// What stays open is a freeze between the check and the request leaving,
+// and within the lock's own renewal, which reads the lock and then writes
+// it (Lock.Refresh): the stores offer no write conditional on another
+// object.
 func (h *healer) holdsLease(ctx context.Context) error {
 	if time.Since(h.lock.Renewed()) > h.cfg.Lease/2 {
 		return h.lock.Refresh(ctx)
@@ -606,7 +610,7 @@ func (h *healer) record(ctx context.Context, ds *repository.Dataset) error {
 	}
 	slices.Sort(st.Retry)
 	b, _ := json.Marshal(st)
-	repository.WriteHealState(ctx, h.stores, h.cfg.Name, b)
+	repository.WriteHealState(ctx, h.stores, h.cfg.Name, b, h.holdsLease)
 	if h.cfg.Metrics != nil {
 		h.cfg.Metrics.position.WithLabelValues(h.cfg.Name).Set(float64(h.next))
 	}

@@ -53,9 +53,17 @@ func ReadHealState(ctx context.Context, s backend.Store, name string) ([]byte, e
 }
 
 // WriteHealState writes the healer's state of dataset name to every store
-// that takes it: advisory, so a store that does not is no failure.
-func WriteHealState(ctx context.Context, stores []backend.Store, name string, b []byte) {
+// that takes it: advisory, so a store that does not is no failure. holds
+// runs right before each store's write, and a store whose holds fails is
+// not written: a healer frozen (SIGSTOP, a paused VM) among its writes
+// for longer than its lease may have been taken over, and its writes not
+// yet sent must not land over the new healer's state (CI: the frozen
+// healer, resumed, wrote its state after the other had taken over).
+func WriteHealState(ctx context.Context, stores []backend.Store, name string, b []byte, holds func(context.Context) error) {
 	backend.OnEvery(stores, func(i int, s backend.Store) error {
+		if err := holds(ctx); err != nil {
+			return err
+		}
 		return s.Put(ctx, HealStateKey(name), b)
 	})
 }
