@@ -17,7 +17,9 @@ func TestDoctor(t *testing.T) {
 	c := startCluster(t, 3)
 	ingestSynthetic(t, c.urls, 60, "train", 2, 1)
 	stores := "--stores=" + strings.Join(c.urls, ",")
-	cache := t.TempDir()
+	// doctor refuses a cache dir on tmpfs, where scripts/test.sh puts
+	// TMPDIR: this one is on disk.
+	cache := diskTempDir(t)
 
 	r := run(t, 2*time.Minute, nil, "doctor", stores, "--cache-dir", cache, "train")
 	for _, want := range []string{"OK    fuse ", "OK    fuse3", "OK    open files", "OK    fuse reads   ", "OK    cache dir", "OK    store 0 ", "OK    store 2 clock", "OK    dataset      train: ingest", "OK    identity     every store is in its place", "this node is ready"} {
@@ -73,4 +75,21 @@ func TestDoctor(t *testing.T) {
 	if !strings.Contains(r.stdout, "OK    dataset") {
 		t.Fatalf("store 1 down: the manifest should still read on stores 0 and 2: %v", r)
 	}
+}
+
+// diskTempDir is t.TempDir on a disk: under $SHARDFS_DISK_TMPDIR, which
+// scripts/test.sh sets to the temporary directory it found before it moved
+// TMPDIR to tmpfs, or /var/tmp. It is removed in t.Cleanup.
+func diskTempDir(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("SHARDFS_DISK_TMPDIR")
+	if base == "" {
+		base = "/var/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "shardfs-disk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
