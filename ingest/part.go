@@ -187,7 +187,7 @@ const (
 // encodePart is magic, CRC32C of the rest, then the zstd-compressed gob.
 func encodePart(rec *partRecord) ([]byte, error) {
 	var body bytes.Buffer
-	zw, err := zstd.NewWriter(&body, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	zw, err := zstd.NewWriter(&body, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithWindowSize(partWindow))
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +204,10 @@ func encodePart(rec *partRecord) ([]byte, error) {
 // errBadPart: a part record that is not one, or is damaged.
 var errBadPart = errors.New("part record is damaged")
 
+// partWindow is the zstd window of part records: zstd's default, which
+// every record written so far used.
+const partWindow = 8 << 20
+
 func decodePart(b []byte) (*partRecord, error) {
 	if len(b) < len(partMagic)+4 || string(b[:len(partMagic)]) != partMagic {
 		return nil, fmt.Errorf("%w: not a shardfs part record", errBadPart)
@@ -213,7 +217,11 @@ func decodePart(b []byte) (*partRecord, error) {
 	if !verify.Bytes(body, sum) {
 		return nil, fmt.Errorf("%w: checksum mismatch", errBadPart)
 	}
-	zr, err := zstd.NewReader(bytes.NewReader(body), zstd.WithDecoderMaxMemory(1<<32), zstd.WithDecoderConcurrency(1))
+	// The window is the encoder's (8 MiB, zstd's default): a damaged or
+	// crafted frame that declares a larger one is refused, not allocated
+	// (the fuzzer's worker died under a window the old bound, 4 GiB,
+	// allowed).
+	zr, err := zstd.NewReader(bytes.NewReader(body), zstd.WithDecoderMaxWindow(partWindow), zstd.WithDecoderMaxMemory(1<<32), zstd.WithDecoderConcurrency(1))
 	if err != nil {
 		return nil, err
 	}

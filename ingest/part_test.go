@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -554,5 +555,26 @@ func TestPartsCommitUnderKillsAndStoreFailures(t *testing.T) {
 				t.Fatalf("trial %d: part objects left after the rerun: %v", trial, keys)
 			}
 		}
+	}
+}
+
+// A damaged part record whose zstd frame declares a 256 MiB window (10
+// bytes in all) is refused, not decoded with a 256 MiB buffer: the old
+// bound let it allocate that for each such input, and a FuzzDecodePart
+// worker died under them in CI.
+func TestDamagedPartRecordAllocatesNoLargeWindow(t *testing.T) {
+	// Frame magic, no single segment, window 2^28; one last raw block of 1 byte.
+	body := []byte{0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x90, 0x09, 0x00, 0x00, 0x01}
+	framed := append([]byte(partMagic), binary.LittleEndian.AppendUint32(nil, verify.Sum(body))...)
+	framed = append(framed, body...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := decodePart(framed)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, errBadPart) {
+		t.Fatalf("a frame with a 256 MiB window: %v, want a damaged part record", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
+		t.Fatalf("refusing a 10-byte record allocated %d MiB", got>>20)
 	}
 }
