@@ -498,6 +498,18 @@ func TestHealKilledAtRandomMoments(t *testing.T) {
 			}
 			hp.waitLog(t, want, time.Minute)
 			resumed++
+		} else if k > 0 {
+			// Kill 0 may land before the first healer wrote any
+			// position (on a busy machine its start outlasts the
+			// 0.3–2.8 s it gets: CI saw kills 0, 1 and 2 all find no
+			// state, and the restarts nothing to resume from). Every
+			// later restart must find one: this healer writes its
+			// first before its random moment starts.
+			for deadline := time.Now().Add(time.Minute); healState(t, c, "kill") == nil; time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("restart %d wrote no position in a minute; healer log:\n%s", k, hp.logText(t))
+				}
+			}
 		}
 		time.Sleep(time.Duration(300+rng.IntN(2500)) * time.Millisecond)
 		hp.kill()
@@ -506,8 +518,10 @@ func TestHealKilledAtRandomMoments(t *testing.T) {
 		}
 		t.Logf("kill %d: state before %+v; healer log:\n%s", k, st, hp.logText(t))
 	}
-	if resumed < 9 {
-		t.Fatalf("%d restarts resumed from a recorded position, want 9", resumed)
+	// Kills 2 to 9 follow a recorded position, and kill 1 too when kill 0
+	// came after the first healer's first write.
+	if resumed < 8 {
+		t.Fatalf("%d restarts resumed from a recorded position, want 8 or 9", resumed)
 	}
 	if r := run(t, 5*time.Minute, nil, "heal", "--once", "--lease=5s", stores, "kill"); r.code != 0 {
 		t.Fatalf("the last heal: %v", r)

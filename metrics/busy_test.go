@@ -19,7 +19,7 @@ import (
 func busyStores(t *testing.T, seed uint64, ticks, perTick int, slow func(s, tick int, rng *rand.Rand) time.Duration) (raised map[string]int, m *Metrics) {
 	t.Helper()
 	names := []string{"s0", "s1", "s2", "s3", "s4", "s5"}
-	m = New(names)
+	m = started(New(names))
 	rng := rand.New(rand.NewPCG(seed, 7))
 	start := time.Now()
 	raised = map[string]int{}
