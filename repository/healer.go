@@ -57,8 +57,9 @@ func ReadHealState(ctx context.Context, s backend.Store, name string) ([]byte, e
 // runs right before each store's write, and a store whose holds fails is
 // not written: a healer frozen (SIGSTOP, a paused VM) among its writes
 // for longer than its lease may have been taken over, and its writes not
-// yet sent must not land over the new healer's state (CI: the frozen
-// healer, resumed, wrote its state after the other had taken over).
+// yet sent must not land over the new healer's state (one way
+// TestTwoHealersOneWrites can fail: the stopped healer, resumed, writes
+// after the other took over).
 func WriteHealState(ctx context.Context, stores []backend.Store, name string, b []byte, holds func(context.Context) error) {
 	backend.OnEvery(stores, func(i int, s backend.Store) error {
 		if err := holds(ctx); err != nil {
