@@ -21,8 +21,9 @@
 // refused part way;
 // part.go is a distributed ingest: parts that upload with conditional
 // writes and no coordination, and the Commit that checks and joins them;
-// slice.go, its parts of WebDataset shards, each of which reads only its
-// slice of the source and writes a segment numbered on its own, which the
+// slice.go, its parts of WebDataset shards or of a JSONL corpus keyed by
+// a field (its bytes cut at line starts, jsonl.go's slice), each of which
+// reads only its slice of the source and writes a segment numbered on its own, which the
 // commit maps onto the dataset's strata and members, merging the parts'
 // sorted keys;
 // append.go and rollback.go commit a dataset's next version (an append

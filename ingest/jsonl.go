@@ -485,12 +485,18 @@ func scanJSONLRecords(name string, o ScanOptions) (*Source, error) {
 type jsonlReader struct {
 	name   string
 	o      ScanOptions
-	f      *os.File
+	f      corpusFile
 	br     *bufio.Reader
 	limit  int64
 	off    int64 // of the next line in the file
 	lineNo int   // of the last line read
-	seen   map[string]int
+	// sliced: r reads a part's slice of the file (slice), whose lines'
+	// numbers it does not know: a line is named by its byte offset.
+	sliced bool
+	start  int64             // the offset its lines are read from (its slice's first line)
+	end    int64             // in a slice, the offset no line it reads starts at or after
+	size   int64             // the file's, when opened
+	seen   map[string][2]int // a key of this batch -> its line's number and offset
 	// made, when not nil, takes each record's bytes (its members back to
 	// back) as the scan made them, by its line's offset, for records of
 	// at most madeRecord bytes (Stream: the upload takes them from there,
@@ -503,8 +509,18 @@ type jsonlReader struct {
 // huge record is not held while its chunk waits (issue 55 item 5).
 const madeRecord = 1 << 20
 
+// corpusFile is what a corpus is read through: an *os.File (openCorpus).
+type corpusFile interface {
+	io.ReaderAt
+	io.Closer
+	Stat() (os.FileInfo, error)
+}
+
+// openCorpus opens a corpus file; tests count what is read through it.
+var openCorpus = func(name string) (corpusFile, error) { return os.Open(name) }
+
 func openJSONL(name string, o ScanOptions) (*jsonlReader, error) {
-	f, err := os.Open(name)
+	f, err := openCorpus(name)
 	if err != nil {
 		return nil, fmt.Errorf("corpus %s: %w", name, err)
 	}
@@ -515,12 +531,143 @@ func openJSONL(name string, o ScanOptions) (*jsonlReader, error) {
 	// A line holds one record, its members JSON strings: it may take
 	// twice the record bound (escapes), and 64 KiB for its fields, and
 	// is refused as it is read past that, never held whole.
-	maxLine := 2*limit + 64<<10
-	r := &jsonlReader{name: name, o: o, f: f, limit: limit, br: bufio.NewReaderSize(newLineBound(skipBOM(f), maxLine), 1<<20)}
-	if n, ok := bomLen(name); ok {
-		r.off = n
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("corpus %s: %w", name, err)
 	}
+	r := &jsonlReader{name: name, o: o, f: f, limit: limit, size: fi.Size()}
+	var bom [3]byte
+	if n, _ := f.ReadAt(bom[:], 0); n == 3 && string(bom[:]) == "\ufeff" {
+		r.off = 3 // a UTF-8 byte order mark, which is no line's
+	}
+	r.br = bufio.NewReaderSize(newLineBound(io.NewSectionReader(f, r.off, r.size-r.off), maxLineFor(limit)), 1<<20)
 	return r, nil
+}
+
+// maxLineFor is the longest line a record of at most limit bytes may take.
+func maxLineFor(limit int64) int64 { return 2*limit + 64<<10 }
+
+// slice makes r read only the lines that start in [from, to) of its file,
+// a part's slice of the corpus (Stream.Slice): every line of the file is
+// then read by exactly one of the parts whose slices cover it, however
+// the bytes are cut. It reads the byte before from, to tell whether a line
+// starts at from (else the line under from is the slice before's, and this
+// one starts after its newline), then [from, to), each byte once, and past
+// to only the rest of the last line it starts (in pieces of tailPiece). It
+// says whether a line starts in the slice; if not, it holds no record.
+func (r *jsonlReader) slice(from, to int64) (bool, error) {
+	from = max(from, r.off) // a byte order mark is no line's
+	sr := &sliceReader{f: r.f, pos: from, end: to, done: from >= to, last: '\n'}
+	if !sr.done && from > r.off {
+		var b [1]byte
+		if _, err := r.f.ReadAt(b[:], from-1); err != nil {
+			return false, fmt.Errorf("corpus %s: %w", r.name, err)
+		}
+		if b[0] != '\n' {
+			if err := sr.skipLine(); err != nil {
+				return false, fmt.Errorf("corpus %s: %w", r.name, err)
+			}
+		}
+	}
+	start := sr.pos - int64(len(sr.pending))
+	r.off, r.start, r.end, r.sliced, r.lineNo = start, start, to, true, 0
+	r.br = bufio.NewReaderSize(newLineBound(sr, maxLineFor(r.limit)), 1<<20)
+	return !sr.done, nil
+}
+
+// tailPiece is what a slice reads at a time past its end, for the rest of
+// its last line: it reads at most this much more of the next slice's
+// bytes than that line's.
+const tailPiece = 4 << 10
+
+// sliceReader reads f from pos to end, and then the rest of the line that
+// runs over end, through its newline, and no more.
+type sliceReader struct {
+	f        io.ReaderAt
+	pos, end int64  // pos: the next byte to read of f
+	pending  []byte // read, not yet returned (skipLine's)
+	last     byte   // the last byte returned ('\n' before the first)
+	done     bool
+}
+
+// skipLine passes the rest of the line at pos, through its newline; when
+// it runs to end, the slice holds no line's start, and is done.
+func (s *sliceReader) skipLine() error {
+	buf := make([]byte, 64<<10)
+	for s.pos < s.end {
+		n, err := s.f.ReadAt(buf[:min(int64(len(buf)), s.end-s.pos)], s.pos)
+		s.pos += int64(n)
+		if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
+			s.pending = buf[i+1 : n]
+			s.done = s.pos-int64(len(s.pending)) >= s.end
+			return nil
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	s.done = true
+	return nil
+}
+
+func (s *sliceReader) Read(p []byte) (int, error) {
+	if len(s.pending) > 0 && len(p) > 0 {
+		n := copy(p, s.pending)
+		s.pending = s.pending[n:]
+		s.last = p[n-1]
+		return n, nil
+	}
+	if s.done || len(p) == 0 {
+		return 0, io.EOF
+	}
+	if s.pos >= s.end && s.last == '\n' {
+		s.done = true // the slice ends at a line's end
+		return 0, io.EOF
+	}
+	past := s.pos >= s.end
+	if past {
+		p = p[:min(len(p), tailPiece)]
+	} else {
+		p = p[:min(int64(len(p)), s.end-s.pos)]
+	}
+	n, err := s.f.ReadAt(p, s.pos)
+	if past {
+		if i := bytes.IndexByte(p[:n], '\n'); i >= 0 {
+			n, err, s.done = i+1, nil, true
+		}
+	}
+	if n > 0 {
+		s.pos += int64(n)
+		s.last = p[n-1]
+	}
+	if err == io.EOF {
+		s.done = true
+		if n > 0 {
+			err = nil
+		}
+	}
+	return n, err
+}
+
+// where names a line for a message: its number, or in a slice, whose
+// lines' numbers are not known, its byte offset.
+func (r *jsonlReader) where(lineNo int, at int64) string {
+	if r.sliced {
+		return fmt.Sprintf("the line at byte %d", at)
+	}
+	return fmt.Sprintf("line %d", lineNo)
+}
+
+// corpusAt names the corpus and a line of it, for a message.
+func (r *jsonlReader) corpusAt(lineNo int, at int64) string {
+	if r.sliced {
+		return fmt.Sprintf("corpus %s, %s", r.name, r.where(lineNo, at))
+	}
+	return fmt.Sprintf("corpus %s %s", r.name, r.where(lineNo, at))
 }
 
 func (r *jsonlReader) close() { r.f.Close() }
@@ -530,7 +677,7 @@ func (r *jsonlReader) close() { r.f.Close() }
 // ends; done says it ended.
 func (r *jsonlReader) read(batch *recordBatch, full func(records int, bytes int64) bool) (done bool, err error) {
 	name, o, limit := r.name, r.o, r.limit
-	r.seen = map[string]int{}
+	r.seen = map[string][2]int{}
 	var bytesRead int64
 	for {
 		if full != nil && full(len(batch.records), bytesRead) {
@@ -542,36 +689,40 @@ func (r *jsonlReader) read(batch *recordBatch, full func(records int, bytes int6
 			return true, nil
 		}
 		r.lineNo++
-		lineNo := r.lineNo
+		lineNo, at := r.lineNo, r.off
+		corpus := func() string { return r.corpusAt(lineNo, at) }
 		if long := (*LineTooLongError)(nil); errors.As(err, &long) {
-			maxLine := 2*limit + 64<<10
-			return false, fmt.Errorf("corpus %s line %d: longer than %d bytes, so its record cannot fit --max-record-size %d (a line may take twice the record's bytes, for escapes, and 64KiB for its fields); it was refused before it was read whole: raise --max-record-size, or split the record", name, long.Line, maxLine, limit)
+			// The long line may lie past the one read: bufio reads ahead.
+			lineNo, at = long.Line, r.start+long.At
+			return false, fmt.Errorf("%s: longer than %d bytes, so its record cannot fit --max-record-size %d (a line may take twice the record's bytes, for escapes, and 64KiB for its fields); it was refused before it was read whole: raise --max-record-size, or split the record", corpus(), maxLineFor(limit), limit)
 		}
 		if err != nil && err != io.EOF {
-			return false, fmt.Errorf("corpus %s line %d: %w", name, lineNo, err)
+			return false, fmt.Errorf("%s: %w", corpus(), err)
 		}
-		at := r.off
 		r.off += int64(len(b))
 		if len(bytes.TrimSpace(b)) == 0 {
 			continue
 		}
 		key, names, bodies, fields, err := jsonlRecord(b, o, lineNo)
 		if err != nil {
-			return false, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
+			return false, fmt.Errorf("%s: %v", corpus(), err)
 		}
 		if err := manifest.CheckKey(key); err != nil {
-			return false, fmt.Errorf("corpus %s line %d: key %q: %v", name, lineNo, key, err)
+			return false, fmt.Errorf("%s: key %q: %v", corpus(), key, err)
 		}
 		if prev, dup := r.seen[key]; dup {
-			return false, fmt.Errorf("corpus %s line %d: key %q again, after line %d: two records with one key; give every record its own --key", name, lineNo, key, prev)
+			return false, fmt.Errorf("%s: key %q again, after %s: two records with one key; give every record its own --key", corpus(), key, r.where(prev[0], int64(prev[1])))
 		}
-		r.seen[key] = lineNo
+		r.seen[key] = [2]int{lineNo, int(at)}
 		rec := wdsRecord{key: key, off: at, line: lineNo, lineLen: int64(len(b))}
+		if r.sliced {
+			rec.line = 0 // not known: messages name the line's offset (Item.recordAt)
+		}
 		if err := batch.setFields(&rec, fields, name); err != nil {
 			return false, err
 		}
 		if err := batch.addMembers(&rec, names, bodies, limit); err != nil {
-			return false, fmt.Errorf("corpus %s line %d: %v", name, lineNo, err)
+			return false, fmt.Errorf("%s: %v", corpus(), err)
 		}
 		batch.records = append(batch.records, rec)
 		size := int64(0)
@@ -603,20 +754,6 @@ func releaseHuge(size int64) {
 	}
 }
 
-// bomLen is the length of the UTF-8 byte order mark name starts with.
-func bomLen(name string) (int64, bool) {
-	f, err := os.Open(name)
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	var b [3]byte
-	if n, _ := io.ReadFull(f, b[:]); n == 3 && b == [3]byte{0xEF, 0xBB, 0xBF} {
-		return 3, true
-	}
-	return 0, false
-}
-
 // recordsMadeAgain counts the records readJSONLRecord made again from
 // their lines (tests: a streamed corpus makes only those over madeRecord
 // again).
@@ -631,7 +768,7 @@ func readJSONLRecord(it *Item, memberNames []string, p []byte, o ScanOptions, op
 	}
 	line := make([]byte, it.lineLen)
 	if _, err := f.ReadAt(line, it.lineAt); err != nil {
-		return fmt.Errorf("read record %q: %s line %d: %w (did the corpus change during ingest?)", it.Key, it.Path, it.Line, err)
+		return fmt.Errorf("read record %q: %s: %w (did the corpus change during ingest?)", it.Key, it.recordAt(), err)
 	}
 	_, names, bodies, _, err := jsonlRecord(line, o, it.Line)
 	return copyMembers(it, memberNames, names, bodies, err, p)

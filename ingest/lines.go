@@ -17,6 +17,7 @@ type lineBound struct {
 	max  int64
 	run  int64 // bytes of the current line read so far
 	line int   // the current line's number, from 1
+	at   int64 // the current line's offset in r
 	err  error // the line too long, once found: every later read returns it
 }
 
@@ -27,6 +28,7 @@ func newLineBound(r io.Reader, max int64) *lineBound {
 // LineTooLongError is a line longer than a reader allows.
 type LineTooLongError struct {
 	Line int
+	At   int64 // the line's offset in what was read
 	Max  int64
 }
 
@@ -49,13 +51,14 @@ func (l *lineBound) Read(p []byte) (int, error) {
 		if l.run+int64(seg) > l.max {
 			// Nothing of this read is given: the caller stops at the
 			// error, and the line it names is the long one.
-			l.err = &LineTooLongError{Line: l.line, Max: l.max}
+			l.err = &LineTooLongError{Line: l.line, At: l.at, Max: l.max}
 			return 0, l.err
 		}
 		if nl < 0 {
 			l.run += int64(len(rest))
 			return n, err
 		}
+		l.at += l.run + int64(nl) + 1
 		l.run = 0
 		l.line++
 		rest = rest[nl+1:]

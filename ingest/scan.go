@@ -70,8 +70,10 @@ func (it *Item) recordAt() string {
 	switch {
 	case it.row:
 		return fmt.Sprintf("parquet %s row %d", it.Path, it.lineAt)
-	case it.lineLen > 0:
+	case it.lineLen > 0 && it.Line > 0:
 		return fmt.Sprintf("%s line %d", it.Path, it.Line)
+	case it.lineLen > 0: // a line of a corpus's slice, whose number is not known
+		return fmt.Sprintf("%s, the line at byte %d", it.Path, it.lineAt)
 	case it.Members != nil:
 		return fmt.Sprintf("shard %s at offset %d", it.Path, it.lineAt)
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -48,18 +49,31 @@ import (
 const partRecordSlice = 3
 
 // Slice keeps of st the shards of part: the I-th of N runs of its shards,
-// in name order, about as many in each. A corpus is one file, which parts
-// do not split.
+// in name order, about as many in each. Of a JSONL corpus, one file, it
+// keeps the lines that start in the I-th of N runs of its bytes: its
+// records must be keyed by a field (--key), since a part that reads only
+// its slice does not know its lines' numbers.
 func (st *Stream) Slice(part Part) error {
-	if st.corpus != nil {
-		return fmt.Errorf("--part %s: corpus %s is one file, and parts split a source by its shards: give each part a file of its own, or ingest it in one process", part, st.src)
-	}
 	if part.Count < 1 || part.Index < 0 || part.Index >= part.Count {
 		return fmt.Errorf("part %s: want 0 <= I < N", part)
+	}
+	if st.corpus != nil {
+		if !st.Sliceable() {
+			return fmt.Errorf("--part %s: corpus %s keys its records by line number, which a part that reads only its slice does not know: give --key FIELD, a field unique to each record", part, st.src)
+		}
+		size := st.corpus.size
+		from, to := int64(part.Index)*size/int64(part.Count), int64(part.Index+1)*size/int64(part.Count)
+		lines, err := st.corpus.slice(from, to)
+		if err != nil {
+			return err
+		}
+		st.sliceEmpty = !lines
+		return nil
 	}
 	st.allShards = st.shards
 	n := len(st.shards)
 	st.shards = st.shards[part.Index*n/part.Count : (part.Index+1)*n/part.Count]
+	st.sliceEmpty = len(st.shards) == 0
 	return nil
 }
 
@@ -81,6 +95,14 @@ func sliceJobID(st *Stream, opts Options, job string, parts int) string {
 	for _, s := range st.allShards {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
+	}
+	if st.corpus != nil {
+		// The corpus's members and key field, and its size: every part
+		// stats the file.
+		fmt.Fprintf(h, "corpus %q %q %d\x00", filepath.Base(st.src), st.o.KeyField, st.corpus.size)
+		for _, m := range st.o.Members {
+			fmt.Fprintf(h, "member %q %q\x00", m.Field, m.Name)
+		}
 	}
 	return "job-" + hex.EncodeToString(h.Sum(nil)[:8])
 }
@@ -130,11 +152,15 @@ func RunSlicePart(ctx context.Context, st *Stream, opts Options, part Part, job 
 			return nil, fmt.Errorf("part %s of %s: %w", part, opts.Name, err)
 		}
 	}
-	log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "source_shards", len(st.shards), "of", len(st.allShards))
+	if st.corpus != nil {
+		log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "corpus", st.src, "from_byte", st.corpus.start, "to_byte", st.corpus.end, "of", st.corpus.size)
+	} else {
+		log.Info("ingest part", "dataset", opts.Name, "part", part.String(), "ingest_id", id, "source_shards", len(st.shards), "of", len(st.allShards))
+	}
 	rec := &partRecord{Format: partRecordSlice, Metadata: opts.Format, Name: opts.Name, IngestID: id, Part: part.Index, Parts: part.Count,
 		Seed: opts.Seed, Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize, ShardSize: opts.ShardSize, Segment: seg}
 	res := &PartResult{IngestID: id, Part: part}
-	if len(st.shards) > 0 {
+	if !st.sliceEmpty {
 		if err := streamSlice(ctx, st, opts, codec, seg, rec, res, log); err != nil {
 			if errors.Is(err, ErrSourceChanged) {
 				return nil, sourceChanged(opts.Name, part, id, err, false)
@@ -411,5 +437,6 @@ func sliceOwners(recs []*partRecord) func(si int) int {
 }
 
 // Sliceable says whether parts of st can each read only their slice: a
-// source of WebDataset shards, not a corpus (one file).
-func (st *Stream) Sliceable() bool { return st.corpus == nil }
+// source of WebDataset shards, or a JSONL corpus whose records are keyed
+// by a field (--key), not by their lines' numbers.
+func (st *Stream) Sliceable() bool { return st.corpus == nil || st.o.KeyField != "" }

@@ -84,11 +84,13 @@ type Stream struct {
 	// allShards are the source's shards, of which shards is a part's
 	// slice (Slice).
 	allShards []string
-	files     sourceFiles
-	store     backend.Store
-	gz        *gzSizes
-	next      int           // the next shard to read
-	queue     []recordBatch // shards read whose records are not all chunked
+	// sliceEmpty: the part's slice holds no shard, or no line's start.
+	sliceEmpty bool
+	files      sourceFiles
+	store      backend.Store
+	gz         *gzSizes
+	next       int           // the next shard to read
+	queue      []recordBatch // shards read whose records are not all chunked
 	// kept are shards the scan read whole into memory (keptFiles), by
 	// name; consumed, those whose records all went to the chunks made,
 	// released when the next one is made unless it carries records of

@@ -251,6 +251,9 @@ func (r *wdsRecord) where(file string) string {
 	if r.line > 0 {
 		return fmt.Sprintf("%s line %d", file, r.line)
 	}
+	if r.lineLen > 0 { // a line of a corpus's slice, whose number is not known
+		return fmt.Sprintf("%s, the line at byte %d", file, r.off)
+	}
 	return fmt.Sprintf("shard %s at offset %d", file, r.off)
 }
 

@@ -187,6 +187,26 @@ func writeCorpus(t *testing.T, dir string, n int) string {
 	return p
 }
 
+// corpusRecords reads writeCorpus's corpus as a mount of it ingested with
+// --member text=txt serves it: each record's members by "key.member".
+func corpusRecords(t *testing.T, corpus string) map[string][]byte {
+	t.Helper()
+	b, err := os.ReadFile(corpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var doc struct{ ID, Source, Text string }
+		if err := json.Unmarshal([]byte(line), &doc); err != nil {
+			t.Fatal(err)
+		}
+		want[doc.ID+".txt"] = []byte(doc.Text)
+		want[doc.ID+".json"] = []byte(fmt.Sprintf(`{"id":%q,"source":%q}`, doc.ID, doc.Source))
+	}
+	return want
+}
+
 // Issue 59: a streaming ingest's memory is flat in the number of records,
 // with both cores busy and several ingests at once. Corpora of 60,000 and
 // 250,000 documents (both many chunks at --shard-size 1MiB) are ingested,
@@ -329,11 +349,21 @@ func TestPartsAndCommitUnderKillsAndStoreFailures(t *testing.T) {
 	src := t.TempDir()
 	writeRecordShards(t, src, 8, 200)
 	w := readWDS(t, src)
+	// Rounds 2 and 3 of every 4 ingest a JSONL corpus, whose parts each
+	// read their slice of its bytes.
+	corpus := writeCorpus(t, t.TempDir(), 1600)
+	wantCorpus := corpusRecords(t, corpus)
 	stores := "--stores=" + strings.Join(c.urls, ",")
 	rng := rand.New(rand.NewPCG(59, 4))
 	const parts = 4
+	isCorpus := func(round int) bool { return round%4 >= 2 }
 	partArgs := func(name, job string, i int) []string {
-		return []string{"ingest", stores, "--data=2", "--parity=1", "--shard-size=64KiB", "--strata=source", "--job=" + job, fmt.Sprintf("--part=%d/%d", i, parts), src, name}
+		args := []string{"ingest", stores, "--data=2", "--parity=1", "--shard-size=64KiB", "--strata=source", "--job=" + job, fmt.Sprintf("--part=%d/%d", i, parts)}
+		var round int
+		if _, err := fmt.Sscanf(name, "parts%02d", &round); err == nil && isCorpus(round) {
+			return append(args, "--member=text=txt", "--key=id", corpus, name)
+		}
+		return append(args, src, name)
 	}
 	// waitAll waits for the commands, none longer than 3 minutes.
 	waitAll := func(round int, cmds []*exec.Cmd) []error {
@@ -443,9 +473,13 @@ func TestPartsAndCommitUnderKillsAndStoreFailures(t *testing.T) {
 		if round == 0 || round%3 == 2 {
 			// Every record, once, each member byte for byte.
 			mnt := mountShardfs(t, stores, "--batch-size=40", "--epochs=1", name)
-			seen := checkRecordEpoch(t, mnt, 0, 1, w.bytes)
-			if len(seen) != w.records {
-				t.Fatalf("round %d: the epoch served %d records, the source holds %d", round, len(seen), w.records)
+			want, records := w.bytes, w.records
+			if isCorpus(round) {
+				want, records = wantCorpus, len(wantCorpus)/2
+			}
+			seen := checkRecordEpoch(t, mnt, 0, 1, want)
+			if len(seen) != records {
+				t.Fatalf("round %d: the epoch served %d records, the source holds %d", round, len(seen), records)
 			}
 			for key, n := range seen {
 				if n != 1 {
