@@ -103,13 +103,14 @@ func TestElasticResume(t *testing.T) {
 // TestExactResumeFetchesNothingBefore: a job that restarts at batch t opens
 // batch-t.tar and reads on. The store bytes fetched (stats.json) are exactly
 // the bytes of batches t.. : prefetch starts there and takes nothing before
-// it. Samples are larger than the 64 KiB merge gap, so no earlier sample can
-// ride along in a coalesced GET.
+// it. Samples are larger than the 256 KiB ride gap (prefetch.Config.RideGap),
+// so no sample is read twice in passing, and the bytes fetched are exactly
+// the samples': a sample before t could not hide among re-read bytes.
 func TestExactResumeFetchesNothingBefore(t *testing.T) {
 	_, urls := localStores(t, 3)
 	stores := "--stores=" + strings.Join(urls, ",")
-	src := writeSource(t, synth.Spec{Counts: []int{120, 60, 20}, MinSize: 70_000, MaxSize: 140_000, Seed: 71})
-	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=4MiB", src, "ds"); r.code != 0 {
+	src := writeSource(t, synth.Spec{Counts: []int{120, 60, 20}, MinSize: 270_000, MaxSize: 400_000, Seed: 71})
+	if r := run(t, time.Minute, nil, "ingest", stores, "--data=2", "--parity=1", "--shard-size=12MiB", src, "ds"); r.code != 0 {
 		t.Fatalf("ingest: %v", r)
 	}
 	mnt := mountShardfs(t, stores, "--batch-size=8", "--seed=3", "ds")

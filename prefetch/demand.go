@@ -38,7 +38,7 @@ func (r *Reader) fetchChunk(k cache.Key) func(context.Context) ([]byte, error) {
 		// every write into it has ended when readPieces returns (a hedged
 		// read's loser writes only its own buffer).
 		b := r.cache.Alloc(int(n))
-		err := r.src.readPieces(ctx, shard, []piece{{off, b}})
+		err := r.src.readPieces(ctx, shard, []piece{{off: off, buf: b}})
 		r.observeLatency(time.Since(start))
 		if err != nil {
 			r.cache.Free(b)

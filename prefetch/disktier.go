@@ -13,9 +13,12 @@ import (
 const maxDiskSample = 16 << 20
 
 // piece is a destination for the shard bytes [off, off+len(buf)).
+// joinPrev: the bytes between the piece before and this one may be read
+// in the same GET and dropped, however many (a span's ride, see schedule).
 type piece struct {
-	off int64
-	buf []byte
+	off      int64
+	buf      []byte
+	joinPrev bool
 }
 
 // source is how the reader gets verified shard bytes: a Fetcher that can
@@ -68,7 +71,7 @@ func (d direct) readPieces(ctx context.Context, shard int, pieces []piece) error
 	for i := 0; i < len(pieces); {
 		z := pieces[i].off + int64(len(pieces[i].buf))
 		j := i + 1
-		for ; j < len(pieces) && pieces[j].off-z <= d.mergeGap; j++ {
+		for ; j < len(pieces) && (pieces[j].off-z <= d.mergeGap || pieces[j].joinPrev); j++ {
 			z = pieces[j].off + int64(len(pieces[j].buf))
 		}
 		if err := readRun(ctx, d, shard, pieces[i:j], d.mergeGap); err != nil {
@@ -104,7 +107,7 @@ func (t *DiskTier) Unwrap() Fetcher { return t.next.Fetcher }
 // ReadRange returns the verified bytes [off, off+n) of shard.
 func (t *DiskTier) ReadRange(ctx context.Context, shard int, off, n int64) ([]byte, error) {
 	out := make([]byte, n)
-	return out, t.readPieces(ctx, shard, []piece{{off, out}})
+	return out, t.readPieces(ctx, shard, []piece{{off: off, buf: out}})
 }
 
 // ReadRangeV fills bufs in turn with the verified bytes of shard from off.
@@ -112,7 +115,7 @@ func (t *DiskTier) ReadRangeV(ctx context.Context, shard int, off int64, bufs []
 	pieces := make([]piece, 0, len(bufs))
 	for _, b := range bufs {
 		if len(b) > 0 {
-			pieces = append(pieces, piece{off, b})
+			pieces = append(pieces, piece{off: off, buf: b})
 			off += int64(len(b))
 		}
 	}

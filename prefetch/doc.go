@@ -35,7 +35,7 @@
 //	handle.go    Handle, one open file: its extents and its position
 //	stream.go    one open rank-epoch: its handles' positions, and each
 //	             sample's next use, which the cache evicts by
-//	sched.go     what each stream fetches next: targets, spans, bridging
+//	sched.go     what each stream fetches next: targets, spans, bridging, rides
 //	             and the fetch of a span
 //	uses.go      memberIndex: the members of a rank-epoch that read a
 //	             sample, for the next use the cache evicts by

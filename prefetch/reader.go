@@ -54,12 +54,17 @@ type Config struct {
 	// stores' request slots less the demand GETs'. 0: PrefetchGET, a
 	// fixed depth.
 	MaxPrefetchGET int
-	DemandGET      int           // concurrent demand GETs
-	MaxGET         int64         // largest coalesced GET
-	MergeGap       int64         // merge ranges on a shard this close
-	ReadTimeout    time.Duration // bound on one backend read
-	Disabled       bool          // no prefetch: every miss is a demand read
-	IdleAfter      time.Duration // a rank-epoch without readers this long is dropped
+	DemandGET      int   // concurrent demand GETs
+	MaxGET         int64 // largest coalesced GET
+	MergeGap       int64 // merge ranges on a shard this close
+	// RideGap joins two ranges of a prefetch span across at most this
+	// many bytes of samples the mount has fetched already, cached or read
+	// by an open rank-epoch: the GET reads them too and drops them
+	// (schedule). Samples still to be read, not cached, never ride.
+	RideGap     int64
+	ReadTimeout time.Duration // bound on one backend read
+	Disabled    bool          // no prefetch: every miss is a demand read
+	IdleAfter   time.Duration // a rank-epoch without readers this long is dropped
 	// Disk, if set, is the persistent tier below the memory cache: the
 	// reader fetches through a DiskTier in front of its Fetcher.
 	Disk *cache.Disk
@@ -71,12 +76,12 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{ChunkSize: 1 << 20, Budget: 512 << 20, InFlight: 64 << 20, MinLead: 64 << 20, Margin: 2 * time.Second,
-		PrefetchGET: 64, DemandGET: 32, MaxGET: 8 << 20, MergeGap: 64 << 10, ReadTimeout: 30 * time.Second}
+		PrefetchGET: 64, DemandGET: 32, MaxGET: 8 << 20, MergeGap: 64 << 10, RideGap: 256 << 10, ReadTimeout: 30 * time.Second}
 }
 
 func (c *Config) fill() {
 	d := DefaultConfig()
-	for _, f := range []struct{ v, def *int64 }{{&c.ChunkSize, &d.ChunkSize}, {&c.Budget, &d.Budget}, {&c.InFlight, &d.InFlight}, {&c.MinLead, &d.MinLead}, {&c.MaxGET, &d.MaxGET}, {&c.MergeGap, &d.MergeGap}} {
+	for _, f := range []struct{ v, def *int64 }{{&c.ChunkSize, &d.ChunkSize}, {&c.Budget, &d.Budget}, {&c.InFlight, &d.InFlight}, {&c.MinLead, &d.MinLead}, {&c.MaxGET, &d.MaxGET}, {&c.MergeGap, &d.MergeGap}, {&c.RideGap, &d.RideGap}} {
 		if *f.v <= 0 {
 			*f.v = *f.def
 		}

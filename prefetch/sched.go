@@ -133,7 +133,9 @@ type span struct {
 // are at most MergeGap bytes, or when every one of them is cached, in flight
 // or read by an open reader within horizon bytes (its next use, as the cache's
 // NextUse gives it): then they are fetched too, and a window's shards stream in large
-// GETs instead of one GET per sample. Each span's chunks
+// GETs instead of one GET per sample. They are also joined across at most
+// RideGap bytes of samples the mount has fetched already, cached or read (a
+// ride, fetchedAlready): the GET reads those and drops them. Each span's chunks
 // are claimed (and their bytes reserved in the cache's budget) only when its
 // GET is issued, so a reader never waits on a claim that is still queued
 // behind other prefetches: it fetches on demand. It returns false when the
@@ -179,7 +181,8 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 					continue
 				}
 				bridge, ok := r.bridge(l.shard, last.end, l.off, horizon)
-				if l.off-last.end <= r.cfg.MergeGap || ok {
+				gap := l.off - last.end
+				if gap <= r.cfg.MergeGap || ok || (gap <= r.cfg.RideGap && r.fetchedAlready(l.shard, last.end, l.off)) {
 					last.end = l.end
 					last.keys = append(append(last.keys, bridge...), l.k)
 					last.first = min(last.first, l.member)
@@ -216,11 +219,63 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 	return true
 }
 
+// fetchedAlready reports whether every sample of shard lying in [from,
+// to) is cached, or read already by an open rank-epoch: bytes the mount
+// has fetched once and will not fetch for them again. A span may then read
+// them in passing and drop them (a ride, Config.RideGap): each ride saves
+// a GET, and a GET costs the stores, the proxy and the daemon as much CPU
+// as a few hundred KiB read. A sample still to be read and not cached never
+// rides: dropped, it would be fetched again when due (in global order with
+// a small cache that read 87 MB for 49 MB needed, and starved the depth),
+// and a sample nobody reads, before or after, never rides: a job resumed
+// at batch t fetches nothing before it.
+func (r *Reader) fetchedAlready(shard int, from, to int64) bool {
+	if !r.cat.Complete(shard) {
+		return false
+	}
+	first, count := r.cat.ShardSamples(shard)
+	i := first + sort.Search(count, func(i int) bool {
+		_, o, size := r.cat.Locate(first + i)
+		return o+size > from
+	})
+	for ; i < first+count; i++ {
+		_, o, size := r.cat.Locate(i)
+		if o >= to {
+			break
+		}
+		k := cache.Key{Sample: int64(i)}
+		if size > r.cfg.ChunkSize || (!r.cache.Contains(k) && !r.readAlready(k.Sample)) {
+			return false
+		}
+	}
+	return true
+}
+
+// readAlready reports whether some open rank-epoch has read sample smp.
+func (r *Reader) readAlready(smp int64) bool {
+	for _, s := range *r.live.Load() {
+		m := s.uses.first(smp)
+		if m < 0 {
+			continue
+		}
+		if s.wasRead(int(m)) {
+			return true
+		}
+		for _, i := range s.uses.all(smp) {
+			if s.wasRead(int(i)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // bridge reports whether the samples of shard lying in [from, to) may join
 // their neighbours' span: each is cached or in flight, or is one chunk whose
 // next read is within horizon bytes. It returns the keys of the latter, to
-// be claimed with the span. readPieces never reads the former again: the
-// span's GET splits around them when they are more than MergeGap long.
+// be claimed with the span. The span's GET reads the former again, and
+// drops them, where they are at most RideGap long, and splits around them
+// where longer (fetchSpan).
 func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) {
 	if to-from > r.cfg.MaxGET || !r.cat.Complete(shard) {
 		return nil, false
@@ -270,8 +325,18 @@ func (r *Reader) fetchSpan(sp span) {
 			}
 			return
 		}
-		pieces[i] = piece{off, r.cache.Alloc(int(n))}
+		pieces[i] = piece{off: off, buf: r.cache.Alloc(int(n))}
 		total += n
+	}
+	// Every gap between the pieces is bytes this mount has fetched: a ride
+	// schedule chose (fetchedAlready), chunks cached or in flight that bridge
+	// passed over, or a chunk a reader claimed on demand since. One GET
+	// reads through it and drops it, up to RideGap; a longer one is split
+	// around, and not read twice.
+	for i := 1; i < len(pieces); i++ {
+		if pieces[i].off-(pieces[i-1].off+int64(len(pieces[i-1].buf))) <= r.cfg.RideGap {
+			pieces[i].joinPrev = true
+		}
 	}
 	// Keys were claimed in shard order; a repeated chunk was skipped.
 	err := r.src.readPieces(ctx, sp.shard, pieces)

@@ -10,6 +10,7 @@ import (
 	"github.com/shardfs/shardfs/cache"
 	"github.com/shardfs/shardfs/internal/synth"
 	"github.com/shardfs/shardfs/internal/testds"
+	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/metrics"
 	"github.com/shardfs/shardfs/repository"
 )
@@ -37,27 +38,42 @@ func (l *rangeLog) ReadRangeV(ctx context.Context, shard int, off int64, bufs []
 	return l.Fetcher.ReadRangeV(ctx, shard, off, bufs)
 }
 
-// TestSpanSkipsWhatItDidNotClaim: a prefetch span planned over samples
-// a, b, c whose middle sample was meanwhile fetched on demand (so the span
-// claims only a and c) must not read b's bytes again. Found by
-// integration/TestExactResumeFetchesNothingBefore under load: one sample
-// of the resumed batch was fetched twice.
-func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
+// neighbours is a reader with default settings over a dataset of 30
+// samples of 100-120 kB, whose stores' ranges it logs, and the first of
+// three neighbours in shard 0.
+func neighbours(t *testing.T, seed uint64) (*testds.DS, *rangeLog, *Reader, int) {
+	t.Helper()
+	return neighboursWith(t, seed, DefaultConfig())
+}
+
+// neighboursWith is neighbours with the reader's settings.
+func neighboursWith(t *testing.T, seed uint64, cfg Config) (*testds.DS, *rangeLog, *Reader, int) {
+	t.Helper()
 	met := metrics.New(make([]string, 6))
-	ds := testds.New(t, synth.Spec{Counts: []int{30}, MinSize: 100_000, MaxSize: 120_000, Seed: 7}, met)
+	ds := testds.New(t, synth.Spec{Counts: []int{30}, MinSize: 100_000, MaxSize: 120_000, Seed: seed}, met)
 	cat := repository.ManifestCatalog{M: ds.Manifest}
 	log := &rangeLog{Fetcher: ds}
-	r := New(log, cat, cache.New(64<<20, nil), met, DefaultConfig(), nil)
-	defer r.Close()
-	// Three neighbours in one shard.
+	r := New(log, cat, cache.New(64<<20, nil), met, cfg, nil)
+	t.Cleanup(func() { r.Close() })
 	first, count := cat.ShardSamples(0)
 	if count < 3 {
 		t.Fatalf("shard 0 holds %d samples, want 3 or more", count)
 	}
+	return ds, log, r, first
+}
+
+// TestSpanSkipsWhatItDidNotClaim: a prefetch span planned over samples
+// a, b, c whose middle sample was meanwhile fetched on demand (so the span
+// claims only a and c) reads b's bytes again only when asked to (joinPrev:
+// fetchSpan asks within RideGap, never beyond). Found by
+// integration/TestExactResumeFetchesNothingBefore under load: one sample
+// of the resumed batch was fetched twice.
+func TestSpanSkipsWhatItDidNotClaim(t *testing.T) {
+	ds, log, r, first := neighbours(t, 7)
 	a, c := cache.Key{Sample: int64(first)}, cache.Key{Sample: int64(first + 2)}
 	shard, aOff, aLen := r.chunkRange(a)
 	_, cOff, cLen := r.chunkRange(c)
-	pieces := []piece{{aOff, make([]byte, aLen)}, {cOff, make([]byte, cLen)}}
+	pieces := []piece{{off: aOff, buf: make([]byte, aLen)}, {off: cOff, buf: make([]byte, cLen)}}
 	if err := r.src.readPieces(context.Background(), shard, pieces); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +119,7 @@ func TestSpanReadsIntoItsPieces(t *testing.T) {
 		if shard != 0 {
 			t.Fatalf("sample %d in shard %d", i, shard)
 		}
-		pieces = append(pieces, piece{off, make([]byte, n)})
+		pieces = append(pieces, piece{off: off, buf: make([]byte, n)})
 		want = off + n - pieces[0].off
 	}
 	if err := r.src.readPieces(context.Background(), 0, pieces); err != nil {
@@ -120,5 +136,83 @@ func TestSpanReadsIntoItsPieces(t *testing.T) {
 	}
 	if len(log.ranges) != 1 || log.ranges[0] != [2]int64{pieces[0].off, want} {
 		t.Fatalf("ranges %v, want one GET [%d, +%d)", log.ranges, pieces[0].off, want)
+	}
+}
+
+// TestSpanRidesOnlyFetchedSamples: a span reads through the gap between
+// two of its pieces only where schedule found a ride (joinPrev): samples
+// the mount has fetched already, cached or read by an open rank-epoch. A
+// sample that nobody reads again, or that an open rank-epoch reads later
+// and is not cached, is never a ride: dropped, it would be fetched again.
+func TestSpanRidesOnlyFetchedSamples(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Disabled = true // the open epoch's positions only: nothing is fetched behind the test's back
+	ds, log, r, first := neighboursWith(t, 8, cfg)
+	a, b, c := cache.Key{Sample: int64(first)}, cache.Key{Sample: int64(first + 1)}, cache.Key{Sample: int64(first + 2)}
+	shard, aOff, aLen := r.chunkRange(a)
+	_, bOff, bLen := r.chunkRange(b)
+	_, cOff, cLen := r.chunkRange(c)
+	if gap := cOff - (aOff + aLen); gap <= r.cfg.MergeGap || gap > r.cfg.RideGap {
+		t.Fatalf("the gap between a and c is %d bytes: want more than MergeGap %d, at most RideGap %d", gap, r.cfg.MergeGap, r.cfg.RideGap)
+	}
+
+	// No rank-epoch is open and b is not cached: nobody reads it again.
+	if r.fetchedAlready(shard, aOff+aLen, cOff) {
+		t.Fatal("a sample nobody reads again, not cached, was taken for a ride")
+	}
+	// An epoch is open at its start: it reads b later, and b is not cached.
+	in, _ := repository.LayoutInput(ds.Manifest)
+	o, err := layout.Order(in, layout.Params{World: 1, Batch: 5, Alpha: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := layout.NewMembers(o, repository.ManifestCatalog{M: ds.Manifest})
+	h := r.Open(members.Epoch())
+	defer h.Close()
+	if r.fetchedAlready(shard, aOff+aLen, cOff) {
+		t.Fatal("a sample an open epoch reads later, not cached, was taken for a ride")
+	}
+	// Read by it (and not cached), b rides.
+	mb := -1
+	for i := range members.Len() {
+		if int64(members.Sample(i)) == b.Sample {
+			mb = i
+		}
+	}
+	if mb < 0 {
+		t.Fatal("the epoch does not read b")
+	}
+	h.st.markRead(mb)
+	if !r.fetchedAlready(shard, aOff+aLen, cOff) {
+		t.Fatal("a sample an open epoch has read was not taken for a ride")
+	}
+	h.Close()
+	// Cached, b rides.
+	held, _, err := r.cache.Get(context.Background(), b, r.fetchChunk(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cache.Release(held)
+	if !r.fetchedAlready(shard, bOff, bOff+bLen) {
+		t.Fatal("a cached sample was not taken for a ride")
+	}
+
+	// A ride is one GET over a, b and c, and a and c hold their own bytes.
+	log.ranges = nil
+	pieces := []piece{{off: aOff, buf: make([]byte, aLen)}, {off: cOff, buf: make([]byte, cLen), joinPrev: true}}
+	if err := r.src.readPieces(context.Background(), shard, pieces); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pieces {
+		want, err := ds.ReadRange(context.Background(), shard, p.off, int64(len(p.buf)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(p.buf, want) {
+			t.Fatalf("piece at %d: wrong bytes", p.off)
+		}
+	}
+	if len(log.ranges) != 1 || log.ranges[0] != [2]int64{aOff, cOff + cLen - aOff} {
+		t.Fatalf("a ride asked ranges %v, want one GET [%d, +%d)", log.ranges, aOff, cOff+cLen-aOff)
 	}
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // gapPool holds the buffers that take the bytes between a GET's pieces
-// (at most MergeGap each), read only to be dropped.
+// (at most MergeGap each, or a ride's RideGap), read only to be dropped.
 var gapPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // readRun fills pieces (sorted, not overlapping) with one GET from the
