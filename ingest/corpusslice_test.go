@@ -207,8 +207,9 @@ func TestCorpusSlicePartsReadOnlyTheirSlice(t *testing.T) {
 	stores := localStores(t, t.TempDir(), 3)
 	o := ScanOptions{Strata: []string{"source"}, Members: []MemberField{{"text", "txt"}}, KeyField: "id"}
 	opts := Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 32 << 10, BlockSize: 4096, Seed: 5}
+	var mu sync.Mutex // parts open the corpus at once
 	var counted []*countingCorpus
-	countCorpusReads(t, func(c *countingCorpus) { counted = append(counted, c) })
+	countCorpusReads(t, func(c *countingCorpus) { mu.Lock(); counted = append(counted, c); mu.Unlock() })
 	part := func(p Part) error {
 		st, err := OpenStream(corpus, o)
 		if err != nil {
