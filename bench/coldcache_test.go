@@ -58,6 +58,7 @@ func coldCache(t *testing.T, r *report, work string) {
 		rate, getsPerSample, depth float64
 		amplification              float64    // bytes fetched ÷ bytes served (stats.json)
 		cpu                        [3]float64 // CPU seconds a sample: MinIO, toxiproxy, the mount
+		faults                     float64    // the mount's minor page faults a sample
 	}
 	n := 0
 	epoch := func(order, cache string, ms int) outcome {
@@ -78,6 +79,7 @@ func coldCache(t *testing.T, r *report, work string) {
 		for i, pid := range procs {
 			cpu0[i] = procCPU(t, pid)
 		}
+		faults0 := procMinorFaults(t, d.cmd.Process.Pid)
 		start := time.Now()
 		var wg sync.WaitGroup
 		for w := range 16 {
@@ -98,6 +100,7 @@ func coldCache(t *testing.T, r *report, work string) {
 		for i, pid := range procs {
 			cpu[i] = (procCPU(t, pid) - cpu0[i]) / float64(nb*batch)
 		}
+		faults := (procMinorFaults(t, d.cmd.Process.Pid) - faults0) / float64(nb*batch)
 		var st struct {
 			Amplification float64          `json:"read_amplification"`
 			GETs          map[string]int64 `json:"gets_by_kind"`
@@ -112,7 +115,7 @@ func coldCache(t *testing.T, r *report, work string) {
 		for _, g := range st.GETs {
 			gets += g
 		}
-		return outcome{rate, float64(gets) / float64(nb*batch), st.Depth.Slots, st.Amplification, cpu}
+		return outcome{rate, float64(gets) / float64(nb*batch), st.Depth.Slots, st.Amplification, cpu, faults}
 	}
 	measure := func(order, cache string, ms int) (rate stat, last outcome) {
 		rate = repeat(func() float64 { last = epoch(order, cache, ms); return last.rate })
@@ -124,12 +127,12 @@ func coldCache(t *testing.T, r *report, work string) {
 
 	r.printf("\n## A cold epoch when the dataset is bigger than the cache, and as latency grows (issue 57)\n\n")
 	r.printf("%d samples of 48 KiB (%.0f MB), RS(4,2) on one MinIO behind toxiproxy; 16 threads read rank 0's batch tars (batches of %d), a fresh mount per case. GETs/sample, bytes fetched ÷ bytes served and the prefetch depth are the last repetition's (stats.json).\n\n", samples, float64(total)/1e6, batch)
-	r.printf("| order, 20 ms | cache holds it all (samples/s) | cache a quarter of it | quarter ÷ all | GETs/sample all, quarter | fetched ÷ served all, quarter | depth all, quarter | CPU ms/sample all: MinIO, toxiproxy, mount | the same, quarter |\n|---|---|---|---|---|---|---|---|---|\n")
+	r.printf("| order, 20 ms | cache holds it all (samples/s) | cache a quarter of it | quarter ÷ all | GETs/sample all, quarter | fetched ÷ served all, quarter | depth all, quarter | CPU ms/sample all: MinIO, toxiproxy, mount | the same, quarter | the mount's minor page faults a sample, all, quarter |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	var floor []string
 	for _, order := range []string{"global", "window"} {
 		a, oa := measure(order, all, 20)
 		q, oq := measure(order, quarter, 20)
-		r.printf("| %s | %s | %s | **%.2f×** | %.2f, %.2f | %.2f, %.2f | %.0f, %.0f | %s | %s |\n", order, a, q, q.med/a.med, oa.getsPerSample, oq.getsPerSample, oa.amplification, oq.amplification, oa.depth, oq.depth, cpuMS(oa), cpuMS(oq))
+		r.printf("| %s | %s | %s | **%.2f×** | %.2f, %.2f | %.2f, %.2f | %.0f, %.0f | %s | %s | %.1f, %.1f |\n", order, a, q, q.med/a.med, oa.getsPerSample, oq.getsPerSample, oa.amplification, oq.amplification, oa.depth, oq.depth, cpuMS(oa), cpuMS(oq), oa.faults, oq.faults)
 		// The stores' and the proxy's CPU per GET in the quarter's case,
 		// and what it allows on this machine's cores at the quarter's
 		// GETs per sample, the mount's own CPU counted as nothing.

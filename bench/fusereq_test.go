@@ -142,3 +142,17 @@ func procCPU(t *testing.T, pid int) float64 {
 	s, _ := strconv.ParseFloat(f[12], 64)
 	return (u + s) / 100 // USER_HZ
 }
+
+// procMinorFaults is the minor page faults of process pid so far: each a
+// first touch of memory (or a page the kernel took back), which costs CPU
+// that procCPU counts as system time.
+func procMinorFaults(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	n, _ := strconv.ParseFloat(f[7], 64) // minflt, the stat's tenth field
+	return n
+}
