@@ -324,3 +324,53 @@ func TestCorpusSliceNamesLinesByTheirOffset(t *testing.T) {
 		t.Fatalf("a part of a corpus keyed by line number: %v", err)
 	}
 }
+
+// A slice that holds only blank lines is a part with no records, not a
+// refusal: a corpus that ends in a run of blank lines, in 4 parts, commits
+// and serves every record. A corpus of blank lines alone commits nothing.
+func TestCorpusSliceOfBlankLinesIsAnEmptyPart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var lines strings.Builder
+	want := map[string]map[string][]byte{}
+	for i := range 30 {
+		fmt.Fprintf(&lines, "{\"id\": \"d%02d\", \"text\": \"t%d\", \"source\": \"web\"}\n", i, i)
+		want[fmt.Sprintf("d%02d", i)] = map[string][]byte{"txt": []byte(fmt.Sprint("t", i)), "json": []byte(fmt.Sprintf(`{"id":"d%02d","source":"web"}`, i))}
+	}
+	lines.WriteString(strings.Repeat("\n", 2000) + strings.Repeat(" \t\r\n", 1000))
+	o := ScanOptions{Strata: []string{"source"}, Members: []MemberField{{"text", "txt"}}, KeyField: "id"}
+	for _, tc := range []struct {
+		name, body string
+		records    int
+	}{{"trailing blank lines", lines.String(), 30}, {"blank lines only", strings.Repeat("\n", 4000), 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			corpus := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".jsonl")
+			if err := os.WriteFile(corpus, []byte(tc.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			stores := localStores(t, t.TempDir(), 3)
+			for i := range 4 {
+				st, err := OpenStream(corpus, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = RunSlicePart(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 32 << 10, BlockSize: 4096}, Part{i, 4}, "job-3")
+				st.Close()
+				if err != nil {
+					t.Fatalf("part %d/4: %v", i, err)
+				}
+			}
+			res, err := Commit(ctx, CommitOptions{Name: "ds", Stores: stores})
+			if tc.records == 0 {
+				if !errors.Is(err, ErrEmpty) {
+					t.Fatalf("a corpus of blank lines: %v %+v, want it refused as empty", err, res)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			recordsBack(t, stores, "ds", want)
+		})
+	}
+}

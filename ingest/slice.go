@@ -161,7 +161,13 @@ func RunSlicePart(ctx context.Context, st *Stream, opts Options, part Part, job 
 		Seed: opts.Seed, Data: opts.Data, Parity: opts.Parity, BlockSize: opts.BlockSize, ShardSize: opts.ShardSize, Segment: seg}
 	res := &PartResult{IngestID: id, Part: part}
 	if !st.sliceEmpty {
-		if err := streamSlice(ctx, st, opts, codec, seg, rec, res, log); err != nil {
+		err := streamSlice(ctx, st, opts, codec, seg, rec, res, log)
+		if errors.Is(err, ErrEmpty) && st.chunks == 0 {
+			// The slice holds no record (blank lines, empty tar shards):
+			// nothing was written, and its part is done, with no shards.
+			err = nil
+		}
+		if err != nil {
 			if errors.Is(err, ErrSourceChanged) {
 				return nil, sourceChanged(opts.Name, part, id, err, false)
 			}
