@@ -129,15 +129,21 @@ func ddCPU(t *testing.T, pid int, file string, passes int) (cpu, wall float64) {
 	return procCPU(t, pid) - c0, time.Since(start).Seconds()
 }
 
-// procCPU is pid's user + system CPU seconds.
-func procCPU(t *testing.T, pid int) float64 {
+// procStat returns the fields of pid's /proc stat after the command name
+// (which may hold spaces, in parentheses): the stat's third field on.
+func procStat(t *testing.T, pid int) []string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Fields after the command name (which may hold spaces) in parentheses.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+}
+
+// procCPU is pid's user + system CPU seconds.
+func procCPU(t *testing.T, pid int) float64 {
+	t.Helper()
+	f := procStat(t, pid)
 	u, _ := strconv.ParseFloat(f[11], 64)
 	s, _ := strconv.ParseFloat(f[12], 64)
 	return (u + s) / 100 // USER_HZ
@@ -148,11 +154,6 @@ func procCPU(t *testing.T, pid int) float64 {
 // that procCPU counts as system time.
 func procMinorFaults(t *testing.T, pid int) float64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	n, _ := strconv.ParseFloat(f[7], 64) // minflt, the stat's tenth field
+	n, _ := strconv.ParseFloat(procStat(t, pid)[7], 64) // minflt, the stat's tenth field
 	return n
 }
