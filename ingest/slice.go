@@ -108,7 +108,7 @@ func sliceJobID(st *Stream, opts Options, job string, parts int) string {
 }
 
 // sliceSegmentID is the ingest id part i's shards are stored under.
-func sliceSegmentID(job string, i int) string { return fmt.Sprintf("%s-p%06d", job, i) }
+func sliceSegmentID(job string, i int) string { return repository.SliceSegmentID(job, i) }
 
 // RunSlicePart runs part of a distributed ingest of the WebDataset shards
 // st reads: it streams the part's slice of them (reading nothing else of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -166,5 +167,65 @@ func TestSlicePartsCommitRefusesAKeyTwoPartsShare(t *testing.T) {
 	}
 	if _, err := repository.Open(ctx, stores, "ds", repository.Options{}); err == nil {
 		t.Fatal("a refused commit committed")
+	}
+}
+
+// A commit of slice parts is stopped at every kind of moment: a kill
+// (every write after a random one fails) and a random store failing a
+// random write, over the whole commit, its cleanup included. After each
+// stopped try, the name is invisible or serves every record; a rerun
+// without faults then commits or finishes what was committed, serves
+// every record byte for byte, verifies, and leaves no part object: not
+// a record, a piece of keys, nor a segment's started mark.
+func TestSlicePartsCommitUnderKillsAndStoreFailures(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	want := writeShards(t, dir, 8, 20)
+	rng := rand.New(rand.NewPCG(59, 7))
+	// The writes and deletes of a commit without faults bound the kills.
+	counting, failing := stoppingStores(localStores(t, t.TempDir(), 3), rng, 1<<30, 1)
+	counting[failing].(*stopping).failAt = 0
+	if _, err := sliceParts(t, dir, counting, 4, 3); err != nil {
+		t.Fatal(err)
+	}
+	counting[0].(*stopping).budget.Store(1 << 30)
+	if _, err := Commit(ctx, CommitOptions{Name: "ds", Stores: counting}); err != nil {
+		t.Fatal(err)
+	}
+	writes := 1<<30 - int(counting[0].(*stopping).budget.Load())
+	trials := 16
+	if testing.Short() {
+		trials = 6
+	}
+	for trial := range trials {
+		base := localStores(t, t.TempDir(), 3)
+		if _, err := sliceParts(t, dir, base, 4, 2+trial%2); err != nil {
+			t.Fatal(err)
+		}
+		killAfter := rng.IntN(writes + 1)
+		stores, failing := stoppingStores(base, rng, killAfter, writes)
+		_, err := Commit(ctx, CommitOptions{Name: "ds", Stores: stores})
+		t.Logf("trial %d: killed after %d of %d writes, store %d fails its write %d: %v", trial, killAfter, writes, failing, stores[failing].(*stopping).failAt, err)
+		if _, openErr := repository.Open(ctx, base, "ds", repository.Options{}); openErr == nil {
+			recordsBack(t, base, "ds", want)
+		} else if err == nil {
+			t.Fatalf("trial %d: the commit said it was done, and the dataset does not open: %v", trial, openErr)
+		}
+		for _, s := range base { // the stopped commit's lock goes as a kill would let it go
+			s.Delete(ctx, repository.LockKey("ds"))
+		}
+		if _, err := Commit(ctx, CommitOptions{Name: "ds", Stores: base}); err != nil && !errors.Is(err, ErrAlreadyCommitted) {
+			t.Fatalf("trial %d: the commit again, without faults: %v", trial, err)
+		}
+		ds := recordsBack(t, base, "ds", want)
+		rep, err := ds.Verify(ctx, nil)
+		if err != nil || len(rep.Damaged) != 0 || len(rep.Unrecoverable) != 0 || len(rep.BadSamples) != 0 {
+			t.Fatalf("trial %d: after the rerun: %v %+v", trial, err, rep)
+		}
+		for _, s := range base {
+			if left, _ := s.List(ctx, repository.PartPrefix("ds")); len(left) != 0 {
+				t.Fatalf("trial %d: part objects left after the rerun: %v", trial, left)
+			}
+		}
 	}
 }

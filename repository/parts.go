@@ -13,7 +13,9 @@ import (
 
 // PartRef is one object of a distributed ingest's parts on the stores
 // (PartPrefix): the record of part Index of Count of job Job, or, with
-// Count 0, another object of the job (its started mark).
+// Count 0, another object of the job: its started mark, a piece of a
+// part's sorted keys, or the started mark of one of its parts' segments
+// (SliceSegmentID), which belongs to the job as well.
 type PartRef struct {
 	Job          string
 	Index, Count int
@@ -49,7 +51,7 @@ func ListParts(ctx context.Context, stores []backend.Store, name string) ([]Part
 		if !ok {
 			continue
 		}
-		r := PartRef{Job: job, object: Object{k}}
+		r := PartRef{Job: segmentJob(job), object: Object{k}}
 		var i, n int
 		if _, err := fmt.Sscanf(file, "part-%06d-of-%06d", &i, &n); err == nil && n > 0 {
 			r.Index, r.Count = i, n
@@ -57,6 +59,33 @@ func ListParts(ctx context.Context, stores []backend.Store, name string) ([]Part
 		refs = append(refs, r)
 	}
 	return refs, nil
+}
+
+// SliceSegmentID is the ingest id that part i of distributed ingest job
+// stores its shards under, when each part reads only its slice of the
+// source and writes a segment of its own.
+func SliceSegmentID(job string, i int) string { return fmt.Sprintf("%s-p%06d", job, i) }
+
+// segmentJob is the distributed ingest that the part objects under id
+// belong to: the job itself, or, for a part's segment (SliceSegmentID),
+// the job of that part. A commit that drops the objects of its job then
+// drops its segments' started marks too, where a commit stopped in its
+// cleanup left some; else they would read as an ingest of their own
+// that started and never finished.
+func segmentJob(id string) string {
+	job, digits, ok := cutLast(id, "-p")
+	if !ok || len(digits) != 6 || strings.Trim(digits, "0123456789") != "" {
+		return id
+	}
+	return job
+}
+
+// cutLast slices s around the last instance of sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
 }
 
 // DropParts deletes the part objects of job from every store (the parts of
