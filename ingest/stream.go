@@ -622,6 +622,9 @@ func eachChunk(ctx context.Context, st *Stream, first *Source, opts Options, ing
 	shards := 0
 	for chunk := 0; ; chunk++ {
 		src, err := first, error(nil)
+		// The first chunk is dropped once taken: held here, its records
+		// and their bytes stayed live through every chunk after it.
+		first = nil
 		if chunk > 0 {
 			src, err = st.chunk(ctx, carry)
 		}

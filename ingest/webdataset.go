@@ -394,7 +394,10 @@ func recordSource(s *Source, what string, o ScanOptions, batches []recordBatch) 
 			return nil, fmt.Errorf("%s: no record's .json member has the field %q (fields: %s)", what, f, strings.Join(s.Fields, ", "))
 		}
 	}
-	s.Items = make([]Item, 0, n)
+	if cap(s.Items) < n { // a stream's chunk made room for its carried items too
+		s.Items = make([]Item, 0, n)
+	}
+	s.Items = s.Items[:0]
 	for b := range batches {
 		batch := &batches[b]
 		global := make([]uint16, len(batch.names)) // the batch's member names' indexes in s.Members
