@@ -702,7 +702,7 @@ func pickIngest(name string, parts []repository.PartRef, want string) (string, i
 	case len(complete) > 1:
 		return "", 0, fmt.Errorf("commit %s: the parts of several ingests are all done (%s): pick one with --ingest-id", name, strings.Join(complete, ", "))
 	case len(notes) > 0:
-		return "", 0, fmt.Errorf("commit %s: no distributed ingest has all its parts: %s; run shardfs ingest --part for each missing part (a part that died is simply rerun), then commit again", name, strings.Join(notes, "; "))
+		return "", 0, fmt.Errorf("commit %s: no distributed ingest has all its parts: %s; run shardfs ingest --part for each missing part (a part that died is simply rerun), then commit again; an ingest that will not finish is dropped with shardfs commit --abandon INGEST_ID", name, strings.Join(notes, "; "))
 	}
 	return "", 0, fmt.Errorf("commit %s: no parts of a distributed ingest on these stores: run shardfs ingest --part I/N ... first", name)
 }
@@ -1071,4 +1071,29 @@ func checkShards(ctx context.Context, name string, first, shards, parts int, par
 	}
 	return fmt.Errorf("commit %s: %s (%s): rerun shardfs ingest --part %s, then commit again; nothing was committed",
 		name, what, strings.Join(problems, "; "), strings.Join(again, ", --part "))
+}
+
+// Abandon deletes the distributed ingest copts.IngestID of copts.Name,
+// one that will not be committed, under the ingest lock: its parts'
+// records, keys and marks, and the fragments and indexes they wrote
+// (repository.Txn.AbandonJob, which says why nothing committed goes).
+func Abandon(ctx context.Context, copts CommitOptions) (repository.AbandonReport, error) {
+	opts := Options{Name: copts.Name, Stores: copts.Stores, Logger: copts.Logger, Lock: copts.Lock}
+	log := opts.logger()
+	if err := repository.CheckName(opts.Name); err != nil {
+		return repository.AbandonReport{}, err
+	}
+	if err := backend.CheckDistinct(opts.Stores); err != nil {
+		return repository.AbandonReport{}, err
+	}
+	if err := pingAll(ctx, opts.Stores); err != nil {
+		return repository.AbandonReport{}, err
+	}
+	opts.Lock.Logger = log
+	txn, ctx, err := repository.Begin(ctx, opts.Stores, opts.Name, "abandon-"+copts.IngestID, opts.Lock, log)
+	if err != nil {
+		return repository.AbandonReport{}, fmt.Errorf("abandon ingest %s of %s: %w", copts.IngestID, opts.Name, err)
+	}
+	defer txn.Release(context.WithoutCancel(ctx))
+	return txn.AbandonJob(ctx, copts.IngestID)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -164,4 +165,70 @@ func TestDistributedIngest(t *testing.T) {
 	if m := tarMembers(t, mustRead(t, filepath.Join(dist, "epochs/0000/rank-000/epoch.tar"))); len(m) != 2*672 {
 		t.Fatalf("epoch tar holds %d members, want 672 samples and 672 labels", len(m))
 	}
+}
+
+// A distributed ingest that will not be committed (two of its three
+// parts ran, replacing a committed dataset) is dropped with commit
+// --abandon, which the refusing commit names: its part objects and the
+// fragments and indexes they wrote leave every store, the committed
+// dataset still verifies and serves every sample, and a commit then finds
+// nothing pending. An id the stores hold nothing of is refused.
+func TestAbandonADistributedIngestOnMinIO(t *testing.T) {
+	c := sharedCluster(t, 3)
+	src := writeSource(t, synth.Imbalanced(240, 3, 0.7, 2_000, 20_000, 13))
+	stores := "--stores=" + strings.Join(c.urls, ",")
+	common := []string{"ingest", stores, "--data=2", "--parity=1", "--shard-size=256KiB"}
+	const name = "abandoned"
+	if r := run(t, 2*time.Minute, nil, append(common, src, name)...); r.code != 0 {
+		t.Fatalf("ingest: %v", r)
+	}
+	other := writeSource(t, synth.Imbalanced(300, 3, 0.5, 2_000, 20_000, 14))
+	for i := range 2 {
+		if r := run(t, 2*time.Minute, nil, append(common, "--force", fmt.Sprintf("--part=%d/3", i), "--job=left", other, name)...); r.code != 0 {
+			t.Fatalf("part %d/3: %v", i, r)
+		}
+	}
+	r := run(t, time.Minute, nil, "commit", stores, name)
+	m := regexp.MustCompile(`ingest (job-[0-9a-f]+) lacks parts 2/3`).FindStringSubmatch(r.stderr)
+	if r.code == 0 || m == nil || !strings.Contains(r.stderr, "shardfs commit --abandon INGEST_ID") {
+		t.Fatalf("a commit of 2 of 3 parts: %v", r)
+	}
+	job := m[1]
+	jobObjects := func() []string {
+		var left []string
+		for _, s := range c.clients(t) {
+			for _, prefix := range []string{name + "/parts/", name + "/data/", name + "/index/", name + "/group/"} {
+				keys, err := s.List(t.Context(), prefix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range keys {
+					if strings.HasPrefix(k, prefix+job) {
+						left = append(left, k)
+					}
+				}
+			}
+		}
+		return left
+	}
+	if len(jobObjects()) == 0 {
+		t.Fatal("the parts wrote nothing under their ingest id")
+	}
+	if r := run(t, time.Minute, nil, "commit", stores, "--abandon=job-0000000000000000", name); r.code == 0 || !strings.Contains(r.stderr, "nothing of the ingest is on these stores") {
+		t.Fatalf("an abandon of an ingest the stores do not hold: %v", r)
+	}
+	r = run(t, time.Minute, nil, "commit", stores, "--abandon="+job, name)
+	if r.code != 0 || !regexp.MustCompile(`abandoned ingest `+job+` of `+name+`: deleted [3-9] part objects and [1-9]\d* fragment and index objects; nothing committed was touched`).MatchString(r.stdout) {
+		t.Fatalf("abandon: %v", r)
+	}
+	if left := jobObjects(); len(left) != 0 {
+		t.Fatalf("after the abandon the stores hold %d objects of it: %v", len(left), left)
+	}
+	if r := run(t, time.Minute, nil, "verify", stores, name); r.code != 0 {
+		t.Fatalf("verify after the abandon: %v", r)
+	}
+	if r := run(t, time.Minute, nil, "commit", stores, name); r.code != 0 || !strings.Contains(r.stdout, "nothing to do") {
+		t.Fatalf("a commit after the abandon: %v", r)
+	}
+	checkSampleTree(t, mountShardfs(t, stores, "--batch-size=16", name), src, 240)
 }

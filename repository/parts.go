@@ -128,3 +128,127 @@ func DeleteSlicePart(ctx context.Context, stores []backend.Store, name, job stri
 		s.Delete(ctx, PartStartedKey(name, segment))
 	}
 }
+
+// PartJob is the distributed ingest that the objects stored under ingest
+// id belong to: id itself, or, for a part's segment (SliceSegmentID), the
+// job of that part.
+func PartJob(id string) string { return segmentJob(id) }
+
+// ErrCommittedJob: the distributed ingest to abandon is committed.
+var ErrCommittedJob = errors.New("the ingest is committed")
+
+// ErrNothingToAbandon: the stores hold no object of the distributed
+// ingest to abandon.
+var ErrNothingToAbandon = errors.New("nothing of the ingest is on these stores")
+
+// AbandonReport says what AbandonJob deleted.
+type AbandonReport struct {
+	PartObjects int // part records, pieces of sorted keys, started marks
+	DataObjects int // fragments, shard indexes and group objects
+}
+
+// AbandonJob deletes distributed ingest job, one that will not be
+// committed (its parts refused, or it is not wanted): its part records,
+// its parts' sorted keys, its fragments, shard indexes and group objects
+// (under job and under its parts' segments), and last its started marks.
+// It fails with ErrCommittedJob, deleting nothing, when the dataset's
+// history names job; with ErrNothingToAbandon when the stores hold
+// nothing of it; and with the first store that could not list or delete,
+// having deleted what it could (a rerun deletes the rest).
+//
+// Why it deletes nothing current: the Txn holds the ingest lock, so no
+// commit runs until it ends; under it, the header read here is what is
+// committed, and no version in its history (historyIDs: every version's
+// ingest and every segment) is job or a segment of job. Readers read
+// manifests, indexes and fragments of those versions only, never part
+// objects. So each object deleted is one no kept version reads.
+//
+// Why a kill or a store failing at any moment leaves what a rerun
+// finishes: the part records go first, so that no commit can take the
+// job for a whole one (one with a record gone refuses, naming the parts
+// to rerun); then its keys and its data; the started marks go last, and
+// only once everything before went from every store: while a mark stays,
+// a rerun finds the job, and Purge and gc leave its data alone. A part of
+// job still running writes again what it writes (stop the parts first);
+// a commit of such a job finds fragments missing and refuses.
+func (t *Txn) AbandonJob(ctx context.Context, job string) (AbandonReport, error) {
+	var rep AbandonReport
+	m, err := LoadHeader(ctx, t.Stores, t.Name, t.log)
+	switch {
+	case err == nil:
+		for id := range historyIDs(m) {
+			if id == job || PartJob(id) == job {
+				return rep, fmt.Errorf("abandon ingest %s of %s: %w (its data is read by a version of the dataset); nothing was deleted", job, t.Name, ErrCommittedJob)
+			}
+		}
+	case !errors.Is(err, ErrNotFound):
+		return rep, fmt.Errorf("abandon ingest %s of %s: read what is committed first: %w; nothing was deleted", job, t.Name, err)
+	}
+	refs, err := ListParts(ctx, t.Stores, t.Name)
+	if err != nil {
+		return rep, err
+	}
+	var records, others, marks []string
+	for _, r := range refs {
+		switch {
+		case r.Job != job:
+		case r.Count > 0:
+			records = append(records, r.object.key)
+		case strings.HasSuffix(r.object.key, "/started"):
+			marks = append(marks, r.object.key)
+		default:
+			others = append(others, r.object.key)
+		}
+	}
+	var firstErr error
+	deleteAll := func(keys []string) int {
+		n := 0
+		for _, k := range keys {
+			gone := false
+			for _, s := range t.Stores {
+				if err := s.Delete(ctx, k); err != nil {
+					firstErr = cmpErr(firstErr, fmt.Errorf("store %s: delete %s: %w", s, k, err))
+					continue
+				}
+				gone = true
+			}
+			if gone {
+				n++
+			}
+		}
+		return n
+	}
+	rep.PartObjects += deleteAll(records)
+	rep.PartObjects += deleteAll(others)
+	for _, s := range t.Stores {
+		for _, prefix := range []string{DataPrefix(t.Name), IndexPrefix(t.Name), GroupPrefix(t.Name)} {
+			// job's own objects and its segments' (job-pNNNNNN/).
+			keys, err := s.List(ctx, prefix+job)
+			if err != nil {
+				firstErr = cmpErr(firstErr, fmt.Errorf("store %s: list %s: %w", s, prefix+job, err))
+				continue
+			}
+			for _, k := range keys {
+				if PartJob(objectIngest(t.Name, k)) != job {
+					continue
+				}
+				if err := s.Delete(ctx, k); err != nil {
+					firstErr = cmpErr(firstErr, fmt.Errorf("store %s: delete %s: %w", s, k, err))
+					continue
+				}
+				rep.DataObjects++
+			}
+		}
+	}
+	if firstErr != nil {
+		return rep, fmt.Errorf("abandon ingest %s of %s: %w; its started marks are kept, so its data stays its own: run the same command again", job, t.Name, firstErr)
+	}
+	rep.PartObjects += deleteAll(marks)
+	if firstErr != nil {
+		return rep, fmt.Errorf("abandon ingest %s of %s: %w: run the same command again", job, t.Name, firstErr)
+	}
+	if rep.PartObjects+rep.DataObjects == 0 {
+		return rep, fmt.Errorf("abandon ingest %s of %s: %w", job, t.Name, ErrNothingToAbandon)
+	}
+	return rep, nil
+}

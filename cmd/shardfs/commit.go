@@ -12,6 +12,7 @@ import (
 
 func newCommitCmd(g *globals) *cobra.Command {
 	var copts ingest.CommitOptions
+	var abandon string
 	cmd := &cobra.Command{
 		Use:   "commit --stores URL,... NAME",
 		Short: "Commit a distributed ingest once all its parts are done",
@@ -23,15 +24,38 @@ A commit that finds a part missing names the parts to rerun and changes
 nothing. A commit that was stopped (killed, or a store failing) is run
 again as it was: before the commit point nothing is visible, and past it
 the rerun finishes writing the manifest copies. Pass the same --stores, in
-the same order, as the parts.`,
-		Example: `  shardfs commit --stores http://10.0.0.1:9000/ds,...,http://10.0.0.6:9000/ds imagenet-train`,
-		Args:    cobra.ExactArgs(1),
+the same order, as the parts.
+
+A distributed ingest that will not be committed (its parts refused, or it
+is not wanted) is dropped with --abandon INGEST_ID: its parts' records and
+the fragments they wrote are deleted, under the ingest lock. Stop its parts
+first. An ingest that a version of the dataset reads is refused, and
+nothing committed is touched.`,
+		Example: `  shardfs commit --stores http://10.0.0.1:9000/ds,...,http://10.0.0.6:9000/ds imagenet-train
+  shardfs commit --stores ... --abandon job-75c924db6a6e00cf imagenet-train`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			stores, err := g.openStores()
 			if err != nil {
 				return err
 			}
 			copts.Name, copts.Stores, copts.Logger = args[0], stores, g.logger()
+			if cmd.Flags().Changed("abandon") {
+				if abandon == "" || strings.ContainsAny(abandon, "/ ") {
+					return fmt.Errorf("--abandon %q: give the id of the distributed ingest to drop, as commit names it (e.g. job-75c924db6a6e00cf)", abandon)
+				}
+				if copts.IngestID != "" || copts.Force {
+					return fmt.Errorf("--abandon drops an ingest and commits nothing: leave out --ingest-id and --force")
+				}
+				copts.IngestID = abandon
+				rep, err := ingest.Abandon(cmd.Context(), copts)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "abandoned ingest %s of %s: deleted %d part objects and %d fragment and index objects; nothing committed was touched\n",
+					abandon, args[0], rep.PartObjects, rep.DataObjects)
+				return nil
+			}
 			res, err := ingest.Commit(cmd.Context(), copts)
 			if errors.Is(err, ingest.ErrAlreadyCommitted) {
 				fmt.Fprintln(cmd.OutOrStdout(), err)
@@ -52,5 +76,6 @@ the same order, as the parts.`,
 	}
 	cmd.Flags().StringVar(&copts.IngestID, "ingest-id", "", "the distributed ingest to commit, when the stores hold finished parts of several")
 	cmd.Flags().BoolVar(&copts.Force, "force", false, "replace an existing dataset of the same name")
+	cmd.Flags().StringVar(&abandon, "abandon", "", "drop the distributed ingest `INGEST_ID`, one that will not be committed: delete its parts' records and the fragments they wrote (stop its parts first)")
 	return cmd
 }
