@@ -73,8 +73,11 @@ integration_shards=2
 # checks, never 30 s on end; rank 1 waiting 61% of its time with its lead
 # at zero in 55% of checks, not 80%; two of six identical stores named 2 s
 # after a mount; 3 healers killed before their first write. Each passed
-# alone.
-quiet_tests='TestRankAnomaliesLive|TestPrometheusScrapesAMount|TestNoSlowStoreOnABusyMachine|TestHealKilledAtRandomMoments|TestTwoHealersOneWrites'
+# alone. TestSlowStoreAnomalyLive joined them on 2026-11-30: in both CI
+# runs here that day, beside the rest of the suite, store 1 slowed by 150
+# ms was not named within 30 s (18-46 s for the whole test before); alone
+# it was named in 4 s, and with two cores burned by two busy loops in 6.2.
+quiet_tests='TestRankAnomaliesLive|TestPrometheusScrapesAMount|TestNoSlowStoreOnABusyMachine|TestSlowStoreAnomalyLive|TestHealKilledAtRandomMoments|TestTwoHealersOneWrites'
 echo "== go test ./integration/ (the MinIO integration tests, $integration_shards processes, in the background)"
 integration_lists=$(go test -list '.*' ./integration/ | grep '^Test' | grep -vxE "$quiet_tests" |
 	awk 'NR == FNR { if ($1 !~ /^#/) sec[$1] = $2; next } { print (($1 in sec) ? sec[$1] : 10), $1 }' integration/testdata/seconds.txt - |
