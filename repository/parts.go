@@ -51,7 +51,7 @@ func ListParts(ctx context.Context, stores []backend.Store, name string) ([]Part
 		if !ok {
 			continue
 		}
-		r := PartRef{Job: segmentJob(job), object: Object{k}}
+		r := PartRef{Job: PartJob(job), object: Object{k}}
 		var i, n int
 		if _, err := fmt.Sscanf(file, "part-%06d-of-%06d", &i, &n); err == nil && n > 0 {
 			r.Index, r.Count = i, n
@@ -66,13 +66,13 @@ func ListParts(ctx context.Context, stores []backend.Store, name string) ([]Part
 // source and writes a segment of its own.
 func SliceSegmentID(job string, i int) string { return fmt.Sprintf("%s-p%06d", job, i) }
 
-// segmentJob is the distributed ingest that the part objects under id
-// belong to: the job itself, or, for a part's segment (SliceSegmentID),
-// the job of that part. A commit that drops the objects of its job then
-// drops its segments' started marks too, where a commit stopped in its
-// cleanup left some; else they would read as an ingest of their own
-// that started and never finished.
-func segmentJob(id string) string {
+// PartJob is the distributed ingest that the objects stored under ingest
+// id belong to: id itself, or, for a part's segment (SliceSegmentID), the
+// job of that part. A commit that drops the objects of its job so drops
+// its segments' started marks too, where a commit stopped in its cleanup
+// left some; else they would read as an ingest of their own that started
+// and never finished.
+func PartJob(id string) string {
 	job, digits, ok := cutLast(id, "-p")
 	if !ok || len(digits) != 6 || strings.Trim(digits, "0123456789") != "" {
 		return id
@@ -128,11 +128,6 @@ func DeleteSlicePart(ctx context.Context, stores []backend.Store, name, job stri
 		s.Delete(ctx, PartStartedKey(name, segment))
 	}
 }
-
-// PartJob is the distributed ingest that the objects stored under ingest
-// id belong to: id itself, or, for a part's segment (SliceSegmentID), the
-// job of that part.
-func PartJob(id string) string { return segmentJob(id) }
 
 // ErrCommittedJob: the distributed ingest to abandon is committed.
 var ErrCommittedJob = errors.New("the ingest is committed")

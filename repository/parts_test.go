@@ -16,8 +16,8 @@ func TestSegmentMarksBelongToTheirJob(t *testing.T) {
 		"-p000001":                                "",
 		"p000001":                                 "p000001",
 	} {
-		if got := segmentJob(id); got != job {
-			t.Errorf("segmentJob(%q) = %q, want %q", id, got, job)
+		if got := PartJob(id); got != job {
+			t.Errorf("PartJob(%q) = %q, want %q", id, got, job)
 		}
 	}
 }
