@@ -29,7 +29,7 @@ import (
 // segment of its own:
 //   - named and placed by their numbers within it (manifest.Segment.Local):
 //     it cannot know how many shards the parts before it make;
-//   - under an ingest id of its own (sliceSegmentID), marked started so
+//   - under an ingest id of its own (repository.SliceSegmentID), marked started so
 //     that a purge or gc leaves them alone until the commit;
 //   - its strata and members numbered as it meets them, and each shard's
 //     samples in the order of their strata's names (Options.slicePart).
@@ -107,9 +107,6 @@ func sliceJobID(st *Stream, opts Options, job string, parts int) string {
 	return "job-" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-// sliceSegmentID is the ingest id part i's shards are stored under.
-func sliceSegmentID(job string, i int) string { return repository.SliceSegmentID(job, i) }
-
 // RunSlicePart runs part of a distributed ingest of the WebDataset shards
 // st reads: it streams the part's slice of them (reading nothing else of
 // the source), uploads its shards, and writes its keys and its record.
@@ -141,7 +138,7 @@ func RunSlicePart(ctx context.Context, st *Stream, opts Options, part Part, job 
 		return nil, err
 	}
 	id := sliceJobID(st, opts, job, part.Count)
-	seg := sliceSegmentID(id, part.Index)
+	seg := repository.SliceSegmentID(id, part.Index)
 	if err := repository.RefuseCommitted(ctx, opts.Stores, opts.Name, opts.Force, id, log); err != nil {
 		return nil, err
 	}
@@ -332,7 +329,7 @@ func assembleSlices(name string, recs []*partRecord, stores []string) (*manifest
 	members := map[string]bool{}
 	for _, r := range recs {
 		if r.Format != partRecordSlice || r.Metadata != r0.Metadata || r.Seed != r0.Seed || r.Data != r0.Data || r.Parity != r0.Parity ||
-			r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize || r.Segment != sliceSegmentID(r0.IngestID, r.Part) {
+			r.BlockSize != r0.BlockSize || r.ShardSize != r0.ShardSize || r.Segment != repository.SliceSegmentID(r0.IngestID, r.Part) {
 			return nil, notOneIngest(name, "part %d's options differ from part 0's", r.Part)
 		}
 		if len(r.Owned) == 0 {

@@ -109,7 +109,7 @@ func TestSlicePartsReadOnlyTheirSlice(t *testing.T) {
 			}
 			mapped := 0 // parts that met the strata in another order than their names'
 			for i, seg := range m.Segments {
-				if !seg.Local || seg.Strata == nil || seg.Members == nil || seg.IngestID != sliceSegmentID(m.IngestID, i) {
+				if !seg.Local || seg.Strata == nil || seg.Members == nil || seg.IngestID != repository.SliceSegmentID(m.IngestID, i) {
 					t.Fatalf("segment %d: %+v", i, seg)
 				}
 				if !slices.IsSorted(seg.Strata) {

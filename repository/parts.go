@@ -73,19 +73,11 @@ func SliceSegmentID(job string, i int) string { return fmt.Sprintf("%s-p%06d", j
 // left some; else they would read as an ingest of their own that started
 // and never finished.
 func PartJob(id string) string {
-	job, digits, ok := cutLast(id, "-p")
-	if !ok || len(digits) != 6 || strings.Trim(digits, "0123456789") != "" {
+	i := strings.LastIndex(id, "-p")
+	if i < 0 || len(id)-i-2 != 6 || strings.Trim(id[i+2:], "0123456789") != "" {
 		return id
 	}
-	return job
-}
-
-// cutLast slices s around the last instance of sep.
-func cutLast(s, sep string) (before, after string, found bool) {
-	if i := strings.LastIndex(s, sep); i >= 0 {
-		return s[:i], s[i+len(sep):], true
-	}
-	return s, "", false
+	return id[:i]
 }
 
 // DropParts deletes the part objects of job from every store (the parts of
@@ -215,26 +207,10 @@ func (t *Txn) AbandonJob(ctx context.Context, job string) (AbandonReport, error)
 	}
 	rep.PartObjects += deleteAll(records)
 	rep.PartObjects += deleteAll(others)
-	for _, s := range t.Stores {
-		for _, prefix := range []string{DataPrefix(t.Name), IndexPrefix(t.Name), GroupPrefix(t.Name)} {
-			// job's own objects and its segments' (job-pNNNNNN/).
-			keys, err := s.List(ctx, prefix+job)
-			if err != nil {
-				firstErr = cmpErr(firstErr, fmt.Errorf("store %s: list %s: %w", s, prefix+job, err))
-				continue
-			}
-			for _, k := range keys {
-				if PartJob(objectIngest(t.Name, k)) != job {
-					continue
-				}
-				if err := s.Delete(ctx, k); err != nil {
-					firstErr = cmpErr(firstErr, fmt.Errorf("store %s: delete %s: %w", s, k, err))
-					continue
-				}
-				rep.DataObjects++
-			}
-		}
-	}
+	// job's own objects and its segments' (job-pNNNNNN/).
+	n, err := t.deleteIngestObjects(ctx, job, func(id string) bool { return PartJob(id) == job })
+	rep.DataObjects += n
+	firstErr = cmpErr(firstErr, err)
 	if firstErr != nil {
 		return rep, fmt.Errorf("abandon ingest %s of %s: %w; its started marks are kept, so its data stays its own: run the same command again", job, t.Name, firstErr)
 	}

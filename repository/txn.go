@@ -254,16 +254,27 @@ func (t *Txn) Purge(ctx context.Context, m *manifest.Manifest) int {
 // name it either. A kill part way leaves some of id's objects: orphans
 // no version reads, which the next Purge or gc removes.
 func (t *Txn) Abandon(ctx context.Context, id string) (int, error) {
+	return t.deleteIngestObjects(ctx, id+"/", func(x string) bool { return x == id })
+}
+
+// deleteIngestObjects deletes from every store the fragments, shard
+// indexes and group objects whose keys start with the ingest id prefix
+// idPrefix and whose ingest id is one of ids. It returns how many it
+// deleted, and the first store that could not list or delete.
+func (t *Txn) deleteIngestObjects(ctx context.Context, idPrefix string, ids func(id string) bool) (int, error) {
 	n := 0
 	var firstErr error
 	for _, s := range t.Stores {
 		for _, prefix := range []string{DataPrefix(t.Name), IndexPrefix(t.Name), GroupPrefix(t.Name)} {
-			keys, err := s.List(ctx, prefix+id+"/")
+			keys, err := s.List(ctx, prefix+idPrefix)
 			if err != nil {
-				firstErr = cmpErr(firstErr, fmt.Errorf("store %s: list %s: %w", s, prefix+id, err))
+				firstErr = cmpErr(firstErr, fmt.Errorf("store %s: list %s: %w", s, prefix+idPrefix, err))
 				continue
 			}
 			for _, k := range keys {
+				if !ids(objectIngest(t.Name, k)) {
+					continue
+				}
 				if err := s.Delete(ctx, k); err != nil {
 					firstErr = cmpErr(firstErr, fmt.Errorf("store %s: delete %s: %w", s, k, err))
 					continue
