@@ -250,7 +250,7 @@ func (k *keyRuns) writePieces(ctx context.Context, opts Options, id string, part
 		buf = buf[:0]
 		return nil
 	}
-	err := k.merge(func(key, where string) error {
+	err := k.merge(func(key, where []byte) error {
 		buf = appendString(appendString(buf, key), where)
 		if len(buf) >= keyPieceBytes {
 			return flush()
@@ -311,7 +311,7 @@ func mergePartKeys(ctx context.Context, stores []backend.Store, name string, rec
 	for i, r := range recs {
 		readers = append(readers, &runReader{r: bufio.NewReaderSize(&pieceReader{ctx: ctx, stores: stores, name: name, rec: r}, 64<<10), run: i})
 	}
-	err := mergeRuns(readers, nil)
+	err := mergeRuns(readers, true, nil)
 	if err != nil && !errors.Is(err, errKeyAgain) {
 		return fmt.Errorf("commit %s: %w", name, err)
 	}
