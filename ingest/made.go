@@ -6,14 +6,20 @@ package ingest
 // line again and decoding it a second time, which was 40% of the CPU of
 // an ingest of 1,000,000 short documents.
 //
-// The bytes lie in blocks of madeRecord bytes, and each record's place is
-// one pointer-free word: a record per allocation, and a slice per map
-// entry, cost 28 MB more peak RSS on those documents, and the collector
-// a pointer per record to follow.
+// The bytes lie in blocks of madeBlock bytes (a longer record in one of
+// its own), and each record's place is one pointer-free word: a record per
+// allocation, and a slice per map entry, cost 28 MB more peak RSS on those
+// documents, and the collector a pointer per record to follow.
 type madeRecords struct {
 	at     map[int64]uint64 // line offset -> block<<40 | offset<<20 | size-1
 	blocks [][]byte
 }
+
+// madeBlock is the size of a block of records' bytes; a longer record
+// has a block of its own. Blocks of madeRecord, 1 MiB, left up to 1 MiB
+// unused at the end of a chunk's records, and a chunk's few carried
+// records took a fresh block of it (issue 59: peak memory).
+const madeBlock = 64 << 10
 
 func newMadeRecords() *madeRecords { return &madeRecords{at: map[int64]uint64{}} }
 
@@ -24,7 +30,7 @@ func (m *madeRecords) add(line int64, size int64, bodies [][]byte) {
 		return
 	}
 	if len(m.blocks) == 0 || int64(cap(m.blocks[len(m.blocks)-1])-len(m.blocks[len(m.blocks)-1])) < size {
-		m.blocks = append(m.blocks, make([]byte, 0, madeRecord))
+		m.blocks = append(m.blocks, make([]byte, 0, max(madeBlock, size)))
 	}
 	b := len(m.blocks) - 1
 	start := len(m.blocks[b])

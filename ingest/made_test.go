@@ -40,3 +40,27 @@ func TestMadeRecordsGivesBackWhatItTook(t *testing.T) {
 		}
 	}
 }
+
+// The blocks hold the records' bytes with at most a block's room unused:
+// a chunk's records, and the few it carries into the next, took 1 MiB
+// blocks, up to 1 MiB of them unused each (issue 59's peak memory).
+func TestMadeRecordsLeaveLittleRoom(t *testing.T) {
+	room := func(m *madeRecords) (held, used int) {
+		for _, b := range m.blocks {
+			held, used = held+cap(b), used+len(b)
+		}
+		return held, used
+	}
+	m := newMadeRecords()
+	for i := range 10000 {
+		m.add(int64(i)*200, 130, [][]byte{make([]byte, 130)})
+	}
+	m.add(1<<40, 300<<10, [][]byte{make([]byte, 300<<10)}) // a long record: a block of its own
+	if held, used := room(m); used != 10000*130+300<<10 || held-used > madeBlock {
+		t.Fatalf("10,000 records of 130 bytes and one of 300 KiB: %d bytes held for %d", held, used)
+	}
+	carried := m.only([]int64{0, 200, 400})
+	if held, used := room(carried); used != 3*130 || held > madeBlock {
+		t.Fatalf("3 records carried: %d bytes held for %d", held, used)
+	}
+}
