@@ -35,8 +35,17 @@ const scaleRecordsPerShard = 10_000
 // (the ingest's and MinIO's), against the smallest size's RSS and against
 // ingestcpu's single-pass floor when that ran first (SHARDFS_BENCH_ONLY=
 // ingestcpu,scale). Flat memory means the largest's peak RSS within 1.15×
-// the smallest's.
+// the smallest's. SHARDFS_BENCH_SCALE_SHARD_SIZES (a comma-separated list,
+// 4MiB unless set) runs the whole table at each --shard-size.
 func scaleIngest(t *testing.T, r *report, work string) {
+	srv := miniotest.Start(t, "store0", "store1", "store2", "store3", "store4", "store5")
+	for _, shardSize := range strings.Split(envStr("SHARDFS_BENCH_SCALE_SHARD_SIZES", "4MiB"), ",") {
+		scaleIngestAt(t, r, work, storesOn(srv), strings.TrimSpace(shardSize))
+	}
+}
+
+// scaleIngestAt is scaleIngest's table at one --shard-size.
+func scaleIngestAt(t *testing.T, r *report, work, stores, shardSize string) {
 	var sizes []int
 	for _, f := range strings.Split(envStr("SHARDFS_BENCH_SCALE", "10000,100000,1000000,5000000"), ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -45,14 +54,12 @@ func scaleIngest(t *testing.T, r *report, work string) {
 		}
 		sizes = append(sizes, n)
 	}
-	srv := miniotest.Start(t, "store0", "store1", "store2", "store3", "store4", "store5")
-	stores := storesOn(srv)
-	r.printf("## Scale: ingest memory and CPU by the number of records (issue 59)\n\nGenerated records of a short text (`.txt`, 60–140 bytes) and a `.json` of two fields (`source`, one of 5 with a skewed mix, and `n`), as WebDataset shards of %d records and as one JSONL corpus; each ingested (`--strata source --shard-size 4MiB`, RS(4,2), 6 MinIO buckets of one process) %d times under new names. Peak RSS and the ingest's CPU from `/usr/bin/time -v`, MinIO's from /proc; CPU seconds per GB of source file bytes.\n\n", scaleRecordsPerShard, reps)
+	r.printf("## Scale: ingest memory and CPU by the number of records, at --shard-size %s (issue 59)\n\nGenerated records of a short text (`.txt`, 60–140 bytes) and a `.json` of two fields (`source`, one of 5 with a skewed mix, and `n`), as WebDataset shards of %d records and as one JSONL corpus; each ingested (`--strata source --shard-size %s`, RS(4,2), 6 MinIO buckets of one process) %d times under new names. Peak RSS and the ingest's CPU from `/usr/bin/time -v`, MinIO's from /proc; CPU seconds per GB of source file bytes.\n\n", shardSize, scaleRecordsPerShard, shardSize, reps)
 	if singlePassFloor > 0 {
 		r.printf("The single pass's floor (scenario ingestcpu, this run): %.1f CPU s per GB.\n\n", singlePassFloor)
 	}
 	r.printf("The floor is ingestcpu's sources', image-text records whose bytes are mostly payload; these records are small, so their cost is mostly per record (the last column), and a ratio to the floor compares per-byte costs of unlike sources.\n\n")
-	r.printf("Default flags: a source longer than one chunk of records (a shard's bytes and 8,192 records, or 4 shards' bytes) streams, a chunk at a time (`--stream`, the chunks column); one that fits a chunk is placed whole, as before streaming existed. Flat memory shows as the peak RSS of the sizes that stream staying put: the column ÷ the previous size's.\n\n")
+	r.printf("Default flags otherwise: a source longer than one chunk of records (a shard's bytes and 8,192 records, or 4 shards' bytes) streams, a chunk at a time (`--stream`, the chunks column); one that fits a chunk is placed whole, as before streaming existed. Flat memory shows as the peak RSS of the sizes that stream staying put: the column ÷ the previous size's.\n\n")
 	r.printf("| source | records | source MB | chunks | wall s | peak RSS MB | RSS ÷ smallest's | RSS ÷ the previous size's | CPU s/GB (ingest + MinIO) | ÷ the single-pass floor | CPU µs a record |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, format := range []string{"webdataset", "jsonl"} {
 		var first, prev float64
@@ -61,11 +68,11 @@ func scaleIngest(t *testing.T, r *report, work string) {
 			var wall, rss, cpu, perRecord []float64
 			var chunks string
 			for rep := range reps {
-				args := []string{"ingest", stores, "--data=4", "--parity=2", "--shard-size=4MiB", "--strata=source"}
+				args := []string{"ingest", stores, "--data=4", "--parity=2", "--shard-size=" + shardSize, "--strata=source"}
 				if format == "jsonl" {
 					args = append(args, "--member=text=txt")
 				}
-				args = append(args, src, fmt.Sprintf("scale-%s-%d-%d", format, n, rep))
+				args = append(args, src, fmt.Sprintf("scale-%s-%s-%d-%d", format, strings.ToLower(shardSize), n, rep))
 				before := procTimes()
 				secs, mb, own, out := timeVOut(t, binary, args...)
 				chunks = "1 (placed whole)"
