@@ -497,6 +497,8 @@ type jsonlReader struct {
 	end    int64             // in a slice, the offset no line it reads starts at or after
 	size   int64             // the file's, when opened
 	seen   map[string][2]int // a key of this batch -> its line's number and offset
+	// lastRecords is the most records a batch has had.
+	lastRecords int
 	// made, when not nil, takes each record's bytes (its members back to
 	// back) as the scan made them, by its line's offset, for records of
 	// at most madeRecord bytes (Stream: the upload takes them from there,
@@ -677,7 +679,17 @@ func (r *jsonlReader) close() { r.f.Close() }
 // ends; done says it ended.
 func (r *jsonlReader) read(batch *recordBatch, full func(records int, bytes int64) bool) (done bool, err error) {
 	name, o, limit := r.name, r.o, r.limit
-	r.seen = map[string][2]int{}
+	// The map and the records' room are as large as the last batch's:
+	// grown from nothing for every chunk of a stream, they were 11% of
+	// what an ingest of 1,000,000 short documents allocated.
+	if r.seen == nil {
+		r.seen = make(map[string][2]int, r.lastRecords)
+	}
+	clear(r.seen)
+	if batch.records == nil && r.lastRecords > 0 {
+		batch.records = make([]wdsRecord, 0, r.lastRecords)
+	}
+	defer func() { r.lastRecords = max(r.lastRecords, len(batch.records)) }()
 	var bytesRead int64
 	for {
 		if full != nil && full(len(batch.records), bytesRead) {

@@ -56,7 +56,8 @@ func (m *madeRecords) get(line int64) ([]byte, bool) {
 // only is m holding only the records at the given line offsets (a
 // chunk's carried records').
 func (m *madeRecords) only(lines []int64) *madeRecords {
-	o := newMadeRecords()
+	// Room for as many as m holds: the next chunk's records join them.
+	o := &madeRecords{at: make(map[int64]uint64, len(m.at))}
 	for _, line := range lines {
 		if b, ok := m.get(line); ok {
 			o.add(line, int64(len(b)), [][]byte{b})

@@ -175,8 +175,10 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 	// window, whose records come from all over the window, so keeping
 	// whole shards for it kept most of the source.
 	carried := map[string][]MemberAt{}
-	for i := range carry {
-		carried[carry[i].Path] = append(carried[carry[i].Path], carry[i].Members...)
+	if len(st.consumed) > 0 { // a corpus keeps no shards: nothing to build this for
+		for i := range carry {
+			carried[carry[i].Path] = append(carried[carry[i].Path], carry[i].Members...)
+		}
 	}
 	st.keptMu.Lock()
 	left := st.consumed[:0]
@@ -221,6 +223,7 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 		b.doneReading()
 		if len(b.records) > 0 {
 			batches = append(batches, b)
+			n += len(b.records)
 		}
 	case st.corpus == nil:
 		for !chunkFull(n, bytes, st.shardSize) {
@@ -323,7 +326,11 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 // carried into it included, naming both as the scan would; keys of
 // different chunks meet at the end (keyRuns).
 func checkChunkKeys(carry []Item, batches []recordBatch) error {
-	seen := make(map[string]int, len(carry)) // -> position: carry's, then the batches' records'
+	n := len(carry)
+	for _, b := range batches {
+		n += len(b.records)
+	}
+	seen := make(map[string]int, n) // -> position: carry's, then the batches' records'
 	at := func(pos int) string {
 		if pos < len(carry) {
 			return carry[pos].recordAt()
@@ -650,6 +657,7 @@ func eachChunk(ctx context.Context, st *Stream, first *Source, opts Options, ing
 			// next chunk, and the rest is planned again without them, so
 			// that shards are full but for the stream's last.
 			sh := m.Shards[last]
+			carry = make([]Item, 0, sh.NumSamples)
 			drop := make([]bool, len(src.Items))
 			for j := sh.FirstSample; j < sh.FirstSample+sh.NumSamples; j++ {
 				drop[src.planned[j]] = true
