@@ -89,11 +89,8 @@ type Stream struct {
 	files      sourceFiles
 	store      backend.Store
 	gz         *gzSizes
-	next       int // the next shard to read
-	// scannedRecords and scannedBytes are the records and the bytes of
-	// the shards read so far, which size the room of the next ones'.
-	scannedRecords, scannedBytes int64
-	queue                        []recordBatch // shards read whose records are not all chunked
+	next       int           // the next shard to read
+	queue      []recordBatch // shards read whose records are not all chunked
 	// kept are shards the scan read whole into memory (keptFiles), by
 	// name; consumed, those whose records all went to the chunks made,
 	// released when the next one is made unless it carries records of
@@ -390,17 +387,6 @@ func (st *Stream) readShards(ctx context.Context) error {
 		limit = manifest.MaxShardSize
 	}
 	budget := readWindow(st.shardSize) / int64(len(group))
-	// Room for a shard's records, at the records a byte of the shards
-	// read so far had: grown from nothing, two shards' records of 10,000
-	// and their copies as they grew were a third of a streaming ingest's
-	// live heap. At most 65,536; more grow as they come.
-	room := func(size int64) int {
-		if st.scannedBytes == 0 {
-			return 0
-		}
-		return int(min(1<<16, float64(size)*float64(st.scannedRecords)/float64(st.scannedBytes)*1.05+16))
-	}
-	sizes := make([]int64, len(group))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, sh := range group {
 		g.Go(func() error {
@@ -451,8 +437,7 @@ func (st *Stream) readShards(ctx context.Context) error {
 					} // else the scan of the source names what is wrong with it
 				}
 			}
-			sizes[i] = size
-			if got[i], err = readShardRecords(sh, f, size, limit, room(size)); err != nil {
+			if got[i], err = readShardRecords(sh, f, size, limit); err != nil {
 				return err
 			}
 			if data != nil {
@@ -463,10 +448,6 @@ func (st *Stream) readShards(ctx context.Context) error {
 	}
 	if err := g.Wait(); err != nil {
 		return err
-	}
-	for i, b := range got {
-		st.scannedRecords += int64(len(b.records))
-		st.scannedBytes += sizes[i]
 	}
 	st.keptMu.Lock()
 	defer st.keptMu.Unlock()

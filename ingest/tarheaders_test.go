@@ -145,7 +145,7 @@ with tarfile.open(sys.argv[2], "w", format=fmt) as tf:
 			t.Errorf("%s: %d records, want at least 2", sh.name, len(recs.records))
 		}
 		// And through readShardRecords, which falls back where plain declines.
-		if got, err := readShardRecords("s.tar", bytes.NewReader(sh.b), int64(len(sh.b)), 1<<30, 0); err != nil || !reflect.DeepEqual(got, recs) {
+		if got, err := readShardRecords("s.tar", bytes.NewReader(sh.b), int64(len(sh.b)), 1<<30); err != nil || !reflect.DeepEqual(got, recs) {
 			t.Errorf("%s: readShardRecords: %v, %d records, want %d", sh.name, err, len(got.records), len(recs.records))
 		}
 	}

@@ -292,7 +292,7 @@ func scanWebDatasetFrom(ctx context.Context, files sourceFiles, root string, sha
 				errs[i] = fmt.Errorf("shard %s: %w", sh, err)
 				return nil
 			}
-			perShard[i], errs[i] = readShardRecords(sh, f, size, limit, 0)
+			perShard[i], errs[i] = readShardRecords(sh, f, size, limit)
 			releaseShard(f)
 			return nil
 		})
@@ -469,9 +469,8 @@ var (
 
 // readShardRecords reads one tar shard's records (size bytes, through f,
 // in one sequential pass). It reads the headers with plainTarHeaders, and
-// a shard that declines with archive/tar. room is how many records to
-// make room for at first (0: none; the records grow as they come).
-func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, room int) (recordBatch, error) {
+// a shard that declines with archive/tar.
+func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) (recordBatch, error) {
 	pool := &scanReaders // a store's object: each fill is a ranged GET
 	switch f.(type) {
 	case *bytes.Reader:
@@ -484,11 +483,11 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, room
 		br.Reset(nil) // the pool keeps the buffer, not this shard's file
 		pool.Put(br)
 	}()
-	got := recordBatch{file: shard, records: make([]wdsRecord, 0, room)}
+	got := recordBatch{file: shard}
 	br.Reset(io.NewSectionReader(f, 0, size))
 	err := scanShardRecords(&plainTarHeaders{br: br}, size, limit, &got)
 	if errors.Is(err, errNotPlain) {
-		got = recordBatch{file: shard, records: got.records[:0]}
+		got = recordBatch{file: shard}
 		br.Reset(io.NewSectionReader(f, 0, size))
 		err = scanShardRecords(newStdTarHeaders(br), size, limit, &got)
 	}
@@ -504,14 +503,11 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64, room
 func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch) error {
 	shard := batch.file
 	seen := map[string]int64{} // key -> its record's offset, in this shard
-	// cur is the record being read, a value: one allocated per record
-	// was a tenth of a streaming ingest's live heap.
-	var cur wdsRecord
-	reading := false
+	var cur *wdsRecord
 	width := 1   // members of the last record
 	var at int64 // where the next header starts
 	flush := func() error {
-		if !reading {
+		if cur == nil {
 			return nil
 		}
 		var size int64
@@ -523,8 +519,8 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 		}
 		seen[cur.key] = cur.off
 		width = len(cur.members) // the next record most likely has as many
-		batch.records = append(batch.records, cur)
-		cur, reading = wdsRecord{}, false
+		batch.records = append(batch.records, *cur)
+		cur = nil
 		return nil
 	}
 	for {
@@ -566,14 +562,14 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 		if err := manifest.CheckKey(key); err != nil {
 			return fmt.Errorf("shard %s at offset %d: member %q: key %q: %v", shard, hdrAt, h.name, key, err)
 		}
-		if !reading || cur.key != key {
+		if cur == nil || cur.key != key {
 			if err := flush(); err != nil {
 				return err
 			}
 			if prev, dup := seen[key]; dup {
 				return duplicateKey(shard, hdrAt, key, fmt.Sprintf("%s at offset %d", shard, prev))
 			}
-			cur, reading = wdsRecord{key: key, off: hdrAt, members: make([]MemberAt, 0, width)}, true
+			cur = &wdsRecord{key: key, off: hdrAt, members: make([]MemberAt, 0, width)}
 		}
 		idx, ok := batch.member(member)
 		if !ok {
@@ -615,7 +611,7 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 			if err != nil {
 				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields, one object (a loader's json.loads refuses anything else)", shard, hdrAt, h.name, err)
 			}
-			if err := batch.setFields(&cur, obj, shard); err != nil {
+			if err := batch.setFields(cur, obj, shard); err != nil {
 				return err
 			}
 		}
