@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -111,8 +110,8 @@ func frame(magic string, version uint32, body func(e *encoder)) ([]byte, error) 
 	}
 	fw := frameWriters.Get().(*frameWriter)
 	defer frameWriters.Put(fw)
-	sw := &fw.spill
-	sw.small, sw.zw, sw.payload, sw.n = sw.small[:0], nil, bytes.Buffer{}, 0
+	sw := &fw.spill // its stream and payload were cleared when it was put back
+	sw.small, sw.n = sw.small[:0], 0
 	fw.bw.Reset(sw)
 	body(&encoder{w: fw.bw})
 	err := fw.bw.Flush()
@@ -180,12 +179,16 @@ func (s *spillWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	if s.zw == nil {
-		zw, ok := frameStreams.Get().(*zstd.Encoder)
-		if !ok || zw == nil {
-			return 0, errors.New("manifest: no zstd stream encoder")
+		if zw, ok := frameStreams.Get().(*zstd.Encoder); ok {
+			zw.Reset(&s.payload)
+			s.zw = zw
+		} else {
+			zw, err := newFrameEncoder(&s.payload)
+			if err != nil {
+				return 0, err
+			}
+			s.zw = zw
 		}
-		s.zw = zw
-		s.zw.Reset(&s.payload)
 		if _, err := s.zw.Write(s.small); err != nil {
 			return 0, err
 		}
@@ -206,7 +209,8 @@ func newFrameEncoder(w io.Writer) (*zstd.Encoder, error) {
 }
 
 // smallEncoder compresses bodies of at most smallFrame bytes in one call
-// (EncodeAll), as newFrameEncoder's options do, with at most 2 encoders.
+// (EncodeAll), with newFrameEncoder's options but its window, and at most
+// 2 encoders.
 //
 // Its window is smallWindow: an encoder holds about twice its window (its
 // history) and a table of 256 kB, and two with frameWindow's 1 MiB held
@@ -219,13 +223,7 @@ const smallWindow = 128 << 10
 
 var (
 	frameWriters = sync.Pool{New: func() any { return &frameWriter{bw: bufio.NewWriterSize(nil, 64<<10)} }}
-	frameStreams = sync.Pool{New: func() any {
-		zw, err := newFrameEncoder(nil)
-		if err != nil {
-			return nil
-		}
-		return zw
-	}}
+	frameStreams sync.Pool // of *zstd.Encoder, newFrameEncoder's, for bodies over smallFrame
 )
 
 func commonPrefix(a, b []byte) int {
@@ -236,17 +234,6 @@ func commonPrefix(a, b []byte) int {
 		}
 	}
 	return n
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 type encoder struct {
