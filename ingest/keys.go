@@ -26,6 +26,7 @@ type keyRuns struct {
 	off  int64
 	runs []int64 // run i is [runs[i], runs[i+1]) of f; the last ends at off
 	buf  []byte
+	bufs []*bufio.Reader // readers' buffers, maxMergeRuns at most
 }
 
 func newKeyRuns() (*keyRuns, error) {
@@ -151,7 +152,9 @@ func (k *keyRuns) merge(each func(key, where []byte) error) error {
 	return err
 }
 
-// readers read runs [from, to) of k's file, each numbered by its place.
+// readers read runs [from, to) of k's file, each numbered by its place,
+// through the buffers of the readers before (bufs), which a pass's
+// groups share: one new 16 KiB buffer a run was a pass's garbage.
 func (k *keyRuns) readers(from, to int) []*runReader {
 	var runs []*runReader
 	for i := from; i < to; i++ {
@@ -159,7 +162,13 @@ func (k *keyRuns) readers(from, to int) []*runReader {
 		if i+1 < len(k.runs) {
 			end = k.runs[i+1]
 		}
-		runs = append(runs, &runReader{r: bufio.NewReaderSize(io.NewSectionReader(k.f, k.runs[i], end-k.runs[i]), 16<<10), run: i})
+		run := io.NewSectionReader(k.f, k.runs[i], end-k.runs[i])
+		if j := i - from; j < len(k.bufs) {
+			k.bufs[j].Reset(run)
+		} else {
+			k.bufs = append(k.bufs, bufio.NewReaderSize(run, 16<<10))
+		}
+		runs = append(runs, &runReader{r: k.bufs[i-from], run: i})
 	}
 	return runs
 }
@@ -192,6 +201,7 @@ func (k *keyRuns) mergePass() error {
 		return fmt.Errorf("the keys' temporary file: %w", err)
 	}
 	k.close()
+	next.bufs = k.bufs
 	*k = *next
 	return nil
 }

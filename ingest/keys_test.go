@@ -6,7 +6,10 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/shardfs/shardfs/internal/busy"
 )
 
 // writeRun writes one run of sorted keys, each placed at "run R entry K",
@@ -93,40 +96,60 @@ func TestKeyRunsMergeInPasses(t *testing.T) {
 }
 
 // A merge of many runs holds maxMergeRuns readers' buffers at most, not one
-// per run: 2,000 runs (a stream of about 16,000,000 records of 8,192 a
-// chunk) held 2,000 buffers of 16 KiB, 32 MB, at once.
+// per run: 1,000 runs (a stream of about 8,000,000 records of 8,192 a
+// chunk) held 1,000 buffers of 16 KiB, 16 MB, at once. It holds with every
+// core busy and 4 merges at once in the process: each adds its own bound.
 func TestKeyRunsMergeMemoryIsBounded(t *testing.T) {
-	k, err := newKeyRuns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.close()
-	const runs = 2000
-	for r := range runs {
-		writeRun(t, k, r, []string{fmt.Sprintf("a%05d", r), fmt.Sprintf("b%05d", r)})
+	const runs, merges = 1000, 4
+	var ks []*keyRuns
+	for range merges {
+		k, err := newKeyRuns()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.close()
+		for r := range runs {
+			writeRun(t, k, r, []string{fmt.Sprintf("a%05d", r), fmt.Sprintf("b%05d", r)})
+		}
+		ks = append(ks, k)
 	}
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	before := ms.HeapAlloc
+	busy.Burn(t, runtime.NumCPU())
+	var mu sync.Mutex
 	var most uint64
-	n := 0
-	if err := k.merge(func(key, where []byte) error {
-		if n++; n%500 == 1 {
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			most = max(most, ms.HeapAlloc-min(ms.HeapAlloc, before))
+	var wg sync.WaitGroup
+	errs := make([]error, merges)
+	counts := make([]int, merges)
+	for i, k := range ks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = k.merge(func(key, where []byte) error {
+				if counts[i]++; counts[i]%250 == 1 {
+					mu.Lock()
+					defer mu.Unlock()
+					var ms runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&ms)
+					most = max(most, ms.HeapAlloc-min(ms.HeapAlloc, before))
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	for i := range ks {
+		if errs[i] != nil || counts[i] != 2*runs {
+			t.Fatalf("merge %d: %d keys merged, want %d (%v)", i, counts[i], 2*runs, errs[i])
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
 	}
-	if n != 2*runs {
-		t.Fatalf("%d keys merged, want %d", n, 2*runs)
+	// maxMergeRuns buffers of 16 KiB are 1 MiB a merge; one per run would
+	// be 16 MiB a merge.
+	if bound := uint64(merges * 4 << 20); most > bound {
+		t.Fatalf("%d merges held %d bytes live, more than %d: their buffers are not bounded by maxMergeRuns", merges, most, bound)
 	}
-	// maxMergeRuns buffers of 16 KiB are 1 MiB; one per run would be 31 MiB.
-	if bound := uint64(4 << 20); most > bound {
-		t.Fatalf("the merge held %d bytes live, more than %d: its buffers are not bounded by maxMergeRuns", most, bound)
-	}
-	t.Logf("%d runs merged holding %d KiB live at most", runs, most>>10)
+	t.Logf("%d merges of %d runs at once, cores busy: %d KiB live at most", merges, runs, most>>10)
 }
