@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/busy"
 )
 
 // gate is a store whose reads count themselves in flight and wait until
@@ -37,29 +38,11 @@ func (g *gate) ReadAt(ctx context.Context, key string, p []byte, off int64) erro
 	}
 }
 
-// burn keeps n goroutines spinning until the test ends: the cores are busy,
-// as a training node's are.
-func burn(t *testing.T, n int) {
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
-	for range n {
-		go func() {
-			for x := 0; ; x++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-			}
-		}()
-	}
-}
-
 // 64 goroutines reading through a limit of 4, with every core busy: never
 // more than 4 reach the store at once, all 4 slots are used, and every
 // read completes.
 func TestLimitBoundsRequestsInFlight(t *testing.T) {
-	burn(t, 2*runtime.GOMAXPROCS(0))
+	busy.Burn(t, 2*runtime.GOMAXPROCS(0))
 	g := &gate{open: make(chan struct{})}
 	l := backend.WithLimit(g, 4)
 	var wg sync.WaitGroup
