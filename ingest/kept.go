@@ -97,11 +97,17 @@ func (k *keptShard) record(it *Item) ([]byte, bool) {
 // only is k holding only the given members (a chunk's carried records').
 func (k *keptShard) only(members []MemberAt) *keptShard {
 	slices.SortFunc(members, func(a, b MemberAt) int { return cmp.Compare(a.Off, b.Off) })
-	total := 0
+	// Room for the members k holds, not for all of them: a piece of a
+	// shard (pieces.go) holds a few of a carry's members, and a room for
+	// all in each of a shard's pieces held the carry many times over.
+	n, total := 0, 0
 	for _, m := range members {
-		total += int(m.Size)
+		if i, found := slices.BinarySearch(k.offs, m.Off); found && k.at[i+1]-k.at[i] == int64(m.Size) {
+			n++
+			total += int(m.Size)
+		}
 	}
-	o := &keptShard{size: k.size, offs: make([]int64, 0, len(members)), at: make([]int64, 1, len(members)+1), members: make([]byte, 0, total)}
+	o := &keptShard{size: k.size, offs: make([]int64, 0, n), at: make([]int64, 1, n+1), members: make([]byte, 0, total)}
 	for _, m := range members {
 		i, found := slices.BinarySearch(k.offs, m.Off)
 		if !found || k.at[i+1]-k.at[i] != int64(m.Size) {

@@ -162,7 +162,7 @@ func readWindowRecords(ctx context.Context, src *Source, m *manifest.Manifest, s
 			if err != nil {
 				return fmt.Errorf("read source shard %s: %w", p, err)
 			}
-			if kept, ok := f.(*keptShard); ok {
+			if kept, ok := f.(keptPieces); ok {
 				// A shard a stream kept in memory: its records' bytes
 				// are there already, each record's members side by
 				// side; copied into a window arena too, they cost the
@@ -194,7 +194,7 @@ var spanBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // keptRecords are the given records' bytes in kept, not copied; false
 // when kept lacks any of them, to be read through it as any shard is.
-func keptRecords(all []Item, items []int, kept *keptShard) (windowRecords, bool) {
+func keptRecords(all []Item, items []int, kept interface{ record(*Item) ([]byte, bool) }) (windowRecords, bool) {
 	recs := make(windowRecords, len(items))
 	for _, i := range items {
 		b, ok := kept.record(&all[i])

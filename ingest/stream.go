@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,10 +29,10 @@ import (
 // 3.2 GB for 5,000,000 records; streamed, 137 MB). A source shard within
 // its share of a window's bytes is read once, whole, scanned in memory,
 // and its members' bytes kept until its records are uploaded (readShards,
-// keptShard); a larger one is scanned from the source and its records
-// read again by the windows (place.go), as a whole scan's upload reads
-// them. A JSONL corpus's records' bytes, as the scan made them, are kept
-// likewise (madeRecords): a line is decoded once.
+// keptShard); a larger one is read once too, in pieces, each piece's
+// members' bytes kept as its scan reads them (pieces.go). A JSONL
+// corpus's records' bytes, as the scan made them, are kept likewise
+// (madeRecords): a line is decoded once.
 //
 // Each chunk is planned as a source of its own would be (place.go: its
 // windows, each output shard mirroring its window's stratum mix), and its
@@ -89,17 +90,20 @@ type Stream struct {
 	files      sourceFiles
 	store      backend.Store
 	gz         *gzSizes
-	next       int           // the next shard to read
-	queue      []recordBatch // shards read whose records are not all chunked
-	// kept are shards the scan read whole into memory (keptFiles), by
-	// name; consumed, those whose records all went to the chunks made,
-	// released when the next one is made unless it carries records of
-	// theirs.
+	next       int      // the next shard to read
+	queue      []queued // shards and pieces read whose records are not all chunked, and shards being read in pieces
+	// kept are the members' bytes of shards the scan read whole into
+	// memory, and of the pieces of those it reads in pieces (keptFiles),
+	// by shard name; consumed, those whose records all went to the chunks
+	// made, released when the next one is made unless it carries records
+	// of theirs.
 	keptMu   sync.RWMutex
-	kept     map[string]*keptShard
-	consumed []string
+	kept     map[string]keptPieces
+	consumed []queued
 	// keptBytes is what kept holds in memory, and keptPeak its most.
 	keptBytes, keptPeak int64
+	// pieces counts the pieces of shards read in pieces (pieces.go).
+	pieces int
 
 	corpus *jsonlReader
 	ended  bool
@@ -158,6 +162,11 @@ func OpenStoreStream(ctx context.Context, o ScanOptions) (*Stream, error) {
 
 // Close releases the source's files.
 func (st *Stream) Close() {
+	for _, q := range st.queue {
+		if q.pieces != nil {
+			q.pieces.stop()
+		}
+	}
 	if st.corpus != nil {
 		st.corpus.close()
 	}
@@ -182,18 +191,16 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 	}
 	st.keptMu.Lock()
 	left := st.consumed[:0]
-	for _, name := range st.consumed {
-		k := st.kept[name]
-		if members, ok := carried[name]; ok {
-			left = append(left, name)
-			if k != nil {
-				st.keptBytes -= k.bytes()
-				st.kept[name] = k.only(members)
-				st.keptBytes += st.kept[name].bytes()
+	for _, c := range st.consumed {
+		if members, ok := carried[c.file]; ok && c.kept != nil {
+			if only := c.kept.only(members); len(only.offs) > 0 {
+				st.replaceKept(c.file, c.kept, only)
+				left = append(left, queued{recordBatch: recordBatch{file: c.file}, kept: only})
+				continue
 			}
-		} else if k != nil {
-			st.keptBytes -= k.bytes()
-			delete(st.kept, name)
+		}
+		if c.kept != nil {
+			st.replaceKept(c.file, c.kept, nil)
 		}
 	}
 	st.consumed = left
@@ -236,6 +243,23 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 				}
 			}
 			b := &st.queue[0]
+			if b.pieces != nil {
+				// A shard read in pieces: its next piece goes before it.
+				pc, ok, err := b.pieces.next(ctx)
+				if err != nil {
+					return nil, err // the scan's names the shard
+				}
+				if !ok {
+					st.queue = st.queue[1:]
+					continue
+				}
+				st.keptMu.Lock()
+				st.addKept(b.pieces.name, pc.kept)
+				st.keptMu.Unlock()
+				st.pieces++
+				st.queue = slices.Insert(st.queue, 0, queued{recordBatch: pc.batch, kept: pc.kept})
+				continue
+			}
 			take := 0
 			for take < len(b.records) && !chunkFull(n, bytes, st.shardSize) {
 				for _, m := range b.records[take].members {
@@ -246,7 +270,7 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 			}
 			batches = append(batches, recordBatch{file: b.file, names: b.names, schemas: b.schemas, records: b.records[:take:take]})
 			if b.records = b.records[take:]; len(b.records) == 0 {
-				st.consumed = append(st.consumed, b.file)
+				st.consumed = append(st.consumed, queued{recordBatch: recordBatch{file: b.file}, kept: b.kept})
 				st.queue = st.queue[1:]
 			}
 		}
@@ -382,6 +406,7 @@ func (st *Stream) readShards(ctx context.Context) error {
 	st.next += len(group)
 	got := make([]recordBatch, len(group))
 	keep := make([]*keptShard, len(group))
+	inPieces := make([]*shardPieces, len(group))
 	limit := st.o.MaxRecordSize
 	if limit <= 0 || limit > manifest.MaxShardSize {
 		limit = manifest.MaxShardSize
@@ -413,6 +438,7 @@ func (st *Stream) readShards(ctx context.Context) error {
 			var size int64
 			var data []byte
 			var err error
+			release := func() {}
 			if wf, ok := st.files.(wholeFiles); ok && !compressedShard(sh) {
 				// From a store, one GET reads the shard whole and says its
 				// size; a larger one is scanned by ranged reads.
@@ -428,7 +454,8 @@ func (st *Stream) readShards(ctx context.Context) error {
 				if f, size, err = st.files.open(gctx, sh); err != nil {
 					return fmt.Errorf("shard %s: %w", sh, err)
 				}
-				defer releaseShard(f)
+				opened := f
+				release = func() { releaseShard(opened) }
 				if size <= budget {
 					d := into(size)
 					if _, err := f.ReadAt(d, 0); err == nil {
@@ -437,6 +464,11 @@ func (st *Stream) readShards(ctx context.Context) error {
 					} // else the scan of the source names what is wrong with it
 				}
 			}
+			if data == nil {
+				inPieces[i] = scanInPieces(sh, f, size, limit, pieceRecords, pieceBytes(st.shardSize), release)
+				return nil
+			}
+			defer release()
 			if got[i], err = readShardRecords(sh, f, size, limit); err != nil {
 				return err
 			}
@@ -447,24 +479,72 @@ func (st *Stream) readShards(ctx context.Context) error {
 		})
 	}
 	if err := g.Wait(); err != nil {
+		for _, p := range inPieces {
+			if p != nil {
+				p.stop()
+			}
+		}
 		return err
 	}
 	st.keptMu.Lock()
 	defer st.keptMu.Unlock()
-	for i, b := range got {
-		if len(b.records) > 0 {
-			st.queue = append(st.queue, b)
+	for i, b := range got { // in the shards' order
+		switch {
+		case inPieces[i] != nil:
+			st.queue = append(st.queue, queued{recordBatch: recordBatch{file: group[i]}, pieces: inPieces[i]})
+		case len(b.records) > 0:
+			st.queue = append(st.queue, queued{recordBatch: b, kept: keep[i]})
 			if keep[i] != nil {
-				if st.kept == nil {
-					st.kept = map[string]*keptShard{}
-				}
-				st.kept[group[i]] = keep[i]
-				st.keptBytes += keep[i].bytes()
-				st.keptPeak = max(st.keptPeak, st.keptBytes)
+				st.addKept(group[i], keep[i])
 			}
 		}
 	}
 	return nil
+}
+
+// queued is a source shard, or a piece of one, whose records are not all
+// in chunks yet, with its members' bytes when the stream keeps them
+// (nil: the windows read them from the source); or a shard being read in
+// pieces (pieces), whose next piece goes before it in the queue.
+type queued struct {
+	recordBatch
+	kept   *keptShard
+	pieces *shardPieces
+}
+
+// addKept keeps k, members' bytes of the source shard name, for the
+// upload (keptMu held).
+func (st *Stream) addKept(name string, k *keptShard) {
+	if st.kept == nil {
+		st.kept = map[string]keptPieces{}
+	}
+	ps := st.kept[name]
+	i, _ := slices.BinarySearchFunc(ps, k.offs[0], func(p *keptShard, off int64) int { return cmp.Compare(p.offs[0], off) })
+	st.kept[name] = slices.Insert(ps, i, k)
+	st.keptBytes += k.bytes()
+	st.keptPeak = max(st.keptPeak, st.keptBytes)
+}
+
+// replaceKept puts with in old's place among name's kept pieces, or
+// drops old when with is nil (keptMu held).
+func (st *Stream) replaceKept(name string, old, with *keptShard) {
+	ps := st.kept[name]
+	i := slices.Index(ps, old)
+	if i < 0 {
+		return
+	}
+	st.keptBytes -= old.bytes()
+	if with == nil {
+		ps = slices.Delete(ps, i, i+1)
+	} else {
+		ps[i] = with
+		st.keptBytes += with.bytes()
+	}
+	if len(ps) == 0 {
+		delete(st.kept, name)
+	} else {
+		st.kept[name] = ps
+	}
 }
 
 // wholeShards are the buffers readShards reads a shard whole into, one a
@@ -491,10 +571,13 @@ type keptFiles struct {
 
 func (k *keptFiles) open(ctx context.Context, name string) (io.ReaderAt, int64, error) {
 	k.st.keptMu.RLock()
-	b, ok := k.st.kept[name]
+	ps, ok := k.st.kept[name]
+	if ok {
+		ps = slices.Clone(ps) // the stream changes its list when it makes the next chunk
+	}
 	k.st.keptMu.RUnlock()
 	if ok {
-		return b, b.size, nil
+		return ps, ps[0].size, nil
 	}
 	return k.under.open(ctx, name)
 }

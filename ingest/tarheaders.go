@@ -31,11 +31,12 @@ type tarHeader struct {
 // tarHeaders reads a tar stream's members, front to back: next moves to
 // the next member (io.EOF at the end of the archive), body reads the
 // current member's bytes whole, and sum reads them as they stream by,
-// returning crc continued over them (verify.Update).
+// returning crc continued over them (verify.Update) and, when keep is not
+// nil, appending them to *keep (a scan that keeps what it reads: pieces.go).
 type tarHeaders interface {
 	next() (tarHeader, error)
 	body() ([]byte, error)
-	sum(crc uint32) (uint32, error)
+	sum(crc uint32, keep *[]byte) (uint32, error)
 }
 
 // stdTarHeaders is archive/tar: every tar it reads, it reads as the
@@ -80,18 +81,22 @@ func isSparse(h *tar.Header) bool {
 
 func (s *stdTarHeaders) body() ([]byte, error) { return io.ReadAll(s.tr) }
 
-func (s *stdTarHeaders) sum(crc uint32) (uint32, error) {
+func (s *stdTarHeaders) sum(crc uint32, keep *[]byte) (uint32, error) {
 	if s.buf == nil {
 		s.buf = make([]byte, 64<<10) // one for the shard, not one a member
 	}
-	return continueCRC(crc, s.tr, s.buf)
+	return continueCRC(crc, s.tr, s.buf, keep)
 }
 
-// continueCRC is crc continued over what r reads, through buf.
-func continueCRC(crc uint32, r io.Reader, buf []byte) (uint32, error) {
+// continueCRC is crc continued over what r reads, through buf, appended
+// to *keep as well when keep is not nil.
+func continueCRC(crc uint32, r io.Reader, buf []byte, keep *[]byte) (uint32, error) {
 	for {
 		n, err := r.Read(buf)
 		crc = verify.Update(crc, buf[:n])
+		if keep != nil {
+			*keep = append(*keep, buf[:n]...)
+		}
 		if err == io.EOF {
 			return crc, nil
 		}
@@ -263,7 +268,7 @@ func (p *plainTarHeaders) body() ([]byte, error) {
 
 // sum reads the current member's bytes in place (through bufio's buffer,
 // as Discard would read them), continuing crc over them.
-func (p *plainTarHeaders) sum(crc uint32) (uint32, error) {
+func (p *plainTarHeaders) sum(crc uint32, keep *[]byte) (uint32, error) {
 	if p.at != p.cur.dataAt {
 		return 0, errNotPlain
 	}
@@ -273,6 +278,9 @@ func (p *plainTarHeaders) sum(crc uint32) (uint32, error) {
 			return 0, errNotPlain
 		}
 		crc = verify.Update(crc, b)
+		if keep != nil {
+			*keep = append(*keep, b...)
+		}
 		p.br.Discard(len(b))
 		p.at += int64(len(b))
 		left -= int64(len(b))

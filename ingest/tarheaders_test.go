@@ -23,7 +23,7 @@ func scanBoth(t *testing.T, b []byte) (plain bool, recs recordBatch, err error) 
 	t.Helper()
 	scan := func(tr tarHeaders) (recordBatch, error) {
 		got := recordBatch{file: "s.tar"}
-		err := scanShardRecords(tr, int64(len(b)), 1<<30, &got)
+		err := scanShardRecords(tr, int64(len(b)), 1<<30, &got, nil)
 		got.doneReading() // as readShardRecords returns it
 		return got, err
 	}

@@ -467,17 +467,22 @@ var (
 	fileScanReaders   = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 256<<10) }}
 )
 
+// scanReadersFor is the pool of scan buffers for reading f.
+func scanReadersFor(f io.ReaderAt) *sync.Pool {
+	switch f.(type) {
+	case *bytes.Reader:
+		return &memoryScanReaders
+	case *os.File:
+		return &fileScanReaders
+	}
+	return &scanReaders // a store's object: each fill is a ranged GET
+}
+
 // readShardRecords reads one tar shard's records (size bytes, through f,
 // in one sequential pass). It reads the headers with plainTarHeaders, and
 // a shard that declines with archive/tar.
 func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) (recordBatch, error) {
-	pool := &scanReaders // a store's object: each fill is a ranged GET
-	switch f.(type) {
-	case *bytes.Reader:
-		pool = &memoryScanReaders
-	case *os.File:
-		pool = &fileScanReaders
-	}
+	pool := scanReadersFor(f)
 	br := pool.Get().(*bufio.Reader)
 	defer func() {
 		br.Reset(nil) // the pool keeps the buffer, not this shard's file
@@ -485,11 +490,11 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) (rec
 	}()
 	got := recordBatch{file: shard}
 	br.Reset(io.NewSectionReader(f, 0, size))
-	err := scanShardRecords(&plainTarHeaders{br: br}, size, limit, &got)
+	err := scanShardRecords(&plainTarHeaders{br: br}, size, limit, &got, nil)
 	if errors.Is(err, errNotPlain) {
 		got = recordBatch{file: shard}
 		br.Reset(io.NewSectionReader(f, 0, size))
-		err = scanShardRecords(newStdTarHeaders(br), size, limit, &got)
+		err = scanShardRecords(newStdTarHeaders(br), size, limit, &got, nil)
 	}
 	if err != nil {
 		return recordBatch{}, err
@@ -500,12 +505,18 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) (rec
 
 // scanShardRecords is readShardRecords of the member headers tr reads.
 // It returns errNotPlain as it is, for readShardRecords to read again.
-func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch) error {
+//
+// With a cut (pieces.go), it keeps the members' bytes it reads, and hands
+// batch and them on whenever they reach the cut's bounds, going on with a
+// batch of its own; a record cut.given says was handed on already (a
+// rescan by archive/tar) is read past.
+func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch, cut *pieceCut) error {
 	shard := batch.file
 	seen := map[string]int64{} // key -> its record's offset, in this shard
 	var cur *wdsRecord
-	width := 1   // members of the last record
-	var at int64 // where the next header starts
+	given := false // cur was handed on before this scan began (cut.given)
+	width := 1     // members of the last record
+	var at int64   // where the next header starts
 	flush := func() error {
 		if cur == nil {
 			return nil
@@ -518,8 +529,15 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", shard, cur.off, cur.key, size, limit)
 		}
 		seen[cur.key] = cur.off
-		width = len(cur.members) // the next record most likely has as many
-		batch.records = append(batch.records, *cur)
+		if !given {
+			width = len(cur.members) // the next record most likely has as many
+			batch.records = append(batch.records, *cur)
+			if cut != nil && cut.full(batch) {
+				if err := cut.give(batch, cur.off); err != nil {
+					return err
+				}
+			}
+		}
 		cur = nil
 		return nil
 	}
@@ -570,6 +588,10 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 				return duplicateKey(shard, hdrAt, key, fmt.Sprintf("%s at offset %d", shard, prev))
 			}
 			cur = &wdsRecord{key: key, off: hdrAt, members: make([]MemberAt, 0, width)}
+			given = cut != nil && hdrAt <= cut.given
+		}
+		if given {
+			continue // its bytes were checked, kept and handed on by the scan before
 		}
 		idx, ok := batch.member(member)
 		if !ok {
@@ -585,10 +607,14 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 			return fmt.Errorf("shard %s at offset %d: record %q holds %d bytes or more, more than the %d a record may have (--max-record-size; a record must fit one shard, at most 2GiB-1)", shard, cur.off, key, h.size, limit)
 		}
 		cur.members = append(cur.members, MemberAt{Off: dataAt, Size: uint32(h.size), Name: idx})
+		var keep *[]byte
+		if cut != nil {
+			keep = cut.member(dataAt)
+		}
 		if member != FieldsMember {
 			// The member's bytes stream by the checksum the upload holds
 			// them to: a shard rewritten since is refused, not served.
-			if cur.sum, err = tr.sum(cur.sum); err != nil {
+			if cur.sum, err = tr.sum(cur.sum, keep); err != nil {
 				if errors.Is(err, errNotPlain) {
 					return err
 				}
@@ -607,6 +633,9 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 				return fmt.Errorf("shard %s at offset %d: member %q: %v: the shard is damaged or cut short", shard, hdrAt, h.name, err)
 			}
 			cur.sum = verify.Update(cur.sum, b)
+			if keep != nil {
+				*keep = append(*keep, b...)
+			}
 			obj, err := decodeFieldsObject(b)
 			if err != nil {
 				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields, one object (a loader's json.loads refuses anything else)", shard, hdrAt, h.name, err)

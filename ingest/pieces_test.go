@@ -1,0 +1,153 @@
+package ingest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writePiecesShards writes shards of per records each (a .txt of 20 to 140
+// bytes and a .json of fields) into dir, and returns the records by key.
+// odd, when set, changes record odd's first header: a PAX comment (which
+// plainTarHeaders declines, so archive/tar reads the shard again), or a
+// .json member that is no JSON object.
+func writePiecesShards(t *testing.T, dir string, shards, per int, odd int, oddKind string) map[string]map[string][]byte {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(uint64(shards), uint64(per)))
+	want := map[string]map[string][]byte{}
+	for s := range shards {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for r := range per {
+			n := s*per + r
+			key := fmt.Sprintf("%07d", n)
+			txt := make([]byte, 20+rng.IntN(121))
+			for i := range txt {
+				txt[i] = byte('a' + rng.IntN(26))
+			}
+			js := []byte(fmt.Sprintf(`{"source":"s%d"}`, n%3))
+			if n == odd && oddKind == "bad json" {
+				js = []byte("not json")
+			}
+			want[key] = map[string][]byte{"txt": txt, "json": js}
+			for i, m := range []struct {
+				name string
+				body []byte
+			}{{"json", js}, {"txt", txt}} {
+				h := &tar.Header{Name: key + "." + m.name, Mode: 0o644, Size: int64(len(m.body)), Typeflag: tar.TypeReg}
+				if n == odd && i == 0 && oddKind == "pax" {
+					h.PAXRecords, h.Format = map[string]string{"comment": "made by hand"}, tar.FormatPAX
+				}
+				if err := tw.WriteHeader(h); err != nil {
+					t.Fatal(err)
+				}
+				tw.Write(m.body)
+			}
+		}
+		tw.Close()
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("shard-%04d.tar", s)), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return want
+}
+
+// TestStreamReadsLargeShardsInPieces: source shards far larger than a
+// window are read once, in pieces, their members' bytes kept as they are
+// read: the stream holds about a chunk of records' bytes and a few pieces,
+// not a shard (a shard here holds more than twice the bound), and every record
+// comes back byte for byte.
+func TestStreamReadsLargeShardsInPieces(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const shards, per = 2, 16000
+	want := writePiecesShards(t, dir, shards, per, -1, "")
+	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
+	if err != nil || st == nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	stores := localStores(t, t.TempDir(), 3)
+	const shardSize = 16 << 10
+	res, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: shardSize, BlockSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shardBytes int64
+	for _, r := range want {
+		shardBytes += int64(len(r["txt"]) + len(r["json"]))
+	}
+	shardBytes /= shards
+	if st.pieces < shards*2 {
+		t.Fatalf("%d pieces read from %d shards of %d bytes of members: want the shards read in pieces (of %d bytes)", st.pieces, shards, shardBytes, pieceBytes(shardSize))
+	}
+	// A chunk's records and those it carries, a piece ahead of it for each
+	// shard of a group read at once and one being taken, and 16 bytes an
+	// extent.
+	bound := readWindow(shardSize) + shardSize + int64(runtime.GOMAXPROCS(0)+1)*pieceBytes(shardSize) + 16*int64(2*streamChunkRecords)
+	if st.keptPeak == 0 || st.keptPeak > bound || bound*2 > shardBytes {
+		t.Fatalf("kept at most %d bytes of source shards of %d bytes of members in memory: want some, and at most %d (%d chunks)", st.keptPeak, shardBytes, bound, res.Chunks)
+	}
+	recordsBack(t, stores, "ds", want)
+}
+
+// TestStreamPiecesReadAgainByArchiveTar: a header plainTarHeaders declines
+// part way through a shard read in pieces has archive/tar read it again
+// from its start; the records handed on already are not handed on again,
+// and none is lost.
+func TestStreamPiecesReadAgainByArchiveTar(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const per = 5000
+	want := writePiecesShards(t, dir, 2, per, per+4000, "pax")
+	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
+	if err != nil || st == nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	stores := localStores(t, t.TempDir(), 3)
+	if _, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if st.pieces < 4 {
+		t.Fatalf("%d pieces: want the shard with the PAX comment read in pieces before it", st.pieces)
+	}
+	recordsBack(t, stores, "ds", want)
+}
+
+// TestStreamPiecesStopWithARefusal: a record refused part way through a
+// shard read in pieces fails the ingest, naming the shard and the offset,
+// and the shards' scans end with it: no goroutine is left reading.
+func TestStreamPiecesStopWithARefusal(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const per = 5000
+	writePiecesShards(t, dir, 3, per, 4000, "bad json")
+	before := runtime.NumGoroutine()
+	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
+	if err != nil || st == nil {
+		t.Fatal(err)
+	}
+	stores := localStores(t, t.TempDir(), 3)
+	_, err = RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096})
+	if err == nil || !strings.Contains(err.Error(), "shard-0000.tar at offset") || !strings.Contains(err.Error(), "not a JSON object") {
+		t.Fatalf("ingest of a shard with a record of bad JSON: %v, want its refusal naming the shard and offset", err)
+	}
+	st.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after the refused ingest, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
