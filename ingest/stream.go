@@ -63,13 +63,34 @@ import (
 
 // streamChunkRecords bounds the records of a chunk once it holds a
 // shard's bytes; a chunk also ends at about readWindow bytes of records.
-// A chunk of tiny records is so about a shard and a bit: its last shard,
-// part full, goes on to the next (streamChunks), so shards are full.
+// A chunk's last shard, part full, goes on to the next (eachChunk), so
+// shards are full.
 const streamChunkRecords = 1 << 13
 
-// chunkFull says a chunk of n records of these bytes is done.
+// chunkFull says a chunk of n records of these bytes is done: at
+// readWindow bytes; or, once it holds streamChunkRecords records and a
+// shard's bytes, just past a whole number of shards, so that the part-full
+// shard it carries on holds a few records.
+//
+// It ended at streamChunkRecords itself before, wherever that fell in a
+// shard: 8,192 records of 126 bytes are 1.97 shards of 512 KiB, so every
+// chunk wrote one shard and carried the next, 99% full, to the next chunk:
+// each record was planned twice, and 4,000 records' items and bytes were
+// carried in memory from chunk to chunk.
 func chunkFull(n int, bytes, shardSize int64) bool {
-	return bytes >= readWindow(shardSize) || n >= streamChunkRecords && bytes >= shardSize
+	if bytes >= readWindow(shardSize) {
+		return true
+	}
+	if n < streamChunkRecords || bytes < shardSize {
+		return false
+	}
+	// The greedy cut (cutShards) leaves each full shard less than a record
+	// short, so two average records a shard past a whole number of shards
+	// leave the last shard a few records. A record that leaps the band
+	// takes the chunk on to the next whole shard, or to readWindow.
+	over := bytes % shardSize
+	room := 2 * (bytes / int64(n)) * (bytes/shardSize + 1)
+	return over >= room && over < room+shardSize/8
 }
 
 // Stream is a source of records read once, front to back: local WebDataset
