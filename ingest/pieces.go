@@ -106,6 +106,8 @@ type shardPieces struct {
 	name string
 	out  chan piece
 	quit chan struct{}
+	// cancel ends the reads of the shard (their context).
+	cancel context.CancelFunc
 
 	// err is what ended the scan, read once out is closed.
 	err error
@@ -113,11 +115,13 @@ type shardPieces struct {
 
 // scanInPieces starts the scan of shard (size bytes, through f) in pieces
 // bounded by maxRecords and maxBytes; release is called when the scan is
-// done with f.
-func scanInPieces(shard string, f io.ReaderAt, size, limit int64, maxRecords int, maxBytes int64, release func()) *shardPieces {
-	p := &shardPieces{name: shard, out: make(chan piece), quit: make(chan struct{})}
+// done with f, and cancel ends the context f reads under (when the scan
+// ends, or is stopped part way).
+func scanInPieces(shard string, f io.ReaderAt, size, limit int64, maxRecords int, maxBytes int64, release func(), cancel context.CancelFunc) *shardPieces {
+	p := &shardPieces{name: shard, out: make(chan piece), quit: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(p.out)
+		defer cancel()
 		defer release()
 		cut := &pieceCut{size: size, maxRecords: maxRecords, maxBytes: maxBytes, given: -1}
 		cut.emit = func(pc piece) error {
@@ -176,13 +180,15 @@ func (p *shardPieces) next(ctx context.Context) (piece, bool, error) {
 	}
 }
 
-// stop ends the scan, if it still runs, without waiting for it.
+// stop ends the scan, if it still runs, without waiting for it: a read
+// under way ends too (a store's that hangs).
 func (p *shardPieces) stop() {
 	select {
 	case <-p.quit:
 	default:
 		close(p.quit)
 	}
+	p.cancel()
 }
 
 // keptPieces are the pieces of one source shard a stream holds, in the

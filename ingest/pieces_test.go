@@ -3,15 +3,19 @@ package ingest
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardfs/shardfs/backend"
 )
 
 // writePiecesShards writes shards of per records each (a .txt of 20 to 140
@@ -150,4 +154,50 @@ func TestStreamPiecesStopWithARefusal(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestStreamReadsLargeStoreShardsOnce: source shards on a store, larger
+// than their share of a window and than a scan buffer, are read in pieces
+// by ranged reads that cover each shard once, with no byte read twice
+// (the windows read every record's bytes again before), and every record
+// comes back byte for byte.
+func TestStreamReadsLargeStoreShardsOnce(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	want := writeShards(t, dir, 3, 1600)
+	raw, err := backend.Open("file://"+dir, backend.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &countingStore{Store: raw, reads: map[string][][2]int64{}}
+	st, err := OpenStoreStream(ctx, ScanOptions{Store: src, Strata: []string{"source"}})
+	if err != nil || st == nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	stores := localStores(t, t.TempDir(), 3)
+	if _, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if len(src.reads) != 3 || st.pieces < 6 {
+		t.Fatalf("%d source shards read, in %d pieces: want 3, in pieces", len(src.reads), st.pieces)
+	}
+	for key, reads := range src.reads {
+		size, err := raw.Stat(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(reads, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+		at := int64(0)
+		for _, r := range reads {
+			if r[0] != at {
+				t.Fatalf("%s (%d bytes) read as %v: want reads that cover it once, each byte once", key, size, reads)
+			}
+			at = r[1]
+		}
+		if at != size || len(reads) < 2 {
+			t.Fatalf("%s (%d bytes) read as %v: want ranged reads that cover it once", key, size, reads)
+		}
+	}
+	recordsBack(t, stores, "ds", want)
 }

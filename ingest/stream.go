@@ -433,9 +433,20 @@ func (st *Stream) readShards(ctx context.Context) error {
 		limit = manifest.MaxShardSize
 	}
 	budget := readWindow(st.shardSize) / int64(len(group))
-	g, gctx := errgroup.WithContext(ctx)
+	// Not errgroup.WithContext: a shard read in pieces goes on being read
+	// after the group (its reads hold sctx), and the group's context ends
+	// with the group. A failing shard lets the others' reads (a shard's
+	// size, or at most budget bytes) end.
+	var g errgroup.Group
 	for i, sh := range group {
 		g.Go(func() error {
+			sctx, cancel := context.WithCancel(ctx)
+			scanned := false // the scan in pieces owns cancel
+			defer func() {
+				if !scanned {
+					cancel()
+				}
+			}()
 			var buf []byte
 			into := func(size int64) []byte {
 				select {
@@ -464,7 +475,7 @@ func (st *Stream) readShards(ctx context.Context) error {
 				// From a store, one GET reads the shard whole and says its
 				// size; a larger one is scanned by ranged reads.
 				var whole bool
-				if f, size, whole, err = wf.readWhole(gctx, sh, budget, into); err != nil {
+				if f, size, whole, err = wf.readWhole(sctx, sh, budget, into); err != nil {
 					return fmt.Errorf("shard %s: %w", sh, err)
 				}
 				if whole {
@@ -472,7 +483,7 @@ func (st *Stream) readShards(ctx context.Context) error {
 					f = bytes.NewReader(data)
 				}
 			} else {
-				if f, size, err = st.files.open(gctx, sh); err != nil {
+				if f, size, err = st.files.open(sctx, sh); err != nil {
 					return fmt.Errorf("shard %s: %w", sh, err)
 				}
 				opened := f
@@ -486,7 +497,8 @@ func (st *Stream) readShards(ctx context.Context) error {
 				}
 			}
 			if data == nil {
-				inPieces[i] = scanInPieces(sh, f, size, limit, pieceRecords, pieceBytes(st.shardSize), release)
+				inPieces[i] = scanInPieces(sh, f, size, limit, pieceRecords, pieceBytes(st.shardSize), release, cancel)
+				scanned = true
 				return nil
 			}
 			defer release()
