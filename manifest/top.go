@@ -266,37 +266,85 @@ func EncodeIndex(x *ShardIndex) ([]byte, error) {
 	if len(x.Stratum) != n || len(x.Size) != n || len(x.Sum) != n || x.Fields != nil && len(x.Fields) != n || x.Records != nil && len(x.Records) != n {
 		return nil, fmt.Errorf("manifest: shard %d index columns of %d, %d, %d, %d, %d and %d rows", x.Shard, n, len(x.Stratum), len(x.Size), len(x.Sum), len(x.Fields), len(x.Records))
 	}
+	return encodeIndex(x.Shard, x.Sums, n, x.Fields != nil, x.Records != nil, func(i int) indexRow {
+		r := indexRow{key: x.Keys[i], stratum: x.Stratum[i], size: x.Size[i], sum: x.Sum[i]}
+		if x.Fields != nil {
+			r.fields = x.Fields[i]
+		}
+		if x.Records != nil {
+			r.record = x.Records[i]
+		}
+		return r
+	})
+}
+
+// EncodeShardIndexOf is EncodeIndex(ShardIndexOf(m, si)) with the index's
+// Shard number shard, written from m's rows as they are: the index is not
+// built whole first (a copy of every key, field and record of the shard,
+// which a streaming ingest held for each shard of a chunk at once).
+func EncodeShardIndexOf(m *Manifest, si, shard int) ([]byte, error) {
+	sh := m.Shards[si]
+	first, n := sh.FirstSample, sh.NumSamples
+	// As ShardIndexOf's columns are nil in a shard of no samples.
+	return encodeIndex(shard, sh.Sums, n, m.Samples.HasFields() && n > 0, len(m.Members) > 0 && n > 0, func(i int) indexRow {
+		j := first + i
+		r := indexRow{key: m.Samples.Key(j), stratum: m.Samples.Stratum[j], size: m.Samples.Size[j], sum: m.Samples.Sum[j]}
+		if m.Samples.HasFields() {
+			r.fields = m.Samples.FieldsJoined(j)
+		}
+		if len(m.Members) > 0 {
+			r.record = m.Samples.Record(j)
+		}
+		return r
+	})
+}
+
+// indexRow is a shard index's row as encodeIndex writes it.
+type indexRow struct {
+	key                string
+	stratum, size, sum uint32
+	fields             string
+	record             []byte
+}
+
+// encodeIndex writes a shard index of n rows, row(i) each.
+func encodeIndex(shard int, sums []uint32, n int, fields, records bool, row func(i int) indexRow) ([]byte, error) {
 	v := uint32(TopVersion)
-	if x.Fields != nil {
+	if fields {
 		v = TopVersionFields
 	}
-	if x.Records != nil {
+	if records {
 		v = TopVersionRecords
 	}
 	return frame(indexMagic, v, func(e *encoder) {
 		if v >= TopVersionRecords {
-			e.uvarint(uint64(len(x.Fields) / max(n, 1))) // 1: a fields column
+			fieldsColumn := uint64(0) // 1: a fields column
+			if fields && n > 0 {
+				fieldsColumn = 1
+			}
+			e.uvarint(fieldsColumn)
 		}
-		e.uvarint(uint64(x.Shard))
-		e.uvarint(uint64(len(x.Sums)))
-		for _, v := range x.Sums {
+		e.uvarint(uint64(shard))
+		e.uvarint(uint64(len(sums)))
+		for _, v := range sums {
 			e.u32(v)
 		}
 		e.uvarint(uint64(n))
 		prev := ""
-		for i, k := range x.Keys {
-			shared := commonPrefix([]byte(prev), []byte(k))
+		for i := range n {
+			r := row(i)
+			shared := commonPrefix([]byte(prev), []byte(r.key))
 			e.uvarint(uint64(shared))
-			e.str(k[shared:])
-			prev = k
-			e.uvarint(uint64(x.Stratum[i]))
-			e.uvarint(uint64(x.Size[i]))
-			e.u32(x.Sum[i])
-			if v == TopVersionFields || v >= TopVersionRecords && x.Fields != nil {
-				e.str(x.Fields[i])
+			e.str(r.key[shared:])
+			prev = r.key
+			e.uvarint(uint64(r.stratum))
+			e.uvarint(uint64(r.size))
+			e.u32(r.sum)
+			if v == TopVersionFields || v >= TopVersionRecords && fields {
+				e.str(r.fields)
 			}
 			if v >= TopVersionRecords {
-				e.bytes(x.Records[i])
+				e.bytes(r.record)
 			}
 		}
 	})
