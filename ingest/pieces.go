@@ -14,8 +14,9 @@ import (
 // hands on a piece, a batch of records and their members' bytes, each
 // time it holds pieceRecords records or pieceBytes of members, and waits
 // until the stream takes it before it reads on. So a stream holds the
-// records of the chunk it makes, and at most two pieces ahead of them,
-// whatever the size of its source shards.
+// records of the chunk it makes, and a piece ahead of them for each shard
+// of the group it reads at once (one a core, readShards), whatever the
+// size of its source shards.
 //
 // Before pieces, such a shard was scanned whole (the records' metadata of
 // the whole shard in memory; two shards at once on 2 cores), and every
@@ -30,7 +31,8 @@ import (
 // pieceRecords bounds the records of a piece: a quarter of a chunk's.
 const pieceRecords = streamChunkRecords / 4
 
-// pieceBytes bounds the members' bytes of a piece: a quarter of a window.
+// pieceBytes bounds the members' bytes of a piece: a quarter of a window,
+// and at least 64 KiB.
 func pieceBytes(shardSize int64) int64 { return max(readWindow(shardSize)/4, 64<<10) }
 
 // piece is a part of a source shard, records in order, with their
