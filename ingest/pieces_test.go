@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/busy"
 )
 
 // writePiecesShards writes shards of per records each (a .txt of 20 to 140
@@ -67,11 +68,12 @@ func writePiecesShards(t *testing.T, dir string, shards, per int, odd int, oddKi
 // TestStreamReadsLargeShardsInPieces: source shards far larger than a
 // window are read once, in pieces, their members' bytes kept as they are
 // read: the stream holds about a chunk of records' bytes and a few pieces,
-// not a shard (a shard here holds more than twice the bound), and every record
-// comes back byte for byte.
+// not a shard (a shard here holds more than twice the bound), with every
+// core kept busy, and every record comes back byte for byte.
 func TestStreamReadsLargeShardsInPieces(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
+	busy.Burn(t, runtime.NumCPU())
 	const shards, per = 2, 16000
 	want := writePiecesShards(t, dir, shards, per, -1, "")
 	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
