@@ -123,8 +123,10 @@ type Stream struct {
 	consumed []queued
 	// keptBytes is what kept holds in memory, and keptPeak its most.
 	keptBytes, keptPeak int64
-	// pieces counts the pieces of shards read in pieces (pieces.go).
+	// pieces counts the pieces of shards read in pieces (pieces.go), and
+	// scans those shards' scans under way.
 	pieces int
+	scans  scanCount
 
 	corpus *jsonlReader
 	ended  bool
@@ -272,6 +274,7 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 				}
 				if !ok {
 					st.queue = st.queue[1:]
+					st.startScans()
 					continue
 				}
 				st.keptMu.Lock()
@@ -497,7 +500,7 @@ func (st *Stream) readShards(ctx context.Context) error {
 				}
 			}
 			if data == nil {
-				inPieces[i] = scanInPieces(sh, f, size, limit, pieceRecords, pieceBytes(st.shardSize), release, cancel)
+				inPieces[i] = scanInPieces(sh, f, size, limit, pieceRecords, pieceBytes(st.shardSize), release, cancel, &st.scans)
 				scanned = true
 				return nil
 			}
@@ -519,6 +522,7 @@ func (st *Stream) readShards(ctx context.Context) error {
 		}
 		return err
 	}
+	defer st.startScans()
 	st.keptMu.Lock()
 	defer st.keptMu.Unlock()
 	for i, b := range got { // in the shards' order
@@ -533,6 +537,18 @@ func (st *Stream) readShards(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startScans lets the first activeScans shards of the queue read in
+// pieces begin their scans, in the queue's order.
+func (st *Stream) startScans() {
+	n := 0
+	for _, q := range st.queue {
+		if q.pieces != nil && n < activeScans {
+			q.pieces.begin()
+			n++
+		}
+	}
 }
 
 // queued is a source shard, or a piece of one, whose records are not all
