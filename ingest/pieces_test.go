@@ -65,28 +65,39 @@ func writePiecesShards(t *testing.T, dir string, shards, per int, odd int, oddKi
 	return want
 }
 
+// streamPieces ingests the shards in dir as dataset "ds" into 3 local
+// stores, streamed at --shard-size 16KiB (windows of 64 KiB, so shards of
+// more than 32 KiB are read in pieces); the stream is closed when the
+// test ends.
+func streamPieces(t *testing.T, dir string) (*Stream, []backend.Store, *Result, error) {
+	t.Helper()
+	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
+	if err != nil || st == nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	stores := localStores(t, t.TempDir(), 3)
+	res, err := RunStream(context.Background(), st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: piecesShardSize, BlockSize: 4096})
+	return st, stores, res, err
+}
+
+const piecesShardSize = 16 << 10
+
 // TestStreamReadsLargeShardsInPieces: source shards far larger than a
 // window are read once, in pieces, their members' bytes kept as they are
 // read: the stream holds about a chunk of records' bytes and a few pieces,
 // not a shard (a shard here holds more than twice the bound), with every
 // core kept busy, and every record comes back byte for byte.
 func TestStreamReadsLargeShardsInPieces(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 	busy.Burn(t, runtime.NumCPU())
 	const shards, per = 2, 16000
 	want := writePiecesShards(t, dir, shards, per, -1, "")
-	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
-	if err != nil || st == nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	stores := localStores(t, t.TempDir(), 3)
-	const shardSize = 16 << 10
-	res, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: shardSize, BlockSize: 4096})
+	st, stores, res, err := streamPieces(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	const shardSize = piecesShardSize
 	var shardBytes int64
 	for _, r := range want {
 		shardBytes += int64(len(r["txt"]) + len(r["json"]))
@@ -112,16 +123,10 @@ func TestStreamReadsLargeShardsInPieces(t *testing.T) {
 // a 1,000,000-record ingest from 56 MB at GOMAXPROCS=2 to 92 at 16.
 func TestStreamScansFewShardsAtOnce(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
-	ctx := context.Background()
 	dir := t.TempDir()
 	want := writePiecesShards(t, dir, 16, 2000, -1, "")
-	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
-	if err != nil || st == nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	stores := localStores(t, t.TempDir(), 3)
-	if _, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096}); err != nil {
+	st, stores, _, err := streamPieces(t, dir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if st.pieces < 16*2 || st.scans.peak.Load() > activeScans || st.scans.peak.Load() == 0 {
@@ -135,17 +140,11 @@ func TestStreamScansFewShardsAtOnce(t *testing.T) {
 // from its start; the records handed on already are not handed on again,
 // and none is lost.
 func TestStreamPiecesReadAgainByArchiveTar(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 	const per = 5000
 	want := writePiecesShards(t, dir, 2, per, per+4000, "pax")
-	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
-	if err != nil || st == nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	stores := localStores(t, t.TempDir(), 3)
-	if _, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096}); err != nil {
+	st, stores, _, err := streamPieces(t, dir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if st.pieces < 4 {
@@ -158,17 +157,11 @@ func TestStreamPiecesReadAgainByArchiveTar(t *testing.T) {
 // shard read in pieces fails the ingest, naming the shard and the offset,
 // and the shards' scans end with it: no goroutine is left reading.
 func TestStreamPiecesStopWithARefusal(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 	const per = 5000
 	writePiecesShards(t, dir, 3, per, 4000, "bad json")
 	before := runtime.NumGoroutine()
-	st, err := OpenStream(dir, ScanOptions{Strata: []string{"source"}})
-	if err != nil || st == nil {
-		t.Fatal(err)
-	}
-	stores := localStores(t, t.TempDir(), 3)
-	_, err = RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, BlockSize: 4096})
+	st, _, _, err := streamPieces(t, dir)
 	if err == nil || !strings.Contains(err.Error(), "shard-0000.tar at offset") || !strings.Contains(err.Error(), "not a JSON object") {
 		t.Fatalf("ingest of a shard with a record of bad JSON: %v, want its refusal naming the shard and offset", err)
 	}
