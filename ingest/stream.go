@@ -420,8 +420,8 @@ func keyAgain(where, key, prev string) error {
 // whole into memory first and scanned there, and its members' bytes kept
 // (keptShard, keptFiles) until its records are uploaded: the upload takes
 // their bytes from there, so the source is read once. A larger one is
-// scanned from the source, and its records read again from there, as a
-// whole scan's upload reads them.
+// queued to be read once too, in pieces (pieces.go), its scan begun when
+// it is among the first activeScans of the queue.
 func (st *Stream) readShards(ctx context.Context) error {
 	if st.next == len(st.shards) {
 		return nil
