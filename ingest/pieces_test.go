@@ -19,7 +19,7 @@ import (
 	"github.com/shardfs/shardfs/internal/busy"
 )
 
-// writePiecesShards writes shards of per records each (a .txt of 20 to 140
+// writePiecesShards writes shards of per records each (a .txt of 900 to 1,020
 // bytes and a .json of fields) into dir, and returns the records by key.
 // odd, when set, changes record odd's first header: a PAX comment (which
 // plainTarHeaders declines, so archive/tar reads the shard again), or a
@@ -34,7 +34,7 @@ func writePiecesShards(t *testing.T, dir string, shards, per int, odd int, oddKi
 		for r := range per {
 			n := s*per + r
 			key := fmt.Sprintf("%07d", n)
-			txt := make([]byte, 20+rng.IntN(121))
+			txt := make([]byte, 900+rng.IntN(121))
 			for i := range txt {
 				txt[i] = byte('a' + rng.IntN(26))
 			}
@@ -91,7 +91,7 @@ const piecesShardSize = 16 << 10
 func TestStreamReadsLargeShardsInPieces(t *testing.T) {
 	dir := t.TempDir()
 	busy.Burn(t, runtime.NumCPU())
-	const shards, per = 2, 16000
+	const shards, per = 2, 700
 	want := writePiecesShards(t, dir, shards, per, -1, "")
 	st, stores, res, err := streamPieces(t, dir)
 	if err != nil {
@@ -107,9 +107,10 @@ func TestStreamReadsLargeShardsInPieces(t *testing.T) {
 		t.Fatalf("%d pieces read from %d shards of %d bytes of members: want the shards read in pieces (of %d bytes)", st.pieces, shards, shardBytes, pieceBytes(shardSize))
 	}
 	// A chunk's records and those it carries, a piece ahead of it for each
-	// shard of a group read at once and one being taken, and 16 bytes an
-	// extent.
-	bound := readWindow(shardSize) + shardSize + int64(runtime.GOMAXPROCS(0)+1)*pieceBytes(shardSize) + 16*int64(2*streamChunkRecords)
+	// scan under way and one being taken, and 16 bytes an extent: a record
+	// here is two members of at least 900 bytes in all.
+	bytesBound := readWindow(shardSize) + shardSize + int64(activeScans+1)*pieceBytes(shardSize)
+	bound := bytesBound + bytesBound*2*16/900
 	if st.keptPeak == 0 || st.keptPeak > bound || bound*2 > shardBytes {
 		t.Fatalf("kept at most %d bytes of source shards of %d bytes of members in memory: want some, and at most %d (%d chunks)", st.keptPeak, shardBytes, bound, res.Chunks)
 	}
@@ -124,7 +125,7 @@ func TestStreamReadsLargeShardsInPieces(t *testing.T) {
 func TestStreamScansFewShardsAtOnce(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
 	dir := t.TempDir()
-	want := writePiecesShards(t, dir, 16, 2000, -1, "")
+	want := writePiecesShards(t, dir, 16, 150, -1, "")
 	st, stores, _, err := streamPieces(t, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -141,8 +142,8 @@ func TestStreamScansFewShardsAtOnce(t *testing.T) {
 // and none is lost.
 func TestStreamPiecesReadAgainByArchiveTar(t *testing.T) {
 	dir := t.TempDir()
-	const per = 5000
-	want := writePiecesShards(t, dir, 2, per, per+4000, "pax")
+	const per = 400
+	want := writePiecesShards(t, dir, 2, per, per+300, "pax")
 	st, stores, _, err := streamPieces(t, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -158,8 +159,8 @@ func TestStreamPiecesReadAgainByArchiveTar(t *testing.T) {
 // and the shards' scans end with it: no goroutine is left reading.
 func TestStreamPiecesStopWithARefusal(t *testing.T) {
 	dir := t.TempDir()
-	const per = 5000
-	writePiecesShards(t, dir, 3, per, 4000, "bad json")
+	const per = 400
+	writePiecesShards(t, dir, 3, per, 300, "bad json")
 	before := runtime.NumGoroutine()
 	st, _, _, err := streamPieces(t, dir)
 	if err == nil || !strings.Contains(err.Error(), "shard-0000.tar at offset") || !strings.Contains(err.Error(), "not a JSON object") {
@@ -184,7 +185,7 @@ func TestStreamPiecesStopWithARefusal(t *testing.T) {
 func TestStreamReadsLargeStoreShardsOnce(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	want := writeShards(t, dir, 3, 1600)
+	want := writeShards(t, dir, 2, 1300)
 	raw, err := backend.Open("file://"+dir, backend.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -199,8 +200,8 @@ func TestStreamReadsLargeStoreShardsOnce(t *testing.T) {
 	if _, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096}); err != nil {
 		t.Fatal(err)
 	}
-	if len(src.reads) != 3 || st.pieces < 6 {
-		t.Fatalf("%d source shards read, in %d pieces: want 3, in pieces", len(src.reads), st.pieces)
+	if len(src.reads) != 2 || st.pieces < 4 {
+		t.Fatalf("%d source shards read, in %d pieces: want 2, in pieces", len(src.reads), st.pieces)
 	}
 	for key, reads := range src.reads {
 		size, err := raw.Stat(ctx, key)
