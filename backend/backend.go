@@ -65,12 +65,14 @@ type Store interface {
 	// ErrExists. This is S3's conditional PUT (If-None-Match: *); shardfs uses
 	// it to arbitrate ingests without trusting clocks or check-then-write.
 	Create(ctx context.Context, key string, data []byte) error
-	// ReadWhole reads key whole when it is at most max bytes, into the
-	// buffer into returns for its size (len(into(size)) == size), and
-	// returns its size and whether it read it; a larger object is not
-	// read, only its size returned. One request, where a Stat and a
-	// ReadAt were two, and the size and the bytes are one version's. A
-	// missing object is ErrNotExist.
+	// ReadWhole reads key's first max bytes (all of it when it is at most
+	// max bytes: whole) into the buffer into returns, called once, for
+	// n = min(size, max) bytes (len(into(n)) == n); it returns key's size
+	// and whether it read it whole. One request, where a Stat and a
+	// ReadAt were two, and the size and the bytes are one version's; it
+	// asks the store for no byte it does not read, so a larger object's
+	// first bytes are read once, for its caller to use. A missing object
+	// is ErrNotExist.
 	ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (size int64, whole bool, err error)
 	// Stat returns the size of key, or ErrNotExist.
 	Stat(ctx context.Context, key string) (int64, error)

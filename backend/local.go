@@ -208,8 +208,8 @@ func (l *Local) write(ctx context.Context, key string, data []byte, exclusive bo
 	return nil
 }
 
-// ReadWhole reads the file through one open file, so the size and the
-// bytes are one file's.
+// ReadWhole reads the file, or its first max bytes, through one open
+// file, so the size and the bytes are one file's.
 func (l *Local) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, false, err
@@ -230,17 +230,21 @@ func (l *Local) ReadWhole(ctx context.Context, key string, max int64, into func(
 	if fi.IsDir() {
 		return 0, false, l.wrap("read", key, ErrNotExist)
 	}
-	if fi.Size() > max {
-		return fi.Size(), false, nil
+	n := fi.Size()
+	if n > max {
+		n = 0
+		if max > 0 {
+			n = max
+		}
 	}
-	p := into(fi.Size())
+	p := into(n)
 	if n, err := io.ReadFull(f, p); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			err = shortRead(n, len(p), 0)
 		}
 		return 0, false, l.wrap("read", key, err)
 	}
-	return fi.Size(), true, nil
+	return fi.Size(), fi.Size() <= max, nil
 }
 
 func (l *Local) Stat(ctx context.Context, key string) (int64, error) {

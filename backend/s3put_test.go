@@ -39,11 +39,7 @@ func TestS3PutIsCheckedByItsCRC32C(t *testing.T) {
 	}))
 	defer front.Close()
 	ctx := context.Background()
-	creds := &backend.Credentials{AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}
-	st, err := backend.Open(front.URL+"/bucket", backend.OpenOptions{Credentials: creds})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openFront(t, front)
 	data := bytes.Repeat([]byte("shardfs fragment bytes "), 50_000) // 1.1 MB: more than one signed chunk
 	if err := st.Put(ctx, "a", data); err != nil {
 		t.Fatal(err)
@@ -85,7 +81,7 @@ func TestS3PutIsCheckedByItsCRC32C(t *testing.T) {
 	// A payload that is not the one its checksum was taken over.
 	other := bytes.Clone(data)
 	other[len(other)/2] ^= 1
-	err = st.(*backend.S3).PutClaiming(ctx, "c", data, other)
+	err := st.(*backend.S3).PutClaiming(ctx, "c", data, other)
 	if err == nil {
 		t.Fatal("a payload whose CRC32C is not its header's was stored")
 	}

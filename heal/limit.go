@@ -62,12 +62,15 @@ func (s *countedStore) Create(ctx context.Context, key string, data []byte) erro
 }
 
 func (s *countedStore) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
-	size, whole, err := s.Store.ReadWhole(ctx, key, max, into)
-	if whole {
-		s.add(size)
-	} else {
-		s.add(0)
+	var read int64 // whole or its first max bytes
+	size, whole, err := s.Store.ReadWhole(ctx, key, max, func(n int64) []byte {
+		read = n
+		return into(n)
+	})
+	if err != nil {
+		read = 0
 	}
+	s.add(read)
 	return size, whole, err
 }
 

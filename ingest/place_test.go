@@ -37,9 +37,13 @@ func (c *countingStore) ReadAt(ctx context.Context, key string, p []byte, off in
 }
 
 func (c *countingStore) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
-	size, whole, err := c.Store.ReadWhole(ctx, key, max, into)
-	if whole {
-		c.count(key, 0, size)
+	var read int64 // the whole object, or its first max bytes
+	size, whole, err := c.Store.ReadWhole(ctx, key, max, func(n int64) []byte {
+		read = n
+		return into(n)
+	})
+	if err == nil && read > 0 {
+		c.count(key, 0, read)
 	}
 	return size, whole, err
 }

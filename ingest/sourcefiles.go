@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/repository"
@@ -105,17 +106,57 @@ func (storeFiles) close() {}
 // large, in one request: a store's objects, where a Stat and a read were
 // two requests, and the size and the bytes could be two versions'.
 type wholeFiles interface {
-	// readWhole reads name whole into into's buffer when it is at most
-	// max bytes (whole); f reads name either way.
+	// readWhole reads name into into's buffer: whole when it is at most
+	// max bytes (whole), else its first max bytes; f reads name either
+	// way, and a larger name's f serves those first bytes from the
+	// buffer, which it then holds until a read passes them.
 	readWhole(ctx context.Context, name string, max int64, into func(size int64) []byte) (f io.ReaderAt, size int64, whole bool, err error)
 }
 
 func (s storeFiles) readWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (io.ReaderAt, int64, bool, error) {
-	size, whole, err := s.st.ReadWhole(ctx, key, max, into)
+	var head []byte
+	size, whole, err := s.st.ReadWhole(ctx, key, max, func(n int64) []byte {
+		head = into(n)
+		return head
+	})
 	if err != nil {
 		return nil, 0, false, err
 	}
-	return storeObject{ctx, s.st, key, size}, size, whole, nil
+	o := storeObject{ctx, s.st, key, size}
+	if whole || len(head) == 0 {
+		return o, size, whole, nil
+	}
+	h := &headedObject{storeObject: o}
+	h.head.Store(&head)
+	return h, size, false, nil
+}
+
+// headedObject is a store object whose first bytes were read already, by
+// the request that found it too large to read whole: a scan of it asks
+// the store only for the bytes after them, so no byte is read twice
+// (issue 59). It lets go of them once a read begins past them: a scan
+// reads front to back, and a second scan (archive/tar's, after a header
+// the plain reader declines) reads them from the store again.
+type headedObject struct {
+	storeObject
+	head atomic.Pointer[[]byte]
+}
+
+func (o *headedObject) ReadAt(p []byte, off int64) (int, error) {
+	hp := o.head.Load()
+	if hp == nil || off >= int64(len(*hp)) {
+		if hp != nil {
+			o.head.CompareAndSwap(hp, nil)
+		}
+		return o.storeObject.ReadAt(p, off)
+	}
+	// The head is shorter than the object, so these bytes end before it.
+	n := copy(p, (*hp)[off:])
+	if n == len(p) {
+		return n, nil
+	}
+	m, err := o.storeObject.ReadAt(p[n:], off+int64(n))
+	return n + m, err
 }
 
 // storeObject is an object of a store as an io.ReaderAt.

@@ -476,7 +476,9 @@ func (st *Stream) readShards(ctx context.Context) error {
 			release := func() {}
 			if wf, ok := st.files.(wholeFiles); ok && !compressedShard(sh) {
 				// From a store, one GET reads the shard whole and says its
-				// size; a larger one is scanned by ranged reads.
+				// size; a larger one's first budget bytes, which its scan
+				// in pieces takes from buf, and then the rest by ranged
+				// reads.
 				var whole bool
 				if f, size, whole, err = wf.readWhole(sctx, sh, budget, into); err != nil {
 					return fmt.Errorf("shard %s: %w", sh, err)
@@ -484,6 +486,8 @@ func (st *Stream) readShards(ctx context.Context) error {
 				if whole {
 					data = buf[:size]
 					f = bytes.NewReader(data)
+				} else {
+					buf = nil // f holds it
 				}
 			} else {
 				if f, size, err = st.files.open(sctx, sh); err != nil {

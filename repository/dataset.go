@@ -345,16 +345,18 @@ func readManifestBytes(ctx context.Context, s backend.Store, key string) ([]byte
 	// each request is bounded by the store's per-request timeout however
 	// large the manifest is.
 	const chunk = 8 << 20
-	b, size, err := readUpTo(ctx, s, key, chunk)
+	first, size, whole, err := readUpTo(ctx, s, key, chunk)
 	if err != nil {
 		return nil, nil, err
 	}
 	if size > 16<<30 {
 		return nil, nil, fmt.Errorf("store %s: manifest of %d bytes is implausible", s, size)
 	}
-	if b == nil {
+	b := first
+	if !whole { // the rest, after the first chunk the request read
 		b = make([]byte, size)
-		for off := int64(0); off < size; off += chunk {
+		copy(b, first)
+		for off := int64(len(first)); off < size; off += chunk {
 			if err := s.ReadAt(ctx, key, b[off:min(size, off+chunk)], off); err != nil {
 				return nil, nil, err
 			}

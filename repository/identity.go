@@ -28,7 +28,7 @@ const identityFormat = 1
 const maxIdentitySize = 4 << 10
 
 func readIdentityKey(ctx context.Context, s backend.Store, name, key string) (*Identity, error) {
-	b, size, err := readUpTo(ctx, s, key, maxIdentitySize)
+	b, size, err := readSmallObject(ctx, s, key, maxIdentitySize)
 	if err != nil {
 		return nil, err
 	}

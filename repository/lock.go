@@ -224,7 +224,7 @@ func processStart(pid int) string {
 
 // readLock reads the lock object key of s.
 func readLock(ctx context.Context, s backend.Store, key string) (*LockInfo, error) {
-	b, size, err := readUpTo(ctx, s, key, 4<<10)
+	b, size, err := readSmallObject(ctx, s, key, 4<<10)
 	if err != nil {
 		return nil, err
 	}

@@ -178,18 +178,27 @@ func ReadAt(ctx context.Context, s backend.Store, o Object, p []byte, off int64)
 
 // ReadWhole reads all of o from s.
 func ReadWhole(ctx context.Context, s backend.Store, o Object) ([]byte, error) {
-	b, _, err := readUpTo(ctx, s, o.key, math.MaxInt64)
+	b, _, _, err := readUpTo(ctx, s, o.key, math.MaxInt64)
 	return b, err
 }
 
-// readUpTo reads key whole in one request when it is at most max bytes;
-// a larger one is not read: its bytes are nil, and its size says why.
-func readUpTo(ctx context.Context, s backend.Store, key string, max int64) ([]byte, int64, error) {
-	var b []byte
-	size, whole, err := s.ReadWhole(ctx, key, max, func(n int64) []byte {
+// readUpTo reads key in one request: whole when it is at most max bytes,
+// else its first max bytes, with its size.
+func readUpTo(ctx context.Context, s backend.Store, key string, max int64) (b []byte, size int64, whole bool, err error) {
+	size, whole, err = s.ReadWhole(ctx, key, max, func(n int64) []byte {
 		b = make([]byte, n)
 		return b
 	})
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return b, size, whole, nil
+}
+
+// readSmallObject reads key whole in one request when it is at most max
+// bytes; a larger one gives nil bytes, and its size says why.
+func readSmallObject(ctx context.Context, s backend.Store, key string, max int64) ([]byte, int64, error) {
+	b, size, whole, err := readUpTo(ctx, s, key, max)
 	if err != nil || !whole {
 		return nil, size, err
 	}

@@ -300,7 +300,7 @@ func ReadReport(ctx context.Context, stores []backend.Store, name, run string, e
 
 // readSmall reads key whole from s, refusing one over limit bytes.
 func readSmall(ctx context.Context, s backend.Store, key string, limit int64) ([]byte, error) {
-	b, size, err := readUpTo(ctx, s, key, limit)
+	b, size, err := readSmallObject(ctx, s, key, limit)
 	if err == nil && b == nil {
 		err = fmt.Errorf("store %s: %s is %d bytes, more than %d", s, key, size, limit)
 	}
