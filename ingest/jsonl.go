@@ -16,6 +16,8 @@ import (
 
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
+	"slices"
+	"strconv"
 )
 
 // JSONL sources of records. Each line of a .jsonl file is a record (a
@@ -793,11 +795,124 @@ func appendFieldsMember(names []string, bodies [][]byte, fields map[string]any) 
 	if len(fields) == 0 {
 		return names, bodies, nil
 	}
-	b, err := json.Marshal(fields)
-	if err != nil {
-		return nil, nil, err
+	b, ok := plainFieldsJSON(fields)
+	if !ok {
+		var err error
+		if b, err = json.Marshal(fields); err != nil {
+			return nil, nil, err
+		}
 	}
 	return append(names, FieldsMember), append(bodies, b), nil
+}
+
+// plainFieldsJSON is json.Marshal(fields), byte for byte, for the fields
+// most records hold: numbers, booleans, nulls, and keys and strings of
+// printable ASCII that json.Marshal writes as they are. ok is false for
+// any other value (json.Marshal then writes it). A profile of a JSONL
+// ingest of 1,000,000 short documents put 7% of its CPU in json.Marshal's
+// reflection over these maps (issue 59).
+func plainFieldsJSON(fields map[string]any) (b []byte, ok bool) {
+	var keysBuf [8]string
+	keys := keysBuf[:0]
+	n := 2
+	for k, v := range fields {
+		if !plainJSONText(k) {
+			return nil, false
+		}
+		keys = append(keys, k)
+		n += len(k) + 4
+		switch v := v.(type) {
+		case nil, bool:
+			n += 5
+		case string:
+			if !plainJSONText(v) {
+				return nil, false
+			}
+			n += len(v) + 2
+		case json.Number:
+			if !isJSONNumber(string(v)) {
+				return nil, false // json.Marshal names what is wrong with it
+			}
+			n += len(v)
+		default:
+			return nil, false
+		}
+	}
+	slices.Sort(keys)
+	b = make([]byte, 0, n)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, k...)
+		b = append(b, '"', ':')
+		switch v := fields[k].(type) {
+		case nil:
+			b = append(b, "null"...)
+		case bool:
+			b = strconv.AppendBool(b, v)
+		case string:
+			b = append(b, '"')
+			b = append(b, v...)
+			b = append(b, '"')
+		case json.Number:
+			b = append(b, v...)
+		}
+	}
+	return append(b, '}'), true
+}
+
+// plainJSONText says whether json.Marshal writes s between quotes as it
+// is: printable ASCII but the quote, the backslash and the three bytes
+// it escapes for HTML (<, >, &).
+func plainJSONText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// isJSONNumber says whether s is a number as JSON writes it, which
+// json.Marshal writes as it is for a json.Number.
+func isJSONNumber(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		j := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i - j
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(s)
 }
 
 // copyMembers copies a record's members, made again at upload (err: the

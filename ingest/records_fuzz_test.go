@@ -271,7 +271,8 @@ func FuzzJSONShortcutsAsEncodingJSON(f *testing.F) {
 	for _, s := range []string{`0`, `-1.5e10`, `12345678901234567890123`, `true`, `false`, `null`, `"abc"`, `""`, `"é"`, `"a\"b"`, `"\u00e9"`, `"<&>"`, `{"a":1}`, `[1,"x",null]`, `"\ud83d\ude00"`,
 		`{}`, `{"a":1,"b":"x"}`, `{"a":{"b":[1,2]},"c":null,"d":true}`, `null`, `[1]`, `{"a":1} {}`, `{"a":1}  `, `{"a":"\u00e9\ud83d\ude00"}`, `{"a":1,"a":2}`, "{\"a\":\"\xff\"}", `{"a":-0.5e-3}`,
 		` { "a" : "b" , "c":true,"d":false,"e":null } `, `{"a":-0}`, `{"a":1E+2}`, `{"a":01}`, `{"a":tru}`, `{"a":1.}`, `{"a":"b",}`, "{\"a\":\"\x01\"}", `{"a":"x"}x`,
-		`{}`, ` {"a" : "x\ny\"z\u00e9", "b":-1.5E+3 ,"c":null,"a":true} `, `{"a":"\x"}`, `{"a":"\u12"}`, `{"a":[1]}`, `{"a\n":1}`, `{"a":"b"`, `{"a":1}}`} {
+		`{}`, ` {"a" : "x\ny\"z\u00e9", "b":-1.5E+3 ,"c":null,"a":true} `, `{"a":"\x"}`, `{"a":"\u12"}`, `{"a":[1]}`, `{"a\n":1}`, `{"a":"b"`, `{"a":1}}`,
+		`{"z":1,"a":"x y","m":null,"b":false,"c":-0.5e+7}`, `{"a":"x<y"}`, `{"a":"\u007f"}`, `{"é":1}`, `{"a":1e5,"b":0.0}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -299,6 +300,12 @@ func FuzzJSONShortcutsAsEncodingJSON(f *testing.F) {
 		}
 		if (err == nil) != (werr == nil) || err == nil && !reflect.DeepEqual(got, want) {
 			t.Fatalf("decodeFieldsObject(%q) = %#v, %v; the decoder: %#v, %v", b, got, err, want, werr)
+		}
+		if err == nil {
+			wantJSON, merr := json.Marshal(got)
+			if plain, ok := plainFieldsJSON(got); ok && (merr != nil || !bytes.Equal(plain, wantJSON)) {
+				t.Fatalf("plainFieldsJSON(%#v) = %s; json.Marshal: %s, %v", got, plain, wantJSON, merr)
+			}
 		}
 
 		fields := map[string][]byte{}
