@@ -19,6 +19,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/erasure"
@@ -983,21 +984,46 @@ func sameStrata(a, b []manifest.Stratum) bool {
 	})
 }
 
+// indexCheckBytes bounds the memory checkIndexes holds at once, in
+// index bytes and what decoding them takes: 32 shards checked at once held
+// every copy of their indexes, over a GB for shards of many tiny records
+// (a 64 MiB shard of 200-byte captions has an index of about 13 MB).
+const indexCheckBytes = 256 << 20
+
+// indexCheckWeight is what checking an index of size bytes holds at
+// once: two copies (the first intact one and the one compared with it)
+// and the first one decoded, taken as six times its bytes (zstd-packed
+// columns of ids, offsets and keys): an estimate, not a measured bound.
+func indexCheckWeight(size int64) int64 { return 8 * size }
+
 // checkIndexes checks that every shard's index (format 2) has an intact
-// copy on more than m stores; a missing one names the part to rerun.
+// copy on more than m stores; a missing one names the part to rerun. The
+// first copy that passes its CRC32C is decoded; the others must equal it.
 func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, first, parts int, partOf func(si int) int) error {
-	return checkShards(ctx, t.Name, first, len(t.Shards), parts, partOf, "shard indexes are missing", func(ctx context.Context, si int) []string {
+	weight := func(si int) int64 { return indexCheckWeight(t.Shards[si].IndexSize) }
+	return checkShards(ctx, t.Name, first, len(t.Shards), parts, partOf, "shard indexes are missing", weight, indexCheckBytes, func(ctx context.Context, si int) []string {
 		intact := 0
 		var problems []string
+		var decoded []byte // the first copy that decodes
 		for _, s := range stores {
 			b, err := repository.ReadIndexBytes(ctx, s, t, si)
 			if err != nil {
 				continue
 			}
-			// Decoded as a mount decodes it: a part's own ids must map
-			// to the dataset's in its stratum order (slice.go).
-			if _, err := manifest.DecodeIndex(b, t, si); err != nil {
-				problems = append(problems, fmt.Sprintf("shard %d's index on %s: %v", si, s, err))
+			switch {
+			case decoded == nil:
+				// Decoded as a mount decodes it: a part's own ids must map
+				// to the dataset's in its stratum order (slice.go).
+				if _, err := manifest.DecodeIndex(b, t, si); err != nil {
+					problems = append(problems, fmt.Sprintf("shard %d's index on %s: %v", si, s, err))
+					continue
+				}
+				decoded = b
+			case !bytes.Equal(b, decoded):
+				// Byte for byte the copy decoded, or it is not intact: both
+				// passed the manifest's CRC32C, so this is all but
+				// impossible, and decoding it too would cost its memory.
+				problems = append(problems, fmt.Sprintf("shard %d's index on %s differs from its copy on another store", si, s))
 				continue
 			}
 			intact++
@@ -1016,7 +1042,7 @@ func checkIndexes(ctx context.Context, stores []backend.Store, t *manifest.Top, 
 // size; a missing one names the part to rerun.
 func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Manifest, first, parts int, partOf func(si int) int) error {
 	p := erasure.Params{Data: m.Data, Parity: m.Parity, BlockSize: m.BlockSize}
-	return checkShards(ctx, m.Name, first, len(m.Shards), parts, partOf, "fragments are missing or damaged", func(ctx context.Context, si int) []string {
+	return checkShards(ctx, m.Name, first, len(m.Shards), parts, partOf, "fragments are missing or damaged", nil, 0, func(ctx context.Context, si int) []string {
 		var problems []string
 		for f := 0; f < p.Total(); f++ {
 			id, n := m.ShardObject(si)
@@ -1033,16 +1059,33 @@ func checkFragments(ctx context.Context, stores []backend.Store, m *manifest.Man
 }
 
 // checkShards runs check on every shard from first on (the parts' own),
-// 32 at a time. The problems found fail the commit, naming the parts to
-// rerun (shard s is part partOf(s)).
-func checkShards(ctx context.Context, name string, first, shards, parts int, partOf func(si int) int, what string, check func(ctx context.Context, si int) []string) error {
+// 32 at a time, and, with weight, at most budget of their weights at once
+// (a shard weighing more than budget runs alone). The problems found fail
+// the commit, naming the parts to rerun (shard s is part partOf(s)).
+func checkShards(ctx context.Context, name string, first, shards, parts int, partOf func(si int) int, what string, weight func(si int) int64, budget int64, check func(ctx context.Context, si int) []string) error {
 	var mu sync.Mutex
 	var problems []string
 	rerun := map[int]bool{}
+	var held *semaphore.Weighted
+	if weight != nil {
+		held = semaphore.NewWeighted(budget)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
 	for si := first; si < shards; si++ {
+		var w int64
+		if held != nil {
+			// Taken before the goroutine starts, in shard order, so a
+			// heavy shard waiting for room is not passed over for ever.
+			w = min(max(weight(si), 0), budget)
+			if err := held.Acquire(gctx, w); err != nil {
+				break // ctx ended: said below
+			}
+		}
 		g.Go(func() error {
+			if held != nil {
+				defer held.Release(w)
+			}
 			if found := check(gctx, si); len(found) > 0 {
 				mu.Lock()
 				problems = append(problems, found...)
