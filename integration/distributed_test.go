@@ -214,7 +214,10 @@ func TestAbandonADistributedIngestOnMinIO(t *testing.T) {
 	if len(jobObjects()) == 0 {
 		t.Fatal("the parts wrote nothing under their ingest id")
 	}
-	if r := run(t, time.Minute, nil, "commit", stores, "--abandon=job-0000000000000000", name); r.code == 0 || !strings.Contains(r.stderr, "nothing of the ingest is on these stores") {
+	// An id the stores do not hold (mistyped) is refused, and the refusal
+	// names the ingest whose parts they do hold.
+	if r := run(t, time.Minute, nil, "commit", stores, "--abandon=job-0000000000000000", name); r.code == 0 || !strings.Contains(r.stderr, "nothing of the ingest is on these stores") ||
+		!strings.Contains(r.stderr, "they hold the parts of ingest "+job+",") {
 		t.Fatalf("an abandon of an ingest the stores do not hold: %v", r)
 	}
 	r = run(t, time.Minute, nil, "commit", stores, "--abandon="+job, name)

@@ -160,10 +160,12 @@ type AbandonReport struct {
 // a commit of such a job finds fragments missing and refuses.
 func (t *Txn) AbandonJob(ctx context.Context, job string) (AbandonReport, error) {
 	var rep AbandonReport
+	committed := map[string]bool{}
 	m, err := LoadHeader(ctx, t.Stores, t.Name, t.log)
 	switch {
 	case err == nil:
 		for id := range historyIDs(m) {
+			committed[id] = true
 			if id == job || PartJob(id) == job {
 				return rep, fmt.Errorf("abandon ingest %s of %s: %w (its data is read by a version of the dataset); nothing was deleted", job, t.Name, ErrCommittedJob)
 			}
@@ -219,7 +221,26 @@ func (t *Txn) AbandonJob(ctx context.Context, job string) (AbandonReport, error)
 		return rep, fmt.Errorf("abandon ingest %s of %s: %w: run the same command again", job, t.Name, firstErr)
 	}
 	if rep.PartObjects+rep.DataObjects == 0 {
-		return rep, fmt.Errorf("abandon ingest %s of %s: %w", job, t.Name, ErrNothingToAbandon)
+		return rep, fmt.Errorf("abandon ingest %s of %s: %w%s", job, t.Name, ErrNothingToAbandon, heldJobs(refs, committed))
 	}
 	return rep, nil
+}
+
+// heldJobs says which distributed ingests, none of them committed, have
+// parts on the stores (refs), for a refusal to abandon an id they do not
+// hold: most likely a mistyped one.
+func heldJobs(refs []PartRef, committed map[string]bool) string {
+	var jobs []string
+	for _, r := range refs {
+		if !committed[r.Job] && !slices.Contains(jobs, r.Job) {
+			jobs = append(jobs, r.Job)
+		}
+	}
+	switch len(jobs) {
+	case 0:
+		return "; they hold the parts of no ingest"
+	case 1:
+		return fmt.Sprintf("; they hold the parts of ingest %s, not committed: check the id", jobs[0])
+	}
+	return fmt.Sprintf("; they hold the parts of ingests %s, none committed: check the id", strings.Join(jobs, ", "))
 }
