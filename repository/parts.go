@@ -165,7 +165,7 @@ func (t *Txn) AbandonJob(ctx context.Context, job string) (AbandonReport, error)
 	switch {
 	case err == nil:
 		for id := range historyIDs(m) {
-			committed[id] = true
+			committed[PartJob(id)] = true // a segment's job too, as below
 			if id == job || PartJob(id) == job {
 				return rep, fmt.Errorf("abandon ingest %s of %s: %w (its data is read by a version of the dataset); nothing was deleted", job, t.Name, ErrCommittedJob)
 			}
