@@ -25,6 +25,8 @@
 //	root.go     the root and .shardfs/ (info.json, stats.json)
 //	epochs.go   epochs/ and epochs/<EEEE>/
 //	rank.go     epochs/<EEEE>/rank-<RRR>/: its order, computed and pinned on first use
+//	prime.go    Prime: the first epoch's orders computed as the mount starts, and
+//	            their first batches fetched ahead, for the lookups to take
 //	file.go     a batch tar, epoch.tar or index.csv, read through prefetch
 //	samples.go  samples/ and the files below it
 //	mount.go    mounting and unmounting; timed.go, FUSE op latency

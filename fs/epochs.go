@@ -81,14 +81,20 @@ func (d *epochDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if !ok || !slices.Contains(d.t.Ranks, r) {
 		return nil, syscall.ENOENT
 	}
-	p := d.t.Order
-	p.Epoch, p.Rank = d.epoch, r
-	if d.t.ParamsAt != nil {
-		var err error
-		if p, err = d.t.ParamsAt(d.epoch, r); err != nil {
-			return nil, d.t.toErrno(err)
-		}
+	p, err := d.t.rankParams(d.epoch, r)
+	if err != nil {
+		return nil, d.t.toErrno(err)
 	}
 	d.t.setAttr(&out.Attr, dirMode, 0)
 	return d.NewInode(ctx, &rankDir{dir: dir{t: d.t}, params: p, path: d.path(r)}, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: ino(d.path(r))}), 0
+}
+
+// rankParams is the order of rank r's epoch e.
+func (t *tree) rankParams(e, r int) (layout.Params, error) {
+	if t.ParamsAt != nil {
+		return t.ParamsAt(e, r)
+	}
+	p := t.Order
+	p.Epoch, p.Rank = e, r
+	return p, nil
 }

@@ -89,9 +89,10 @@ type tree struct {
 	samplesOnce sync.Once
 	byStratum   []layout.Positions // per stratum, sample indexes sorted by path below the stratum dir
 
-	pinMu  sync.Mutex      // guards pinned, ahead
+	pinMu  sync.Mutex      // guards pinned, ahead, primed
 	pinned []weakPinnedDir // with a Pinner: per stratum, its sorted samples while a directory uses them
 	ahead  map[[2]int]*aheadPin
+	primed map[[2]int]*primedRank // Prime's member tables, until their directory's lookup takes them
 
 	errMu  sync.Mutex // guards causes
 	causes map[string]*causeLog

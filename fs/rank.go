@@ -33,31 +33,45 @@ func (d *rankDir) load(ctx context.Context) (*layout.Members, error) {
 	if d.members != nil {
 		return d.members, nil
 	}
-	p := d.t.Pinner
+	if m := d.t.takePrimed(ctx, d.params); m != nil {
+		d.members = m
+		return m, nil
+	}
+	m, err := d.t.loadMembers(ctx, d.params, d.path)
+	if err != nil {
+		return nil, err
+	}
+	d.members = m
+	return m, nil
+}
+
+// loadMembers computes the order of the rank-epoch params name, and its
+// member table; with a Pinner, it fetches the rows the order reads first.
+func (t *tree) loadMembers(ctx context.Context, params layout.Params, path string) (*layout.Members, error) {
+	p := t.Pinner
 	if p == nil {
-		o, err := layout.Order(d.t.Input, d.params)
+		o, err := layout.Order(t.Input, params)
 		if err != nil {
 			return nil, err
 		}
-		d.members = layout.NewMembers(o, d.t.Catalog)
-		return d.members, nil
+		return layout.NewMembers(o, t.Catalog), nil
 	}
 	// The member table keeps the pinned rows: they live as long as it does.
 	// The next epoch's are fetched meanwhile, so that its first read does
 	// not wait for them.
-	a := d.t.pinAhead(p, d.params.Epoch, d.params.Rank, d.params)
+	a := t.pinAhead(p, params.Epoch, params.Rank, params)
 	select {
 	case <-a.done:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	d.t.dropAhead(d.params.Epoch, d.params.Rank, a)
+	t.dropAhead(params.Epoch, params.Rank, a)
 	if a.err != nil {
-		return nil, fmt.Errorf("%s: %w", d.path, a.err)
+		return nil, fmt.Errorf("%s: %w", path, a.err)
 	}
-	d.members = layout.NewMembers(a.order, a.cat)
-	d.t.pinAhead(p, d.params.Epoch+1, d.params.Rank, layout.Params{})
-	return d.members, nil
+	m := layout.NewMembers(a.order, a.cat)
+	t.pinAhead(p, params.Epoch+1, params.Rank, layout.Params{})
+	return m, nil
 }
 
 // aheadPin is the order and pinned rows of one rank-epoch, being fetched.

@@ -70,14 +70,17 @@ type Config struct {
 	CacheDir     string // the disk tier; empty: none
 	CacheDirSize int64
 	NoPrefetch   bool
-	DirectIO     bool
-	ReadTimeout  time.Duration // a read that waits longer fails with EIO
-	AllowOther   bool
-	ReadAheadKB  int
-	MaxRequest   int    // the largest FUSE read, bytes; 0: 1 MiB
-	MetricsAddr  string // serve Prometheus metrics here; empty: none
-	Profiles     bool   // also serve Go profiles (/debug/pprof/) at MetricsAddr
-	Logger       *slog.Logger
+	// Prime fetches the first epoch's first batches as the mount starts
+	// (prime.go); without it nothing is fetched before a file is read.
+	Prime       bool
+	DirectIO    bool
+	ReadTimeout time.Duration // a read that waits longer fails with EIO
+	AllowOther  bool
+	ReadAheadKB int
+	MaxRequest  int    // the largest FUSE read, bytes; 0: 1 MiB
+	MetricsAddr string // serve Prometheus metrics here; empty: none
+	Profiles    bool   // also serve Go profiles (/debug/pprof/) at MetricsAddr
+	Logger      *slog.Logger
 
 	// Info is what .shardfs/info.json says in the caller's words (info.go).
 	Info Info
@@ -97,19 +100,23 @@ type Mount struct {
 	http   *http.Server
 	// stopAnomalies ends the anomaly detector.
 	stopAnomalies chan struct{}
-	dir           string
-	log           *slog.Logger
-	leases        []*repository.Lease // on the versions served, until the mount ends
-	hinters       []*repository.Hinter
-	src           source                      // the dataset, or the mix, served
-	spec          *layout.Spec                // the run's order
-	run           string                      // the run the feedback's reports are read from
-	follow        *follower                   // --follow; nil without
-	feedback      *repository.FeedbackWeights // --feedback; nil without
-	runReaders    []runReader                 // what reads the run's log: follow, feedback
-	newerVersion  string                      // what the log says when a newer version is current
-	cache         *cache.Cache                // the memory cache every reader shares
-	readerCfg     prefetch.Config
+	// stopPrime ends the priming of the first batches, and primed is
+	// closed once it has (prime.go); nil when the mount does not prime.
+	stopPrime    context.CancelFunc
+	primed       chan struct{}
+	dir          string
+	log          *slog.Logger
+	leases       []*repository.Lease // on the versions served, until the mount ends
+	hinters      []*repository.Hinter
+	src          source                      // the dataset, or the mix, served
+	spec         *layout.Spec                // the run's order
+	run          string                      // the run the feedback's reports are read from
+	follow       *follower                   // --follow; nil without
+	feedback     *repository.FeedbackWeights // --feedback; nil without
+	runReaders   []runReader                 // what reads the run's log: follow, feedback
+	newerVersion string                      // what the log says when a newer version is current
+	cache        *cache.Cache                // the memory cache every reader shares
+	readerCfg    prefetch.Config
 }
 
 // Open mounts cfg's dataset at dir and returns once the tree is served.
@@ -207,6 +214,9 @@ func Open(ctx context.Context, stores []backend.Store, dir string, cfg Config) (
 		return nil, err
 	}
 	mt.Metrics.SetLogger(log)
+	if cfg.Prime && !cfg.NoPrefetch && !cfg.Follow {
+		mt.startPrime(root, cfg.Spec)
+	}
 	mt.stopAnomalies = make(chan struct{})
 	go mt.detectAnomalies(mt.stopAnomalies)
 	mt.src.watch(mt, stores, cmp.Or(cfg.VersionCheckEvery, repository.LeaseRefresh), mt.stopAnomalies)

@@ -121,6 +121,13 @@ func (mt *Mount) shutdown() {
 		mt.http.Shutdown(ctx)
 		cancel()
 	}
+	if mt.stopPrime != nil {
+		// Before the reader closes: a primer opened after its Close
+		// would start a stream nobody stops.
+		mt.stopPrime()
+		<-mt.primed
+		mt.stopPrime = nil
+	}
 	mt.reader.Close()
 	for _, r := range mt.runReaders {
 		r.close()

@@ -37,6 +37,8 @@
 //	             sample's next use, which the cache evicts by
 //	sched.go     what each stream fetches next: targets, spans, bridging, rides
 //	             and the fetch of a span
+//	prime.go     Prime: a rank-epoch fetched ahead of a reader that has not
+//	             opened it yet (mount --prime)
 //	uses.go      memberIndex: the members of a rank-epoch that read a
 //	             sample, for the next use the cache evicts by
 package prefetch

@@ -20,11 +20,26 @@ type Handle struct {
 	f    *layout.FileMap
 	st   *stream
 	rank *metrics.RankCounters // of the rank whose file it reads
+	// primer marks a handle Prime opened: no reader's, so it moves no
+	// frontier; ended asks Prime's goroutine to close it.
+	primer bool
+	ended  chan struct{}
 }
 
 // Open returns a handle on f that drives prefetch for f's rank-epoch.
-func (r *Reader) Open(f *layout.FileMap) *Handle {
-	h := &Handle{r: r, f: f, rank: r.m.Rank(f.Members().Order().Params.Rank)}
+func (r *Reader) Open(f *layout.FileMap) *Handle { return r.open(f, false) }
+
+func (r *Reader) open(f *layout.FileMap, primer bool) *Handle {
+	rank := f.Members().Order().Params.Rank
+	h := &Handle{r: r, f: f, rank: r.m.Rank(rank), primer: primer}
+	if primer {
+		h.ended = make(chan struct{}, 1)
+	}
+	if !primer {
+		r.mu.Lock()
+		r.endPrimesOfLocked(rank)
+		r.mu.Unlock()
+	}
 	if f.Kind() == layout.IndexCSV {
 		return h // no sample bytes: nothing to prefetch
 	}

@@ -137,6 +137,8 @@ type Reader struct {
 	spanLen float64 // bytes per prefetch GET, EWMA
 
 	served atomic.Int64 // bytes served to readers, for the rate
+
+	primers map[*Handle]struct{} // Prime's open handles; guarded by mu
 }
 
 // New returns a reader. Close stops its background work.
@@ -148,7 +150,7 @@ func New(fetch Fetcher, cat ReadCatalog, c *cache.Cache, m *metrics.Metrics, cfg
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reader{src: direct{fetch, cfg.MergeGap, cfg.Heal}, cat: cat, cache: c, m: m, samplesView: m.Rank(metrics.SamplesView), cfg: cfg, log: log,
 		demand: semaphore.NewWeighted(int64(cfg.DemandGET)), prefGets: newDepthGate(cfg.PrefetchGET),
-		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}}
+		inflight: semaphore.NewWeighted(max(cfg.InFlight, cfg.MaxGET)), ctx: ctx, cancel: cancel, streams: map[*layout.Members]*stream{}, primers: map[*Handle]struct{}{}}
 	if cfg.Disk != nil {
 		r.tier = NewDiskTier(fetch, cfg.Disk, cat, cfg.MergeGap)
 		r.tier.next.heal = cfg.Heal

@@ -207,7 +207,9 @@ func (s *stream) publishReaders() {
 }
 
 func (s *stream) open(h *Handle, pos int) {
-	s.lowerFrontier(pos)
+	if !h.primer {
+		s.lowerFrontier(pos)
+	}
 	s.mu.Lock()
 	s.handles[h] = pos
 	s.openHandles.Add(1)

@@ -31,6 +31,7 @@ type mountFlags struct {
 	maxRequest   string
 	follow       bool
 	noPrefetch   bool
+	prime        bool
 	directIO     bool
 	readTimeout  time.Duration
 	reportWait   time.Duration
@@ -132,7 +133,7 @@ errors on their open files).`,
 			return mt.Serve(cmd.Context())
 		},
 	}
-	f.order.register(cmd.Flags(), orderDefaults{rank: "all", rankHelp: "the ranks to show (8-15: one mount serving a node's 8 GPUs, with one cache; a rank's bytes are fetched only when its files are read)",
+	f.order.register(cmd.Flags(), orderDefaults{rank: "all", rankHelp: "the ranks to show (8-15: one mount serving a node's 8 GPUs, with one cache; a rank's bytes are fetched when its files are read, and with --prime its first batches as the mount starts)",
 		epochs: 0, epochsHelp: "number of epochs to show; 0 (the default) is open-ended: any epoch number opens, as a training loop of any length expects"})
 	fl := cmd.Flags()
 	fl.StringVar(&f.cacheSize, "cache-size", "2GiB", "memory for verified chunks; half of it may hold prefetched data, and up to a sixteenth is kept as spare buffers that evicted chunks leave for the next fetches")
@@ -147,6 +148,10 @@ errors on their open files).`,
 		"each file is read once per epoch in large reads (DataLoader workers, WebDataset);\n"+
 		"such files cannot be mmap'ed, and a second read of one is served by the daemon again")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
+	fl.BoolVar(&f.prime, "prime", false, "as the mount starts, fetch the first batches of the epoch the job starts in, for each rank shown (when at most 8),\n"+
+		"so the trainer's first batch finds them cached (20 ms stores, 2 cores: 32-98 ms to the first batch instead of 160-248);\n"+
+		"at most one prefetch lead (64MiB), kept ahead for 10 minutes or until a file of the rank is opened;\n"+
+		"a job that resumes mid-epoch without --resume-at fetches the epoch's start for nothing; ignored with --follow")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
 	fl.DurationVar(&f.reportWait, "report-wait", 10*time.Minute, "how long opening an epoch waits for the run's log: with --feedback the trainer's report of the epoch before, with --follow another node recording the epoch's version; then EIO, and the log says what is missing")
 	fl.BoolVar(&f.follow, "follow", false, "serve each epoch from the newest dataset version committed when the epoch was first opened by any node: an append made during training joins at the next epoch, never mid-epoch; the version of each epoch is recorded under --run in the stores, so every node and a resumed job serve the same (needs --run; a node with read-only credentials waits for one that can write to record the epoch; metadata format 1)")
@@ -230,7 +235,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	// A mix is shown by its flag's value, and names its datasets (MixNames
 	// is nil for one dataset).
 	cfg := mount.Config{Follow: f.follow, Name: cmp.Or(name, f.order.mix), Mix: spec.MixNames, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec, Run: f.order.run, ReportWait: f.reportWait,
-		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, DirectIO: f.directIO,
+		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, Prime: f.prime, DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MaxRequest: int(sz.maxRequest), MetricsAddr: f.metricsAddr, Profiles: f.pprof, Logger: log,
 		// info.json shows these options as they were given.
 		Info: mount.Info{
