@@ -2,8 +2,9 @@
 // interface every object store implements, the file:// and S3
 // implementations, the decorators that wrap a Store with one concern each
 // (Limit, Retry, Timeout, Health), each with Unwrap, the one place they are
-// stacked (Stack, OpenStack), and the one fan-out over a set of stores
-// (OnEvery). The fault-injecting store for tests lives outside, in
+// stacked (Stack, OpenStack), the one fan-out over a set of stores
+// (OnEvery), and Versions, which holds every read of an object to one
+// version of it. The fault-injecting store for tests lives outside, in
 // internal/faultstore.
 //
 // Nothing above this package sees a minio-go type: S3 errors are converted

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -104,13 +105,20 @@ func (l *Local) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int6
 		return l.wrap("read", key, &fs.PathError{Op: "open", Path: name, Err: err})
 	}
 	defer unix.Close(fd)
+	pins := pinsOf(ctx)
+	var before unix.Stat_t
+	if pins != nil {
+		if err := unix.Fstat(fd, &before); err != nil {
+			return l.wrap("read", key, &fs.PathError{Op: "fstat", Path: name, Err: err})
+		}
+	}
 	total, want := 0, VecLen(bufs)
 	for {
 		for len(bufs) > 0 && len(bufs[0]) == 0 {
 			bufs = bufs[1:]
 		}
 		if len(bufs) == 0 {
-			return nil
+			return l.samePinned(pins, key, name, fd, &before)
 		}
 		n, err := retryEINTR(func() (int, error) { return unix.Preadv(fd, bufs[:min(len(bufs), maxIovecs)], off+int64(total)) })
 		if err != nil {
@@ -128,6 +136,27 @@ func (l *Local) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int6
 			bufs = append([][]byte{bufs[0][n:]}, bufs[1:]...)
 		}
 	}
+}
+
+// samePinned holds a read under a Versions' Pin to one version of the file:
+// the open file's before and after the read must be equal (no write
+// during it), and the pinned one (ErrChanged otherwise).
+func (l *Local) samePinned(pins *Versions, key, name string, fd int, before *unix.Stat_t) error {
+	if pins == nil {
+		return nil
+	}
+	var after unix.Stat_t
+	if err := unix.Fstat(fd, &after); err != nil {
+		return l.wrap("read", key, &fs.PathError{Op: "fstat", Path: name, Err: err})
+	}
+	v := fileVersion(&after)
+	if was := fileVersion(before); was != v {
+		return l.wrap("read", key, fmt.Errorf("%w (written during the read: version %s, then %s)", ErrChanged, was, v))
+	}
+	if err := pins.see(l.name, key, v); err != nil {
+		return l.wrap("read", key, err)
+	}
+	return nil
 }
 
 // maxIovecs is the most buffers one preadv(2) takes (IOV_MAX on Linux).
@@ -237,12 +266,22 @@ func (l *Local) ReadWhole(ctx context.Context, key string, max int64, into func(
 			n = max
 		}
 	}
+	pins := pinsOf(ctx)
+	var before unix.Stat_t
+	if pins != nil {
+		if err := unix.Fstat(int(f.Fd()), &before); err != nil {
+			return 0, false, l.wrap("read", key, err)
+		}
+	}
 	p := into(n)
 	if n, err := io.ReadFull(f, p); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			err = shortRead(n, len(p), 0)
 		}
 		return 0, false, l.wrap("read", key, err)
+	}
+	if err := l.samePinned(pins, key, name, int(f.Fd()), &before); err != nil {
+		return 0, false, err
 	}
 	return fi.Size(), fi.Size() <= max, nil
 }
@@ -258,6 +297,16 @@ func (l *Local) Stat(ctx context.Context, key string) (int64, error) {
 	}
 	if fi.IsDir() {
 		return 0, l.wrap("stat", key, ErrNotExist)
+	}
+	if pins := pinsOf(ctx); pins != nil {
+		var st unix.Stat_t
+		if err := unix.Stat(name, &st); err != nil {
+			return 0, l.wrap("stat", key, &fs.PathError{Op: "stat", Path: name, Err: err})
+		}
+		if err := pins.see(l.name, key, fileVersion(&st)); err != nil {
+			return 0, l.wrap("stat", key, err)
+		}
+		return st.Size, nil
 	}
 	return fi.Size(), nil
 }

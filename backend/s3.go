@@ -202,8 +202,13 @@ func (s *S3) ReadWhole(ctx context.Context, key string, max int64, into func(siz
 	if err := opts.SetRange(0, max-1); err != nil {
 		return 0, false, &Error{Store: s.name, Op: "read", Key: key, Err: err}
 	}
+	pins := pinsOf(ctx)
+	s.matchPinned(pins, key, &opts)
 	body, info, header, err := minio.Core{Client: s.client}.GetObject(traceFirstByte(ctx), s.bucket, s.prefix+key, opts)
 	if err != nil {
+		if err := s.changed(pins, key, err); err != nil {
+			return 0, false, err
+		}
 		var resp minio.ErrorResponse
 		if errors.As(err, &resp) && resp.Code == "InvalidRange" {
 			// No byte at offset 0: the object is empty. It is confirmed
@@ -221,6 +226,9 @@ func (s *S3) ReadWhole(ctx context.Context, key string, max int64, into func(siz
 		return 0, false, s.convert("read", key, err)
 	}
 	defer body.Close()
+	if err := pins.see(s.name, key, info.ETag); err != nil {
+		return 0, false, &Error{Store: s.name, Op: "read", Key: key, Err: err}
+	}
 	size := info.Size // a store that ignores the range sends it all
 	if cr := header.Get("Content-Range"); cr != "" {
 		if size, err = rangeTotal(cr); err != nil {
@@ -281,11 +289,19 @@ func (s *S3) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) 
 	// hands every Read to it over channels: two goroutine switches per
 	// socket read, which a profile of global order (a GET per sample)
 	// showed as most of the daemon's GET cost (issue 57).
-	body, _, header, err := minio.Core{Client: s.client}.GetObject(traceFirstByte(ctx), s.bucket, s.prefix+key, opts)
+	pins := pinsOf(ctx)
+	s.matchPinned(pins, key, &opts)
+	body, info, header, err := minio.Core{Client: s.client}.GetObject(traceFirstByte(ctx), s.bucket, s.prefix+key, opts)
 	if err != nil {
+		if err := s.changed(pins, key, err); err != nil {
+			return err
+		}
 		return s.convert("read", key, err)
 	}
 	defer body.Close()
+	if err := pins.see(s.name, key, info.ETag); err != nil {
+		return &Error{Store: s.name, Op: "read", Key: key, Err: err}
+	}
 	// A store that ignores the range answers 200 with the whole object:
 	// its first bytes are not the ones asked for.
 	if cr := header.Get("Content-Range"); !strings.HasPrefix(cr, fmt.Sprintf("bytes %d-", off)) {
@@ -323,11 +339,40 @@ func (s *S3) Stat(ctx context.Context, key string) (int64, error) {
 	if err := CheckKey(key); err != nil {
 		return 0, &Error{Store: s.name, Op: "stat", Err: err}
 	}
-	info, err := s.client.StatObject(ctx, s.bucket, s.prefix+key, minio.StatObjectOptions{})
+	pins := pinsOf(ctx)
+	var opts minio.StatObjectOptions
+	if v := pins.pinned(s.name, key); v != "" {
+		opts.SetMatchETag(v)
+	}
+	info, err := s.client.StatObject(ctx, s.bucket, s.prefix+key, opts)
 	if err != nil {
+		if err := s.changed(pins, key, err); err != nil {
+			return 0, err
+		}
 		return 0, s.convert("stat", key, err)
 	}
+	if err := pins.see(s.name, key, info.ETag); err != nil {
+		return 0, &Error{Store: s.name, Op: "stat", Key: key, Err: err}
+	}
 	return info.Size, nil
+}
+
+// matchPinned asks a GET under a Versions' Pin for the pinned version of key
+// only (If-Match: its ETag).
+func (s *S3) matchPinned(pins *Versions, key string, opts *minio.GetObjectOptions) {
+	if v := pins.pinned(s.name, key); v != "" {
+		opts.SetMatchETag(v)
+	}
+}
+
+// changed is ErrChanged when err is the store's refusal of a request that
+// asked for key's pinned version (412 Precondition Failed), else nil.
+func (s *S3) changed(pins *Versions, key string, err error) error {
+	var resp minio.ErrorResponse
+	if pins.pinned(s.name, key) == "" || !errors.As(err, &resp) || resp.StatusCode != http.StatusPreconditionFailed && resp.Code != "PreconditionFailed" {
+		return nil
+	}
+	return &Error{Store: s.name, Op: "read", Key: key, Err: fmt.Errorf("%w (its ETag is no longer %s)", ErrChanged, pins.pinned(s.name, key))}
 }
 
 func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {

@@ -11,7 +11,10 @@
 // Files: scan.go reads the source (tree or listing) into Items, and
 // webdataset.go, jsonl.go and parquet.go sources of records (each Item a
 // record of members, remade at upload, or read again window by window:
-// place.go; sourcefiles.go reads local files or store objects); ingest.go
+// place.go; sourcefiles.go reads local files or store objects, each as
+// one version: oneversion.go for a local file, backend.Versions for a
+// store's object, so a source written during the ingest is refused, never
+// read as a mix); ingest.go
 // plans, encodes and uploads a single-process ingest and commits it in a
 // repository.Txn (the protocol lives there, beside the code that reads it;
 // every object is written through repository, which alone spells keys);

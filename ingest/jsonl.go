@@ -513,7 +513,8 @@ type jsonlReader struct {
 // huge record is not held while its chunk waits (issue 55 item 5).
 const madeRecord = 1 << 20
 
-// corpusFile is what a corpus is read through: an *os.File (openCorpus).
+// corpusFile is what a corpus is read through: a file read as one
+// version (openCorpus).
 type corpusFile interface {
 	io.ReaderAt
 	io.Closer
@@ -521,7 +522,7 @@ type corpusFile interface {
 }
 
 // openCorpus opens a corpus file; tests count what is read through it.
-var openCorpus = func(name string) (corpusFile, error) { return os.Open(name) }
+var openCorpus = func(name string) (corpusFile, error) { return openOneVersion(name) }
 
 func openJSONL(name string, o ScanOptions) (*jsonlReader, error) {
 	f, err := openCorpus(name)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"unicode/utf8"
@@ -140,8 +139,8 @@ func parquetRecord(row map[string]any, cols []parquetColumn, o ScanOptions, rowN
 // openParquet opens a Parquet file for reading rows as maps of its
 // columns. The reader panics on some damaged files; those panics become
 // errors in the functions that read (see recovered).
-func openParquet(name string) (*os.File, *parquet.GenericReader[map[string]any], error) {
-	f, err := os.Open(name)
+func openParquet(name string) (*oneVersion, *parquet.GenericReader[map[string]any], error) {
+	f, err := openOneVersion(name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -336,7 +335,7 @@ type parquetTable struct {
 // parquetRows reads rows of Parquet files by number, keeping each file's
 // reader open.
 type parquetRows struct {
-	files   map[string]*os.File
+	files   map[string]*oneVersion
 	readers map[string]*parquet.GenericReader[map[string]any]
 }
 
@@ -358,7 +357,7 @@ func (p *parquetRows) row(name string, rowNo int64) (_ map[string]any, err error
 			return nil, err
 		}
 		if p.files == nil {
-			p.files, p.readers = map[string]*os.File{}, map[string]*parquet.GenericReader[map[string]any]{}
+			p.files, p.readers = map[string]*oneVersion{}, map[string]*parquet.GenericReader[map[string]any]{}
 		}
 		p.files[name], p.readers[name] = f, pr
 		r = pr

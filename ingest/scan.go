@@ -104,8 +104,11 @@ type Source struct {
 	// line when not.
 	made  *madeRecords
 	store backend.Store // the store its WebDataset shards are read from; nil: local files
-	table *parquetTable // a Parquet source: how its rows make records
-	gz    *gzSizes      // its compressed shards' decompressed sizes, from the scan
+	// versions holds the reads of store's objects to the versions the
+	// scan read (storeFiles).
+	versions *backend.Versions
+	table    *parquetTable // a Parquet source: how its rows make records
+	gz       *gzSizes      // its compressed shards' decompressed sizes, from the scan
 	// Warnings say what the scan noticed but accepted: strata with a
 	// single sample, or very many strata.
 	Warnings []string
@@ -181,12 +184,12 @@ func ScanStore(ctx context.Context, o ScanOptions) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	gz := &gzSizes{}
-	s, err := scanWebDatasetFrom(ctx, storeFiles{o.Store, gz}, o.Store.String(), shards, o)
+	gz, versions := &gzSizes{}, backend.NewVersions()
+	s, err := scanWebDatasetFrom(ctx, storeFiles{o.Store, gz, versions}, o.Store.String(), shards, o)
 	if err != nil {
 		return nil, err
 	}
-	s.store, s.gz = o.Store, gz
+	s.store, s.gz, s.versions = o.Store, gz, versions
 	return s, checkSource(o.Store.String(), s, o)
 }
 

@@ -2,9 +2,9 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -28,7 +28,7 @@ type sourceFiles interface {
 // compressed shard (.tar.gz, .tgz) opens as its decompressed bytes.
 type localFiles struct {
 	mu    sync.Mutex
-	open_ map[string]*os.File
+	open_ map[string]*oneVersion
 	gz    *gzSizes
 }
 
@@ -48,26 +48,17 @@ func (l *localFiles) openRaw(_ context.Context, name string) (io.ReaderAt, int64
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if f, ok := l.open_[name]; ok {
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, 0, err
-		}
-		return f, fi.Size(), nil
+		return f, f.at.size, f.unchanged()
 	}
-	f, err := os.Open(name)
+	f, err := openOneVersion(name)
 	if err != nil {
-		return nil, 0, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return nil, 0, err
 	}
 	if l.open_ == nil {
-		l.open_ = map[string]*os.File{}
+		l.open_ = map[string]*oneVersion{}
 	}
 	l.open_[name] = f
-	return f, fi.Size(), nil
+	return f, f.at.size, nil
 }
 
 func (l *localFiles) close() {
@@ -79,15 +70,20 @@ func (l *localFiles) close() {
 }
 
 // storeFiles reads a store's objects; a compressed shard's decompressed.
+// Every read of an object is held to the version the ingest's first read
+// of it saw (backend.Versions): read by many requests, it is read as one
+// version, or refused.
 type storeFiles struct {
-	st backend.Store
-	gz *gzSizes
+	st       backend.Store
+	gz       *gzSizes
+	versions *backend.Versions
 }
 
 func (s storeFiles) open(ctx context.Context, key string) (io.ReaderAt, int64, error) {
+	ctx = s.versions.Pin(ctx)
 	size, err := s.st.Stat(ctx, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, changedSource(err)
 	}
 	raw := storeObject{ctx, s.st, key, size}
 	if !compressedShard(key) {
@@ -114,13 +110,14 @@ type wholeFiles interface {
 }
 
 func (s storeFiles) readWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (io.ReaderAt, int64, bool, error) {
+	ctx = s.versions.Pin(ctx)
 	var head []byte
 	size, whole, err := s.st.ReadWhole(ctx, key, max, func(n int64) []byte {
 		head = into(n)
 		return head
 	})
 	if err != nil {
-		return nil, 0, false, err
+		return nil, 0, false, changedSource(err)
 	}
 	o := storeObject{ctx, s.st, key, size}
 	if whole || len(head) == 0 {
@@ -159,6 +156,16 @@ func (o *headedObject) ReadAt(p []byte, off int64) (int, error) {
 	return n + m, err
 }
 
+// changedSource says what to do about a source object that changed while
+// the ingest read it (backend.ErrChanged); other errors it returns as
+// they are.
+func changedSource(err error) error {
+	if errors.Is(err, backend.ErrChanged) {
+		return fmt.Errorf("%w; %s", err, rerunUnchanged)
+	}
+	return err
+}
+
 // storeObject is an object of a store as an io.ReaderAt.
 type storeObject struct {
 	ctx  context.Context
@@ -173,7 +180,7 @@ func (o storeObject) ReadAt(p []byte, off int64) (int, error) {
 	}
 	n := min(int64(len(p)), o.size-off)
 	if err := o.st.ReadAt(o.ctx, o.key, p[:n], off); err != nil {
-		return 0, err
+		return 0, changedSource(err)
 	}
 	if n < int64(len(p)) {
 		return int(n), io.EOF
@@ -192,7 +199,7 @@ func (s *Source) filesOf() sourceFiles {
 		gz = &gzSizes{} // a source the scan did not read as tar shards
 	}
 	if s.store != nil {
-		return storeFiles{s.store, gz}
+		return storeFiles{s.store, gz, s.versions}
 	}
 	return &localFiles{gz: gz}
 }

@@ -110,9 +110,11 @@ type Stream struct {
 	sliceEmpty bool
 	files      sourceFiles
 	store      backend.Store
-	gz         *gzSizes
-	next       int      // the next shard to read
-	queue      []queued // shards and pieces read whose records are not all chunked, and shards being read in pieces
+	// versions holds every read of store's objects to one version.
+	versions *backend.Versions
+	gz       *gzSizes
+	next     int      // the next shard to read
+	queue    []queued // shards and pieces read whose records are not all chunked, and shards being read in pieces
 	// kept are the members' bytes of shards the scan read whole into
 	// memory, and of the pieces of those it reads in pieces (keptFiles),
 	// by shard name; consumed, those whose records all went to the chunks
@@ -178,8 +180,8 @@ func OpenStoreStream(ctx context.Context, o ScanOptions) (*Stream, error) {
 		return nil, err
 	}
 	slices.Sort(shards)
-	st := &Stream{src: o.Store.String(), root: o.Store.String(), o: o, shards: shards, store: o.Store, gz: &gzSizes{}}
-	st.files = storeFiles{o.Store, st.gz}
+	st := &Stream{src: o.Store.String(), root: o.Store.String(), o: o, shards: shards, store: o.Store, gz: &gzSizes{}, versions: backend.NewVersions()}
+	st.files = storeFiles{o.Store, st.gz, st.versions}
 	return st, nil
 }
 
@@ -311,7 +313,7 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 	if err := checkChunkKeys(carry, batches); err != nil {
 		return nil, err
 	}
-	s := &Source{Root: st.root, store: st.store, gz: st.gz, Members: slices.Clone(st.members), openFiles: st.openFiles}
+	s := &Source{Root: st.root, store: st.store, versions: st.versions, gz: st.gz, Members: slices.Clone(st.members), openFiles: st.openFiles}
 	s.Items = make([]Item, 0, n) // the carried items join them without a copy
 	if st.chunks > 0 {
 		s.Fields, s.fixedFields = slices.Clone(st.fields), true
@@ -611,7 +613,7 @@ var wholeShards = make(chan []byte, runtime.GOMAXPROCS(0))
 func (st *Stream) openFiles() sourceFiles {
 	under := sourceFiles(&localFiles{gz: st.gz})
 	if st.store != nil {
-		under = storeFiles{st.store, st.gz}
+		under = storeFiles{st.store, st.gz, st.versions}
 	}
 	return &keptFiles{st: st, under: under}
 }

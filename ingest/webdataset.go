@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/manifest"
 	"github.com/shardfs/shardfs/verify"
@@ -472,7 +473,7 @@ func scanReadersFor(f io.ReaderAt) *sync.Pool {
 	switch f.(type) {
 	case *bytes.Reader:
 		return &memoryScanReaders
-	case *os.File:
+	case *oneVersion:
 		return &fileScanReaders
 	}
 	return &scanReaders // a store's object: each fill is a ranged GET
@@ -548,6 +549,12 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 		}
 		if errors.Is(err, errNotPlain) {
 			return err
+		}
+		if errors.As(err, new(changedFileError)) { // it names the shard
+			return err
+		}
+		if errors.Is(err, backend.ErrChanged) { // not damaged: read again, it may be whole
+			return fmt.Errorf("shard %s: %w", shard, err)
 		}
 		if err != nil {
 			return fmt.Errorf("shard %s at offset %d: not a readable tar (%v): the shard is damaged or cut short; re-create it, or leave it out of the source", shard, at, err)

@@ -177,6 +177,51 @@ func Run(t *testing.T, newStore func(t *testing.T) backend.Store) {
 			t.Fatalf("after delete: %v", err)
 		}
 	})
+	t.Run("PinnedVersions", func(t *testing.T) {
+		// Reads under a Versions' Pin see the version the first saw, or
+		// fail with ErrChanged: a Stat, a ranged read, a vectored read and
+		// a ReadWhole after the object is replaced by one of the same size.
+		s := newStore(t)
+		v1, v2 := bytes.Repeat([]byte("a"), 1000), bytes.Repeat([]byte("b"), 1000)
+		if err := s.Put(ctx, "k", v1); err != nil {
+			t.Fatal(err)
+		}
+		pinned := backend.NewVersions().Pin(ctx)
+		if size, err := s.Stat(pinned, "k"); err != nil || size != 1000 {
+			t.Fatalf("Stat = %d, %v; want 1000", size, err)
+		}
+		p := make([]byte, 10)
+		if err := s.ReadAt(pinned, "k", p, 5); err != nil || !bytes.Equal(p, v1[:10]) {
+			t.Fatalf("pinned ReadAt of the version the Stat saw: %q, %v", p, err)
+		}
+		if err := s.Put(ctx, "k", v2); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ReadAt(pinned, "k", p, 500); !errors.Is(err, backend.ErrChanged) {
+			t.Fatalf("pinned ReadAt after the object was replaced: %q, %v; want ErrChanged", p, err)
+		}
+		if err := s.ReadAtV(pinned, "k", [][]byte{make([]byte, 3), make([]byte, 4)}, 0); !errors.Is(err, backend.ErrChanged) {
+			t.Fatalf("pinned ReadAtV after the object was replaced: %v; want ErrChanged", err)
+		}
+		if _, _, err := s.ReadWhole(pinned, "k", 100, func(n int64) []byte { return make([]byte, n) }); !errors.Is(err, backend.ErrChanged) {
+			t.Fatalf("pinned ReadWhole after the object was replaced: %v; want ErrChanged", err)
+		}
+		if _, err := s.Stat(pinned, "k"); !errors.Is(err, backend.ErrChanged) {
+			t.Fatalf("pinned Stat after the object was replaced: %v; want ErrChanged", err)
+		}
+		// Unpinned, and under other Versions, the new version reads.
+		if err := s.ReadAt(ctx, "k", p, 500); err != nil || !bytes.Equal(p, v2[:10]) {
+			t.Fatalf("ReadAt: %q, %v", p, err)
+		}
+		again := backend.NewVersions().Pin(ctx)
+		var got []byte
+		if _, whole, err := s.ReadWhole(again, "k", 2000, func(n int64) []byte { got = make([]byte, n); return got }); err != nil || !whole || !bytes.Equal(got, v2) {
+			t.Fatalf("ReadWhole under new Versions: whole %v, %v", whole, err)
+		}
+		if err := s.ReadAt(again, "k", p, 0); err != nil || !bytes.Equal(p, v2[:10]) {
+			t.Fatalf("ReadAt under new Versions: %q, %v", p, err)
+		}
+	})
 	t.Run("CreateOnlyIfAbsent", func(t *testing.T) {
 		s := newStore(t)
 		if err := s.Create(ctx, "ds/lock", []byte("first")); err != nil {
