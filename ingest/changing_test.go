@@ -50,7 +50,7 @@ func TestSourceChangedWhileReadIsRefused(t *testing.T) {
 				other := otherPayloads(t, old)
 				var st *Stream
 				var changed sync.Once
-				done := false
+				done := new(bool)
 				switch where {
 				case "local":
 					if st, err = OpenStream(dir, ScanOptions{Strata: []string{"source"}}); err != nil {
@@ -58,7 +58,7 @@ func TestSourceChangedWhileReadIsRefused(t *testing.T) {
 					}
 					if change {
 						st.files = &changingFiles{sourceFiles: st.files, name: filepath.Join(dir, shard), change: func() {
-							changed.Do(func() { rewriteInPlace(t, filepath.Join(dir, shard), other); done = true })
+							changed.Do(func() { rewriteInPlace(t, filepath.Join(dir, shard), other); *done = true })
 						}}
 					}
 				default:
@@ -84,7 +84,7 @@ func TestSourceChangedWhileReadIsRefused(t *testing.T) {
 								if err := raw.Put(ctx, shard, other); err != nil {
 									t.Error(err)
 								}
-								done = true
+								*done = true
 							})
 						}}
 					}
@@ -93,37 +93,48 @@ func TestSourceChangedWhileReadIsRefused(t *testing.T) {
 					}
 				}
 				defer st.Close()
-				stores := localStores(t, t.TempDir(), 3)
-				_, err = RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096})
-				if !change {
-					if err != nil {
-						t.Fatal(err)
-					}
-					recordsBack(t, stores, "ds", want)
-					return
-				}
-				if !done {
-					t.Fatal("the shard was never changed: the test did not reach a read past its first bytes")
-				}
-				if err == nil {
-					t.Fatalf("a shard rewritten while it was read (%s) was ingested: want a refusal naming it", where)
-				}
-				t.Logf("refused: %v", err)
-				if msg := err.Error(); !strings.Contains(msg, shard) || !strings.Contains(msg, "changed while") || !strings.Contains(msg, "rerun") {
-					t.Fatalf("refusal %q: want it to name %s, say it changed while it was read, and to rerun", msg, shard)
-				}
-				for i, s := range stores {
-					keys, err := s.List(ctx, "")
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, k := range keys {
-						if strings.HasPrefix(k, "ds/") || strings.Contains(k, "manifest") {
-							t.Fatalf("store %d holds %s after the refused ingest: want the stores as they were", i, k)
-						}
-					}
-				}
+				ingestChanging(t, st, change, done, shard, want)
 			})
+		}
+	}
+}
+
+// ingestChanging ingests st, and checks that every record comes back
+// byte for byte when its source was left alone, and that an ingest whose
+// source file changed part way (changed: true once it did) is refused,
+// naming the file, saying it changed while it was read and to rerun, with
+// nothing of it left on the stores.
+func ingestChanging(t *testing.T, st *Stream, change bool, changed *bool, file string, want map[string]map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	stores := localStores(t, t.TempDir(), 3)
+	_, err := RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096})
+	if !change {
+		if err != nil {
+			t.Fatal(err)
+		}
+		recordsBack(t, stores, "ds", want)
+		return
+	}
+	if !*changed {
+		t.Fatalf("%s was never changed: the test did not reach a read past its first bytes", file)
+	}
+	if err == nil {
+		t.Fatalf("%s, rewritten while it was read, was ingested: want a refusal naming it", file)
+	}
+	t.Logf("refused: %v", err)
+	if msg := err.Error(); !strings.Contains(msg, file) || !strings.Contains(msg, "changed while") || !strings.Contains(msg, "rerun") {
+		t.Fatalf("refusal %q: want it to name %s, say it changed while it was read, and to rerun", msg, file)
+	}
+	for i, s := range stores {
+		keys, err := s.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if strings.HasPrefix(k, "ds/") || strings.Contains(k, "manifest") {
+				t.Fatalf("store %d holds %s after the refused ingest: want the stores as they were", i, k)
+			}
 		}
 	}
 }
@@ -230,7 +241,6 @@ func (c changingReader) ReadAt(p []byte, off int64) (int, error) {
 // buffer is read, the ingest is refused, naming the corpus; untouched,
 // it ingests every document byte for byte.
 func TestCorpusChangedWhileReadIsRefused(t *testing.T) {
-	ctx := context.Background()
 	for _, change := range []bool{false, true} {
 		t.Run(fmt.Sprint("changed part way: ", change), func(t *testing.T) {
 			corpus := filepath.Join(t.TempDir(), "c.jsonl")
@@ -246,7 +256,7 @@ func TestCorpusChangedWhileReadIsRefused(t *testing.T) {
 			}
 			other := bytes.ReplaceAll(body.Bytes(), []byte("abcdefgh"), []byte("ABCDEFGH"))
 			var changed sync.Once
-			done := false
+			done := new(bool)
 			if change {
 				was := openCorpus
 				t.Cleanup(func() { openCorpus = was })
@@ -256,7 +266,7 @@ func TestCorpusChangedWhileReadIsRefused(t *testing.T) {
 						return nil, err
 					}
 					return changingCorpus{f, func() {
-						changed.Do(func() { rewriteInPlace(t, corpus, other); done = true })
+						changed.Do(func() { rewriteInPlace(t, corpus, other); *done = true })
 					}}, nil
 				}
 			}
@@ -265,21 +275,7 @@ func TestCorpusChangedWhileReadIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			stores := localStores(t, t.TempDir(), 3)
-			_, err = RunStream(ctx, st, Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 64 << 10, BlockSize: 4096})
-			if !change {
-				if err != nil {
-					t.Fatal(err)
-				}
-				recordsBack(t, stores, "ds", want)
-				return
-			}
-			if !done {
-				t.Fatal("the corpus was never changed: the test did not reach a read past its first bytes")
-			}
-			if err == nil || !strings.Contains(err.Error(), corpus) || !strings.Contains(err.Error(), "changed while") || !strings.Contains(err.Error(), "rerun") {
-				t.Fatalf("ingest of a corpus rewritten while it was read: %v, want a refusal naming %s, that it changed while it was read, and to rerun", err, corpus)
-			}
+			ingestChanging(t, st, change, done, corpus, want)
 		})
 	}
 }

@@ -711,6 +711,9 @@ func (r *jsonlReader) read(batch *recordBatch, full func(records int, bytes int6
 			lineNo, at = long.Line, r.start+long.At
 			return false, fmt.Errorf("%s: longer than %d bytes, so its record cannot fit --max-record-size %d (a line may take twice the record's bytes, for escapes, and 64KiB for its fields); it was refused before it was read whole: raise --max-record-size, or split the record", corpus(), maxLineFor(limit), limit)
 		}
+		if errors.As(err, new(changedFileError)) { // it names the corpus
+			return false, err
+		}
 		if err != nil && err != io.EOF {
 			return false, fmt.Errorf("%s: %w", corpus(), err)
 		}
