@@ -215,6 +215,29 @@ func (l *Local) write(ctx context.Context, key string, data []byte, exclusive bo
 	if err := tmp.Close(); err != nil {
 		return l.wrap("write", key, err)
 	}
+	// Every change of a name takes its directory's lock: shared, or alone
+	// for a Put that replaces a pinned version, whose check and rename
+	// are then one step to every other writer.
+	pins := pinsOf(ctx)
+	was := ""
+	if !exclusive {
+		was = pins.pinned(l.name, key)
+	}
+	unlock, err := lockDir(dir, was != "")
+	if err != nil {
+		return l.wrap("write", key, err)
+	}
+	defer unlock()
+	if was != "" {
+		var st unix.Stat_t
+		now := "none"
+		if err := unix.Stat(name, &st); err == nil {
+			now = fileVersion(&st)
+		}
+		if now != was {
+			return l.wrap("write", key, fmt.Errorf("%w (version %s, now %s)", ErrChanged, was, now))
+		}
+	}
 	if exclusive {
 		err := os.Link(tmp.Name(), name)
 		os.Remove(tmp.Name())
@@ -229,6 +252,12 @@ func (l *Local) write(ctx context.Context, key string, data []byte, exclusive bo
 		return l.wrap("rename", key, err)
 	}
 	ok = true
+	if was != "" {
+		var st unix.Stat_t
+		if err := unix.Stat(name, &st); err == nil {
+			pins.replaced(l.name, key, fileVersion(&st))
+		}
+	}
 	// The rename is durable only once the directory entry is synced.
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
@@ -350,10 +379,36 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	unlock, err := lockDir(filepath.Dir(name), false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // no directory, no object
+	}
+	if err != nil {
+		return l.wrap("delete", key, err)
+	}
+	defer unlock()
 	if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return l.wrap("delete", key, err)
 	}
 	return nil
+}
+
+// lockDir takes dir's lock (flock(2) of the directory itself, so no file
+// is added to the store): alone, or shared with other writers.
+func lockDir(dir string, alone bool) (unlock func(), err error) {
+	fd, err := retryEINTR(func() (int, error) { return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) })
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	how := unix.LOCK_SH
+	if alone {
+		how = unix.LOCK_EX
+	}
+	if _, err := retryEINTR(func() (int, error) { return 0, unix.Flock(fd, how) }); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "flock", Path: dir, Err: err}
+	}
+	return func() { unix.Close(fd) }, nil
 }
 
 // RemoveEmptyDirs removes the empty directories under prefix of a file://

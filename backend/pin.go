@@ -21,6 +21,13 @@ var ErrChanged = errors.New("changed while it was read")
 // first reply's ETag as If-Match; a file:// store compares the file's
 // device, inode, size, mtime and ctime, before and after each read.
 //
+// A Put under the Pin of an object it has seen replaces only that
+// version, in one step (S3's conditional PUT, If-Match; a file:// store
+// compares and renames under a lock on the directory), and is ErrChanged
+// when the object is another version, or gone. That is a compare-and-swap:
+// of two writers that read one version, one replaces it and the other is
+// told, as two takers of a dead holder's lock need.
+//
 // One object read by many requests, a source shard scanned in pieces, is
 // so read as one version or refused: between two ranged reads it could be
 // replaced, and the bytes before and after the change, checksummed as
@@ -76,6 +83,17 @@ func (p *Versions) see(store, key, v string) error {
 	}
 	p.seen[k] = v
 	return nil
+}
+
+// replaced pins v as store's key's version after a write under the pin
+// replaced the one pinned.
+func (p *Versions) replaced(store, key, v string) {
+	if p == nil || v == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen[[2]string{store, key}] = v
 }
 
 // fileVersion names the version of a file a file:// store holds: a file

@@ -321,7 +321,22 @@ func (s *S3) Put(ctx context.Context, key string, data []byte) error {
 	if err := CheckKey(key); err != nil {
 		return &Error{Store: s.name, Op: "write", Err: err}
 	}
-	_, err := s.client.PutObject(ctx, s.bucket, s.prefix+key, bytes.NewReader(data), int64(len(data)), s.putOptions(data, len(data) < 512<<20))
+	opts := s.putOptions(data, len(data) < 512<<20)
+	pins := pinsOf(ctx)
+	was := pins.pinned(s.name, key)
+	if was != "" {
+		opts.SetMatchETag(was) // replace that version only
+	}
+	info, err := s.client.PutObject(ctx, s.bucket, s.prefix+key, bytes.NewReader(data), int64(len(data)), opts)
+	if err != nil && was != "" {
+		var resp minio.ErrorResponse
+		if errors.As(err, &resp) && (resp.StatusCode == http.StatusPreconditionFailed || resp.StatusCode == http.StatusNotFound || resp.Code == "PreconditionFailed" || resp.Code == "NoSuchKey") {
+			return &Error{Store: s.name, Op: "write", Key: key, Err: fmt.Errorf("%w (its ETag is no longer %s)", ErrChanged, was)}
+		}
+	}
+	if err == nil && was != "" {
+		pins.replaced(s.name, key, info.ETag)
+	}
 	return s.convert("write", key, err)
 }
 

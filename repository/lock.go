@@ -160,26 +160,43 @@ func (o *LockInfo) holderKind() string {
 
 // createOrTakeOver creates the lock on s, or takes over a lock whose holder
 // is provably dead. It returns the other holder when the lock is taken.
+//
+// A takeover replaces the lock it read, and only that version of it (a
+// Put under backend.Versions: S3's If-Match, a file:// store's compare and
+// rename under its directory's lock). It used to delete the lock, then
+// create its own: two takers that read one dead lock both held the lock,
+// the second having deleted the first's new one. Now, of takers that read
+// one version, exactly one replaces it; every other's Put is ErrChanged,
+// and it finds the lock held. A kill at any point leaves the dead lock or
+// the taker's whole (a Put replaces an object at once), and a store that
+// fails the Put leaves that store's lock as it was: the taker does not
+// hold it there, and needs a majority as before.
 func (l *Lock) createOrTakeOver(ctx context.Context, s backend.Store, body []byte) (*LockInfo, error) {
 	err := s.Create(ctx, l.key(), body)
 	if !errors.Is(err, backend.ErrExists) {
 		return nil, err
 	}
-	other, rerr := readLock(ctx, s, l.key())
-	if rerr != nil && !errors.Is(rerr, backend.ErrNotExist) {
+	read := backend.NewVersions().Pin(ctx)
+	other, rerr := readLock(read, s, l.key())
+	if errors.Is(rerr, backend.ErrNotExist) { // released since: create it again
+		if err := s.Create(ctx, l.key(), body); err != nil {
+			if errors.Is(err, backend.ErrExists) {
+				other, _ = readLock(ctx, s, l.key())
+				return other, ErrLocked
+			}
+			return nil, err
+		}
+		return nil, nil
+	}
+	if rerr != nil {
 		return nil, rerr
 	}
-	if other != nil && !l.dead(other) {
+	if !l.dead(other) {
 		return other, ErrLocked
 	}
-	if other != nil {
-		l.opts.Logger.Warn("taking over the ingest lock of a dead ingest", "store", s.String(), "dead", other.describe())
-	}
-	if err := s.Delete(ctx, l.key()); err != nil {
-		return other, err
-	}
-	if err := s.Create(ctx, l.key(), body); err != nil {
-		if errors.Is(err, backend.ErrExists) {
+	l.opts.Logger.Warn("taking over the ingest lock of a dead ingest", "store", s.String(), "dead", other.describe())
+	if err := s.Put(read, l.key(), body); err != nil {
+		if errors.Is(err, backend.ErrChanged) { // another taker, or the holder, wrote first
 			other, _ = readLock(ctx, s, l.key())
 			return other, ErrLocked
 		}
@@ -270,7 +287,8 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	var thief *LockInfo
 	var tmu sync.Mutex
 	l.eachHeld(func(i int, s backend.Store) {
-		o, err := readLock(ctx, s, l.key())
+		read := backend.NewVersions().Pin(ctx)
+		o, err := readLock(read, s, l.key())
 		if err != nil || o.IngestID != l.info.IngestID {
 			l.held[i] = false
 			if o != nil {
@@ -280,8 +298,19 @@ func (l *Lock) Refresh(ctx context.Context) error {
 			}
 			return
 		}
-		if err := s.Put(ctx, l.key(), body); err != nil {
+		// Only the version read, this holder's, is rewritten: a taker's
+		// lock written since the read stays, and this holder loses the
+		// store (it used to overwrite the taker's, and both held it).
+		if err := s.Put(read, l.key(), body); err != nil {
 			l.held[i] = false
+			if !errors.Is(err, backend.ErrChanged) {
+				return
+			}
+			if o, _ := readLock(ctx, s, l.key()); o != nil {
+				tmu.Lock()
+				thief = o
+				tmu.Unlock()
+			}
 		}
 	})
 	got := l.heldCount()

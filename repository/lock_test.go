@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/miniotest"
 )
 
 // Issue 55: the lock's refusal named every holder "ingest", so a user
@@ -82,6 +84,26 @@ func TestLockHonoursItsHoldersStale(t *testing.T) {
 }
 
 // threeLocalStores opens three file:// stores in fresh directories.
+// minioStores are n buckets of one MinIO server.
+func minioStores(t *testing.T, n int) []backend.Store {
+	t.Helper()
+	var buckets []string
+	for i := range n {
+		buckets = append(buckets, fmt.Sprint("store", i))
+	}
+	srv := miniotest.Start(t, buckets...)
+	creds := &backend.Credentials{AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey}
+	var stores []backend.Store
+	for _, b := range buckets {
+		s, err := backend.Open(srv.URL(b), backend.OpenOptions{Credentials: creds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+	}
+	return stores
+}
+
 func threeLocalStores(t *testing.T) []backend.Store {
 	t.Helper()
 	var stores []backend.Store
@@ -93,4 +115,224 @@ func threeLocalStores(t *testing.T) []backend.Store {
 		stores = append(stores, s)
 	}
 	return stores
+}
+
+// Two takers of a dead holder's lock, each of which read it before either
+// wrote: a takeover deleted the lock it read and created its own, so the
+// second taker deleted the first's fresh lock and created its own too,
+// and both held the lock (and could both commit). A holder's Refresh read
+// the lock, then wrote it: a taker's lock written between the two was
+// overwritten. A takeover and a refresh now replace only the version they
+// read (backend.Versions: S3's If-Match), so of two takers one holds the
+// lock and the other is refused, naming it; and a stale holder whose lock
+// was taken over loses it at its Refresh, leaving the taker's in place.
+// On file:// stores and on MinIO.
+func TestLockTakeoverHasOneWinner(t *testing.T) {
+	ctx := context.Background()
+	for _, where := range []string{"file", "MinIO"} {
+		t.Run(where, func(t *testing.T) {
+			var raw []backend.Store
+			if where == "MinIO" {
+				raw = minioStores(t, 3)
+			} else {
+				raw = threeLocalStores(t)
+			}
+			beat := time.Now().Add(-time.Hour).Unix()
+			dead, _ := json.Marshal(LockInfo{IngestID: "20260101T000000Z-deaddead", Host: "another-host", PID: 1, Started: beat, Heartbeat: beat})
+			for _, s := range raw {
+				if err := s.Put(ctx, LockKey("ds"), dead); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Both takers read the dead lock on every store before
+			// either writes one, and the first writes before the second.
+			gate := &takeoverGate{readers: 2, read: make(chan struct{}), firstWrote: make(chan struct{})}
+			stores := make([]backend.Store, len(raw))
+			for i, s := range raw {
+				stores[i] = &gatedStore{Store: s, gate: gate, store: i, stores: len(raw)}
+			}
+			type outcome struct {
+				l   *Lock
+				err error
+			}
+			got := make(chan outcome, 2)
+			for _, id := range []string{"20260102T000000Z-aaaaaaaa", "20260102T000000Z-bbbbbbbb"} {
+				go func() {
+					l, _, err := AcquireLock(gate.as(ctx, id), stores, "ds", id, LockOptions{})
+					got <- outcome{l, err}
+				}()
+			}
+			var held []*Lock
+			var refused []error
+			for range 2 {
+				o := <-got
+				if o.err == nil {
+					held = append(held, o.l)
+				} else {
+					refused = append(refused, o.err)
+				}
+			}
+			for _, l := range held {
+				defer l.Release(ctx)
+			}
+			if len(held) != 1 || len(refused) != 1 || !errors.Is(refused[0], ErrLocked) {
+				t.Fatalf("two takers of a dead holder's lock: %d hold it, refused with %v; want one holder, the other refused (ErrLocked)", len(held), refused)
+			}
+			winner := held[0].info.IngestID
+			for i, s := range raw {
+				o, err := readLock(ctx, s, LockKey("ds"))
+				if err != nil || o.IngestID != winner {
+					t.Fatalf("store %d's lock is %+v (%v), want the holder %s's", i, o, err, winner)
+				}
+			}
+			// A stale holder that comes back as another takes its lock
+			// over, between its Refresh's read and write, loses the lock,
+			// and the taker's lock stays.
+			body, _ := json.Marshal(LockInfo{IngestID: "20260103T000000Z-cccccccc", Host: "another-host", PID: 1, Started: beat, Heartbeat: time.Now().Unix()})
+			for i, s := range raw {
+				held[0].stores[i] = &takenAfterRead{Store: s, body: body}
+			}
+			if err := held[0].Refresh(ctx); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), "20260103T000000Z-cccccccc") {
+				t.Fatalf("Refresh of a lock another took over after its read: %v, want ErrLockLost naming the taker", err)
+			}
+			for i, s := range raw {
+				if o, err := readLock(ctx, s, LockKey("ds")); err != nil || o.IngestID != "20260103T000000Z-cccccccc" {
+					t.Fatalf("store %d's lock after the lost Refresh is %+v (%v), want the taker's", i, o, err)
+				}
+			}
+		})
+	}
+}
+
+// takeoverGate orders two takers: every read of the lock waits until both
+// have read it on every store, and the second taker's first write on a
+// store waits until the first taker has written there.
+type takeoverGate struct {
+	mu         sync.Mutex
+	readers    int
+	reads      int
+	read       chan struct{}
+	first      string
+	firstWrote chan struct{}
+	wrote      int
+}
+
+type takerKey struct{}
+
+func (g *takeoverGate) as(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, takerKey{}, id)
+}
+
+// gatedStore is a store whose lock reads and writes go through gate.
+type gatedStore struct {
+	backend.Store
+	gate          *takeoverGate
+	store, stores int
+}
+
+func (s *gatedStore) taker(ctx context.Context, key string) (string, bool) {
+	id, ok := ctx.Value(takerKey{}).(string)
+	return id, ok && key == LockKey("ds")
+}
+
+func (s *gatedStore) afterRead(ctx context.Context, key string) {
+	if _, ok := s.taker(ctx, key); !ok {
+		return
+	}
+	g := s.gate
+	g.mu.Lock()
+	g.reads++
+	if g.reads == g.readers*s.stores {
+		close(g.read)
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.read:
+	case <-time.After(5 * time.Second): // a taker that read once more than planned
+	}
+}
+
+// beforeWrite lets the first taker write at once, and tells once its lock
+// is written on every store (makes: a write that makes the lock); it
+// holds the second's writes until then.
+func (s *gatedStore) beforeWrite(ctx context.Context, key string, makes bool) func() {
+	id, ok := s.taker(ctx, key)
+	if !ok {
+		return func() {}
+	}
+	g := s.gate
+	g.mu.Lock()
+	if g.first == "" {
+		g.first = id
+	}
+	first := g.first == id
+	g.mu.Unlock()
+	if first {
+		if !makes {
+			return func() {}
+		}
+		return func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.wrote++; g.wrote == s.stores {
+				close(g.firstWrote)
+			}
+		}
+	}
+	select {
+	case <-g.firstWrote:
+	case <-time.After(5 * time.Second):
+	}
+	return func() {}
+}
+
+func (s *gatedStore) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	size, whole, err := s.Store.ReadWhole(ctx, key, max, into)
+	s.afterRead(ctx, key)
+	return size, whole, err
+}
+
+func (s *gatedStore) Put(ctx context.Context, key string, data []byte) error {
+	defer s.beforeWrite(ctx, key, true)()
+	return s.Store.Put(ctx, key, data)
+}
+
+func (s *gatedStore) Delete(ctx context.Context, key string) error {
+	defer s.beforeWrite(ctx, key, false)()
+	return s.Store.Delete(ctx, key)
+}
+
+func (s *gatedStore) Create(ctx context.Context, key string, data []byte) error {
+	if _, ok := s.taker(ctx, key); ok && s.gate.readOver() {
+		defer s.beforeWrite(ctx, key, true)()
+	}
+	return s.Store.Create(ctx, key, data)
+}
+
+// readOver says both takers have read the lock: a Create before that is
+// each taker's first try, which the dead lock refuses.
+func (g *takeoverGate) readOver() bool {
+	select {
+	case <-g.read:
+		return true
+	default:
+		return false
+	}
+}
+
+// takenAfterRead is a store on which another takes the lock over right
+// after each read of it.
+type takenAfterRead struct {
+	backend.Store
+	body []byte
+}
+
+func (s *takenAfterRead) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
+	size, whole, err := s.Store.ReadWhole(ctx, key, max, into)
+	if key == LockKey("ds") {
+		if perr := s.Store.Put(context.Background(), key, s.body); perr != nil {
+			return 0, false, perr
+		}
+	}
+	return size, whole, err
 }

@@ -222,6 +222,83 @@ func Run(t *testing.T, newStore func(t *testing.T) backend.Store) {
 			t.Fatalf("ReadAt under new Versions: %q, %v", p, err)
 		}
 	})
+	t.Run("PinnedPut", func(t *testing.T) {
+		// A Put under the Pin of a version it read replaces that version
+		// only: again after its own write, never over another writer's,
+		// nor over a deleted object; of two such Puts of one version, one
+		// wins.
+		s := newStore(t)
+		if err := s.Put(ctx, "lock", []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+		mine := backend.NewVersions().Pin(ctx)
+		if _, err := s.Stat(mine, "lock"); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"m1", "m2"} {
+			if err := s.Put(mine, "lock", []byte(v)); err != nil {
+				t.Fatalf("pinned Put of %s over the version it read: %v", v, err)
+			}
+		}
+		other := backend.NewVersions().Pin(ctx)
+		if _, err := s.Stat(other, "lock"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(other, "lock", []byte("o1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(mine, "lock", []byte("m3")); !errors.Is(err, backend.ErrChanged) {
+			t.Fatalf("pinned Put over another writer's version: %v, want ErrChanged", err)
+		}
+		got := make([]byte, 2)
+		if err := s.ReadAt(ctx, "lock", got, 0); err != nil || string(got) != "o1" {
+			t.Fatalf("after a refused pinned Put the object holds %q (%v), want the other writer's o1", got, err)
+		}
+		if err := s.Delete(ctx, "lock"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(other, "lock", []byte("o2")); !errors.Is(err, backend.ErrChanged) {
+			t.Fatalf("pinned Put over a deleted object: %v, want ErrChanged", err)
+		}
+		if _, err := s.Stat(ctx, "lock"); !errors.Is(err, backend.ErrNotExist) {
+			t.Fatalf("after a refused pinned Put of a deleted object: %v, want it still gone", err)
+		}
+		// Two writers pinned to one version: exactly one replaces it.
+		if err := s.Put(ctx, "lock", []byte("v2")); err != nil {
+			t.Fatal(err)
+		}
+		var wins, changed int
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		pins := make([]context.Context, 8)
+		for i := range pins {
+			pins[i] = backend.NewVersions().Pin(ctx)
+			if _, err := s.Stat(pins[i], "lock"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range pins {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := s.Put(pins[i], "lock", []byte(fmt.Sprintf("w%d", i)))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					wins++
+				case errors.Is(err, backend.ErrChanged):
+					changed++
+				default:
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if wins != 1 || changed != len(pins)-1 {
+			t.Fatalf("%d writers pinned to one version: %d replaced it, %d were told it changed; want 1 and %d", len(pins), wins, changed, len(pins)-1)
+		}
+	})
 	t.Run("CreateOnlyIfAbsent", func(t *testing.T) {
 		s := newStore(t)
 		if err := s.Create(ctx, "ds/lock", []byte("first")); err != nil {
