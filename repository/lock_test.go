@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/internal/miniotest"
 )
 
@@ -335,4 +337,63 @@ func (s *takenAfterRead) ReadWhole(ctx context.Context, key string, max int64, i
 		}
 	}
 	return size, whole, err
+}
+
+// Takers of one dead lock, at once, while each store fails a random call:
+// in every round at most one holds the lock, and it holds it on a majority
+// of the stores.
+func TestLockTakeoverUnderStoreFailures(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(59, 4))
+	base := threeLocalStores(t)
+	held := 0
+	for round := range 30 {
+		beat := time.Now().Add(-time.Hour).Unix()
+		dead, _ := json.Marshal(LockInfo{IngestID: "20260101T000000Z-deaddead", Host: "another-host", PID: 1, Started: beat, Heartbeat: beat})
+		stores := make([]backend.Store, len(base))
+		for i, s := range base {
+			if err := s.Put(ctx, LockKey("ds"), dead); err != nil {
+				t.Fatal(err)
+			}
+			f := faultstore.New(s)
+			f.FailNth(1 + rng.IntN(5))
+			stores[i] = f
+		}
+		var mu sync.Mutex
+		var holders []*Lock
+		var wg sync.WaitGroup
+		for k := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, _, err := AcquireLock(ctx, stores, "ds", fmt.Sprintf("20260102T000000Z-%08d", round*10+k), LockOptions{})
+				if err == nil {
+					mu.Lock()
+					holders = append(holders, l)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if len(holders) > 1 {
+			t.Fatalf("round %d: %d takers hold the lock at once", round, len(holders))
+		}
+		for _, l := range holders {
+			on := 0
+			for _, s := range base {
+				if o, err := readLock(ctx, s, LockKey("ds")); err == nil && o.IngestID == l.info.IngestID {
+					on++
+				}
+			}
+			if on < majority(len(base)) {
+				t.Fatalf("round %d: the holder's lock is on %d stores, want a majority", round, on)
+			}
+			held++
+			l.Release(ctx)
+		}
+	}
+	if held == 0 {
+		t.Fatal("no round had a holder: the faults left the test nothing to check")
+	}
+	t.Logf("%d of 30 rounds had a holder", held)
 }
