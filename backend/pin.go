@@ -26,7 +26,9 @@ var ErrChanged = errors.New("changed while it was read")
 // compares and renames under a lock on the directory), and is ErrChanged
 // when the object is another version, or gone. That is a compare-and-swap:
 // of two writers that read one version, one replaces it and the other is
-// told, as two takers of a dead holder's lock need.
+// told, as two takers of a dead holder's lock need. An S3 store that does
+// no conditional PUT (it answers 501 Not Implemented) is written
+// unconditionally, as a read then a write did before.
 //
 // One object read by many requests, a source shard scanned in pieces, is
 // so read as one version or refused: between two ranged reads it could be

@@ -328,10 +328,15 @@ func (s *S3) Put(ctx context.Context, key string, data []byte) error {
 		opts.SetMatchETag(was) // replace that version only
 	}
 	info, err := s.client.PutObject(ctx, s.bucket, s.prefix+key, bytes.NewReader(data), int64(len(data)), opts)
-	if err != nil && was != "" {
-		var resp minio.ErrorResponse
-		if errors.As(err, &resp) && (resp.StatusCode == http.StatusPreconditionFailed || resp.StatusCode == http.StatusNotFound || resp.Code == "PreconditionFailed" || resp.Code == "NoSuchKey") {
+	var resp minio.ErrorResponse
+	if err != nil && was != "" && errors.As(err, &resp) {
+		switch {
+		case resp.StatusCode == http.StatusPreconditionFailed || resp.Code == "PreconditionFailed" || resp.Code == "NoSuchKey":
 			return &Error{Store: s.name, Op: "write", Key: key, Err: fmt.Errorf("%w (its ETag is no longer %s)", ErrChanged, was)}
+		case resp.StatusCode == http.StatusNotImplemented || resp.Code == "NotImplemented":
+			// A store that does no conditional PUT: the write replaces
+			// whatever is there, as the check then the write did before.
+			info, err = s.client.PutObject(ctx, s.bucket, s.prefix+key, bytes.NewReader(data), int64(len(data)), s.putOptions(data, len(data) < 512<<20))
 		}
 	}
 	if err == nil && was != "" {
