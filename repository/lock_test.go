@@ -1,18 +1,24 @@
 package repository
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/busy"
 	"github.com/shardfs/shardfs/internal/faultstore"
 	"github.com/shardfs/shardfs/internal/miniotest"
 )
@@ -343,6 +349,7 @@ func (s *takenAfterRead) ReadWhole(ctx context.Context, key string, max int64, i
 // in every round at most one holds the lock, and it holds it on a majority
 // of the stores.
 func TestLockTakeoverUnderStoreFailures(t *testing.T) {
+	busy.Burn(t, runtime.GOMAXPROCS(0))
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(59, 4))
 	base := threeLocalStores(t)
@@ -396,4 +403,114 @@ func TestLockTakeoverUnderStoreFailures(t *testing.T) {
 		t.Fatal("no round had a holder: the faults left the test nothing to check")
 	}
 	t.Logf("%d of 30 rounds had a holder", held)
+}
+
+// Takers of one dead lock in processes of their own, started at one
+// instant, with every core kept busy: in each round at most one holds the
+// lock (it keeps it 2 s, longer than the others take to try), and each
+// other is refused, naming a holder. Takers that each win a minority of
+// the stores all give up, so a round may have none; some must have one.
+func TestLockTakeoverAcrossProcesses(t *testing.T) {
+	busy.Burn(t, runtime.GOMAXPROCS(0))
+	var dirs []string
+	var stores []backend.Store
+	for i := range 3 {
+		dir := filepath.Join(t.TempDir(), fmt.Sprint("s", i))
+		s, err := backend.Open("file://"+dir, backend.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs, stores = append(dirs, dir), append(stores, s)
+	}
+	ctx := context.Background()
+	const takers = 6
+	rounds := 0
+	for round := range 4 {
+		beat := time.Now().Add(-time.Hour).Unix()
+		dead, _ := json.Marshal(LockInfo{IngestID: "20260101T000000Z-deaddead", Host: "another-host", PID: 1, Started: beat, Heartbeat: beat})
+		for _, s := range stores {
+			if err := s.Put(ctx, LockKey("ds"), dead); err != nil {
+				t.Fatal(err)
+			}
+		}
+		at := time.Now().Add(time.Second).UnixNano()
+		var cmds []*exec.Cmd
+		var outs []*bytes.Buffer
+		for k := range takers {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "SHARDFS_LOCK_TAKER_STORES="+strings.Join(dirs, ","), fmt.Sprint("SHARDFS_LOCK_TAKER_AT=", at),
+				fmt.Sprintf("SHARDFS_LOCK_TAKER_ID=20260102T000000Z-%04d%04d", round, k))
+			out := &bytes.Buffer{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds, outs = append(cmds, cmd), append(outs, out)
+		}
+		held, refused := 0, 0
+		for k, cmd := range cmds {
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("round %d, taker %d: %v: %s", round, k, err, outs[k])
+				}
+			case <-time.After(time.Minute):
+				cmd.Process.Kill()
+				t.Fatalf("round %d, taker %d still runs after a minute: %s", round, k, outs[k])
+			}
+			switch out := outs[k].String(); {
+			case strings.HasPrefix(out, "held"):
+				held++
+			case strings.HasPrefix(out, "refused") && strings.Contains(out, "the dataset is locked: another"):
+				refused++
+			default:
+				t.Fatalf("round %d, taker %d said %q: want held, or refused naming the holder", round, k, out)
+			}
+		}
+		if held > 1 || held+refused != takers {
+			t.Fatalf("round %d: %d of %d taker processes held the lock, %d were refused; want at most 1 holder", round, held, takers, refused)
+		}
+		rounds += held
+	}
+	if rounds == 0 {
+		t.Fatal("no round had a holder: the test checked nothing")
+	}
+	t.Logf("%d of 4 rounds had a holder", rounds)
+}
+
+// lockTaker is one taker process of TestLockTakeoverAcrossProcesses: it
+// waits for the instant given, takes the lock of ds on the stores given,
+// says "held" (and keeps it 2 s) or "refused: why", and returns its exit
+// code.
+func lockTaker(dirs, at, id string) int {
+	var stores []backend.Store
+	for _, dir := range strings.Split(dirs, ",") {
+		s, err := backend.Open("file://"+dir, backend.OpenOptions{})
+		if err != nil {
+			fmt.Println("open:", err)
+			return 1
+		}
+		stores = append(stores, s)
+	}
+	ns, _ := strconv.ParseInt(at, 10, 64)
+	time.Sleep(time.Until(time.Unix(0, ns)))
+	ctx := context.Background()
+	l, _, err := AcquireLock(ctx, stores, "ds", id, LockOptions{})
+	if err != nil {
+		fmt.Println("refused:", err)
+		return 0
+	}
+	fmt.Println("held")
+	time.Sleep(2 * time.Second)
+	l.Release(ctx)
+	return 0
+}
+
+func TestMain(m *testing.M) {
+	if dirs := os.Getenv("SHARDFS_LOCK_TAKER_STORES"); dirs != "" {
+		os.Exit(lockTaker(dirs, os.Getenv("SHARDFS_LOCK_TAKER_AT"), os.Getenv("SHARDFS_LOCK_TAKER_ID")))
+	}
+	os.Exit(m.Run())
 }
