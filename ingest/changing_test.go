@@ -258,17 +258,11 @@ func TestCorpusChangedWhileReadIsRefused(t *testing.T) {
 			var changed sync.Once
 			done := new(bool)
 			if change {
-				was := openCorpus
-				t.Cleanup(func() { openCorpus = was })
-				openCorpus = func(name string) (corpusFile, error) {
-					f, err := was(name)
-					if err != nil {
-						return nil, err
-					}
+				wrapCorpora(t, func(f corpusFile) corpusFile {
 					return changingCorpus{f, func() {
 						changed.Do(func() { rewriteInPlace(t, corpus, other); *done = true })
-					}}, nil
-				}
+					}}
+				})
 			}
 			st, err := OpenStream(corpus, ScanOptions{Members: []MemberField{{"text", "txt"}}, KeyField: "id", Strata: []string{"source"}})
 			if err != nil {

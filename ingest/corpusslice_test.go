@@ -50,6 +50,16 @@ func (c *countingCorpus) bytesRead() (read int64, twice bool) {
 // countCorpusReads makes every corpus opened from now on count its reads,
 // handing each to opened, in the order opened.
 func countCorpusReads(t *testing.T, opened func(*countingCorpus)) {
+	wrapCorpora(t, func(f corpusFile) corpusFile {
+		c := &countingCorpus{corpusFile: f}
+		opened(c)
+		return c
+	})
+}
+
+// wrapCorpora makes every corpus opened from now on, until the test ends,
+// read through wrap's file.
+func wrapCorpora(t *testing.T, wrap func(corpusFile) corpusFile) {
 	was := openCorpus
 	t.Cleanup(func() { openCorpus = was })
 	openCorpus = func(name string) (corpusFile, error) {
@@ -57,9 +67,7 @@ func countCorpusReads(t *testing.T, opened func(*countingCorpus)) {
 		if err != nil {
 			return nil, err
 		}
-		c := &countingCorpus{corpusFile: f}
-		opened(c)
-		return c, nil
+		return wrap(f), nil
 	}
 }
 
