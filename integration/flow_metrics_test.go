@@ -40,6 +40,7 @@ type flowStats struct {
 
 type flowStore struct {
 	Bytes    int64 `json:"bytes"`
+	Requests int64 `json:"requests"`
 	Degraded int64 `json:"degraded_reads"`
 }
 
@@ -208,12 +209,24 @@ func TestFlowMetricsLive(t *testing.T) {
 		{func() { toxitest.Bandwidth(t, pc.proxies[1], 2) }, "stalled"},
 	} {
 		c.toxic()
+		before := readFlowStats(t, mp).Stores
+		start := time.Now()
 		for _, f := range batchFiles(t, rankDir(2+i, 0))[:3] {
 			mustRead(t, f)
 		}
+		took := time.Since(start)
 		toxitest.Heal(t, pc.proxies[1])
-		if n := sample(scrape(t, mp), "shardfs_hedges_total", "reason", c.reason); n <= 0 {
-			t.Fatalf("no hedge for %s around store 1", c.reason)
+		if text := scrape(t, mp); sample(text, "shardfs_hedges_total", "reason", c.reason) <= 0 {
+			// What the stores were asked while store 1 was slowed, and the
+			// hedges by every reason: a failure here says whether the reads
+			// reached store 1 at all (CI at 74dc407, once, beside the suite).
+			after := readFlowStats(t, mp).Stores
+			var asked []int64
+			for s := range after {
+				asked = append(asked, after[s].Requests-before[s].Requests)
+			}
+			t.Fatalf("no hedge for %s around store 1: the 3 files took %v; requests to each store meanwhile %v; hedges %v no_first_byte, %v stalled",
+				c.reason, took.Round(time.Millisecond), asked, sample(text, "shardfs_hedges_total", "reason", "no_first_byte"), sample(text, "shardfs_hedges_total", "reason", "stalled"))
 		}
 	}
 	text = scrape(t, mp)
