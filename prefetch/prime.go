@@ -48,15 +48,15 @@ func (r *Reader) Prime(f *layout.FileMap, hold time.Duration) {
 	}()
 }
 
-// endPrime closes primer h, once.
+// endPrime closes primer h. Only h's goroutine in Prime calls it, once.
+// The handle is closed before h leaves r.primers, so Primed counts a
+// primer until its position is gone from its stream: once Primed says
+// none, no member is anyone's next use because of a primer.
 func (r *Reader) endPrime(h *Handle) {
+	h.Close()
 	r.mu.Lock()
-	_, ok := r.primers[h]
 	delete(r.primers, h)
 	r.mu.Unlock()
-	if ok {
-		h.Close()
-	}
 }
 
 // endPrimesOf ends the primers of rank: a reader of it has opened a file.
