@@ -180,7 +180,14 @@ func readWindowRecords(ctx context.Context, src *Source, m *manifest.Manifest, s
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	recs := windowRecords{}
+	if len(got) == 1 {
+		return got[0], nil
+	}
+	n := 0
+	for _, part := range got {
+		n += len(part)
+	}
+	recs := make(windowRecords, n) // grown key by key, it was 6% of an ingest's allocations
 	for _, part := range got {
 		for key, b := range part {
 			recs[key] = b

@@ -287,7 +287,7 @@ func FuzzJSONShortcutsAsEncodingJSON(f *testing.F) {
 			}
 		}
 
-		got, err := decodeFieldsObject(b)
+		got, err := decodeFieldsObject(b, nil)
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.UseNumber()
 		var want map[string]any
@@ -300,6 +300,12 @@ func FuzzJSONShortcutsAsEncodingJSON(f *testing.F) {
 		}
 		if (err == nil) != (werr == nil) || err == nil && !reflect.DeepEqual(got, want) {
 			t.Fatalf("decodeFieldsObject(%q) = %#v, %v; the decoder: %#v, %v", b, got, err, want, werr)
+		}
+		// Decoded into a map a record before used (the scan reuses one),
+		// the fields are the same: nothing of the last record stays.
+		reused, rerr := decodeFieldsObject(b, map[string]any{"stale": "x", "n": json.Number("1")})
+		if (rerr == nil) != (err == nil) || err == nil && !reflect.DeepEqual(reused, got) {
+			t.Fatalf("decodeFieldsObject(%q) into a used map = %#v, %v; into a new one: %#v, %v", b, reused, rerr, got, err)
 		}
 		if err == nil {
 			wantJSON, merr := json.Marshal(got)

@@ -128,6 +128,7 @@ type recordBatch struct {
 	schemaIndex map[string]uint16
 	keys        []string
 	joined, key []byte
+	fields      map[string]any // a record's decoded .json, reused
 }
 
 // member is the index of member name in b.names, added if new; false
@@ -514,12 +515,13 @@ func readShardRecords(shard string, f io.ReaderAt, size int64, limit int64) (rec
 func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch, cut *pieceCut) error {
 	shard := batch.file
 	seen := map[string]int64{} // key -> its record's offset, in this shard
-	var cur *wdsRecord
+	var cur wdsRecord          // the record being read, when open (a value: a pointer was an allocation a record)
+	open := false
 	given := false // cur was handed on before this scan began (cut.given)
 	width := 1     // members of the last record
 	var at int64   // where the next header starts
 	flush := func() error {
-		if cur == nil {
+		if !open {
 			return nil
 		}
 		var size int64
@@ -532,14 +534,14 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 		seen[cur.key] = cur.off
 		if !given {
 			width = len(cur.members) // the next record most likely has as many
-			batch.records = append(batch.records, *cur)
+			batch.records = append(batch.records, cur)
 			if cut != nil && cut.full(batch) {
 				if err := cut.give(batch, cur.off); err != nil {
 					return err
 				}
 			}
 		}
-		cur = nil
+		open = false
 		return nil
 	}
 	for {
@@ -587,14 +589,14 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 		if err := manifest.CheckKey(key); err != nil {
 			return fmt.Errorf("shard %s at offset %d: member %q: key %q: %v", shard, hdrAt, h.name, key, err)
 		}
-		if cur == nil || cur.key != key {
+		if !open || cur.key != key {
 			if err := flush(); err != nil {
 				return err
 			}
 			if prev, dup := seen[key]; dup {
 				return duplicateKey(shard, hdrAt, key, fmt.Sprintf("%s at offset %d", shard, prev))
 			}
-			cur = &wdsRecord{key: key, off: hdrAt, members: make([]MemberAt, 0, width)}
+			cur, open = wdsRecord{key: key, off: hdrAt, members: make([]MemberAt, 0, width)}, true
 			given = cut != nil && hdrAt <= cut.given
 		}
 		if given {
@@ -643,11 +645,14 @@ func scanShardRecords(tr tarHeaders, size int64, limit int64, batch *recordBatch
 			if keep != nil {
 				*keep = append(*keep, b...)
 			}
-			obj, err := decodeFieldsObject(b)
+			if batch.fields == nil {
+				batch.fields = make(map[string]any, 4)
+			}
+			obj, err := decodeFieldsObject(b, batch.fields)
 			if err != nil {
 				return fmt.Errorf("shard %s at offset %d: member %q is not a JSON object (%v): a record's .json member holds its fields, one object (a loader's json.loads refuses anything else)", shard, hdrAt, h.name, err)
 			}
-			if err := batch.setFields(cur, obj, shard); err != nil {
+			if err := batch.setFields(&cur, obj, shard); err != nil {
 				return err
 			}
 		}
