@@ -110,12 +110,16 @@ func (m *Metrics) SetDisk(f func() DiskSnapshot) { m.disk = f }
 // StoreCounters are one store's counters.
 type StoreCounters struct {
 	Bytes, Requests, Errors atomic.Int64
-	Nanos                   atomic.Int64
-	Degraded                atomic.Int64 // degraded reads that rebuilt this store's fragment
-	Throttled               atomic.Int64 // requests the store refused for load (503 SlowDown, 500, 429)
-	State                   atomic.Int32
-	get, firstByte          prometheus.Observer
-	recent                  firstBytes // for anomaly detection
+	// requestsByKind counts its requests by why they were sent: a
+	// snapshot sums one reading of these into the store's requests and
+	// into the GETs by kind, so the two agree while GETs land.
+	requestsByKind [erasure.NumReadKinds]atomic.Int64
+	Nanos          atomic.Int64
+	Degraded       atomic.Int64 // degraded reads that rebuilt this store's fragment
+	Throttled      atomic.Int64 // requests the store refused for load (503 SlowDown, 500, 429)
+	State          atomic.Int32
+	get, firstByte prometheus.Observer
+	recent         firstBytes // for anomaly detection
 }
 
 // latencyBuckets span 0.5 ms to about 16 s, doubling; fuseBuckets 10 µs
@@ -185,6 +189,7 @@ func (m *Metrics) LeadSeconds() float64 { return math.Float64frombits(m.leadSeco
 func (m *Metrics) BackendRead(store, shard int, bytes int, d, firstByte time.Duration, kind erasure.ReadKind, err error) {
 	s := m.stores[store]
 	s.Requests.Add(1)
+	s.requestsByKind[kind].Add(1)
 	m.GETs[kind].Add(1)
 	m.GETBytes[kind].Add(int64(bytes))
 	s.Nanos.Add(int64(d))
@@ -512,15 +517,12 @@ func (m *Metrics) Snapshot() Snapshot {
 		DegradedReads: m.DegradedReads.Load(), ChecksumFailures: m.ChecksumFailures.Load(), HedgedReads: m.HedgedReads.Load(),
 		PrefetchBytes: m.PrefetchBytes.Load(), PrefetchLeadBytes: m.PrefetchLead.Load(), PrefetchLeadSecs: m.LeadSeconds(),
 		PrefetchStreams: m.PrefetchStreams.Load(), PrefetchDepth: m.depthNow(), CacheEvictions: orZero(m.CacheEvictions),
-		BytesFetched: m.fetched(), CacheEvictedUnread: orZero(m.CacheEvictedUnread),
-		DatasetVersion: m.VersionServed.Load(), CurrentVersion: m.VersionCurrent.Load(),
-	}
-	if s.BytesServed > 0 {
-		s.ReadAmplification = float64(s.BytesFetched) / float64(s.BytesServed)
+		CacheEvictedUnread: orZero(m.CacheEvictedUnread),
+		DatasetVersion:     m.VersionServed.Load(), CurrentVersion: m.VersionCurrent.Load(),
 	}
 	s.GETsByKind, s.GETBytesByKind = map[string]int64{}, map[string]int64{}
 	for k := range erasure.NumReadKinds {
-		s.GETsByKind[k.String()] = m.GETs[k].Load()
+		s.GETsByKind[k.String()] = 0 // summed from the stores' readings below
 		s.GETBytesByKind[k.String()] = m.GETBytes[k].Load()
 	}
 	if m.disk != nil {
@@ -533,11 +535,23 @@ func (m *Metrics) Snapshot() Snapshot {
 	}
 	for i, st := range m.stores {
 		ss := StoreSnapshot{Name: m.names[i], State: stateName(st.State.Load()), Bytes: st.Bytes.Load(),
-			Requests: st.Requests.Load(), Errors: st.Errors.Load(), Degraded: st.Degraded.Load(), Throttled: st.Throttled.Load()}
+			Errors: st.Errors.Load(), Degraded: st.Degraded.Load(), Throttled: st.Throttled.Load()}
+		for k := range erasure.NumReadKinds {
+			n := st.requestsByKind[k].Load()
+			ss.Requests += n
+			s.GETsByKind[k.String()] += n
+		}
 		if ss.Requests > 0 {
 			ss.MeanLatencyS = float64(st.Nanos.Load()) / 1e9 / float64(ss.Requests)
 		}
 		s.Stores = append(s.Stores, ss)
+		// The total is these readings' sum, not a second reading of
+		// counters that move while GETs land: stats.json's bytes fetched
+		// equals its stores' bytes.
+		s.BytesFetched += ss.Bytes
+	}
+	if s.BytesServed > 0 {
+		s.ReadAmplification = float64(s.BytesFetched) / float64(s.BytesServed)
 	}
 	s.HotShards, s.ShardsRead = m.hottest()
 	s.Anomalies = m.Anomalies()
