@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardfs/shardfs/backend"
 	"github.com/shardfs/shardfs/fs"
+	"github.com/shardfs/shardfs/layout"
 	"github.com/shardfs/shardfs/mount"
 )
 
@@ -32,13 +33,18 @@ type mountFlags struct {
 	follow       bool
 	noPrefetch   bool
 	prime        bool
-	directIO     bool
-	readTimeout  time.Duration
-	reportWait   time.Duration
-	daemon       bool
-	logFile      string
-	mkdir        bool
-	readyFile    string
+	// ranksNamed: --rank or --prime was given, so the ranks shown are
+	// the ones this node reads. Otherwise a mount primes only when it
+	// shows one rank: one that shows every rank of a larger job by
+	// default (--rank all) cannot tell which this node's trainer reads.
+	ranksNamed  bool
+	directIO    bool
+	readTimeout time.Duration
+	reportWait  time.Duration
+	daemon      bool
+	logFile     string
+	mkdir       bool
+	readyFile   string
 }
 
 // Set only by the test build of the binary (build tag shardfs_testhooks,
@@ -109,6 +115,7 @@ errors on their open files).`,
 			if f.daemon {
 				return startDaemon(cmd.Context(), cmd.OutOrStdout(), args[1], f.logFile)
 			}
+			f.ranksNamed = cmd.Flags().Changed("rank") || cmd.Flags().Changed("prime")
 			ready := readyPipe()
 			stores, err := g.openStores()
 			if err != nil {
@@ -148,10 +155,12 @@ errors on their open files).`,
 		"each file is read once per epoch in large reads (DataLoader workers, WebDataset);\n"+
 		"such files cannot be mmap'ed, and a second read of one is served by the daemon again")
 	fl.BoolVar(&f.noPrefetch, "no-prefetch", false, "turn prefetching off (for measurements)")
-	fl.BoolVar(&f.prime, "prime", false, "as the mount starts, fetch the first batches of the epoch the job starts in, for each rank shown (when at most 8),\n"+
-		"so the trainer's first batch finds them cached (20 ms stores, 2 cores: 32-98 ms to the first batch instead of 160-248);\n"+
-		"at most one prefetch lead (64MiB), kept ahead for 10 minutes or until a file of the rank is opened;\n"+
-		"a job that resumes mid-epoch without --resume-at fetches the epoch's start for nothing; ignored with --follow")
+	fl.BoolVar(&f.prime, "prime", true, "as the mount starts, fetch the first batches of the epoch the job starts in, for each rank shown (when at most 8),\n"+
+		"so the trainer's first batch finds them cached (20 ms stores, 2 cores: 47-54 ms to the first batch, 101-118 unprimed, 17-32 from tmpfs);\n"+
+		"at most one prefetch lead (64MiB) a rank, kept ahead for 10 minutes or until a file of the rank is opened;\n"+
+		"by default only a mount that shows one rank, or the ranks --rank names, primes (one showing every rank of\n"+
+		"--world-size cannot tell which this node reads); --prime=false where a job resumes mid-epoch without\n"+
+		"--resume-at (it would fetch the epoch's start for nothing); ignored with --follow")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 10*time.Second, "give up on a backend read after this long and return EIO")
 	fl.DurationVar(&f.reportWait, "report-wait", 10*time.Minute, "how long opening an epoch waits for the run's log: with --feedback the trainer's report of the epoch before, with --follow another node recording the epoch's version; then EIO, and the log says what is missing")
 	fl.BoolVar(&f.follow, "follow", false, "serve each epoch from the newest dataset version committed when the epoch was first opened by any node: an append made during training joins at the next epoch, never mid-epoch; the version of each epoch is recorded under --run in the stores, so every node and a resumed job serve the same (needs --run; a node with read-only credentials waits for one that can write to record the epoch; metadata format 1)")
@@ -165,6 +174,26 @@ errors on their open files).`,
 		hook(fl, f)
 	}
 	return cmd
+}
+
+// primes says whether the mount fetches the first batches as it starts
+// (--prime), and logs why when it would but does not: a mount that shows
+// every rank of a larger job by default (--rank all) cannot tell which
+// this node's trainer reads, and would fetch a lead for each.
+func primes(f *mountFlags, spec *layout.Spec, log *slog.Logger) bool {
+	if !f.prime || f.follow || f.noPrefetch {
+		return false
+	}
+	switch {
+	case len(spec.Ranks) > fs.PrimeRanks:
+		log.Info(fmt.Sprintf("not fetching the first batches ahead: the mount shows %d ranks, more than the %d a node's GPUs read at once; give --rank with this node's ranks (e.g. --rank 0-7)", len(spec.Ranks), fs.PrimeRanks), "ranks", len(spec.Ranks))
+		return false
+	case !f.ranksNamed && len(spec.Ranks) > 1:
+		log.Info(fmt.Sprintf("not fetching the first batches ahead: the mount shows all %d ranks of --world-size, and cannot tell which this node reads; give --rank with this node's ranks (e.g. --rank 0-7), or --prime to prime them all", len(spec.Ranks)), "ranks", len(spec.Ranks))
+		return false
+	}
+	log.Info("fetching the first batches ahead of the trainer (--prime; --prime=false turns it off)", "ranks", len(spec.Ranks))
+	return true
 }
 
 // mountSizes are the mount's size and time flags, parsed.
@@ -235,7 +264,7 @@ func mountDataset(ctx context.Context, log *slog.Logger, stores []backend.Store,
 	// A mix is shown by its flag's value, and names its datasets (MixNames
 	// is nil for one dataset).
 	cfg := mount.Config{Follow: f.follow, Name: cmp.Or(name, f.order.mix), Mix: spec.MixNames, Version: f.order.datasetVersion, VersionCheckEvery: versionCheckEvery, Spec: spec, Run: f.order.run, ReportWait: f.reportWait,
-		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, Prime: f.prime, DirectIO: f.directIO,
+		CacheSize: int64(cacheSize), CacheDir: f.cacheDir, CacheDirSize: int64(cacheDirSize), NoPrefetch: f.noPrefetch, Prime: primes(f, spec, log), DirectIO: f.directIO,
 		ReadTimeout: f.readTimeout, AllowOther: f.allowOther, ReadAheadKB: f.readAheadKB, MaxRequest: int(sz.maxRequest), MetricsAddr: f.metricsAddr, Profiles: f.pprof, Logger: log,
 		// info.json shows these options as they were given.
 		Info: mount.Info{
