@@ -189,7 +189,7 @@ func primes(f *mountFlags, spec *layout.Spec, log *slog.Logger) bool {
 		log.Info(fmt.Sprintf("not fetching the first batches ahead: the mount shows %d ranks, more than the %d a node's GPUs read at once; give --rank with this node's ranks (e.g. --rank 0-7)", len(spec.Ranks), fs.PrimeRanks), "ranks", len(spec.Ranks))
 		return false
 	case !f.ranksNamed && len(spec.Ranks) > 1:
-		log.Info(fmt.Sprintf("not fetching the first batches ahead: the mount shows all %d ranks of --world-size, and cannot tell which this node reads; give --rank with this node's ranks (e.g. --rank 0-7), or --prime to prime them all", len(spec.Ranks)), "ranks", len(spec.Ranks))
+		log.Info(fmt.Sprintf("not fetching the first batches ahead: the mount shows all %d ranks of --world-size, and cannot tell which this node reads; give --rank with this node's ranks (--rank 0-%d where it reads them all), or --prime to prime them all", len(spec.Ranks), len(spec.Ranks)-1), "ranks", len(spec.Ranks))
 		return false
 	}
 	log.Info("fetching the first batches ahead of the trainer (--prime; --prime=false turns it off)", "ranks", len(spec.Ranks))
