@@ -40,10 +40,10 @@ type Metrics struct {
 	depth            atomic.Pointer[Depth]
 	CacheBytes       atomic.Int64
 	PrefetchStreams  atomic.Int64 // rank-epochs with prefetch state
-	// GETs and GETBytes count the GETs sent to the stores, and the bytes
-	// they asked for, by why they were made (erasure.ReadKind): what an
-	// epoch costs in requests, by cause.
-	GETs, GETBytes [erasure.NumReadKinds]atomic.Int64
+	// GETBytes counts the bytes the GETs sent to the stores asked for, by
+	// why they were made (erasure.ReadKind): what an epoch costs, by
+	// cause. The GETs themselves are counted by store (gets).
+	GETBytes [erasure.NumReadKinds]atomic.Int64
 	// VersionServed is the dataset version the mount serves, and
 	// VersionCurrent the one its stores last said is current: a mount
 	// never switches, so a newer one means a remount would read it.
@@ -109,10 +109,10 @@ func (m *Metrics) SetDisk(f func() DiskSnapshot) { m.disk = f }
 
 // StoreCounters are one store's counters.
 type StoreCounters struct {
-	Bytes, Requests, Errors atomic.Int64
-	// requestsByKind counts its requests by why they were sent: a
-	// snapshot sums one reading of these into the store's requests and
-	// into the GETs by kind, so the two agree while GETs land.
+	Bytes, Errors atomic.Int64
+	// requestsByKind counts its requests by why they were sent; its
+	// requests and the mount's GETs by kind are sums of these, so a
+	// snapshot that reads each once has the two agree while GETs land.
 	requestsByKind [erasure.NumReadKinds]atomic.Int64
 	Nanos          atomic.Int64
 	Degraded       atomic.Int64 // degraded reads that rebuilt this store's fragment
@@ -188,9 +188,7 @@ func (m *Metrics) LeadSeconds() float64 { return math.Float64frombits(m.leadSeco
 // does not report it.
 func (m *Metrics) BackendRead(store, shard int, bytes int, d, firstByte time.Duration, kind erasure.ReadKind, err error) {
 	s := m.stores[store]
-	s.Requests.Add(1)
 	s.requestsByKind[kind].Add(1)
-	m.GETs[kind].Add(1)
 	m.GETBytes[kind].Add(int64(bytes))
 	s.Nanos.Add(int64(d))
 	if firstByte > 0 {
@@ -346,6 +344,24 @@ func (m *Metrics) HedgedRead(reason string) {
 }
 
 // fetched is the bytes read from every store.
+// requests is the GETs sent to the store, of every kind.
+func (s *StoreCounters) requests() int64 {
+	var n int64
+	for k := range erasure.NumReadKinds {
+		n += s.requestsByKind[k].Load()
+	}
+	return n
+}
+
+// gets is the GETs of kind k sent to any store.
+func (m *Metrics) gets(k erasure.ReadKind) int64 {
+	var n int64
+	for _, s := range m.stores {
+		n += s.requestsByKind[k].Load()
+	}
+	return n
+}
+
 func (m *Metrics) fetched() int64 {
 	var n int64
 	for _, s := range m.stores {
@@ -609,7 +625,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		labels := prometheus.Labels{"kind": k.String()}
 		cs = append(cs,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_gets_total", Help: "GETs sent to the stores, by why: demand (a reader waits), prefetch (ahead, by the order), hedge (a slow store raced), degraded (rebuilt from other fragments). Stores bill per request.", ConstLabels: labels},
-				func() float64 { return float64(m.GETs[k].Load()) }),
+				func() float64 { return float64(m.gets(k)) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_get_bytes_total", Help: "Bytes the GETs to the stores asked for, by why (as shardfs_gets_total).", ConstLabels: labels},
 				func() float64 { return float64(m.GETBytes[k].Load()) }),
 		)
@@ -651,7 +667,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_backend_bytes_total", Help: "Bytes read from a store.", ConstLabels: labels},
 				func() float64 { return float64(st.Bytes.Load()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_backend_requests_total", Help: "Ranged GETs sent to a store.", ConstLabels: labels},
-				func() float64 { return float64(st.Requests.Load()) }),
+				func() float64 { return float64(st.requests()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "shardfs_backend_errors_total", Help: "Failed GETs on a store.", ConstLabels: labels},
 				func() float64 { return float64(st.Errors.Load()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "shardfs_store_down", Help: "1 when the store is marked down.", ConstLabels: labels},
