@@ -60,9 +60,7 @@ type Config struct {
 	// RideGap joins two ranges of a prefetch span across at most this
 	// many bytes of samples the mount has fetched already, cached or read
 	// by an open rank-epoch: the GET reads them too and drops them
-	// (schedule). Between two samples a span keeps, it reads and drops
-	// runs of at most this many bytes of samples read beyond the lead's
-	// reach (bridge).
+	// (schedule). Samples still to be read, not cached, never ride.
 	RideGap     int64
 	ReadTimeout time.Duration // bound on one backend read
 	Disabled    bool          // no prefetch: every miss is a demand read

@@ -130,16 +130,12 @@ type span struct {
 // schedule issues coalesced GETs for the chunks of the given members that
 // are neither cached nor in flight, earliest member first. Two ranges of a
 // shard are joined into one GET across the samples between them when those
-// are at most MergeGap bytes, or when bridge allows it: each sample between
-// is cached, in flight, or one chunk an open reader reads within horizon
-// bytes (its next use, as the cache's NextUse gives it), which is fetched
-// too and kept; or it is read later than that, and the GET reads it and
-// drops it, in runs of at most RideGap. So a window's shards stream in
-// large GETs, and global order's next samples, far apart in their shards
-// between samples read much later, take a GET a shard, not a GET a sample.
-// They are also joined across at most RideGap bytes of samples the mount
-// has fetched already, cached or read (a ride, fetchedAlready): the GET
-// reads those and drops them. Each span's chunks
+// are at most MergeGap bytes, or when every one of them is cached, in flight
+// or read by an open reader within horizon bytes (its next use, as the cache's
+// NextUse gives it): then they are fetched too, and a window's shards stream in large
+// GETs instead of one GET per sample. They are also joined across at most
+// RideGap bytes of samples the mount has fetched already, cached or read (a
+// ride, fetchedAlready): the GET reads those and drops them. Each span's chunks
 // are claimed (and their bytes reserved in the cache's budget) only when its
 // GET is issued, so a reader never waits on a claim that is still queued
 // behind other prefetches: it fetches on demand. It returns false when the
@@ -228,10 +224,11 @@ func (s *stream) schedule(members []int, horizon int64) bool {
 // has fetched once and will not fetch for them again. A span may then read
 // them in passing and drop them (a ride, Config.RideGap): each ride saves
 // a GET, and a GET costs the stores, the proxy and the daemon as much CPU
-// as a few hundred KiB read. A sample nobody reads, before or after, never
-// rides: a job resumed at batch t fetches nothing before it. (Samples an
-// open reader reads later are read through only between kept ones, by
-// bridge, and only where read beyond the horizon.)
+// as a few hundred KiB read. A sample still to be read and not cached never
+// rides: dropped, it would be fetched again when due (in global order with
+// a small cache that read 87 MB for 49 MB needed, and starved the depth),
+// and a sample nobody reads, before or after, never rides: a job resumed
+// at batch t fetches nothing before it.
 func (r *Reader) fetchedAlready(shard int, from, to int64) bool {
 	if !r.cat.Complete(shard) {
 		return false
@@ -274,18 +271,11 @@ func (r *Reader) readAlready(smp int64) bool {
 }
 
 // bridge reports whether the samples of shard lying in [from, to) may join
-// their neighbours' span. Each must be cached or in flight, or one chunk:
-// one read within horizon bytes of its reader is kept (bridge returns its
-// key, to be claimed with the span); one read later, or by no open reader,
-// is read and dropped, so long as the dropped run between two kept pieces
-// is at most RideGap. Dropping only what is read beyond the horizon
-// matters: a horizon of a reader's share of the lead (a sixteenth of it,
-// with 16 readers) dropped samples due within the next batches and fetched
-// them again when due: in issue 57's bench, window order with a cache a
-// quarter of the dataset ran at 3,053 samples/s against 7,663 with the
-// lead's whole reach (one run each). The span's GET
-// reads the cached or in-flight ones again, and drops them, where they are
-// at most RideGap long, and splits around them where longer (fetchSpan).
+// their neighbours' span: each is cached or in flight, or is one chunk whose
+// next read is within horizon bytes. It returns the keys of the latter, to
+// be claimed with the span. The span's GET reads the former again, and
+// drops them, where they are at most RideGap long, and splits around them
+// where longer (fetchSpan).
 func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) {
 	if to-from > r.cfg.MaxGET || !r.cat.Complete(shard) {
 		return nil, false
@@ -296,8 +286,6 @@ func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) 
 		return o+size > from
 	})
 	var keys []cache.Key
-	var dropped bool // the run since the last kept sample holds one to drop
-	skipFrom := from // where that run begins
 	for ; i < first+count; i++ {
 		_, o, size := r.cat.Locate(i)
 		if o >= to {
@@ -309,17 +297,10 @@ func (r *Reader) bridge(shard int, from, to, horizon int64) ([]cache.Key, bool) 
 			return nil, false
 		case r.cache.Contains(k):
 		case r.nextUse(k) <= horizon:
-			if dropped && o-skipFrom > r.cfg.RideGap {
-				return nil, false
-			}
 			keys = append(keys, k)
-			dropped, skipFrom = false, o+size
 		default:
-			dropped = true
+			return nil, false
 		}
-	}
-	if dropped && to-skipFrom > r.cfg.RideGap {
-		return nil, false
 	}
 	return keys, true
 }
