@@ -53,7 +53,9 @@ import (
 // another's eviction reopens it. The bytes the tier's files hold never exceed
 // the limit: a write reserves its space and lands while the tier's lock is
 // held, and eviction deletes whole shard files, the least recently used
-// first. The lock is a mutex inside a process plus an flock across processes
+// first, truncating each before it unlinks it, since a file another mount
+// still has open keeps its blocks until that mount closes it (evictFile).
+// The lock is a mutex inside a process plus an flock across processes
 // (goroutines share the flock'd file, so the flock alone excludes none of
 // them). .usage is replaced by rename, so a crash or a full file system
 // leaves the last whole count; one that cannot be read is measured again.
