@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/sys/unix"
 
 	"github.com/shardfs/shardfs/verify"
@@ -43,7 +44,7 @@ import (
 // namespace is the ingest that uploaded it, so the versions of a dataset
 // share the entries of the shards they share. One large sparse file per shard lets the
 // kernel's page cache do the copying, with one open file per shard instead of
-// one per sample. A sample's bytes are written before its marker, so a crash
+// one per sample, for the maxOpenShards shards used last. A sample's bytes are written before its marker, so a crash
 // between the two only loses the sample; every read is verified against the
 // checksum written at ingest, and bytes that fail (bit rot, a torn write after
 // power loss) are counted, dropped and fetched again, never served.
@@ -70,8 +71,10 @@ type Disk struct {
 
 	lockMu sync.Mutex // taken before the flock on lock: the tier's lock within this process
 
-	mu    sync.Mutex // guards files; taken after lockMu when both are held
-	files map[int]*shardFiles
+	mu sync.Mutex // guards files; taken after lockMu when both are held
+	// files are the open files of the shards read or written last, at most
+	// maxOpenShards of them; evicted from it, a shard's files are closed.
+	files *simplelru.LRU[int, *shardFiles]
 
 	// Counters, for metrics.
 	Hits, HitBytes, Misses, Writes, WriteBytes, Evictions, Corrupt atomic.Int64
@@ -133,7 +136,8 @@ func OpenDisk(cacheDir, ns string, limit int64) (*Disk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
 	}
-	d := &Disk{root: root, dir: dir, limit: limit, lock: lock, files: map[int]*shardFiles{}}
+	files, _ := simplelru.NewLRU(maxOpenShards, func(_ int, f *shardFiles) { f.close() }) // err only for a size below 1
+	d := &Disk{root: root, dir: dir, limit: limit, lock: lock, files: files}
 	// A smaller limit than a previous mount's: shrink to it now.
 	if err := d.withLock(func() error { _, err := d.reserveLocked(0); return err }); err != nil {
 		lock.Close()
@@ -238,12 +242,19 @@ func (d *Disk) dirOf(shard int) string {
 func (d *Disk) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for id, f := range d.files {
-		f.dat.Close()
-		f.idx.Close()
-		delete(d.files, id)
-	}
+	d.files.Purge()
 	return d.lock.Close()
+}
+
+// maxOpenShards bounds the shards whose files a mount keeps open: two
+// descriptors each. Unbounded, a mount kept every shard it had read or
+// written open for its life, and one over a dataset of 100,000 shards
+// would hold 200,000 descriptors (TestDiskOpenFilesBounded).
+const maxOpenShards = 512
+
+func (f *shardFiles) close() {
+	f.dat.Close()
+	f.idx.Close()
 }
 
 // Limit is the byte bound of the tier.
@@ -408,7 +419,7 @@ func (d *Disk) metaPath(shard int) string {
 func (d *Disk) open(shard int, create bool) *shardFiles {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if f := d.files[shard]; f != nil {
+	if f, ok := d.files.Get(shard); ok {
 		// Another mount's eviction may have unlinked the files: a read looks
 		// at most once a second (two fstat calls per sample were a tenth of
 		// a warm read).
@@ -420,9 +431,7 @@ func (d *Disk) open(shard int, create bool) *shardFiles {
 			f.checked.Store(now)
 			return f
 		}
-		f.dat.Close()
-		f.idx.Close()
-		delete(d.files, shard)
+		d.files.Remove(shard) // closes them
 	}
 	dir := d.dirOf(shard)
 	base := filepath.Join(dir, fmt.Sprintf("%08d", shard))
@@ -444,7 +453,7 @@ func (d *Disk) open(shard int, create bool) *shardFiles {
 		return nil
 	}
 	f := &shardFiles{dat: dat, idx: idx}
-	d.files[shard] = f
+	d.files.Add(shard, f) // the least recently used shard's files are closed past maxOpenShards
 	return f
 }
 
@@ -526,11 +535,9 @@ func evictFile(path string) {
 func (d *Disk) closeUnlinked() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for shard, f := range d.files {
-		if !linked(f.idx) || !linked(f.dat) {
-			f.dat.Close()
-			f.idx.Close()
-			delete(d.files, shard)
+	for _, shard := range d.files.Keys() {
+		if f, ok := d.files.Peek(shard); ok && (!linked(f.idx) || !linked(f.dat)) {
+			d.files.Remove(shard) // closes them
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -241,5 +242,60 @@ func TestDiskMetaWithinLimit(t *testing.T) {
 	last := 100 + 3*limit/(256<<10) - 1
 	if b, ok := d.GetMeta(last); !ok || !bytes.Equal(b, obj(last)) {
 		t.Fatalf("the last index object stored: %d bytes, held %v", len(b), ok)
+	}
+}
+
+// TestDiskOpenFilesBounded: a mount reads and writes samples of more
+// shards than it keeps open, from many goroutines at once, and holds at
+// most maxOpenShards shards' two files open; every sample is still served
+// back whole. It kept every shard it had touched open for its life before.
+func TestDiskOpenFilesBounded(t *testing.T) {
+	root := t.TempDir()
+	d, err := OpenDisk(root, "ns", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	openFDs := func() int {
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(fds)
+	}
+	const shards = 3 * maxOpenShards
+	slots := make([]Slot, shards)
+	data := make([][]byte, shards)
+	for i := range slots {
+		data[i] = bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 500+i%7)
+		slots[i] = Slot{Shard: i, Index: i % 3, Off: int64(i%5) * 4096, Size: int64(len(data[i])), Sum: verify.Sum(data[i])}
+	}
+	before := openFDs()
+	peak := 0
+	for pass := range 2 {
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 8<<10)
+				for i := g; i < shards; i += 8 {
+					if pass == 0 && !d.Put(slots[i], data[i]) {
+						t.Errorf("put shard %d", i)
+					}
+					if pass == 1 && (!d.Get(slots[i], buf[:slots[i].Size]) || !bytes.Equal(buf[:slots[i].Size], data[i])) {
+						t.Errorf("shard %d's sample not served back whole", i)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		peak = max(peak, openFDs()-before)
+	}
+	if peak > 2*maxOpenShards {
+		t.Fatalf("%d descriptors open after touching %d shards: want at most %d (two a shard, %d shards)", peak, shards, 2*maxOpenShards, maxOpenShards)
+	}
+	if d.Hits.Load() != shards || d.Corrupt.Load() != 0 {
+		t.Fatalf("hits %d corrupt %d, want %d and 0", d.Hits.Load(), d.Corrupt.Load(), shards)
 	}
 }
