@@ -65,14 +65,7 @@ import (
 // shard's bytes; a chunk also ends at about readWindow bytes of records.
 // A chunk's last shard, part full, goes on to the next (eachChunk), so
 // shards are full.
-//
-// The chunk's records' metadata (about 600 bytes a record) is most of
-// what a stream of small records holds, and the Go heap's goal is twice
-// what it holds: 4,096 records, not 8,192, took the peak RSS of 1,000,000
-// WebDataset records at --shard-size 512KiB from 53.9 MB to 46.2 (10,000
-// records: 40.5 to 38.3), and of 1,000,000 JSONL lines from 50.2 to 44.4
-// (42.1 to 39.2), in the same CPU time (3 runs each, medians; issue 59).
-const streamChunkRecords = 1 << 12
+const streamChunkRecords = 1 << 13
 
 // chunkFull says a chunk of n records of these bytes is done: at
 // readWindow bytes; or, once it holds streamChunkRecords records and a
@@ -80,8 +73,7 @@ const streamChunkRecords = 1 << 12
 // shard it carries on holds a few records.
 //
 // It ended at streamChunkRecords itself before, wherever that fell in a
-// shard: 8,192 records (the bound then) of 126 bytes are 1.97 shards of
-// 512 KiB, so every
+// shard: 8,192 records of 126 bytes are 1.97 shards of 512 KiB, so every
 // chunk wrote one shard and carried the next, 99% full, to the next chunk:
 // each record was planned twice, and 4,000 records' items and bytes were
 // carried in memory from chunk to chunk.
