@@ -44,8 +44,9 @@ import (
 // namespace is the ingest that uploaded it, so the versions of a dataset
 // share the entries of the shards they share. One large sparse file per shard lets the
 // kernel's page cache do the copying, with one open file per shard instead of
-// one per sample, for the maxOpenShards shards used last. A sample's bytes are written before its marker, so a crash
-// between the two only loses the sample; every read is verified against the
+// one per sample, for the maxOpenShards shards used last. A sample's bytes
+// are written before its marker, so a crash between the two only loses the
+// sample; every read is verified against the
 // checksum written at ingest, and bytes that fail (bit rot, a torn write after
 // power loss) are counted, dropped and fetched again, never served.
 //
@@ -512,7 +513,7 @@ func (d *Disk) reserveLocked(n int64) (bool, error) {
 // alone frees nothing while some process has the file open, and every
 // mount keeps the files of the shards it has read or written open (open):
 // those of a shard it does not touch again stay open until it exits, so
-// three mounts sharing a tier held 86-98 MB for a limit of 32 MiB
+// three mounts sharing a tier held 71-109 MB for a limit of 32 MiB
 // (TestDiskBoundThreeProcesses, counting by statfs). Truncated, the file
 // holds no blocks whoever has it open; a reader of it then reads short, a
 // miss. The file is opened without following a link (scanLocked listed a

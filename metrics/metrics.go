@@ -343,7 +343,6 @@ func (m *Metrics) HedgedRead(reason string) {
 	m.hedges.WithLabelValues(reason).Inc()
 }
 
-// fetched is the bytes read from every store.
 // requests is the GETs sent to the store, of every kind.
 func (s *StoreCounters) requests() int64 {
 	var n int64
@@ -362,6 +361,7 @@ func (m *Metrics) gets(k erasure.ReadKind) int64 {
 	return n
 }
 
+// fetched is the bytes read from every store.
 func (m *Metrics) fetched() int64 {
 	var n int64
 	for _, s := range m.stores {
