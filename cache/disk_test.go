@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -248,8 +249,10 @@ func TestDiskMetaWithinLimit(t *testing.T) {
 // TestDiskOpenFilesBounded: a mount reads and writes samples of more
 // shards than it keeps open, from many goroutines at once, and holds at
 // most maxOpenShards shards' two files open; every sample is still served
-// back whole. It kept every shard it had touched open for its life before.
+// back whole, with every core busy. It kept every shard it had touched
+// open for its life before.
 func TestDiskOpenFilesBounded(t *testing.T) {
+	defer burnCPU(2 * runtime.NumCPU())()
 	root := t.TempDir()
 	d, err := OpenDisk(root, "ns", 1<<30)
 	if err != nil {
