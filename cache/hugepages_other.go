@@ -1,0 +1,6 @@
+//go:build !linux
+
+package cache
+
+// adviseHugePages does nothing where there is no madvise(MADV_HUGEPAGE).
+func adviseHugePages([]byte) {}
