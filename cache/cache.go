@@ -26,9 +26,7 @@
 // GB). A reader holds the bytes it copies out (Held, Release): an evicted
 // chunk's buffer is reused only once nobody holds it, so no reader ever
 // sees another chunk's bytes. The spare buffers count against the budget,
-// up to a sixteenth of it. A buffer made new lies in memory advised for
-// transparent huge pages (hugepages_linux.go), so a cache filling for the
-// first time faults 2 MiB at a time, not 4 KiB.
+// up to a sixteenth of it.
 package cache
 
 import (
@@ -450,7 +448,6 @@ func (c *Cache) Alloc(n int) []byte {
 	c.mu.Unlock()
 	if b == nil {
 		b = make([]byte, n, sizeClass(n))
-		adviseHugePages(b)
 	}
 	return b
 }
