@@ -74,7 +74,8 @@ type Disk struct {
 
 	mu sync.Mutex // guards files; taken after lockMu when both are held
 	// files are the open files of the shards read or written last, at most
-	// maxOpenShards of them; evicted from it, a shard's files are closed.
+	// maxOpenShards of them; evicted from it, a shard's files are closed
+	// once no call uses them (shardFiles.users).
 	files *simplelru.LRU[int, *shardFiles]
 
 	// Counters, for metrics.
@@ -83,8 +84,15 @@ type Disk struct {
 
 type shardFiles struct {
 	dat, idx *os.File
-	touched  atomic.Int64 // unix nanoseconds idx's mtime was last refreshed by a hit
-	checked  atomic.Int64 // unix nanoseconds the files were last seen linked
+	// users counts the calls between open and done; dropped says the files
+	// left Disk.files. Both are guarded by Disk.mu. The files are closed
+	// when both hold: no call is between open and done, and they are
+	// dropped. Closed at the drop, a shard's files were closed under
+	// another goroutine's read, which then missed (TestDiskReadWhileFilesRotate).
+	users   int
+	dropped bool
+	touched atomic.Int64 // unix nanoseconds idx's mtime was last refreshed by a hit
+	checked atomic.Int64 // unix nanoseconds the files were last seen linked
 }
 
 // Slot is where a sample lives in its shard, and its checksum.
@@ -137,7 +145,7 @@ func OpenDisk(cacheDir, ns string, limit int64) (*Disk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--cache-dir %s: %w", cacheDir, err)
 	}
-	files, _ := simplelru.NewLRU(maxOpenShards, func(_ int, f *shardFiles) { f.close() }) // err only for a size below 1
+	files, _ := simplelru.NewLRU(maxOpenShards, func(_ int, f *shardFiles) { f.drop() }) // err only for a size below 1
 	d := &Disk{root: root, dir: dir, limit: limit, lock: lock, files: files}
 	// A smaller limit than a previous mount's: shrink to it now.
 	if err := d.withLock(func() error { _, err := d.reserveLocked(0); return err }); err != nil {
@@ -253,9 +261,25 @@ func (d *Disk) Close() error {
 // would hold 200,000 descriptors (TestDiskOpenFilesBounded).
 const maxOpenShards = 512
 
-func (f *shardFiles) close() {
-	f.dat.Close()
-	f.idx.Close()
+// drop is the LRU's eviction of f: its files close now, or when the last
+// call using them is done. The caller holds Disk.mu.
+func (f *shardFiles) drop() {
+	f.dropped = true
+	if f.users == 0 {
+		f.dat.Close()
+		f.idx.Close()
+	}
+}
+
+// done ends a use of f begun by open.
+func (d *Disk) done(f *shardFiles) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f.users--
+	if f.dropped && f.users == 0 {
+		f.dat.Close()
+		f.idx.Close()
+	}
 }
 
 // Limit is the byte bound of the tier.
@@ -296,6 +320,7 @@ func (d *Disk) get(s Slot, dst []byte, countMiss bool) bool {
 	if f == nil {
 		return miss()
 	}
+	defer d.done(f)
 	var mark [1]byte
 	if _, err := f.idx.ReadAt(mark[:], int64(s.Index)); err != nil || mark[0] != 1 {
 		return miss()
@@ -323,6 +348,7 @@ func (d *Disk) Has(s Slot) bool {
 	if f == nil {
 		return false
 	}
+	defer d.done(f)
 	var mark [1]byte
 	_, err := f.idx.ReadAt(mark[:], int64(s.Index))
 	return err == nil && mark[0] == 1
@@ -338,6 +364,7 @@ func (d *Disk) Advise(s Slot) bool {
 	}
 	if f := d.open(s.Shard, false); f != nil {
 		unix.Fadvise(int(f.dat.Fd()), s.Off, s.Size, unix.FADV_WILLNEED)
+		d.done(f)
 	}
 	return true
 }
@@ -357,6 +384,7 @@ func (d *Disk) Put(s Slot, b []byte) bool {
 		if f == nil {
 			return nil
 		}
+		defer d.done(f)
 		if _, err := f.dat.WriteAt(b[:s.Size], s.Off); err != nil {
 			return err
 		}
@@ -416,7 +444,8 @@ func (d *Disk) metaPath(shard int) string {
 // eviction unlinked them; with create (a write, under the tier's lock),
 // missing files are created, and the files are always checked, since a
 // write into a file another process evicted would take disk space that no
-// one counts or frees.
+// one counts or frees. The caller uses them until it calls done: until then
+// they stay open even if dropped from the files kept open.
 func (d *Disk) open(shard int, create bool) *shardFiles {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -426,10 +455,12 @@ func (d *Disk) open(shard int, create bool) *shardFiles {
 		// a warm read).
 		now := time.Now().UnixNano()
 		if !create && now-f.checked.Load() < int64(time.Second) {
+			f.users++
 			return f
 		}
 		if linked(f.idx) && linked(f.dat) {
 			f.checked.Store(now)
+			f.users++
 			return f
 		}
 		d.files.Remove(shard) // closes them
@@ -453,8 +484,8 @@ func (d *Disk) open(shard int, create bool) *shardFiles {
 		idx.Close()
 		return nil
 	}
-	f := &shardFiles{dat: dat, idx: idx}
-	d.files.Add(shard, f) // the least recently used shard's files are closed past maxOpenShards
+	f := &shardFiles{dat: dat, idx: idx, users: 1}
+	d.files.Add(shard, f) // the least recently used shard's files are dropped past maxOpenShards
 	return f
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -300,5 +301,54 @@ func TestDiskOpenFilesBounded(t *testing.T) {
 	}
 	if d.Hits.Load() != shards || d.Corrupt.Load() != 0 {
 		t.Fatalf("hits %d corrupt %d, want %d and 0", d.Hits.Load(), d.Corrupt.Load(), shards)
+	}
+}
+
+// TestDiskReadWhileFilesRotate: many goroutines read samples of more shards
+// than the tier keeps open, each in its own order, so that one goroutine's
+// open closes the files of a shard another is reading at that moment.
+// Every read of a sample the tier holds must be served whole: a shard's
+// files were closed under a reader before, and its read missed.
+func TestDiskReadWhileFilesRotate(t *testing.T) {
+	defer burnCPU(runtime.NumCPU())()
+	d, err := OpenDisk(t.TempDir(), "ns", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const shards = maxOpenShards + maxOpenShards/2
+	slots := make([]Slot, shards)
+	data := make([][]byte, shards)
+	for i := range slots {
+		data[i] = bytes.Repeat([]byte{byte(i), byte(i >> 8), 7}, 100+i%13)
+		slots[i] = Slot{Shard: i, Index: i % 4, Off: int64(i%3) * 4096, Size: int64(len(data[i])), Sum: verify.Sum(data[i])}
+		if !d.Put(slots[i], data[i]) {
+			t.Fatalf("put shard %d", i)
+		}
+	}
+	const readers, rounds = 16, 3
+	var wg sync.WaitGroup
+	var missed atomic.Int64
+	for g := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 8<<10)
+			for r := range rounds {
+				for k := range shards {
+					i := (k*(2*g+1) + r*97 + g*31) % shards // each reader its own order
+					if !d.Get(slots[i], buf[:slots[i].Size]) || !bytes.Equal(buf[:slots[i].Size], data[i]) {
+						missed.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m := missed.Load(); m != 0 {
+		t.Fatalf("%d of %d reads of held samples missed", m, readers*rounds*shards)
+	}
+	if h, c := d.Hits.Load(), d.Corrupt.Load(); h != readers*rounds*shards || c != 0 {
+		t.Fatalf("hits %d corrupt %d, want %d and 0", h, c, readers*rounds*shards)
 	}
 }
