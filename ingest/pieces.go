@@ -29,12 +29,22 @@ import (
 // stores on tmpfs, 3 runs each, medians) peaks at 63.1 MB where it peaked
 // at 68.7, in 10.4 CPU s where it took 12.7.
 
-// pieceRecords bounds the records of a piece: a quarter of a chunk's.
-const pieceRecords = streamChunkRecords / 4
+// pieceRecords bounds the records of a piece: a sixteenth of a chunk's.
+//
+// It was a quarter, and pieceBytes a quarter of a window. A piece ahead of
+// the chunk is memory the chunk does not need yet: each shard scanned in
+// pieces holds the one it fills and the one it waits to hand on. Smaller
+// pieces lowered the peak RSS of an ingest of 10,000-record shards at
+// --shard-size 512KiB (file:// stores on tmpfs, this machine): 1,000,000
+// records 56.1 -> 52.1 MB (medians of 3), 5,000,000 59.1 -> 53.8 (one run
+// each), 10,000 unchanged at 41-44. Its CPU per GB did not move (the bench's
+// ingestcpu, 3 repetitions, alternated: 8.6 and 10.0 against 9.2-10.2). A
+// sixty-fourth gave no more (51.7 MB at 1,000,000).
+const pieceRecords = streamChunkRecords / 16
 
-// pieceBytes bounds the members' bytes of a piece: a quarter of a window,
-// and at least 64 KiB.
-func pieceBytes(shardSize int64) int64 { return max(readWindow(shardSize)/4, 64<<10) }
+// pieceBytes bounds the members' bytes of a piece: a sixteenth of a
+// window, and at least 64 KiB.
+func pieceBytes(shardSize int64) int64 { return max(readWindow(shardSize)/16, 64<<10) }
 
 // piece is a part of a source shard, records in order, with their
 // members' bytes.
