@@ -265,10 +265,7 @@ const maxOpenShards = 512
 // call using them is done. The caller holds Disk.mu.
 func (f *shardFiles) drop() {
 	f.dropped = true
-	if f.users == 0 {
-		f.dat.Close()
-		f.idx.Close()
-	}
+	f.closeIfUnused()
 }
 
 // done ends a use of f begun by open.
@@ -276,6 +273,12 @@ func (d *Disk) done(f *shardFiles) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f.users--
+	f.closeIfUnused()
+}
+
+// closeIfUnused closes f's files once they are dropped and no call uses
+// them. The caller holds Disk.mu.
+func (f *shardFiles) closeIfUnused() {
 	if f.dropped && f.users == 0 {
 		f.dat.Close()
 		f.idx.Close()
@@ -463,7 +466,7 @@ func (d *Disk) open(shard int, create bool) *shardFiles {
 			f.users++
 			return f
 		}
-		d.files.Remove(shard) // closes them
+		d.files.Remove(shard) // drops them: closed once no call uses them
 	}
 	dir := d.dirOf(shard)
 	base := filepath.Join(dir, fmt.Sprintf("%08d", shard))
@@ -569,7 +572,7 @@ func (d *Disk) closeUnlinked() {
 	defer d.mu.Unlock()
 	for _, shard := range d.files.Keys() {
 		if f, ok := d.files.Peek(shard); ok && (!linked(f.idx) || !linked(f.dat)) {
-			d.files.Remove(shard) // closes them
+			d.files.Remove(shard) // drops them: closed once no call uses them
 		}
 	}
 }
