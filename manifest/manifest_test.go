@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -274,4 +275,47 @@ func FuzzCheckKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRadixSortSortsEverySize: the radix sort and the comparison sort it
+// uses below 65,536 values order values as slices.Sort does, on both sides
+// of that size and with equal values among them.
+func TestRadixSortSortsEverySize(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	for _, n := range []int{0, 1, 2, 4096, 1<<16 - 1, 1 << 16, 200_000} {
+		a := make([]uint64, n)
+		for i := range a {
+			a[i] = rng.Uint64()
+			if i%7 == 3 {
+				a[i] = a[i/2] // some equal values
+			}
+			if i%11 == 5 {
+				a[i] &= 0xffff // some with high digits zero
+			}
+		}
+		want := slices.Clone(a)
+		slices.Sort(want)
+		radixSort(a)
+		if !slices.Equal(a, want) {
+			t.Fatalf("radixSort of %d values: not in order", n)
+		}
+	}
+}
+
+// TestDuplicateKeyFindsTheRepeatedKey: a key given twice is named, among
+// few keys and among more than the radix sort's threshold.
+func TestDuplicateKeyFindsTheRepeatedKey(t *testing.T) {
+	for _, n := range []int{3, 70_000} {
+		var s Samples
+		for i := range n {
+			s.Append(fmt.Sprintf("k%07d", i), 0, 0, 1, 0)
+		}
+		if got := s.DuplicateKey(); got != "" {
+			t.Errorf("%d unique keys: DuplicateKey = %q, want none", n, got)
+		}
+		s.Append(fmt.Sprintf("k%07d", n/2), 0, 0, 1, 0)
+		if got, want := s.DuplicateKey(), fmt.Sprintf("k%07d", n/2); got != want {
+			t.Errorf("%d keys and one again: DuplicateKey = %q, want %q", n, got, want)
+		}
+	}
 }
