@@ -520,7 +520,7 @@ func (s *Source) tableBytes() (n, keyBytes, fieldBytes, recordBytes int) {
 func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, windows []int, codec *erasure.Codec, opts Options, shards []int, write repository.WriteFunc) (int64, error) {
 	type window struct {
 		shards  []int
-		records windowRecords // nil: read from the source item by item
+		records *windowRecords // nil: read from the source item by item
 	}
 	next := make(chan window)
 	var stored int64
@@ -559,7 +559,7 @@ func uploadShards(ctx context.Context, src *Source, m *manifest.Manifest, window
 
 // uploadWindow is uploadShards of shards whose records are read (nil:
 // read from the source item by item).
-func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, records windowRecords, codec *erasure.Codec, opts Options, shards []int, write repository.WriteFunc) (int64, error) {
+func uploadWindow(ctx context.Context, src *Source, m *manifest.Manifest, records *windowRecords, codec *erasure.Codec, opts Options, shards []int, write repository.WriteFunc) (int64, error) {
 	var mu sync.Mutex // guards stored
 	var stored int64
 	g, gctx := errgroup.WithContext(ctx)
@@ -681,7 +681,7 @@ func cutShards(items []Item, order []int, shardSize int64) [][]int {
 // checksums; records from read, when given (a window's). It returns them
 // at the start of a buffer the codec encodes in place (EncodeIn): a shard
 // is never copied to be encoded.
-func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, read windowRecords, codec *erasure.Codec) ([]byte, error) {
+func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, read *windowRecords, codec *erasure.Codec) ([]byte, error) {
 	sh := &m.Shards[si]
 	buf := make([]byte, codec.EncodedSize(sh.Size))
 	data := buf[:sh.Size]
@@ -705,7 +705,7 @@ func readShard(ctx context.Context, src *Source, m *manifest.Manifest, si int, r
 		off, size := int64(m.Samples.Offset[j]), int64(m.Samples.Size[j])
 		if b, ok := src.made.get(it.lineAt); ok && it.lineLen > 0 && int64(len(b)) == size {
 			copy(data[off:off+size], b) // checked against the scan's checksum below
-		} else if b, ok := read[it.Key]; ok && int64(len(b)) == size {
+		} else if b, ok := read.of(si, j, sh); ok && int64(len(b)) == size {
 			copy(data[off:off+size], b)
 		} else if read != nil {
 			return nil, fmt.Errorf("record %q of shard %d is not in its read window (%d bytes read, %d planned)", it.Key, si, len(b), size)

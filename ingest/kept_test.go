@@ -85,11 +85,12 @@ func TestKeptShardGivesRecordsUncopied(t *testing.T) {
 			t.Errorf("record %s = %q: given, though the shard does not hold it as asked", all[i].Key, got)
 		}
 	}
-	if recs, ok := keptRecords(all, []int{0, 1}, k); !ok || string(recs["r0"]) != "aaabbbb" || string(recs["r1"]) != "cddddd" {
-		t.Errorf("keptRecords of r0, r1 = %q, %v", recs, ok)
+	recs := make([][]byte, 2)
+	if ok := keptRecords(all, []windowItem{{item: 0, row: 1}, {item: 1, row: 0}}, k, recs); !ok || string(recs[1]) != "aaabbbb" || string(recs[0]) != "cddddd" {
+		t.Errorf("keptRecords of r0, r1 into rows 1, 0 = %q, %v", recs, ok)
 	}
-	if recs, ok := keptRecords(all, []int{0, 3}, k); ok {
-		t.Errorf("keptRecords with a record not kept = %q: want none, to be read from the shard", recs)
+	if ok := keptRecords(all, []windowItem{{item: 0, row: 0}, {item: 3, row: 1}}, k, make([][]byte, 2)); ok {
+		t.Errorf("keptRecords with a record not kept: given, want none, to be read from the shard")
 	}
 }
 
