@@ -190,7 +190,7 @@ func ScanStore(ctx context.Context, o ScanOptions) (*Source, error) {
 		return nil, err
 	}
 	s.store, s.gz, s.versions = o.Store, gz, versions
-	return s, checkSource(o.Store.String(), s, o)
+	return s, checkSource(o.Store.String(), s, o, false)
 }
 
 // MaxLabelBytes bounds one label, and MaxStratumBytes the stratum name made
@@ -251,16 +251,20 @@ func ScanWith(src string, o ScanOptions) (*Source, error) {
 	if !records && fi.IsDir() && (len(o.TimeBuckets) > 0 || len(o.Bins) > 0) {
 		return nil, fmt.Errorf("source %s: --time-bucket and --bins cut a listing's fields: list the samples in a .csv or .jsonl with those fields", src)
 	}
-	return s, checkSource(src, s, o)
+	return s, checkSource(src, s, o, false)
 }
 
 // checkSource cuts the derived fields of a scanned source and checks its
-// keys, labels and sizes.
-func checkSource(src string, s *Source, o ScanOptions) error {
+// keys, labels and sizes; keysChecked: its keys are known to be unique
+// (a streamed chunk's, checkChunkKeys), not checked again.
+func checkSource(src string, s *Source, o ScanOptions, keysChecked bool) error {
 	if err := s.derive(o); err != nil {
 		return fmt.Errorf("source %s: %w", src, err)
 	}
-	seen := make(map[string]string, len(s.Items))
+	var seen map[string]string // nil: keysChecked, a map of every key the second time
+	if !keysChecked {
+		seen = make(map[string]string, len(s.Items))
+	}
 	derived := make([]bool, len(s.LabelFields))
 	for i, f := range s.LabelFields {
 		derived[i] = slices.ContainsFunc(s.Derived, func(d manifest.Derived) bool { return d.Field == f })
@@ -286,10 +290,12 @@ func checkSource(src string, s *Source, o ScanOptions) error {
 				return fmt.Errorf("source %s: %s: %v: rename the record (a WebDataset shard's member names, up to the first '.'; a JSONL line's or Parquet row's --key field), or leave --key out to key a corpus's records by line or row number", src, it.Where(), err)
 			}
 		}
-		if prev, dup := seen[it.Key]; dup {
-			return fmt.Errorf("source %s: duplicate key %q (from %s and %s): every sample needs its own path", src, it.Key, prev, it.Path)
+		if seen != nil {
+			if prev, dup := seen[it.Key]; dup {
+				return fmt.Errorf("source %s: duplicate key %q (from %s and %s): every sample needs its own path", src, it.Key, prev, it.Path)
+			}
+			seen[it.Key] = it.Path
 		}
-		seen[it.Key] = it.Path
 		for i, l := range it.Labels {
 			if err := checkLabel(l); err != nil {
 				return fmt.Errorf("source %s: sample %q has label %s=%q: %v", src, it.Key, s.LabelFields[i], clip(l), err)

@@ -333,7 +333,7 @@ func (st *Stream) chunk(ctx context.Context, carry []Item) (*Source, error) {
 		if st.chunks == 0 {
 			st.fields = slices.Clone(s.Fields)
 		}
-		if err := checkSource(st.src, s, st.o); err != nil {
+		if err := checkSource(st.src, s, st.o, true); err != nil { // checkChunkKeys refused a key given twice
 			if st.chunks == 0 && slices.ContainsFunc(st.o.Bins, func(b Bins) bool { return b.Edges == nil }) {
 				err = fmt.Errorf("%w (a streaming ingest cuts --bins N from the quantiles of its first chunk of records: give the edges, e.g. --bins f=0,10,100, or read the whole source first with --stream=false)", err)
 			}
