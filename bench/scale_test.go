@@ -59,7 +59,7 @@ func scaleIngestAt(t *testing.T, r *report, work, stores, shardSize string) {
 		r.printf("The single pass's floor (scenario ingestcpu, this run): %.1f CPU s per GB.\n\n", singlePassFloor)
 	}
 	r.printf("The floor is ingestcpu's sources', image-text records whose bytes are mostly payload; these records are small, so their cost is mostly per record (the last column), and a ratio to the floor compares per-byte costs of unlike sources.\n\n")
-	r.printf("Default flags otherwise: a source longer than one chunk of records (a shard's bytes and 8,192 records, or 4 shards' bytes) streams, a chunk at a time (`--stream`, the chunks column); one that fits a chunk is placed whole, as before streaming existed. Flat memory shows as the peak RSS of the sizes that stream staying put: the column ÷ the previous size's.\n\n")
+	r.printf("Default flags otherwise: a source longer than one chunk of records (a shard's bytes and 4,096 records, or 4 shards' bytes) streams, a chunk at a time (`--stream`, the chunks column); one that fits a chunk is placed whole, as before streaming existed. Flat memory shows as the peak RSS of the sizes that stream staying put: the column ÷ the previous size's.\n\n")
 	r.printf("| source | records | source MB | chunks | wall s | peak RSS MB | RSS ÷ smallest's | RSS ÷ the previous size's | CPU s/GB (ingest + MinIO) | ÷ the single-pass floor | CPU µs a record |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, format := range []string{"webdataset", "jsonl"} {
 		var first, prev float64
