@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -345,6 +346,7 @@ func runIngestPart(ctx context.Context, log *slog.Logger, out io.Writer, stores 
 	case st != nil:
 		// WebDataset shards: the part reads its slice of them only.
 		defer st.Close()
+		defer streamingGC()()
 		res, err = ingest.RunSlicePart(ctx, st, opts, part, ingest.JobID(f.job, os.Getenv))
 	default:
 		var source *ingest.Source
@@ -369,6 +371,26 @@ func printPart(out io.Writer, name string, part ingest.Part, res *ingest.PartRes
 		part, name, res.Shards, res.AllShards, humanize.IBytes(uint64(res.Bytes)), humanize.IBytes(uint64(res.StoredBytes)),
 		float64(res.Bytes)/1e6/res.Elapsed.Seconds(), res.Elapsed.Round(1e6), res.IngestID)
 	fmt.Fprintf(out, "  when all %d parts are done: shardfs commit %s --stores ...\n", part.Count, name)
+}
+
+// streamingGC has Go's collector run at 75% heap growth, not its
+// default 100%, while a stream of records is ingested, unless GOGC is
+// set; it returns what sets it back. A stream's live heap is flat in the
+// number of records (at most 8.1 MB at 1,000,000 and at 5,000,000
+// WebDataset records at --shard-size 512KiB, heap profiles at the largest
+// live heap), but the heap goal is twice the most any collection marks,
+// and a long stream meets its worst moments often where a short source
+// ends before them. 75% took the peak RSS of 1,000,000 records from 43.2
+// to 41.4 MB (medians of 3; 10,000 records: 36.6 and 36.1) for about 8%
+// more CPU; 50% from 43.2 to 39.8 for 12-35% more (file:// stores on
+// tmpfs, this machine). It is a process-wide setting: the command owns
+// it, not the ingest package.
+func streamingGC() (undo func()) {
+	if os.Getenv("GOGC") != "" {
+		return func() {}
+	}
+	old := debug.SetGCPercent(75)
+	return func() { debug.SetGCPercent(old) }
 }
 
 // runDryRun reads src and prints what its ingest would write, touching no
@@ -421,7 +443,8 @@ func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 			defer st.Close()
 			bar := newProgress("ingest "+name+" (sample bytes uploaded)", -1) // the total is known at the end
 			opts.Progress = bar.Add
-				res, err := ingest.RunStream(ctx, st, opts)
+			defer streamingGC()()
+			res, err := ingest.RunStream(ctx, st, opts)
 			bar.Finish()
 			if err != nil {
 				return nil, err
