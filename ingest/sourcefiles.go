@@ -61,6 +61,21 @@ func (l *localFiles) openRaw(_ context.Context, name string) (io.ReaderAt, int64
 	return f, f.at.size, nil
 }
 
+// forget closes name, opened once before; a later open opens it again. A
+// stream's scan forgets each source shard once it has read it (Stream.
+// readShards): the upload reads its records from memory, or through
+// files of its own, each record's checksum against the scan's. Kept open
+// to the stream's end, a source of 100 shards held 100 descriptors, and
+// one of a million shards would run out of them.
+func (l *localFiles) forget(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f, ok := l.open_[name]; ok {
+		f.Close()
+		delete(l.open_, name)
+	}
+}
+
 func (l *localFiles) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -506,7 +506,12 @@ func (st *Stream) readShards(ctx context.Context) error {
 					return fmt.Errorf("shard %s: %w", sh, err)
 				}
 				opened := f
-				release = func() { releaseShard(opened) }
+				release = func() {
+					releaseShard(opened)
+					if l, ok := st.files.(*localFiles); ok {
+						l.forget(sh) // the scan has read it: nothing reads it through this file again
+					}
+				}
 				if size <= budget {
 					d := into(size)
 					if _, err := f.ReadAt(d, 0); err == nil {
