@@ -433,7 +433,7 @@ func keyAgain(where, key, prev string) error {
 // (keptShard, keptFiles) until its records are uploaded: the upload takes
 // their bytes from there, so the source is read once. A larger one is
 // queued to be read once too, in pieces (pieces.go), its scan begun when
-// it is among the first activeScans of the queue.
+// it is among the first activeScans() of the queue.
 func (st *Stream) readShards(ctx context.Context) error {
 	if st.next == len(st.shards) {
 		return nil
@@ -560,12 +560,12 @@ func (st *Stream) readShards(ctx context.Context) error {
 	return nil
 }
 
-// startScans lets the first activeScans shards of the queue read in
+// startScans lets the first activeScans() shards of the queue read in
 // pieces begin their scans, in the queue's order.
 func (st *Stream) startScans() {
-	n := 0
+	n, most := 0, st.activeScans()
 	for _, q := range st.queue {
-		if q.pieces != nil && n < activeScans {
+		if q.pieces != nil && n < most {
 			q.pieces.begin()
 			n++
 		}
