@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -346,7 +347,7 @@ func runIngestPart(ctx context.Context, log *slog.Logger, out io.Writer, stores 
 	case st != nil:
 		// WebDataset shards: the part reads its slice of them only.
 		defer st.Close()
-		defer streamingGC()()
+		defer streamingRuntime()()
 		res, err = ingest.RunSlicePart(ctx, st, opts, part, ingest.JobID(f.job, os.Getenv))
 	default:
 		var source *ingest.Source
@@ -373,24 +374,42 @@ func printPart(out io.Writer, name string, part ingest.Part, res *ingest.PartRes
 	fmt.Fprintf(out, "  when all %d parts are done: shardfs commit %s --stores ...\n", part.Count, name)
 }
 
-// streamingGC has Go's collector run at 75% heap growth, not its
-// default 100%, while a stream of records is ingested, unless GOGC is
-// set; it returns what sets it back. A stream's live heap is flat in the
-// number of records (at most 8.1 MB at 1,000,000 and at 5,000,000
-// WebDataset records at --shard-size 512KiB, heap profiles at the largest
-// live heap), but the heap goal is twice the most any collection marks,
-// and a long stream meets its worst moments often where a short source
-// ends before them. 75% took the peak RSS of 1,000,000 records from 43.2
-// to 41.4 MB (medians of 3; 10,000 records: 36.6 and 36.1) for about 8%
-// more CPU; 50% from 43.2 to 39.8 for 12-35% more (file:// stores on
-// tmpfs, this machine). It is a process-wide setting: the command owns
-// it, not the ingest package.
-func streamingGC() (undo func()) {
-	if os.Getenv("GOGC") != "" {
-		return func() {}
+// streamingRuntime sets the runtime for a stream of records, and returns
+// what sets it back. Both settings are process-wide: the command owns
+// them, not the ingest package.
+//
+// Go's collector runs at 75% heap growth, not its default 100%, unless
+// GOGC is set. A stream's live heap is flat in the number of records (at
+// most 8.1 MB at 1,000,000 and at 5,000,000 WebDataset records at
+// --shard-size 512KiB, heap profiles at the largest live heap), but the
+// heap goal is twice the most any collection marks, and a long stream
+// meets its worst moments often where a short source ends before them.
+// 75% took the peak RSS of 1,000,000 records from 43.2 to 41.4 MB
+// (medians of 3; 10,000 records: 36.6 and 36.1) for about 8% more CPU;
+// 50% from 43.2 to 39.8 for 12-35% more (file:// stores on tmpfs, this
+// machine).
+//
+// No heap profile is sampled, unless $SHARDFS_MEM_PROFILE asks for one
+// (withCPUProfile) or GODEBUG sets memprofilerate. The sampler keeps a
+// record of each allocation's stack, every 512 KiB allocated, and reads
+// the binary's tables to walk it: both grow with the distinct stacks a
+// long stream meets, for a profile nobody reads. 5,000,000 WebDataset
+// records at --shard-size 512KiB peaked at 39.8 and 40.9 MB without it
+// and 40.5 and 41.2 with it, and took 39.9 and 39.3 CPU s, not 43.5 and
+// 44.6; 10,000 records peaked where they did (35.5 MB, medians of 3;
+// file:// stores on tmpfs).
+func streamingRuntime() (undo func()) {
+	undo = func() {}
+	if os.Getenv("GOGC") == "" {
+		old := debug.SetGCPercent(75)
+		undo = func() { debug.SetGCPercent(old) }
 	}
-	old := debug.SetGCPercent(75)
-	return func() { debug.SetGCPercent(old) }
+	if os.Getenv("SHARDFS_MEM_PROFILE") == "" && !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate") {
+		rate, gc := runtime.MemProfileRate, undo
+		runtime.MemProfileRate = 0
+		undo = func() { gc(); runtime.MemProfileRate = rate }
+	}
+	return undo
 }
 
 // runDryRun reads src and prints what its ingest would write, touching no
@@ -443,7 +462,7 @@ func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 			defer st.Close()
 			bar := newProgress("ingest "+name+" (sample bytes uploaded)", -1) // the total is known at the end
 			opts.Progress = bar.Add
-			defer streamingGC()()
+			defer streamingRuntime()()
 			res, err := ingest.RunStream(ctx, st, opts)
 			bar.Finish()
 			if err != nil {
