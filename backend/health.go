@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,8 +15,7 @@ import (
 // down until something it answers proves it back: when its backoff period
 // ends, one small probe (at most one at a time) asks it, and a last-resort
 // read through the wrapper that succeeds counts too. No read need wait on a
-// store marked down beyond ProbeTimeout: those in flight that have had no
-// answer when it is marked down for not answering are ended then.
+// store marked down beyond ProbeTimeout.
 //
 // Slowness is not failure: a read that loses a hedge race only makes the
 // store a suspect (Suspect), and one small probe decides. A store that
@@ -100,14 +98,7 @@ func (o *HealthOptions) fill() {
 type pendingRead struct {
 	start time.Time
 	fb    *FirstByte
-	// cancel ends the read when the store is marked down for not
-	// answering before its first byte came (abandonStalledReads).
-	cancel context.CancelCauseFunc
 }
-
-// errAbandoned is why a read that waited for its first byte from a store
-// is ended when the store is marked down for not answering.
-var errAbandoned = fmt.Errorf("%w: marked down for not answering while this read waited for its first byte", ErrUnavailable)
 
 // WithHealth wraps s. A probe reads one byte of probeKey: the store need not
 // hold it, since any answer, even "no such object", proves it up. report, if
@@ -127,34 +118,35 @@ func (h *Health) Unwrap() Store { return h.Store }
 func (h *Health) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
 	ctx, rd := h.begin(ctx)
 	err := h.Store.ReadAt(ctx, key, p, off)
-	return h.end(ctx, rd, err)
+	h.end(rd, err)
+	return err
 }
 
 // ReadAtV reads through the store and records the outcome.
 func (h *Health) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
 	ctx, rd := h.begin(ctx)
 	err := h.Store.ReadAtV(ctx, key, bufs, off)
-	return h.end(ctx, rd, err)
+	h.end(rd, err)
+	return err
 }
 
 // ReadWhole reads through the store and records the outcome.
 func (h *Health) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
 	ctx, rd := h.begin(ctx)
 	size, whole, err := h.Store.ReadWhole(ctx, key, max, into)
-	return size, whole, h.end(ctx, rd, err)
+	h.end(rd, err)
+	return size, whole, err
 }
 
 // begin registers a read in flight, with a FirstByte in its context (the
-// caller's, if it passed one), and a context of its own that
-// abandonStalledReads can end.
+// caller's, if it passed one).
 func (h *Health) begin(ctx context.Context) (context.Context, *pendingRead) {
 	fb, _ := ctx.Value(firstByteKey{}).(*FirstByte)
 	if fb == nil {
 		fb = &FirstByte{}
 		ctx = WithFirstByte(ctx, fb)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	rd := &pendingRead{start: time.Now(), fb: fb, cancel: cancel}
+	rd := &pendingRead{start: time.Now(), fb: fb}
 	h.mu.Lock()
 	if h.reads == nil {
 		h.reads = map[*pendingRead]struct{}{}
@@ -167,16 +159,7 @@ func (h *Health) begin(ctx context.Context) (context.Context, *pendingRead) {
 // end records the read's outcome: a success with the time to its first
 // byte, or a strike for a store fault. A missing object, a short one or a
 // caller that gave up says nothing about the store.
-//
-// A read abandoned when the store was marked down (abandonStalledReads)
-// fails with errAbandoned, a store fault, which strikes nothing more: the
-// faults that marked the store down were counted.
-func (h *Health) end(ctx context.Context, rd *pendingRead, err error) error {
-	abandoned := err != nil && errors.Is(context.Cause(ctx), errAbandoned)
-	rd.cancel(nil)
-	if abandoned {
-		err = &Error{Store: h.String(), Op: "read", Err: errAbandoned}
-	}
+func (h *Health) end(rd *pendingRead, err error) {
 	h.mu.Lock()
 	delete(h.reads, rd)
 	if err == nil || errors.Is(err, ErrNotExist) || errors.Is(err, ErrShortRead) {
@@ -190,11 +173,9 @@ func (h *Health) end(ctx context.Context, rd *pendingRead, err error) error {
 			d = first
 		}
 		h.ok(d)
-	case abandoned:
 	case IsStoreFault(err):
 		h.strike(1, true)
 	}
-	return err
 }
 
 // IsStoreFault reports whether err says the store itself is sick
@@ -295,7 +276,6 @@ func (h *Health) Verified() {
 // fault says they are store faults (no answer), not wrong bytes.
 func (h *Health) strike(n int, fault bool) {
 	h.mu.Lock()
-	wasUnreachable := h.down && h.faulty
 	h.strikes += n
 	if fault && h.down {
 		h.faulty = true
@@ -324,35 +304,9 @@ func (h *Health) strike(n int, fault bool) {
 			h.timer.Reset(time.Until(h.downUntil))
 		}
 	}
-	if h.down && h.faulty && !wasUnreachable {
-		h.abandonStalledReads()
-	}
 	h.mu.Unlock()
 	if mark {
 		h.report(true)
-	}
-}
-
-// abandonStalledReads ends the reads in flight that have had no first
-// byte, when the store is marked down for not answering (h.mu held).
-//
-// Those reads were asked before the faults that marked it down came back,
-// and would wait for their own timeouts: a read's caller waiting on one
-// (a prefetch in flight that a FUSE read waits on, or a fragment read
-// whose hedge already failed) waited its whole --read-timeout with the
-// store known down: in CI on c92419a, 9.9 s for one batch file
-// (TestMoreThanMStoresHungBusy). Ended, they fail as a store fault, and
-// their callers decode around the store or fail at once, as reads asked
-// after the mark do. A read streaming bytes is answering, and is left to
-// finish; so is every read of a store marked down for wrong bytes, which
-// answers, and whose checksums decide. Reads asked after the mark (the
-// last resorts and probes, bounded by ProbeTimeout) are not ended by the
-// strikes that follow: this runs once, as the store goes down.
-func (h *Health) abandonStalledReads() {
-	for rd := range h.reads {
-		if !rd.fb.Arrived() {
-			rd.cancel(errAbandoned)
-		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,83 +243,4 @@ func starveCPU() (stop func()) {
 	}
 	time.Sleep(time.Second)
 	return func() { done.Store(true); spinning.Wait(); runtime.GOMAXPROCS(procs) }
-}
-
-// TestMarkedDownEndsReadsWaitingOnIt: a read asked of a store before the
-// faults that mark it down come back is ended when they do, if it has had
-// no first byte: it fails at once as a store fault, not at its own
-// deadline, and strikes nothing more. A read of a store marked down for
-// wrong bytes, which answers, is left to finish; so is a read asked after
-// the mark, whatever faults follow it.
-func TestMarkedDownEndsReadsWaitingOnIt(t *testing.T) {
-	ctx := context.Background()
-	faulty := faultstore.New(localWithObj(t))
-	h := backend.WithHealth(faulty, "obj", backend.HealthOptions{MinBackoff: time.Minute}, nil)
-	defer h.Stop()
-	// hung starts a read that waits 30 s for its first byte (a black
-	// hole), and returns when it ended and its error.
-	hung := func() chan error {
-		faulty.SetDelay(30*time.Second, 0)
-		done := make(chan error, 1)
-		go func() {
-			rctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			defer cancel()
-			done <- h.ReadAt(rctx, "obj", make([]byte, 2), 0)
-		}()
-		for deadline := time.Now().Add(5 * time.Second); !h.Stalled(time.Now(), 0); {
-			if time.Now().After(deadline) {
-				t.Fatal("the read never started")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		return done
-	}
-	waitEnd := func(done chan error, within time.Duration) (error, bool) {
-		select {
-		case err := <-done:
-			return err, true
-		case <-time.After(within):
-			return nil, false
-		}
-	}
-
-	// Wrong bytes mark it down: a read waiting on it goes on waiting.
-	first := hung()
-	for range 3 {
-		h.Corrupted()
-	}
-	if !h.MarkedDown() || h.Unreachable() {
-		t.Fatalf("after 3 checksum failures: down %v, unreachable %v; want down, answering", h.MarkedDown(), h.Unreachable())
-	}
-	if err, ended := waitEnd(first, 300*time.Millisecond); ended {
-		t.Fatalf("a read of a store down for wrong bytes ended when it went down: %v", err)
-	}
-	// Store faults: the waiting read ends at once, as a store fault.
-	faulty.SetDown(true)
-	for range 3 {
-		if err := h.ReadAt(ctx, "obj", make([]byte, 2), 0); !backend.IsStoreFault(err) {
-			t.Fatalf("read of a failing store: %v", err)
-		}
-	}
-	if !h.Unreachable() {
-		t.Fatal("3 store faults did not mark the store down for not answering")
-	}
-	err, ended := waitEnd(first, 2*time.Second)
-	if !ended {
-		t.Fatal("a read waiting on a store marked down for not answering went on waiting (2 s)")
-	}
-	if !backend.IsStoreFault(err) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "marked down") {
-		t.Fatalf("the read ended by the mark: %v; want a store fault that says the store was marked down", err)
-	}
-	// A read asked after the mark (a last resort) is not ended by the
-	// faults that follow.
-	faulty.SetDown(false)
-	last := hung()
-	faulty.SetDown(true)
-	for range 3 {
-		h.ReadAt(ctx, "obj", make([]byte, 2), 0)
-	}
-	if err, ended := waitEnd(last, 300*time.Millisecond); ended {
-		t.Fatalf("a read asked after the mark ended with the faults after it: %v", err)
-	}
 }
