@@ -379,6 +379,7 @@ func TestRankAnomaliesLive(t *testing.T) {
 	}
 	for _, r := range st.Ranks {
 		short := float64(r.LeadZero) / float64(max(r.LeadChecks, 1))
+		t.Logf("rank %d: %d of %d lead checks short of the next batch", r.Rank, r.LeadZero, r.LeadChecks)
 		if r.LeadChecks < 20 || r.Rank == 0 && short > 0.5 || r.Rank == 1 && short < 0.5 {
 			t.Fatalf("rank %d: %d of %d lead checks short of the next batch", r.Rank, r.LeadZero, r.LeadChecks)
 		}
