@@ -41,6 +41,10 @@ type Options struct {
 	Logger         *slog.Logger
 	// Progress, if set, receives sample bytes as shards are uploaded.
 	Progress func(bytes int64)
+	// ChunkDone, if set, is called as each chunk of a stream of records
+	// (stream.go) has been planned and written, with its number from 0:
+	// the command steers the process's memory by it.
+	ChunkDone func(chunk int)
 	// Lock tunes the ingest lock (heartbeat and staleness).
 	Lock repository.LockOptions
 	// Format is the metadata format written: 1 (default), one manifest

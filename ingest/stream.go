@@ -832,6 +832,9 @@ func eachChunk(ctx context.Context, st *Stream, first *Source, opts Options, ing
 		if err := do(src, m, windows, copts); err != nil {
 			return err
 		}
+		if opts.ChunkDone != nil {
+			opts.ChunkDone(chunk)
+		}
 		for c := range m.Strata {
 			strata.list[c].Count += m.Strata[c].Count
 		}

@@ -94,12 +94,19 @@ func TestStreamServesEveryRecord(t *testing.T) {
 			defer st.Close()
 			stores := localStores(t, t.TempDir(), 3)
 			opts := Options{Name: "ds", Stores: stores, Data: 2, Parity: 1, ShardSize: 16 << 10, Seed: 5, BlockSize: 4096, Format: format}
+			var done []int // ChunkDone's calls (the command's memory ceiling)
+			opts.ChunkDone = func(chunk int) { done = append(done, chunk) }
 			res, err := RunStream(ctx, st, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if st.chunks < 10 {
 				t.Fatalf("%d chunks: the test wants many", st.chunks)
+			}
+			for i := range max(len(done), st.chunks) {
+				if i >= len(done) || done[i] != i || len(done) != st.chunks {
+					t.Fatalf("ChunkDone called with %v for %d chunks, want each chunk's number in order", done, st.chunks)
+				}
 			}
 			if res.Samples != len(want) {
 				t.Fatalf("%d samples committed, want %d", res.Samples, len(want))

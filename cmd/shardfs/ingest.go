@@ -347,7 +347,7 @@ func runIngestPart(ctx context.Context, log *slog.Logger, out io.Writer, stores 
 	case st != nil:
 		// WebDataset shards: the part reads its slice of them only.
 		defer st.Close()
-		defer streamingRuntime()()
+		defer streamingRuntime(&opts)()
 		res, err = ingest.RunSlicePart(ctx, st, opts, part, ingest.JobID(f.job, os.Getenv))
 	default:
 		var source *ingest.Source
@@ -398,11 +398,16 @@ func printPart(out io.Writer, name string, part ingest.Part, res *ingest.PartRes
 // and 40.5 and 41.2 with it, and took 39.9 and 39.3 CPU s, not 43.5 and
 // 44.6; 10,000 records peaked where they did (35.5 MB, medians of 3;
 // file:// stores on tmpfs).
-func streamingRuntime() (undo func()) {
-	undo = func() {}
+//
+// And the stream runs under a memory ceiling (memceiling.go): opts'
+// ChunkDone sets it once the first chunks are written.
+func streamingRuntime(opts *ingest.Options) (undo func()) {
+	ceiling := startMemoryCeiling(opts.Logger)
+	opts.ChunkDone = ceiling.chunkDone
+	undo = ceiling.stop
 	if os.Getenv("GOGC") == "" {
-		old := debug.SetGCPercent(75)
-		undo = func() { debug.SetGCPercent(old) }
+		old, ceiling := debug.SetGCPercent(75), undo
+		undo = func() { ceiling(); debug.SetGCPercent(old) }
 	}
 	if os.Getenv("SHARDFS_MEM_PROFILE") == "" && !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate") {
 		rate, gc := runtime.MemProfileRate, undo
@@ -462,7 +467,7 @@ func runIngest(ctx context.Context, log *slog.Logger, out io.Writer, stores []ba
 			defer st.Close()
 			bar := newProgress("ingest "+name+" (sample bytes uploaded)", -1) // the total is known at the end
 			opts.Progress = bar.Add
-			defer streamingRuntime()()
+			defer streamingRuntime(&opts)()
 			res, err := ingest.RunStream(ctx, st, opts)
 			bar.Finish()
 			if err != nil {

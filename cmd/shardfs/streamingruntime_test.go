@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"testing"
+
+	"github.com/shardfs/shardfs/ingest"
 )
 
 // TestStreamingRuntimeUnlessSet: a stream's ingest runs the collector at
@@ -21,7 +23,7 @@ func TestStreamingRuntimeUnlessSet(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("SHARDFS_MEM_PROFILE", "")
 	t.Setenv("GODEBUG", "")
-	undo := streamingRuntime()
+	undo := streamingRuntime(&ingest.Options{})
 	if during := debug.SetGCPercent(75); during != 75 {
 		t.Errorf("GOGC unset: the collector runs at %d%% during the stream, want 75%%", during)
 	}
@@ -40,7 +42,7 @@ func TestStreamingRuntimeUnlessSet(t *testing.T) {
 	debug.SetGCPercent(200)
 	for _, env := range [][2]string{{"SHARDFS_MEM_PROFILE", "/tmp/heap.prof"}, {"GODEBUG", "memprofilerate=1"}} {
 		t.Setenv(env[0], env[1])
-		undo = streamingRuntime()
+		undo = streamingRuntime(&ingest.Options{})
 		if during := debug.SetGCPercent(200); during != 200 {
 			t.Errorf("GOGC=200: the collector runs at %d%% during the stream, want the user's 200%%", during)
 		}
