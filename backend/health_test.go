@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shardfs/shardfs/backend"
+	"github.com/shardfs/shardfs/internal/busy"
 	"github.com/shardfs/shardfs/internal/faultstore"
 )
 
@@ -243,4 +245,97 @@ func starveCPU() (stop func()) {
 	}
 	time.Sleep(time.Second)
 	return func() { done.Store(true); spinning.Wait(); runtime.GOMAXPROCS(procs) }
+}
+
+// TestMarkedDownEndsReadsWaitingOnIt: reads asked of a store before the
+// faults that mark it down come back are ended when they do, if they have
+// had no first byte: they fail at once as a store fault, not at their own
+// deadline, and strike nothing more. Reads of a store marked down for
+// wrong bytes, which answers, are left to finish; so are reads asked
+// after the mark, whatever faults follow them. 32 reads at once, with
+// twice as many goroutines as cores spinning beside them.
+func TestMarkedDownEndsReadsWaitingOnIt(t *testing.T) {
+	const reads = 32
+	ctx := context.Background()
+	faulty := faultstore.New(localWithObj(t))
+	h := backend.WithHealth(faulty, "obj", backend.HealthOptions{MinBackoff: time.Minute}, nil)
+	defer h.Stop()
+	busy.Burn(t, 2*runtime.GOMAXPROCS(0))
+	// hung starts reads that wait 30 s for their first byte (a black
+	// hole), once each has reached the store, and returns where each
+	// says how it ended.
+	hung := func() chan error {
+		faulty.SetDelay(30*time.Second, 0)
+		done := make(chan error, reads)
+		asked := faulty.Calls()
+		for range reads {
+			go func() {
+				rctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				defer cancel()
+				done <- h.ReadAt(rctx, "obj", make([]byte, 2), 0)
+			}()
+		}
+		for deadline := time.Now().Add(10 * time.Second); faulty.Calls() < asked+reads; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d reads reached the store in 10 s", faulty.Calls()-asked, reads)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return done
+	}
+	// ended is how many of the reads end within d, and their errors.
+	ended := func(done chan error, d time.Duration) []error {
+		var errs []error
+		for timeout := time.After(d); len(errs) < reads; {
+			select {
+			case err := <-done:
+				errs = append(errs, err)
+			case <-timeout:
+				return errs
+			}
+		}
+		return errs
+	}
+
+	// Wrong bytes mark it down: the reads waiting on it go on waiting.
+	first := hung()
+	for range 3 {
+		h.Corrupted()
+	}
+	if !h.MarkedDown() || h.Unreachable() {
+		t.Fatalf("after 3 checksum failures: down %v, unreachable %v; want down, answering", h.MarkedDown(), h.Unreachable())
+	}
+	if errs := ended(first, 300*time.Millisecond); len(errs) > 0 {
+		t.Fatalf("%d reads of a store down for wrong bytes ended when it went down: %v", len(errs), errs[0])
+	}
+	// Store faults: the waiting reads end at once, as store faults.
+	faulty.SetDown(true)
+	for range 3 {
+		if err := h.ReadAt(ctx, "obj", make([]byte, 2), 0); !backend.IsStoreFault(err) {
+			t.Fatalf("read of a failing store: %v", err)
+		}
+	}
+	if !h.Unreachable() {
+		t.Fatal("3 store faults did not mark the store down for not answering")
+	}
+	errs := ended(first, 2*time.Second)
+	if len(errs) < reads {
+		t.Fatalf("%d of %d reads waiting on a store marked down for not answering went on waiting (2 s)", reads-len(errs), reads)
+	}
+	for _, err := range errs {
+		if !backend.IsStoreFault(err) || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "marked down") {
+			t.Fatalf("a read ended by the mark: %v; want a store fault that says the store was marked down", err)
+		}
+	}
+	// Reads asked after the mark (last resorts) are not ended by the
+	// faults that follow.
+	faulty.SetDown(false)
+	last := hung()
+	faulty.SetDown(true)
+	for range 3 {
+		h.ReadAt(ctx, "obj", make([]byte, 2), 0)
+	}
+	if errs := ended(last, 300*time.Millisecond); len(errs) > 0 {
+		t.Fatalf("%d reads asked after the mark ended with the faults after it: %v", len(errs), errs[0])
+	}
 }

@@ -31,8 +31,12 @@ import (
 // above what Go holds then. GOMEMLIMIT, when set, is the user's, and stands.
 const (
 	ceilingWarmChunks = 3
-	ceilingGCShare    = 0.15
-	ceilingRaise      = 1.25
+	// ceilingMargin is the room above that most: at 1.0 the collector
+	// took 10-35% more CPU for 1,000,000 records, at 1.1 none (39.4 and
+	// 40.0-40.6 MB peak RSS, 41.0 without a ceiling; MinIO, 512KiB).
+	ceilingMargin  = 1.1
+	ceilingGCShare = 0.15
+	ceilingRaise   = 1.25
 	// ceilingSample is how often Go's memory is read while the stream
 	// warms: the most it held is what the limit is set to.
 	ceilingSample = 5 * time.Millisecond
@@ -89,7 +93,6 @@ func (c *memoryCeiling) watch() {
 	tick := time.NewTicker(ceilingSample)
 	defer tick.Stop()
 	var lastGC, lastAll float64
-	var lastCheck time.Time
 	for {
 		select {
 		case <-c.stopped:
@@ -104,20 +107,21 @@ func (c *memoryCeiling) watch() {
 			continue
 		}
 		c.mu.Unlock()
-		if time.Since(lastCheck) < time.Second {
-			continue
+		if lastAll == 0 {
+			tick.Reset(time.Second) // set: the collector's share is judged a second at a time
 		}
 		metrics.Read(s[2:])
 		gc, all := s[2].Value.Float64(), s[3].Value.Float64()
-		if !lastCheck.IsZero() && all > lastAll && (gc-lastGC)/(all-lastAll) > ceilingGCShare {
+		if lastAll > 0 && all > lastAll && (gc-lastGC)/(all-lastAll) > ceilingGCShare {
 			c.mu.Lock()
 			c.limit = int64(float64(max(c.limit, int64(used))) * ceilingRaise)
 			c.raises++
-			debug.SetMemoryLimit(c.limit)
+			limit := c.limit
+			debug.SetMemoryLimit(limit)
 			c.mu.Unlock()
-			c.log.Debug("memory ceiling raised: the collector took more than its share of the CPU", "limit_bytes", c.limit, "gc_share", (gc-lastGC)/(all-lastAll))
+			c.log.Debug("memory ceiling raised: the collector took more than its share of the CPU", "limit_bytes", limit, "gc_share", (gc-lastGC)/(all-lastAll))
 		}
-		lastGC, lastAll, lastCheck = gc, all, time.Now()
+		lastGC, lastAll = gc, all
 	}
 }
 
@@ -130,7 +134,7 @@ func (c *memoryCeiling) chunkDone(chunk int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.most = max(c.most, goMemory(ceilingSamples()))
-	c.limit = int64(c.most)
+	c.limit = int64(float64(c.most) * ceilingMargin)
 	debug.SetMemoryLimit(c.limit)
 	c.log.Debug("memory ceiling set: what the stream's first chunks needed", "limit_bytes", c.limit, "chunks", ceilingWarmChunks)
 }
