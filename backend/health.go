@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,8 @@ import (
 // down until something it answers proves it back: when its backoff period
 // ends, one small probe (at most one at a time) asks it, and a last-resort
 // read through the wrapper that succeeds counts too. No read need wait on a
-// store marked down beyond ProbeTimeout.
+// store marked down beyond ProbeTimeout: those in flight to which it has
+// sent nothing when its silence marks it down are ended then.
 //
 // Slowness is not failure: a read that loses a hedge race only makes the
 // store a suspect (Suspect), and one small probe decides. A store that
@@ -44,10 +46,14 @@ type Health struct {
 	lat       [64]time.Duration // ring of recent successful latencies
 	byLat     []time.Duration   // the same latencies, sorted: Deadline reads its p95 without sorting
 	n         int
-	answered  time.Time                 // when a read through the wrapper last got an answer
-	reads     map[*pendingRead]struct{} // reads in flight
-	timer     *time.Timer               // the next background probe of a store marked down
-	stopped   bool                      // Stop was called: no more background probes
+	answered  time.Time // when a read through the wrapper last got an answer
+	// replied is when a read through the wrapper last ended with
+	// anything the store sent, an error too (a 5xx, a body cut short),
+	// rather than the request timeout's silence (abandonStalledReads).
+	replied time.Time
+	reads   map[*pendingRead]struct{} // reads in flight
+	timer   *time.Timer               // the next background probe of a store marked down
+	stopped bool                      // Stop was called: no more background probes
 }
 
 // HealthOptions tune health tracking and the hedge deadlines derived from
@@ -98,7 +104,14 @@ func (o *HealthOptions) fill() {
 type pendingRead struct {
 	start time.Time
 	fb    *FirstByte
+	// cancel ends the read when the store is marked down for not
+	// answering before its first byte came (abandonStalledReads).
+	cancel context.CancelCauseFunc
 }
+
+// errAbandoned is why a read that waited for its first byte from a store
+// is ended when the store is marked down for not answering.
+var errAbandoned = fmt.Errorf("%w: marked down for not answering while this read waited for its first byte", ErrUnavailable)
 
 // WithHealth wraps s. A probe reads one byte of probeKey: the store need not
 // hold it, since any answer, even "no such object", proves it up. report, if
@@ -118,35 +131,34 @@ func (h *Health) Unwrap() Store { return h.Store }
 func (h *Health) ReadAt(ctx context.Context, key string, p []byte, off int64) error {
 	ctx, rd := h.begin(ctx)
 	err := h.Store.ReadAt(ctx, key, p, off)
-	h.end(rd, err)
-	return err
+	return h.end(ctx, rd, err)
 }
 
 // ReadAtV reads through the store and records the outcome.
 func (h *Health) ReadAtV(ctx context.Context, key string, bufs [][]byte, off int64) error {
 	ctx, rd := h.begin(ctx)
 	err := h.Store.ReadAtV(ctx, key, bufs, off)
-	h.end(rd, err)
-	return err
+	return h.end(ctx, rd, err)
 }
 
 // ReadWhole reads through the store and records the outcome.
 func (h *Health) ReadWhole(ctx context.Context, key string, max int64, into func(size int64) []byte) (int64, bool, error) {
 	ctx, rd := h.begin(ctx)
 	size, whole, err := h.Store.ReadWhole(ctx, key, max, into)
-	h.end(rd, err)
-	return size, whole, err
+	return size, whole, h.end(ctx, rd, err)
 }
 
 // begin registers a read in flight, with a FirstByte in its context (the
-// caller's, if it passed one).
+// caller's, if it passed one), and a context of its own that
+// abandonStalledReads can end.
 func (h *Health) begin(ctx context.Context) (context.Context, *pendingRead) {
 	fb, _ := ctx.Value(firstByteKey{}).(*FirstByte)
 	if fb == nil {
 		fb = &FirstByte{}
 		ctx = WithFirstByte(ctx, fb)
 	}
-	rd := &pendingRead{start: time.Now(), fb: fb}
+	ctx, cancel := context.WithCancelCause(ctx)
+	rd := &pendingRead{start: time.Now(), fb: fb, cancel: cancel}
 	h.mu.Lock()
 	if h.reads == nil {
 		h.reads = map[*pendingRead]struct{}{}
@@ -159,11 +171,23 @@ func (h *Health) begin(ctx context.Context) (context.Context, *pendingRead) {
 // end records the read's outcome: a success with the time to its first
 // byte, or a strike for a store fault. A missing object, a short one or a
 // caller that gave up says nothing about the store.
-func (h *Health) end(rd *pendingRead, err error) {
+//
+// A read abandoned when the store was marked down (abandonStalledReads)
+// fails with errAbandoned, a store fault, which strikes nothing more: the
+// faults that marked the store down were counted.
+func (h *Health) end(ctx context.Context, rd *pendingRead, err error) error {
+	abandoned := err != nil && errors.Is(context.Cause(ctx), errAbandoned)
+	rd.cancel(nil)
+	if abandoned {
+		err = &Error{Store: h.String(), Op: "read", Err: errAbandoned}
+	}
 	h.mu.Lock()
 	delete(h.reads, rd)
 	if err == nil || errors.Is(err, ErrNotExist) || errors.Is(err, ErrShortRead) {
 		h.answered = time.Now()
+	}
+	if storeReplied(err) || rd.fb.Arrived() {
+		h.replied = time.Now()
 	}
 	h.mu.Unlock()
 	switch {
@@ -173,9 +197,11 @@ func (h *Health) end(rd *pendingRead, err error) {
 			d = first
 		}
 		h.ok(d)
+	case abandoned:
 	case IsStoreFault(err):
 		h.strike(1, true)
 	}
+	return err
 }
 
 // IsStoreFault reports whether err says the store itself is sick
@@ -276,6 +302,7 @@ func (h *Health) Verified() {
 // fault says they are store faults (no answer), not wrong bytes.
 func (h *Health) strike(n int, fault bool) {
 	h.mu.Lock()
+	wasUnreachable := h.down && h.faulty
 	h.strikes += n
 	if fault && h.down {
 		h.faulty = true
@@ -304,10 +331,68 @@ func (h *Health) strike(n int, fault bool) {
 			h.timer.Reset(time.Until(h.downUntil))
 		}
 	}
+	if h.down && h.faulty && !wasUnreachable {
+		h.abandonStalledReads()
+	}
 	h.mu.Unlock()
 	if mark {
 		h.report(true)
 	}
+}
+
+// abandonStalledReads ends the reads in flight that have had no first
+// byte, when the store is marked down for not answering (h.mu held).
+//
+// Those reads were asked before the faults that marked it down came back,
+// and would wait for their own timeouts: a read's caller waiting on one
+// (a prefetch in flight that a FUSE read waits on, or a fragment read
+// whose hedge already failed) waited its whole --read-timeout with the
+// store known down: in CI on c92419a, 9.9 s for one batch file
+// (TestMoreThanMStoresHungBusy). Ended, they fail as a store fault, and
+// their callers decode around the store or fail at once, as reads asked
+// after the mark do. A read streaming bytes is answering, and is left to
+// finish; so is every read of a store marked down for wrong bytes, which
+// answers, and whose checksums decide. Reads asked after the mark (the
+// last resorts and probes, bounded by ProbeTimeout) are not ended by the
+// strikes that follow: this runs once, as the store goes down.
+//
+// Only a store that has sent nothing since a read began is hung to that
+// read. Per-object failures mark a store down too, and it goes on
+// answering: in CI on 996a65d, MinIO cut short the bodies of two rotten
+// fragments on one store (unexpected EOF, store faults), which marked it
+// down, and ending its reads in flight ended a healthy fragment's read
+// that verify then counted as damaged (TestHealScrubFindsRotAndLoss). So
+// a read is ended only when no read of the store has ended with anything
+// the store sent, and none in flight has had its first byte, since the
+// read began.
+func (h *Health) abandonStalledReads() {
+	for rd := range h.reads {
+		if rd.fb.Arrived() || h.replied.After(rd.start) {
+			continue
+		}
+		sent := false
+		for other := range h.reads {
+			sent = sent || other.fb.ArrivedAfter(rd.start)
+		}
+		if !sent {
+			rd.cancel(errAbandoned)
+		}
+	}
+}
+
+// storeReplied says err came from something the store sent: an answer,
+// or an error that is not silence (the request timeout), our own stall,
+// or the caller's cancellation.
+func storeReplied(err error) bool {
+	var silent noAnswer
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &silent), errors.Is(err, ErrStalled), errors.Is(err, errAbandoned),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	return true
 }
 
 // backgroundProbe asks a store marked down whether it is back; strike

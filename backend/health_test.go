@@ -247,32 +247,39 @@ func starveCPU() (stop func()) {
 	return func() { done.Store(true); spinning.Wait(); runtime.GOMAXPROCS(procs) }
 }
 
-// TestMarkedDownEndsReadsWaitingOnIt: reads asked of a store before the
-// faults that mark it down come back are ended when they do, if they have
-// had no first byte: they fail at once as a store fault, not at their own
-// deadline, and strike nothing more. Reads of a store marked down for
-// wrong bytes, which answers, are left to finish; so are reads asked
-// after the mark, whatever faults follow them. 32 reads at once, with
-// twice as many goroutines as cores spinning beside them.
+// TestMarkedDownEndsReadsWaitingOnIt: reads asked of a store that then
+// falls silent (its requests time out: a hung process, a black hole) are
+// ended when the silence marks it down, if the store has sent nothing
+// since they began: they fail at once as a store fault, not at their own
+// deadline, and strike nothing more. Reads of a store marked down while it
+// answers are left to finish: for wrong bytes, or for errors it replied
+// with (MinIO cutting short a rotten fragment's body: CI on 996a65d ended
+// a healthy read beside them); so are reads asked after the mark, whatever
+// silence follows them. 32 reads at once, with twice as many goroutines
+// as cores spinning beside them.
 func TestMarkedDownEndsReadsWaitingOnIt(t *testing.T) {
 	const reads = 32
 	ctx := context.Background()
-	faulty := faultstore.New(localWithObj(t))
-	h := backend.WithHealth(faulty, "obj", backend.HealthOptions{MinBackoff: time.Minute}, nil)
-	defer h.Stop()
 	busy.Burn(t, 2*runtime.GOMAXPROCS(0))
-	// hung starts reads that wait 30 s for their first byte (a black
-	// hole), once each has reached the store, and returns where each
-	// says how it ended.
-	hung := func() chan error {
-		faulty.SetDelay(30*time.Second, 0)
+	// A store whose requests time out after 2 s plus 1 s a MB: the waiting
+	// reads ask 20 MB (22 s), a read that strikes asks 2 bytes (2 s).
+	newStore := func() (*faultstore.Faulty, *backend.Health) {
+		faulty := faultstore.New(localWithObj(t))
+		h := backend.WithHealth(backend.WithTimeout(faulty, 2*time.Second), "obj", backend.HealthOptions{MinBackoff: time.Minute}, nil)
+		t.Cleanup(h.Stop)
+		faulty.SetDelay(time.Minute, 0) // a black hole
+		return faulty, h
+	}
+	// hung starts reads that wait for their first byte, once each has
+	// reached the store, and returns where each says how it ended.
+	hung := func(faulty *faultstore.Faulty, h *backend.Health) chan error {
 		done := make(chan error, reads)
 		asked := faulty.Calls()
 		for range reads {
 			go func() {
-				rctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				rctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 				defer cancel()
-				done <- h.ReadAt(rctx, "obj", make([]byte, 2), 0)
+				done <- h.ReadAt(rctx, "obj", make([]byte, 20<<20), 0)
 			}()
 		}
 		for deadline := time.Now().Add(10 * time.Second); faulty.Calls() < asked+reads; {
@@ -282,6 +289,18 @@ func TestMarkedDownEndsReadsWaitingOnIt(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		return done
+	}
+	// silence strikes the store 3 times with reads that time out, at once.
+	silence := func(h *backend.Health) {
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				if err := h.ReadAt(ctx, "obj", make([]byte, 2), 0); !backend.IsStoreFault(err) || !strings.Contains(err.Error(), "no answer within") {
+					t.Errorf("read of a silent store: %v", err)
+				}
+			})
+		}
+		wg.Wait()
 	}
 	// ended is how many of the reads end within d, and their errors.
 	ended := func(done chan error, d time.Duration) []error {
@@ -298,17 +317,22 @@ func TestMarkedDownEndsReadsWaitingOnIt(t *testing.T) {
 	}
 
 	// Wrong bytes mark it down: the reads waiting on it go on waiting.
-	first := hung()
+	faulty, h := newStore()
+	waiting := hung(faulty, h)
 	for range 3 {
 		h.Corrupted()
 	}
 	if !h.MarkedDown() || h.Unreachable() {
 		t.Fatalf("after 3 checksum failures: down %v, unreachable %v; want down, answering", h.MarkedDown(), h.Unreachable())
 	}
-	if errs := ended(first, 300*time.Millisecond); len(errs) > 0 {
+	if errs := ended(waiting, 300*time.Millisecond); len(errs) > 0 {
 		t.Fatalf("%d reads of a store down for wrong bytes ended when it went down: %v", len(errs), errs[0])
 	}
-	// Store faults: the waiting reads end at once, as store faults.
+
+	// Errors the store replies with mark it down: it answers, and the
+	// reads waiting on it go on waiting.
+	faulty, h = newStore()
+	waiting = hung(faulty, h)
 	faulty.SetDown(true)
 	for range 3 {
 		if err := h.ReadAt(ctx, "obj", make([]byte, 2), 0); !backend.IsStoreFault(err) {
@@ -316,9 +340,21 @@ func TestMarkedDownEndsReadsWaitingOnIt(t *testing.T) {
 		}
 	}
 	if !h.Unreachable() {
-		t.Fatal("3 store faults did not mark the store down for not answering")
+		t.Fatal("3 store faults did not mark the store down")
 	}
-	errs := ended(first, 2*time.Second)
+	if errs := ended(waiting, 300*time.Millisecond); len(errs) > 0 {
+		t.Fatalf("%d reads of a store down for errors it replied with ended when it went down: %v", len(errs), errs[0])
+	}
+
+	// Silence marks it down: the waiting reads end at once, as store
+	// faults.
+	faulty, h = newStore()
+	waiting = hung(faulty, h)
+	silence(h)
+	if !h.Unreachable() {
+		t.Fatal("3 silent requests did not mark the store down for not answering")
+	}
+	errs := ended(waiting, 2*time.Second)
 	if len(errs) < reads {
 		t.Fatalf("%d of %d reads waiting on a store marked down for not answering went on waiting (2 s)", reads-len(errs), reads)
 	}
@@ -328,13 +364,9 @@ func TestMarkedDownEndsReadsWaitingOnIt(t *testing.T) {
 		}
 	}
 	// Reads asked after the mark (last resorts) are not ended by the
-	// faults that follow.
-	faulty.SetDown(false)
-	last := hung()
-	faulty.SetDown(true)
-	for range 3 {
-		h.ReadAt(ctx, "obj", make([]byte, 2), 0)
-	}
+	// silence that follows.
+	last := hung(faulty, h)
+	silence(h)
 	if errs := ended(last, 300*time.Millisecond); len(errs) > 0 {
 		t.Fatalf("%d reads asked after the mark ended with the faults after it: %v", len(errs), errs[0])
 	}

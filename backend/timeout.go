@@ -60,11 +60,21 @@ func (t *Timeout) timedOut(parent, ctx context.Context, req request, op, key str
 			return &Error{Store: t.String(), Op: op, Key: key,
 				Err: fmt.Errorf("%w: the %v request timeout ran out while this process could not run for a quarter of it; not counted against the store", ErrStalled, t.Base)}
 		}
-		return &Error{Store: t.String(), Op: op, Key: key,
-			Err: fmt.Errorf("%w: no answer within the %v request timeout", ErrUnavailable, t.Base)}
+		return &Error{Store: t.String(), Op: op, Key: key, Err: noAnswer{t.Base}}
 	}
 	return err
 }
+
+// noAnswer is the request timeout's error: the store answered nothing
+// within it (an ErrUnavailable). Health tells it from errors the store
+// replied with: a store that replies, even with errors, is not hung.
+type noAnswer struct{ base time.Duration }
+
+func (e noAnswer) Error() string {
+	return fmt.Sprintf("%v: no answer within the %v request timeout", ErrUnavailable, e.base)
+}
+
+func (e noAnswer) Unwrap() error { return ErrUnavailable }
 
 var _ Store = (*Timeout)(nil)
 
