@@ -11,8 +11,9 @@ import (
 
 // A stream's memory ceiling: once a stream of records has written its
 // first ceilingWarmChunks chunks, the Go runtime's soft memory limit is
-// set to the most memory the process held while it wrote them, so a
-// stream of 5,000,000 records runs in what its first 12,000 did.
+// set a little above (ceilingMargin) the most memory Go held while it
+// wrote them, so a stream of 5,000,000 records runs in about what its
+// first 12,000 or so did.
 //
 // Why: a stream's live heap is flat in the number of records, but its
 // peak RSS is the most the heap reached at any collection, and a long
